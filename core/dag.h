@@ -1,0 +1,56 @@
+#pragma once
+// The dependency DAG of a lowered schedule: what the static checker's dry run and the simulator's
+// just-in-time driver both walk. Built once from the per-worker programs under the execution semantics
+// documented in core/lowering.h; no SimGrid here.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/lowering.h"
+#include "core/placement.h"
+
+namespace pipescope {
+
+enum class DagKind : std::uint8_t {
+  Compute,     // gpu, seconds
+  Transfer,    // gpu -> gpu2, bytes (one matched Send/Recv pair)
+  Collective,  // group, bytes per call, count calls; expanded by the engine (ring steps or analytic)
+  Join,        // zero-cost synchronisation point (a Recv completing)
+};
+
+struct DagNode {
+  DagKind kind = DagKind::Compute;
+  std::int32_t worker = -1;     // owning worker (sender for transfers; first member for collectives)
+  std::int32_t index = -1;      // position in that worker's program (LoweredSchedule::per_worker)
+  std::int32_t gpu = -1;        // compute GPU / transfer source
+  std::int32_t gpu2 = -1;       // transfer destination
+  std::int32_t group = -1;      // collective group
+  std::int32_t count = 1;       // collective calls folded together
+  double amount = 0;            // seconds (Compute) or bytes (Transfer, Collective per call)
+};
+
+struct Dag {
+  std::vector<DagNode> nodes;
+  // Successors in CSR form: succ[succ_begin[i] .. succ_begin[i+1]).
+  std::vector<std::uint32_t> succ_begin;
+  std::vector<std::uint32_t> succ;
+  std::vector<std::uint32_t> preds;   // number of predecessors per node
+  // node_of[worker][index] = DAG node of that lowered op (-1 for ops folded into another node,
+  // e.g. a Send, whose transfer node is the matching Recv's).
+  std::vector<std::vector<std::int32_t>> node_of;
+
+  std::size_t size() const { return nodes.size(); }
+};
+
+// Throws CheckError (core/checks.h) when sends/receives or collectives cannot be matched.
+Dag build_dag(const LoweredSchedule& ls, const Placement& placement);
+
+// Dependency-only dry run (Kahn's algorithm with unit or given durations). Returns the number of
+// nodes that completed; == size() iff the DAG is acyclic.
+std::size_t dry_run(const Dag& dag);
+
+// Human-readable name of a DAG node, using the lowered op's canonical text.
+std::string dag_node_text(const Dag& dag, const LoweredSchedule& ls, std::uint32_t node);
+
+}  // namespace pipescope

@@ -1,0 +1,95 @@
+#pragma once
+// Lowering: a compute-only Schedule becomes a LoweredSchedule, one ordered program per worker, with
+// explicit point-to-point sends/receives and collectives, costs (seconds) and sizes (bytes) attached.
+// Each pass is a pure function (const in, new value out) with its own tests. The simulator
+// (sim/engine.h) and the validation runtime (runtime/) both execute a LoweredSchedule, and both refuse
+// one that core/checks.h has not accepted.
+//
+// A worker is one model-parallel pipeline rank of one data-parallel replica: worker = d * p + r.
+// A worker stands for its whole tensor-parallel group of tp GPUs (they run the same ops in lock step);
+// Placement maps (worker, tp_rank) to GPUs.
+//
+// Execution semantics of a worker's program (shared by the simulator, the dry run and the runtime):
+// - Compute, Recv, Collective and Optimizer ops run in list order, each after the previous non-Send op.
+// - A Send is posted (asynchronously, eager) after the previous non-Send op completes; the ops after it do
+//   not wait for it. It is matched with exactly one Recv on the peer (same tag, same bytes).
+// - A Recv completes when its matching transfer has arrived (and after the worker's previous op).
+// - A Collective (AllReduce, AllGather) starts when every member of its group has reached it; members
+//   match collectives by (group, seq): the n-th collective of a group on each member is the same call.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/schedule.h"
+
+namespace pipescope {
+
+class CostModel;
+
+enum class LOpKind : std::uint8_t {
+  Compute,     // op: the compute op; seconds: its duration
+  Send,        // op: the compute op whose output is carried (F: activation, B: gradient); peer, bytes
+  Recv,        // op: same producer op as the matching Send; peer, bytes
+  AllReduce,   // group, bytes (per-rank buffer), tag says what (DP grads, TP layer, embedding)
+  AllGather,   // group, bytes (total output); Megatron scatter/gather on arrival
+  Optimizer,   // seconds
+};
+
+enum class CollTag : std::uint8_t { None, DataParallel, TensorParallel, Embedding, ScatterGather };
+
+struct LoweredOp {
+  LOpKind kind = LOpKind::Compute;
+  CollTag tag = CollTag::None;
+  Op op;                      // compute op (Compute) or producer op (Send/Recv/TP collective)
+  std::int32_t peer = -1;     // peer worker (Send/Recv)
+  std::int32_t group = -1;    // collective group index (AllReduce/AllGather)
+  std::int32_t count = 1;     // number of back-to-back collective calls folded into this one (TP: per layer)
+  double seconds = 0;         // Compute / Optimizer duration
+  double bytes = 0;           // Send/Recv message size; collective size per call
+};
+
+struct CollGroup {
+  CollTag tag = CollTag::None;
+  std::vector<std::int32_t> workers;   // member workers, in ring order (TP groups: one worker, see gpus)
+  std::vector<std::int32_t> gpus;      // member GPUs in ring order (filled by placement)
+};
+
+struct Placement;
+
+struct LoweredSchedule {
+  Schedule schedule;                       // the compute schedule it came from (for reports / checks)
+  int dp = 1, p = 1, tp = 1;
+  std::vector<std::vector<LoweredOp>> per_worker;   // size dp * p; worker = d * p + r
+  std::vector<CollGroup> groups;
+
+  int workers() const { return dp * p; }
+  static int worker(int d, int r, int p) { return d * p + r; }
+};
+
+// Canonical text of a lowered op: compute ops as op_text; "send(2F0->3)", "recv(2F0<-2)",
+// "allreduce[dp g1 25.0MB]", "opt".
+std::string lowered_text(const LoweredOp& op);
+
+// ---------------------------------------------------------------- passes
+// 1. Replicate the schedule over dp replicas; compute ops get their durations from the cost model.
+LoweredSchedule lower_compute(const Schedule& s, int dp, int tp, const CostModel& cost);
+// 2. Point-to-point send/recv for every cross-rank dependency (including the interleaved wrap-around
+//    from the last rank to the first): each Send right after its producer, each Recv right before the
+//    first consumer. Sizes from the cost model.
+LoweredSchedule add_p2p(const LoweredSchedule& in, const CostModel& cost);
+// 3. Tensor-parallel all-reduces: after each compute op, its 2 (forward) / 2 (+2 with recompute)
+//    (backward) all-reduces per layer of b*s*h elements over the worker's TP group, folded into one
+//    AllReduce op with count = number of calls. No-op when tp == 1.
+LoweredSchedule add_tp_allreduce(const LoweredSchedule& in, const CostModel& cost);
+// 4. Data-parallel gradient all-reduce after the flush (one per pipeline rank, over the dp replicas of
+//    that rank), then the embedding all-reduce between first and last stage when embeddings are tied.
+LoweredSchedule add_grad_sync(const LoweredSchedule& in, const CostModel& cost);
+// 5. Optimizer step at the end of every worker.
+LoweredSchedule add_optimizer(const LoweredSchedule& in, const CostModel& cost);
+
+// All passes in order: what `simulate` and `validate` run.
+LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost);
+
+}  // namespace pipescope

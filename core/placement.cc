@@ -1,0 +1,1 @@
+// TODO: implemented by the foundation work

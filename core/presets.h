@@ -1,0 +1,24 @@
+#pragma once
+// Built-in model and cluster presets. Numbers come from spec/calibration.md section 7-8 (vendor peaks)
+// and the papers' model tables (spec/terapipe.md 9.2, spec/megatron.md 8.1).
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace pipescope {
+
+// gpt3-1b, gpt3-13b, gpt3-44b, gpt3-175b, megatron-1.7b ... megatron-1t
+std::optional<ModelSpec> model_preset(const std::string& name);
+std::vector<std::string> model_preset_names();
+
+// aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, dgx-h100 (nodes default to 1)
+std::optional<ClusterSpec> cluster_preset(const std::string& name);
+std::vector<std::string> cluster_preset_names();
+
+// Device presets by name: V100-SXM2-16GB, V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM
+std::optional<DeviceSpec> device_preset(const std::string& name);
+
+}  // namespace pipescope

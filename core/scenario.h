@@ -1,0 +1,32 @@
+#pragma once
+// Scenario loading (yaml-cpp). Presets (core/presets.h) give defaults that the file overrides field by
+// field. Every error names file:line:column and the key path, e.g.
+//   scenarios/x.yaml:14:7: parallel.pp: expected a positive integer, got "-2"
+// Unknown keys, wrong types, missing fields and impossible combinations are errors (ScenarioError).
+
+#include <stdexcept>
+#include <string>
+
+#include "core/config.h"
+
+namespace pipescope {
+
+class ScenarioError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Load a scenario file. Throws ScenarioError.
+Scenario load_scenario(const std::string& path);
+// Parse YAML text; `source` is the name used in messages.
+Scenario parse_scenario(const std::string& yaml_text, const std::string& source);
+// The built-in default scenario (`pipescope simulate` with no argument).
+Scenario default_scenario();
+// YAML text of the built-in default scenario.
+const char* default_scenario_yaml();
+
+// Cross-field validation (dp*pp*tp vs GPUs, divisibility, schedule constraints). Called by the loaders;
+// exposed for scenarios built in code. Throws ScenarioError naming `source` and the key.
+void validate_scenario(const Scenario& s);
+
+}  // namespace pipescope

@@ -1,0 +1,50 @@
+#pragma once
+// Simulation results: per-op times, per-GPU busy/idle, bubble, TFLOP/s, memory; printed as a table,
+// JSON (--json) and a Chrome/Perfetto trace (--trace). Deterministic formatting.
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "core/checks.h"
+#include "core/config.h"
+#include "core/memory_model.h"
+
+namespace pipescope::sim {
+
+struct NodeTiming {
+  double start = -1, end = -1;
+};
+
+struct SimResult {
+  double iteration_s = 0;                 // makespan
+  double pipeline_end_s = 0;              // last compute op of the pipeline (before grad sync / optimizer)
+  std::vector<NodeTiming> timing;         // per DAG node
+  std::vector<double> worker_busy_s;      // per worker: compute + optimizer time
+  std::size_t activities = 0;             // SimGrid activities created (incl. collective steps)
+  std::size_t completed = 0, total = 0;   // DAG nodes
+  double wall_s = 0;                      // not printed in deterministic outputs
+};
+
+struct Report {
+  std::string scenario;
+  std::string schedule;
+  int gpus = 0, dp = 1, pp = 1, tp = 1, v = 1, m = 0;
+  double iteration_s = 0;
+  double pipeline_end_s = 0;
+  double bubble_idle_fraction = 0;   // phi = mean over workers of idle / makespan (pipeline part)
+  double bubble_ratio = 0;           // beta = t_bubble / t_ideal (Megatron)
+  double tflops_per_gpu = 0;         // Megatron Eq. 3 F / (T * n)
+  double model_tflops_per_gpu = 0;   // without recomputation
+  std::vector<double> worker_busy_s, worker_idle_s;
+  MemoryReport memory;
+};
+
+Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult& r);
+void print_table(std::ostream& os, const Report& r);
+void write_json(std::ostream& os, const Report& r);
+// Chrome trace-event JSON: one track per GPU (compute), comm tracks per GPU, ops named by canonical text.
+void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r);
+
+}  // namespace pipescope::sim
