@@ -36,6 +36,9 @@ struct Dag {
   std::vector<std::uint32_t> succ_begin;
   std::vector<std::uint32_t> succ;
   std::vector<std::uint32_t> preds;   // number of predecessors per node
+  // Per collective group: the GPU rings that run the call concurrently (from Placement). TP group: one
+  // ring of its tp GPUs; DP group: tp rings of dp GPUs each; embedding group: tp rings of 2 GPUs.
+  std::vector<std::vector<std::vector<std::int32_t>>> rings;
   // node_of[worker][index] = DAG node of that lowered op (-1 for ops folded into another node,
   // e.g. a Send, whose transfer node is the matching Recv's).
   std::vector<std::vector<std::int32_t>> node_of;
@@ -46,9 +49,14 @@ struct Dag {
 // Throws CheckError (core/checks.h) when sends/receives or collectives cannot be matched.
 Dag build_dag(const LoweredSchedule& ls, const Placement& placement);
 
-// Dependency-only dry run (Kahn's algorithm with unit or given durations). Returns the number of
-// nodes that completed; == size() iff the DAG is acyclic.
+// Dependency-only dry run (Kahn's algorithm). Returns the number of nodes that completed;
+// == size() iff the DAG is acyclic.
 std::size_t dry_run(const Dag& dag);
+
+// Earliest finish time of every node when Compute nodes take `amount` seconds and everything else is
+// free (communication-free critical path; each GPU's ops are already chained by program order).
+// The closed-form tests and `simulate --engine analytic` use it. Throws CheckError on a cycle.
+std::vector<double> earliest_finish(const Dag& dag);
 
 // Human-readable name of a DAG node, using the lowered op's canonical text.
 std::string dag_node_text(const Dag& dag, const LoweredSchedule& ls, std::uint32_t node);

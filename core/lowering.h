@@ -52,8 +52,9 @@ struct LoweredOp {
 
 struct CollGroup {
   CollTag tag = CollTag::None;
-  std::vector<std::int32_t> workers;   // member workers, in ring order (TP groups: one worker, see gpus)
-  std::vector<std::int32_t> gpus;      // member GPUs in ring order (filled by placement)
+  // Member workers in ring order. A TP group has one member worker (its tp GPUs come from Placement);
+  // a DP group has the dp workers of one pipeline rank (the call runs as tp parallel rings, one per TP rank).
+  std::vector<std::int32_t> workers;
 };
 
 struct Placement;
