@@ -1,0 +1,27 @@
+#pragma once
+// Subcommands of the one `pipescope` binary. Each registers its options on the CLI11 app and returns
+// the function that runs it; exit codes are decided only in main.cc.
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace pipescope::cli {
+
+// Exit codes: 0 ok, 1 bad input (scenario, flags, files), 2 schedule rejected or deadlocked, 3 internal.
+inline constexpr int kExitInput = 1;
+inline constexpr int kExitSchedule = 2;
+inline constexpr int kExitInternal = 3;
+
+// Thrown for user errors detected in cli/ (bad flag values, unwritable files).
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Command {
+  CLI::App* app = nullptr;     // the subcommand
+  std::function<int()> run;    // runs it after parsing; returns the exit code
+};
+Command add_simulate(CLI::App& app);
+Command add_show(CLI::App& app);
+
+}  // namespace pipescope::cli

@@ -1,0 +1,46 @@
+// `pipescope show [SCENARIO] [--lowered]`: print the schedule (canonical op text per rank) and run the
+// static checker, without simulating.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "core/pipeline.h"
+#include "core/scenario.h"
+
+namespace pipescope::cli {
+namespace {
+struct ShowOptions {
+  std::string scenario;
+  bool lowered = false;
+  int worker = -1;
+};
+
+int run_show(const ShowOptions& o) {
+  Scenario s = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario);
+  auto prep = prepare(s);
+  if (!o.lowered) {
+    std::cout << schedule_text(prep->schedule);
+  } else {
+    for (int w = 0; w < prep->lowered.workers(); ++w) {
+      if (o.worker >= 0 && w != o.worker) continue;
+      std::cout << "w" << w << ":";
+      for (const auto& op : prep->lowered.per_worker[w]) std::cout << ' ' << lowered_text(op);
+      std::cout << '\n';
+    }
+  }
+  CheckedSchedule cs = check(prep->lowered, prep->placement);
+  std::printf("check: ok (%zu DAG nodes)\n", cs.dag().size());
+  return 0;
+}
+}  // namespace
+
+Command add_show(CLI::App& app) {
+  auto o = std::make_shared<ShowOptions>();
+  auto* sub = app.add_subcommand("show", "Print a scenario's schedule and run the static checker");
+  sub->add_option("scenario", o->scenario, "Scenario YAML file (default: built-in)");
+  sub->add_flag("--lowered", o->lowered, "Print the lowered per-worker programs (sends, receives, collectives)");
+  sub->add_option("--worker", o->worker, "Only this worker (with --lowered)");
+  return {sub, [o] { return run_show(*o); }};
+}
+}  // namespace pipescope::cli

@@ -1,0 +1,187 @@
+// `pipescope simulate [SCENARIO] [--json F] [--trace F] [--compare a,b,c]`
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/pipeline.h"
+#include "core/scenario.h"
+#include "sim/engine.h"
+#include "sim/report.h"
+
+namespace pipescope::cli {
+namespace {
+
+struct SimulateOptions {
+  std::string scenario;
+  std::string json, trace;
+  std::vector<std::string> compare;
+  std::string collectives;
+};
+
+std::ofstream open_output(const std::string& path, const char* flag) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw InputError(std::string(flag) + " " + path + ": cannot open for writing");
+  return f;
+}
+
+ScheduleKind kind_from_string(const std::string& name) {
+  const ScheduleKind all[] = {ScheduleKind::GPipe,    ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
+                              ScheduleKind::TeraPipe, ScheduleKind::Seq1F1B,  ScheduleKind::Seq1F1BInterleaved};
+  std::string valid;
+  for (ScheduleKind k : all) {
+    if (name == to_string(k)) return k;
+    valid += (valid.empty() ? "" : ", ") + std::string(to_string(k));
+  }
+  throw InputError("--compare: unknown schedule '" + name + "' (valid: " + valid + ")");
+}
+
+// The same scenario with another schedule kind; interleaving gets v = 2 when the scenario has v = 1.
+Scenario variant(const Scenario& base, ScheduleKind kind) {
+  Scenario s = base;
+  s.schedule.kind = kind;
+  const bool interleaved = kind == ScheduleKind::Interleaved || kind == ScheduleKind::Seq1F1BInterleaved;
+  if (interleaved && s.parallel.v == 1) s.parallel.v = 2;
+  if (!interleaved) s.parallel.v = 1;
+  if (kind == ScheduleKind::GPipe || kind == ScheduleKind::OneFOneB || kind == ScheduleKind::Interleaved) {
+    s.schedule.seq_slices = 1;
+    s.schedule.slice_tokens.clear();
+    s.schedule.slicing = "uniform";
+  }
+  s.name = base.name + "/" + to_string(kind);
+  validate_scenario(s);
+  return s;
+}
+
+sim::Report run_one(const Scenario& s, const SimulateOptions& o, std::ostream* json, std::ostream* trace) {
+  auto prep = prepare(s);
+  CheckedSchedule cs = check(prep->lowered, prep->placement);
+  sim::EngineOptions eo;
+  eo.collectives = o.collectives.empty() ? s.sim.collectives : o.collectives;
+  sim::SimResult r = sim::simulate(s.cluster, cs, eo);
+  sim::Report rep = sim::make_report(s, cs, r);
+  if (json) sim::write_json(*json, rep);
+  if (trace) sim::write_trace(*trace, cs, r);
+  return rep;
+}
+
+// SimGrid allows one Engine per process: each variant of --compare runs in a forked child that sends
+// its figures back through a pipe.
+struct VariantResult {
+  std::string name, error;
+  double iteration_s = 0, pipeline_end_s = 0, idle = 0, ratio = 0, tflops = 0, peak_GB = 0;
+  bool oom = false;
+};
+
+VariantResult run_forked(const Scenario& s, const SimulateOptions& o) {
+  VariantResult v;
+  v.name = to_string(s.schedule.kind);
+  int fd[2];
+  if (pipe(fd) != 0) throw std::runtime_error("pipe() failed");
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork() failed");
+  if (pid == 0) {
+    close(fd[0]);
+    std::string out;
+    try {
+      sim::Report r = run_one(s, o, nullptr, nullptr);
+      double peak = 0;
+      bool oom = false;
+      for (const auto& rm : r.memory.ranks) peak = std::max(peak, rm.peak_bytes), oom = oom || rm.oom;
+      char buf[512];
+      std::snprintf(buf, sizeof buf, "OK %.17g %.17g %.17g %.17g %.17g %.17g %d", r.iteration_s, r.pipeline_end_s,
+                    r.bubble_idle_fraction, r.bubble_ratio, r.tflops_per_gpu, peak / 1e9, oom ? 1 : 0);
+      out = buf;
+    } catch (const std::exception& e) {
+      out = std::string("ERR ") + e.what();
+    }
+    ssize_t n = write(fd[1], out.data(), out.size());
+    (void)n;
+    close(fd[1]);
+    _exit(0);
+  }
+  close(fd[1]);
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<std::size_t>(n));
+  close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (got.rfind("OK ", 0) == 0) {
+    std::istringstream is(got.substr(3));
+    int oom = 0;
+    is >> v.iteration_s >> v.pipeline_end_s >> v.idle >> v.ratio >> v.tflops >> v.peak_GB >> oom;
+    v.oom = oom != 0;
+  } else if (got.rfind("ERR ", 0) == 0) {
+    v.error = got.substr(4);
+  } else {
+    v.error = "simulation process died (status " + std::to_string(status) + ")";
+  }
+  return v;
+}
+
+int run_compare(const Scenario& base, const SimulateOptions& o) {
+  std::vector<Scenario> variants;
+  for (const auto& k : o.compare) variants.push_back(variant(base, kind_from_string(k)));
+  std::vector<VariantResult> res;
+  for (const auto& s : variants) {
+    std::fprintf(stderr, "simulating %s ...\n", s.name.c_str());
+    res.push_back(run_forked(s, o));
+  }
+  std::printf("scenario %s (%s): %d GPUs, dp %d, pp %d, tp %d, global batch %d\n", base.name.c_str(),
+              base.source.c_str(), base.cluster.total_gpus(), base.parallel.dp, base.parallel.pp, base.parallel.tp,
+              base.parallel.global_batch);
+  std::printf("%-14s %14s %14s %10s %10s %12s %12s %s\n", "schedule", "iteration_s", "pipeline_s", "idle_phi",
+              "bubble_b", "TFLOP/s/GPU", "peak_mem_GB", "");
+  int rc = 0;
+  for (const auto& v : res) {
+    if (!v.error.empty()) {
+      std::printf("%-14s error: %s\n", v.name.c_str(), v.error.c_str());
+      rc = kExitSchedule;
+      continue;
+    }
+    std::printf("%-14s %14.9f %14.9f %10.4f %10.4f %12.2f %12.2f %s\n", v.name.c_str(), v.iteration_s,
+                v.pipeline_end_s, v.idle, v.ratio, v.tflops, v.peak_GB, v.oom ? "OOM" : "");
+  }
+  std::printf("idle_phi = bubble time / makespan (mean over ranks); bubble_b = bubble / ideal time (Megatron)\n");
+  return rc;
+}
+
+int run_simulate(const SimulateOptions& o) {
+  Scenario s = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario);
+  if (!o.compare.empty()) return run_compare(s, o);
+  std::unique_ptr<std::ofstream> json, trace;
+  if (!o.json.empty()) json = std::make_unique<std::ofstream>(open_output(o.json, "--json"));
+  if (!o.trace.empty()) trace = std::make_unique<std::ofstream>(open_output(o.trace, "--trace"));
+  sim::Report rep = run_one(s, o, json.get(), trace.get());
+  sim::print_table(std::cout, rep);
+  if (json && !json->flush()) throw InputError("--json " + o.json + ": write failed");
+  if (trace && !trace->flush()) throw InputError("--trace " + o.trace + ": write failed");
+  return 0;
+}
+
+}  // namespace
+
+Command add_simulate(CLI::App& app) {
+  auto o = std::make_shared<SimulateOptions>();
+  auto* sub = app.add_subcommand("simulate", "Simulate one training iteration of a scenario on SimGrid");
+  sub->add_option("scenario", o->scenario, "Scenario YAML file (default: the built-in default scenario)");
+  sub->add_option("--json", o->json, "Write the report as JSON to this file");
+  sub->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace-event file (one track per GPU)");
+  sub->add_option("--compare", o->compare, "Run schedule variants side by side, e.g. gpipe,1f1b,interleaved")
+      ->delimiter(',');
+  sub->add_option("--collectives", o->collectives, "Collective model: ring | aggregate | analytic | auto")
+      ->check(CLI::IsMember({"ring", "aggregate", "analytic", "auto"}));
+  return {sub, [o] { return run_simulate(*o); }};
+}
+
+}  // namespace pipescope::cli

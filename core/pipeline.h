@@ -1,0 +1,36 @@
+#pragma once
+// From a validated Scenario to a checked, lowered schedule: the one path that `simulate`, `plan`,
+// `validate` and the benchmarks share, so no command builds a schedule its own way.
+
+#include <memory>
+
+#include "core/checks.h"
+#include "core/config.h"
+#include "core/cost_model.h"
+#include "core/lowering.h"
+#include "core/placement.h"
+#include "core/schedule.h"
+
+namespace pipescope {
+
+// The compute schedule the scenario asks for (generator chosen by schedule.kind, micro-batches and
+// token slices from parallel/schedule). Throws std::invalid_argument naming the scenario on impossible
+// requests.
+Schedule make_schedule(const Scenario& s);
+
+// The cost model the scenario asks for (analytic, or a calibration profile when sim.profile is set).
+std::unique_ptr<CostModel> make_cost_model(const Scenario& s);
+
+struct Prepared {
+  Scenario scenario;
+  std::unique_ptr<CostModel> cost;
+  Schedule schedule;
+  LoweredSchedule lowered;
+  Placement placement;
+};
+
+// Schedule, lowering and placement; the caller runs check() on the result (it keeps references into it,
+// so keep the Prepared object alive and unmoved while the CheckedSchedule is used).
+std::unique_ptr<Prepared> prepare(const Scenario& s);
+
+}  // namespace pipescope
