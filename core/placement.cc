@@ -1,1 +1,133 @@
-// TODO: implemented by the foundation work
+#include "core/placement.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+
+namespace pipescope {
+namespace {
+
+// NVLink count between two GPUs of a p3.16xlarge / DGX-1V node (spec/calibration.md 8.2, `nvidia-smi topo -m`):
+// 0 = no NVLink (PCIe/SYS), 1 = NV1, 2 = NV2. Kept here as well as in sim/platform.cc because core does not
+// depend on sim.
+constexpr int kCubeMesh[8][8] = {
+    {0, 1, 1, 2, 2, 0, 0, 0}, {1, 0, 2, 1, 0, 2, 0, 0}, {1, 2, 0, 2, 0, 0, 1, 0}, {2, 1, 2, 0, 0, 0, 0, 1},
+    {2, 0, 0, 0, 0, 1, 1, 2}, {0, 2, 0, 0, 1, 0, 2, 1}, {0, 0, 1, 0, 1, 2, 0, 2}, {0, 0, 0, 1, 2, 1, 2, 0},
+};
+
+// Communication pairs among the local slots of one node, in slot numbers (slot = rank % gpus_per_node).
+struct NodePairs {
+  std::vector<std::pair<int, int>> tp;    // every pair inside a tensor-parallel group
+  std::vector<std::pair<int, int>> pipe;  // pipeline neighbours (same tp rank, and TeraPipe's last -> first hop)
+  bool operator<(const NodePairs& o) const { return std::tie(tp, pipe) < std::tie(o.tp, o.pipe); }
+};
+
+// Best slot -> physical GPU map for a cube-mesh node: exhaustive over the G! orders (G <= 8: 40320), scored
+// lexicographically by (TP pairs without NVLink, pipeline pairs without NVLink, -NVLink count over all
+// pairs); the first best order in lexicographic order wins, so the result is deterministic.
+std::vector<int> best_cube_mesh_order(int G, const NodePairs& pairs) {
+  std::vector<int> perm(G), best;
+  std::iota(perm.begin(), perm.end(), 0);
+  std::tuple<int, int, int> best_score{1 << 30, 0, 0};
+  do {
+    int tp_missing = 0, pipe_missing = 0, links = 0;
+    for (const auto& [a, b] : pairs.tp) {
+      const int k = kCubeMesh[perm[a]][perm[b]];
+      tp_missing += k == 0;
+      links += k;
+    }
+    for (const auto& [a, b] : pairs.pipe) {
+      const int k = kCubeMesh[perm[a]][perm[b]];
+      pipe_missing += k == 0;
+      links += k;
+    }
+    const std::tuple<int, int, int> score{tp_missing, pipe_missing, -links};
+    if (best.empty() || score < best_score) best_score = score, best = perm;
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  return best;
+}
+
+}  // namespace
+
+Placement make_placement(const std::string& layout, int dp, int p, int tp, const ClusterSpec& cluster) {
+  if (dp < 1 || p < 1 || tp < 1)
+    throw std::invalid_argument("placement: dp, pp and tp must be >= 1, got dp " + std::to_string(dp) + ", pp " +
+                                std::to_string(p) + ", tp " + std::to_string(tp));
+  if (cluster.gpus_per_node < 1 || cluster.nodes < 1)
+    throw std::invalid_argument("placement: the cluster has no GPUs (nodes " + std::to_string(cluster.nodes) +
+                                ", gpus_per_node " + std::to_string(cluster.gpus_per_node) + ")");
+  const long long n = 1LL * dp * p * tp;
+  if (n > cluster.total_gpus())
+    throw std::invalid_argument("placement: dp * pp * tp = " + std::to_string(dp) + " * " + std::to_string(p) + " * " +
+                                std::to_string(tp) + " = " + std::to_string(n) + " GPUs, but the cluster has " +
+                                std::to_string(cluster.total_gpus()));
+  Placement pl;
+  pl.dp = dp;
+  pl.p = p;
+  pl.tp = tp;
+  pl.gpus_per_node = cluster.gpus_per_node;
+  pl.gpu.assign(static_cast<std::size_t>(n), -1);
+  auto index = [&](int d, int r, int t) { return (static_cast<std::size_t>(d) * p + r) * tp + t; };
+
+  if (layout == "megatron" || layout == "stage-major") {
+    // spec/megatron.md 3.4: TP innermost, then DP; pipeline neighbours n/p ranks apart (other nodes).
+    const long long block = n / p;
+    for (int d = 0; d < dp; d++)
+      for (int r = 0; r < p; r++)
+        for (int t = 0; t < tp; t++) pl.gpu[index(d, r, t)] = static_cast<std::int32_t>(r * block + d * tp + t);
+    return pl;
+  }
+  if (layout != "replica-major" && layout != "terapipe")
+    throw std::invalid_argument("placement: unknown layout \"" + layout +
+                                "\"; valid: megatron, stage-major, replica-major, terapipe");
+
+  // replica-major, and TeraPipe's rank order (spec/terapipe.md 8): rank = d * (p * tp) + r * tp + t.
+  std::vector<int> rank_d(n), rank_r(n), rank_t(n);
+  for (int d = 0; d < dp; d++)
+    for (int r = 0; r < p; r++)
+      for (int t = 0; t < tp; t++) {
+        const auto rank = index(d, r, t);
+        pl.gpu[rank] = static_cast<std::int32_t>(rank);
+        rank_d[rank] = d, rank_r[rank] = r, rank_t[rank] = t;
+      }
+  if (layout == "replica-major") return pl;
+
+  const int G = cluster.gpus_per_node;
+  if (G % tp != 0)
+    throw std::invalid_argument("placement terapipe: tensor-parallel groups stay inside a node, but tp = " +
+                                std::to_string(tp) + " does not divide gpus_per_node = " + std::to_string(G));
+  // With NVSwitch or PCIe-only nodes every GPU pair is alike, so the rank order is the placement. On a cube
+  // mesh the ranks of each node are permuted onto its GPUs so that TP groups and pipeline neighbours sit on
+  // NVLink pairs (calibration.md 8.2: e.g. GPU0 -> GPU5 has no NVLink): with 8 stages per node this is the
+  // all-NV2 ring 0-3-2-1-5-6-7-4. Nodes with the same pair pattern share one search.
+  if (cluster.fabric != IntraNodeFabric::CubeMesh || G == 1) return pl;
+  if (G > 8) throw std::invalid_argument("placement terapipe: a cube-mesh node has at most 8 GPUs");
+  std::map<NodePairs, std::vector<int>> cache;
+  for (long long base = 0; base < n; base += G) {
+    const int used = static_cast<int>(std::min<long long>(G, n - base));
+    NodePairs pairs;
+    for (int a = 0; a < used; a++) {
+      const long long ra = base + a;
+      for (int b = a + 1; b < used; b++) {
+        const long long rb = base + b;
+        if (rank_d[ra] != rank_d[rb]) continue;
+        if (rank_r[ra] == rank_r[rb]) {
+          pairs.tp.emplace_back(a, b);
+        } else if (rank_r[rb] == rank_r[ra] + 1 &&
+                   (rank_t[ra] == rank_t[rb] || (rank_t[ra] == tp - 1 && rank_t[rb] == 0))) {
+          // Same-rank hops (scatter/gather p2p) and TeraPipe's last-TP-rank -> first-TP-rank transfer.
+          pairs.pipe.emplace_back(a, b);
+        }
+      }
+    }
+    auto it = cache.find(pairs);
+    if (it == cache.end()) it = cache.emplace(pairs, best_cube_mesh_order(G, pairs)).first;
+    for (int a = 0; a < used; a++) pl.gpu[base + a] = static_cast<std::int32_t>(base + it->second[a]);
+  }
+  return pl;
+}
+
+}  // namespace pipescope

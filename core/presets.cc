@@ -1,1 +1,184 @@
-// TODO: implemented by the foundation work
+#include "core/presets.h"
+
+#include "core/units.h"
+
+namespace pipescope {
+namespace {
+
+using namespace units;
+
+// ---------------------------------------------------------------- models
+// Defaults shared by the GPT-3 and Megatron tables: FFN 4h, V = 51200, s = 2048, tied embeddings.
+ModelSpec gpt(const char* name, int layers, int hidden, int heads, int vocab = 51200, int seq_len = 2048,
+              bool tied = true) {
+  ModelSpec m;
+  m.name = name;
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.ffn_hidden = 4 * hidden;
+  m.vocab = vocab;
+  m.seq_len = seq_len;
+  m.tied_embeddings = tied;
+  return m;
+}
+
+const std::vector<ModelSpec>& models() {
+  static const std::vector<ModelSpec> kModels = {
+      // spec/terapipe.md 9.2 (heads = H/128 from the authors' code). TeraPipe times only the transformer
+      // stack; V and s are the shared defaults.
+      gpt("gpt3-1b", 24, 2048, 16),
+      gpt("gpt3-13b", 40, 5120, 40),
+      gpt("gpt3-44b", 96, 6144, 48),
+      gpt("gpt3-175b", 96, 12288, 96),
+      // spec/megatron.md 8.1, Table 1 (weak scaling): V = 51200, s = 2048, tied embeddings.
+      gpt("megatron-1.7b", 24, 2304, 24),
+      gpt("megatron-3.6b", 30, 3072, 32),
+      gpt("megatron-7.5b", 36, 4096, 32),
+      gpt("megatron-18.4b", 40, 6144, 48),
+      gpt("megatron-39.1b", 48, 8192, 64),
+      gpt("megatron-76.1b", 60, 10240, 80),
+      gpt("megatron-145.6b", 80, 12288, 96),
+      gpt("megatron-310.1b", 96, 16384, 128),
+      gpt("megatron-529.6b", 105, 20480, 128),
+      gpt("megatron-1t", 128, 25600, 160),
+      // spec/seq1f1b.md 11.3: untied embeddings (11.2), V = 32000 as the spec's FLOP accounting assumes;
+      // s = 32768 is the one length that the result grid (11.4) uses for every model.
+      gpt("seq1f1b-2.7b", 32, 2560, 32, 32000, 32768, false),
+      gpt("seq1f1b-7b", 32, 4096, 32, 32000, 32768, false),
+      gpt("seq1f1b-13b", 40, 5120, 40, 32000, 32768, false),
+      gpt("seq1f1b-30b", 64, 6144, 64, 32000, 32768, false),
+  };
+  return kModels;
+}
+
+// ---------------------------------------------------------------- devices
+// Vendor peaks from spec/calibration.md 7 (dense tensor-core rates). HBM capacity is binary (an
+// "80 GB" part has 80 GiB; nvidia-smi prints 81920 MiB); bandwidths are decimal GB/s.
+DeviceSpec device(const char* name, double fp16_tflops, double bf16_tflops, double fp32_tflops, double mem_GiB,
+                  double hbm_GBps, double gemm_eff, double half_sat_flops) {
+  DeviceSpec d;
+  d.name = name;
+  d.peak_flops_fp16 = fp16_tflops * kTflops;
+  d.peak_flops_bf16 = bf16_tflops * kTflops;
+  d.peak_flops_fp32 = fp32_tflops * kTflops;
+  d.memory_bytes = mem_GiB * kGiB;
+  d.hbm_bw_Bps = hbm_GBps * kGBps;
+  // Initial analytic-model parameters (spec/calibration.md 5.4/5.5); calibration profiles replace them.
+  d.gemm_efficiency = gemm_eff;
+  d.gemm_half_sat_flops = half_sat_flops;
+  d.kernel_launch_s = 4 * kUs;
+  d.memory_efficiency = 0.8;
+  return d;
+}
+
+const std::vector<DeviceSpec>& devices() {
+  static const std::vector<DeviceSpec> kDevices = {
+      // Volta has FP16 tensor cores only: bf16 peak 0 = unsupported.
+      device("V100-SXM2-16GB", 125, 0, 15.7, 16, 900, 0.75, 1e9),
+      device("V100-SXM2-32GB", 125, 0, 15.7, 32, 900, 0.75, 1e9),
+      device("A100-SXM4-80GB", 312, 312, 19.5, 80, 2039, 0.80, 2e9),
+      device("H100-SXM", 989.4, 989.4, 67, 80, 3350, 0.80, 2e9),
+  };
+  return kDevices;
+}
+
+// ---------------------------------------------------------------- clusters
+// spec/calibration.md 8.2: p3.16xlarge / DGX-1V hybrid cube mesh. nvlink_bw is one NVLink2 link (NV1 =
+// 25 GB/s per direction; NV2 pairs get two), GPU pairs without NVLink ("SYS") go over PCIe and the CPU
+// interconnect at about 10 GB/s.
+ClusterSpec cube_mesh_node(const char* preset, const char* device_name, double nic_Gbps) {
+  ClusterSpec c;
+  c.preset = preset;
+  c.nodes = 1;
+  c.gpus_per_node = 8;
+  c.device = *device_preset(device_name);
+  c.fabric = IntraNodeFabric::CubeMesh;
+  c.nvlink_bw_Bps = 25 * kGBps;
+  c.nvlink_latency_s = 1 * kUs;
+  c.pcie_bw_Bps = 10 * kGBps;
+  c.pcie_latency_s = 5 * kUs;
+  // One ENA interface per instance, shared by all 8 GPUs (calibration.md 8.1/8.2); TCP-level latency.
+  c.nics_per_node = 1;
+  c.nic_bw_Bps = nic_Gbps * kGbps;
+  c.nic_latency_s = 10 * kUs;
+  c.topology = InterNodeTopology::Star;  // EC2 cluster placement group: modelled as one non-blocking switch
+  return c;
+}
+
+// DGX nodes: NVSwitch, every GPU pair at the full per-GPU NVLink rate (per direction, calibration.md 9);
+// one InfiniBand HCA per GPU (calibration.md 8.1, megatron.md 7) in a fat tree. PCIe figures describe
+// the host path only (unused by NVSwitch routes).
+ClusterSpec dgx_node(const char* preset, const char* device_name, double nvlink_GBps, double pcie_GBps,
+                     double nic_Gbps) {
+  ClusterSpec c;
+  c.preset = preset;
+  c.nodes = 1;
+  c.gpus_per_node = 8;
+  c.device = *device_preset(device_name);
+  c.fabric = IntraNodeFabric::NVSwitch;
+  c.nvlink_bw_Bps = nvlink_GBps * kGBps;
+  c.nvlink_latency_s = 1 * kUs;
+  c.pcie_bw_Bps = pcie_GBps * kGBps;
+  c.pcie_latency_s = 5 * kUs;
+  c.nics_per_node = 8;
+  c.nic_bw_Bps = nic_Gbps * kGbps;
+  c.nic_latency_s = 5 * kUs;
+  c.topology = InterNodeTopology::FatTree;
+  return c;
+}
+
+const std::vector<ClusterSpec>& clusters() {
+  static const std::vector<ClusterSpec> kClusters = {
+      // TeraPipe's cluster: 8 x V100-SXM2-16GB, 25 Gbps per instance (calibration.md 8.1, terapipe.md 9.1).
+      cube_mesh_node("aws-p3.16xlarge", "V100-SXM2-16GB", 25),
+      // Faster-network V100 variant: 8 x V100-SXM2-32GB, 100 Gbps (calibration.md 8.1; cube mesh presumed).
+      cube_mesh_node("aws-p3dn.24xlarge", "V100-SXM2-32GB", 100),
+      // Selene node: NVLink3 300 GB/s per direction per GPU, 8 x 200 Gb/s HDR IB, PCIe gen4 host path.
+      dgx_node("dgx-a100", "A100-SXM4-80GB", 300, 25, 200),
+      // NVLink4 450 GB/s per direction per GPU (calibration.md 7), 8 x 400 Gb/s NDR IB, PCIe gen5 host path.
+      dgx_node("dgx-h100", "H100-SXM", 450, 50, 400),
+  };
+  return kClusters;
+}
+
+template <typename T, typename Get>
+std::vector<std::string> names_of(const std::vector<T>& v, Get get) {
+  std::vector<std::string> out;
+  for (const auto& x : v) out.push_back(get(x));
+  return out;
+}
+
+}  // namespace
+
+std::optional<ModelSpec> model_preset(const std::string& name) {
+  for (const auto& m : models())
+    if (m.name == name) return m;
+  return std::nullopt;
+}
+
+std::vector<std::string> model_preset_names() {
+  return names_of(models(), [](const ModelSpec& m) { return m.name; });
+}
+
+std::optional<ClusterSpec> cluster_preset(const std::string& name) {
+  for (const auto& c : clusters())
+    if (c.preset == name) return c;
+  return std::nullopt;
+}
+
+std::vector<std::string> cluster_preset_names() {
+  return names_of(clusters(), [](const ClusterSpec& c) { return c.preset; });
+}
+
+std::optional<DeviceSpec> device_preset(const std::string& name) {
+  for (const auto& d : devices())
+    if (d.name == name) return d;
+  return std::nullopt;
+}
+
+std::vector<std::string> device_preset_names() {
+  return names_of(devices(), [](const DeviceSpec& d) { return d.name; });
+}
+
+}  // namespace pipescope

@@ -10,7 +10,7 @@
 
 namespace pipescope {
 
-// gpt3-1b, gpt3-13b, gpt3-44b, gpt3-175b, megatron-1.7b ... megatron-1t
+// gpt3-1b, gpt3-13b, gpt3-44b, gpt3-175b, megatron-1.7b ... megatron-1t, seq1f1b-2.7b/7b/13b/30b
 std::optional<ModelSpec> model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 
@@ -20,5 +20,6 @@ std::vector<std::string> cluster_preset_names();
 
 // Device presets by name: V100-SXM2-16GB, V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM
 std::optional<DeviceSpec> device_preset(const std::string& name);
+std::vector<std::string> device_preset_names();
 
 }  // namespace pipescope
