@@ -1,0 +1,133 @@
+#pragma once
+// The device-neutral kernels API the validation runtime drives: a Backend creates tensors, parameter
+// sets, K/V caches and activation records on its device and runs the layer / embedding / head / Adam
+// operations on them. Two implementations: the CPU reference (f64 or f32, kernels/reference.h) and CUDA
+// (f16 or bf16 storage, fp32 accumulation and fp32 master weights, kernels/cuda_backend.cc).
+//
+// Objects are only valid with the backend that created them (mixing throws KernelError). Operations are
+// enqueued in order on the backend's stream (CUDA) and may return before they finish; the calls that
+// hand data to the host (download, get, grads, head_loss) synchronize.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/layer.h"
+
+namespace pipescope::kernels {
+
+// A row-major [rows, cols] matrix in the backend's activation dtype: a slice's activations or their
+// gradient, the unit sent between pipeline stages.
+class Tensor {
+ public:
+  virtual ~Tensor() = default;
+  int rows() const { return rows_; }
+  int cols() const { return cols_; }
+  DType dtype() const { return dtype_; }
+  std::size_t bytes() const { return static_cast<std::size_t>(rows_) * cols_ * dtype_bytes(dtype_); }
+  // Changes the shape; storage grows when needed and the contents are then undefined.
+  virtual void resize(int rows, int cols) = 0;
+  virtual void* data() = 0;  // device pointer (CUDA) or host pointer (CPU), e.g. for a p2p send
+  virtual const void* data() const = 0;
+  virtual void upload(const std::vector<double>& host) = 0;  // rows * cols values, converted
+  virtual std::vector<double> download() const = 0;
+
+ protected:
+  int rows_ = 0, cols_ = 0;
+  DType dtype_ = DType::kF64;
+};
+
+// Parameters of one module (a layer, the embedding, or the head) with their gradients and Adam moments,
+// all in the flat layout of kernels/layer.h. The CUDA backend keeps fp32 master weights, fp32 gradients
+// and moments, and a 16-bit copy of the weights for the GEMMs.
+class Params {
+ public:
+  virtual ~Params() = default;
+  ModuleKind kind() const { return kind_; }
+  const ModelShape& shape() const { return shape_; }
+  std::size_t size() const { return size_; }
+  virtual void set(const std::vector<double>& values) = 0;  // also resets the Adam moments
+  virtual std::vector<double> get() const = 0;
+  virtual std::vector<double> grads() const = 0;
+  virtual void zero_grads() = 0;
+  // Gradient storage for an in-place data-parallel all-reduce: size() elements of grad_dtype().
+  virtual void* grad_data() = 0;
+  virtual DType grad_dtype() const = 0;
+
+ protected:
+  ModuleKind kind_ = ModuleKind::kLayer;
+  ModelShape shape_;
+  std::size_t size_ = 0;
+};
+
+// K/V of one (micro-batch, layer), at full sequence length, and the dK/dV accumulated by backward.
+class KVCache {
+ public:
+  virtual ~KVCache() = default;
+  const KVState& state() const { return state_; }
+  void reset() { state_.reset(); }
+
+ protected:
+  KVState state_;
+};
+
+// What a backward needs from its forward, for one (micro-batch, slice, module). Reusable: a forward
+// overwrites it, growing its storage when needed; release() frees the storage.
+class Record {
+ public:
+  virtual ~Record() = default;
+  virtual void release() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // e.g. "cpu-f64", "cuda-bf16 NVIDIA H100 80GB HBM3 (sm_90)"
+  virtual DType dtype() const = 0;       // activation dtype
+
+  virtual std::unique_ptr<Tensor> tensor(int rows, int cols) = 0;
+  virtual std::unique_ptr<Params> params(ModuleKind kind, const ModelShape& shape) = 0;
+  virtual std::unique_ptr<KVCache> kv_cache(const LayerShape& shape, int batch, int max_len) = 0;
+  virtual std::unique_ptr<Record> record() = 0;
+
+  // y (resized to [b * l, hidden]) = layer(x) for the slice; appends the slice's K/V to `kv`.
+  virtual void layer_forward(const Params& layer, const Tensor& x, const Slice& slice, KVCache& kv, Record& rec,
+                             Tensor& y) = 0;
+  // Backward of the slice recorded in `rec` (slices of a micro-batch in reverse order): adds the layer's
+  // parameter gradients, adds dK/dV of earlier tokens into `kv`, writes dx (resized).
+  virtual void layer_backward(Params& layer, const Record& rec, KVCache& kv, const Tensor& dy, Tensor& dx) = 0;
+
+  // First stage: x = token embedding + position embedding (positions begin..end-1). tokens: [b * l].
+  virtual void embedding_forward(const Params& emb, const std::vector<std::int32_t>& tokens, const Slice& slice,
+                                 Tensor& x) = 0;
+  virtual void embedding_backward(Params& emb, const std::vector<std::int32_t>& tokens, const Slice& slice,
+                                  const Tensor& dx) = 0;
+
+  // Last stage: final LayerNorm, untied LM head, cross-entropy against targets (< 0 ignored). The slice's
+  // loss is sum(CE) / loss_norm, loss_norm = target count of the whole global batch; gradients are those of
+  // loss_scale * loss. head_loss() returns the slice's (unscaled) loss.
+  virtual void head_forward(const Params& head, const Tensor& x, const std::vector<std::int32_t>& targets,
+                            const Slice& slice, double loss_norm, double loss_scale, Record& rec) = 0;
+  virtual double head_loss(const Record& rec) = 0;
+  virtual void head_backward(Params& head, const Record& rec, Tensor& dx) = 0;
+
+  // One bias-corrected Adam step (step >= 1) on the module's accumulated gradients.
+  virtual void adam_step(Params& p, const AdamConfig& cfg, int step) = 0;
+
+  virtual void synchronize() = 0;
+  virtual void* stream() = 0;  // the cudaStream_t operations run on; nullptr on the CPU
+};
+
+// dtype kF64 or kF32.
+std::unique_ptr<Backend> make_cpu_backend(DType dtype);
+// dtype kF16 or kBF16 (bf16 needs compute capability >= 8.0). Throws KernelError when pipescope was built
+// without CUDA, and CudaError when the device cannot be used.
+std::unique_ptr<Backend> make_cuda_backend(DType dtype, int device = 0);
+bool built_with_cuda();
+// Number of usable CUDA devices; 0 when built without CUDA or when cudaGetDeviceCount fails.
+int cuda_device_count();
+// Compute capability as major * 10 + minor; 0 when unavailable.
+int cuda_compute_capability(int device = 0);
+
+}  // namespace pipescope::kernels

@@ -1,0 +1,644 @@
+// The CUDA Backend: cuBLAS GEMMs (fp16/bf16 operands, fp32 accumulation; weight gradients accumulate
+// straight into fp32 buffers with beta = 1) stitched with the kernels of kernels/cuda_ops.cu. Host code
+// only. The numerics mirror kernels/reference.cc step by step; see README.md for the data layout.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "kernels/backend.h"
+#include "kernels/cuda_check.h"
+#include "kernels/cuda_ops.h"
+
+namespace pipescope::kernels {
+namespace {
+
+// Owning device allocation that only grows; growing discards the contents.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer() { release(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void reserve(std::size_t bytes) {
+    if (bytes <= cap_) return;
+    // Queued work may still read the old buffer (any stream); growth is rare, so wait for it all.
+    if (p_) CUDA_CHECK(cudaDeviceSynchronize());
+    release();
+    CUDA_CHECK(cudaMalloc(&p_, bytes));
+    cap_ = bytes;
+  }
+  void release() {
+    if (p_) cudaFree(p_);  // from destructors too: an error here cannot be reported
+    p_ = nullptr;
+    cap_ = 0;
+  }
+  template <class T = void>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t cap_ = 0;
+};
+
+// Offset a 16-bit array by elements.
+inline void* at(void* p, std::size_t i) { return static_cast<char*>(p) + 2 * i; }
+inline const void* at(const void* p, std::size_t i) { return static_cast<const char*>(p) + 2 * i; }
+
+cudaDataType cuda_type(DType dt) {
+  switch (dt) {
+    case DType::kF16:
+      return CUDA_R_16F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF32:
+      return CUDA_R_32F;
+    default:
+      throw KernelError(std::string("CUDA backend: no cuBLAS type for ") + dtype_name(dt));
+  }
+}
+
+// State shared by a backend and every object it created (objects may outlive the backend object).
+struct Ctx {
+  int device = 0;
+  DType dt = DType::kBF16;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  DeviceBuffer staging;  // fp32 staging for host <-> 16-bit conversions
+
+  ~Ctx() {
+    if (blas) cublasDestroy(blas);
+    if (stream) cudaStreamDestroy(stream);
+  }
+  float* stage(std::size_t n) {
+    staging.reserve(n * sizeof(float));
+    return staging.as<float>();
+  }
+  void upload_f32(const std::vector<double>& host, float* dst) {
+    const std::vector<float> tmp(host.begin(), host.end());
+    CUDA_CHECK(cudaMemcpyAsync(dst, tmp.data(), tmp.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  std::vector<double> download_f32(const float* src, std::size_t n) {
+    std::vector<float> tmp(n);
+    CUDA_CHECK(cudaMemcpyAsync(tmp.data(), src, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return {tmp.begin(), tmp.end()};
+  }
+};
+
+template <class To, class From>
+To& as(From& obj, const char* what) {
+  auto* p = dynamic_cast<To*>(&obj);
+  if (!p) throw KernelError(std::string(what) + ": object was created by another backend");
+  return *p;
+}
+
+class CudaTensor final : public Tensor {
+ public:
+  CudaTensor(std::shared_ptr<Ctx> ctx, int rows, int cols) : ctx_(std::move(ctx)) {
+    dtype_ = ctx_->dt;
+    resize(rows, cols);
+  }
+  void resize(int rows, int cols) override {
+    if (rows < 0 || cols < 0) throw KernelError("Tensor::resize: negative shape");
+    rows_ = rows;
+    cols_ = cols;
+    buf_.reserve(bytes());
+  }
+  void* data() override { return buf_.as(); }
+  const void* data() const override { return buf_.as(); }
+  void upload(const std::vector<double>& host) override {
+    const std::size_t n = static_cast<std::size_t>(rows_) * cols_;
+    if (host.size() != n)
+      throw KernelError("Tensor::upload: expected " + std::to_string(n) + " values, got " +
+                        std::to_string(host.size()));
+    float* s = ctx_->stage(n);
+    ctx_->upload_f32(host, s);
+    cuda::convert_from_f32(dtype_, s, buf_.as(), n, ctx_->stream);
+    CUDA_CHECK(cudaStreamSynchronize(ctx_->stream));
+  }
+  std::vector<double> download() const override {
+    const std::size_t n = static_cast<std::size_t>(rows_) * cols_;
+    float* s = ctx_->stage(n);
+    cuda::convert_to_f32(dtype_, buf_.as(), s, n, ctx_->stream);
+    return ctx_->download_f32(s, n);
+  }
+
+ private:
+  std::shared_ptr<Ctx> ctx_;
+  DeviceBuffer buf_;
+};
+
+class CudaParams final : public Params {
+ public:
+  CudaParams(std::shared_ptr<Ctx> ctx, ModuleKind kind, const ModelShape& shape) : ctx_(std::move(ctx)) {
+    kind_ = kind;
+    shape_ = shape;
+    size_ = param_count(kind, shape);
+    for (DeviceBuffer* b : {&master_, &grad_, &m_, &v_}) b->reserve(size_ * sizeof(float));
+    lp_.reserve(size_ * 2);
+    for (DeviceBuffer* b : {&master_, &grad_, &m_, &v_})
+      CUDA_CHECK(cudaMemsetAsync(b->as(), 0, size_ * sizeof(float), ctx_->stream));
+    CUDA_CHECK(cudaMemsetAsync(lp_.as(), 0, size_ * 2, ctx_->stream));
+  }
+  void set(const std::vector<double>& values) override {
+    if (values.size() != size_)
+      throw KernelError("Params::set: expected " + std::to_string(size_) + " values, got " +
+                        std::to_string(values.size()));
+    ctx_->upload_f32(values, master_.as<float>());
+    cuda::convert_from_f32(ctx_->dt, master_.as<float>(), lp_.as(), size_, ctx_->stream);
+    CUDA_CHECK(cudaMemsetAsync(m_.as(), 0, size_ * sizeof(float), ctx_->stream));
+    CUDA_CHECK(cudaMemsetAsync(v_.as(), 0, size_ * sizeof(float), ctx_->stream));
+  }
+  std::vector<double> get() const override { return ctx_->download_f32(master_.as<float>(), size_); }
+  std::vector<double> grads() const override { return ctx_->download_f32(grad_.as<float>(), size_); }
+  void zero_grads() override { CUDA_CHECK(cudaMemsetAsync(grad_.as(), 0, size_ * sizeof(float), ctx_->stream)); }
+  void* grad_data() override { return grad_.as(); }
+  DType grad_dtype() const override { return DType::kF32; }
+
+  const float* f(std::size_t off) const { return master_.as<float>() + off; }  // fp32 master (norms, biases)
+  const void* w(std::size_t off) const { return at(lp_.as(), off); }           // 16-bit copy (GEMM operands)
+  float* g(std::size_t off) { return grad_.as<float>() + off; }
+  float* master() { return master_.as<float>(); }
+  float* moment1() { return m_.as<float>(); }
+  float* moment2() { return v_.as<float>(); }
+  void* lp() { return lp_.as(); }
+  const float* grad() const { return grad_.as<float>(); }
+
+ private:
+  std::shared_ptr<Ctx> ctx_;
+  DeviceBuffer master_, grad_, m_, v_, lp_;
+};
+
+class CudaKV final : public KVCache {
+ public:
+  CudaKV(std::shared_ptr<Ctx> ctx, const LayerShape& shape, int batch, int max_len) : ctx_(std::move(ctx)) {
+    shape.validate();
+    state_ = KVState(batch, max_len);
+    hidden = shape.hidden;
+    const std::size_t n = static_cast<std::size_t>(batch) * max_len * hidden;
+    k.reserve(2 * n);
+    v.reserve(2 * n);
+    dk.reserve(4 * n);
+    dv.reserve(4 * n);
+    // Never read before written; zeroed anyway so a protocol bug shows as zeros, not as NaN garbage.
+    for (DeviceBuffer* b : {&k, &v}) CUDA_CHECK(cudaMemsetAsync(b->as(), 0, 2 * n, ctx_->stream));
+    for (DeviceBuffer* b : {&dk, &dv}) CUDA_CHECK(cudaMemsetAsync(b->as(), 0, 4 * n, ctx_->stream));
+  }
+  KVState& st() { return state_; }
+  int hidden = 0;
+  DeviceBuffer k, v, dk, dv;  // [batch, max_len, hidden]: 16-bit K/V, fp32 dK/dV
+
+ private:
+  std::shared_ptr<Ctx> ctx_;
+};
+
+class CudaRecord final : public Record {
+ public:
+  void release() override {
+    for (DeviceBuffer* b : {&x,     &a1,  &qkv,   &ctx, &x1, &a2,      &u,   &g,     &probs,    &mu1,
+                            &rstd1, &mu2, &rstd2, &hx,  &ha, &dlogits, &hmu, &hrstd, &row_loss, &targets})
+      b->release();
+    has_layer = has_head = false;
+  }
+  // Layer forward.
+  bool has_layer = false;
+  Slice slice;
+  LayerShape shape;
+  DeviceBuffer x, a1, qkv, ctx, x1, a2, u, g, probs;  // 16-bit
+  DeviceBuffer mu1, rstd1, mu2, rstd2;                // fp32
+  // Head forward.
+  bool has_head = false;
+  Slice head_slice;
+  double loss_norm = 1;
+  DeviceBuffer hx, ha, dlogits, hmu, hrstd, row_loss, targets;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(DType dt, int device) : ctx_(std::make_shared<Ctx>()) {
+    if (dt != DType::kF16 && dt != DType::kBF16)
+      throw KernelError(std::string("make_cuda_backend: dtype ") + dtype_name(dt) + " unsupported (f16 or bf16)");
+    const int count = cuda_device_count();
+    if (device < 0 || device >= count)
+      throw KernelError("make_cuda_backend: no CUDA device " + std::to_string(device) + " (" + std::to_string(count) +
+                        " usable)");
+    CUDA_CHECK(cudaSetDevice(device));
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    cc_ = prop.major * 10 + prop.minor;
+    if (dt == DType::kBF16 && cc_ < 80)
+      throw KernelError("make_cuda_backend: bf16 needs compute capability >= 8.0, device " + std::to_string(device) +
+                        " (" + prop.name + ") is sm_" + std::to_string(cc_) + "; use f16");
+    device_name_ = prop.name;
+    ctx_->device = device;
+    ctx_->dt = dt;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_->stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasCreate(&ctx_->blas));
+    CUBLAS_CHECK(cublasSetStream(ctx_->blas, ctx_->stream));
+  }
+
+  std::string name() const override {
+    return std::string("cuda-") + dtype_name(ctx_->dt) + " " + device_name_ + " (sm_" + std::to_string(cc_) + ")";
+  }
+  DType dtype() const override { return ctx_->dt; }
+
+  std::unique_ptr<Tensor> tensor(int rows, int cols) override { return std::make_unique<CudaTensor>(ctx_, rows, cols); }
+  std::unique_ptr<Params> params(ModuleKind kind, const ModelShape& shape) override {
+    return std::make_unique<CudaParams>(ctx_, kind, shape);
+  }
+  std::unique_ptr<KVCache> kv_cache(const LayerShape& shape, int batch, int max_len) override {
+    return std::make_unique<CudaKV>(ctx_, shape, batch, max_len);
+  }
+  std::unique_ptr<Record> record() override { return std::make_unique<CudaRecord>(); }
+
+  void layer_forward(const Params& layer, const Tensor& xt, const Slice& sl, KVCache& kvb, Record& recb,
+                     Tensor& yt) override;
+  void layer_backward(Params& layer, const Record& recb, KVCache& kvb, const Tensor& dyt, Tensor& dxt) override;
+  void embedding_forward(const Params& emb, const std::vector<std::int32_t>& tokens, const Slice& sl,
+                         Tensor& xt) override;
+  void embedding_backward(Params& emb, const std::vector<std::int32_t>& tokens, const Slice& sl,
+                          const Tensor& dxt) override;
+  void head_forward(const Params& head, const Tensor& xt, const std::vector<std::int32_t>& targets, const Slice& sl,
+                    double loss_norm, double loss_scale, Record& recb) override;
+  double head_loss(const Record& recb) override;
+  void head_backward(Params& head, const Record& recb, Tensor& dxt) override;
+  void adam_step(Params& p, const AdamConfig& cfg, int step) override;
+
+  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(ctx_->stream)); }
+  void* stream() override { return ctx_->stream; }
+
+ private:
+  struct Operand {
+    const void* p;
+    cudaDataType t;
+    int ld;
+    long long stride = 0;
+  };
+
+  // Row-major C[M x N] = alpha op(A) op(B) + beta C, `batch` times with the given strides. cuBLAS is
+  // column-major, so this computes C^T = op(B)^T op(A)^T: the operands swap and M, N swap.
+  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, Operand A, Operand B, float beta, void* C,
+            cudaDataType ct, int ldc, long long stride_c = 0, int batch = 1) {
+    const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (batch == 1) {
+      CUBLAS_CHECK(cublasGemmEx(ctx_->blas, opa, opb, N, M, K, &alpha, B.p, B.t, B.ld, A.p, A.t, A.ld, &beta, C, ct,
+                                ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+      CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx_->blas, opa, opb, N, M, K, &alpha, B.p, B.t, B.ld, B.stride, A.p, A.t,
+                                              A.ld, A.stride, &beta, C, ct, ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
+                                              CUBLAS_GEMM_DEFAULT));
+    }
+  }
+  Operand lp(const void* p, int ld, long long stride = 0) const { return {p, cuda_type(ctx_->dt), ld, stride}; }
+  cudaDataType lpt() const { return cuda_type(ctx_->dt); }
+
+  template <class Q>
+  static auto& module(Q& p, ModuleKind kind, const char* what) {
+    using C = std::conditional_t<std::is_const_v<Q>, const CudaParams, CudaParams>;
+    auto& P = as<C>(p, what);
+    if (P.kind() != kind) throw KernelError(std::string(what) + ": parameters of the wrong module kind");
+    return P;
+  }
+  static void check_shape(const char* what, const Tensor& t, int rows, int cols) {
+    if (t.rows() != rows || t.cols() != cols)
+      throw KernelError(std::string(what) + ": expected [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                        "], got [" + std::to_string(t.rows()) + ", " + std::to_string(t.cols()) + "]");
+  }
+  static void check_ids(const char* what, const std::vector<std::int32_t>& ids, const Slice& sl, int lo, int hi) {
+    if (ids.size() != static_cast<std::size_t>(sl.rows()))
+      throw KernelError(std::string(what) + ": expected " + std::to_string(sl.rows()) + " ids (b * l), got " +
+                        std::to_string(ids.size()));
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] < lo || ids[i] >= hi)
+        throw KernelError(std::string(what) + ": id " + std::to_string(ids[i]) + " at " + std::to_string(i) +
+                          " outside [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
+  }
+  static void check_positions(const ModelShape& m, const Slice& sl) {
+    if (sl.batch <= 0 || sl.len <= 0 || sl.begin < 0 || sl.end() > m.max_seq)
+      throw KernelError("embedding: slice [" + std::to_string(sl.begin) + ", " + std::to_string(sl.end()) +
+                        ") outside the position table [0, " + std::to_string(m.max_seq) + ")");
+  }
+  void upload_ids(const std::vector<std::int32_t>& ids, std::size_t at_elem = 0) {
+    ids_.reserve((at_elem + ids.size()) * sizeof(std::int32_t));
+    CUDA_CHECK(cudaMemcpyAsync(ids_.as<std::int32_t>() + at_elem, ids.data(), ids.size() * sizeof(std::int32_t),
+                               cudaMemcpyHostToDevice, ctx_->stream));
+  }
+
+  std::shared_ptr<Ctx> ctx_;
+  int cc_ = 0;
+  std::string device_name_;
+  // Workspaces (grow-only; operations on the one stream use them in order).
+  DeviceBuffer scores_, ds_, tf_, t3h_, th1_, th2_, red_, logits_, ids_;
+};
+
+void CudaBackend::layer_forward(const Params& layer, const Tensor& xt, const Slice& sl, KVCache& kvb, Record& recb,
+                                Tensor& yt) {
+  const auto& P = module(layer, ModuleKind::kLayer, "layer_forward");
+  auto& kv = as<CudaKV>(kvb, "layer_forward kv");
+  auto& r = as<CudaRecord>(recb, "layer_forward record");
+  const auto& x = as<const CudaTensor>(xt, "layer_forward x");
+  auto& y = as<CudaTensor>(yt, "layer_forward y");
+  const LayerShape& s = P.shape().layer;
+  const LayerLayout L = LayerLayout::of(s);
+  if (kv.hidden != s.hidden) throw KernelError("layer_forward: K/V cache of another hidden size");
+  kv.st().check_forward(sl);
+  const int h = s.hidden, f = s.ffn, nh = s.heads, dh = s.head_dim();
+  const int l = sl.len, c = sl.begin, nk = sl.end(), n = sl.rows(), max_len = kv.st().max_len();
+  check_shape("layer_forward x", x, n, h);
+  const DType dt = ctx_->dt;
+  cudaStream_t st = ctx_->stream;
+  const std::size_t nz = n;
+
+  for (DeviceBuffer* b : {&r.x, &r.a1, &r.ctx, &r.x1, &r.a2}) b->reserve(2 * nz * h);
+  r.qkv.reserve(2 * nz * 3 * h);
+  r.u.reserve(2 * nz * f);
+  r.g.reserve(2 * nz * f);
+  r.probs.reserve(2 * static_cast<std::size_t>(sl.batch) * nh * l * nk);
+  for (DeviceBuffer* b : {&r.mu1, &r.rstd1, &r.mu2, &r.rstd2}) b->reserve(4 * nz);
+  scores_.reserve(4 * static_cast<std::size_t>(nh) * l * nk);
+  th1_.reserve(2 * nz * h);
+  y.resize(n, h);
+
+  CUDA_CHECK(cudaMemcpyAsync(r.x.as(), x.data(), 2 * nz * h, cudaMemcpyDeviceToDevice, st));
+  cuda::layer_norm_forward(dt, x.data(), P.f(L.ln1_g), P.f(L.ln1_b), r.a1.as(), r.mu1.as<float>(), r.rstd1.as<float>(),
+                           n, h, st);
+  gemm(false, false, n, 3 * h, h, 1.f, lp(r.a1.as(), h), lp(P.w(L.w_qkv), 3 * h), 0.f, r.qkv.as(), lpt(), 3 * h);
+  cuda::add_bias(dt, r.qkv.as(), P.f(L.b_qkv), n, 3 * h, st);
+  cuda::kv_store(dt, r.qkv.as(), kv.k.as(), kv.v.as(), kv.dk.as<float>(), kv.dv.as<float>(), sl.batch, l, c, max_len, h,
+                 st);
+
+  const float scale = 1.f / std::sqrt(static_cast<float>(dh));
+  const long long pstride = static_cast<long long>(l) * nk;
+  for (int q = 0; q < sl.batch; ++q) {
+    const void* Q = at(r.qkv.as(), static_cast<std::size_t>(q) * l * 3 * h);
+    const void* K = at(kv.k.as(), static_cast<std::size_t>(q) * max_len * h);
+    const void* V = at(kv.v.as(), static_cast<std::size_t>(q) * max_len * h);
+    void* Pq = at(r.probs.as(), static_cast<std::size_t>(q) * nh * pstride);
+    // S = scale Q K^T over the prefix [0, nk), one [l, nk] block per head.
+    gemm(false, true, l, nk, dh, scale, lp(Q, 3 * h, dh), lp(K, h, dh), 0.f, scores_.as(), CUDA_R_32F, nk, pstride, nh);
+    cuda::softmax_forward(dt, scores_.as<float>(), Pq, nh * l, l, c, nk, st);
+    gemm(false, false, l, dh, nk, 1.f, lp(Pq, nk, pstride), lp(V, h, dh), 0.f,
+         at(r.ctx.as(), static_cast<std::size_t>(q) * l * h), lpt(), h, dh, nh);
+  }
+
+  gemm(false, false, n, h, h, 1.f, lp(r.ctx.as(), h), lp(P.w(L.w_o), h), 0.f, th1_.as(), lpt(), h);
+  cuda::bias_residual(dt, th1_.as(), P.f(L.b_o), x.data(), r.x1.as(), n, h, st);
+  cuda::layer_norm_forward(dt, r.x1.as(), P.f(L.ln2_g), P.f(L.ln2_b), r.a2.as(), r.mu2.as<float>(), r.rstd2.as<float>(),
+                           n, h, st);
+  gemm(false, false, n, f, h, 1.f, lp(r.a2.as(), h), lp(P.w(L.w_fc1), f), 0.f, r.u.as(), lpt(), f);
+  cuda::bias_gelu(dt, r.u.as(), P.f(L.b_fc1), r.g.as(), n, f, st);
+  gemm(false, false, n, h, f, 1.f, lp(r.g.as(), f), lp(P.w(L.w_fc2), h), 0.f, th1_.as(), lpt(), h);
+  cuda::bias_residual(dt, th1_.as(), P.f(L.b_fc2), r.x1.as(), y.data(), n, h, st);
+
+  r.slice = sl;
+  r.shape = s;
+  r.has_layer = true;
+  kv.st().commit_forward(sl);
+}
+
+void CudaBackend::layer_backward(Params& layer, const Record& recb, KVCache& kvb, const Tensor& dyt, Tensor& dxt) {
+  auto& P = module(layer, ModuleKind::kLayer, "layer_backward");
+  auto& kv = as<CudaKV>(kvb, "layer_backward kv");
+  const auto& r = as<const CudaRecord>(recb, "layer_backward record");
+  const auto& dy = as<const CudaTensor>(dyt, "layer_backward dy");
+  auto& dx = as<CudaTensor>(dxt, "layer_backward dx");
+  const LayerShape& s = P.shape().layer;
+  const LayerLayout L = LayerLayout::of(s);
+  if (!r.has_layer) throw KernelError("layer_backward: the activation record holds no forward");
+  if (r.shape.hidden != s.hidden || r.shape.heads != s.heads || r.shape.ffn != s.ffn)
+    throw KernelError("layer_backward: the record was made by a layer of another shape");
+  if (kv.hidden != s.hidden) throw KernelError("layer_backward: K/V cache of another hidden size");
+  const Slice& sl = r.slice;
+  kv.st().check_backward(sl);
+  const int h = s.hidden, f = s.ffn, nh = s.heads, dh = s.head_dim();
+  const int l = sl.len, c = sl.begin, nk = sl.end(), n = sl.rows(), max_len = kv.st().max_len();
+  check_shape("layer_backward dy", dy, n, h);
+  const DType dt = ctx_->dt;
+  cudaStream_t st = ctx_->stream;
+  const std::size_t nz = n;
+
+  tf_.reserve(2 * nz * f);
+  t3h_.reserve(2 * nz * 3 * h);
+  th1_.reserve(2 * nz * h);
+  th2_.reserve(2 * nz * h);
+  red_.reserve(2 * sizeof(float) * cuda::reduce_workspace_floats(n, std::max(3 * h, f)));
+  scores_.reserve(4 * static_cast<std::size_t>(nh) * l * nk);
+  ds_.reserve(2 * static_cast<std::size_t>(nh) * l * nk);
+  dx.resize(n, h);
+  float* red = red_.as<float>();
+
+  // MLP: y = x1 + gelu(LN2(x1) W1 + b1) W2 + b2.
+  cuda::bias_grad(dt, dy.data(), P.g(L.b_fc2), n, h, red, st);
+  gemm(true, false, f, h, n, 1.f, lp(r.g.as(), f), lp(dy.data(), h), 1.f, P.g(L.w_fc2), CUDA_R_32F, h);
+  gemm(false, true, n, f, h, 1.f, lp(dy.data(), h), lp(P.w(L.w_fc2), h), 0.f, tf_.as(), lpt(), f);
+  cuda::gelu_backward(dt, tf_.as(), r.u.as(), tf_.as(), n, f, st);
+  cuda::bias_grad(dt, tf_.as(), P.g(L.b_fc1), n, f, red, st);
+  gemm(true, false, h, f, n, 1.f, lp(r.a2.as(), h), lp(tf_.as(), f), 1.f, P.g(L.w_fc1), CUDA_R_32F, f);
+  gemm(false, true, n, h, f, 1.f, lp(tf_.as(), f), lp(P.w(L.w_fc1), f), 0.f, th1_.as(), lpt(), h);  // dLN2 out
+  cuda::layer_norm_backward_params(dt, r.x1.as(), r.mu2.as<float>(), r.rstd2.as<float>(), th1_.as(), P.g(L.ln2_g),
+                                   P.g(L.ln2_b), n, h, red, st);
+  cuda::layer_norm_backward_input(dt, r.x1.as(), r.mu2.as<float>(), r.rstd2.as<float>(), P.f(L.ln2_g), th1_.as(),
+                                  dy.data(), th2_.as(), n, h, st);  // th2 = dx1
+
+  // Output projection: x1 = x + ctx Wo + bo.
+  cuda::bias_grad(dt, th2_.as(), P.g(L.b_o), n, h, red, st);
+  gemm(true, false, h, h, n, 1.f, lp(r.ctx.as(), h), lp(th2_.as(), h), 1.f, P.g(L.w_o), CUDA_R_32F, h);
+  gemm(false, true, n, h, h, 1.f, lp(th2_.as(), h), lp(P.w(L.w_o), h), 0.f, th1_.as(), lpt(), h);  // th1 = dctx
+
+  // Attention over the prefix [0, nk): dK/dV of all earlier tokens accumulate (fp32) in the cache.
+  const float scale = 1.f / std::sqrt(static_cast<float>(dh));
+  const long long pstride = static_cast<long long>(l) * nk;
+  for (int q = 0; q < sl.batch; ++q) {
+    const void* Q = at(r.qkv.as(), static_cast<std::size_t>(q) * l * 3 * h);
+    const void* K = at(kv.k.as(), static_cast<std::size_t>(q) * max_len * h);
+    const void* V = at(kv.v.as(), static_cast<std::size_t>(q) * max_len * h);
+    float* dK = kv.dk.as<float>() + static_cast<std::size_t>(q) * max_len * h;
+    float* dV = kv.dv.as<float>() + static_cast<std::size_t>(q) * max_len * h;
+    const void* Pq = at(r.probs.as(), static_cast<std::size_t>(q) * nh * pstride);
+    const void* dO = at(th1_.as(), static_cast<std::size_t>(q) * l * h);
+    gemm(false, true, l, nk, dh, 1.f, lp(dO, h, dh), lp(V, h, dh), 0.f, scores_.as(), CUDA_R_32F, nk, pstride, nh);
+    gemm(true, false, nk, dh, l, 1.f, lp(Pq, nk, pstride), lp(dO, h, dh), 1.f, dV, CUDA_R_32F, h, dh, nh);
+    cuda::softmax_backward(dt, scores_.as<float>(), Pq, ds_.as(), scale, nh * l, nk, st);
+    gemm(false, false, l, dh, nk, 1.f, lp(ds_.as(), nk, pstride), lp(K, h, dh), 0.f,
+         at(t3h_.as(), static_cast<std::size_t>(q) * l * 3 * h), lpt(), 3 * h, dh, nh);  // dQ
+    gemm(true, false, nk, dh, l, 1.f, lp(ds_.as(), nk, pstride), lp(Q, 3 * h, dh), 1.f, dK, CUDA_R_32F, h, dh, nh);
+  }
+  // The slice's own dK/dV are complete: every later slice's backward has already added its share.
+  cuda::kv_grad_gather(dt, kv.dk.as<float>(), kv.dv.as<float>(), t3h_.as(), sl.batch, l, c, max_len, h, st);
+
+  cuda::bias_grad(dt, t3h_.as(), P.g(L.b_qkv), n, 3 * h, red, st);
+  gemm(true, false, h, 3 * h, n, 1.f, lp(r.a1.as(), h), lp(t3h_.as(), 3 * h), 1.f, P.g(L.w_qkv), CUDA_R_32F, 3 * h);
+  gemm(false, true, n, h, 3 * h, 1.f, lp(t3h_.as(), 3 * h), lp(P.w(L.w_qkv), 3 * h), 0.f, th1_.as(), lpt(), h);
+  cuda::layer_norm_backward_params(dt, r.x.as(), r.mu1.as<float>(), r.rstd1.as<float>(), th1_.as(), P.g(L.ln1_g),
+                                   P.g(L.ln1_b), n, h, red, st);
+  cuda::layer_norm_backward_input(dt, r.x.as(), r.mu1.as<float>(), r.rstd1.as<float>(), P.f(L.ln1_g), th1_.as(),
+                                  th2_.as(), dx.data(), n, h, st);
+  kv.st().commit_backward(sl);
+}
+
+void CudaBackend::embedding_forward(const Params& emb, const std::vector<std::int32_t>& tokens, const Slice& sl,
+                                    Tensor& xt) {
+  const auto& P = module(emb, ModuleKind::kEmbedding, "embedding_forward");
+  auto& x = as<CudaTensor>(xt, "embedding_forward x");
+  const ModelShape& m = P.shape();
+  const EmbeddingLayout E = EmbeddingLayout::of(m);
+  check_positions(m, sl);
+  check_ids("embedding_forward tokens", tokens, sl, 0, m.vocab);
+  x.resize(sl.rows(), m.layer.hidden);
+  upload_ids(tokens);
+  cuda::embedding_forward(ctx_->dt, ids_.as<std::int32_t>(), P.f(E.tok), P.f(E.pos), x.data(), sl.batch, sl.len,
+                          sl.begin, m.layer.hidden, ctx_->stream);
+}
+
+void CudaBackend::embedding_backward(Params& emb, const std::vector<std::int32_t>& tokens, const Slice& sl,
+                                     const Tensor& dxt) {
+  auto& P = module(emb, ModuleKind::kEmbedding, "embedding_backward");
+  const auto& dx = as<const CudaTensor>(dxt, "embedding_backward dx");
+  const ModelShape& m = P.shape();
+  const EmbeddingLayout E = EmbeddingLayout::of(m);
+  check_positions(m, sl);
+  check_ids("embedding_backward tokens", tokens, sl, 0, m.vocab);
+  check_shape("embedding_backward dx", dx, sl.rows(), m.layer.hidden);
+  const int n = sl.rows();
+  // Rows grouped by destination row (token id, then position), in row order: a deterministic sum.
+  std::vector<std::int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tokens[a] < tokens[b]; });
+  std::vector<std::int32_t> tok_off{0}, tok_dest;
+  for (int i = 0; i < n; ++i) {
+    if (i > 0 && tokens[order[i]] != tokens[order[i - 1]]) tok_off.push_back(i);
+    if (i == 0 || tokens[order[i]] != tokens[order[i - 1]]) tok_dest.push_back(tokens[order[i]]);
+  }
+  tok_off.push_back(n);
+  std::vector<std::int32_t> pos_off, pos_rows, pos_dest;
+  for (int t = 0; t < sl.len; ++t) {
+    pos_off.push_back(static_cast<std::int32_t>(pos_rows.size()));
+    pos_dest.push_back(sl.begin + t);
+    for (int q = 0; q < sl.batch; ++q) pos_rows.push_back(q * sl.len + t);
+  }
+  pos_off.push_back(n);
+  // One upload: [tok_off | order | tok_dest | pos_off | pos_rows | pos_dest].
+  std::vector<std::int32_t> all;
+  std::vector<std::size_t> start;
+  for (const auto* v : {&tok_off, &order, &tok_dest, &pos_off, &pos_rows, &pos_dest}) {
+    start.push_back(all.size());
+    all.insert(all.end(), v->begin(), v->end());
+  }
+  upload_ids(all);
+  const std::int32_t* d = ids_.as<std::int32_t>();
+  cuda::scatter_add_rows(ctx_->dt, dx.data(), d + start[0], d + start[1], d + start[2],
+                         static_cast<int>(tok_dest.size()), P.g(E.tok), m.layer.hidden, ctx_->stream);
+  cuda::scatter_add_rows(ctx_->dt, dx.data(), d + start[3], d + start[4], d + start[5],
+                         static_cast<int>(pos_dest.size()), P.g(E.pos), m.layer.hidden, ctx_->stream);
+}
+
+void CudaBackend::head_forward(const Params& head, const Tensor& xt, const std::vector<std::int32_t>& targets,
+                               const Slice& sl, double loss_norm, double loss_scale, Record& recb) {
+  const auto& P = module(head, ModuleKind::kHead, "head_forward");
+  const auto& x = as<const CudaTensor>(xt, "head_forward x");
+  auto& r = as<CudaRecord>(recb, "head_forward record");
+  const ModelShape& m = P.shape();
+  const HeadLayout H = HeadLayout::of(m);
+  const int h = m.layer.hidden, V = m.vocab, n = sl.rows();
+  check_shape("head_forward x", x, n, h);
+  check_ids("head_forward targets", targets, sl, -1, V);
+  if (!(loss_norm > 0)) throw KernelError("head_forward: loss_norm must be positive (target count of the batch)");
+  const DType dt = ctx_->dt;
+  cudaStream_t st = ctx_->stream;
+  const std::size_t nz = n;
+  for (DeviceBuffer* b : {&r.hx, &r.ha}) b->reserve(2 * nz * h);
+  r.dlogits.reserve(2 * nz * V);
+  for (DeviceBuffer* b : {&r.hmu, &r.hrstd, &r.row_loss}) b->reserve(4 * nz);
+  r.targets.reserve(4 * nz);
+  logits_.reserve(4 * nz * V);
+
+  CUDA_CHECK(cudaMemcpyAsync(r.hx.as(), x.data(), 2 * nz * h, cudaMemcpyDeviceToDevice, st));
+  CUDA_CHECK(cudaMemcpyAsync(r.targets.as(), targets.data(), 4 * nz, cudaMemcpyHostToDevice, st));
+  cuda::layer_norm_forward(dt, x.data(), P.f(H.lnf_g), P.f(H.lnf_b), r.ha.as(), r.hmu.as<float>(), r.hrstd.as<float>(),
+                           n, h, st);
+  gemm(false, false, n, V, h, 1.f, lp(r.ha.as(), h), lp(P.w(H.w_vocab), V), 0.f, logits_.as(), CUDA_R_32F, V);
+  cuda::cross_entropy(dt, logits_.as<float>(), r.targets.as<std::int32_t>(), r.dlogits.as(), r.row_loss.as<float>(),
+                      static_cast<float>(loss_scale / loss_norm), n, V, st);
+  r.head_slice = sl;
+  r.loss_norm = loss_norm;
+  r.has_head = true;
+}
+
+double CudaBackend::head_loss(const Record& recb) {
+  const auto& r = as<const CudaRecord>(recb, "head_loss record");
+  if (!r.has_head) throw KernelError("head_loss: the record holds no head forward");
+  const std::vector<double> rows = ctx_->download_f32(r.row_loss.as<float>(), r.head_slice.rows());
+  double sum = 0;
+  for (double v : rows) sum += v;  // fixed order: deterministic
+  return sum / r.loss_norm;
+}
+
+void CudaBackend::head_backward(Params& head, const Record& recb, Tensor& dxt) {
+  auto& P = module(head, ModuleKind::kHead, "head_backward");
+  const auto& r = as<const CudaRecord>(recb, "head_backward record");
+  auto& dx = as<CudaTensor>(dxt, "head_backward dx");
+  if (!r.has_head) throw KernelError("head_backward: the record holds no head forward");
+  const ModelShape& m = P.shape();
+  const HeadLayout H = HeadLayout::of(m);
+  const int h = m.layer.hidden, V = m.vocab, n = r.head_slice.rows();
+  const DType dt = ctx_->dt;
+  cudaStream_t st = ctx_->stream;
+  th1_.reserve(2 * static_cast<std::size_t>(n) * h);
+  red_.reserve(2 * sizeof(float) * cuda::reduce_workspace_floats(n, h));
+  dx.resize(n, h);
+  gemm(true, false, h, V, n, 1.f, lp(r.ha.as(), h), lp(r.dlogits.as(), V), 1.f, P.g(H.w_vocab), CUDA_R_32F, V);
+  gemm(false, true, n, h, V, 1.f, lp(r.dlogits.as(), V), lp(P.w(H.w_vocab), V), 0.f, th1_.as(), lpt(), h);
+  cuda::layer_norm_backward_params(dt, r.hx.as(), r.hmu.as<float>(), r.hrstd.as<float>(), th1_.as(), P.g(H.lnf_g),
+                                   P.g(H.lnf_b), n, h, red_.as<float>(), st);
+  cuda::layer_norm_backward_input(dt, r.hx.as(), r.hmu.as<float>(), r.hrstd.as<float>(), P.f(H.lnf_g), th1_.as(),
+                                  nullptr, dx.data(), n, h, st);
+}
+
+void CudaBackend::adam_step(Params& p, const AdamConfig& cfg, int step) {
+  auto& P = as<CudaParams>(p, "adam_step");
+  if (step < 1) throw KernelError("adam_step: step counts from 1, got " + std::to_string(step));
+  const double c1 = 1.0 - std::pow(cfg.beta1, step), c2 = 1.0 - std::pow(cfg.beta2, step);
+  cuda::adam(ctx_->dt, P.master(), P.grad(), P.moment1(), P.moment2(), P.lp(), P.size(), static_cast<float>(cfg.lr),
+             static_cast<float>(cfg.beta1), static_cast<float>(cfg.beta2), static_cast<float>(cfg.eps),
+             static_cast<float>(cfg.weight_decay), static_cast<float>(cfg.grad_scale), static_cast<float>(c1),
+             static_cast<float>(c2), ctx_->stream);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(DType dtype, int device) {
+  return std::make_unique<CudaBackend>(dtype, device);
+}
+
+bool built_with_cuda() { return true; }
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return 0;
+  }
+  return n;
+}
+
+int cuda_compute_capability(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major * 10 + minor;
+}
+
+}  // namespace pipescope::kernels

@@ -1,0 +1,227 @@
+#include "kernels/layer.h"
+
+#include <cmath>
+#include <random>
+
+namespace pipescope::kernels {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF64:
+      return "f64";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+  }
+  return "?";
+}
+
+std::size_t dtype_bytes(DType t) {
+  switch (t) {
+    case DType::kF64:
+      return 8;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+  }
+  return 0;
+}
+
+void LayerShape::validate() const {
+  if (hidden <= 0 || heads <= 0 || ffn <= 0)
+    throw KernelError("LayerShape: hidden, heads and ffn must be positive (got hidden=" + std::to_string(hidden) +
+                      ", heads=" + std::to_string(heads) + ", ffn=" + std::to_string(ffn) + ")");
+  if (hidden % heads != 0)
+    throw KernelError("LayerShape: heads (" + std::to_string(heads) + ") must divide hidden (" +
+                      std::to_string(hidden) + ")");
+}
+
+void ModelShape::validate() const {
+  layer.validate();
+  if (vocab <= 0 || max_seq <= 0)
+    throw KernelError("ModelShape: vocab and max_seq must be positive (got vocab=" + std::to_string(vocab) +
+                      ", max_seq=" + std::to_string(max_seq) + ")");
+}
+
+LayerLayout LayerLayout::of(const LayerShape& s) {
+  s.validate();
+  const std::size_t h = s.hidden, f = s.ffn;
+  LayerLayout L{};
+  std::size_t o = 0;
+  auto take = [&o](std::size_t n) {
+    std::size_t at = o;
+    o += n;
+    return at;
+  };
+  L.ln1_g = take(h);
+  L.ln1_b = take(h);
+  L.w_qkv = take(h * 3 * h);
+  L.b_qkv = take(3 * h);
+  L.w_o = take(h * h);
+  L.b_o = take(h);
+  L.ln2_g = take(h);
+  L.ln2_b = take(h);
+  L.w_fc1 = take(h * f);
+  L.b_fc1 = take(f);
+  L.w_fc2 = take(f * h);
+  L.b_fc2 = take(h);
+  L.size = o;
+  return L;
+}
+
+EmbeddingLayout EmbeddingLayout::of(const ModelShape& m) {
+  m.validate();
+  const std::size_t h = m.layer.hidden;
+  EmbeddingLayout E{};
+  E.tok = 0;
+  E.pos = static_cast<std::size_t>(m.vocab) * h;
+  E.size = E.pos + static_cast<std::size_t>(m.max_seq) * h;
+  return E;
+}
+
+HeadLayout HeadLayout::of(const ModelShape& m) {
+  m.validate();
+  const std::size_t h = m.layer.hidden;
+  HeadLayout H{};
+  H.lnf_g = 0;
+  H.lnf_b = h;
+  H.w_vocab = 2 * h;
+  H.size = H.w_vocab + h * static_cast<std::size_t>(m.vocab);
+  return H;
+}
+
+KVState::KVState(int batch, int max_len) : batch_(batch), max_len_(max_len) {
+  if (batch <= 0 || max_len <= 0)
+    throw KernelError("KVCache: batch and max_len must be positive (got batch=" + std::to_string(batch) +
+                      ", max_len=" + std::to_string(max_len) + ")");
+}
+
+void KVState::check_batch(const Slice& s, const char* what) const {
+  if (s.batch != batch_)
+    throw KernelError(std::string(what) + ": slice has " + std::to_string(s.batch) + " sequences, K/V cache " +
+                      std::to_string(batch_));
+  if (s.begin < 0 || s.len <= 0 || s.end() > max_len_)
+    throw KernelError(std::string(what) + ": slice [" + std::to_string(s.begin) + ", " + std::to_string(s.end()) +
+                      ") outside the K/V cache [0, " + std::to_string(max_len_) + ")");
+}
+
+void KVState::check_forward(const Slice& s) const {
+  check_batch(s, "layer_forward");
+  if (s.begin == 0) {
+    if (bwd_end_ != 0)
+      throw KernelError(
+          "layer_forward: slice at token 0 but the K/V cache still holds a micro-batch whose backward "
+          "has not finished (tokens [0, " +
+          std::to_string(bwd_end_) + ") pending); call reset() to discard it");
+    return;
+  }
+  if (s.begin != len_ || bwd_end_ != len_)
+    throw KernelError("layer_forward: slice [" + std::to_string(s.begin) + ", " + std::to_string(s.end()) +
+                      ") out of order: the K/V cache holds tokens [0, " + std::to_string(len_) +
+                      (bwd_end_ != len_ ? ") and its backward has started" : ")"));
+}
+
+void KVState::commit_forward(const Slice& s) {
+  len_ = s.end();
+  bwd_end_ = len_;
+}
+
+void KVState::check_backward(const Slice& s) const {
+  check_batch(s, "layer_backward");
+  if (s.end() != bwd_end_)
+    throw KernelError("layer_backward: slice [" + std::to_string(s.begin) + ", " + std::to_string(s.end()) +
+                      ") out of order: backward must next process the slice ending at token " +
+                      std::to_string(bwd_end_) + " (slices run in reverse order)");
+}
+
+void KVState::commit_backward(const Slice& s) { bwd_end_ = s.begin; }
+
+std::size_t param_count(ModuleKind kind, const ModelShape& m) {
+  switch (kind) {
+    case ModuleKind::kLayer:
+      return LayerLayout::of(m.layer).size;
+    case ModuleKind::kEmbedding:
+      return EmbeddingLayout::of(m).size;
+    case ModuleKind::kHead:
+      return HeadLayout::of(m).size;
+  }
+  throw KernelError("param_count: unknown module kind");
+}
+
+namespace {
+
+// Box-Muller over mt19937_64 bits: std::normal_distribution differs between standard libraries.
+class Normal {
+ public:
+  explicit Normal(std::uint64_t seed) : rng_(seed) {}
+  double operator()() {
+    const double u1 = (static_cast<double>(rng_() >> 11) + 0.5) * 0x1.0p-53;
+    const double u2 = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+void fill(std::vector<double>& p, std::size_t at, std::size_t n, double base, double sd, Normal& rnd) {
+  for (std::size_t i = 0; i < n; ++i) p[at + i] = base + (sd > 0 ? sd * rnd() : 0.0);
+}
+
+}  // namespace
+
+std::vector<double> init_params(ModuleKind kind, const ModelShape& m, std::uint64_t seed, double std_dev,
+                                double perturb) {
+  Normal rnd(seed);
+  const std::size_t h = m.layer.hidden, f = m.layer.ffn, v = m.vocab;
+  std::vector<double> p(param_count(kind, m), 0.0);
+  switch (kind) {
+    case ModuleKind::kLayer: {
+      const LayerLayout L = LayerLayout::of(m.layer);
+      fill(p, L.ln1_g, h, 1.0, perturb, rnd);
+      fill(p, L.ln1_b, h, 0.0, perturb, rnd);
+      fill(p, L.w_qkv, 3 * h * h, 0.0, std_dev, rnd);
+      fill(p, L.b_qkv, 3 * h, 0.0, perturb, rnd);
+      fill(p, L.w_o, h * h, 0.0, std_dev, rnd);
+      fill(p, L.b_o, h, 0.0, perturb, rnd);
+      fill(p, L.ln2_g, h, 1.0, perturb, rnd);
+      fill(p, L.ln2_b, h, 0.0, perturb, rnd);
+      fill(p, L.w_fc1, h * f, 0.0, std_dev, rnd);
+      fill(p, L.b_fc1, f, 0.0, perturb, rnd);
+      fill(p, L.w_fc2, f * h, 0.0, std_dev, rnd);
+      fill(p, L.b_fc2, h, 0.0, perturb, rnd);
+      break;
+    }
+    case ModuleKind::kEmbedding:
+      fill(p, 0, p.size(), 0.0, std_dev, rnd);
+      break;
+    case ModuleKind::kHead: {
+      const HeadLayout H = HeadLayout::of(m);
+      fill(p, H.lnf_g, h, 1.0, perturb, rnd);
+      fill(p, H.lnf_b, h, 0.0, perturb, rnd);
+      fill(p, H.w_vocab, h * v, 0.0, std_dev, rnd);
+      break;
+    }
+  }
+  return p;
+}
+
+std::size_t count_targets(const std::vector<std::int32_t>& targets) {
+  std::size_t n = 0;
+  for (std::int32_t t : targets) n += t >= 0 ? 1 : 0;
+  return n;
+}
+
+double layer_forward_flops(const LayerShape& s, const Slice& sl) {
+  const double b = sl.batch, l = sl.len, c = sl.begin, h = s.hidden, f = s.ffn;
+  // QKV 6 b l h^2, projection 2 b l h^2, MLP 4 b l h ffn: 24 b l h^2 when ffn = 4h.
+  const double linear = 2.0 * b * l * h * (3.0 * h + h + 2.0 * f);
+  return linear + 4.0 * b * h * (l * c + l * (l + 1.0) / 2.0);
+}
+
+}  // namespace pipescope::kernels

@@ -1,0 +1,139 @@
+#pragma once
+// Shapes, flat parameter layouts and conventions shared by every kernels/ backend (CPU reference and
+// CUDA). See kernels/README.md for the model definition and the slice / K/V-cache protocol.
+//
+// Layout conventions (all backends):
+//   - Activations of a slice are row-major [b * l, hidden]; row s * l + t is token c + t of sequence s.
+//   - Weights are row-major [in, out] and a linear layer computes y = x W + bias (GPT-2 "Conv1D").
+//   - The fused QKV output has columns [q | k | v]; inside each, head j owns columns [j*dh, (j+1)*dh).
+//   - Parameters, gradients and Adam moments of one module live in one flat buffer whose tensors sit at
+//     the offsets of LayerLayout / EmbeddingLayout / HeadLayout, so all of them update with one loop.
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pipescope::kernels {
+
+// Any misuse of the kernels API (bad shape, slice out of order, wrong backend object) throws this.
+class KernelError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class DType : std::uint8_t { kF64, kF32, kF16, kBF16 };
+const char* dtype_name(DType t);
+std::size_t dtype_bytes(DType t);
+
+// One transformer layer. heads must divide hidden.
+struct LayerShape {
+  int hidden = 0;
+  int heads = 0;
+  int ffn = 0;  // MLP width (4 * hidden for GPT)
+  int head_dim() const { return hidden / heads; }
+  void validate() const;  // throws KernelError
+};
+
+// Everything a stage needs besides its layers: vocabulary and the longest sequence (position table).
+struct ModelShape {
+  LayerShape layer;
+  int vocab = 0;
+  int max_seq = 0;
+  void validate() const;
+};
+
+// A token slice: `batch` sequences of one micro-batch, tokens [begin, begin + len) of each.
+// begin is the attention context length c of the slice (TeraPipe's c_i).
+struct Slice {
+  int batch = 0;
+  int begin = 0;
+  int len = 0;
+  int end() const { return begin + len; }
+  int rows() const { return batch * len; }
+};
+
+// Element offsets of each tensor inside a module's flat parameter buffer.
+struct LayerLayout {
+  std::size_t ln1_g, ln1_b;  // [h]
+  std::size_t w_qkv, b_qkv;  // [h, 3h], [3h]
+  std::size_t w_o, b_o;      // [h, h], [h]
+  std::size_t ln2_g, ln2_b;  // [h]
+  std::size_t w_fc1, b_fc1;  // [h, ffn], [ffn]
+  std::size_t w_fc2, b_fc2;  // [ffn, h], [h]
+  std::size_t size;
+  static LayerLayout of(const LayerShape& s);
+};
+
+struct EmbeddingLayout {
+  std::size_t tok;  // [vocab, h]
+  std::size_t pos;  // [max_seq, h]
+  std::size_t size;
+  static EmbeddingLayout of(const ModelShape& m);
+};
+
+// Final LayerNorm and an untied LM head (no bias). Untied so that the first and last stage share no
+// parameter and need no cross-stage embedding-gradient sum.
+struct HeadLayout {
+  std::size_t lnf_g, lnf_b;  // [h]
+  std::size_t w_vocab;       // [h, vocab]
+  std::size_t size;
+  static HeadLayout of(const ModelShape& m);
+};
+
+// K/V-cache slice protocol of one (micro-batch, layer), shared by every backend so that they reject
+// the same misuse. Forward slices of a micro-batch run in token order; a forward writes K/V of its
+// tokens and zeroes their dK/dV. Backward slices run in reverse order: each adds dK/dV for all tokens
+// before its end and consumes the (then complete) dK/dV of its own tokens. A forward at begin 0 starts
+// a new micro-batch; that is allowed only once the previous one's backward is done (or after reset()).
+class KVState {
+ public:
+  KVState() = default;
+  KVState(int batch, int max_len);
+  int batch() const { return batch_; }
+  int max_len() const { return max_len_; }
+  int length() const { return len_; }            // tokens whose K/V are written
+  int backward_end() const { return bwd_end_; }  // end of the next slice backward must process
+  void check_forward(const Slice& s) const;
+  void commit_forward(const Slice& s);
+  void check_backward(const Slice& s) const;
+  void commit_backward(const Slice& s);
+  void reset() { len_ = bwd_end_ = 0; }
+
+ private:
+  void check_batch(const Slice& s, const char* what) const;
+  int batch_ = 0, max_len_ = 0, len_ = 0, bwd_end_ = 0;
+};
+
+inline constexpr double kLayerNormEps = 1e-5;
+
+enum class ModuleKind : std::uint8_t { kLayer, kEmbedding, kHead };
+std::size_t param_count(ModuleKind kind, const ModelShape& m);
+
+// Adam with bias correction; weight_decay is decoupled (AdamW) and 0 by default.
+struct AdamConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  // Gradients are multiplied by this before use: 1 / loss_scale when the loss was scaled.
+  double grad_scale = 1.0;
+};
+
+// Deterministic initial parameters (platform-independent normal draws, GPT-2 style: weights N(0, std),
+// biases 0, LayerNorm gamma 1 / beta 0). perturb_norm_bias > 0 adds N(0, perturb_norm_bias) to gammas,
+// betas and biases so that tests exercise every gradient path.
+std::vector<double> init_params(ModuleKind kind, const ModelShape& m, std::uint64_t seed, double std_dev = 0.02,
+                                double perturb_norm_bias = 0.0);
+
+// Counts non-ignored targets (target >= 0). The loss of a run is normalised by this count over the
+// whole global batch, so that any slicing / micro-batching yields the same loss and gradients.
+std::size_t count_targets(const std::vector<std::int32_t>& targets);
+
+// FLOPs of one layer on a slice (spec/calibration.md 6, causal pair count): forward
+// 24 b l h^2 + 4 b h (l c + l (l + 1) / 2); backward twice that.
+double layer_forward_flops(const LayerShape& s, const Slice& sl);
+
+}  // namespace pipescope::kernels

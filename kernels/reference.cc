@@ -1,0 +1,326 @@
+#include "kernels/reference.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace pipescope::kernels::ref {
+namespace {
+
+template <class T>
+using RowVec = Eigen::Matrix<T, 1, Eigen::Dynamic>;
+template <class T>
+using CMap = Eigen::Map<const Mat<T>>;
+template <class T>
+using MMap = Eigen::Map<Mat<T>>;
+template <class T>
+using CRow = Eigen::Map<const RowVec<T>>;
+template <class T>
+using MRow = Eigen::Map<RowVec<T>>;
+
+void check_rows(const char* what, long rows, long cols, long want_rows, long want_cols) {
+  if (rows != want_rows || cols != want_cols)
+    throw KernelError(std::string(what) + ": expected [" + std::to_string(want_rows) + ", " +
+                      std::to_string(want_cols) + "], got [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                      "]");
+}
+
+template <class T>
+void ln_forward(const Mat<T>& x, const T* g, const T* b, Mat<T>& y, Vec<T>& mu, Vec<T>& rstd) {
+  const long n = x.rows(), h = x.cols();
+  CRow<T> G(g, h), B(b, h);
+  y.resize(n, h);
+  mu.resize(n);
+  rstd.resize(n);
+  for (long r = 0; r < n; ++r) {
+    const T m = x.row(r).mean();
+    const T var = (x.row(r).array() - m).square().mean();
+    const T rs = T(1) / std::sqrt(var + T(kLayerNormEps));
+    mu(r) = m;
+    rstd(r) = rs;
+    y.row(r) = (((x.row(r).array() - m) * rs) * G.array() + B.array()).matrix();
+  }
+}
+
+// dx += LN backward of da; dg, db accumulate.
+template <class T>
+void ln_backward(const Mat<T>& x, const Vec<T>& mu, const Vec<T>& rstd, const T* g, const Mat<T>& da, T* dg, T* db,
+                 Mat<T>& dx) {
+  const long n = x.rows(), h = x.cols();
+  CRow<T> G(g, h);
+  MRow<T> dG(dg, h), dB(db, h);
+  for (long r = 0; r < n; ++r) {
+    const RowVec<T> xhat = ((x.row(r).array() - mu(r)) * rstd(r)).matrix();
+    const RowVec<T> dxhat = da.row(r).cwiseProduct(G);
+    dG += da.row(r).cwiseProduct(xhat);
+    dB += da.row(r);
+    const T mean_d = dxhat.mean();
+    const T mean_dx = dxhat.cwiseProduct(xhat).mean();
+    dx.row(r).array() += rstd(r) * (dxhat.array() - mean_d - xhat.array() * mean_dx);
+  }
+}
+
+// GELU, tanh approximation (GPT-2, Megatron's bias_gelu).
+template <class T>
+T gelu(T u) {
+  const T k = T(0.7978845608028654), a = T(0.044715);
+  return T(0.5) * u * (T(1) + std::tanh(k * (u + a * u * u * u)));
+}
+
+template <class T>
+T gelu_grad(T u) {
+  const T k = T(0.7978845608028654), a = T(0.044715);
+  const T t = std::tanh(k * (u + a * u * u * u));
+  return T(0.5) * (T(1) + t) + T(0.5) * u * (T(1) - t * t) * k * (T(1) + T(3) * a * u * u);
+}
+
+template <class T>
+void add_bias(Mat<T>& y, const T* b) {
+  y.rowwise() += CRow<T>(b, y.cols());
+}
+
+template <class T>
+void add_colsum(const Mat<T>& d, T* db) {
+  MRow<T>(db, d.cols()) += d.colwise().sum();
+}
+
+}  // namespace
+
+template <class T>
+KVCache<T>::KVCache(const LayerShape& shape, int batch, int max_len) : state(batch, max_len) {
+  shape.validate();
+  for (auto* buf : {&k, &v, &dk, &dv}) buf->assign(batch, Mat<T>::Zero(max_len, shape.hidden));
+}
+
+template <class T>
+void layer_forward(const LayerShape& shape, const T* P, const Mat<T>& x, const Slice& sl, KVCache<T>& kv,
+                   LayerRecord<T>& r, Mat<T>& y) {
+  const LayerLayout L = LayerLayout::of(shape);
+  const int h = shape.hidden, f = shape.ffn, nh = shape.heads, dh = shape.head_dim();
+  const int b = sl.batch, l = sl.len, c = sl.begin, nk = sl.end(), n = sl.rows();
+  kv.state.check_forward(sl);
+  check_rows("layer_forward x", x.rows(), x.cols(), n, h);
+
+  r.slice = sl;
+  r.x = x;
+  ln_forward(x, P + L.ln1_g, P + L.ln1_b, r.a1, r.mu1, r.rstd1);
+  r.qkv.noalias() = r.a1 * CMap<T>(P + L.w_qkv, h, 3 * h);
+  add_bias(r.qkv, P + L.b_qkv);
+  for (int s = 0; s < b; ++s) {
+    kv.k[s].middleRows(c, l) = r.qkv.block(s * l, h, l, h);
+    kv.v[s].middleRows(c, l) = r.qkv.block(s * l, 2 * h, l, h);
+    kv.dk[s].middleRows(c, l).setZero();
+    kv.dv[s].middleRows(c, l).setZero();
+  }
+
+  const T scale = T(1) / std::sqrt(T(dh));
+  r.ctx.setZero(n, h);
+  r.probs.assign(static_cast<std::size_t>(b) * nh, Mat<T>());
+  for (int s = 0; s < b; ++s) {
+    for (int j = 0; j < nh; ++j) {
+      Mat<T>& p = r.probs[static_cast<std::size_t>(s) * nh + j];
+      p.noalias() = scale * r.qkv.block(s * l, j * dh, l, dh) * kv.k[s].block(0, j * dh, nk, dh).transpose();
+      for (int t = 0; t < l; ++t) {
+        const int valid = c + t + 1;  // query c + t sees keys [0, c + t]
+        auto row = p.row(t);
+        const T mx = row.head(valid).maxCoeff();
+        row.head(valid).array() = (row.head(valid).array() - mx).exp();
+        row.head(valid) /= row.head(valid).sum();
+        row.tail(nk - valid).setZero();
+      }
+      r.ctx.block(s * l, j * dh, l, dh).noalias() = p * kv.v[s].block(0, j * dh, nk, dh);
+    }
+  }
+
+  r.x1.noalias() = r.ctx * CMap<T>(P + L.w_o, h, h);
+  add_bias(r.x1, P + L.b_o);
+  r.x1 += x;
+  ln_forward(r.x1, P + L.ln2_g, P + L.ln2_b, r.a2, r.mu2, r.rstd2);
+  r.u.noalias() = r.a2 * CMap<T>(P + L.w_fc1, h, f);
+  add_bias(r.u, P + L.b_fc1);
+  r.g = r.u.unaryExpr([](T v) { return gelu(v); });
+  y.noalias() = r.g * CMap<T>(P + L.w_fc2, f, h);
+  add_bias(y, P + L.b_fc2);
+  y += r.x1;
+  r.filled = true;
+  kv.state.commit_forward(sl);
+}
+
+template <class T>
+void layer_backward(const LayerShape& shape, const T* P, const LayerRecord<T>& r, KVCache<T>& kv, const Mat<T>& dy,
+                    T* G, Mat<T>& dx) {
+  const LayerLayout L = LayerLayout::of(shape);
+  const int h = shape.hidden, f = shape.ffn, nh = shape.heads, dh = shape.head_dim();
+  const Slice& sl = r.slice;
+  const int b = sl.batch, l = sl.len, c = sl.begin, nk = sl.end(), n = sl.rows();
+  if (!r.filled) throw KernelError("layer_backward: the activation record holds no forward");
+  kv.state.check_backward(sl);
+  check_rows("layer_backward dy", dy.rows(), dy.cols(), n, h);
+
+  // MLP: y = x1 + gelu(LN2(x1) W1 + b1) W2 + b2.
+  MMap<T>(G + L.w_fc2, f, h).noalias() += r.g.transpose() * dy;
+  add_colsum(dy, G + L.b_fc2);
+  Mat<T> du = dy * CMap<T>(P + L.w_fc2, f, h).transpose();
+  du.array() *= r.u.unaryExpr([](T v) { return gelu_grad(v); }).array();
+  MMap<T>(G + L.w_fc1, h, f).noalias() += r.a2.transpose() * du;
+  add_colsum(du, G + L.b_fc1);
+  const Mat<T> da2 = du * CMap<T>(P + L.w_fc1, h, f).transpose();
+  Mat<T> dx1 = dy;
+  ln_backward(r.x1, r.mu2, r.rstd2, P + L.ln2_g, da2, G + L.ln2_g, G + L.ln2_b, dx1);
+
+  // Attention output projection: x1 = x + ctx Wo + bo.
+  MMap<T>(G + L.w_o, h, h).noalias() += r.ctx.transpose() * dx1;
+  add_colsum(dx1, G + L.b_o);
+  const Mat<T> dctx = dx1 * CMap<T>(P + L.w_o, h, h).transpose();
+
+  // Attention over the prefix [0, end): dK/dV of every earlier token go to the cache.
+  const T scale = T(1) / std::sqrt(T(dh));
+  Mat<T> dqkv(n, 3 * h);
+  for (int s = 0; s < b; ++s) {
+    for (int j = 0; j < nh; ++j) {
+      const Mat<T>& p = r.probs[static_cast<std::size_t>(s) * nh + j];
+      const auto dO = dctx.block(s * l, j * dh, l, dh);
+      Mat<T> dp = dO * kv.v[s].block(0, j * dh, nk, dh).transpose();
+      kv.dv[s].block(0, j * dh, nk, dh).noalias() += p.transpose() * dO;
+      const Vec<T> rowdot = dp.cwiseProduct(p).rowwise().sum();
+      const Mat<T> ds = ((p.array() * (dp.colwise() - rowdot).array()) * scale).matrix();
+      dqkv.block(s * l, j * dh, l, dh).noalias() = ds * kv.k[s].block(0, j * dh, nk, dh);
+      kv.dk[s].block(0, j * dh, nk, dh).noalias() += ds.transpose() * r.qkv.block(s * l, j * dh, l, dh);
+    }
+    // The slice's own dK/dV are now complete: later slices added theirs before this backward ran.
+    dqkv.block(s * l, h, l, h) = kv.dk[s].middleRows(c, l);
+    dqkv.block(s * l, 2 * h, l, h) = kv.dv[s].middleRows(c, l);
+  }
+
+  MMap<T>(G + L.w_qkv, h, 3 * h).noalias() += r.a1.transpose() * dqkv;
+  add_colsum(dqkv, G + L.b_qkv);
+  const Mat<T> da1 = dqkv * CMap<T>(P + L.w_qkv, h, 3 * h).transpose();
+  dx = dx1;
+  ln_backward(r.x, r.mu1, r.rstd1, P + L.ln1_g, da1, G + L.ln1_g, G + L.ln1_b, dx);
+  kv.state.commit_backward(sl);
+}
+
+namespace {
+
+void check_ids(const char* what, const std::vector<std::int32_t>& ids, const Slice& sl, int lo, int vocab) {
+  if (ids.size() != static_cast<std::size_t>(sl.rows()))
+    throw KernelError(std::string(what) + ": expected " + std::to_string(sl.rows()) + " ids (b * l), got " +
+                      std::to_string(ids.size()));
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < lo || ids[i] >= vocab)
+      throw KernelError(std::string(what) + ": id " + std::to_string(ids[i]) + " at " + std::to_string(i) +
+                        " outside [" + std::to_string(lo) + ", " + std::to_string(vocab) + ")");
+}
+
+void check_positions(const ModelShape& m, const Slice& sl) {
+  if (sl.batch <= 0 || sl.len <= 0 || sl.begin < 0 || sl.end() > m.max_seq)
+    throw KernelError("embedding: slice [" + std::to_string(sl.begin) + ", " + std::to_string(sl.end()) + ") x " +
+                      std::to_string(sl.batch) + " outside the position table [0, " + std::to_string(m.max_seq) + ")");
+}
+
+}  // namespace
+
+template <class T>
+void embedding_forward(const ModelShape& m, const T* P, const std::vector<std::int32_t>& tokens, const Slice& sl,
+                       Mat<T>& x) {
+  const EmbeddingLayout E = EmbeddingLayout::of(m);
+  check_positions(m, sl);
+  check_ids("embedding_forward tokens", tokens, sl, 0, m.vocab);
+  const int h = m.layer.hidden, l = sl.len;
+  x.resize(sl.rows(), h);
+  for (int s = 0; s < sl.batch; ++s)
+    for (int t = 0; t < l; ++t)
+      x.row(s * l + t) = CRow<T>(P + E.tok + static_cast<std::size_t>(tokens[s * l + t]) * h, h) +
+                         CRow<T>(P + E.pos + static_cast<std::size_t>(sl.begin + t) * h, h);
+}
+
+template <class T>
+void embedding_backward(const ModelShape& m, const std::vector<std::int32_t>& tokens, const Slice& sl, const Mat<T>& dx,
+                        T* G) {
+  const EmbeddingLayout E = EmbeddingLayout::of(m);
+  check_positions(m, sl);
+  check_ids("embedding_backward tokens", tokens, sl, 0, m.vocab);
+  const int h = m.layer.hidden, l = sl.len;
+  check_rows("embedding_backward dx", dx.rows(), dx.cols(), sl.rows(), h);
+  for (int s = 0; s < sl.batch; ++s)
+    for (int t = 0; t < l; ++t) {
+      MRow<T>(G + E.tok + static_cast<std::size_t>(tokens[s * l + t]) * h, h) += dx.row(s * l + t);
+      MRow<T>(G + E.pos + static_cast<std::size_t>(sl.begin + t) * h, h) += dx.row(s * l + t);
+    }
+}
+
+template <class T>
+double head_forward(const ModelShape& m, const T* P, const Mat<T>& x, const std::vector<std::int32_t>& targets,
+                    const Slice& sl, double loss_norm, double loss_scale, HeadRecord<T>& r) {
+  const HeadLayout H = HeadLayout::of(m);
+  const int h = m.layer.hidden, V = m.vocab, n = sl.rows();
+  check_rows("head_forward x", x.rows(), x.cols(), n, h);
+  check_ids("head_forward targets", targets, sl, -1, V);
+  if (!(loss_norm > 0)) throw KernelError("head_forward: loss_norm must be positive (target count of the batch)");
+  r.slice = sl;
+  r.x = x;
+  ln_forward(x, P + H.lnf_g, P + H.lnf_b, r.a, r.mu, r.rstd);
+  Mat<T> logits = r.a * CMap<T>(P + H.w_vocab, h, V);
+  r.dlogits.setZero(n, V);
+  const T coef = T(loss_scale / loss_norm);
+  double loss = 0;
+  for (int i = 0; i < n; ++i) {
+    const int y = targets[i];
+    if (y < 0) continue;
+    const T mx = logits.row(i).maxCoeff();
+    const RowVec<T> e = (logits.row(i).array() - mx).exp().matrix();
+    const T sum = e.sum();
+    loss += static_cast<double>(mx + std::log(sum) - logits(i, y));
+    r.dlogits.row(i) = e * (coef / sum);
+    r.dlogits(i, y) -= coef;
+  }
+  r.filled = true;
+  return loss / loss_norm;
+}
+
+template <class T>
+void head_backward(const ModelShape& m, const T* P, const HeadRecord<T>& r, T* G, Mat<T>& dx) {
+  const HeadLayout H = HeadLayout::of(m);
+  const int h = m.layer.hidden, V = m.vocab;
+  if (!r.filled) throw KernelError("head_backward: the record holds no forward");
+  MMap<T>(G + H.w_vocab, h, V).noalias() += r.a.transpose() * r.dlogits;
+  const Mat<T> da = r.dlogits * CMap<T>(P + H.w_vocab, h, V).transpose();
+  dx.setZero(r.x.rows(), h);
+  ln_backward(r.x, r.mu, r.rstd, P + H.lnf_g, da, G + H.lnf_g, G + H.lnf_b, dx);
+}
+
+template <class T>
+void adam_step(const AdamConfig& cfg, int step, std::size_t n, T* p, const T* g, T* m, T* v) {
+  if (step < 1) throw KernelError("adam_step: step counts from 1, got " + std::to_string(step));
+  const double c1 = 1.0 - std::pow(cfg.beta1, step), c2 = 1.0 - std::pow(cfg.beta2, step);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double gi = static_cast<double>(g[i]) * cfg.grad_scale;
+    const double mi = cfg.beta1 * static_cast<double>(m[i]) + (1.0 - cfg.beta1) * gi;
+    const double vi = cfg.beta2 * static_cast<double>(v[i]) + (1.0 - cfg.beta2) * gi * gi;
+    const double upd = (mi / c1) / (std::sqrt(vi / c2) + cfg.eps) + cfg.weight_decay * static_cast<double>(p[i]);
+    m[i] = static_cast<T>(mi);
+    v[i] = static_cast<T>(vi);
+    p[i] = static_cast<T>(static_cast<double>(p[i]) - cfg.lr * upd);
+  }
+}
+
+#define PIPESCOPE_REF_INSTANTIATE(T)                                                                                  \
+  template struct KVCache<T>;                                                                                         \
+  template void layer_forward<T>(const LayerShape&, const T*, const Mat<T>&, const Slice&, KVCache<T>&,               \
+                                 LayerRecord<T>&, Mat<T>&);                                                           \
+  template void layer_backward<T>(const LayerShape&, const T*, const LayerRecord<T>&, KVCache<T>&, const Mat<T>&, T*, \
+                                  Mat<T>&);                                                                           \
+  template void embedding_forward<T>(const ModelShape&, const T*, const std::vector<std::int32_t>&, const Slice&,     \
+                                     Mat<T>&);                                                                        \
+  template void embedding_backward<T>(const ModelShape&, const std::vector<std::int32_t>&, const Slice&,              \
+                                      const Mat<T>&, T*);                                                             \
+  template double head_forward<T>(const ModelShape&, const T*, const Mat<T>&, const std::vector<std::int32_t>&,       \
+                                  const Slice&, double, double, HeadRecord<T>&);                                      \
+  template void head_backward<T>(const ModelShape&, const T*, const HeadRecord<T>&, T*, Mat<T>&);                     \
+  template void adam_step<T>(const AdamConfig&, int, std::size_t, T*, const T*, T*, T*);
+
+PIPESCOPE_REF_INSTANTIATE(double)
+PIPESCOPE_REF_INSTANTIATE(float)
+#undef PIPESCOPE_REF_INSTANTIATE
+
+}  // namespace pipescope::kernels::ref

@@ -1,0 +1,80 @@
+#pragma once
+// CPU reference of the GPT layer, embedding, LM head + loss and Adam (Eigen), templated on the scalar and
+// instantiated for double and float. It defines the numerics the CUDA backend is checked against, and
+// runs the exactness tests in double. Conventions: kernels/layer.h; protocol: kernels/README.md.
+
+#include <Eigen/Dense>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/layer.h"
+
+namespace pipescope::kernels::ref {
+
+template <class T>
+using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+
+// K and V of every token of one (micro-batch, layer), plus the dK/dV that later slices' backward
+// accumulates for earlier tokens. Per sequence s: k[s], v[s], dk[s], dv[s] are [max_len, hidden].
+template <class T>
+struct KVCache {
+  KVCache() = default;
+  KVCache(const LayerShape& shape, int batch, int max_len);
+  KVState state;
+  std::vector<Mat<T>> k, v, dk, dv;
+};
+
+// What a layer's backward needs from its forward on one slice.
+template <class T>
+struct LayerRecord {
+  Slice slice;
+  bool filled = false;
+  Mat<T> x, a1, qkv, ctx, x1, a2, u, g;  // input, LN1 out, QKV, attention out, residual 1, LN2 out, FC1 out, GELU out
+  Vec<T> mu1, rstd1, mu2, rstd2;
+  std::vector<Mat<T>> probs;  // softmax of sequence s, head j at [s * heads + j]: [len, end]
+};
+
+template <class T>
+struct HeadRecord {
+  Slice slice;
+  bool filled = false;
+  Mat<T> x, a, dlogits;  // input, final-LN out, d(scaled loss)/d(logits)
+  Vec<T> mu, rstd;
+};
+
+// y = layer(x) on a slice that attends to the cached K/V of tokens [0, slice.begin). Writes the slice's K/V
+// into the cache and fills `rec`. x, y: [b * l, hidden] (row s * l + t).
+template <class T>
+void layer_forward(const LayerShape& shape, const T* params, const Mat<T>& x, const Slice& slice, KVCache<T>& kv,
+                   LayerRecord<T>& rec, Mat<T>& y);
+
+// Backward of the slice recorded in `rec`: adds the parameter gradients into `grads` (LayerLayout), adds
+// dK/dV of all tokens [0, end) into the cache, consumes those of the slice's own tokens, writes dx.
+template <class T>
+void layer_backward(const LayerShape& shape, const T* params, const LayerRecord<T>& rec, KVCache<T>& kv,
+                    const Mat<T>& dy, T* grads, Mat<T>& dx);
+
+// x[s * l + t] = tok[tokens[s * l + t]] + pos[begin + t]. tokens: [b * l].
+template <class T>
+void embedding_forward(const ModelShape& m, const T* params, const std::vector<std::int32_t>& tokens,
+                       const Slice& slice, Mat<T>& x);
+template <class T>
+void embedding_backward(const ModelShape& m, const std::vector<std::int32_t>& tokens, const Slice& slice,
+                        const Mat<T>& dx, T* grads);
+
+// Final LayerNorm, logits = LN(x) W_vocab, cross-entropy against targets (< 0: ignored). Returns
+// sum(CE) / loss_norm, loss_norm being the target count of the whole global batch. The stored logit gradient
+// is that of loss_scale * loss (loss scaling for fp16).
+template <class T>
+double head_forward(const ModelShape& m, const T* params, const Mat<T>& x, const std::vector<std::int32_t>& targets,
+                    const Slice& slice, double loss_norm, double loss_scale, HeadRecord<T>& rec);
+template <class T>
+void head_backward(const ModelShape& m, const T* params, const HeadRecord<T>& rec, T* grads, Mat<T>& dx);
+
+// One bias-corrected Adam step (step counts from 1) on n parameters.
+template <class T>
+void adam_step(const AdamConfig& cfg, int step, std::size_t n, T* params, const T* grads, T* m, T* v);
+
+}  // namespace pipescope::kernels::ref

@@ -1,0 +1,335 @@
+// CUDA backend against the CPU reference (fp64), per 16-bit dtype, plus layer fwd+bwd throughput.
+// Every GPU test skips when cudaGetDeviceCount() fails or finds no device (CTest label `gpu`); the error
+// macro tests run anywhere CUDA was built.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#ifdef PIPESCOPE_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda_check.h"
+#include "kernels/cuda_timer.h"
+#endif
+
+namespace pipescope::kernels {
+namespace {
+
+// ||a - b|| / ||b||: the norm-wise error that rounding to 16 bits produces.
+double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
+  double d = 0, s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    d += (a[i] - b[i]) * (a[i] - b[i]);
+    s += b[i] * b[i];
+  }
+  return s > 0 ? std::sqrt(d / s) : std::sqrt(d);
+}
+
+std::vector<double> slice_of(const std::vector<double>& v, std::size_t at, std::size_t n) {
+  return {v.begin() + at, v.begin() + at + n};
+}
+
+// Tolerances for fp32 accumulation with 16-bit storage: a few units of the format's rounding (2^-8 bf16,
+// 2^-11 f16) amplified through a layer; a wrong kernel gives errors of order 1.
+double tolerance(DType dt) { return dt == DType::kBF16 ? 5e-2 : 1e-2; }
+
+std::vector<DType> gpu_dtypes() {
+  std::vector<DType> out{DType::kF16};
+  if (cuda_compute_capability(0) >= 80) out.insert(out.begin(), DType::kBF16);
+  return out;
+}
+
+#define SKIP_WITHOUT_GPU()                                                               \
+  do {                                                                                   \
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount)"; \
+  } while (0)
+
+std::vector<double> random_vec(std::size_t n, std::mt19937_64& rng, double scale = 1.0) {
+  std::uniform_real_distribution<double> U(-scale, scale);
+  std::vector<double> v(n);
+  for (double& x : v) x = U(rng);
+  return v;
+}
+
+struct LayerRun {
+  std::vector<std::vector<double>> x, dy, y, dx;  // per slice; x and dy as the backend stored them
+  std::vector<double> grads;
+};
+
+// One layer over `lens` slices of b sequences: forward in order, backward in reverse.
+LayerRun run_layer(Backend& be, const ModelShape& m, const std::vector<double>& params,
+                   const std::vector<std::vector<double>>& xs, const std::vector<std::vector<double>>& dys,
+                   const std::vector<int>& lens, int b) {
+  auto p = be.params(ModuleKind::kLayer, m);
+  p->set(params);
+  auto kv = be.kv_cache(m.layer, b, m.max_seq);
+  LayerRun out;
+  std::vector<std::unique_ptr<Record>> rec;
+  int c = 0;
+  for (std::size_t i = 0; i < lens.size(); ++i) {
+    const Slice sl{b, c, lens[i]};
+    auto x = be.tensor(sl.rows(), m.layer.hidden), y = be.tensor(0, 0);
+    x->upload(xs[i]);
+    rec.push_back(be.record());
+    be.layer_forward(*p, *x, sl, *kv, *rec.back(), *y);
+    out.x.push_back(x->download());
+    out.y.push_back(y->download());
+    c += lens[i];
+  }
+  out.dy.resize(lens.size());
+  out.dx.resize(lens.size());
+  for (int i = static_cast<int>(lens.size()) - 1; i >= 0; --i) {
+    auto dy = be.tensor(b * lens[i], m.layer.hidden), dx = be.tensor(0, 0);
+    dy->upload(dys[i]);
+    be.layer_backward(*p, *rec[i], *kv, *dy, *dx);
+    out.dy[i] = dy->download();
+    out.dx[i] = dx->download();
+  }
+  EXPECT_EQ(kv->state().backward_end(), 0);
+  out.grads = p->grads();
+  return out;
+}
+
+TEST(KernelsCuda, LayerForwardBackwardMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  ModelShape m;
+  m.layer = {256, 4, 1024};
+  m.vocab = 64;
+  m.max_seq = 128;
+  const int b = 2;
+  const std::vector<int> lens{48, 32, 48};
+  const std::vector<double> params = init_params(ModuleKind::kLayer, m, 3, 0.05, 0.1);
+  std::mt19937_64 rng(4);
+  std::vector<std::vector<double>> xs, dys;
+  for (int l : lens) {
+    xs.push_back(random_vec(static_cast<std::size_t>(b) * l * m.layer.hidden, rng));
+    dys.push_back(random_vec(static_cast<std::size_t>(b) * l * m.layer.hidden, rng));
+  }
+  auto cpu = make_cpu_backend(DType::kF64);
+  const LayerLayout L = LayerLayout::of(m.layer);
+  const std::size_t h = m.layer.hidden, f = m.layer.ffn;
+  const std::vector<std::pair<const char*, std::pair<std::size_t, std::size_t>>> tensors{
+      {"ln1_g", {L.ln1_g, h}},     {"ln1_b", {L.ln1_b, h}},     {"w_qkv", {L.w_qkv, 3 * h * h}},
+      {"b_qkv", {L.b_qkv, 3 * h}}, {"w_o", {L.w_o, h * h}},     {"b_o", {L.b_o, h}},
+      {"ln2_g", {L.ln2_g, h}},     {"ln2_b", {L.ln2_b, h}},     {"w_fc1", {L.w_fc1, h * f}},
+      {"b_fc1", {L.b_fc1, f}},     {"w_fc2", {L.w_fc2, f * h}}, {"b_fc2", {L.b_fc2, h}}};
+  for (DType dt : gpu_dtypes()) {
+    auto gpu = make_cuda_backend(dt);
+    const LayerRun g = run_layer(*gpu, m, params, xs, dys, lens, b);
+    // The reference sees the 16-bit-rounded inputs the GPU saw.
+    const LayerRun r = run_layer(*cpu, m, params, g.x, g.dy, lens, b);
+    const double tol = tolerance(dt);
+    double worst_y = 0, worst_dx = 0, worst_g = 0;
+    for (std::size_t i = 0; i < lens.size(); ++i) {
+      worst_y = std::max(worst_y, rel_l2(g.y[i], r.y[i]));
+      worst_dx = std::max(worst_dx, rel_l2(g.dx[i], r.dx[i]));
+    }
+    for (const auto& [name, span] : tensors) {
+      const double e = rel_l2(slice_of(g.grads, span.first, span.second), slice_of(r.grads, span.first, span.second));
+      EXPECT_LE(e, tol) << dtype_name(dt) << " grad " << name;
+      worst_g = std::max(worst_g, e);
+    }
+    EXPECT_LE(worst_y, tol) << dtype_name(dt) << " y";
+    EXPECT_LE(worst_dx, tol) << dtype_name(dt) << " dx";
+    std::printf("[ cuda ] %s layer h=256 slices [48,32,48] x 2: rel L2 err y %.2e, dx %.2e, grads %.2e (tol %.0e)\n",
+                gpu->name().c_str(), worst_y, worst_dx, worst_g, tol);
+  }
+}
+
+TEST(KernelsCuda, EmbeddingHeadAndLossMatchReference) {
+  SKIP_WITHOUT_GPU();
+  ModelShape m;
+  m.layer = {128, 2, 512};
+  m.vocab = 500;
+  m.max_seq = 64;
+  const int b = 3;
+  const std::vector<int> lens{40, 24};
+  std::mt19937_64 rng(9);
+  std::vector<std::int32_t> tokens, targets;
+  for (int i = 0; i < b * m.max_seq; ++i) {
+    tokens.push_back(static_cast<std::int32_t>(rng() % 17));  // repeated ids exercise the grouped scatter
+    targets.push_back(i % 13 == 5 ? -1 : static_cast<std::int32_t>(rng() % m.vocab));
+  }
+  const double norm = static_cast<double>(count_targets(targets));
+  auto cut = [&](const std::vector<std::int32_t>& v, int c, int l) {
+    std::vector<std::int32_t> out;
+    for (int s = 0; s < b; ++s)
+      for (int t = c; t < c + l; ++t) out.push_back(v[s * m.max_seq + t]);
+    return out;
+  };
+  const std::vector<double> pe = init_params(ModuleKind::kEmbedding, m, 1, 0.5);
+  const std::vector<double> ph = init_params(ModuleKind::kHead, m, 2, 0.1, 0.1);
+  struct Out {
+    double loss = 0;
+    std::vector<double> ge, gh, dx;
+  };
+  auto run = [&](Backend& be) {
+    auto emb = be.params(ModuleKind::kEmbedding, m), head = be.params(ModuleKind::kHead, m);
+    emb->set(pe);
+    head->set(ph);
+    Out o;
+    int c = 0;
+    for (int l : lens) {
+      const Slice sl{b, c, l};
+      auto x = be.tensor(0, 0), dx = be.tensor(0, 0);
+      auto rec = be.record();
+      be.embedding_forward(*emb, cut(tokens, c, l), sl, *x);
+      be.head_forward(*head, *x, cut(targets, c, l), sl, norm, 1.0, *rec);
+      o.loss += be.head_loss(*rec);
+      be.head_backward(*head, *rec, *dx);
+      be.embedding_backward(*emb, cut(tokens, c, l), sl, *dx);
+      const std::vector<double> d = dx->download();
+      o.dx.insert(o.dx.end(), d.begin(), d.end());
+      c += l;
+    }
+    o.ge = emb->grads();
+    o.gh = head->grads();
+    return o;
+  };
+  auto cpu = make_cpu_backend(DType::kF64);
+  const Out r = run(*cpu);
+  for (DType dt : gpu_dtypes()) {
+    auto gpu = make_cuda_backend(dt);
+    const Out g = run(*gpu);
+    const double tol = tolerance(dt);
+    EXPECT_NEAR(g.loss, r.loss, tol * std::abs(r.loss)) << dtype_name(dt);
+    EXPECT_LE(rel_l2(g.dx, r.dx), tol) << dtype_name(dt) << " dx";
+    EXPECT_LE(rel_l2(g.ge, r.ge), tol) << dtype_name(dt) << " embedding grads";
+    EXPECT_LE(rel_l2(g.gh, r.gh), tol) << dtype_name(dt) << " head grads";
+    std::printf("[ cuda ] %s embedding+head: loss %.6f vs %.6f, rel L2 err dx %.2e, emb %.2e, head %.2e\n",
+                gpu->name().c_str(), g.loss, r.loss, rel_l2(g.dx, r.dx), rel_l2(g.ge, r.ge), rel_l2(g.gh, r.gh));
+  }
+}
+
+#ifdef PIPESCOPE_HAVE_CUDA
+TEST(KernelsCuda, AdamMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  ModelShape m;
+  m.layer = {8, 1, 8};
+  m.vocab = 30;
+  m.max_seq = 10;
+  const std::vector<double> p0 = init_params(ModuleKind::kEmbedding, m, 5, 1.0);
+  std::mt19937_64 rng(6);
+  AdamConfig cfg;
+  cfg.lr = 0.01;
+  cfg.weight_decay = 0.1;
+  cfg.grad_scale = 0.25;
+  auto cpu = make_cpu_backend(DType::kF64);
+  for (DType dt : gpu_dtypes()) {
+    auto gpu = make_cuda_backend(dt);
+    auto pc = cpu->params(ModuleKind::kEmbedding, m), pg = gpu->params(ModuleKind::kEmbedding, m);
+    pc->set(p0);
+    pg->set(p0);
+    for (int step = 1; step <= 3; ++step) {
+      const std::vector<double> g = random_vec(p0.size(), rng);
+      const std::vector<float> gf(g.begin(), g.end());
+      std::copy(g.begin(), g.end(), static_cast<double*>(pc->grad_data()));
+      gpu->synchronize();  // the previous step still reads the gradients on the backend's stream
+      CUDA_CHECK(cudaMemcpy(pg->grad_data(), gf.data(), gf.size() * sizeof(float), cudaMemcpyHostToDevice));
+      cpu->adam_step(*pc, cfg, step);
+      gpu->adam_step(*pg, cfg, step);
+    }
+    const double e = rel_l2(pg->get(), pc->get());
+    EXPECT_LE(e, 1e-6) << dtype_name(dt);  // fp32 master weights
+    std::printf("[ cuda ] %s Adam 3 steps: rel L2 err of fp32 master %.2e\n", gpu->name().c_str(), e);
+  }
+}
+
+// Layer forward + backward throughput (not asserted: printed for the calibration tables).
+TEST(KernelsCuda, LayerThroughput) {
+  SKIP_WITHOUT_GPU();
+  ModelShape m;
+  m.layer = {2048, 16, 8192};
+  m.vocab = 64;
+  m.max_seq = 2048;
+  const int b = 4;
+  const std::vector<double> params = init_params(ModuleKind::kLayer, m, 1, 0.02);
+  std::mt19937_64 rng(2);
+  for (DType dt : gpu_dtypes()) {
+    auto be = make_cuda_backend(dt);
+    auto p = be->params(ModuleKind::kLayer, m);
+    p->set(params);
+    for (const std::vector<int>& lens :
+         {std::vector<int>{2048}, std::vector<int>{1024, 1024}, std::vector<int>{512, 512, 512, 512}}) {
+      auto kv = be->kv_cache(m.layer, b, m.max_seq);
+      std::vector<std::unique_ptr<Tensor>> xs, ys;
+      std::vector<std::unique_ptr<Record>> recs;
+      double flops = 0;
+      int c = 0;
+      for (int l : lens) {
+        xs.push_back(be->tensor(b * l, m.layer.hidden));
+        xs.back()->upload(random_vec(static_cast<std::size_t>(b) * l * m.layer.hidden, rng));
+        ys.push_back(be->tensor(0, 0));
+        recs.push_back(be->record());
+        flops += 3 * layer_forward_flops(m.layer, {b, c, l});  // backward = 2 x forward
+        c += l;
+      }
+      auto dx = be->tensor(0, 0);
+      auto step = [&] {
+        int c0 = 0;
+        for (std::size_t i = 0; i < lens.size(); ++i) {
+          be->layer_forward(*p, *xs[i], {b, c0, lens[i]}, *kv, *recs[i], *ys[i]);
+          c0 += lens[i];
+        }
+        for (int i = static_cast<int>(lens.size()) - 1; i >= 0; --i) be->layer_backward(*p, *recs[i], *kv, *ys[i], *dx);
+      };
+      for (int i = 0; i < 3; ++i) step();  // warm-up: allocations, cuBLAS heuristics, clocks
+      const int iters = 10;
+      CudaEventTimer timer(static_cast<cudaStream_t>(be->stream()));
+      for (int i = 0; i < iters; ++i) step();
+      const double s = timer.elapsed_s() / iters;
+      EXPECT_GT(s, 0.0);
+      std::string lens_s;
+      for (int l : lens) lens_s += (lens_s.empty() ? "" : ",") + std::to_string(l);
+      std::printf("[ cuda ] %s layer h=2048 ffn=8192 heads=16 b=%d slices [%s]: fwd+bwd %.3f ms, %.1f TFLOP/s\n",
+                  be->name().c_str(), b, lens_s.c_str(), s * 1e3, flops / s / 1e12);
+    }
+  }
+}
+
+// The check macros carry file:line, the call and the library message; no GPU needed.
+TEST(KernelsCudaErrors, CheckMacrosThrowTypedErrors) {
+  try {
+    CUDA_CHECK(static_cast<cudaError_t>(cudaErrorInvalidValue));
+    FAIL() << "CUDA_CHECK did not throw";
+  } catch (const CudaError& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("test_kernels_cuda.cc:"), std::string::npos) << w;
+    EXPECT_NE(w.find("static_cast<cudaError_t>(cudaErrorInvalidValue) failed"), std::string::npos) << w;
+    EXPECT_NE(w.find("cudaErrorInvalidValue: invalid argument"), std::string::npos) << w;
+  }
+  try {
+    CUBLAS_CHECK(cublasSetStream(nullptr, nullptr));  // a null handle fails without touching a device
+    FAIL() << "CUBLAS_CHECK did not throw";
+  } catch (const CudaError& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("test_kernels_cuda.cc:"), std::string::npos) << w;
+    EXPECT_NE(w.find("cublasSetStream(nullptr, nullptr) failed: CUBLAS_STATUS_"), std::string::npos) << w;
+  }
+  EXPECT_NO_THROW(CUDA_CHECK(cudaSuccess));
+}
+
+TEST(KernelsCudaErrors, NoDeviceGivesClearErrors) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_THROW(make_cuda_backend(DType::kBF16), KernelError);
+  EXPECT_THROW(CudaEventTimer timer, CudaError);
+}
+#endif
+
+TEST(KernelsCudaErrors, WrongDtypeRejected) {
+  if (!built_with_cuda()) {
+    EXPECT_THROW(make_cuda_backend(DType::kBF16), KernelError);
+    EXPECT_EQ(cuda_device_count(), 0);
+    return;
+  }
+  EXPECT_THROW(make_cuda_backend(DType::kF64), KernelError);
+}
+
+}  // namespace
+}  // namespace pipescope::kernels
