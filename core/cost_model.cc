@@ -1,1 +1,40 @@
-// TODO: implemented by the foundation work
+// ConstantCostModel: fixed per-(micro-batch, stage) costs, scaled by chunk (1/v) and token share.
+#include "core/cost_model.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace pipescope {
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("ConstantCostModel: " + what);
+}
+
+}  // namespace
+
+ConstantCostModel::ConstantCostModel(ConstantCosts c) : c_(c) {
+  require(c.v >= 1, "v must be >= 1, got " + std::to_string(c.v));
+  require(c.seq_len >= 1, "seq_len must be >= 1, got " + std::to_string(c.seq_len));
+  require(c.tp_calls_fwd >= 0, "tp_calls_fwd must be >= 0, got " + std::to_string(c.tp_calls_fwd));
+  const double vals[] = {c.forward_s, c.backward_s, c.p2p_bytes, c.grad_bytes, c.optimizer_s, c.tp_bytes};
+  for (double x : vals) require(std::isfinite(x) && x >= 0, "costs and sizes must be finite and >= 0");
+}
+
+double ConstantCostModel::token_share(const Op& op) const { return static_cast<double>(op.tokens()) / c_.seq_len; }
+
+double ConstantCostModel::compute_seconds(const Op& op, int) const {
+  const double stage_s = op.kind == OpKind::Forward ? c_.forward_s : c_.backward_s;
+  return stage_s / c_.v * token_share(op);
+}
+
+// An activation (or its gradient) has the same size whichever chunk produced it.
+double ConstantCostModel::p2p_bytes(const Op& op, int) const { return c_.p2p_bytes * token_share(op); }
+
+int ConstantCostModel::tp_allreduce_calls(const Op&) const { return c_.tp_calls_fwd; }
+
+double ConstantCostModel::tp_allreduce_bytes(const Op& op, int) const { return c_.tp_bytes * token_share(op); }
+
+}  // namespace pipescope

@@ -32,29 +32,30 @@ class CostModel {
 // Fixed costs per (micro-batch, stage); slices scale linearly with their token share. Used by
 // closed-form tests (free communication when bytes are 0).
 struct ConstantCosts {
-  double forward_s = 1.0;       // forward of one whole micro-batch on one virtual stage... see note
-  double backward_s = 2.0;      // ... costs are per rank-stage; divided by v for a chunk
-  double p2p_bytes = 0.0;       // per whole micro-batch; slices get their token share
-  double grad_bytes = 0.0;      // per rank
+  double forward_s = 1.0;   // forward of one whole micro-batch on one virtual stage... see note
+  double backward_s = 2.0;  // ... costs are per rank-stage; divided by v for a chunk
+  double p2p_bytes = 0.0;   // per whole micro-batch; slices get their token share
+  double grad_bytes = 0.0;  // per rank
   double optimizer_s = 0.0;
-  double tp_bytes = 0.0;        // per TP all-reduce call (whole micro-batch)
-  int tp_calls_fwd = 0;         // TP all-reduce calls per forward (backward uses the same count)
-  int v = 1;                    // chunks per rank (a chunk costs 1/v of a stage)
-  int seq_len = 1;              // tokens per sequence, to scale slices
+  double tp_bytes = 0.0;  // per TP all-reduce call (whole micro-batch)
+  int tp_calls_fwd = 0;   // TP all-reduce calls per forward (backward uses the same count)
+  int v = 1;              // chunks per rank (a chunk costs 1/v of a stage)
+  int seq_len = 1;        // tokens per sequence, to scale slices
 };
 
 class ConstantCostModel final : public CostModel {
  public:
-  explicit ConstantCostModel(ConstantCosts c) : c_(c) {}
+  explicit ConstantCostModel(ConstantCosts c);  // throws std::invalid_argument on v < 1, seq_len < 1, costs < 0
   double compute_seconds(const Op& op, int microbatch_seqs) const override;
   double p2p_bytes(const Op& op, int microbatch_seqs) const override;
   int tp_allreduce_calls(const Op& op) const override;
   double tp_allreduce_bytes(const Op& op, int microbatch_seqs) const override;
-  double grad_bytes(int rank) const override { return c_.grad_bytes; }
+  double grad_bytes(int) const override { return c_.grad_bytes; }
   double optimizer_seconds(int) const override { return c_.optimizer_s; }
   double embedding_grad_bytes() const override { return 0.0; }
 
  private:
+  double token_share(const Op& op) const;  // tokens / seq_len
   ConstantCosts c_;
 };
 

@@ -1,1 +1,362 @@
-// TODO: implemented by the foundation work
+// Dependency DAG of a lowered schedule under the execution semantics of core/lowering.h.
+#include "core/dag.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <tuple>
+
+#include "core/checks.h"
+
+namespace pipescope {
+
+namespace {
+
+using Edge = std::pair<std::uint32_t, std::uint32_t>;
+
+// One Send or Recv, keyed by (sender, receiver, producer op).
+struct Msg {
+  std::int32_t sender, receiver;
+  OpKind kind;
+  std::int32_t stage, microbatch, slice;
+  std::int32_t worker;  // the worker whose program holds it
+  std::int32_t index;   // its position there
+  auto key() const { return std::tie(sender, receiver, kind, stage, microbatch, slice); }
+};
+
+std::string exact(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+bool is_collective(LOpKind k) { return k == LOpKind::AllReduce || k == LOpKind::AllGather; }
+
+std::string at(const LoweredSchedule& ls, int w, std::size_t i) {
+  return lowered_op_name(ls, w, i) + " (worker " + std::to_string(w) + ", position " + std::to_string(i) + ")";
+}
+
+[[noreturn]] void fail(const std::string& what, std::vector<std::string> ops) {
+  throw CheckError(what, std::move(ops));
+}
+
+void check_shape(const LoweredSchedule& ls, const Placement& pl) {
+  const std::size_t workers = static_cast<std::size_t>(ls.dp) * ls.p;
+  if (ls.dp < 1 || ls.p < 1 || ls.tp < 1 || ls.per_worker.size() != workers)
+    fail("lowered schedule has " + std::to_string(ls.per_worker.size()) +
+             " worker programs for dp = " + std::to_string(ls.dp) + ", p = " + std::to_string(ls.p),
+         {});
+  if (pl.dp != ls.dp || pl.p != ls.p || pl.tp != ls.tp || pl.gpu.size() != workers * ls.tp)
+    fail("placement is for dp = " + std::to_string(pl.dp) + ", p = " + std::to_string(pl.p) +
+             ", tp = " + std::to_string(pl.tp) + " (" + std::to_string(pl.gpu.size()) +
+             " GPUs) but the schedule is lowered for dp = " + std::to_string(ls.dp) + ", p = " + std::to_string(ls.p) +
+             ", tp = " + std::to_string(ls.tp),
+         {});
+  for (std::size_t g = 0; g < ls.groups.size(); g++) {
+    const auto& ws = ls.groups[g].workers;
+    if (ws.empty()) fail("collective group g" + std::to_string(g) + " has no members", {});
+    for (std::size_t a = 0; a < ws.size(); a++) {
+      if (ws[a] < 0 || static_cast<std::size_t>(ws[a]) >= workers)
+        fail("collective group g" + std::to_string(g) + " names worker " + std::to_string(ws[a]) + " of " +
+                 std::to_string(workers),
+             {});
+      for (std::size_t b = 0; b < a; b++)
+        if (ws[a] == ws[b])
+          fail("collective group g" + std::to_string(g) + " lists worker " + std::to_string(ws[a]) + " twice", {});
+    }
+  }
+}
+
+// Matches Sends with Recvs; returns the matched (send, recv) positions, ordered by key.
+std::vector<std::pair<Msg, Msg>> match_p2p(const LoweredSchedule& ls) {
+  std::vector<Msg> sends, recvs;
+  const int workers = static_cast<int>(ls.per_worker.size());
+  for (int w = 0; w < workers; w++) {
+    const auto& prog = ls.per_worker[w];
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      const LoweredOp& l = prog[i];
+      if (l.kind != LOpKind::Send && l.kind != LOpKind::Recv) continue;
+      if (l.peer < 0 || l.peer >= workers)
+        fail(at(ls, w, i) + " names peer worker " + std::to_string(l.peer) + " of " + std::to_string(workers),
+             {lowered_op_name(ls, w, i)});
+      if (l.peer == w) fail(at(ls, w, i) + " names its own worker as the peer", {lowered_op_name(ls, w, i)});
+      const bool send = l.kind == LOpKind::Send;
+      Msg m{send ? w : l.peer, send ? l.peer : w, l.op.kind, l.op.stage,
+            l.op.microbatch,   l.op.slice,        w,         static_cast<std::int32_t>(i)};
+      (send ? sends : recvs).push_back(m);
+    }
+  }
+  auto by_key = [](const Msg& a, const Msg& b) {
+    return std::make_tuple(a.key(), a.worker, a.index) < std::make_tuple(b.key(), b.worker, b.index);
+  };
+  std::sort(sends.begin(), sends.end(), by_key);
+  std::sort(recvs.begin(), recvs.end(), by_key);
+  auto dup = [&](const std::vector<Msg>& v, const char* what) {
+    for (std::size_t k = 1; k < v.size(); k++)
+      if (v[k].key() == v[k - 1].key())
+        fail(std::string("duplicate ") + what + ": " + at(ls, v[k - 1].worker, v[k - 1].index) + " and " +
+                 at(ls, v[k].worker, v[k].index) + " carry the same message",
+             {lowered_op_name(ls, v[k - 1].worker, v[k - 1].index), lowered_op_name(ls, v[k].worker, v[k].index)});
+  };
+  dup(sends, "send");
+  dup(recvs, "receive");
+  std::vector<std::pair<Msg, Msg>> pairs;
+  pairs.reserve(sends.size());
+  std::size_t a = 0, b = 0;
+  while (a < sends.size() || b < recvs.size()) {
+    if (b == recvs.size() || (a < sends.size() && sends[a].key() < recvs[b].key())) {
+      const Msg& s = sends[a];
+      fail(at(ls, s.worker, s.index) + " has no matching recv on worker " + std::to_string(s.receiver),
+           {lowered_op_name(ls, s.worker, s.index)});
+    }
+    if (a == sends.size() || recvs[b].key() < sends[a].key()) {
+      const Msg& r = recvs[b];
+      fail(at(ls, r.worker, r.index) + " has no matching send on worker " + std::to_string(r.sender),
+           {lowered_op_name(ls, r.worker, r.index)});
+    }
+    const LoweredOp& so = ls.per_worker[sends[a].worker][sends[a].index];
+    const LoweredOp& ro = ls.per_worker[recvs[b].worker][recvs[b].index];
+    if (so.bytes != ro.bytes || so.tag != ro.tag)
+      fail(
+          at(ls, sends[a].worker, sends[a].index) + " sends " + exact(so.bytes) + " bytes but " +
+              at(ls, recvs[b].worker, recvs[b].index) + " expects " + exact(ro.bytes) +
+              (so.tag != ro.tag ? " (and the tags differ)" : ""),
+          {lowered_op_name(ls, sends[a].worker, sends[a].index), lowered_op_name(ls, recvs[b].worker, recvs[b].index)});
+    pairs.emplace_back(sends[a++], recvs[b++]);
+  }
+  return pairs;
+}
+
+// Collective calls per group: calls[g][slot][n] = position of member `slot`'s n-th call on group g.
+std::vector<std::vector<std::vector<std::int32_t>>> match_collectives(const LoweredSchedule& ls) {
+  std::vector<std::vector<std::vector<std::int32_t>>> calls(ls.groups.size());
+  for (std::size_t g = 0; g < ls.groups.size(); g++) calls[g].resize(ls.groups[g].workers.size());
+  for (std::size_t w = 0; w < ls.per_worker.size(); w++) {
+    const auto& prog = ls.per_worker[w];
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      const LoweredOp& l = prog[i];
+      if (!is_collective(l.kind)) continue;
+      const int wi = static_cast<int>(w);
+      if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls.groups.size())
+        fail(at(ls, wi, i) + " uses collective group " + std::to_string(l.group) + " of " +
+                 std::to_string(ls.groups.size()),
+             {lowered_op_name(ls, wi, i)});
+      const auto& ws = ls.groups[l.group].workers;
+      const auto it = std::find(ws.begin(), ws.end(), wi);
+      if (it == ws.end())
+        fail(at(ls, wi, i) + " runs on a worker that is not a member of group g" + std::to_string(l.group),
+             {lowered_op_name(ls, wi, i)});
+      if (l.tag != ls.groups[l.group].tag)
+        fail(at(ls, wi, i) + " has a different tag than its group g" + std::to_string(l.group),
+             {lowered_op_name(ls, wi, i)});
+      if (l.count < 1)
+        fail(at(ls, wi, i) + " folds " + std::to_string(l.count) + " calls", {lowered_op_name(ls, wi, i)});
+      calls[l.group][it - ws.begin()].push_back(static_cast<std::int32_t>(i));
+    }
+  }
+  for (std::size_t g = 0; g < ls.groups.size(); g++) {
+    const auto& ws = ls.groups[g].workers;
+    const auto& c0 = calls[g][0];
+    for (std::size_t s = 1; s < ws.size(); s++) {
+      const auto& cs = calls[g][s];
+      const std::size_t n = std::min(c0.size(), cs.size());
+      for (std::size_t k = 0; k < n; k++) {
+        const LoweredOp& a = ls.per_worker[ws[0]][c0[k]];
+        const LoweredOp& b = ls.per_worker[ws[s]][cs[k]];
+        if (a.kind != b.kind || a.bytes != b.bytes || a.count != b.count)
+          fail("collective call " + std::to_string(k) + " of group g" + std::to_string(g) +
+                   " does not match: " + at(ls, ws[0], c0[k]) + " vs " + at(ls, ws[s], cs[k]),
+               {lowered_op_name(ls, ws[0], c0[k]), lowered_op_name(ls, ws[s], cs[k])});
+      }
+      if (c0.size() != cs.size()) {
+        const bool first_more = c0.size() > cs.size();
+        const int w = first_more ? ws[0] : ws[s];
+        const auto& longer = first_more ? c0 : cs;
+        fail("group g" + std::to_string(g) + ": worker " + std::to_string(ws[0]) + " makes " +
+                 std::to_string(c0.size()) + " collective calls but worker " + std::to_string(ws[s]) + " makes " +
+                 std::to_string(cs.size()) + "; unmatched: " + at(ls, w, longer[n]),
+             {lowered_op_name(ls, w, longer[n])});
+      }
+    }
+  }
+  return calls;
+}
+
+}  // namespace
+
+Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
+  check_shape(ls, pl);
+  const auto pairs = match_p2p(ls);
+  const auto calls = match_collectives(ls);
+  const std::size_t workers = ls.per_worker.size();
+
+  Dag dag;
+  std::size_t ops = 0;
+  for (const auto& prog : ls.per_worker) ops += prog.size();
+  dag.nodes.reserve(ops);
+  dag.node_of.resize(workers);
+  auto add = [&dag](DagKind kind, int w, std::size_t i) {
+    DagNode n;
+    n.kind = kind;
+    n.worker = w;
+    n.index = static_cast<std::int32_t>(i);
+    dag.nodes.push_back(n);
+    return static_cast<std::int32_t>(dag.nodes.size() - 1);
+  };
+  // Nodes of everything but collectives, in program order; a Send's slot holds its transfer node for now.
+  for (std::size_t w = 0; w < workers; w++) {
+    const int wi = static_cast<int>(w);
+    const auto& prog = ls.per_worker[w];
+    auto& nodes = dag.node_of[w];
+    nodes.assign(prog.size(), -1);
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      const LoweredOp& l = prog[i];
+      switch (l.kind) {
+        case LOpKind::Compute:
+        case LOpKind::Optimizer: {
+          nodes[i] = add(DagKind::Compute, wi, i);
+          dag.nodes.back().gpu = pl.gpu_of(wi, 0);
+          dag.nodes.back().amount = l.seconds;
+          break;
+        }
+        case LOpKind::Recv:
+          nodes[i] = add(DagKind::Join, wi, i);
+          break;
+        case LOpKind::Send: {
+          nodes[i] = add(l.bytes > 0 ? DagKind::Transfer : DagKind::Join, wi, i);
+          DagNode& n = dag.nodes.back();
+          n.gpu = pl.gpu_of(wi, 0);
+          n.gpu2 = pl.gpu_of(l.peer, 0);
+          n.amount = l.bytes;
+          break;
+        }
+        case LOpKind::AllReduce:
+        case LOpKind::AllGather:
+          break;
+      }
+    }
+  }
+  // One node per collective call, owned by the group's first member.
+  const auto first_coll = static_cast<std::uint32_t>(dag.nodes.size());
+  for (std::size_t g = 0; g < ls.groups.size(); g++) {
+    const auto& ws = ls.groups[g].workers;
+    for (std::size_t k = 0; k < calls[g][0].size(); k++) {
+      const LoweredOp& l = ls.per_worker[ws[0]][calls[g][0][k]];
+      const std::int32_t id = add(l.bytes > 0 ? DagKind::Collective : DagKind::Join, ws[0], calls[g][0][k]);
+      DagNode& n = dag.nodes.back();
+      n.group = static_cast<std::int32_t>(g);
+      n.count = l.count;
+      n.amount = l.bytes;
+      for (std::size_t s = 0; s < ws.size(); s++) dag.node_of[ws[s]][calls[g][s][k]] = id;
+    }
+  }
+
+  // Edges.
+  std::vector<Edge> edges, shared;  // shared: collective -> collective, may repeat once per member
+  edges.reserve(ops + pairs.size());
+  for (std::size_t w = 0; w < workers; w++) {
+    const auto& prog = ls.per_worker[w];
+    const auto& nodes = dag.node_of[w];
+    std::int64_t prev = -1;
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      const auto node = static_cast<std::uint32_t>(nodes[i]);
+      if (prev >= 0) {
+        const auto from = static_cast<std::uint32_t>(prev);
+        (from >= first_coll && node >= first_coll ? shared : edges).emplace_back(from, node);
+      }
+      if (prog[i].kind != LOpKind::Send) prev = node;
+    }
+  }
+  for (const auto& [s, r] : pairs)
+    edges.emplace_back(static_cast<std::uint32_t>(dag.node_of[s.worker][s.index]),
+                       static_cast<std::uint32_t>(dag.node_of[r.worker][r.index]));
+  std::sort(shared.begin(), shared.end());
+  shared.erase(std::unique(shared.begin(), shared.end()), shared.end());
+  edges.insert(edges.end(), shared.begin(), shared.end());
+  // Sends are folded into their transfer node.
+  for (std::size_t w = 0; w < workers; w++)
+    for (std::size_t i = 0; i < ls.per_worker[w].size(); i++)
+      if (ls.per_worker[w][i].kind == LOpKind::Send) dag.node_of[w][i] = -1;
+
+  // CSR by counting sort; successors keep insertion order (program order first).
+  const std::size_t n = dag.nodes.size();
+  dag.succ_begin.assign(n + 1, 0);
+  dag.preds.assign(n, 0);
+  for (const Edge& e : edges) {
+    dag.succ_begin[e.first + 1]++;
+    dag.preds[e.second]++;
+  }
+  for (std::size_t i = 0; i < n; i++) dag.succ_begin[i + 1] += dag.succ_begin[i];
+  dag.succ.resize(edges.size());
+  std::vector<std::uint32_t> fill(dag.succ_begin.begin(), dag.succ_begin.end() - 1);
+  for (const Edge& e : edges) dag.succ[fill[e.first]++] = e.second;
+
+  // Rings: a one-worker group (TP, scatter/gather) is one ring of its tp GPUs; a multi-worker group (DP,
+  // embedding) runs as tp parallel rings, ring t over the members' TP rank t.
+  dag.rings.resize(ls.groups.size());
+  for (std::size_t g = 0; g < ls.groups.size(); g++) {
+    const auto& ws = ls.groups[g].workers;
+    auto& rings = dag.rings[g];
+    if (ws.size() == 1) {
+      rings.emplace_back();
+      for (int t = 0; t < ls.tp; t++) rings.back().push_back(pl.gpu_of(ws[0], t));
+    } else {
+      for (int t = 0; t < ls.tp; t++) {
+        rings.emplace_back();
+        for (std::int32_t w : ws) rings.back().push_back(pl.gpu_of(w, t));
+      }
+    }
+  }
+  return dag;
+}
+
+std::size_t dry_run(const Dag& dag) {
+  std::vector<std::uint32_t> pending(dag.preds);
+  std::vector<std::uint32_t> ready;
+  for (std::uint32_t i = 0; i < dag.size(); i++)
+    if (pending[i] == 0) ready.push_back(i);
+  std::size_t done = 0;
+  while (!ready.empty()) {
+    const std::uint32_t u = ready.back();
+    ready.pop_back();
+    done++;
+    for (std::uint32_t e = dag.succ_begin[u]; e < dag.succ_begin[u + 1]; e++)
+      if (--pending[dag.succ[e]] == 0) ready.push_back(dag.succ[e]);
+  }
+  return done;
+}
+
+std::vector<double> earliest_finish(const Dag& dag) {
+  std::vector<std::uint32_t> pending(dag.preds);
+  std::vector<double> start(dag.size(), 0.0), finish(dag.size(), 0.0);
+  std::vector<std::uint32_t> ready;
+  for (std::uint32_t i = 0; i < dag.size(); i++)
+    if (pending[i] == 0) ready.push_back(i);
+  std::size_t done = 0;
+  while (!ready.empty()) {
+    const std::uint32_t u = ready.back();
+    ready.pop_back();
+    done++;
+    const DagNode& n = dag.nodes[u];
+    finish[u] = start[u] + (n.kind == DagKind::Compute ? n.amount : 0.0);
+    for (std::uint32_t e = dag.succ_begin[u]; e < dag.succ_begin[u + 1]; e++) {
+      const std::uint32_t s = dag.succ[e];
+      start[s] = std::max(start[s], finish[u]);
+      if (--pending[s] == 0) ready.push_back(s);
+    }
+  }
+  if (done != dag.size())
+    throw CheckError("earliest_finish: the DAG has a cycle (" + std::to_string(dag.size() - done) + " of " +
+                         std::to_string(dag.size()) + " nodes never become ready)",
+                     {});
+  return finish;
+}
+
+std::string dag_node_text(const Dag& dag, const LoweredSchedule& ls, std::uint32_t node) {
+  const DagNode& n = dag.nodes.at(node);
+  if (n.worker < 0 || n.index < 0 || static_cast<std::size_t>(n.worker) >= ls.per_worker.size() ||
+      static_cast<std::size_t>(n.index) >= ls.per_worker[n.worker].size())
+    return "node " + std::to_string(node);
+  return lowered_op_name(ls, n.worker, static_cast<std::size_t>(n.index));
+}
+
+}  // namespace pipescope

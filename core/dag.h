@@ -39,8 +39,9 @@ struct Dag {
   // Per collective group: the GPU rings that run the call concurrently (from Placement). TP group: one
   // ring of its tp GPUs; DP group: tp rings of dp GPUs each; embedding group: tp rings of 2 GPUs.
   std::vector<std::vector<std::vector<std::int32_t>>> rings;
-  // node_of[worker][index] = DAG node of that lowered op (-1 for ops folded into another node,
-  // e.g. a Send, whose transfer node is the matching Recv's).
+  // node_of[worker][index] = DAG node of that lowered op (-1 for ops folded into another node: a Send,
+  // whose Transfer node carries the Send's worker and index). All members of a collective call map to
+  // its one node, whose worker/index are those of the group's first member.
   std::vector<std::vector<std::int32_t>> node_of;
 
   std::size_t size() const { return nodes.size(); }

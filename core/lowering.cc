@@ -1,1 +1,295 @@
-// TODO: implemented by the foundation work
+// Lowering passes: compute schedule -> per-worker programs with p2p, collectives and costs.
+// Each pass copies its input and returns a new value (core/lowering.h).
+#include "core/lowering.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include "core/cost_model.h"
+
+namespace pipescope {
+
+namespace {
+
+int seqs_of(const Schedule& s, const Op& op) {
+  return s.microbatches[static_cast<std::size_t>(op.microbatch)].seq_count;
+}
+
+std::string fmt_bytes(double b) {
+  char buf[48];
+  if (b >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.1fGB", b / 1e9);
+  else if (b >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.1fMB", b / 1e6);
+  else if (b >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fkB", b / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0fB", b);
+  return buf;
+}
+
+const char* tag_text(CollTag t) {
+  switch (t) {
+    case CollTag::DataParallel:
+      return "dp";
+    case CollTag::TensorParallel:
+      return "tp";
+    case CollTag::Embedding:
+      return "emb";
+    case CollTag::ScatterGather:
+      return "sg";
+    case CollTag::None:
+      break;
+  }
+  return "none";
+}
+
+// Room left at the end of rebuilt programs for the grad-sync collectives and the optimizer step, so that
+// appending them does not reallocate million-op programs.
+constexpr std::size_t kTailSlack = 4;
+
+// An op inserted into a worker's program before (after = false) or after (after = true) position `at`.
+struct Insert {
+  std::size_t at;
+  bool after;
+  LoweredOp op;
+};
+
+// Rebuilds a program with the inserts placed; inserts at the same spot keep their generation order.
+std::vector<LoweredOp> apply_inserts(const std::vector<LoweredOp>& prog, std::vector<Insert>& ins) {
+  std::stable_sort(ins.begin(), ins.end(),
+                   [](const Insert& a, const Insert& b) { return 2 * a.at + a.after < 2 * b.at + b.after; });
+  std::vector<LoweredOp> out;
+  out.reserve(prog.size() + ins.size() + kTailSlack);
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < prog.size(); i++) {
+    for (; k < ins.size() && ins[k].at == i && !ins[k].after; k++) out.push_back(ins[k].op);
+    out.push_back(prog[i]);
+    for (; k < ins.size() && ins[k].at == i && ins[k].after; k++) out.push_back(ins[k].op);
+  }
+  return out;
+}
+
+void require_shape(const LoweredSchedule& in, const char* pass) {
+  if (in.dp < 1 || in.p < 1 || in.tp < 1 || in.per_worker.size() != static_cast<std::size_t>(in.dp) * in.p)
+    throw std::invalid_argument(std::string(pass) + ": lowered schedule has " + std::to_string(in.per_worker.size()) +
+                                " worker programs, expected dp * p = " + std::to_string(in.dp) + " * " +
+                                std::to_string(in.p));
+}
+
+}  // namespace
+
+std::string lowered_text(const LoweredOp& op) {
+  switch (op.kind) {
+    case LOpKind::Compute:
+      return op_text(op.op);
+    case LOpKind::Send:
+      return "send(" + op_text(op.op) + "->" + std::to_string(op.peer) + ")";
+    case LOpKind::Recv:
+      return "recv(" + op_text(op.op) + "<-" + std::to_string(op.peer) + ")";
+    case LOpKind::AllReduce:
+    case LOpKind::AllGather: {
+      std::string t = op.kind == LOpKind::AllReduce ? "allreduce[" : "allgather[";
+      t += tag_text(op.tag);
+      t += " g" + std::to_string(op.group) + " ";
+      if (op.count != 1) t += std::to_string(op.count) + "x";
+      t += fmt_bytes(op.bytes);
+      // Per-op collectives (TP, scatter/gather) name the compute op they belong to.
+      if (op.tag == CollTag::TensorParallel || op.tag == CollTag::ScatterGather) t += " " + op_text(op.op);
+      return t + "]";
+    }
+    case LOpKind::Optimizer:
+      return "opt";
+  }
+  return "?";
+}
+
+std::string lowered_op_name(const LoweredSchedule& ls, int worker, std::size_t index) {
+  const LoweredOp& op = ls.per_worker.at(static_cast<std::size_t>(worker)).at(index);
+  std::string t = lowered_text(op);
+  const bool collective = op.kind == LOpKind::AllReduce || op.kind == LOpKind::AllGather;
+  if (op.kind == LOpKind::Optimizer || (ls.dp > 1 && !collective)) t += "@w" + std::to_string(worker);
+  return t;
+}
+
+LoweredSchedule lower_compute(const Schedule& s, int dp, int tp, const CostModel& cost) {
+  const char* where = "lower_compute";
+  if (dp < 1 || tp < 1)
+    throw std::invalid_argument(std::string(where) + ": dp and tp must be >= 1, got dp = " + std::to_string(dp) +
+                                ", tp = " + std::to_string(tp));
+  if (s.p < 1 || s.per_rank.size() != static_cast<std::size_t>(s.p))
+    throw std::invalid_argument(std::string(where) + ": schedule '" + s.name + "' has " +
+                                std::to_string(s.per_rank.size()) + " rank lists for p = " + std::to_string(s.p));
+  LoweredSchedule ls;
+  ls.schedule = s;
+  ls.dp = dp;
+  ls.p = s.p;
+  ls.tp = tp;
+  ls.per_worker.resize(static_cast<std::size_t>(dp) * s.p);
+  for (int r = 0; r < s.p; r++) {
+    std::vector<LoweredOp> prog;
+    prog.reserve(s.per_rank[r].size());
+    for (const Op& op : s.per_rank[r]) {
+      if (op.microbatch < 0 || op.microbatch >= static_cast<int>(s.microbatches.size()))
+        throw std::invalid_argument(std::string(where) + ": op " + op_text(op) + " on rank " + std::to_string(r) +
+                                    " names micro-batch " + std::to_string(op.microbatch) + " of " +
+                                    std::to_string(s.microbatches.size()));
+      LoweredOp l;
+      l.kind = LOpKind::Compute;
+      l.op = op;
+      l.seconds = cost.compute_seconds(op, seqs_of(s, op));
+      prog.push_back(l);
+    }
+    for (int d = 0; d < dp; d++) ls.per_worker[LoweredSchedule::worker(d, r, s.p)] = prog;
+  }
+  return ls;
+}
+
+namespace {
+
+// The passes work on a value so that lower() can move one program set through all of them; the public
+// functions copy their input once.
+LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
+  require_shape(in, "add_p2p");
+  const Schedule& s = in.schedule;
+  const OpKeyIndex index(s);
+  const int p = in.p;
+  std::vector<std::vector<Insert>> ins(in.per_worker.size());
+  // Per replica: where each op of the grid runs, and (per consumer worker) which producers it already receives.
+  std::vector<std::int32_t> at_worker(index.size()), at_index(index.size()), received_on(index.size());
+  for (int d = 0; d < in.dp; d++) {
+    std::fill(at_worker.begin(), at_worker.end(), -1);
+    std::fill(received_on.begin(), received_on.end(), -1);
+    for (int r = 0; r < p; r++) {
+      const int w = LoweredSchedule::worker(d, r, p);
+      const auto& prog = in.per_worker[w];
+      for (std::size_t i = 0; i < prog.size(); i++) {
+        if (prog[i].kind != LOpKind::Compute) continue;
+        const std::int64_t slot = index.slot(key_of(prog[i].op));
+        if (slot >= 0 && at_worker[slot] < 0) at_worker[slot] = w, at_index[slot] = static_cast<std::int32_t>(i);
+      }
+    }
+    for (int r = 0; r < p; r++) {
+      const int w = LoweredSchedule::worker(d, r, p);
+      const auto& prog = in.per_worker[w];
+      for (std::size_t i = 0; i < prog.size(); i++) {
+        if (prog[i].kind != LOpKind::Compute) continue;
+        for (const OpKey& dep : op_dependencies(s, key_of(prog[i].op))) {
+          const std::int64_t slot = index.slot(dep);
+          // A producer missing from the schedule is left for the checker to report by name.
+          if (slot < 0 || at_worker[slot] < 0 || at_worker[slot] == w || received_on[slot] == w) continue;
+          received_on[slot] = w;
+          const int pw = at_worker[slot];
+          const LoweredOp& producer = in.per_worker[pw][at_index[slot]];
+          LoweredOp msg;
+          msg.op = producer.op;
+          msg.bytes = cost.p2p_bytes(producer.op, seqs_of(s, producer.op));
+          msg.kind = LOpKind::Send;
+          msg.peer = w;
+          ins[pw].push_back(Insert{static_cast<std::size_t>(at_index[slot]), true, msg});
+          msg.kind = LOpKind::Recv;
+          msg.peer = pw;
+          ins[w].push_back(Insert{i, false, msg});
+        }
+      }
+    }
+  }
+  for (std::size_t w = 0; w < ins.size(); w++)
+    if (!ins[w].empty()) in.per_worker[w] = apply_inserts(in.per_worker[w], ins[w]);
+  return in;
+}
+
+LoweredSchedule tp_pass(LoweredSchedule in, const CostModel& cost) {
+  require_shape(in, "add_tp_allreduce");
+  if (in.tp == 1) return in;
+  LoweredSchedule& out = in;
+  for (std::size_t w = 0; w < in.per_worker.size(); w++) {
+    const auto& prog = in.per_worker[w];
+    std::vector<LoweredOp> next;
+    next.reserve(2 * prog.size() + kTailSlack);
+    std::int32_t group = -1;  // this worker's TP group, created on first use
+    for (const LoweredOp& l : prog) {
+      next.push_back(l);
+      if (l.kind != LOpKind::Compute) continue;
+      const int calls = cost.tp_allreduce_calls(l.op);
+      if (calls <= 0) continue;
+      if (group < 0) {
+        group = static_cast<std::int32_t>(out.groups.size());
+        out.groups.push_back(CollGroup{CollTag::TensorParallel, {static_cast<std::int32_t>(w)}});
+      }
+      LoweredOp ar;
+      ar.kind = LOpKind::AllReduce;
+      ar.tag = CollTag::TensorParallel;
+      ar.op = l.op;
+      ar.group = group;
+      ar.count = calls;
+      ar.bytes = cost.tp_allreduce_bytes(l.op, seqs_of(in.schedule, l.op));
+      next.push_back(ar);
+    }
+    out.per_worker[w] = std::move(next);
+  }
+  return out;
+}
+
+LoweredSchedule grad_sync_pass(LoweredSchedule in, const CostModel& cost) {
+  require_shape(in, "add_grad_sync");
+  LoweredSchedule& out = in;
+  const int p = in.p;
+  auto append = [&](std::int32_t group, CollTag tag, double bytes) {
+    for (std::int32_t w : out.groups[group].workers) {
+      LoweredOp ar;
+      ar.kind = LOpKind::AllReduce;
+      ar.tag = tag;
+      ar.group = group;
+      ar.bytes = bytes;
+      out.per_worker[w].push_back(ar);
+    }
+  };
+  if (in.dp > 1) {
+    for (int r = 0; r < p; r++) {
+      CollGroup g{CollTag::DataParallel, {}};
+      for (int d = 0; d < in.dp; d++) g.workers.push_back(LoweredSchedule::worker(d, r, p));
+      out.groups.push_back(std::move(g));
+      append(static_cast<std::int32_t>(out.groups.size() - 1), CollTag::DataParallel, cost.grad_bytes(r));
+    }
+  }
+  const double emb = cost.embedding_grad_bytes();
+  if (emb > 0 && p > 1) {
+    for (int d = 0; d < in.dp; d++) {
+      out.groups.push_back(
+          CollGroup{CollTag::Embedding, {LoweredSchedule::worker(d, 0, p), LoweredSchedule::worker(d, p - 1, p)}});
+      append(static_cast<std::int32_t>(out.groups.size() - 1), CollTag::Embedding, emb);
+    }
+  }
+  return in;
+}
+
+LoweredSchedule optimizer_pass(LoweredSchedule in, const CostModel& cost) {
+  require_shape(in, "add_optimizer");
+  LoweredSchedule& out = in;
+  for (std::size_t w = 0; w < out.per_worker.size(); w++) {
+    LoweredOp o;
+    o.kind = LOpKind::Optimizer;
+    o.seconds = cost.optimizer_seconds(static_cast<int>(w) % in.p);
+    out.per_worker[w].push_back(o);
+  }
+  return in;
+}
+
+}  // namespace
+
+LoweredSchedule add_p2p(const LoweredSchedule& in, const CostModel& cost) { return p2p_pass(in, cost); }
+LoweredSchedule add_tp_allreduce(const LoweredSchedule& in, const CostModel& cost) { return tp_pass(in, cost); }
+LoweredSchedule add_grad_sync(const LoweredSchedule& in, const CostModel& cost) { return grad_sync_pass(in, cost); }
+LoweredSchedule add_optimizer(const LoweredSchedule& in, const CostModel& cost) { return optimizer_pass(in, cost); }
+
+LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost) {
+  LoweredSchedule ls = lower_compute(s, dp, tp, cost);
+  ls = p2p_pass(std::move(ls), cost);
+  ls = tp_pass(std::move(ls), cost);
+  ls = grad_sync_pass(std::move(ls), cost);
+  return optimizer_pass(std::move(ls), cost);
+}
+
+}  // namespace pipescope

@@ -29,12 +29,12 @@ namespace pipescope {
 class CostModel;
 
 enum class LOpKind : std::uint8_t {
-  Compute,     // op: the compute op; seconds: its duration
-  Send,        // op: the compute op whose output is carried (F: activation, B: gradient); peer, bytes
-  Recv,        // op: same producer op as the matching Send; peer, bytes
-  AllReduce,   // group, bytes (per-rank buffer), tag says what (DP grads, TP layer, embedding)
-  AllGather,   // group, bytes (total output); Megatron scatter/gather on arrival
-  Optimizer,   // seconds
+  Compute,    // op: the compute op; seconds: its duration
+  Send,       // op: the compute op whose output is carried (F: activation, B: gradient); peer, bytes
+  Recv,       // op: same producer op as the matching Send; peer, bytes
+  AllReduce,  // group, bytes (per-rank buffer), tag says what (DP grads, TP layer, embedding)
+  AllGather,  // group, bytes (total output); Megatron scatter/gather on arrival
+  Optimizer,  // seconds
 };
 
 enum class CollTag : std::uint8_t { None, DataParallel, TensorParallel, Embedding, ScatterGather };
@@ -42,12 +42,12 @@ enum class CollTag : std::uint8_t { None, DataParallel, TensorParallel, Embeddin
 struct LoweredOp {
   LOpKind kind = LOpKind::Compute;
   CollTag tag = CollTag::None;
-  Op op;                      // compute op (Compute) or producer op (Send/Recv/TP collective)
-  std::int32_t peer = -1;     // peer worker (Send/Recv)
-  std::int32_t group = -1;    // collective group index (AllReduce/AllGather)
-  std::int32_t count = 1;     // number of back-to-back collective calls folded into this one (TP: per layer)
-  double seconds = 0;         // Compute / Optimizer duration
-  double bytes = 0;           // Send/Recv message size; collective size per call
+  Op op;                    // compute op (Compute) or producer op (Send/Recv/TP collective)
+  std::int32_t peer = -1;   // peer worker (Send/Recv)
+  std::int32_t group = -1;  // collective group index (AllReduce/AllGather)
+  std::int32_t count = 1;   // number of back-to-back collective calls folded into this one (TP: per layer)
+  double seconds = 0;       // Compute / Optimizer duration
+  double bytes = 0;         // Send/Recv message size; collective size per call
 };
 
 struct CollGroup {
@@ -60,9 +60,9 @@ struct CollGroup {
 struct Placement;
 
 struct LoweredSchedule {
-  Schedule schedule;                       // the compute schedule it came from (for reports / checks)
+  Schedule schedule;  // the compute schedule it came from (for reports / checks)
   int dp = 1, p = 1, tp = 1;
-  std::vector<std::vector<LoweredOp>> per_worker;   // size dp * p; worker = d * p + r
+  std::vector<std::vector<LoweredOp>> per_worker;  // size dp * p; worker = d * p + r
   std::vector<CollGroup> groups;
 
   int workers() const { return dp * p; }
@@ -72,6 +72,9 @@ struct LoweredSchedule {
 // Canonical text of a lowered op: compute ops as op_text; "send(2F0->3)", "recv(2F0<-2)",
 // "allreduce[dp g1 25.0MB]", "opt".
 std::string lowered_text(const LoweredOp& op);
+// The name the checker, the DAG and traces use for op `index` of `worker`: lowered_text, plus "@w<worker>"
+// where the text alone does not say which worker runs it (every op when dp > 1; "opt" always).
+std::string lowered_op_name(const LoweredSchedule& ls, int worker, std::size_t index);
 
 // ---------------------------------------------------------------- passes
 // 1. Replicate the schedule over dp replicas; compute ops get their durations from the cost model.

@@ -1,1 +1,167 @@
-// TODO: implemented by the foundation work
+// Schedule IR: canonical op text, parser, semantic dependencies.
+#include "core/schedule.h"
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+#include <tuple>
+
+namespace pipescope {
+
+std::size_t Schedule::op_count() const {
+  std::size_t n = 0;
+  for (const auto& ops : per_rank) n += ops.size();
+  return n;
+}
+
+bool OpKey::operator<(const OpKey& o) const {
+  return std::tie(kind, stage, microbatch, slice) < std::tie(o.kind, o.stage, o.microbatch, o.slice);
+}
+
+std::string op_text(const Op& op) {
+  std::string t = std::to_string(op.rank);
+  t += op.kind == OpKind::Forward ? 'F' : 'B';
+  t += std::to_string(op.microbatch);
+  if (op.chunk != 0) t += "c" + std::to_string(op.chunk);
+  if (op.slice != 0) t += "s" + std::to_string(op.slice);
+  return t;
+}
+
+namespace {
+
+[[noreturn]] void bad_op(const std::string& text, const char* why) {
+  throw std::invalid_argument("malformed op '" + text + "': " + why +
+                              " (expected <rank><F|B><microbatch>[c<chunk>][s<slice>], e.g. 1B3c1s0)");
+}
+
+// Reads a non-negative decimal number at text[pos]; advances pos.
+std::int32_t read_number(const std::string& text, std::size_t& pos, const char* what) {
+  if (pos >= text.size() || !std::isdigit(static_cast<unsigned char>(text[pos]))) bad_op(text, what);
+  if (text[pos] == '0' && pos + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[pos + 1])))
+    bad_op(text, "leading zero");
+  long long v = 0;
+  while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) {
+    v = v * 10 + (text[pos++] - '0');
+    if (v > 0x7fffffffLL) bad_op(text, "number out of range");
+  }
+  return static_cast<std::int32_t>(v);
+}
+
+}  // namespace
+
+Op parse_op(const std::string& text) {
+  Op op;
+  std::size_t pos = 0;
+  op.rank = read_number(text, pos, "expected a rank number first");
+  if (pos >= text.size() || (text[pos] != 'F' && text[pos] != 'B')) bad_op(text, "expected F or B after the rank");
+  op.kind = text[pos++] == 'F' ? OpKind::Forward : OpKind::Backward;
+  op.microbatch = read_number(text, pos, "expected a micro-batch number after F/B");
+  bool chunk_seen = false, slice_seen = false;
+  while (pos < text.size()) {
+    const char c = text[pos++];
+    if (c == 'c' && !chunk_seen && !slice_seen) {
+      op.chunk = read_number(text, pos, "expected a chunk number after 'c'");
+      chunk_seen = true;
+    } else if (c == 's' && !slice_seen) {
+      op.slice = read_number(text, pos, "expected a slice number after 's'");
+      slice_seen = true;
+    } else {
+      bad_op(text, "unexpected character");
+    }
+  }
+  // The stage needs p when chunk > 0: left unknown (-1) here, filled by parse_op(text, schedule).
+  op.stage = op.chunk == 0 ? op.rank : -1;
+  return op;
+}
+
+Op parse_op(const std::string& text, const Schedule& s) {
+  Op op = parse_op(text);
+  auto out_of_range = [&](const std::string& what) {
+    throw std::invalid_argument("op '" + text + "': " + what + " out of range for schedule '" + s.name +
+                                "' (p=" + std::to_string(s.p) + ", v=" + std::to_string(s.v) +
+                                ", m=" + std::to_string(s.m) + ")");
+  };
+  if (op.rank >= s.p) out_of_range("rank " + std::to_string(op.rank));
+  if (op.chunk >= s.v) out_of_range("chunk " + std::to_string(op.chunk));
+  if (op.microbatch >= s.m || op.microbatch >= static_cast<int>(s.microbatches.size()))
+    out_of_range("micro-batch " + std::to_string(op.microbatch));
+  if (op.slice >= s.slices(op.microbatch)) out_of_range("slice " + std::to_string(op.slice));
+  op.stage = op.chunk * s.p + op.rank;
+  const auto& b = s.microbatches[op.microbatch].slice_begin;
+  op.tok_begin = b[op.slice];
+  op.tok_end = op.slice + 1 < static_cast<int>(b.size()) ? b[op.slice + 1] : s.seq_len;
+  return op;
+}
+
+std::string schedule_text(const Schedule& s) {
+  std::string out;
+  for (std::size_t r = 0; r < s.per_rank.size(); r++) {
+    out += "r" + std::to_string(r) + ":";
+    for (const Op& op : s.per_rank[r]) out += " " + op_text(op);
+    out += "\n";
+  }
+  return out;
+}
+
+OpKey key_of(const Op& op) { return OpKey{op.kind, op.stage, op.microbatch, op.slice}; }
+
+std::vector<OpKey> op_dependencies(const Schedule& s, const OpKey& op) {
+  std::vector<OpKey> deps;
+  deps.reserve(3);
+  if (op.kind == OpKind::Forward) {
+    if (op.stage > 0) deps.push_back(OpKey{OpKind::Forward, op.stage - 1, op.microbatch, op.slice});
+    if (op.slice > 0) deps.push_back(OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice - 1});
+  } else {
+    deps.push_back(OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice});
+    if (op.stage + 1 < s.stages()) deps.push_back(OpKey{OpKind::Backward, op.stage + 1, op.microbatch, op.slice});
+    if (op.microbatch >= 0 && op.microbatch < static_cast<int>(s.microbatches.size()) &&
+        op.slice + 1 < s.slices(op.microbatch))
+      deps.push_back(OpKey{OpKind::Backward, op.stage, op.microbatch, op.slice + 1});
+  }
+  return deps;
+}
+
+OpKeyIndex::OpKeyIndex(const Schedule& s) : stages_(std::max(0, s.stages())) {
+  unit_begin_.reserve(s.microbatches.size() + 1);
+  for (std::size_t mb = 0; mb < s.microbatches.size(); mb++) {
+    unit_begin_.push_back(units_);
+    units_ += s.microbatches[mb].slice_begin.size();
+    unit_mb_.insert(unit_mb_.end(), s.microbatches[mb].slice_begin.size(), static_cast<std::int32_t>(mb));
+  }
+  unit_begin_.push_back(units_);
+}
+
+std::int64_t OpKeyIndex::slot(const OpKey& k) const {
+  if (k.stage < 0 || k.stage >= stages_ || k.microbatch < 0 || k.slice < 0) return -1;
+  const auto mb = static_cast<std::size_t>(k.microbatch);
+  if (mb + 1 >= unit_begin_.size()) return -1;
+  const std::size_t unit = unit_begin_[mb] + static_cast<std::size_t>(k.slice);
+  if (unit >= unit_begin_[mb + 1]) return -1;
+  const std::size_t kind = k.kind == OpKind::Forward ? 0 : 1;
+  return static_cast<std::int64_t>((kind * stages_ + static_cast<std::size_t>(k.stage)) * units_ + unit);
+}
+
+OpKey OpKeyIndex::key(std::size_t slot) const {
+  const std::size_t unit = slot % units_;
+  const std::size_t row = slot / units_;
+  const std::int32_t mb = unit_mb_[unit];
+  return OpKey{row >= static_cast<std::size_t>(stages_) ? OpKind::Backward : OpKind::Forward,
+               static_cast<std::int32_t>(row % stages_), mb,
+               static_cast<std::int32_t>(unit - unit_begin_[static_cast<std::size_t>(mb)])};
+}
+
+Op op_of(const Schedule& s, const OpKey& k) {
+  Op op;
+  op.kind = k.kind;
+  op.stage = k.stage;
+  op.rank = s.p > 0 ? k.stage % s.p : 0;
+  op.chunk = s.p > 0 ? k.stage / s.p : 0;
+  op.microbatch = k.microbatch;
+  op.slice = k.slice;
+  const auto& b = s.microbatches.at(static_cast<std::size_t>(k.microbatch)).slice_begin;
+  op.tok_begin = b.at(static_cast<std::size_t>(k.slice));
+  op.tok_end = k.slice + 1 < static_cast<int>(b.size()) ? b[k.slice + 1] : s.seq_len;
+  return op;
+}
+
+}  // namespace pipescope

@@ -36,32 +36,35 @@ struct Op {
 
 // A micro-batch: a contiguous range of sequences of the replica's batch, cut into token slices.
 struct MicroBatch {
-  std::int32_t seq_begin = 0;          // first sequence (within the data-parallel replica's batch)
-  std::int32_t seq_count = 1;          // sequences in it (b)
+  std::int32_t seq_begin = 0;             // first sequence (within the data-parallel replica's batch)
+  std::int32_t seq_count = 1;             // sequences in it (b)
   std::vector<std::int32_t> slice_begin;  // token offsets of its slices; slice i = [begin[i], begin[i+1] or seq_len)
 };
 
 struct Schedule {
-  std::string name;         // "gpipe", "1f1b", "interleaved", "terapipe", "seq1f1b", "seq1f1b-i"
-  int p = 1;                // pipeline ranks
-  int v = 1;                // chunks per rank
-  int m = 0;                // micro-batches
-  int seq_len = 0;          // tokens per sequence
+  std::string name;                       // "gpipe", "1f1b", "interleaved", "terapipe", "seq1f1b", "seq1f1b-i"
+  int p = 1;                              // pipeline ranks
+  int v = 1;                              // chunks per rank
+  int m = 0;                              // micro-batches
+  int seq_len = 0;                        // tokens per sequence
   std::vector<MicroBatch> microbatches;   // size m
   std::vector<std::vector<Op>> per_rank;  // size p: execution order on each rank
 
-  int stages() const { return p * v; }    // virtual stages
+  int stages() const { return p * v; }  // virtual stages
   int slices(int mb) const { return static_cast<int>(microbatches[mb].slice_begin.size()); }
   std::size_t op_count() const;
 };
 
 // ---------------------------------------------------------------- canonical text form
-// "<rank><F|B><mb>" with optional "c<chunk>" (v > 1) and "s<slice>" (sliced schedules):
-// "2F0", "1B3c1", "0F5s2", "3B7c1s0". Micro-batch, chunk and slice numbers are 0-based. Used in logs,
-// traces, error messages and golden files. parse_op is the exact inverse of op_text (the token range is
-// not part of the text; it comes from the schedule's micro-batch table).
+// "<rank><F|B><mb>" with "c<chunk>" when chunk != 0 and "s<slice>" when slice != 0 (the op alone does not
+// know v or k, so chunk 0 / slice 0 are implicit): "2F0", "1B3c1", "0F5s2", "3B7c1". Micro-batch, chunk and
+// slice numbers are 0-based. Used in logs, traces, error messages and golden files. parse_op is the exact
+// inverse of op_text; it also accepts explicit "c0" / "s0" ("3B7c1s0"). Neither the token range nor, for
+// chunk > 0, the stage (chunk * p + rank) is in the text: the one-argument parse_op leaves stage = -1 when
+// chunk > 0 (tokens 0); the schedule-aware overload fills both and range-checks against the schedule.
 std::string op_text(const Op& op);
-Op parse_op(const std::string& text);   // throws std::invalid_argument on malformed text
+Op parse_op(const std::string& text);                     // throws std::invalid_argument on malformed text
+Op parse_op(const std::string& text, const Schedule& s);  // ... or on an op outside the schedule
 // One line per rank: "r0: 0F0 0F1 0B0 ...".
 std::string schedule_text(const Schedule& s);
 
@@ -80,6 +83,27 @@ struct OpKey {
 };
 OpKey key_of(const Op& op);
 std::vector<OpKey> op_dependencies(const Schedule& s, const OpKey& op);
+
+// Dense numbering of the op keys of a schedule's grid (F and B of every stage, micro-batch and slice):
+// slots 0 .. size()-1, for flat per-op tables in the lowering passes and the checker (no hashing on
+// million-op schedules).
+class OpKeyIndex {
+ public:
+  explicit OpKeyIndex(const Schedule& s);
+  std::size_t size() const { return 2 * static_cast<std::size_t>(stages_) * units_; }
+  // Slot of a key, or -1 when it lies outside the grid.
+  std::int64_t slot(const OpKey& k) const;
+  OpKey key(std::size_t slot) const;
+
+ private:
+  int stages_ = 0;
+  std::size_t units_ = 0;                // (micro-batch, slice) pairs
+  std::vector<std::size_t> unit_begin_;  // per micro-batch: its first unit
+  std::vector<std::int32_t> unit_mb_;    // per unit: its micro-batch
+};
+
+// The op of a schedule's grid with this key (rank, chunk and token range filled in); the key must be valid.
+Op op_of(const Schedule& s, const OpKey& k);
 
 // ---------------------------------------------------------------- generators
 // Uniform micro-batches of `mbs` sequences cut into `k` equal token slices (the last one takes the
