@@ -1,1 +1,385 @@
-// TODO: implemented by the foundation work
+// AnalyticCostModel: transformer FLOPs and bytes per kernel, a roofline with efficiency per kernel, and an
+// asynchronous kernel stream with a per-kernel host issue cost. Per GPU of a t-way tensor-parallel group.
+//
+// Notation: b sequences, l tokens of the op's slice after c tokens of context, K = c + l keys, h hidden,
+// f ffn_hidden, a heads, V vocabulary, t TP degree, e bytes per activation element (2 for fp16/bf16),
+// T = b*l token rows, S = b*(a/t)*l*K attention-score elements on this GPU.
+//
+// FLOPs (useful, forward, per GPU; spec/calibration.md 6, spec/megatron.md 6):
+//   QKV 6*T*h^2/t, output projection 2*T*h^2/t, MLP 4*T*h*f/t (= 16*T*h^2/t at f = 4h),
+//   attention (causal) 4*b*h*(l*c + l*(l+1)/2)/t; backward = 2x forward; recompute adds one forward;
+//   logits 2*T*h*V/t forward, 4*T*h*V/t backward, on the last virtual stage (never recomputed).
+//
+// Time of one kernel:
+//   GEMM:         max(F / (peak * eff(F)), bytes / (hbm_bw * memory_efficiency)),
+//                 eff(F) = gemm_efficiency * F / (F + gemm_half_sat_flops)
+//                 (so F / (peak * eff) = (F + half_sat) / (peak * gemm_efficiency): a fixed per-GEMM cost
+//                 that small GEMMs cannot amortise; the byte term is the weight-load floor of small-M GEMMs).
+//                 The batched attention GEMMs (Q.K^T, P.V) are GEMMs too and run over the full l x K
+//                 rectangle that the non-flash kernels materialise (the causal mask does not save work).
+//   other kernel: max(F / peak, bytes / (hbm_bw * memory_efficiency)) (LayerNorm, softmax, dropout, GeLU,
+//                 residual adds, copies, cross entropy).
+// Kernels per layer forward (14): LN, QKV, Q.K^T, scale+mask+softmax, dropout, P.V, context transpose,
+// output projection, bias+dropout+add, LN, MLP up, bias+GeLU, MLP down, bias+dropout+add. Backward (24):
+// dgrad + wgrad per GEMM, 4 attention GEMMs, the element-wise backwards and 4 bias-gradient reductions.
+// Element-wise kernels on the residual stream (LN, dropout+add) act on the full T x h tensor, which tensor
+// parallelism replicates; everything inside attention and the MLP is split t ways.
+//
+// Kernel stream: the host issues kernel j of an op at (j+1)*kernel_launch_s (PyTorch eager dispatch cost,
+// one per kernel); the GPU runs kernels in order, each starting when it is issued and its predecessor has
+// finished. The op takes max_j [issue_j + sum of kernel times from j to the end]. Launch cost therefore
+// hides behind long kernels and dominates short ones: a short slice costs about kernels * kernel_launch_s
+// whatever its length (spec/terapipe.md 1: a GPT3-1B layer's forward on a V100 is flat from 1 to about 256
+// tokens), a long one costs its GPU time.
+//
+// Sizes: p2p b*l*h*e; TP all-reduce b*l*h*e per call, 2 per layer forward, 2 per layer backward (+2 with
+// recompute), +1 for the vocab-parallel embedding (first virtual stage, forward) and +1 for the LM head's
+// input gradient (last virtual stage, backward); none when t = 1. Gradients: the rank's parameters / t at
+// 2 B (4 with grad_fp32). Optimizer: memory-bound mixed-precision Adam, per parameter 2*(optimizer state)
+// + 2*grad (unscale / norm pass + update) + weight write bytes at hbm_bw * memory_efficiency.
+#include "core/analytic_cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace pipescope {
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) { throw std::invalid_argument("AnalyticCostModel: " + what); }
+
+// Finish time of an in-order kernel stream: `pre` once, `layer` `reps` times, `post` once; kernel j is
+// issued at (j+1)*lambda. Closed form of start_j = max(issue_j, end_{j-1}): the op ends at
+// max_j (issue_j + remaining work from j); over the repeated layers that maximum is at the first or last
+// repetition (it is linear in the repetition index), so this is O(kernels per layer).
+double stream_seconds(const std::vector<double>& pre, const std::vector<double>& layer, int reps,
+                      const std::vector<double>& post, double lambda) {
+  auto suffix_sums = [](const std::vector<double>& g) {
+    std::vector<double> s(g.size() + 1, 0.0);
+    for (std::size_t j = g.size(); j-- > 0;) s[j] = s[j + 1] + g[j];
+    return s;
+  };
+  const auto sp = suffix_sums(pre), sl = suffix_sums(layer), sq = suffix_sums(post);
+  const double G = sl[0], Q = sq[0];
+  const double np = static_cast<double>(pre.size()), n = static_cast<double>(layer.size());
+  double end = 0;
+  for (std::size_t j = 0; j < pre.size(); j++) end = std::max(end, (j + 1) * lambda + sp[j] + reps * G + Q);
+  if (reps > 0)
+    for (std::size_t i = 0; i < layer.size(); i++) {
+      end = std::max(end, (np + i + 1) * lambda + sl[i] + (reps - 1) * G + Q);
+      end = std::max(end, (np + (reps - 1) * n + i + 1) * lambda + sl[i] + Q);
+    }
+  for (std::size_t j = 0; j < post.size(); j++) end = std::max(end, (np + reps * n + j + 1) * lambda + sq[j]);
+  return end;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- accounting
+
+LayerFlops layer_forward_flops(const ModelSpec& m, int t, int b, int l, int c) {
+  const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l, tt = t;
+  LayerFlops x;
+  x.qkv = 6.0 * T * h * h / tt;
+  x.proj = 2.0 * T * h * h / tt;
+  x.mlp = 4.0 * T * h * f / tt;
+  // Causal pairs: query i of the slice sees c context keys and i + 1 keys of its own slice.
+  const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
+  x.attn = 4.0 * b * h * pairs / tt;
+  return x;
+}
+
+double layer_parameter_count(const ModelSpec& m) {
+  const double h = m.hidden, f = m.ffn_hidden;
+  // QKV 3h^2 + 3h, output projection h^2 + h, MLP 2hf + f + h, two LayerNorms 4h.
+  return 4.0 * h * h + 2.0 * h * f + f + 9.0 * h;
+}
+
+double parameter_count(const ModelSpec& m) {
+  const double h = m.hidden;
+  double p = m.layers * layer_parameter_count(m) + (static_cast<double>(m.vocab) + m.seq_len) * h;
+  if (!m.tied_embeddings) p += static_cast<double>(m.vocab) * h;  // separate output layer
+  return p;
+}
+
+double megatron_flops_per_iteration(const ModelSpec& m, int global_batch, bool recompute) {
+  // Eq. 3 counts full (non-causal) attention: per layer forward 2*B*s*(4h^2 + 2hf) + 4*B*s^2*h
+  // (= 24Bsh^2 + 4Bs^2h at f = 4h), 3 passes (4 with recompute); logits 6*B*s*h*V, not recomputed.
+  const double B = global_batch, s = m.seq_len, h = m.hidden, f = m.ffn_hidden;
+  const double layer_fwd = 2.0 * B * s * (4.0 * h * h + 2.0 * h * f) + 4.0 * B * s * s * h;
+  const double passes = recompute ? 4.0 : 3.0;
+  return passes * m.layers * layer_fwd + 6.0 * B * s * h * m.vocab;
+}
+
+double rank_parameter_count(const Scenario& s, int rank) {
+  const ModelSpec& m = s.model;
+  const ParallelSpec& par = s.parallel;
+  if (rank < 0 || rank >= par.pp)
+    throw std::invalid_argument("rank_parameter_count: rank " + std::to_string(rank) + " outside 0.." +
+                                std::to_string(par.pp - 1));
+  const double h = m.hidden, V = m.vocab;
+  const double layers_on_rank = static_cast<double>(m.layers) / par.pp;  // v chunks of layers/(pp*v)
+  double p = layers_on_rank * layer_parameter_count(m);
+  if (rank == 0) p += (V + m.seq_len) * h;  // word + position embeddings (first virtual stage)
+  if (rank == par.pp - 1) {
+    p += 2.0 * h;  // final LayerNorm
+    // Megatron keeps a copy of the tied word embedding on the last stage when pp > 1; untied models have
+    // their own output layer.
+    if (!m.tied_embeddings || par.pp > 1) p += V * h;
+  }
+  return p / par.tp;
+}
+
+// ---------------------------------------------------------------- model
+
+AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
+  const ModelSpec& m = s_.model;
+  const ParallelSpec& par = s_.parallel;
+  const DeviceSpec& d = s_.cluster.device;
+  const std::string src = s_.source.empty() ? "" : s_.source + ": ";
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) invalid(src + what);
+  };
+  need(m.layers > 0 && m.hidden > 0 && m.heads > 0 && m.ffn_hidden > 0 && m.vocab > 0 && m.seq_len > 0,
+       "model.layers, hidden, heads, ffn_hidden, vocab and seq_len must all be positive");
+  need(par.pp >= 1 && par.tp >= 1 && par.v >= 1, "parallel.pp, tp and v must be >= 1");
+  need(m.layers % (par.pp * par.v) == 0, "model.layers = " + std::to_string(m.layers) +
+                                             " is not divisible by pp * v = " + std::to_string(par.pp * par.v));
+  need(m.heads % par.tp == 0,
+       "model.heads = " + std::to_string(m.heads) + " is not divisible by tp = " + std::to_string(par.tp));
+  const std::string& dt = s_.training.dtype;
+  if (dt == "fp16")
+    dtype_peak_flops_ = d.peak_flops_fp16;
+  else if (dt == "bf16")
+    dtype_peak_flops_ = d.peak_flops_bf16;
+  else if (dt == "fp32")
+    dtype_peak_flops_ = d.peak_flops_fp32;
+  else
+    invalid(src + "training.dtype: unknown dtype '" + dt + "' (fp16 | bf16 | fp32)");
+  need(std::isfinite(dtype_peak_flops_) && dtype_peak_flops_ > 0,
+       "device " + d.name + " has no " + dt + " peak (peak FLOP/s for that dtype is 0)");
+  need(std::isfinite(d.hbm_bw_Bps) && d.hbm_bw_Bps > 0, "cluster.device.hbm_bw_GBps must be > 0");
+  need(d.gemm_efficiency > 0 && d.gemm_efficiency <= 1, "cluster.device.gemm_efficiency must be in (0, 1]");
+  need(d.memory_efficiency > 0 && d.memory_efficiency <= 1, "cluster.device.memory_efficiency must be in (0, 1]");
+  need(std::isfinite(d.gemm_half_sat_flops) && d.gemm_half_sat_flops >= 0,
+       "cluster.device.gemm_half_sat_gflop must be >= 0");
+  need(std::isfinite(d.kernel_launch_s) && d.kernel_launch_s >= 0, "cluster.device.kernel_launch_us must be >= 0");
+  need(s_.training.optimizer_bytes_per_param >= 0, "training.optimizer_bytes_per_param must be >= 0");
+}
+
+int AnalyticCostModel::layers_per_chunk() const { return s_.model.layers / (s_.parallel.pp * s_.parallel.v); }
+
+double AnalyticCostModel::kernel_seconds(const KernelCost& k) const {
+  const DeviceSpec& d = s_.cluster.device;
+  const double mem = k.bytes / (d.hbm_bw_Bps * d.memory_efficiency);
+  if (k.flops <= 0) return mem;
+  const double compute = k.gemm ? (k.flops + d.gemm_half_sat_flops) / (dtype_peak_flops_ * d.gemm_efficiency)
+                                : k.flops / dtype_peak_flops_;
+  return std::max(compute, mem);
+}
+
+std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, int c) const {
+  const ModelSpec& m = s_.model;
+  const double t = s_.parallel.tp, e = elem_bytes();
+  const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
+  const double S = b * (m.heads / t) * l * K;  // score elements on this GPU
+  const double qk = 2.0 * b * l * K * h / t;   // Q.K^T (and P.V) FLOPs over the full l x K rectangle
+  auto gemm = [&](double M, double Kd, double N) {
+    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
+  };
+  return {
+      {8 * T * h, 2 * e * T * h, false},                // LayerNorm
+      gemm(T, h, 3 * h / t),                            // QKV
+      {qk, e * (T * h / t + b * K * h / t + S), true},  // Q.K^T
+      {5 * S, 2 * e * S, false},                        // scale + mask + softmax
+      {S, 2 * e * S + S, false},                        // attention dropout (+ 1 B mask)
+      {qk, e * (S + b * K * h / t + T * h / t), true},  // P.V
+      {0, 2 * e * T * h / t, false},                    // context transpose
+      gemm(T, h / t, h),                                // output projection
+      {3 * T * h, (3 * e + 1) * T * h, false},          // bias + dropout + residual add
+      {8 * T * h, 2 * e * T * h, false},                // LayerNorm
+      gemm(T, h, f / t),                                // MLP up
+      {8 * T * f / t, 2 * e * T * f / t, false},        // bias + GeLU
+      gemm(T, f / t, h),                                // MLP down
+      {3 * T * h, (3 * e + 1) * T * h, false},          // bias + dropout + residual add
+  };
+}
+
+std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, int c) const {
+  const ModelSpec& m = s_.model;
+  const double t = s_.parallel.tp, e = elem_bytes();
+  const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
+  const double S = b * (m.heads / t) * l * K;
+  const double qk = 2.0 * b * l * K * h / t;
+  auto gemm = [&](double M, double Kd, double N) {
+    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
+  };
+  auto bias_grad = [&](double n) { return KernelCost{T * n, e * (T * n + n), false}; };
+  return {
+      {3 * T * h, (2 * e + 1) * T * h, false},          // dropout + add backward (MLP)
+      bias_grad(h),                                     // MLP down bias
+      gemm(T, h, f / t),                                // MLP down dgrad
+      gemm(f / t, T, h),                                // MLP down wgrad
+      {8 * T * f / t, 3 * e * T * f / t, false},        // GeLU backward
+      bias_grad(f / t),                                 // MLP up bias
+      gemm(T, f / t, h),                                // MLP up dgrad
+      gemm(h, T, f / t),                                // MLP up wgrad
+      {10 * T * h, 4 * e * T * h, false},               // LayerNorm backward (+ residual gradient)
+      {3 * T * h, (2 * e + 1) * T * h, false},          // dropout + add backward (attention)
+      bias_grad(h),                                     // output projection bias
+      gemm(T, h, h / t),                                // output projection dgrad
+      gemm(h / t, T, h),                                // output projection wgrad
+      {0, 2 * e * T * h / t, false},                    // context transpose backward
+      {qk, e * (T * h / t + b * K * h / t + S), true},  // dP = dO.V^T
+      {qk, e * (S + T * h / t + b * K * h / t), true},  // dV = P^T.dO
+      {S, 2 * e * S + S, false},                        // dropout backward
+      {4 * S, 3 * e * S, false},                        // softmax backward
+      {qk, e * (S + b * K * h / t + T * h / t), true},  // dQ = dS.K
+      {qk, e * (S + T * h / t + b * K * h / t), true},  // dK = dS^T.Q
+      bias_grad(3 * h / t),                             // QKV bias
+      gemm(T, 3 * h / t, h),                            // QKV dgrad
+      gemm(h, T, 3 * h / t),                            // QKV wgrad
+      {10 * T * h, 4 * e * T * h, false},               // LayerNorm backward (+ residual gradient)
+  };
+}
+
+namespace {
+
+std::vector<double> times_of(const AnalyticCostModel& cm, const std::vector<KernelCost>& ks) {
+  std::vector<double> out;
+  out.reserve(ks.size());
+  for (const auto& k : ks) out.push_back(cm.kernel_seconds(k));
+  return out;
+}
+
+}  // namespace
+
+double AnalyticCostModel::layer_forward_seconds(int b, int l, int c) const {
+  if (b < 1 || l < 1 || c < 0) invalid("layer_forward_seconds needs b >= 1, l >= 1, c >= 0");
+  return stream_seconds({}, times_of(*this, layer_forward_kernels(b, l, c)), 1, {}, s_.cluster.device.kernel_launch_s);
+}
+
+double AnalyticCostModel::layer_backward_seconds(int b, int l, int c) const {
+  if (b < 1 || l < 1 || c < 0) invalid("layer_backward_seconds needs b >= 1, l >= 1, c >= 0");
+  std::vector<double> g = times_of(*this, layer_backward_kernels(b, l, c));
+  if (s_.schedule.recompute) {
+    std::vector<double> f = times_of(*this, layer_forward_kernels(b, l, c));
+    g.insert(g.begin(), f.begin(), f.end());
+  }
+  return stream_seconds({}, g, 1, {}, s_.cluster.device.kernel_launch_s);
+}
+
+void AnalyticCostModel::check_op(const Op& op, int microbatch_seqs) const {
+  const int stages = s_.parallel.pp * s_.parallel.v;
+  if (op.stage < 0 || op.stage >= stages)
+    invalid("op " + op_text(op) + ": virtual stage " + std::to_string(op.stage) + " outside 0.." +
+            std::to_string(stages - 1));
+  if (op.tok_begin < 0 || op.tok_end <= op.tok_begin || op.tok_end > s_.model.seq_len)
+    invalid("op " + op_text(op) + ": token range [" + std::to_string(op.tok_begin) + ", " + std::to_string(op.tok_end) +
+            ") is empty or outside the sequence of " + std::to_string(s_.model.seq_len) + " tokens");
+  if (microbatch_seqs < 1)
+    invalid("op " + op_text(op) + ": micro-batch of " + std::to_string(microbatch_seqs) + " sequences");
+}
+
+double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) const {
+  check_op(op, microbatch_seqs);
+  const ModelSpec& m = s_.model;
+  const int b = microbatch_seqs, l = op.tokens(), c = op.tok_begin;
+  const double t = s_.parallel.tp, e = elem_bytes();
+  const double h = m.hidden, V = m.vocab, T = static_cast<double>(b) * l;
+  const bool first = op.stage == 0, last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
+  auto gemm = [&](double M, double Kd, double N) {
+    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
+  };
+  std::vector<KernelCost> pre, post;
+  std::vector<double> layer;
+  if (op.kind == OpKind::Forward) {
+    if (first) {
+      pre = {{0, 2 * e * T * h, false},                 // word-embedding gather (vocab-parallel)
+             {2 * T * h, (3 * e + 1) * T * h, false}};  // + position embedding, dropout
+    }
+    layer = times_of(*this, layer_forward_kernels(b, l, c));
+    if (last) {
+      post = {{8 * T * h, 2 * e * T * h, false},             // final LayerNorm
+              gemm(T, h, V / t),                             // logits
+              {T * V / t, e * T * V / t, false},             // cross entropy: max
+              {3 * T * V / t, (e + 4) * T * V / t, false}};  // exp, sum, softmax kept in fp32
+    }
+  } else {
+    if (last) {
+      pre = {{2 * T * V / t, (4 + e) * T * V / t, false},  // cross-entropy backward
+             gemm(T, V / t, h),                            // logits dgrad
+             gemm(h, T, V / t),                            // logits wgrad
+             {10 * T * h, 4 * e * T * h, false}};          // final LayerNorm backward
+    }
+    layer = times_of(*this, layer_backward_kernels(b, l, c));
+    if (s_.schedule.recompute) {  // Megatron recomputes each checkpointed layer just before its backward
+      std::vector<double> f = times_of(*this, layer_forward_kernels(b, l, c));
+      layer.insert(layer.begin(), f.begin(), f.end());
+    }
+    if (first) {
+      post = {{T * h, (2 * e + 1) * T * h, false},  // dropout backward
+              {T * h, (e + 8) * T * h, false}};     // embedding gradient scatter-add (fp32 rows)
+    }
+  }
+  return stream_seconds(times_of(*this, pre), layer, layers_per_chunk(), times_of(*this, post),
+                        s_.cluster.device.kernel_launch_s);
+}
+
+double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {
+  check_op(op, microbatch_seqs);
+  const ModelSpec& m = s_.model;
+  const int b = microbatch_seqs, l = op.tokens(), c = op.tok_begin;
+  const double fwd = layer_forward_flops(m, s_.parallel.tp, b, l, c).total() * layers_per_chunk();
+  const double logits = 2.0 * b * l * static_cast<double>(m.hidden) * m.vocab / s_.parallel.tp;
+  const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
+  if (op.kind == OpKind::Forward) return fwd + (last ? logits : 0.0);
+  return (s_.schedule.recompute ? 3.0 : 2.0) * fwd + (last ? 2.0 * logits : 0.0);
+}
+
+double AnalyticCostModel::p2p_bytes(const Op& op, int microbatch_seqs) const {
+  check_op(op, microbatch_seqs);
+  return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes();
+}
+
+int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
+  if (s_.parallel.tp == 1) return 0;
+  const int per_layer = op.kind == OpKind::Forward ? 2 : (s_.schedule.recompute ? 4 : 2);
+  int calls = per_layer * layers_per_chunk();
+  if (op.kind == OpKind::Forward && op.stage == 0) calls += 1;  // vocab-parallel embedding output
+  if (op.kind == OpKind::Backward && op.stage == s_.parallel.pp * s_.parallel.v - 1) calls += 1;  // LM-head input grad
+  return calls;
+}
+
+double AnalyticCostModel::tp_allreduce_bytes(const Op& op, int microbatch_seqs) const {
+  check_op(op, microbatch_seqs);
+  return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes();
+}
+
+double AnalyticCostModel::grad_bytes(int rank) const { return rank_parameter_count(s_, rank) * grad_elem_bytes(); }
+
+double AnalyticCostModel::optimizer_seconds(int rank) const {
+  const DeviceSpec& d = s_.cluster.device;
+  const double params = rank_parameter_count(s_, rank);
+  const double w = elem_bytes(), g = grad_elem_bytes();
+  const double state = std::max(0.0, s_.training.optimizer_bytes_per_param - w - g);  // fp32 master + moments
+  // Read and write the state, read the gradient twice (unscale / norm, update), write the working weights
+  // (read and write them when there is no separate master copy).
+  const double bytes_per_param = 2 * state + 2 * g + (state > 0 ? w : 2 * w);
+  const double gpu = params * bytes_per_param / (d.hbm_bw_Bps * d.memory_efficiency);
+  // Three multi-tensor passes (unscale + inf check, grad norm, Adam), ~110 tensors per launch, 12 tensors per
+  // layer plus embeddings.
+  const double tensors = 12.0 * s_.model.layers / s_.parallel.pp + 4.0;
+  const int launches = 3 * static_cast<int>(std::ceil(tensors / 110.0));
+  std::vector<double> ks(static_cast<std::size_t>(launches), gpu / launches);
+  return stream_seconds({}, ks, 1, {}, d.kernel_launch_s);
+}
+
+double AnalyticCostModel::embedding_grad_bytes() const {
+  if (!s_.model.tied_embeddings || s_.parallel.pp == 1) return 0.0;
+  return static_cast<double>(s_.model.vocab) * s_.model.hidden / s_.parallel.tp * grad_elem_bytes();
+}
+
+}  // namespace pipescope

@@ -4,14 +4,31 @@
 // backward 2x forward, +1 forward with recomputation; a roofline with efficiency parameters (GEMM
 // efficiency that saturates with GEMM size, bandwidth-bound element-wise kernels) and a per-kernel
 // launch overhead. Logits on the last virtual stage. Per GPU of a tensor-parallel group.
+// The formulas are written out at the top of core/analytic_cost.cc.
 
 #include "core/cost_model.h"
 
 namespace pipescope {
 
+// One GPU kernel as the analytic model sees it: useful FLOPs and HBM bytes moved.
+struct KernelCost {
+  double flops = 0;
+  double bytes = 0;
+  bool gemm = false;  // tensor-core GEMM (saturating efficiency) vs bandwidth-bound kernel (plain roofline)
+};
+
+// Forward FLOPs of one transformer layer for b sequences, l tokens after c context tokens, per GPU of a
+// t-way tensor-parallel group (causal attention: query i attends to keys 0..c+i).
+struct LayerFlops {
+  double qkv = 0, proj = 0, mlp = 0, attn = 0;
+  double gemm() const { return qkv + proj + mlp; }
+  double total() const { return qkv + proj + mlp + attn; }
+};
+LayerFlops layer_forward_flops(const ModelSpec& m, int t, int b, int l, int c);
+
 class AnalyticCostModel : public CostModel {
  public:
-  explicit AnalyticCostModel(const Scenario& s);
+  explicit AnalyticCostModel(const Scenario& s);  // throws std::invalid_argument on an unusable scenario
   double compute_seconds(const Op& op, int microbatch_seqs) const override;
   double p2p_bytes(const Op& op, int microbatch_seqs) const override;
   int tp_allreduce_calls(const Op& op) const override;
@@ -22,16 +39,34 @@ class AnalyticCostModel : public CostModel {
 
   // One transformer layer on one GPU: b sequences, l tokens after c tokens of context.
   double layer_forward_seconds(int b, int l, int c) const;
-  double layer_backward_seconds(int b, int l, int c) const;
+  double layer_backward_seconds(int b, int l, int c) const;  // includes the recomputed forward with recompute
   int layers_per_chunk() const;
+
+  // Useful FLOPs of a compute op on one GPU (causal attention, backward 2x, + recomputed forward, logits
+  // 2*b*l*h*V/t forward on the last virtual stage), for utilisation reports.
+  double op_flops(const Op& op, int microbatch_seqs) const;
+  // Time of one GPU kernel (roofline with efficiency, no launch overhead).
+  double kernel_seconds(const KernelCost& k) const;
+  // The kernels of one layer's forward / backward (without recomputation), in issue order.
+  std::vector<KernelCost> layer_forward_kernels(int b, int l, int c) const;
+  std::vector<KernelCost> layer_backward_kernels(int b, int l, int c) const;
 
  protected:
   Scenario s_;
   double dtype_peak_flops_ = 0;
+
+ private:
+  void check_op(const Op& op, int microbatch_seqs) const;
+  int elem_bytes() const { return s_.training.act_bytes_per_elem(); }
+  int grad_elem_bytes() const { return s_.training.grad_fp32 ? 4 : elem_bytes(); }
 };
 
 // Model accounting (spec/megatron.md section 6).
-double parameter_count(const ModelSpec& m);                       // Eq. 2
+double layer_parameter_count(const ModelSpec& m);  // 4h^2 + 2hf + f + 9h (12h^2 + 13h at f = 4h)
+double parameter_count(const ModelSpec& m);        // Eq. 2 (+ V*h output layer when untied)
 double megatron_flops_per_iteration(const ModelSpec& m, int global_batch, bool recompute);  // Eq. 3
+// Parameters held by one GPU of pipeline rank `rank` (its v chunks, embeddings on the first / last virtual
+// stage, final LayerNorm on the last), divided by the tensor-parallel degree.
+double rank_parameter_count(const Scenario& s, int rank);
 
 }  // namespace pipescope

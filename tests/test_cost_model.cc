@@ -1,0 +1,316 @@
+// AnalyticCostModel and the Megatron accounting: FLOP formulas against spec/megatron.md 6 / 8.1 and
+// spec/calibration.md 6, the short-slice behaviour of spec/terapipe.md 1 (V100), the A100 efficiency
+// range of the Megatron weak-scaling shapes, and the sizes the lowering passes consume.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/analytic_cost.h"
+#include "core/presets.h"
+
+namespace pipescope {
+namespace {
+
+Scenario scenario(const std::string& model, const std::string& cluster, int pp, int tp, int v = 1,
+                  bool recompute = false) {
+  Scenario s;
+  s.name = "test";
+  s.source = "<test>";
+  s.model = *model_preset(model);
+  s.cluster = *cluster_preset(cluster);
+  s.parallel.pp = pp;
+  s.parallel.tp = tp;
+  s.parallel.v = v;
+  s.schedule.recompute = recompute;
+  return s;
+}
+
+Op op(OpKind kind, int stage, int tok_begin, int tok_end, int p = 1) {
+  Op o;
+  o.kind = kind;
+  o.rank = stage % p;
+  o.chunk = stage / p;
+  o.stage = stage;
+  o.tok_begin = tok_begin;
+  o.tok_end = tok_end;
+  return o;
+}
+
+// ---------------------------------------------------------------- accounting (megatron.md 6, 8.1)
+
+struct TableRow {
+  const char* preset;
+  double params_B;  // printed to one decimal
+  int global_batch;
+  double flops;      // "F per iteration" column
+  double flops_ulp;  // its last printed digit
+};
+
+const TableRow kTable1[] = {
+    {"megatron-1.7b", 1.7, 512, 1.5467e16, 1e12},     {"megatron-3.6b", 3.6, 512, 3.266e16, 1e13},
+    {"megatron-7.5b", 7.5, 512, 6.718e16, 1e13},      {"megatron-18.4b", 18.4, 1024, 3.248e17, 1e14},
+    {"megatron-39.1b", 39.1, 1536, 1.021e18, 1e15},   {"megatron-76.1b", 76.1, 1792, 2.302e18, 1e15},
+    {"megatron-145.6b", 145.6, 2304, 5.642e18, 1e15}, {"megatron-310.1b", 310.1, 2160, 1.119e19, 1e16},
+    {"megatron-529.6b", 529.6, 2520, 2.222e19, 1e16}, {"megatron-1t", 1008.0, 3072, 5.139e19, 1e16},
+};
+
+TEST(CostModel, ParameterCountMatchesMegatronTable1) {
+  for (const auto& row : kTable1) {
+    SCOPED_TRACE(row.preset);
+    const ModelSpec m = *model_preset(row.preset);
+    EXPECT_NEAR(std::round(parameter_count(m) / 1e8) / 10, row.params_B, 1e-9);
+    // Eq. 2 written out.
+    const double l = m.layers, h = m.hidden, V = m.vocab, s = m.seq_len;
+    EXPECT_NEAR(parameter_count(m), 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h)), 1.0);
+  }
+  // Untied embeddings add the output layer.
+  ModelSpec m = *model_preset("megatron-1.7b");
+  const double tied = parameter_count(m);
+  m.tied_embeddings = false;
+  EXPECT_DOUBLE_EQ(parameter_count(m) - tied, 51200.0 * 2304);
+}
+
+TEST(CostModel, FlopsPerIterationMatchesMegatronTable1) {
+  for (const auto& row : kTable1) {
+    SCOPED_TRACE(row.preset);
+    const ModelSpec m = *model_preset(row.preset);
+    const double f = megatron_flops_per_iteration(m, row.global_batch, true);
+    EXPECT_LE(std::abs(f - row.flops), 0.5 * row.flops_ulp * (1 + 1e-9));
+    // Without recomputation: the "model FLOPs" form 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)).
+    const double B = row.global_batch, s = m.seq_len, l = m.layers, h = m.hidden, V = m.vocab;
+    EXPECT_NEAR(megatron_flops_per_iteration(m, row.global_batch, false) /
+                    (72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))),
+                1.0, 1e-12);
+  }
+}
+
+TEST(CostModel, LayerFlopsPerGemmAndCausalAttention) {
+  ModelSpec m = *model_preset("gpt3-1b");  // h = 2048
+  const double h = 2048, b = 2, s = 2048;
+  LayerFlops f = layer_forward_flops(m, 1, 2, 2048, 0);
+  EXPECT_DOUBLE_EQ(f.qkv, 6 * b * s * h * h);
+  EXPECT_DOUBLE_EQ(f.proj, 2 * b * s * h * h);
+  EXPECT_DOUBLE_EQ(f.mlp, 16 * b * s * h * h);
+  EXPECT_DOUBLE_EQ(f.gemm(), 24 * b * s * h * h);
+  EXPECT_DOUBLE_EQ(f.attn, 4 * b * h * (s * s + s) / 2);  // causal pair count (calibration.md 6)
+  // A slice of l tokens after c: 24*b*l*h^2 + 4*b*h*(l*c + l*(l+1)/2), split t ways.
+  f = layer_forward_flops(m, 4, 1, 100, 300);
+  EXPECT_DOUBLE_EQ(f.gemm(), 24.0 * 100 * h * h / 4);
+  EXPECT_DOUBLE_EQ(f.attn, 4.0 * h * (100.0 * 300 + 100.0 * 101 / 2) / 4);
+  // ffn_hidden replaces 4h in the MLP.
+  m.ffn_hidden = 3 * 2048;
+  f = layer_forward_flops(m, 1, 1, 10, 0);
+  EXPECT_DOUBLE_EQ(f.mlp, 4.0 * 10 * h * 3 * h);
+  EXPECT_DOUBLE_EQ(f.qkv + f.proj, 8.0 * 10 * h * h);
+}
+
+TEST(CostModel, SliceFlopsSumToFullSequence) {
+  const ModelSpec m = *model_preset("gpt3-13b");
+  const std::vector<std::vector<int>> slicings = {
+      {2048}, {512, 512, 512, 512}, {776, 640, 632}, {1, 2047}, {64, 64, 64, 64, 256, 512, 1024}};
+  const double full = layer_forward_flops(m, 8, 3, 2048, 0).total();
+  for (const auto& sl : slicings) {
+    ASSERT_EQ(std::accumulate(sl.begin(), sl.end(), 0), 2048);
+    double sum = 0;
+    int c = 0;
+    for (int l : sl) {
+      sum += layer_forward_flops(m, 8, 3, l, c).total();
+      c += l;
+    }
+    EXPECT_NEAR(sum / full, 1.0, 1e-13) << sl.size() << " slices";
+  }
+}
+
+// ---------------------------------------------------------------- time model
+
+// spec/terapipe.md 1 / calibration.md 5.4: on a V100 a GPT3-1B layer's forward takes about as long for
+// 1 token as for 256, and grows about linearly beyond ~512.
+TEST(CostModel, V100ShortSlicesUnderUseTheGpu) {
+  const AnalyticCostModel cm(scenario("gpt3-1b", "aws-p3.16xlarge", 1, 1));
+  const double t1 = cm.layer_forward_seconds(1, 1, 0);
+  const double t256 = cm.layer_forward_seconds(1, 256, 0);
+  EXPECT_LE(t256 / t1, 1.25);
+  EXPECT_GE(t256 / t1, 1.0);
+  EXPECT_LT(cm.layer_forward_seconds(1, 64, 0) / t1, 1.05);
+  const double t512 = cm.layer_forward_seconds(1, 512, 0), t1024 = cm.layer_forward_seconds(1, 1024, 0),
+               t2048 = cm.layer_forward_seconds(1, 2048, 0);
+  EXPECT_GT(t1024 / t512, 1.8);
+  EXPECT_LT(t1024 / t512, 2.3);
+  EXPECT_GT(t2048 / t1024, 1.9);
+  EXPECT_LT(t2048 / t1024, 2.5);  // attention adds a little super-linearity
+  // Per-token cost at 2048 is far below that at 1 token: slicing short costs throughput.
+  EXPECT_LT(t2048 / 2048, t1 / 50);
+}
+
+// Megatron weak-scaling shapes (megatron.md 8.1), b = 1, full 2048-token layer, forward: about 45-55% of
+// the A100's 312 TFLOP/s for h >= 12288 at t = 8 (Megatron's own FLOP count), lower for small h.
+TEST(CostModel, A100LayerEfficiencyFollowsMegatronShapes) {
+  auto efficiency = [](const char* preset, int tp) {
+    const Scenario s = scenario(preset, "dgx-a100", 1, tp);
+    const AnalyticCostModel cm(s);
+    const double h = s.model.hidden, T = 2048;
+    const double flops = layer_forward_flops(s.model, tp, 1, 2048, 0).gemm() + 4 * T * T * h / tp;
+    return flops / cm.layer_forward_seconds(1, 2048, 0) / 312e12;
+  };
+  double prev = 0;
+  for (const char* preset : {"megatron-145.6b", "megatron-310.1b", "megatron-529.6b", "megatron-1t"}) {
+    SCOPED_TRACE(preset);
+    const double e = efficiency(preset, 8);
+    EXPECT_GT(e, 0.45);
+    EXPECT_LT(e, 0.58);
+    EXPECT_GE(e, prev);  // bigger GEMMs are more efficient
+    prev = e;
+  }
+  EXPECT_LT(efficiency("megatron-1.7b", 1), efficiency("megatron-145.6b", 8) - 0.05);
+  EXPECT_GT(efficiency("megatron-1.7b", 1), 0.3);
+}
+
+TEST(CostModel, TimeIsMonotoneInTokensAndContext) {
+  for (const char* cluster : {"aws-p3.16xlarge", "dgx-a100"}) {
+    for (int tp : {1, 8}) {
+      SCOPED_TRACE(std::string(cluster) + " tp " + std::to_string(tp));
+      const AnalyticCostModel cm(scenario("gpt3-13b", cluster, 1, tp));
+      for (int c : {0, 128, 1024}) {
+        double pf = 0, pb = 0;
+        for (int l = 1; l <= 1024; l = l < 16 ? l + 1 : l * 5 / 4) {
+          const double f = cm.layer_forward_seconds(1, l, c), b = cm.layer_backward_seconds(1, l, c);
+          EXPECT_GE(f, pf) << "l " << l << " c " << c;
+          EXPECT_GE(b, pb) << "l " << l << " c " << c;
+          pf = f;
+          pb = b;
+        }
+      }
+      for (int l : {1, 64, 512}) {
+        double pf = 0, pb = 0;
+        for (int c = 0; c <= 1536; c += 128) {
+          const double f = cm.layer_forward_seconds(1, l, c), b = cm.layer_backward_seconds(1, l, c);
+          EXPECT_GE(f, pf) << "l " << l << " c " << c;
+          EXPECT_GE(b, pb) << "l " << l << " c " << c;
+          pf = f;
+          pb = b;
+        }
+      }
+      // Context costs something once the slice is GPU-bound.
+      EXPECT_GT(cm.layer_forward_seconds(4, 1024, 1024), cm.layer_forward_seconds(4, 1024, 0));
+      // More sequences, more time.
+      EXPECT_GT(cm.layer_forward_seconds(4, 1024, 0), cm.layer_forward_seconds(1, 1024, 0));
+    }
+  }
+}
+
+TEST(CostModel, BackwardIsAboutTwiceForward) {
+  const Scenario s = scenario("megatron-145.6b", "dgx-a100", 8, 8);
+  const AnalyticCostModel cm(s);
+  const Op f = op(OpKind::Forward, 3, 0, 2048, 8), b = op(OpKind::Backward, 3, 0, 2048, 8);
+  EXPECT_DOUBLE_EQ(cm.op_flops(b, 1), 2 * cm.op_flops(f, 1));
+  EXPECT_DOUBLE_EQ(cm.op_flops(f, 1), 10 * layer_forward_flops(s.model, 8, 1, 2048, 0).total());
+  const double ratio = cm.compute_seconds(b, 1) / cm.compute_seconds(f, 1);
+  EXPECT_GT(ratio, 1.7);
+  EXPECT_LT(ratio, 2.3);
+
+  // Recompute: one more forward in the backward op, in FLOPs and (GPU-bound) in time.
+  const AnalyticCostModel rc(scenario("megatron-145.6b", "dgx-a100", 8, 8, 1, true));
+  EXPECT_DOUBLE_EQ(rc.op_flops(b, 1), 3 * rc.op_flops(f, 1));
+  EXPECT_DOUBLE_EQ(rc.compute_seconds(f, 1), cm.compute_seconds(f, 1));
+  EXPECT_NEAR(rc.compute_seconds(b, 1), cm.compute_seconds(b, 1) + cm.compute_seconds(f, 1),
+              1e-3 * cm.compute_seconds(b, 1));
+  // One stream instead of two: at most a couple of launch slots apart.
+  EXPECT_NEAR(rc.layer_backward_seconds(1, 2048, 0),
+              cm.layer_backward_seconds(1, 2048, 0) + cm.layer_forward_seconds(1, 2048, 0),
+              2 * s.cluster.device.kernel_launch_s);
+}
+
+TEST(CostModel, ChunkTimeAndEmbeddingStages) {
+  // 96 layers, pp 8, v 2: 6 layers per chunk; stage 0 has the embedding, stage 15 the LM head.
+  const int p = 8;
+  const Scenario s = scenario("gpt3-175b", "dgx-a100", p, 8, 2);
+  const AnalyticCostModel cm(s);
+  ASSERT_EQ(cm.layers_per_chunk(), 6);
+  const double mid = cm.compute_seconds(op(OpKind::Forward, 5, 0, 2048, p), 1);
+  // GPU-bound chunk: launch overhead hides, the chunk costs its layers.
+  EXPECT_NEAR(mid, 6 * cm.layer_forward_seconds(1, 2048, 0), 0.01 * mid);
+  EXPECT_DOUBLE_EQ(cm.compute_seconds(op(OpKind::Forward, 13, 0, 2048, p), 1), mid);  // chunk 1, same size
+  const double first = cm.compute_seconds(op(OpKind::Forward, 0, 0, 2048, p), 1);
+  const double last = cm.compute_seconds(op(OpKind::Forward, 15, 0, 2048, p), 1);
+  EXPECT_GT(first, mid);
+  EXPECT_LT(first, 1.05 * mid);
+  // Logits: 2*T*h*V/t = 1.6 TFLOP per GPU, several ms on an A100.
+  EXPECT_GT(last - mid, 2.0 * 2048 * 12288 * 51200 / 8 / 312e12);
+  EXPECT_GT(cm.compute_seconds(op(OpKind::Backward, 15, 0, 2048, p), 1),
+            cm.compute_seconds(op(OpKind::Backward, 5, 0, 2048, p), 1) + (last - mid));
+  // A short slice is launch-bound: at least one issue slot per kernel.
+  const double tiny = cm.compute_seconds(op(OpKind::Forward, 5, 0, 1, p), 1);
+  EXPECT_GE(tiny, 6 * 14 * s.cluster.device.kernel_launch_s);
+  EXPECT_LT(tiny, mid / 10);
+}
+
+TEST(CostModel, SizesForTheLoweringPasses) {
+  const int p = 4;
+  const Scenario s = scenario("megatron-39.1b", "dgx-a100", p, 8, 2);  // 48 layers: 6 per chunk, h 8192
+  const AnalyticCostModel cm(s);
+  const Op f = op(OpKind::Forward, 2, 512, 1024, p), b = op(OpKind::Backward, 2, 512, 1024, p);
+  EXPECT_DOUBLE_EQ(cm.p2p_bytes(f, 3), 3.0 * 512 * 8192 * 2);
+  EXPECT_DOUBLE_EQ(cm.p2p_bytes(b, 3), 3.0 * 512 * 8192 * 2);
+  EXPECT_DOUBLE_EQ(cm.tp_allreduce_bytes(f, 3), 3.0 * 512 * 8192 * 2);
+  EXPECT_EQ(cm.tp_allreduce_calls(f), 12);
+  EXPECT_EQ(cm.tp_allreduce_calls(b), 12);
+  EXPECT_EQ(cm.tp_allreduce_calls(op(OpKind::Forward, 0, 0, 2048, p)), 13);  // + vocab-parallel embedding
+  EXPECT_EQ(cm.tp_allreduce_calls(op(OpKind::Backward, 0, 0, 2048, p)), 12);
+  EXPECT_EQ(cm.tp_allreduce_calls(op(OpKind::Backward, 7, 0, 2048, p)), 13);  // + LM-head input gradient
+  const AnalyticCostModel rc(scenario("megatron-39.1b", "dgx-a100", p, 8, 2, true));
+  EXPECT_EQ(rc.tp_allreduce_calls(f), 12);
+  EXPECT_EQ(rc.tp_allreduce_calls(b), 24);
+  const AnalyticCostModel no_tp(scenario("megatron-39.1b", "dgx-a100", p, 1, 2));
+  EXPECT_EQ(no_tp.tp_allreduce_calls(f), 0);
+
+  // Gradients: the rank's parameters / t at 2 B; all ranks together = the model + the tied-embedding copy
+  // and final LayerNorm on the last stage.
+  const double h = 8192, V = 51200;
+  double total = 0;
+  for (int r = 0; r < p; r++) total += cm.grad_bytes(r);
+  EXPECT_NEAR(total, (parameter_count(s.model) + V * h + 2 * h) / 8 * 2, 1.0);
+  EXPECT_NEAR(cm.grad_bytes(1), 12.0 * layer_parameter_count(s.model) / 8 * 2, 1.0);
+  EXPECT_DOUBLE_EQ(cm.embedding_grad_bytes(), V * h / 8 * 2);
+  Scenario s32 = s;
+  s32.training.grad_fp32 = true;
+  EXPECT_DOUBLE_EQ(AnalyticCostModel(s32).grad_bytes(1), 2 * cm.grad_bytes(1));
+  EXPECT_DOUBLE_EQ(AnalyticCostModel(s32).embedding_grad_bytes(), 2 * cm.embedding_grad_bytes());
+  // No embedding all-reduce without a pipeline or without tying.
+  EXPECT_EQ(AnalyticCostModel(scenario("megatron-39.1b", "dgx-a100", 1, 8, 1)).embedding_grad_bytes(), 0.0);
+  EXPECT_EQ(AnalyticCostModel(scenario("seq1f1b-7b", "dgx-a100", 4, 8)).embedding_grad_bytes(), 0.0);
+
+  // Optimizer: memory-bound Adam, 2*12 + 2*2 + 2 = 30 B per parameter at 0.8 * 2039 GB/s.
+  const double params1 = rank_parameter_count(s, 1);
+  EXPECT_NEAR(cm.optimizer_seconds(1), params1 * 30 / (2039e9 * 0.8), 3 * 4 * s.cluster.device.kernel_launch_s);
+  EXPECT_GT(cm.optimizer_seconds(0), cm.optimizer_seconds(1));  // embeddings
+}
+
+TEST(CostModel, RejectsBadInput) {
+  Scenario s = scenario("gpt3-1b", "aws-p3.16xlarge", 4, 1);
+  s.training.dtype = "bf16";  // V100 has no bf16
+  EXPECT_THROW(AnalyticCostModel{s}, std::invalid_argument);
+  s.training.dtype = "fp8";
+  EXPECT_THROW(AnalyticCostModel{s}, std::invalid_argument);
+  s.training.dtype = "fp16";
+  s.parallel.pp = 5;  // 24 layers
+  EXPECT_THROW(AnalyticCostModel{s}, std::invalid_argument);
+  s.parallel.pp = 4;
+  const AnalyticCostModel cm(s);
+  EXPECT_THROW(cm.compute_seconds(op(OpKind::Forward, 4, 0, 2048, 4), 1), std::invalid_argument);
+  EXPECT_THROW(cm.compute_seconds(op(OpKind::Forward, 1, 0, 2049, 4), 1), std::invalid_argument);
+  EXPECT_THROW(cm.compute_seconds(op(OpKind::Forward, 1, 100, 100, 4), 1), std::invalid_argument);
+  EXPECT_THROW(cm.compute_seconds(op(OpKind::Forward, 1, 0, 2048, 4), 0), std::invalid_argument);
+  EXPECT_THROW(cm.grad_bytes(4), std::invalid_argument);
+  try {
+    cm.compute_seconds(op(OpKind::Forward, 9, 0, 2048, 4), 1);
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("virtual stage 9"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace pipescope
