@@ -1,0 +1,80 @@
+// `pipescope plan SCENARIO [--grain N] [--max-micro-batch N] [--epsilon-ms X] [--linear-scan]`: TeraPipe's
+// optimal slicing for a scenario (core/terapipe_planner.h), its predicted iteration time, the GPipe baseline
+// and the uniform-slicing curve under the same slice-time model.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/scenario.h"
+#include "core/terapipe_planner.h"
+
+namespace pipescope::cli {
+namespace {
+
+struct PlanOptions {
+  std::string scenario;
+  int grain = 8;
+  int max_micro_batch = 1;
+  double epsilon_ms = 0;
+  bool linear_scan = false;
+};
+
+int run_plan(const PlanOptions& o) {
+  const Scenario s = load_scenario(o.scenario);
+  if (o.grain < 1) throw InputError("--grain must be >= 1");
+  if (o.max_micro_batch < 1) throw InputError("--max-micro-batch must be >= 1");
+  if (o.epsilon_ms < 0) throw InputError("--epsilon-ms must be >= 0");
+  const ScenarioSliceModel m = scenario_slice_model(s);
+  PlannerOptions po;
+  po.grain = o.grain;
+  po.epsilon_s = o.epsilon_ms * 1e-3;
+  po.linear_scan = o.linear_scan;
+  const int bmax = std::min(o.max_micro_batch, m.batch);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto tables = slice_tables(m, o.grain, bmax);
+  const auto t1 = std::chrono::steady_clock::now();
+  const SlicingPlan p = plan_joint(tables, m.batch, m.K, po, m.fixed_s);
+  const auto t2 = std::chrono::steady_clock::now();
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+
+  std::printf("scenario %s (%s): K = %d stages, B_r = %d sequences, L = %d tokens, grain %d, micro-batch sizes 1..%d\n",
+              s.name.c_str(), s.source.c_str(), m.K, m.batch, m.seq_len, o.grain, bmax);
+  std::printf("scheme            %s\n", scheme_text(p).c_str());
+  std::printf("slices/sequence   %d\n", p.slices_per_sequence());
+  std::printf("predicted         %.6f s  (stage busy %.6f s + (K-1) x slowest slice %.6f s + optimizer %.6f s)\n",
+              p.total_s, p.sum_s, p.max_s, p.fixed_s);
+  MicroBatchGroup whole{1, m.batch, {m.seq_len}};
+  const double gpipe = scheme_seconds(m.t, {whole}, m.K, m.fixed_s);
+  std::printf("gpipe baseline    %.6f s  %s  (predicted speedup %.3fx)\n", gpipe,
+              ("[(1, [" + std::to_string(m.seq_len) + "])] * " + std::to_string(m.batch)).c_str(), gpipe / p.total_s);
+  std::printf("planner           %s, %d of %d candidate t_max evaluated; tables %.1f ms, DP %.1f ms\n",
+              o.linear_scan ? "linear scan" : "exact bisection", p.evaluated, p.candidates, ms(t0, t1), ms(t1, t2));
+  std::printf("\nuniform slicing (micro-batches of 1 sequence):\n%8s %10s %12s %12s\n", "slices", "tokens", "predicted_s",
+              "vs_dp");
+  for (int k = 1; k <= m.seq_len; k *= 2) {
+    MicroBatchGroup g{1, m.batch, {}};
+    for (int i = 0; i < k; i++) g.slice_tokens.push_back(m.seq_len / k + (i < m.seq_len % k ? 1 : 0));
+    const double t = scheme_seconds(m.t, {g}, m.K, m.fixed_s);
+    std::printf("%8d %10d %12.6f %12.3f\n", k, m.seq_len / k, t, t / p.total_s);
+    if (m.seq_len / k < 8) break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_plan(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  auto* sub = app.add_subcommand("plan", "TeraPipe: optimal token/batch slicing of a scenario (the paper's DP)");
+  sub->add_option("scenario", o->scenario, "Scenario YAML file")->required();
+  sub->add_option("--grain", o->grain, "Tokens per DP unit (default 8, as the authors' planner)");
+  sub->add_option("--max-micro-batch", o->max_micro_batch,
+                  "Largest micro-batch size the joint DP considers (default 1, as every reported plan)");
+  sub->add_option("--epsilon-ms", o->epsilon_ms, "With --linear-scan: skip t_max candidates closer than this");
+  sub->add_flag("--linear-scan", o->linear_scan, "The paper's straightforward ascending t_max scan (not bisection)");
+  return {sub, [o] { return run_plan(*o); }};
+}
+
+}  // namespace pipescope::cli

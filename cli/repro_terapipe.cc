@@ -1,0 +1,118 @@
+// `pipescope repro terapipe [--dir D] [--settings 1,5,...]`: Table 2 of the TeraPipe paper (spec/terapipe.md 10)
+// in simulation. For every setting of Table 1 it simulates scenarios/terapipe/setting-N-gpipe.yaml (without
+// TeraPipe) and setting-N.yaml (with the planner's slicing), each in its own process, and prints paper vs
+// simulated latency, relative error, speedups, the MAPE, and the DP's slice count vs the paper's scheme.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/fork_run.h"
+#include "cli/repro.h"
+#include "core/pipeline.h"
+#include "core/scenario.h"
+#include "core/terapipe_planner.h"
+#include "sim/engine.h"
+#include "sim/report.h"
+
+namespace pipescope::cli {
+namespace {
+
+// Measured reference values of Table 2 (paper, spec/terapipe.md 10): latency in s, slices per sequence.
+struct PaperRow {
+  int setting;
+  const char* model;
+  double without_s, with_s;
+  int slices;
+  const char* scheme;
+};
+const PaperRow kTable2[] = {
+    {1, "GPT3-1B", 1.517, 1.254, 3, "[(1, [776, 640, 632])] * 16"},
+    {2, "GPT3-1B", 1.018, 1.018, 1, "[(1, [2048])] * 36"},
+    {3, "GPT3-1B", 0.913, 0.913, 1, "[(1, [2048])] * 72"},
+    {4, "GPT3-13B", 2.637, 1.891, 2, "[(1, [1024, 1024])] * 16"},
+    {5, "GPT3-13B", 1.863, 1.328, 3, "[(1, [704, 688, 656])] * 32"},
+    {6, "GPT3-44B", 13.319, 7.103, 33, "[(1, [64] * 26 + [56] * 6 + [48])] * 2"},
+    {7, "GPT3-44B", 4.311, 2.771, 6, "[(1, [368, 384, 384, 368, 256, 288])] * 4"},
+    {8, "GPT3-44B", 2.662, 1.111, 6, "[(1, [384, 384, 368, 320, 296, 296])] * 8"},
+    {9, "GPT3-175B", 9.990, 1.481, 19, "[(1, [120] * 4 + [112] * 6 + [104] * 8 + [64])] * 2"},
+    {10, "GPT3-175B", 5.822, 1.160, 16, "[(1, [128] * 16)] * 2"},
+};
+
+struct ReproOptions {
+  std::string dir = "scenarios/terapipe";
+  std::vector<int> settings;
+};
+
+double simulate_in_child(const Scenario& s) {
+  const std::string out = run_in_child([&] {
+    auto prep = prepare(s);
+    CheckedSchedule cs = check(prep->lowered, prep->placement);
+    sim::EngineOptions eo;
+    eo.collectives = s.sim.collectives;
+    sim::SimResult r = sim::simulate(s.cluster, cs, eo);
+    sim::Report rep = sim::make_report(s, cs, r);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", rep.iteration_s);
+    return std::string(buf);
+  });
+  return std::stod(out);
+}
+
+int run_repro(const ReproOptions& o) {
+  std::printf("TeraPipe Table 2 (spec/terapipe.md 10) on simulated p3.16xlarge; scenarios from %s/\n", o.dir.c_str());
+  std::printf("%3s %-9s | %8s %8s %7s | %8s %8s %7s | %6s %6s %7s | %5s %5s | %s\n", "set", "model", "paper_wo",
+              "sim_wo", "err", "paper_w", "sim_w", "err", "spd_p", "spd_s", "err", "sl_p", "sl_s", "DP scheme");
+  double ape_sum = 0, worst_speedup = 0, worst_slices = 0;
+  int n_ape = 0;
+  bool failed = false;
+  for (const PaperRow& row : kTable2) {
+    if (!o.settings.empty() && std::find(o.settings.begin(), o.settings.end(), row.setting) == o.settings.end())
+      continue;
+    const std::string base = o.dir + "/setting-" + std::to_string(row.setting);
+    const Scenario with = load_scenario(base + ".yaml");
+    const Scenario without = load_scenario(base + "-gpipe.yaml");
+    std::fprintf(stderr, "setting %d: planning and simulating ...\n", row.setting);
+    const SlicingPlan plan = plan_scenario(with, PlannerOptions{}, with.parallel.micro_batch_size);
+    double wo = 0, w = 0;
+    try {
+      wo = simulate_in_child(without);
+      w = simulate_in_child(with);
+    } catch (const std::exception& e) {
+      std::printf("%3d %-9s | error: %s\n", row.setting, row.model, e.what());
+      failed = true;
+      continue;
+    }
+    const double e_wo = (wo - row.without_s) / row.without_s, e_w = (w - row.with_s) / row.with_s;
+    const double sp_p = row.without_s / row.with_s, sp_s = wo / w, e_sp = (sp_s - sp_p) / sp_p;
+    const int slices = plan.slices_per_sequence();
+    const double e_sl = static_cast<double>(slices - row.slices) / row.slices;
+    ape_sum += std::fabs(e_wo) + std::fabs(e_w);
+    n_ape += 2;
+    worst_speedup = std::max(worst_speedup, std::fabs(e_sp));
+    worst_slices = std::max(worst_slices, std::fabs(e_sl));
+    std::printf("%3d %-9s | %8.3f %8.3f %+6.1f%% | %8.3f %8.3f %+6.1f%% | %6.2f %6.2f %+6.1f%% | %5d %5d | %s\n",
+                row.setting, row.model, row.without_s, wo, 100 * e_wo, row.with_s, w, 100 * e_w, sp_p, sp_s, 100 * e_sp,
+                row.slices, slices, scheme_text(plan).c_str());
+  }
+  if (n_ape > 0) {
+    std::printf("MAPE over %d latencies: %.1f%% (target <= 10%%)\n", n_ape, 100 * ape_sum / n_ape);
+    std::printf("worst speedup error: %.1f%% (target <= 15%%); worst slice-count error: %.1f%% (target <= 30%%)\n",
+                100 * worst_speedup, 100 * worst_slices);
+  }
+  return failed ? kExitSchedule : 0;
+}
+
+}  // namespace
+
+Command add_repro_terapipe(CLI::App& repro) {
+  auto o = std::make_shared<ReproOptions>();
+  auto* sub = repro.add_subcommand("terapipe", "TeraPipe Table 2: paper vs simulated latency and speedup, DP slicing");
+  sub->add_option("--dir", o->dir, "Directory with setting-N.yaml / setting-N-gpipe.yaml (default scenarios/terapipe)");
+  sub->add_option("--settings", o->settings, "Only these settings, e.g. 1,5,10")->delimiter(',')->check(CLI::Range(1, 10));
+  return {sub, [o] { return run_repro(*o); }};
+}
+
+}  // namespace pipescope::cli
