@@ -5,22 +5,59 @@
 // ring steps (2(n-1) steps of n concurrent comms) sharing links with pipeline traffic.
 //
 // One simulation per process (SimGrid's Engine is a singleton): simulate() creates the Engine itself and
-// may be called only once per process.
+// may be called only once per process (a second call throws std::logic_error). Run sweeps and tests in
+// subprocesses. sim/README.md documents every modelling choice.
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/checks.h"
 #include "core/config.h"
+#include "sim/collectives.h"
 #include "sim/report.h"
 
 namespace pipescope::sim {
 
 struct EngineOptions {
-  std::string collectives = "auto";   // ring | aggregate | analytic | auto
-  std::vector<std::string> simgrid_args;  // extra --cfg=/--log= arguments
+  std::string collectives = "auto";  // ring | aggregate | analytic | auto
+  // How compute ops and pure delays advance time. "exec": a SimGrid Exec on the GPU host (flops =
+  // seconds * speed) or on the timer host. "timer": a SimGrid kernel timer at now + seconds, no activity
+  // object. Identical results as long as each GPU runs one op at a time (the DAG's program-order edges
+  // guarantee it; "timer" verifies it and throws otherwise). "timer" skips SimGrid 3.32's O(in-flight)
+  // per-activity bookkeeping and is 3-4x faster (sim/README.md, bench/).
+  std::string compute = "timer";
+  // Transfers between the same ordered GPU pair run one after the other in issue order, as NCCL sends on
+  // one stream do; false lets them all run at once and share bandwidth fairly (processor sharing).
+  bool p2p_fifo = true;
+  std::vector<std::string> simgrid_args;  // extra --cfg=/--log= arguments (log threshold: warning by default)
+  // "auto" collectives switch tensor-parallel groups to "analytic" above these sizes (sim/collectives.h).
+  AutoLimits auto_limits;
 };
 
 SimResult simulate(const ClusterSpec& cluster, const CheckedSchedule& cs, const EngineOptions& opt);
+
+// ---------------------------------------------------------------- lower level (tests, benchmarks)
+// What the driver needs besides the DAG; simulate() derives it from the lowered schedule.
+struct DagAnnotations {
+  std::vector<CollTag> group_tags;      // per collective group (empty = all None): "auto" choice
+  std::vector<std::uint8_t> allgather;  // per node (empty = none): Collective is an all-gather
+  int workers = 0;                      // size of SimResult::worker_busy_s (0 = max worker + 1)
+  // Tensor-parallel transfer lanes: when tp > 1, a Transfer between worker GPUs runs as tp parallel flows
+  // (TP rank t to TP rank t), each of the node's bytes. Empty = one flow gpu -> gpu2.
+  // lanes[g] = the tp GPUs of the worker whose TP-rank-0 GPU is g (only filled for such g).
+  std::vector<std::vector<std::int32_t>> lanes;
+  std::function<std::string(std::uint32_t)> node_name;  // names stuck nodes (default "node <i>")
+};
+
+// Validates the DAG against the cluster, creates the Engine and the platform, and runs the DAG.
+// Throws std::invalid_argument on bad options / out-of-range GPUs, std::runtime_error on deadlock.
+SimResult simulate_dag(const ClusterSpec& cluster, const Dag& dag, const DagAnnotations& ann, const EngineOptions& opt);
+
+// The deadlock diagnostic: how many nodes never completed and up to 10 of them, each with how many of
+// its predecessors are unfinished. `timing[i].end < 0` marks an unfinished node.
+std::string deadlock_message(const Dag& dag, const std::vector<NodeTiming>& timing,
+                             const std::function<std::string(std::uint32_t)>& node_name);
 
 }  // namespace pipescope::sim

@@ -1,1 +1,173 @@
-// placeholder
+#include "sim/report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+
+#include "core/analytic_cost.h"
+#include "core/dag.h"
+#include "core/memory_model.h"
+
+namespace pipescope::sim {
+
+namespace {
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+}  // namespace
+
+Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult& r) {
+  const LoweredSchedule& ls = cs.schedule();
+  const Dag& dag = cs.dag();
+  Report rep;
+  rep.scenario = s.name;
+  rep.schedule = ls.schedule.name;
+  rep.dp = ls.dp;
+  rep.pp = ls.p;
+  rep.tp = ls.tp;
+  rep.v = ls.schedule.v;
+  rep.m = ls.schedule.m;
+  rep.gpus = ls.dp * ls.p * ls.tp;
+  rep.iteration_s = r.iteration_s;
+  rep.pipeline_end_s = r.pipeline_end_s;
+
+  // Bubble over the pipeline part only (before gradient sync and optimizer): with B the mean busy time of
+  // a worker's pipeline compute ops and T the pipeline end, phi = (T - B) / T and beta = (T - B) / B.
+  const int workers = ls.workers();
+  std::vector<double> pipe_busy(static_cast<std::size_t>(workers), 0.0);
+  for (std::uint32_t i = 0; i < dag.size() && i < r.timing.size(); i++) {
+    const DagNode& n = dag.nodes[i];
+    if (n.kind != DagKind::Compute || n.worker < 0 || n.index < 0) continue;
+    if (ls.per_worker[n.worker][n.index].kind != LOpKind::Compute) continue;
+    pipe_busy[n.worker] += r.timing[i].end - r.timing[i].start;
+  }
+  double mean_busy = 0;
+  for (double b : pipe_busy) mean_busy += b;
+  if (workers > 0) mean_busy /= workers;
+  const double T = r.pipeline_end_s;
+  rep.bubble_idle_fraction = T > 0 ? (T - mean_busy) / T : 0.0;
+  rep.bubble_ratio = mean_busy > 0 ? (T - mean_busy) / mean_busy : 0.0;
+
+  // Megatron Eq. 3: F / (T * n). Hardware FLOPs include the recomputed forward when the schedule
+  // recomputes; model FLOPs never do.
+  if (r.iteration_s > 0 && rep.gpus > 0) {
+    const double denom = r.iteration_s * rep.gpus * 1e12;
+    rep.tflops_per_gpu = megatron_flops_per_iteration(s.model, s.parallel.global_batch, s.schedule.recompute) / denom;
+    rep.model_tflops_per_gpu = megatron_flops_per_iteration(s.model, s.parallel.global_batch, false) / denom;
+  }
+  rep.worker_busy_s = r.worker_busy_s;
+  rep.worker_busy_s.resize(static_cast<std::size_t>(workers), 0.0);
+  for (double b : rep.worker_busy_s) rep.worker_idle_s.push_back(r.iteration_s - b);
+  rep.memory = memory_report(s, ls.schedule);
+  return rep;
+}
+
+void print_table(std::ostream& os, const Report& r) {
+  auto line = [&](const std::string& k, const std::string& v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%-24s", k.c_str());
+    os << buf << v << '\n';
+  };
+  line("scenario", r.scenario);
+  line("schedule", r.schedule + " (p " + std::to_string(r.pp) + ", v " + std::to_string(r.v) + ", m " +
+                       std::to_string(r.m) + "; dp " + std::to_string(r.dp) + ", tp " + std::to_string(r.tp) + "; " +
+                       std::to_string(r.gpus) + " GPUs)");
+  line("iteration time", fmt("%.9f s", r.iteration_s));
+  line("pipeline end", fmt("%.9f s", r.pipeline_end_s) + " (last forward/backward op)");
+  line("bubble idle fraction", fmt("phi  = %.6f", r.bubble_idle_fraction) + " (mean worker idle / pipeline end)");
+  line("bubble ratio", fmt("beta = %.6f", r.bubble_ratio) + " (t_bubble / t_ideal, Megatron)");
+  line("throughput", fmt("%.3f TFLOP/s per GPU", r.tflops_per_gpu) +
+                         fmt(" (Megatron Eq. 3 F/(T n)); model FLOPs %.3f TFLOP/s", r.model_tflops_per_gpu));
+
+  // Per pipeline rank: busy time over the data-parallel replicas and memory.
+  os << "\n  rank   busy_min_s    busy_max_s    idle_max_s    peak_mem_GB  activations_GB  in_flight  oom\n";
+  for (int rank = 0; rank < r.pp; rank++) {
+    double bmin = 0, bmax = 0, imax = 0;
+    bool first = true;
+    for (int d = 0; d < r.dp; d++) {
+      const std::size_t w = static_cast<std::size_t>(d) * r.pp + rank;
+      if (w >= r.worker_busy_s.size()) continue;
+      const double b = r.worker_busy_s[w], idle = r.worker_idle_s[w];
+      bmin = first ? b : std::min(bmin, b);
+      bmax = first ? b : std::max(bmax, b);
+      imax = first ? idle : std::max(imax, idle);
+      first = false;
+    }
+    char buf[200];
+    if (static_cast<std::size_t>(rank) < r.memory.ranks.size()) {
+      const RankMemory& m = r.memory.ranks[rank];
+      std::snprintf(buf, sizeof buf, "  %4d  %12.6f  %12.6f  %12.6f  %13.3f  %14.3f  %9.2f  %s\n", rank, bmin, bmax,
+                    imax, m.peak_bytes / 1e9, m.activation_peak_bytes / 1e9, m.peak_in_flight, m.oom ? "OOM" : "-");
+    } else {
+      std::snprintf(buf, sizeof buf, "  %4d  %12.6f  %12.6f  %12.6f\n", rank, bmin, bmax, imax);
+    }
+    os << buf;
+  }
+  bool oom = false;
+  for (const RankMemory& m : r.memory.ranks) oom = oom || m.oom;
+  os << '\n';
+  line("device memory", fmt("%.3f GB", r.memory.device_bytes / 1e9) +
+                            (oom ? "  OUT OF MEMORY on at least one rank" : "  fits on every rank"));
+}
+
+void write_json(std::ostream& os, const Report& r) {
+  nlohmann::ordered_json j;
+  j["scenario"] = r.scenario;
+  j["schedule"] = r.schedule;
+  j["gpus"] = r.gpus;
+  j["dp"] = r.dp;
+  j["pp"] = r.pp;
+  j["tp"] = r.tp;
+  j["v"] = r.v;
+  j["m"] = r.m;
+  j["iteration_s"] = r.iteration_s;
+  j["pipeline_end_s"] = r.pipeline_end_s;
+  j["bubble_idle_fraction"] = r.bubble_idle_fraction;
+  j["bubble_ratio"] = r.bubble_ratio;
+  j["bubble_definitions"] =
+      "bubble_idle_fraction phi = (T_pipe - mean busy) / T_pipe; "
+      "bubble_ratio beta = (T_pipe - mean busy) / mean busy";
+  j["tflops_per_gpu"] = r.tflops_per_gpu;
+  j["model_tflops_per_gpu"] = r.model_tflops_per_gpu;
+  auto workers = nlohmann::ordered_json::array();
+  for (std::size_t w = 0; w < r.worker_busy_s.size(); w++) {
+    nlohmann::ordered_json x;
+    x["worker"] = w;
+    x["replica"] = r.pp > 0 ? static_cast<int>(w) / r.pp : 0;
+    x["rank"] = r.pp > 0 ? static_cast<int>(w) % r.pp : 0;
+    x["busy_s"] = r.worker_busy_s[w];
+    x["idle_s"] = w < r.worker_idle_s.size() ? r.worker_idle_s[w] : 0.0;
+    workers.push_back(std::move(x));
+  }
+  j["workers"] = std::move(workers);
+  nlohmann::ordered_json mem;
+  mem["device_bytes"] = r.memory.device_bytes;
+  bool oom = false;
+  auto ranks = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < r.memory.ranks.size(); i++) {
+    const RankMemory& m = r.memory.ranks[i];
+    oom = oom || m.oom;
+    nlohmann::ordered_json x;
+    x["rank"] = i;
+    x["weights_bytes"] = m.weights_bytes;
+    x["grads_bytes"] = m.grads_bytes;
+    x["optimizer_bytes"] = m.optimizer_bytes;
+    x["activation_peak_bytes"] = m.activation_peak_bytes;
+    x["peak_in_flight"] = m.peak_in_flight;
+    x["peak_bytes"] = m.peak_bytes;
+    x["oom"] = m.oom;
+    ranks.push_back(std::move(x));
+  }
+  mem["oom"] = oom;
+  mem["ranks"] = std::move(ranks);
+  j["memory"] = std::move(mem);
+  os << j.dump(2) << '\n';
+}
+
+}  // namespace pipescope::sim

@@ -18,13 +18,13 @@ struct NodeTiming {
 };
 
 struct SimResult {
-  double iteration_s = 0;                 // makespan
-  double pipeline_end_s = 0;              // last compute op of the pipeline (before grad sync / optimizer)
-  std::vector<NodeTiming> timing;         // per DAG node
-  std::vector<double> worker_busy_s;      // per worker: compute + optimizer time
-  std::size_t activities = 0;             // SimGrid activities created (incl. collective steps)
-  std::size_t completed = 0, total = 0;   // DAG nodes
-  double wall_s = 0;                      // not printed in deterministic outputs
+  double iteration_s = 0;                // makespan
+  double pipeline_end_s = 0;             // last compute op of the pipeline (before grad sync / optimizer)
+  std::vector<NodeTiming> timing;        // per DAG node
+  std::vector<double> worker_busy_s;     // per worker: compute + optimizer time
+  std::size_t activities = 0;            // SimGrid activities created (incl. collective steps)
+  std::size_t completed = 0, total = 0;  // DAG nodes
+  double wall_s = 0;                     // not printed in deterministic outputs
 };
 
 struct Report {
@@ -33,10 +33,10 @@ struct Report {
   int gpus = 0, dp = 1, pp = 1, tp = 1, v = 1, m = 0;
   double iteration_s = 0;
   double pipeline_end_s = 0;
-  double bubble_idle_fraction = 0;   // phi = mean over workers of idle / makespan (pipeline part)
-  double bubble_ratio = 0;           // beta = t_bubble / t_ideal (Megatron)
-  double tflops_per_gpu = 0;         // Megatron Eq. 3 F / (T * n)
-  double model_tflops_per_gpu = 0;   // without recomputation
+  double bubble_idle_fraction = 0;  // phi = mean over workers of idle / makespan (pipeline part)
+  double bubble_ratio = 0;          // beta = t_bubble / t_ideal (Megatron)
+  double tflops_per_gpu = 0;        // Megatron Eq. 3 F / (T * n)
+  double model_tflops_per_gpu = 0;  // without recomputation
   std::vector<double> worker_busy_s, worker_idle_s;
   MemoryReport memory;
 };

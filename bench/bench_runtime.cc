@@ -1,0 +1,77 @@
+// The validation runtime's own per-op overhead (scheduling and bookkeeping), measured with the no-op compute
+// backend (runtime/null_backend.h) so that nothing but the runtime runs: op dispatch, tensor and record
+// bookkeeping, K/V-cache protocol checks, timing, watchdog updates, and (pp > 1) in-process message passing.
+// Workers are threads over LocalTransport (no MPI in the way). Counters per op:
+//   overhead_us_per_op: the executor's own accounting (wall - kernels - transport), mean over workers;
+//   wall_us_per_op:     the slowest worker's iteration wall time / its op count (pp = 1: everything is overhead
+//                       except the empty kernel calls).
+#include <benchmark/benchmark.h>
+
+#include <thread>
+#include <vector>
+
+#include "core/checks.h"
+#include "runtime/job.h"
+#include "runtime/local_transport.h"
+#include "runtime/scenario_fit.h"
+
+namespace {
+
+using namespace pipescope;
+using namespace pipescope::runtime;
+
+// args: pp, token slices per micro-batch, micro-batches
+void BM_RuntimeOverhead(benchmark::State& state) {
+  const int pp = static_cast<int>(state.range(0)), k = static_cast<int>(state.range(1));
+  const int m = static_cast<int>(state.range(2));
+  const Scenario s = tiny_scenario(k > 1 ? "terapipe" : "1f1b", 1, pp, 1, m, 2 * pp, 8, 1, 64, 16, k);
+  auto p = prepare_with_constant_costs(s);
+  const CheckedSchedule cs = check(p->lowered, p->placement);
+  const ModelConfig mc = ModelConfig::from(s.model);
+  JobOptions opt;
+  opt.backend = "null";
+  opt.iterations = 20;
+  opt.collect_modules = false;
+  double overhead = 0, wall = 0;
+  std::size_t ops = 0, runs = 0;
+  for (auto _ : state) {
+    LocalFabric fabric(cs.schedule().workers(), cs.schedule().groups);
+    JobResult r;
+    std::vector<std::thread> threads;
+    for (int w = 0; w < cs.schedule().workers(); w++)
+      threads.emplace_back([&, w] {
+        Watchdog wd(60, [&](std::int64_t, double) { fabric.cancel(); });
+        LocalTransport tr(fabric, w);
+        JobResult x = run_job(cs, mc, tr, opt, &wd);
+        if (w == 0) r = std::move(x);
+      });
+    for (auto& t : threads) t.join();
+    for (std::size_t it = 0; it < r.workers[0].iterations.size(); it++) {
+      double slowest = 0;
+      std::size_t slowest_ops = 1;
+      for (const auto& w : r.workers) {
+        const IterationStats& st = w.iterations[it];
+        overhead += st.overhead_s;
+        ops += st.ops.size();
+        if (st.end_s > slowest) slowest = st.end_s, slowest_ops = st.ops.size();
+      }
+      wall += slowest / static_cast<double>(slowest_ops);
+      runs++;
+    }
+  }
+  state.counters["ops_per_iteration"] = static_cast<double>(ops) / static_cast<double>(runs);
+  state.counters["overhead_us_per_op"] = overhead / static_cast<double>(ops) * 1e6;
+  state.counters["wall_us_per_op"] = wall / static_cast<double>(runs) * 1e6;
+}
+BENCHMARK(BM_RuntimeOverhead)
+    ->ArgNames({"pp", "k", "m"})
+    ->Args({1, 1, 64})
+    ->Args({1, 4, 64})
+    ->Args({2, 4, 32})
+    ->Args({4, 4, 32})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,172 @@
+// Simulator throughput: one 1F1B iteration of a 48-node x 8-GPU cluster, pipeline 16 x data-parallel 24,
+// 64 micro-batches, ring all-reduce of the gradients, optimizer step (the large case of spec/simgrid.md 11).
+//
+// SimGrid allows one Engine per process, so every benchmark iteration forks a child that builds the
+// schedule (generators, lowering, checks), simulates it and reports back through a pipe. The iteration
+// time is the child's simulation wall time (SimResult::wall_s: releasing the DAG through SimGrid, i.e.
+// what "activities per second" measures); schedule construction and platform building are reported as
+// child_wall_s. peak_rss_MB is the child's ru_maxrss.
+//
+//   bench_sim                       all cases
+//   bench_sim --benchmark_filter=timer
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "core/checks.h"
+#include "core/cost_model.h"
+#include "core/lowering.h"
+#include "core/placement.h"
+#include "core/schedule.h"
+#include "sim/engine.h"
+
+using namespace pipescope;
+
+namespace {
+
+enum class Fabric { P3CubeMesh, NvSwitchStar };
+
+ClusterSpec cluster(Fabric f) {
+  ClusterSpec c;
+  c.nodes = 48;
+  c.gpus_per_node = 8;
+  if (f == Fabric::P3CubeMesh) {  // AWS p3.16xlarge (spec/calibration.md 8): NVLink2 cube mesh, 25 Gbps NIC
+    c.preset = "p3.16xlarge-like";
+    c.fabric = IntraNodeFabric::CubeMesh;
+    c.nvlink_bw_Bps = 25e9;
+    c.pcie_bw_Bps = 10e9;
+    c.pcie_latency_s = 2e-6;
+    c.nic_bw_Bps = 3.125e9;
+  } else {  // the prototype's large preset: NVSwitch star, 100 Gb/s NIC
+    c.preset = "nvswitch-star";
+    c.fabric = IntraNodeFabric::NVSwitch;
+    c.nvlink_bw_Bps = 150e9;
+    c.nic_bw_Bps = 12.5e9;
+  }
+  c.nvlink_latency_s = 1e-6;
+  c.nic_latency_s = 5e-6;
+  return c;
+}
+
+struct Figures {
+  double sim_wall_s = 0, child_wall_s = 0, iteration_s = 0;
+  double activities = 0, dag_nodes = 0, peak_rss_kb = 0;
+  char error[256] = {0};
+};
+
+Figures simulate_once(Fabric fabric, const char* compute) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ClusterSpec c = cluster(fabric);
+  const int p = 16, dp = 24, m = 64;
+  ConstantCosts cc;
+  cc.forward_s = 40e-3;
+  cc.backward_s = 80e-3;
+  cc.p2p_bytes = 2048.0 * 8192 * 2;  // seq 2048 x hidden 8192 x fp16
+  cc.grad_bytes = 2.5e9;
+  cc.optimizer_s = 5e-3;
+  const ConstantCostModel cost(cc);
+  const Schedule s = make_1f1b(p, uniform_microbatches(m, 1, 1, 1), 1);
+  const LoweredSchedule ls = lower(s, dp, 1, cost);
+  const Placement pl = make_placement("megatron", dp, p, 1, c);
+  const CheckedSchedule cs = check(ls, pl);
+  sim::EngineOptions o;
+  o.collectives = "ring";
+  o.compute = compute;
+  const sim::SimResult r = sim::simulate(c, cs, o);
+  Figures f;
+  f.sim_wall_s = r.wall_s;
+  f.iteration_s = r.iteration_s;
+  f.activities = static_cast<double>(r.activities);
+  f.dag_nodes = static_cast<double>(r.total);
+  f.child_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  f.peak_rss_kb = static_cast<double>(ru.ru_maxrss);
+  return f;
+}
+
+Figures run_child(Fabric fabric, const char* compute) {
+  int fd[2];
+  if (pipe(fd) != 0) throw std::runtime_error("pipe() failed");
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork() failed");
+  if (pid == 0) {
+    close(fd[0]);
+    Figures f;
+    try {
+      f = simulate_once(fabric, compute);
+    } catch (const std::exception& e) {
+      std::snprintf(f.error, sizeof f.error, "%s", e.what());
+    }
+    const ssize_t n = write(fd[1], &f, sizeof f);
+    _exit(n == static_cast<ssize_t>(sizeof f) ? 0 : 1);
+  }
+  close(fd[1]);
+  Figures f;
+  std::size_t got = 0;
+  ssize_t n;
+  while (got < sizeof f && (n = read(fd[0], reinterpret_cast<char*>(&f) + got, sizeof f - got)) > 0) got += n;
+  close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (got != sizeof f) std::snprintf(f.error, sizeof f.error, "child died (status %d)", status);
+  return f;
+}
+
+void BM_Sim1F1B_48x8(benchmark::State& state, Fabric fabric, const char* compute) {
+  Figures sum;
+  int runs = 0;
+  for (auto _ : state) {
+    const Figures f = run_child(fabric, compute);
+    if (f.error[0] != 0) {
+      state.SkipWithError(f.error);
+      return;
+    }
+    state.SetIterationTime(f.sim_wall_s);
+    sum.sim_wall_s += f.sim_wall_s;
+    sum.child_wall_s += f.child_wall_s;
+    sum.peak_rss_kb = std::max(sum.peak_rss_kb, f.peak_rss_kb);
+    sum.activities = f.activities;
+    sum.dag_nodes = f.dag_nodes;
+    sum.iteration_s = f.iteration_s;
+    runs++;
+  }
+  if (runs == 0) return;
+  state.counters["activities"] = sum.activities;
+  state.counters["dag_nodes"] = sum.dag_nodes;
+  state.counters["activities_per_s"] = sum.activities * runs / sum.sim_wall_s;
+  state.counters["sim_wall_s"] = sum.sim_wall_s / runs;
+  state.counters["child_wall_s"] = sum.child_wall_s / runs;
+  state.counters["peak_rss_MB"] = sum.peak_rss_kb / 1024.0;
+  state.counters["simulated_iteration_s"] = sum.iteration_s;
+}
+
+BENCHMARK_CAPTURE(BM_Sim1F1B_48x8, p3_cubemesh_timer, Fabric::P3CubeMesh, "timer")
+    ->UseManualTime()
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Sim1F1B_48x8, p3_cubemesh_exec, Fabric::P3CubeMesh, "exec")
+    ->UseManualTime()
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Sim1F1B_48x8, nvswitch_star_timer, Fabric::NvSwitchStar, "timer")
+    ->UseManualTime()
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Sim1F1B_48x8, nvswitch_star_exec, Fabric::NvSwitchStar, "exec")
+    ->UseManualTime()
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,48 @@
+// simulate(): a checked, lowered schedule -> DAG annotations -> simulate_dag(). Kept apart from the
+// driver so that bare-DAG runs (tests, benchmarks) need nothing from the lowering.
+#include <algorithm>
+
+#include "core/dag.h"
+#include "sim/engine.h"
+
+namespace pipescope::sim {
+
+SimResult simulate(const ClusterSpec& cluster, const CheckedSchedule& cs, const EngineOptions& opt) {
+  const Dag& dag = cs.dag();
+  const LoweredSchedule& ls = cs.schedule();
+  const Placement& pl = cs.placement();
+
+  DagAnnotations ann;
+  ann.workers = ls.workers();
+  ann.group_tags.resize(dag.rings.size(), CollTag::None);
+  for (std::size_t g = 0; g < dag.rings.size() && g < ls.groups.size(); g++) ann.group_tags[g] = ls.groups[g].tag;
+  ann.allgather.assign(dag.size(), 0);
+  for (std::uint32_t i = 0; i < dag.size(); i++) {
+    const DagNode& n = dag.nodes[i];
+    if (n.kind == DagKind::Collective && n.worker >= 0 && n.index >= 0)
+      ann.allgather[i] = ls.per_worker[n.worker][n.index].kind == LOpKind::AllGather;
+  }
+  // Each TP rank of a worker sends its own share to the same TP rank of the peer (spec/megatron.md 3.3).
+  if (pl.tp > 1) {
+    ann.lanes.assign(static_cast<std::size_t>(cluster.total_gpus()), {});
+    for (int w = 0; w < pl.dp * pl.p; w++) {
+      auto& lane = ann.lanes[pl.gpu_of(w, 0)];
+      for (int t = 0; t < pl.tp; t++) lane.push_back(pl.gpu_of(w, t));
+    }
+  }
+  ann.node_name = [&dag, &ls](std::uint32_t i) { return dag_node_text(dag, ls, i); };
+
+  SimResult r = simulate_dag(cluster, dag, ann, opt);
+
+  // Pipeline end: the last compute op of the pipeline proper (optimizer steps excluded).
+  r.pipeline_end_s = 0;
+  for (std::uint32_t i = 0; i < dag.size(); i++) {
+    const DagNode& n = dag.nodes[i];
+    if (n.kind != DagKind::Compute || n.worker < 0 || n.index < 0) continue;
+    if (ls.per_worker[n.worker][n.index].kind == LOpKind::Compute)
+      r.pipeline_end_s = std::max(r.pipeline_end_s, r.timing[i].end);
+  }
+  return r;
+}
+
+}  // namespace pipescope::sim
