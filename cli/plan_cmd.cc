@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/repro.h"
 #include "core/scenario.h"
 #include "core/terapipe_planner.h"
 
@@ -23,6 +24,8 @@ struct PlanOptions {
 
 int run_plan(const PlanOptions& o) {
   const Scenario s = load_scenario(o.scenario);
+  if (s.schedule.kind == ScheduleKind::Seq1F1B || s.schedule.kind == ScheduleKind::Seq1F1BInterleaved)
+    return print_seq1f1b_plan(s);  // cli/repro.h
   if (o.grain < 1) throw InputError("--grain must be >= 1");
   if (o.max_micro_batch < 1) throw InputError("--max-micro-batch must be >= 1");
   if (o.epsilon_ms < 0) throw InputError("--epsilon-ms must be >= 0");

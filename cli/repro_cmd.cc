@@ -13,6 +13,7 @@ Command add_repro(CLI::App& app) {
   auto papers = std::make_shared<std::vector<Command>>(std::vector<Command>{
       add_repro_terapipe(*sub),
       add_repro_megatron(*sub),
+      add_repro_seq1f1b(*sub),
   });
   return {sub, [papers] {
             for (auto& c : *papers)

@@ -200,6 +200,36 @@ LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
   return in;
 }
 
+LoweredSchedule scatter_gather_pass(LoweredSchedule in) {
+  require_shape(in, "add_scatter_gather");
+  if (in.tp == 1) return in;
+  for (std::size_t w = 0; w < in.per_worker.size(); w++) {
+    auto& prog = in.per_worker[w];
+    std::int32_t group = -1;  // this worker's scatter/gather group (its TP GPUs), created on first use
+    std::vector<LoweredOp> next;
+    next.reserve(prog.size() + prog.size() / 2 + kTailSlack);
+    for (LoweredOp& l : prog) {
+      const double full = l.bytes;
+      if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) l.bytes = full / in.tp;
+      next.push_back(l);
+      if (l.kind != LOpKind::Recv || full <= 0) continue;
+      if (group < 0) {
+        group = static_cast<std::int32_t>(in.groups.size());
+        in.groups.push_back(CollGroup{CollTag::ScatterGather, {static_cast<std::int32_t>(w)}});
+      }
+      LoweredOp ag;
+      ag.kind = LOpKind::AllGather;
+      ag.tag = CollTag::ScatterGather;
+      ag.op = l.op;
+      ag.group = group;
+      ag.bytes = full;
+      next.push_back(ag);
+    }
+    prog = std::move(next);
+  }
+  return in;
+}
+
 LoweredSchedule tp_pass(LoweredSchedule in, const CostModel& cost) {
   require_shape(in, "add_tp_allreduce");
   if (in.tp == 1) return in;
@@ -280,13 +310,15 @@ LoweredSchedule optimizer_pass(LoweredSchedule in, const CostModel& cost) {
 }  // namespace
 
 LoweredSchedule add_p2p(const LoweredSchedule& in, const CostModel& cost) { return p2p_pass(in, cost); }
+LoweredSchedule add_scatter_gather(const LoweredSchedule& in) { return scatter_gather_pass(in); }
 LoweredSchedule add_tp_allreduce(const LoweredSchedule& in, const CostModel& cost) { return tp_pass(in, cost); }
 LoweredSchedule add_grad_sync(const LoweredSchedule& in, const CostModel& cost) { return grad_sync_pass(in, cost); }
 LoweredSchedule add_optimizer(const LoweredSchedule& in, const CostModel& cost) { return optimizer_pass(in, cost); }
 
-LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost) {
+LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost, bool scatter_gather) {
   LoweredSchedule ls = lower_compute(s, dp, tp, cost);
   ls = p2p_pass(std::move(ls), cost);
+  if (scatter_gather) ls = scatter_gather_pass(std::move(ls));
   ls = tp_pass(std::move(ls), cost);
   ls = grad_sync_pass(std::move(ls), cost);
   return optimizer_pass(std::move(ls), cost);

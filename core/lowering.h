@@ -83,6 +83,11 @@ LoweredSchedule lower_compute(const Schedule& s, int dp, int tp, const CostModel
 //    from the last rank to the first): each Send right after its producer, each Recv right before the
 //    first consumer. Sizes from the cost model.
 LoweredSchedule add_p2p(const LoweredSchedule& in, const CostModel& cost);
+// 2b. Megatron scatter/gather (spec/megatron.md 3.3): with tp > 1 each TP rank sends only its 1/tp share of
+//    every pipeline message (Send/Recv bytes / tp, one flow per TP lane), and the receiver all-gathers the
+//    whole tensor over its TP group (NVLink): an AllGather tagged ScatterGather right after each Recv, bytes =
+//    the full message. No-op when tp == 1.
+LoweredSchedule add_scatter_gather(const LoweredSchedule& in);
 // 3. Tensor-parallel all-reduces: after each compute op, its 2 (forward) / 2 (+2 with recompute)
 //    (backward) all-reduces per layer of b*s*h elements over the worker's TP group, folded into one
 //    AllReduce op with count = number of calls. No-op when tp == 1.
@@ -94,6 +99,7 @@ LoweredSchedule add_grad_sync(const LoweredSchedule& in, const CostModel& cost);
 LoweredSchedule add_optimizer(const LoweredSchedule& in, const CostModel& cost);
 
 // All passes in order: what `simulate` and `validate` run.
-LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost);
+// scatter_gather: run pass 2b (Scenario::schedule.scatter_gather).
+LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost, bool scatter_gather = false);
 
 }  // namespace pipescope

@@ -3,6 +3,8 @@
 #include <stdexcept>
 
 #include "core/analytic_cost.h"
+#include "core/seq1f1b.h"
+#include "core/terapipe_planner.h"
 
 namespace pipescope {
 
@@ -11,7 +13,24 @@ Schedule make_schedule(const Scenario& s) {
   const ScheduleSpec& sch = s.schedule;
   const int m = par.micro_batches();
   std::vector<MicroBatch> mbs;
-  if (!sch.slice_tokens.empty())
+  if (sch.kind == ScheduleKind::TeraPipe && sch.slicing == "dp") {
+    // TeraPipe's planner (core/terapipe_planner.h): joint micro-batch / token split, exact, 8-token grain.
+    const SlicingPlan plan = plan_scenario(s, PlannerOptions{}, par.micro_batch_size);
+    int seq = 0;
+    for (const auto& g : plan.groups)
+      for (int i = 0; i < g.count; i++) {
+        MicroBatch mb;
+        mb.seq_begin = seq;
+        mb.seq_count = g.b;
+        int tok = 0;
+        for (int l : g.slice_tokens) mb.slice_begin.push_back(tok), tok += l;
+        mbs.push_back(std::move(mb));
+        seq += g.b;
+      }
+  } else if (sch.kind == ScheduleKind::Seq1F1B || sch.kind == ScheduleKind::Seq1F1BInterleaved) {
+    // Seq1F1B segments: cwp (equal causal FLOPs, TP-rounded), uniform or explicit (core/seq1f1b.h).
+    mbs = sliced_microbatches(m, par.micro_batch_size, seq1f1b_split_lengths(s));
+  } else if (!sch.slice_tokens.empty())
     mbs = sliced_microbatches(m, par.micro_batch_size, sch.slice_tokens);
   else
     mbs = uniform_microbatches(m, par.micro_batch_size, s.model.seq_len, sch.seq_slices);
@@ -23,6 +42,15 @@ Schedule make_schedule(const Scenario& s) {
       return make_1f1b(par.pp, mbs, s.model.seq_len);
     case ScheduleKind::Interleaved:
       return make_interleaved(par.pp, par.v, mbs, s.model.seq_len);
+    case ScheduleKind::Seq1F1B:
+    case ScheduleKind::Seq1F1BInterleaved:
+      try {
+        if (sch.kind == ScheduleKind::Seq1F1B) return make_seq1f1b(par.pp, mbs, s.model.seq_len);
+        // Eq. 6 / the authors' code grouping (spec/seq1f1b.md 7.3); make_seq1f1b_interleaved also offers the figure's.
+        return make_seq1f1b_interleaved(par.pp, par.v, mbs, s.model.seq_len, Seq1F1BGrouping::Code);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(s.source + ": schedule: " + e.what());
+      }
     default:
       break;
   }
@@ -41,7 +69,7 @@ std::unique_ptr<Prepared> prepare(const Scenario& s) {
   p->scenario = s;
   p->cost = make_cost_model(s);
   p->schedule = make_schedule(s);
-  p->lowered = lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost);
+  p->lowered = lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost, s.schedule.scatter_gather);
   p->placement = make_placement(s.sim.placement, s.parallel.dp, s.parallel.pp, s.parallel.tp, s.cluster);
   return p;
 }
