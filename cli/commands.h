@@ -23,5 +23,8 @@ struct Command {
 };
 Command add_simulate(CLI::App& app);
 Command add_show(CLI::App& app);
+Command add_validate(CLI::App& app);
+Command add_plan(CLI::App& app);   // TeraPipe planner (plan_cmd.cc)
+Command add_repro(CLI::App& app);  // paper reproductions (repro_cmd.cc)
 
 }  // namespace pipescope::cli

@@ -1,5 +1,6 @@
 #include "core/scenario.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -145,7 +146,10 @@ class Section {
     }
     present_ = true;
     for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node& k = it->first;
+      // Copies: yaml-cpp's iterator yields its (key, value) pair as a temporary proxy, so a reference to
+      // it->first dangles at the end of the statement (ASan stack-use-after-scope, found by fuzz_scenario).
+      const YAML::Node k = it->first;
+      const YAML::Node value = it->second;
       if (!k.IsScalar()) fail_at(source_, k.Mark(), path_or_root(), "keys must be plain names, got " + describe(k));
       const std::string key = k.Scalar();
       if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) {
@@ -156,8 +160,8 @@ class Section {
       }
       if (entries_.count(key)) fail_at(source_, k.Mark(), child(key), "duplicate key");
       // A null value's own mark points past the line; its key is the useful position.
-      const YAML::Mark vm = it->second.IsNull() ? k.Mark() : it->second.Mark();
-      entries_.emplace(key, Entry{it->second, vm});
+      const YAML::Mark vm = value.IsNull() ? k.Mark() : value.Mark();
+      entries_.emplace(key, Entry{value, vm});
       marks_[child(key)] = vm;
     }
   }
@@ -374,7 +378,11 @@ ModelSpec parse_model(const Section& root) {
   const bool hidden_given = m.get("hidden", model.hidden);
   m.get("heads", model.heads);
   // FFN follows the hidden size (4h) unless given, also when a preset's hidden size is overridden.
-  if (!m.get("ffn_hidden", model.ffn_hidden) && (hidden_given || !from_preset)) model.ffn_hidden = 4 * model.hidden;
+  if (!m.get("ffn_hidden", model.ffn_hidden) && (hidden_given || !from_preset)) {
+    if (model.hidden > std::numeric_limits<int>::max() / 4)
+      m.fail("hidden", "is too large: the default ffn_hidden = 4 * hidden does not fit in an int");
+    model.ffn_hidden = 4 * model.hidden;
+  }
   m.get("vocab", model.vocab);
   m.get("seq_len", model.seq_len);
   m.get("tied_embeddings", model.tied_embeddings);
@@ -575,13 +583,15 @@ void Validator::run() const {
          "the cube-mesh fabric has at most 8 GPUs per node, got " + std::to_string(c.gpus_per_node));
 
   // Parallel layout vs cluster size.
+  // 64-bit products: fuzzed sizes overflow int (UB, and a zero divisor below).
   const long long used = 1LL * p.dp * p.pp * p.tp;
-  if (used != c.total_gpus())
+  const long long total = 1LL * c.nodes * c.gpus_per_node;
+  if (used != total)
     fail({"parallel.dp", "parallel.pp", "parallel.tp", "parallel", "cluster.nodes", "cluster"},
          "dp * pp * tp = " + std::to_string(p.dp) + " * " + std::to_string(p.pp) + " * " + std::to_string(p.tp) +
              " = " + std::to_string(used) +
              " GPUs, but the cluster has nodes * gpus_per_node = " + std::to_string(c.nodes) + " * " +
-             std::to_string(c.gpus_per_node) + " = " + std::to_string(c.total_gpus()));
+             std::to_string(c.gpus_per_node) + " = " + std::to_string(total));
 
   // Model split.
   if (1LL * p.pp * p.v > m.layers)
@@ -603,11 +613,17 @@ void Validator::run() const {
          "model.ffn_hidden = " + std::to_string(m.ffn_hidden) + " is not divisible by tp = " + std::to_string(p.tp));
 
   // Batch.
-  if (p.global_batch % (p.micro_batch_size * p.dp) != 0)
+  const long long per_step = 1LL * p.micro_batch_size * p.dp;
+  if (p.global_batch < per_step)
+    fail({"parallel.global_batch", "parallel.micro_batch_size", "parallel.dp"},
+         "global_batch = " + std::to_string(p.global_batch) + " does not fill one micro-batch per replica: " +
+             "micro_batch_size * dp = " + std::to_string(p.micro_batch_size) + " * " + std::to_string(p.dp) + " = " +
+             std::to_string(per_step) + " sequences");
+  if (p.global_batch % per_step != 0)
     fail({"parallel.global_batch", "parallel.micro_batch_size", "parallel.dp"},
          "global_batch = " + std::to_string(p.global_batch) +
              " is not divisible by micro_batch_size * dp = " + std::to_string(p.micro_batch_size) + " * " +
-             std::to_string(p.dp) + " = " + std::to_string(p.micro_batch_size * p.dp));
+             std::to_string(p.dp) + " = " + std::to_string(per_step));
   const int mb = p.micro_batches();
 
   // Schedule constraints.
@@ -632,6 +648,10 @@ void Validator::run() const {
   if (sch.seq_slices > m.seq_len)
     fail({"schedule.seq_slices", "model.seq_len"},
          "seq_slices = " + std::to_string(sch.seq_slices) + " exceeds seq_len = " + std::to_string(m.seq_len));
+  if (sliced && sch.slicing == "uniform" && sch.slice_tokens.empty() && m.seq_len % sch.seq_slices != 0)
+    fail({"schedule.seq_slices", "model.seq_len"},
+         "uniform slicing needs seq_len = " + std::to_string(m.seq_len) + " divisible by seq_slices = " +
+             std::to_string(sch.seq_slices) + " (give uneven slices explicitly with schedule.slice_tokens)");
   if (!one_of(slicings(), sch.slicing))
     fail({"schedule.slicing"}, unknown_value_message("value", sch.slicing, names_of(slicings())));
   if (!sliced) {
@@ -694,19 +714,45 @@ std::string file_stem(const std::string& path) {
   return dot == std::string::npos || dot == 0 ? base : base.substr(0, dot);
 }
 
+// Records where a document starts; the events themselves are not needed.
+class DocumentStart : public YAML::EventHandler {
+ public:
+  YAML::Mark mark = YAML::Mark::null_mark();
+  void OnDocumentStart(const YAML::Mark& m) override { mark = m; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 Scenario parse_impl(const std::string& text, const std::string& source) {
-  std::vector<YAML::Node> docs;
+  // YAML::LoadAll loops forever (allocating empty documents) on a ',' outside a flow collection
+  // (yaml-cpp 0.7, found by fuzz_scenario), so load the first document only and look for a second one with
+  // the event parser, which stops after two documents whatever follows.
+  YAML::Node doc;
+  bool has_doc = false;
   try {
-    docs = YAML::LoadAll(text);
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentStart first, second;
+    has_doc = parser.HandleNextDocument(first);
+    if (has_doc && parser.HandleNextDocument(second)) {
+      const auto pos = static_cast<std::size_t>(std::max(0, second.mark.pos));
+      if (pos < text.size() && text[pos] == ',')
+        fail_at(source, second.mark, "(syntax)", "unexpected ',' outside a flow collection ([...] or {...})");
+      fail_at(source, second.mark, "(syntax)",
+              "a second YAML document starts here (a scenario is one document; check the indentation)");
+    }
+    if (has_doc) doc = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     fail_at(source, e.mark, "(syntax)", e.msg);
   }
-  if (docs.size() > 1)
-    fail_at(source, docs[1].Mark(), "(syntax)",
-            "a second YAML document starts here (a scenario is one document; check the indentation)");
-  const YAML::Node doc = docs.empty() ? YAML::Node() : docs[0];
   Marks marks;
-  const YAML::Mark doc_mark = docs.empty() || doc.IsNull() ? YAML::Mark::null_mark() : doc.Mark();
+  const YAML::Mark doc_mark = !has_doc || doc.IsNull() ? YAML::Mark::null_mark() : doc.Mark();
   marks[""] = doc_mark;
   const Section root(source, marks, doc, doc_mark, "",
                      {"name", "model", "cluster", "parallel", "schedule", "training", "sim"});

@@ -289,7 +289,7 @@ TEST(ScenarioErrors, YamlSyntax) {
   EXPECT_EQ(error_of("model: a: b\n"), "t.yaml:1:9: (syntax): illegal map value");
   // A mis-indented key makes yaml-cpp start a second document.
   EXPECT_EQ(error_of(kBase + "---\nname: two\n"),
-            "t.yaml:5:1: (syntax): a second YAML document starts here (a scenario is one document; check the "
+            "t.yaml:4:1: (syntax): a second YAML document starts here (a scenario is one document; check the "
             "indentation)");
 }
 

@@ -1,0 +1,469 @@
+// `pipescope validate [SCENARIO] [--layers N --hidden H ... --dp D --pp P] [--backend cpu-f64] [--trace F] [--json F]`
+// Runs the (shrunk) scenario on real kernels with the validation runtime, simulates the same shrunk scenario
+// with the same cost source, and prints measured vs simulated iteration time and per-op-kind error.
+//
+// Process layout (robust against SimGrid's one-engine-per-process rule and fork + MPI):
+//   1. this process never initialises MPI; it fits the scenario, lowers and checks it;
+//   2. a forked child runs the SimGrid simulation and sends the per-node times back through a pipe;
+//   3. the measured run is a separate MPI job: `<launcher> -n <dp*pp> pipescope-rank <same flags> --out FILE`,
+//      one rank per worker, rank 0 writing the gathered results to FILE. A separate program because libsimgrid
+//      exports the MPI API (SMPI): this binary links SimGrid and so must not be an MPI program itself;
+//   4. this process compares both (and, with the f64 backend, the gradients against the unsliced reference),
+//      prints the table and writes --json / --trace (one Perfetto file: a simulated and a measured process
+//      per node).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/pipeline.h"
+#include "core/scenario.h"
+#include "runtime/exactness.h"
+#include "runtime/job.h"
+#include "runtime/rank_job.h"
+#include "runtime/scenario_fit.h"
+#include "runtime/trace.h"
+#include "sim/engine.h"
+#include "sim/report.h"
+
+namespace pipescope::cli {
+namespace {
+
+// Exit codes of pipescope-rank (runtime/mpi_rank.h; this binary does not link the MPI part).
+constexpr int kRankWatchdog = 2;
+
+struct ValidateOptions {
+  runtime::RankJob job;  // scenario, shrinking, run: passed on to the ranks as flags
+  std::string launcher = "mpirun --oversubscribe";
+  std::string rank_exe;  // default: pipescope-rank next to this executable
+  std::string json, trace, collectives;
+};
+
+// ---------------------------------------------------------------- simulated side (forked child)
+sim::SimResult simulate_forked(const Scenario& s, const CheckedSchedule& cs, const std::string& collectives) {
+  int fd[2];
+  if (pipe(fd) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    close(fd[0]);
+    std::string out;
+    try {
+      sim::EngineOptions eo;
+      eo.collectives = collectives.empty() ? s.sim.collectives : collectives;
+      const sim::SimResult r = sim::simulate(s.cluster, cs, eo);
+      std::vector<double> v{r.iteration_s, r.pipeline_end_s, static_cast<double>(r.timing.size())};
+      for (const auto& t : r.timing) v.insert(v.end(), {t.start, t.end});
+      out = "OK";
+      out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));
+    } catch (const std::exception& e) {
+      out = std::string("ER") + e.what();
+    }
+    std::size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = write(fd[1], out.data() + done, out.size() - done);
+      if (n <= 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    close(fd[1]);
+    _exit(0);
+  }
+  close(fd[1]);
+  std::string got;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<std::size_t>(n));
+  close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (got.rfind("ER", 0) == 0) throw std::runtime_error("simulation failed: " + got.substr(2));
+  if (got.rfind("OK", 0) != 0 || (got.size() - 2) % sizeof(double) != 0)
+    throw std::runtime_error("the simulation process died (status " + std::to_string(status) + ")");
+  std::vector<double> v((got.size() - 2) / sizeof(double));
+  std::memcpy(v.data(), got.data() + 2, v.size() * sizeof(double));
+  sim::SimResult r;
+  r.iteration_s = v.at(0);
+  r.pipeline_end_s = v.at(1);
+  const auto nodes = static_cast<std::size_t>(v.at(2));
+  if (v.size() != 3 + 2 * nodes) throw std::runtime_error("simulation result is truncated");
+  r.timing.resize(nodes);
+  for (std::size_t i = 0; i < nodes; i++) r.timing[i] = {v[3 + 2 * i], v[4 + 2 * i]};
+  r.total = nodes;
+  return r;
+}
+
+// ---------------------------------------------------------------- measured side (MPI job)
+std::vector<std::string> split_words(const std::string& s) {
+  std::istringstream is(s);
+  std::vector<std::string> w;
+  for (std::string t; is >> t;) w.push_back(t);
+  return w;
+}
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw std::runtime_error("cannot find the pipescope executable (/proc/self/exe)");
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+// Runs the MPI job; returns its exit status (as the launcher reports it).
+int launch(const std::vector<std::string>& argv) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    std::vector<char*> a;
+    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    execvp(a[0], a.data());
+    std::fprintf(stderr, "error: cannot run the launcher '%s': %s\n", a[0], std::strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+struct TempDir {
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/pipescope-validate-XXXXXX";
+    std::vector<char> b(tmpl.begin(), tmpl.end());
+    b.push_back('\0');
+    if (!mkdtemp(b.data())) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
+    path = b.data();
+  }
+  ~TempDir() {
+    std::remove((path + "/measured.bin").c_str());
+    rmdir(path.c_str());
+  }
+  std::string path;
+};
+
+// Runs the measured MPI job; returns the launcher's exit code and, when it is 0, the gathered results.
+int run_measured(const ValidateOptions& o, const runtime::RankJob& job, const LoweredSchedule& ls, int layers,
+                 runtime::JobResult& out) {
+  TempDir dir;
+  const std::string out_file = dir.path + "/measured.bin";
+  std::vector<std::string> argv = split_words(o.launcher);
+  if (argv.empty()) throw InputError("--launcher: empty command");
+  const std::string tool =
+      argv[0].substr(argv[0].find_last_of('/') == std::string::npos ? 0 : argv[0].find_last_of('/') + 1);
+  // Open MPI refuses to start as root without this flag (CI containers run as root).
+  if (geteuid() == 0 && (tool == "mpirun" || tool == "mpiexec")) argv.push_back("--allow-run-as-root");
+  std::string exe = o.rank_exe;
+  if (exe.empty()) {
+    const std::string self = self_exe();
+    exe = self.substr(0, self.find_last_of('/') + 1) + "pipescope-rank";
+  }
+  if (access(exe.c_str(), X_OK) != 0)
+    throw InputError("--rank-exe " + exe + ": not an executable (build pipescope-rank)");
+  argv.insert(argv.end(), {"-n", std::to_string(ls.workers()), exe});
+  for (auto& a : job.args()) argv.push_back(a);
+  argv.insert(argv.end(), {"--out", out_file});
+  std::fprintf(stderr, "measuring: %d ranks ...\n", ls.workers());
+  const int rc = launch(argv);
+  if (rc != 0) return rc;
+  std::ifstream f(out_file, std::ios::binary);
+  if (!f) throw std::runtime_error("the measured run wrote no results");
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (bytes.size() % sizeof(double) != 0) throw std::runtime_error("the measured results are truncated");
+  std::vector<double> v(bytes.size() / sizeof(double));
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  out = runtime::unpack_job(v, layers);
+  return 0;
+}
+
+// ---------------------------------------------------------------- comparison
+enum Kind { kF, kB, kP2P, kAllReduce, kOptimizer, kKinds };
+const char* const kKindNames[kKinds] = {"F", "B", "p2p", "allreduce", "optimizer"};
+
+struct KindStats {
+  double measured_sum = 0, simulated_sum = 0;
+  std::size_t measured_n = 0, simulated_n = 0;
+  double measured() const { return measured_n ? measured_sum / measured_n : 0; }
+  double simulated() const { return simulated_n ? simulated_sum / simulated_n : 0; }
+};
+
+struct Comparison {
+  double measured_iteration_s = 0, simulated_iteration_s = 0;
+  KindStats kinds[kKinds];
+  double overhead_s_per_op = 0, kernel_s = 0, comm_s = 0, overhead_s = 0;
+  std::size_t ops = 0;
+};
+
+int kind_of(const LoweredOp& l) {
+  switch (l.kind) {
+    case LOpKind::Compute:
+      return l.op.kind == OpKind::Forward ? kF : kB;
+    case LOpKind::Send:
+    case LOpKind::Recv:
+      return kP2P;
+    case LOpKind::AllReduce:
+    case LOpKind::AllGather:
+      return kAllReduce;
+    case LOpKind::Optimizer:
+      return kOptimizer;
+  }
+  return kF;
+}
+
+Comparison compare(const CheckedSchedule& cs, const sim::SimResult& sr, const runtime::JobResult& mr) {
+  const LoweredSchedule& ls = cs.schedule();
+  const Dag& dag = cs.dag();
+  Comparison c;
+  c.simulated_iteration_s = sr.iteration_s;
+  // Simulated: compute / optimizer nodes, transfer nodes (owned by the send), one node per collective call.
+  for (std::uint32_t n = 0; n < dag.size(); n++) {
+    const DagNode& d = dag.nodes[n];
+    if (d.worker < 0 || d.index < 0 || n >= sr.timing.size()) continue;
+    const LoweredOp& l = ls.per_worker[d.worker][d.index];
+    if (l.kind == LOpKind::Recv) continue;  // a join; the transfer is on the send's node
+    KindStats& k = c.kinds[kind_of(l)];
+    k.simulated_sum += sr.timing[n].end - sr.timing[n].start;
+    k.simulated_n++;
+  }
+  // Measured: per timed iteration. Transfers: send/recv pairs, from the later of the two postings to the
+  // receive's completion. Collectives: per call, from the last member's arrival to the last member's completion.
+  std::map<std::tuple<int, int, int, int, int, int>, std::pair<int, int>> sends;  // key -> (worker, index)
+  std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> calls;          // (group, n) -> members' ops
+  for (int w = 0; w < ls.workers(); w++) {
+    std::map<int, int> seen;
+    const auto& prog = ls.per_worker[w];
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      const LoweredOp& l = prog[i];
+      if (l.kind == LOpKind::Send)
+        sends[{w, l.peer, static_cast<int>(l.op.kind), l.op.stage, l.op.microbatch, l.op.slice}] = {
+            w, static_cast<int>(i)};
+      if (l.kind == LOpKind::AllReduce || l.kind == LOpKind::AllGather)
+        calls[{l.group, seen[l.group]++}].push_back({w, static_cast<int>(i)});
+    }
+  }
+  std::map<int, const runtime::WorkerResult*> by_worker;
+  for (const auto& w : mr.workers) by_worker[w.worker] = &w;
+  if (static_cast<int>(by_worker.size()) != ls.workers()) throw std::runtime_error("measured results are incomplete");
+  const std::size_t iters = by_worker.begin()->second->iterations.size();
+  for (std::size_t it = 0; it < iters; it++) {
+    auto timing = [&](int w, int i) -> const runtime::OpTiming& {
+      return by_worker.at(w)->iterations.at(it).ops.at(i);
+    };
+    double end = 0;
+    for (const auto& [w, wr] : by_worker) {
+      const runtime::IterationStats& st = wr->iterations.at(it);
+      end = std::max(end, st.end_s);
+      c.kernel_s += st.kernel_s;
+      c.comm_s += st.comm_s;
+      c.overhead_s += st.overhead_s;
+      c.ops += st.ops.size();
+      const auto& prog = ls.per_worker[w];
+      for (std::size_t i = 0; i < prog.size(); i++) {
+        const LoweredOp& l = prog[i];
+        const runtime::OpTiming& t = st.ops.at(i);
+        if (l.kind == LOpKind::Compute || l.kind == LOpKind::Optimizer) {
+          KindStats& k = c.kinds[kind_of(l)];
+          k.measured_sum += t.end - t.start;
+          k.measured_n++;
+        } else if (l.kind == LOpKind::Recv) {
+          const auto s = sends.find({l.peer, w, static_cast<int>(l.op.kind), l.op.stage, l.op.microbatch, l.op.slice});
+          if (s == sends.end()) continue;
+          const runtime::OpTiming& ts = timing(s->second.first, s->second.second);
+          c.kinds[kP2P].measured_sum += std::max(0.0, t.end - std::max(t.start, ts.start));
+          c.kinds[kP2P].measured_n++;
+        }
+      }
+    }
+    for (const auto& [key, members] : calls) {
+      double start = 0, stop = 0;
+      for (const auto& [w, i] : members) {
+        start = std::max(start, timing(w, i).start);
+        stop = std::max(stop, timing(w, i).end);
+      }
+      c.kinds[kAllReduce].measured_sum += std::max(0.0, stop - start);
+      c.kinds[kAllReduce].measured_n++;
+    }
+    c.measured_iteration_s += end;
+  }
+  if (iters) c.measured_iteration_s /= static_cast<double>(iters);
+  if (c.ops) c.overhead_s_per_op = c.overhead_s / static_cast<double>(c.ops);
+  return c;
+}
+
+std::string pct(double sim, double meas) {
+  if (meas <= 0) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%+.1f%%", 100.0 * (sim - meas) / meas);
+  return b;
+}
+
+int run_validate(const ValidateOptions& vo) {
+  runtime::RankJob o = vo.job;
+  if (o.backend == "null") o.no_check = true;  // no arithmetic: nothing to compare with the reference
+  if (o.iterations < 1 || o.warmup < 0) throw InputError("--iterations must be >= 1 and --warmup >= 0");
+  if (!(o.watchdog_s > 0)) throw InputError("--watchdog must be > 0 seconds");
+  if (o.backend.rfind("cuda", 0) == 0)
+    throw InputError("--backend " + o.backend +
+                     ": the runtime's CUDA path (NCCL transport) is not implemented yet; use cpu-f64 or cpu-f32");
+  runtime::make_backend(o.backend);  // rejects unknown names before anything runs
+
+  Scenario s;
+  try {
+    s = o.fitted_scenario();
+  } catch (const runtime::RuntimeError& e) {
+    throw InputError(std::string("validate: ") + e.what());
+  }
+  auto prep = prepare(s);
+  const CheckedSchedule cs = check(prep->lowered, prep->placement);
+  const runtime::ModelConfig mc = runtime::ModelConfig::from(s.model);
+  const LoweredSchedule& ls = prep->lowered;
+  const ParallelSpec& par = s.parallel;
+  std::printf("validate %s (%s)\n", s.name.c_str(), s.source.c_str());
+  std::printf("  model: %d layers, hidden %d, %d heads, ffn %d, vocab %d, seq_len %d (untied head)\n", s.model.layers,
+              s.model.hidden, s.model.heads, s.model.ffn_hidden, s.model.vocab, s.model.seq_len);
+  std::printf("  parallel: dp %d x pp %d (v %d), tp %d; schedule %s, %d micro-batches of %d, %zu slice(s)\n", par.dp,
+              par.pp, par.v, par.tp, to_string(s.schedule.kind), par.micro_batches(), par.micro_batch_size,
+              ls.schedule.microbatches.empty() ? 0 : ls.schedule.microbatches[0].slice_begin.size());
+  std::printf("  simulated: %d x %s (%s), analytic cost model\n", s.cluster.total_gpus(), s.cluster.device.name.c_str(),
+              s.cluster.preset.empty() ? "custom cluster" : s.cluster.preset.c_str());
+  std::printf("  measured: backend %s, %d MPI ranks, %d timed iteration(s) after %d warm-up\n", o.backend.c_str(),
+              ls.workers(), o.iterations, o.warmup);
+  std::fflush(stdout);
+
+  std::fprintf(stderr, "simulating ...\n");
+  const sim::SimResult sr = simulate_forked(s, cs, vo.collectives);
+  runtime::JobResult mr;
+  const int rc = run_measured(vo, o, ls, mc.layers, mr);
+  if (rc == kRankWatchdog) {
+    std::fprintf(stderr, "error: the measured run did not finish: a rank's watchdog fired (reports above)\n");
+    return kExitSchedule;
+  }
+  if (rc != 0)
+    throw std::runtime_error("the measured run failed (launcher exit code " + std::to_string(rc) +
+                             "); the ranks' messages are above");
+  const Comparison c = compare(cs, sr, mr);
+
+  std::printf("\n%-12s %8s %16s %16s %10s\n", "", "count", "measured_s", "simulated_s", "error");
+  std::printf("%-12s %8d %16.9f %16.9f %10s\n", "iteration", o.iterations, c.measured_iteration_s,
+              c.simulated_iteration_s, pct(c.simulated_iteration_s, c.measured_iteration_s).c_str());
+  std::printf("mean duration per op:\n");
+  for (int k = 0; k < kKinds; k++) {
+    const KindStats& st = c.kinds[k];
+    if (!st.measured_n && !st.simulated_n) continue;
+    std::printf("%-12s %8zu %16.9f %16.9f %10s\n", kKindNames[k],
+                st.measured_n / static_cast<std::size_t>(o.iterations), st.measured(), st.simulated(),
+                pct(st.simulated(), st.measured()).c_str());
+  }
+  std::printf(
+      "error = (simulated - measured) / measured. p2p measured = receive completion - later of send / receive "
+      "posting; allreduce measured = last member's arrival to last completion.\n");
+  std::printf(
+      "runtime overhead (scheduling, bookkeeping): %.2f us per op; of the ranks' time: kernels %.1f%%, "
+      "communication and waiting %.1f%%, overhead %.2f%%\n",
+      c.overhead_s_per_op * 1e6, 100 * c.kernel_s / (c.kernel_s + c.comm_s + c.overhead_s),
+      100 * c.comm_s / (c.kernel_s + c.comm_s + c.overhead_s),
+      100 * c.overhead_s / (c.kernel_s + c.comm_s + c.overhead_s));
+  std::printf(
+      "note: the simulated side models %s GPUs with the analytic cost model while the measured side ran the %s "
+      "backend on this machine's CPUs; large errors are expected until calibration profiles exist.\n",
+      s.cluster.device.name.c_str(), o.backend.c_str());
+
+  nlohmann::ordered_json exact_json;
+  bool exact_ok = true;
+  if (!o.no_check) {
+    const runtime::SyntheticData data = runtime::make_data(ls, mc);
+    const runtime::ReferenceResult ref = runtime::reference_run(mc, data, kernels::AdamConfig{}, mr.steps);
+    const runtime::Exactness e = runtime::compare_with_reference(mr, ref, mc);
+    const double tol = o.backend == "cpu-f64" ? 1e-10 : 1e-3;
+    exact_ok = e.ok(tol);
+    std::printf("\nexactness vs the single-process unsliced reference (step %d, tolerance %.0e): %s\n%s\n", mr.steps,
+                tol, exact_ok ? "OK" : "FAILED", runtime::format_exactness(e).c_str());
+    exact_json = {{"tolerance", tol},
+                  {"ok", exact_ok},
+                  {"loss", e.loss},
+                  {"loss_reference", e.loss_ref},
+                  {"loss_rel_err", e.loss_rel_err},
+                  {"grad_rel_err", e.grad_rel_err},
+                  {"grad_worst", e.grad_worst},
+                  {"param_rel_err", e.param_rel_err},
+                  {"problems", e.problems}};
+  }
+
+  if (!vo.json.empty()) {
+    nlohmann::ordered_json j;
+    j["scenario"] = s.name;
+    j["source"] = s.source;
+    j["schedule"] = to_string(s.schedule.kind);
+    j["dp"] = par.dp;
+    j["pp"] = par.pp;
+    j["v"] = par.v;
+    j["m"] = par.micro_batches();
+    j["model"] = {{"layers", s.model.layers},  {"hidden", s.model.hidden}, {"heads", s.model.heads},
+                  {"ffn", s.model.ffn_hidden}, {"vocab", s.model.vocab},   {"seq_len", s.model.seq_len}};
+    j["backend"] = mr.backend;
+    j["iterations"] = o.iterations;
+    j["warmup"] = o.warmup;
+    j["iteration_s"] = {{"measured", c.measured_iteration_s}, {"simulated", c.simulated_iteration_s}};
+    for (int k = 0; k < kKinds; k++) {
+      const KindStats& st = c.kinds[k];
+      if (!st.measured_n && !st.simulated_n) continue;
+      j["per_op_kind"][kKindNames[k]] = {
+          {"count", st.measured_n / static_cast<std::size_t>(o.iterations)},
+          {"measured_s", st.measured()},
+          {"simulated_s", st.simulated()},
+          {"rel_error", st.measured() > 0 ? (st.simulated() - st.measured()) / st.measured() : 0.0}};
+    }
+    j["runtime_overhead_us_per_op"] = c.overhead_s_per_op * 1e6;
+    if (!o.no_check) j["exactness"] = exact_json;
+    std::ofstream f(vo.json, std::ios::binary);
+    if (!f) throw InputError("--json " + vo.json + ": cannot open for writing");
+    f << j.dump(2) << "\n";
+    if (!f.flush()) throw InputError("--json " + vo.json + ": write failed");
+  }
+  if (!vo.trace.empty()) {
+    std::ostringstream simulated, measured;
+    sim::write_trace(simulated, cs, sr);
+    runtime::write_measured_trace(measured, ls, prep->placement, mr);
+    std::ofstream f(vo.trace, std::ios::binary);
+    if (!f) throw InputError("--trace " + vo.trace + ": cannot open for writing");
+    f << runtime::merge_traces(simulated.str(), measured.str());
+    if (!f.flush()) throw InputError("--trace " + vo.trace + ": write failed");
+  }
+  return exact_ok ? 0 : kExitInternal;
+}
+
+}  // namespace
+
+Command add_validate(CLI::App& app) {
+  auto o = std::make_shared<ValidateOptions>();
+  auto* sub = app.add_subcommand("validate",
+                                 "Run a (shrunk) scenario on real kernels under MPI and compare with its simulation");
+  o->job.add_scenario_option(*sub);
+  o->job.add_shrink_options(*sub);
+  o->job.add_run_options(*sub);
+  sub->add_option("--launcher", o->launcher, "MPI launcher command (-n <ranks> is appended)")->capture_default_str();
+  sub->add_option("--rank-exe", o->rank_exe, "The per-rank program (default: pipescope-rank next to pipescope)");
+  sub->add_option("--json", o->json, "Write the comparison as JSON to this file");
+  sub->add_option("--trace", o->trace, "Write one Perfetto trace with a simulated and a measured process per node");
+  sub->add_option("--collectives", o->collectives, "Simulated collective model: ring | aggregate | analytic | auto")
+      ->check(CLI::IsMember({"ring", "aggregate", "analytic", "auto"}));
+  return {sub, [o] { return run_validate(*o); }};
+}
+
+}  // namespace pipescope::cli

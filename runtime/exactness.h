@@ -1,0 +1,45 @@
+#pragma once
+// The exactness check of issue 5: a pipelined / sliced / data-parallel run must give the loss and every
+// parameter gradient of a single-process, unsliced run of the same model on the same global batch.
+// The reference runs the whole global batch as one slice through all layers on the CPU f64 backend.
+// Errors are norm-wise per parameter tensor: max|run - ref| / max|ref| over the tensor (the tensors of
+// kernels/layer.h's layouts), maximised over tensors and over data-parallel copies.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/layer.h"
+#include "runtime/job.h"
+#include "runtime/model.h"
+
+namespace pipescope::runtime {
+
+struct ReferenceResult {
+  double loss = 0;                                 // of the last step
+  std::map<ModuleId, std::vector<double>> grads;   // of the last step
+  std::map<ModuleId, std::vector<double>> params;  // after the last step's Adam update
+};
+
+// `steps` training steps (Adam step 1..steps) of the whole model, unsliced, on the whole batch.
+ReferenceResult reference_run(const ModelConfig& mc, const SyntheticData& data, const kernels::AdamConfig& adam,
+                              int steps = 1);
+
+struct Exactness {
+  double loss = 0, loss_ref = 0, loss_rel_err = 0;
+  double grad_rel_err = 0;   // worst tensor
+  std::string grad_worst;    // "layer3.w_qkv (worker 5)"
+  double param_rel_err = 0;  // parameters after the optimizer step
+  std::string param_worst;
+  int modules = 0;                    // distinct modules compared
+  int copies = 0;                     // module copies compared (each data-parallel replica holds one)
+  std::vector<std::string> problems;  // modules missing from the run, or with the wrong size
+  double max_rel_err() const;
+  bool ok(double tol) const { return problems.empty() && max_rel_err() <= tol; }
+};
+
+Exactness compare_with_reference(const JobResult& run, const ReferenceResult& ref, const ModelConfig& mc);
+// Two lines: loss and gradients / parameters with their worst tensors.
+std::string format_exactness(const Exactness& e);
+
+}  // namespace pipescope::runtime

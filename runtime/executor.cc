@@ -1,0 +1,403 @@
+#include "runtime/executor.h"
+
+#include <thread>
+#include <utility>
+
+namespace pipescope::runtime {
+
+namespace {
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::shared_ptr<kernels::Tensor> share(std::unique_ptr<kernels::Tensor> t) {
+  return std::shared_ptr<kernels::Tensor>(std::move(t));
+}
+
+// Runs f and adds its duration to acc.
+template <class F>
+void timed(double& acc, F&& f) {
+  const auto a = Clock::now();
+  f();
+  acc += seconds(Clock::now() - a);
+}
+
+}  // namespace
+
+struct Executor::State {
+  explicit State(const Schedule& s) : index(s), outputs(index.size()), inbox(index.size()), records(index.size()) {}
+  OpKeyIndex index;
+  std::vector<std::shared_ptr<kernels::Tensor>> outputs;  // by producer slot: computed here, not yet sent / consumed
+  std::vector<std::shared_ptr<kernels::Tensor>> inbox;    // by producer slot: received, not yet consumed
+  // By forward slot: the records of the stage's layers (then the head's) until the matching backward.
+  std::vector<std::vector<std::unique_ptr<kernels::Record>>> records;
+  std::map<std::pair<int, int>, std::unique_ptr<kernels::KVCache>> kv;  // (micro-batch, layer)
+  std::vector<std::unique_ptr<kernels::Record>> free_records;           // reused: a forward overwrites a record
+  struct PendingSend {
+    std::unique_ptr<Request> req;
+    std::shared_ptr<kernels::Tensor> buf;
+    std::size_t index;
+  };
+  std::vector<PendingSend> sends;
+  std::size_t live_outputs = 0, live_inbox = 0, live_records = 0;
+
+  std::unique_ptr<kernels::Record> record(kernels::Backend& be) {
+    if (free_records.empty()) return be.record();
+    auto r = std::move(free_records.back());
+    free_records.pop_back();
+    return r;
+  }
+  std::int64_t slot(const OpKey& k, const char* what) const {
+    const std::int64_t s = index.slot(k);
+    if (s < 0) throw RuntimeError(std::string(what) + ": op outside the schedule's grid");
+    return s;
+  }
+};
+
+Executor::Executor(const CheckedSchedule& cs, int worker, const ModelConfig& model, const SyntheticData& data,
+                   kernels::Backend& backend, Transport& transport, Watchdog* watchdog, ExecutorOptions opt)
+    : Executor(UncheckedForTesting{}, cs.schedule(), worker, model, data, backend, transport, watchdog,
+               std::move(opt)) {}
+
+Executor::Executor(UncheckedForTesting, const LoweredSchedule& ls, int worker, const ModelConfig& model,
+                   const SyntheticData& data, kernels::Backend& backend, Transport& transport, Watchdog* watchdog,
+                   ExecutorOptions opt)
+    : ls_(ls),
+      prog_(ls.per_worker.at(static_cast<std::size_t>(worker))),
+      worker_(worker),
+      replica_(worker / ls.p),
+      rank_(worker % ls.p),
+      model_(model),
+      data_(data),
+      be_(backend),
+      tr_(transport),
+      wd_(watchdog),
+      opt_(std::move(opt)) {
+  model_.validate();
+  const Schedule& s = ls.schedule;
+  for (const MicroBatch& mb : s.microbatches) replica_seqs_ = std::max(replica_seqs_, mb.seq_begin + mb.seq_count);
+  if (data.sequences() != ls.dp * replica_seqs_ || data.seq_len() != s.seq_len)
+    throw RuntimeError("data: the schedule needs " + std::to_string(ls.dp) + " x " + std::to_string(replica_seqs_) +
+                       " sequences of " + std::to_string(s.seq_len) + " tokens, the data has " +
+                       std::to_string(data.sequences()) + " of " + std::to_string(data.seq_len()));
+  if (model.shape.max_seq < s.seq_len)
+    throw RuntimeError("model: max_seq " + std::to_string(model.shape.max_seq) + " < the schedule's seq_len " +
+                       std::to_string(s.seq_len));
+  if (transport.worker() != worker || transport.workers() != ls.workers())
+    throw RuntimeError("transport is worker " + std::to_string(transport.worker()) + " of " +
+                       std::to_string(transport.workers()) + ", the executor worker " + std::to_string(worker) +
+                       " of " + std::to_string(ls.workers()));
+  validate_program();
+  st_ = std::make_unique<State>(s);
+
+  const int stages = s.stages();
+  auto add = [&](const ModuleId& id) {
+    auto p = be_.params(id.kind, model_.shape);
+    p->set(initial_params(model_, id));
+    modules_.emplace(id, std::move(p));
+  };
+  for (int c = 0; c < s.v; c++) {
+    const int g = c * s.p + rank_;
+    const StageLayers L = stage_layers(model_.layers, stages, g);
+    if (g == 0) add({kernels::ModuleKind::kEmbedding, 0});
+    for (int l = L.first; l < L.first + L.count; l++) add({kernels::ModuleKind::kLayer, l});
+    if (g == stages - 1) add({kernels::ModuleKind::kHead, 0});
+  }
+}
+
+Executor::~Executor() = default;
+
+std::string Executor::op_name(std::size_t i) const { return lowered_op_name(ls_, worker_, i); }
+
+void Executor::validate_program() const {
+  if (ls_.tp != 1)
+    throw RuntimeError("tensor parallelism (tp = " + std::to_string(ls_.tp) +
+                       ") is not implemented by the runtime (its kernels are unsharded); use tp = 1");
+  const Schedule& s = ls_.schedule;
+  for (std::size_t i = 0; i < prog_.size(); i++) {
+    const LoweredOp& l = prog_[i];
+    auto bad = [&](const std::string& why) { throw RuntimeError("op " + op_name(i) + ": " + why); };
+    switch (l.kind) {
+      case LOpKind::Compute:
+      case LOpKind::Send:
+      case LOpKind::Recv:
+        if (l.op.microbatch < 0 || l.op.microbatch >= static_cast<int>(s.microbatches.size()))
+          bad("micro-batch out of range");
+        if (l.op.stage < 0 || l.op.stage >= s.stages()) bad("stage out of range");
+        if (l.op.tok_begin < 0 || l.op.tok_end <= l.op.tok_begin || l.op.tok_end > s.seq_len)
+          bad("token range out of range");
+        if (l.kind == LOpKind::Compute && l.op.stage % s.p != rank_) bad("stage does not live on this pipeline rank");
+        if (l.kind != LOpKind::Compute && (l.peer < 0 || l.peer >= ls_.workers())) bad("peer out of range");
+        break;
+      case LOpKind::AllReduce:
+        if (l.tag == CollTag::Embedding)
+          bad("embedding all-reduce (tied embeddings): the runtime's model has an untied LM head, so first and last "
+              "stage share no parameter; set model.tied_embeddings: false");
+        if (l.tag != CollTag::DataParallel) bad("only data-parallel all-reduces are implemented");
+        if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls_.groups.size()) bad("unknown group");
+        break;
+      case LOpKind::AllGather:
+        bad("all-gather (Megatron scatter/gather, tp > 1) is not implemented by the runtime");
+        break;
+      case LOpKind::Optimizer:
+        break;
+    }
+  }
+}
+
+IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
+  if (step < 1) throw RuntimeError("run_iteration: step must be >= 1");
+  IterationStats stats;
+  stats.ops.assign(prog_.size(), OpTiming{});
+  for (auto& [id, p] : modules_) p->zero_grads();
+  const auto first = Clock::now();
+  for (std::size_t i = 0; i < prog_.size(); i++) {
+    if (wd_) wd_->enter(static_cast<std::int64_t>(i));
+    OpTiming& t = stats.ops[i];
+    t.start = seconds(Clock::now() - t0);
+    try {
+      const LoweredOp& l = prog_[i];
+      switch (l.kind) {
+        case LOpKind::Compute:
+          l.op.kind == OpKind::Forward ? forward(l.op, stats) : backward(l.op, stats);
+          break;
+        case LOpKind::Send:
+          timed(stats.comm_s, [&] { send(l, i); });
+          break;
+        case LOpKind::Recv:
+          recv(l, stats);
+          break;
+        case LOpKind::AllReduce:
+          allreduce(l, stats);
+          break;
+        case LOpKind::AllGather:
+          throw RuntimeError("all-gather is not implemented");
+        case LOpKind::Optimizer:
+          timed(stats.kernel_s, [&] {
+            for (auto& [id, p] : modules_) be_.adam_step(*p, opt_.adam, step);
+          });
+          break;
+      }
+    } catch (const std::exception& e) {
+      throw RuntimeError("rank " + std::to_string(worker_) + ": op " + op_name(i) + " (position " + std::to_string(i) +
+                         "): " + e.what());
+    }
+    t.end = seconds(Clock::now() - t0);
+    if (prog_[i].kind != LOpKind::Send) t.done = t.end;
+    if (wd_) wd_->progress();
+    if (!st_->sends.empty()) timed(stats.comm_s, [&] { poll_sends(t0, stats.ops); });
+  }
+  if (wd_) wd_->enter(Watchdog::kDrain);
+  try {
+    timed(stats.comm_s, [&] {
+      for (auto& s : st_->sends) {
+        wait(*s.req, "send");
+        stats.ops[s.index].done = seconds(Clock::now() - t0);
+      }
+    });
+  } catch (const std::exception& e) {
+    throw RuntimeError("rank " + std::to_string(worker_) + ": waiting for outstanding sends: " + e.what());
+  }
+  st_->sends.clear();
+  const auto last = Clock::now();
+  stats.end_s = seconds(last - t0);
+  stats.overhead_s = seconds(last - first) - stats.kernel_s - stats.comm_s;
+
+  // A checked program consumes everything it produces; leftovers mean a broken (unchecked) program.
+  auto leftovers = [&](const char* what, std::size_t n, auto&& has) {
+    if (n == 0) return;
+    std::string names;
+    int shown = 0;
+    for (std::size_t s = 0; s < st_->index.size() && shown < 5; s++)
+      if (has(s)) names += (shown++ ? ", " : "") + op_text(op_of(ls_.schedule, st_->index.key(s)));
+    throw RuntimeError("rank " + std::to_string(worker_) + ": after the program, " + std::to_string(n) + " " + what +
+                       ": " + names);
+  };
+  leftovers("outputs were never sent or consumed", st_->live_outputs, [&](std::size_t s) { return !!st_->outputs[s]; });
+  leftovers("received messages were never consumed", st_->live_inbox, [&](std::size_t s) { return !!st_->inbox[s]; });
+  leftovers("forwards never had their backward", st_->live_records,
+            [&](std::size_t s) { return !st_->records[s].empty(); });
+  if (!st_->kv.empty())
+    throw RuntimeError("rank " + std::to_string(worker_) + ": after the program, the K/V cache of micro-batch " +
+                       std::to_string(st_->kv.begin()->first.first) + " was never released by its backward");
+  return stats;
+}
+
+void Executor::wait(Request& r, const char* what) {
+  while (!r.test()) {
+    if (tr_.cancelled())
+      throw RuntimeError(std::string("cancelled while waiting for a ") + what +
+                         " (another worker failed or the watchdog fired)");
+    // Ranks are often oversubscribed (CI: 4 ranks on 2 cores): give the core to whoever we are waiting for.
+    std::this_thread::yield();
+  }
+}
+
+void Executor::poll_sends(Clock::time_point t0, std::vector<OpTiming>& ops) {
+  auto& sends = st_->sends;
+  std::size_t keep = 0;
+  for (std::size_t k = 0; k < sends.size(); k++) {
+    if (sends[k].req->test()) {
+      ops[sends[k].index].done = seconds(Clock::now() - t0);
+    } else {
+      if (keep != k) sends[keep] = std::move(sends[k]);
+      keep++;
+    }
+  }
+  sends.resize(keep);
+}
+
+std::shared_ptr<kernels::Tensor> Executor::take_input(const Op& consumer, const OpKey& producer) {
+  const std::int64_t s = st_->slot(producer, "input");
+  std::shared_ptr<kernels::Tensor> t;
+  if (st_->inbox[s]) {
+    t = std::move(st_->inbox[s]);
+    st_->live_inbox--;
+  } else if (st_->outputs[s]) {
+    t = std::move(st_->outputs[s]);
+    st_->live_outputs--;
+  } else {
+    throw RuntimeError("input of " + op_text(consumer) + " is missing: " + op_text(op_of(ls_.schedule, producer)) +
+                       " was neither received nor computed on this worker before it");
+  }
+  return t;
+}
+
+void Executor::forward(const Op& op, IterationStats& st) {
+  const Schedule& s = ls_.schedule;
+  const int stages = s.stages();
+  const MicroBatch& mb = s.microbatches[op.microbatch];
+  const kernels::Slice sl{mb.seq_count, op.tok_begin, op.tokens()};
+  const int first_seq = replica_ * replica_seqs_ + mb.seq_begin;
+  const int h = model_.shape.layer.hidden;
+  const StageLayers L = stage_layers(model_.layers, stages, op.stage);
+  const std::int64_t slot = st_->slot(key_of(op), "forward");
+  auto& recs = st_->records[slot];
+  if (!recs.empty()) throw RuntimeError("forward already ran and its backward has not");
+
+  std::shared_ptr<kernels::Tensor> x;
+  if (op.stage == 0) {
+    const auto tokens = data_.tokens(first_seq, mb.seq_count, op.tok_begin, op.tok_end);
+    x = share(be_.tensor(sl.rows(), h));
+    const auto& emb = *modules_.at({kernels::ModuleKind::kEmbedding, 0});
+    timed(st.kernel_s, [&] { be_.embedding_forward(emb, tokens, sl, *x); });
+  } else {
+    x = take_input(op, OpKey{OpKind::Forward, op.stage - 1, op.microbatch, op.slice});
+  }
+  if (x->rows() != sl.rows() || x->cols() != h)
+    throw RuntimeError("input has shape [" + std::to_string(x->rows()) + ", " + std::to_string(x->cols()) +
+                       "], expected [" + std::to_string(sl.rows()) + ", " + std::to_string(h) + "]");
+  auto y = share(be_.tensor(sl.rows(), h));
+  for (int j = 0; j < L.count; j++) {
+    const int layer = L.first + j;
+    auto& kv = st_->kv[{op.microbatch, layer}];
+    if (!kv) kv = be_.kv_cache(model_.shape.layer, mb.seq_count, s.seq_len);
+    auto rec = st_->record(be_);
+    const auto& P = *modules_.at({kernels::ModuleKind::kLayer, layer});
+    timed(st.kernel_s, [&] { be_.layer_forward(P, *x, sl, *kv, *rec, *y); });
+    recs.push_back(std::move(rec));
+    std::swap(x, y);
+  }
+  if (op.stage == stages - 1) {
+    const auto targets = data_.targets(first_seq, mb.seq_count, op.tok_begin, op.tok_end);
+    auto rec = st_->record(be_);
+    const auto& head = *modules_.at({kernels::ModuleKind::kHead, 0});
+    timed(st.kernel_s, [&] {
+      be_.head_forward(head, *x, targets, sl, data_.loss_norm(), 1.0, *rec);
+      st.loss += be_.head_loss(*rec);
+    });
+    recs.push_back(std::move(rec));
+  } else {
+    st_->outputs[slot] = std::move(x);
+    st_->live_outputs++;
+  }
+  st_->live_records++;
+}
+
+void Executor::backward(const Op& op, IterationStats& st) {
+  const Schedule& s = ls_.schedule;
+  const int stages = s.stages();
+  const MicroBatch& mb = s.microbatches[op.microbatch];
+  const kernels::Slice sl{mb.seq_count, op.tok_begin, op.tokens()};
+  const int h = model_.shape.layer.hidden;
+  const StageLayers L = stage_layers(model_.layers, stages, op.stage);
+  const bool last = op.stage == stages - 1;
+  auto& recs = st_->records[st_->slot(OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice}, "backward")];
+  if (recs.size() != static_cast<std::size_t>(L.count + (last ? 1 : 0)))
+    throw RuntimeError("backward before its forward " +
+                       op_text(op_of(s, OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice})) +
+                       " ran on this worker");
+
+  std::shared_ptr<kernels::Tensor> dy;
+  if (last) {
+    dy = share(be_.tensor(sl.rows(), h));
+    auto& head = *modules_.at({kernels::ModuleKind::kHead, 0});
+    timed(st.kernel_s, [&] { be_.head_backward(head, *recs.back(), *dy); });
+    st_->free_records.push_back(std::move(recs.back()));
+    recs.pop_back();
+  } else {
+    dy = take_input(op, OpKey{OpKind::Backward, op.stage + 1, op.microbatch, op.slice});
+  }
+  if (dy->rows() != sl.rows() || dy->cols() != h)
+    throw RuntimeError("output gradient has shape [" + std::to_string(dy->rows()) + ", " + std::to_string(dy->cols()) +
+                       "], expected [" + std::to_string(sl.rows()) + ", " + std::to_string(h) + "]");
+  auto dx = share(be_.tensor(sl.rows(), h));
+  for (int j = L.count - 1; j >= 0; j--) {
+    const int layer = L.first + j;
+    auto it = st_->kv.find({op.microbatch, layer});
+    if (it == st_->kv.end()) throw RuntimeError("no K/V cache for layer " + std::to_string(layer));
+    auto& P = *modules_.at({kernels::ModuleKind::kLayer, layer});
+    timed(st.kernel_s, [&] { be_.layer_backward(P, *recs[j], *it->second, *dy, *dx); });
+    st_->free_records.push_back(std::move(recs[j]));
+    std::swap(dx, dy);
+  }
+  recs.clear();
+  st_->live_records--;
+  if (op.stage == 0) {
+    const int first_seq = replica_ * replica_seqs_ + mb.seq_begin;
+    const auto tokens = data_.tokens(first_seq, mb.seq_count, op.tok_begin, op.tok_end);
+    auto& emb = *modules_.at({kernels::ModuleKind::kEmbedding, 0});
+    timed(st.kernel_s, [&] { be_.embedding_backward(emb, tokens, sl, *dy); });
+  } else {
+    const std::int64_t slot = st_->slot(key_of(op), "backward");
+    st_->outputs[slot] = std::move(dy);
+    st_->live_outputs++;
+  }
+  // The slice at token 0 is a micro-batch's last backward (slices run in reverse): its K/V caches are done.
+  if (op.tok_begin == 0)
+    for (int j = 0; j < L.count; j++) st_->kv.erase({op.microbatch, L.first + j});
+}
+
+void Executor::send(const LoweredOp& l, std::size_t i) {
+  const std::int64_t slot = st_->slot(key_of(l.op), "send");
+  auto& out = st_->outputs[slot];
+  if (!out) throw RuntimeError(op_text(l.op) + " has no output on this worker to send (not run yet, or already sent)");
+  auto req = tr_.isend(out->data(), out->bytes(), l.peer, static_cast<int>(slot));
+  st_->sends.push_back({std::move(req), std::move(out), i});
+  st_->live_outputs--;
+}
+
+void Executor::recv(const LoweredOp& l, IterationStats& st) {
+  const Schedule& s = ls_.schedule;
+  const std::int64_t slot = st_->slot(key_of(l.op), "recv");
+  if (st_->inbox[slot]) throw RuntimeError("the output of " + op_text(l.op) + " was already received");
+  const int rows = s.microbatches[l.op.microbatch].seq_count * l.op.tokens();
+  auto t = share(be_.tensor(rows, model_.shape.layer.hidden));
+  timed(st.comm_s, [&] {
+    auto req = tr_.irecv(t->data(), t->bytes(), l.peer, static_cast<int>(slot));
+    wait(*req, "receive");
+  });
+  st_->inbox[slot] = std::move(t);
+  st_->live_inbox++;
+}
+
+void Executor::allreduce(const LoweredOp& l, IterationStats& st) {
+  timed(st.comm_s, [&] {
+    std::vector<std::unique_ptr<Request>> reqs;
+    reqs.reserve(modules_.size());
+    for (auto& [id, p] : modules_)
+      reqs.push_back(tr_.iallreduce_sum(p->grad_data(), p->size(), elem_type(p->grad_dtype()), l.group));
+    for (auto& r : reqs) wait(*r, "data-parallel all-reduce");
+  });
+}
+
+}  // namespace pipescope::runtime

@@ -1,0 +1,111 @@
+#pragma once
+// Executes one worker's program of a checked, lowered schedule with real kernels and a real transport,
+// under exactly the execution semantics of core/lowering.h:
+//   - Compute, Recv, AllReduce and Optimizer ops run in list order, each after the previous non-Send op;
+//   - a Send is posted (non-blocking) once the previous non-Send op completed; later ops do not wait for it;
+//   - a Recv completes when its message has arrived;
+//   - the n-th collective call of a group is the same call on every member.
+// The executor holds no schedule logic of its own: what runs, in which order, and what goes where all come
+// from the LoweredSchedule. Op semantics:
+//   - F(g, mb, i): stage g's layers on slice i of micro-batch mb; the input is the embedding of the slice's
+//     tokens (g = 0) or the output of F(g-1, mb, i) (received, or computed on this worker); the last stage
+//     runs the head and the loss (normalised by the global batch's target count).
+//   - B(g, mb, i): the reverse, starting from the head's gradient (last stage) or the output of B(g+1, mb, i).
+//   - Send / Recv of a producer op carry its output (F: activation, B: gradient), MPI tag = the producer's
+//     OpKeyIndex slot.
+//   - AllReduce[dp]: in-place sum of every parameter gradient of the worker over the DP group, module by
+//     module in a fixed order. Tensor-parallel and embedding collectives are rejected up front (tp = 1 only;
+//     the kernels' LM head is untied).
+//   - Optimizer: one Adam step per module.
+// Every op is timed with the steady clock, and the time spent inside kernels and inside the transport is
+// accounted separately, so the rest is the runtime's own overhead (scheduling and bookkeeping).
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/checks.h"
+#include "core/lowering.h"
+#include "kernels/backend.h"
+#include "runtime/model.h"
+#include "runtime/transport.h"
+#include "runtime/watchdog.h"
+
+namespace pipescope::runtime {
+
+using Clock = std::chrono::steady_clock;
+
+// Times of one op of the program, in seconds since the iteration's common start (t0, right after a barrier).
+// Sends: [start, end] is the posting; `done` is when its completion was observed (polled between ops).
+struct OpTiming {
+  double start = 0, end = 0, done = 0;
+};
+
+struct IterationStats {
+  std::vector<OpTiming> ops;  // per op of the worker's program
+  double end_s = 0;           // last op done, outstanding sends included (since t0)
+  double kernel_s = 0;        // inside backend calls
+  double comm_s = 0;          // inside transport calls and waits
+  double overhead_s = 0;      // the rest of [0, end_s] after the first op started: scheduling, bookkeeping
+  double loss = 0;            // sum of this worker's slice losses (last stage only)
+};
+
+struct ExecutorOptions {
+  kernels::AdamConfig adam;
+};
+
+class Executor {
+ public:
+  // The executor keeps references to everything passed in; they must outlive it.
+  Executor(const CheckedSchedule& cs, int worker, const ModelConfig& model, const SyntheticData& data,
+           kernels::Backend& backend, Transport& transport, Watchdog* watchdog = nullptr, ExecutorOptions opt = {});
+
+  // TEST ONLY: runs a schedule the static checker has not accepted (to show what the checker prevents:
+  // a run that fails, deadlocks into the watchdog, or computes wrong gradients).
+  struct UncheckedForTesting {};
+  Executor(UncheckedForTesting, const LoweredSchedule& ls, int worker, const ModelConfig& model,
+           const SyntheticData& data, kernels::Backend& backend, Transport& transport, Watchdog* watchdog = nullptr,
+           ExecutorOptions opt = {});
+
+  ~Executor();
+
+  // One training iteration (Adam step `step` >= 1): zeroes the gradients, runs the program, waits for the
+  // outstanding sends. Throws RuntimeError naming the worker and the op on any failure.
+  IterationStats run_iteration(int step, Clock::time_point t0);
+
+  int worker() const { return worker_; }
+  // The modules this worker holds (its stages' layers, the embedding on stage 0, the head on the last stage).
+  const std::map<ModuleId, std::unique_ptr<kernels::Params>>& modules() const { return modules_; }
+  std::size_t program_size() const { return prog_.size(); }
+
+ private:
+  struct State;
+  void validate_program() const;
+  void run_op(std::size_t i, IterationStats& st, Clock::time_point t0);
+  void forward(const Op& op, IterationStats& st);
+  void backward(const Op& op, IterationStats& st);
+  void send(const LoweredOp& l, std::size_t i);
+  void recv(const LoweredOp& l, IterationStats& st);
+  void allreduce(const LoweredOp& l, IterationStats& st);
+  void poll_sends(Clock::time_point t0, std::vector<OpTiming>& ops);
+  void wait(Request& r, const char* what);
+  std::shared_ptr<kernels::Tensor> take_input(const Op& consumer, const OpKey& producer);
+  std::string op_name(std::size_t i) const;
+
+  const LoweredSchedule& ls_;
+  const std::vector<LoweredOp>& prog_;
+  int worker_, replica_, rank_;
+  const ModelConfig& model_;
+  const SyntheticData& data_;
+  kernels::Backend& be_;
+  Transport& tr_;
+  Watchdog* wd_;
+  ExecutorOptions opt_;
+  int replica_seqs_ = 0;
+  std::map<ModuleId, std::unique_ptr<kernels::Params>> modules_;
+  std::unique_ptr<State> st_;
+};
+
+}  // namespace pipescope::runtime

@@ -1,0 +1,168 @@
+#include "runtime/local_transport.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/model.h"
+
+namespace pipescope::runtime {
+
+namespace {
+
+class DoneRequest final : public Request {
+ public:
+  bool test() override { return true; }
+};
+
+template <class T>
+void add_into(std::vector<char>& acc, const std::vector<char>& x) {
+  T* a = reinterpret_cast<T*>(acc.data());
+  const T* b = reinterpret_cast<const T*>(x.data());
+  const std::size_t n = acc.size() / sizeof(T);
+  for (std::size_t i = 0; i < n; i++) a[i] += b[i];
+}
+
+}  // namespace
+
+LocalFabric::LocalFabric(int workers, std::vector<CollGroup> groups)
+    : workers_(workers), groups_(std::move(groups)), calls_(groups_.size()), deposit_(workers), result_(workers) {
+  if (workers < 1) throw RuntimeError("LocalFabric: workers must be >= 1");
+}
+
+void LocalFabric::cancel() {
+  cancelled_.store(true);
+  std::lock_guard<std::mutex> l(mu_);
+  cv_.notify_all();
+}
+
+LocalTransport::LocalTransport(LocalFabric& fabric, int worker)
+    : fabric_(fabric), worker_(worker), next_call_(fabric.groups_.size(), 0) {
+  if (worker < 0 || worker >= fabric.workers())
+    throw RuntimeError("LocalTransport: worker " + std::to_string(worker) + " of " + std::to_string(fabric.workers()));
+}
+
+std::unique_ptr<Request> LocalTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
+  if (peer < 0 || peer >= fabric_.workers())
+    throw RuntimeError("send to worker " + std::to_string(peer) + " of " + std::to_string(fabric_.workers()));
+  std::vector<char> msg(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes);
+  std::lock_guard<std::mutex> l(fabric_.mu_);
+  fabric_.mail_[{worker_, peer, tag}].push_back(std::move(msg));
+  return std::make_unique<DoneRequest>();
+}
+
+std::unique_ptr<Request> LocalTransport::irecv(void* buf, std::size_t bytes, int peer, int tag) {
+  class Recv final : public Request {
+   public:
+    Recv(LocalFabric& f, void* buf, std::size_t bytes, std::tuple<int, int, int> key)
+        : f_(f), buf_(buf), bytes_(bytes), key_(key) {}
+    bool test() override {
+      if (done_) return true;
+      std::lock_guard<std::mutex> l(f_.mu_);
+      auto it = f_.mail_.find(key_);
+      if (it == f_.mail_.end() || it->second.empty()) return false;
+      std::vector<char>& msg = it->second.front();
+      if (msg.size() != bytes_)
+        throw RuntimeError("receive from worker " + std::to_string(std::get<0>(key_)) + " (tag " +
+                           std::to_string(std::get<2>(key_)) + "): " + std::to_string(msg.size()) +
+                           " bytes arrived, expected " + std::to_string(bytes_));
+      if (bytes_) std::memcpy(buf_, msg.data(), bytes_);
+      it->second.erase(it->second.begin());
+      if (it->second.empty()) f_.mail_.erase(it);
+      done_ = true;
+      return true;
+    }
+
+   private:
+    LocalFabric& f_;
+    void* buf_;
+    std::size_t bytes_;
+    std::tuple<int, int, int> key_;
+    bool done_ = false;
+  };
+  if (peer < 0 || peer >= fabric_.workers())
+    throw RuntimeError("receive from worker " + std::to_string(peer) + " of " + std::to_string(fabric_.workers()));
+  return std::make_unique<Recv>(fabric_, buf, bytes, std::make_tuple(peer, worker_, tag));
+}
+
+std::unique_ptr<Request> LocalTransport::iallreduce_sum(void* buf, std::size_t count, ElemType type, int group) {
+  if (group < 0 || static_cast<std::size_t>(group) >= fabric_.groups_.size())
+    throw RuntimeError("all-reduce on unknown group g" + std::to_string(group));
+  const auto& ws = fabric_.groups_[group].workers;
+  const auto it = std::find(ws.begin(), ws.end(), worker_);
+  if (it == ws.end())
+    throw RuntimeError("all-reduce on group g" + std::to_string(group) + ": worker " + std::to_string(worker_) +
+                       " is not a member");
+  const std::size_t member = static_cast<std::size_t>(it - ws.begin());
+  const int n = static_cast<int>(ws.size());
+  const std::int64_t number = next_call_[group]++;
+  const std::size_t bytes = count * elem_bytes(type);
+  {
+    std::lock_guard<std::mutex> l(fabric_.mu_);
+    LocalFabric::Call& c = fabric_.calls_[group][number];
+    if (c.contrib.empty()) c.contrib.resize(ws.size());
+    c.contrib[member].assign(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes);
+    if (++c.arrived == n) {
+      for (const auto& x : c.contrib)
+        if (x.size() != bytes)
+          throw RuntimeError("all-reduce call " + std::to_string(number) + " of group g" + std::to_string(group) +
+                             ": members contribute different sizes (" + std::to_string(x.size()) + " vs " +
+                             std::to_string(bytes) + " bytes)");
+      c.result = c.contrib[0];  // sum in member order: deterministic
+      for (int k = 1; k < n; k++)
+        type == ElemType::kF64 ? add_into<double>(c.result, c.contrib[k]) : add_into<float>(c.result, c.contrib[k]);
+    }
+  }
+  class Reduce final : public Request {
+   public:
+    Reduce(LocalFabric& f, void* buf, int group, std::int64_t number, int n)
+        : f_(f), buf_(buf), group_(group), number_(number), n_(n) {}
+    bool test() override {
+      if (done_) return true;
+      std::lock_guard<std::mutex> l(f_.mu_);
+      auto& calls = f_.calls_[group_];
+      auto it = calls.find(number_);
+      if (it == calls.end() || it->second.arrived < n_) return false;
+      if (!it->second.result.empty()) std::memcpy(buf_, it->second.result.data(), it->second.result.size());
+      if (++it->second.taken == n_) calls.erase(it);
+      done_ = true;
+      return true;
+    }
+
+   private:
+    LocalFabric& f_;
+    void* buf_;
+    int group_;
+    std::int64_t number_;
+    int n_;
+    bool done_ = false;
+  };
+  return std::make_unique<Reduce>(fabric_, buf, group, number, n);
+}
+
+std::vector<std::vector<double>> LocalTransport::exchange(const std::vector<double>& mine) {
+  std::unique_lock<std::mutex> l(fabric_.mu_);
+  if (fabric_.cancelled()) throw RuntimeError("run cancelled");
+  const int gen = fabric_.gen_;
+  fabric_.deposit_[worker_] = mine;
+  if (++fabric_.arrived_ == fabric_.workers()) {
+    fabric_.result_.swap(fabric_.deposit_);
+    fabric_.arrived_ = 0;
+    fabric_.gen_++;
+    fabric_.cv_.notify_all();
+  } else {
+    fabric_.cv_.wait(l, [&] { return fabric_.gen_ != gen || fabric_.cancelled(); });
+    if (fabric_.gen_ == gen) throw RuntimeError("run cancelled");
+  }
+  // result_ stays valid until every worker has entered the next exchange, which needs this one to return.
+  return fabric_.result_;
+}
+
+void LocalTransport::barrier() { exchange({}); }
+
+std::vector<std::vector<double>> LocalTransport::gather(const std::vector<double>& mine) {
+  auto all = exchange(mine);
+  if (worker_ != 0) return {};
+  return all;
+}
+
+}  // namespace pipescope::runtime

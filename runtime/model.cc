@@ -1,0 +1,180 @@
+#include "runtime/model.h"
+
+#include <tuple>
+
+#include "runtime/null_backend.h"
+
+namespace pipescope::runtime {
+
+namespace {
+
+// SplitMix64: platform-independent, so every rank and the reference draw the same data.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from(const ModelSpec& m) {
+  ModelConfig c;
+  c.shape.layer.hidden = m.hidden;
+  c.shape.layer.heads = m.heads;
+  c.shape.layer.ffn = m.ffn_hidden;
+  c.shape.vocab = m.vocab;
+  c.shape.max_seq = m.seq_len;
+  c.layers = m.layers;
+  c.validate();
+  return c;
+}
+
+void ModelConfig::validate() const {
+  try {
+    shape.validate();
+  } catch (const kernels::KernelError& e) {
+    throw RuntimeError(std::string("model: ") + e.what());
+  }
+  if (layers < 1) throw RuntimeError("model: layers must be >= 1, got " + std::to_string(layers));
+}
+
+bool ModuleId::operator<(const ModuleId& o) const {
+  auto rank = [](const ModuleId& m) {
+    return std::make_tuple(m.kind == kernels::ModuleKind::kEmbedding ? 0
+                           : m.kind == kernels::ModuleKind::kLayer   ? 1
+                                                                     : 2,
+                           m.layer);
+  };
+  return rank(*this) < rank(o);
+}
+
+std::string ModuleId::name() const {
+  switch (kind) {
+    case kernels::ModuleKind::kEmbedding:
+      return "embedding";
+    case kernels::ModuleKind::kHead:
+      return "head";
+    case kernels::ModuleKind::kLayer:
+      break;
+  }
+  return "layer" + std::to_string(layer);
+}
+
+int ModuleId::code(int layers) const {
+  switch (kind) {
+    case kernels::ModuleKind::kEmbedding:
+      return -1;
+    case kernels::ModuleKind::kHead:
+      return layers;
+    case kernels::ModuleKind::kLayer:
+      break;
+  }
+  return layer;
+}
+
+ModuleId ModuleId::from_code(int code, int layers) {
+  if (code < -1 || code > layers) throw RuntimeError("module code " + std::to_string(code) + " out of range");
+  if (code == -1) return {kernels::ModuleKind::kEmbedding, 0};
+  if (code == layers) return {kernels::ModuleKind::kHead, 0};
+  return {kernels::ModuleKind::kLayer, code};
+}
+
+std::vector<double> initial_params(const ModelConfig& mc, const ModuleId& id) {
+  const std::uint64_t seed = mix(mc.seed + static_cast<std::uint64_t>(id.code(mc.layers) + 1));
+  return kernels::init_params(id.kind, mc.shape, seed, mc.init_std, mc.perturb);
+}
+
+StageLayers stage_layers(int layers, int stages, int stage) {
+  if (stages < 1 || layers % stages != 0)
+    throw RuntimeError("model: " + std::to_string(layers) + " layers cannot be split evenly over " +
+                       std::to_string(stages) + " virtual stages (pp * v)");
+  if (stage < 0 || stage >= stages)
+    throw RuntimeError("stage " + std::to_string(stage) + " out of range (" + std::to_string(stages) + " stages)");
+  const int per = layers / stages;
+  return {stage * per, per};
+}
+
+SyntheticData::SyntheticData(int sequences, int seq_len, int vocab, std::uint64_t seed, int ignore_every)
+    : sequences_(sequences), seq_len_(seq_len) {
+  if (sequences < 1 || seq_len < 1 || vocab < 1) throw RuntimeError("data: sequences, seq_len and vocab must be >= 1");
+  const std::size_t n = static_cast<std::size_t>(sequences) * seq_len;
+  tokens_.resize(n);
+  targets_.resize(n);
+  for (std::size_t i = 0; i < n; i++) tokens_[i] = static_cast<std::int32_t>(mix(seed * 1000003ULL + i) % vocab);
+  for (int s = 0; s < sequences; s++)
+    for (int t = 0; t < seq_len; t++) {
+      const std::size_t i = static_cast<std::size_t>(s) * seq_len + t;
+      const std::uint64_t h = mix(~seed + 31 * i);
+      if (ignore_every > 0 && h % static_cast<std::uint64_t>(ignore_every) == 0)
+        targets_[i] = -1;
+      else
+        targets_[i] = t + 1 < seq_len ? tokens_[i + 1] : static_cast<std::int32_t>((h >> 8) % vocab);
+    }
+  loss_norm_ = kernels::count_targets(targets_);
+  if (loss_norm_ == 0) throw RuntimeError("data: every target is ignored");
+}
+
+std::vector<std::int32_t> SyntheticData::slice(const std::vector<std::int32_t>& v, int first, int count, int begin,
+                                               int end) const {
+  if (first < 0 || count < 0 || first + count > sequences_ || begin < 0 || end < begin || end > seq_len_)
+    throw RuntimeError("data: sequences [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                       ") tokens [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside a batch of " +
+                       std::to_string(sequences_) + " x " + std::to_string(seq_len_));
+  std::vector<std::int32_t> out;
+  out.reserve(static_cast<std::size_t>(count) * (end - begin));
+  for (int s = first; s < first + count; s++)
+    for (int t = begin; t < end; t++) out.push_back(v[static_cast<std::size_t>(s) * seq_len_ + t]);
+  return out;
+}
+
+std::vector<std::int32_t> SyntheticData::tokens(int first, int count, int begin, int end) const {
+  return slice(tokens_, first, count, begin, end);
+}
+
+std::vector<std::int32_t> SyntheticData::targets(int first, int count, int begin, int end) const {
+  return slice(targets_, first, count, begin, end);
+}
+
+std::vector<TensorSpan> module_tensors(const kernels::ModelShape& shape, const ModuleId& id) {
+  using kernels::ModuleKind;
+  switch (id.kind) {
+    case ModuleKind::kEmbedding: {
+      const auto L = kernels::EmbeddingLayout::of(shape);
+      return {{"tok", L.tok, L.pos - L.tok}, {"pos", L.pos, L.size - L.pos}};
+    }
+    case ModuleKind::kHead: {
+      const auto L = kernels::HeadLayout::of(shape);
+      return {{"lnf_g", L.lnf_g, L.lnf_b - L.lnf_g},
+              {"lnf_b", L.lnf_b, L.w_vocab - L.lnf_b},
+              {"w_vocab", L.w_vocab, L.size - L.w_vocab}};
+    }
+    case ModuleKind::kLayer:
+      break;
+  }
+  const auto L = kernels::LayerLayout::of(shape.layer);
+  const std::pair<const char*, std::size_t> at[] = {{"ln1_g", L.ln1_g}, {"ln1_b", L.ln1_b}, {"w_qkv", L.w_qkv},
+                                                    {"b_qkv", L.b_qkv}, {"w_o", L.w_o},     {"b_o", L.b_o},
+                                                    {"ln2_g", L.ln2_g}, {"ln2_b", L.ln2_b}, {"w_fc1", L.w_fc1},
+                                                    {"b_fc1", L.b_fc1}, {"w_fc2", L.w_fc2}, {"b_fc2", L.b_fc2}};
+  std::vector<TensorSpan> out;
+  const std::size_t n = sizeof at / sizeof at[0];
+  for (std::size_t i = 0; i < n; i++) {
+    const std::size_t end = i + 1 < n ? at[i + 1].second : L.size;
+    out.push_back({at[i].first, at[i].second, end - at[i].second});
+  }
+  return out;
+}
+
+std::unique_ptr<kernels::Backend> make_backend(const std::string& name) {
+  if (name == "cpu-f64") return kernels::make_cpu_backend(kernels::DType::kF64);
+  if (name == "cpu-f32") return kernels::make_cpu_backend(kernels::DType::kF32);
+  if (name == "null") return make_null_backend();
+  if (name == "cuda-bf16" || name == "cuda-f16")
+    throw RuntimeError("backend '" + name +
+                       "': the runtime's CUDA path (NCCL transport, device-side buffers) is not implemented yet; "
+                       "use cpu-f64 or cpu-f32");
+  throw RuntimeError("unknown backend '" + name + "' (valid: cpu-f64, cpu-f32, null)");
+}
+
+}  // namespace pipescope::runtime

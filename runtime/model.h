@@ -1,0 +1,95 @@
+#pragma once
+// The model and data the validation runtime trains: kernels/'s GPT (token + position embedding, pre-LN
+// layers, final LayerNorm and an untied LM head with cross-entropy), split over virtual stages the way the
+// schedule says, and a deterministic synthetic batch. The single-process unsliced reference
+// (runtime/exactness.h) builds the very same parameters and data, so a pipelined run can be compared with it
+// to rounding error.
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/schedule.h"
+#include "kernels/backend.h"
+
+namespace pipescope::runtime {
+
+// Thrown for runtime misuse and failures; messages name the rank, the op and the library message.
+class RuntimeError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ModelConfig {
+  kernels::ModelShape shape;  // hidden, heads, ffn, vocab, max_seq (= seq_len)
+  int layers = 0;
+  std::uint64_t seed = 20240611;  // parameter seed: module k draws from seed + k (see module_seed)
+  double init_std = 0.02;
+  // Adds N(0, perturb) to LayerNorm gammas / betas and biases so that every gradient path is exercised;
+  // the exactness tests use 0.1, training-like runs 0.
+  double perturb = 0.0;
+
+  // From a scenario's model section. Throws RuntimeError on shapes the kernels cannot run.
+  static ModelConfig from(const ModelSpec& m);
+  void validate() const;
+};
+
+// A module of the model: the embedding, transformer layer `layer` (0-based, global), or the head.
+struct ModuleId {
+  kernels::ModuleKind kind = kernels::ModuleKind::kLayer;
+  int layer = 0;  // layers only
+  bool operator<(const ModuleId& o) const;
+  bool operator==(const ModuleId& o) const { return kind == o.kind && layer == o.layer; }
+  std::string name() const;  // "embedding", "layer3", "head"
+  // Ordering key used on the wire and in reports: embedding -1, layers 0..L-1, head L.
+  int code(int layers) const;
+  static ModuleId from_code(int code, int layers);
+};
+
+// Deterministic initial parameters of a module (the same on every rank and in the reference).
+std::vector<double> initial_params(const ModelConfig& mc, const ModuleId& id);
+
+// Layers of virtual stage g of a pipeline of `stages` stages: [first, first + count). layers % stages == 0.
+struct StageLayers {
+  int first = 0, count = 0;
+};
+StageLayers stage_layers(int layers, int stages, int stage);
+
+// Synthetic training data of one global batch: `sequences` sequences of `seq_len` tokens with next-token
+// targets; about one target in `ignore_every` is -1 (ignored by the loss) so that the normalisation by the
+// global target count is exercised. Sequence n of the global batch belongs to data-parallel replica
+// n / (sequences / dp), at position n % (sequences / dp) of that replica's batch.
+class SyntheticData {
+ public:
+  SyntheticData(int sequences, int seq_len, int vocab, std::uint64_t seed = 7, int ignore_every = 11);
+  int sequences() const { return sequences_; }
+  int seq_len() const { return seq_len_; }
+  const std::vector<std::int32_t>& tokens() const { return tokens_; }    // [sequences * seq_len]
+  const std::vector<std::int32_t>& targets() const { return targets_; }  // same shape
+  // Row-major [count * (end - begin)] of sequences [first, first + count), tokens [begin, end).
+  std::vector<std::int32_t> tokens(int first, int count, int begin, int end) const;
+  std::vector<std::int32_t> targets(int first, int count, int begin, int end) const;
+  double loss_norm() const { return static_cast<double>(loss_norm_); }  // non-ignored targets of the batch
+
+ private:
+  std::vector<std::int32_t> slice(const std::vector<std::int32_t>& v, int first, int count, int begin, int end) const;
+  int sequences_, seq_len_;
+  std::vector<std::int32_t> tokens_, targets_;
+  std::size_t loss_norm_ = 0;
+};
+
+// Named sub-tensors of a module's flat buffer (kernels/layer.h layouts), for error reports.
+struct TensorSpan {
+  std::string name;
+  std::size_t offset = 0, size = 0;
+};
+std::vector<TensorSpan> module_tensors(const kernels::ModelShape& shape, const ModuleId& id);
+
+// Backend by name: "cpu-f64", "cpu-f32", "cuda-bf16", "cuda-f16" (CUDA not supported by the runtime yet:
+// see runtime/README.md), "null" (no-op compute, for measuring the runtime's own overhead).
+std::unique_ptr<kernels::Backend> make_backend(const std::string& name);
+
+}  // namespace pipescope::runtime

@@ -1,0 +1,174 @@
+#include "runtime/mpi_transport.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+
+#include "runtime/model.h"
+
+namespace pipescope::runtime {
+
+namespace {
+
+void check(int rc, const std::string& what) {
+  if (rc != MPI_SUCCESS) throw RuntimeError(what + ": " + mpi_error_string(rc));
+}
+
+int as_count(std::size_t n, const std::string& what) {
+  if (n > static_cast<std::size_t>(INT_MAX))
+    throw RuntimeError(what + ": " + std::to_string(n) + " elements exceed MPI's int count");
+  return static_cast<int>(n);
+}
+
+class MpiRequest final : public Request {
+ public:
+  MpiRequest(std::string what, long long expect_bytes) : what_(std::move(what)), expect_(expect_bytes) {}
+  ~MpiRequest() override {
+    // Only on error paths (the executor waits for every request it posts): let MPI finish it on its own.
+    if (!done_ && req_ != MPI_REQUEST_NULL) MPI_Request_free(&req_);
+  }
+  MPI_Request* handle() { return &req_; }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    MPI_Status st;
+    check(MPI_Test(&req_, &flag, &st), what_);
+    if (!flag) return false;
+    done_ = true;
+    if (expect_ >= 0) {
+      int got = 0;
+      check(MPI_Get_count(&st, MPI_BYTE, &got), what_);
+      if (got != expect_)
+        throw RuntimeError(what_ + ": received " + std::to_string(got) + " bytes, expected " + std::to_string(expect_));
+    }
+    return true;
+  }
+
+ private:
+  std::string what_;
+  long long expect_;  // receives: the byte count to verify; -1 otherwise
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(buf, static_cast<std::size_t>(len));
+}
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int provided = 0;
+  check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  thread_multiple_ = provided >= MPI_THREAD_MULTIPLE;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+  check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void mpi_abort(int code, bool thread_multiple) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (thread_multiple) MPI_Abort(MPI_COMM_WORLD, code);
+  // MPI_Abort may not be called concurrently with the main thread's MPI calls; mpirun ends the job when a
+  // rank exits without MPI_Finalize.
+  _exit(code);
+}
+
+MpiTransport::MpiTransport(const LoweredSchedule& ls) {
+  check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+  check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  if (size_ != ls.workers())
+    throw RuntimeError("the schedule has " + std::to_string(ls.workers()) + " workers (dp " + std::to_string(ls.dp) +
+                       " x pp " + std::to_string(ls.p) + ") but MPI started " + std::to_string(size_) +
+                       " ranks: run it with mpirun -np " + std::to_string(ls.workers()));
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &data_), "MPI_Comm_dup");
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &control_), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
+  int* ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  if (flag && ub) tag_ub_ = *ub;
+  groups_.assign(ls.groups.size(), MPI_COMM_NULL);
+  for (std::size_t g = 0; g < ls.groups.size(); g++) {
+    const auto& ws = ls.groups[g].workers;
+    const auto it = std::find(ws.begin(), ws.end(), rank_);
+    const int color = it == ws.end() ? MPI_UNDEFINED : 0;
+    const int key = static_cast<int>(it - ws.begin());
+    check(MPI_Comm_split(MPI_COMM_WORLD, color, key, &groups_[g]), "MPI_Comm_split (group g" + std::to_string(g) + ")");
+    if (groups_[g] != MPI_COMM_NULL) MPI_Comm_set_errhandler(groups_[g], MPI_ERRORS_RETURN);
+  }
+}
+
+MpiTransport::~MpiTransport() {
+  for (MPI_Comm& c : groups_)
+    if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  if (data_ != MPI_COMM_NULL) MPI_Comm_free(&data_);
+  if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
+}
+
+std::unique_ptr<Request> MpiTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
+  const std::string what = "MPI_Isend (to rank " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")";
+  if (tag < 0 || tag > tag_ub_) throw RuntimeError(what + ": tag outside MPI_TAG_UB = " + std::to_string(tag_ub_));
+  auto r = std::make_unique<MpiRequest>(what, -1);
+  check(MPI_Isend(buf, as_count(bytes, what), MPI_BYTE, peer, tag, data_, r->handle()), what);
+  return r;
+}
+
+std::unique_ptr<Request> MpiTransport::irecv(void* buf, std::size_t bytes, int peer, int tag) {
+  const std::string what = "MPI_Irecv (from rank " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")";
+  if (tag < 0 || tag > tag_ub_) throw RuntimeError(what + ": tag outside MPI_TAG_UB = " + std::to_string(tag_ub_));
+  auto r = std::make_unique<MpiRequest>(what, static_cast<long long>(bytes));
+  check(MPI_Irecv(buf, as_count(bytes, what), MPI_BYTE, peer, tag, data_, r->handle()), what);
+  return r;
+}
+
+std::unique_ptr<Request> MpiTransport::iallreduce_sum(void* buf, std::size_t count, ElemType type, int group) {
+  const std::string what = "MPI_Iallreduce (group g" + std::to_string(group) + ")";
+  if (group < 0 || static_cast<std::size_t>(group) >= groups_.size() || groups_[group] == MPI_COMM_NULL)
+    throw RuntimeError(what + ": rank " + std::to_string(rank_) + " is not a member of that group");
+  auto r = std::make_unique<MpiRequest>(what, -1);
+  check(MPI_Iallreduce(MPI_IN_PLACE, buf, as_count(count, what), type == ElemType::kF64 ? MPI_DOUBLE : MPI_FLOAT,
+                       MPI_SUM, groups_[group], r->handle()),
+        what);
+  return r;
+}
+
+void MpiTransport::barrier() { check(MPI_Barrier(control_), "MPI_Barrier"); }
+
+std::vector<std::vector<double>> MpiTransport::gather(const std::vector<double>& mine) {
+  const int n = as_count(mine.size(), "MPI_Gatherv");
+  std::vector<int> counts(rank_ == 0 ? size_ : 0), displs;
+  check(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, control_), "MPI_Gather");
+  std::vector<double> all;
+  if (rank_ == 0) {
+    displs.resize(size_);
+    long long total = 0;
+    for (int i = 0; i < size_; i++) {
+      displs[i] = static_cast<int>(total);
+      total += counts[i];
+    }
+    if (total > INT_MAX) throw RuntimeError("MPI_Gatherv: results exceed MPI's int count");
+    all.resize(static_cast<std::size_t>(total));
+  }
+  check(MPI_Gatherv(mine.data(), n, MPI_DOUBLE, all.data(), counts.data(), displs.data(), MPI_DOUBLE, 0, control_),
+        "MPI_Gatherv");
+  std::vector<std::vector<double>> out;
+  if (rank_ == 0)
+    for (int i = 0; i < size_; i++) out.emplace_back(all.begin() + displs[i], all.begin() + displs[i] + counts[i]);
+  return out;
+}
+
+}  // namespace pipescope::runtime

@@ -1,0 +1,115 @@
+#include "runtime/rank_job.h"
+
+#include <cstdio>
+
+#include "core/scenario.h"
+
+namespace pipescope::runtime {
+
+void RankJob::add_scenario_option(CLI::App& app) {
+  app.add_option("scenario", scenario, "Scenario YAML file (default: the built-in default scenario)");
+}
+
+void RankJob::add_shrink_options(CLI::App& app) {
+  const char* g = "Shrinking (keep the scenario's value when not given)";
+  app.add_option("--schedule", schedule, "Schedule kind: gpipe | 1f1b | interleaved | terapipe")->group(g);
+  app.add_option("--layers", layers, "Transformer layers")->group(g);
+  app.add_option("--hidden", hidden, "Hidden size (ffn follows in the scenario's ratio)")->group(g);
+  app.add_option("--heads", heads, "Attention heads")->group(g);
+  app.add_option("--ffn", ffn, "MLP width")->group(g);
+  app.add_option("--vocab", vocab, "Vocabulary size")->group(g);
+  app.add_option("--seq-len", seq_len, "Tokens per sequence")->group(g);
+  app.add_option("--global-batch", global_batch, "Sequences per iteration")->group(g);
+  app.add_option("--micro-batch-size", micro_batch_size, "Sequences per micro-batch")->group(g);
+  app.add_option("--dp", dp, "Data-parallel replicas")->group(g);
+  app.add_option("--pp", pp, "Pipeline stages")->group(g);
+  app.add_option("--tp", tp, "Tensor-parallel degree (the runtime needs 1)")->group(g);
+  app.add_option("--v", v, "Model chunks per pipeline rank (interleaved)")->group(g);
+  app.add_option("--slices", slices, "Uniform token slices per micro-batch (terapipe)")->group(g);
+  app.add_option("--slice-tokens", slice_tokens, "Explicit slice lengths, e.g. 5,3,4")->delimiter(',')->group(g);
+}
+
+void RankJob::add_run_options(CLI::App& app) {
+  app.add_option("--backend", backend, "Kernels backend: cpu-f64 | cpu-f32 | null (no compute)")->capture_default_str();
+  app.add_option("--iterations", iterations, "Timed iterations")->capture_default_str();
+  app.add_option("--warmup", warmup, "Untimed iterations first")->capture_default_str();
+  app.add_option("--watchdog", watchdog_s, "Seconds without progress before a rank reports and aborts the job")
+      ->capture_default_str();
+  app.add_flag("--no-check", no_check, "Skip the comparison with the single-process unsliced reference");
+}
+
+std::vector<std::string> RankJob::args() const {
+  std::vector<std::string> a;
+  if (!scenario.empty()) a.push_back(scenario);
+  auto add = [&a](const char* flag, int value) {
+    if (value > 0) a.insert(a.end(), {flag, std::to_string(value)});
+  };
+  if (!schedule.empty()) a.insert(a.end(), {"--schedule", schedule});
+  add("--layers", layers);
+  add("--hidden", hidden);
+  add("--heads", heads);
+  add("--ffn", ffn);
+  add("--vocab", vocab);
+  add("--seq-len", seq_len);
+  add("--global-batch", global_batch);
+  add("--micro-batch-size", micro_batch_size);
+  add("--dp", dp);
+  add("--pp", pp);
+  add("--tp", tp);
+  add("--v", v);
+  add("--slices", slices);
+  if (!slice_tokens.empty()) {
+    std::string s;
+    for (int t : slice_tokens) s += (s.empty() ? "" : ",") + std::to_string(t);
+    a.insert(a.end(), {"--slice-tokens", s});
+  }
+  char w[32];
+  std::snprintf(w, sizeof w, "%.17g", watchdog_s);
+  a.insert(a.end(), {"--backend", backend, "--iterations", std::to_string(iterations), "--warmup",
+                     std::to_string(warmup), "--watchdog", w});
+  if (no_check) a.push_back("--no-check");
+  return a;
+}
+
+ScenarioOverrides RankJob::overrides() const {
+  ScenarioOverrides r;
+  auto set = [](std::optional<int>& dst, int value) {
+    if (value > 0) dst = value;
+  };
+  if (!schedule.empty()) r.schedule = schedule;
+  set(r.layers, layers);
+  set(r.hidden, hidden);
+  set(r.heads, heads);
+  set(r.ffn, ffn);
+  set(r.vocab, vocab);
+  set(r.seq_len, seq_len);
+  set(r.dp, dp);
+  set(r.pp, pp);
+  set(r.tp, tp);
+  set(r.v, v);
+  set(r.micro_batch_size, micro_batch_size);
+  set(r.global_batch, global_batch);
+  set(r.slices, slices);
+  if (!slice_tokens.empty()) r.slice_tokens = slice_tokens;
+  return r;
+}
+
+Scenario RankJob::fitted_scenario() const {
+  const Scenario base = scenario.empty() ? default_scenario() : load_scenario(scenario);
+  Scenario s = fit_scenario(base, overrides());
+  if (s.parallel.tp != 1)
+    throw RuntimeError("the runtime runs tp = 1 only (its kernels are unsharded), the scenario has tp = " +
+                       std::to_string(s.parallel.tp) + ": shrink with --tp 1");
+  return s;
+}
+
+JobOptions RankJob::job_options() const {
+  JobOptions j;
+  j.backend = backend;
+  j.iterations = iterations;
+  j.warmup = warmup;
+  j.collect_modules = !no_check;
+  return j;
+}
+
+}  // namespace pipescope::runtime

@@ -1,0 +1,126 @@
+#include "runtime/scenario_fit.h"
+
+#include "core/scenario.h"
+
+namespace pipescope::runtime {
+
+namespace {
+
+ScheduleKind kind_of(const std::string& name, const std::string& source) {
+  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved, ScheduleKind::TeraPipe,
+                         ScheduleKind::Seq1F1B, ScheduleKind::Seq1F1BInterleaved})
+    if (name == to_string(k)) return k;
+  throw ScenarioError(source + ": schedule.kind: unknown schedule '" + name +
+                      "' (valid: gpipe, 1f1b, interleaved, terapipe, seq1f1b, seq1f1b-i)");
+}
+
+}  // namespace
+
+Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o) {
+  Scenario s = base;
+  ModelSpec& m = s.model;
+  if (o.hidden && !o.ffn && base.model.hidden > 0)
+    m.ffn_hidden = static_cast<int>(static_cast<long long>(*o.hidden) * base.model.ffn_hidden / base.model.hidden);
+  if (o.hidden) m.hidden = *o.hidden;
+  if (o.ffn) m.ffn_hidden = *o.ffn;
+  if (o.heads) m.heads = *o.heads;
+  if (o.layers) m.layers = *o.layers;
+  if (o.vocab) m.vocab = *o.vocab;
+  if (o.seq_len) m.seq_len = *o.seq_len;
+  m.tied_embeddings = false;
+
+  ParallelSpec& p = s.parallel;
+  if (o.dp) p.dp = *o.dp;
+  if (o.pp) p.pp = *o.pp;
+  if (o.tp) p.tp = *o.tp;
+  if (o.v) p.v = *o.v;
+  if (o.micro_batch_size) p.micro_batch_size = *o.micro_batch_size;
+  if (o.global_batch) p.global_batch = *o.global_batch;
+
+  ScheduleSpec& sch = s.schedule;
+  if (o.schedule) sch.kind = kind_of(*o.schedule, s.source);
+  const bool sliced = sch.kind == ScheduleKind::TeraPipe || sch.kind == ScheduleKind::Seq1F1B ||
+                      sch.kind == ScheduleKind::Seq1F1BInterleaved;
+  const bool interleaved = sch.kind == ScheduleKind::Interleaved || sch.kind == ScheduleKind::Seq1F1BInterleaved;
+  if (o.schedule && !o.v) p.v = interleaved ? std::max(p.v, 2) : 1;
+  if (o.slices) {
+    sch.seq_slices = *o.slices;
+    sch.slice_tokens.clear();
+    sch.slicing = "uniform";
+  }
+  if (o.slice_tokens) {
+    sch.slice_tokens = *o.slice_tokens;
+    sch.seq_slices = static_cast<int>(o.slice_tokens->size());
+    sch.slicing = "explicit";
+  }
+  if (!sliced) {
+    sch.seq_slices = 1;
+    sch.slice_tokens.clear();
+    sch.slicing = "uniform";
+  } else if (o.seq_len && !o.slice_tokens && !sch.slice_tokens.empty()) {
+    throw ScenarioError(s.source + ": schedule.slice_tokens: the scenario's explicit slices do not fit --seq-len " +
+                        std::to_string(*o.seq_len) + "; give --slice-tokens or --slices");
+  }
+
+  ClusterSpec& c = s.cluster;
+  const int gpus = p.dp * p.pp * p.tp;
+  if (gpus >= 1 && gpus != c.total_gpus()) {
+    if (c.gpus_per_node >= 1 && gpus % c.gpus_per_node == 0) {
+      c.nodes = gpus / c.gpus_per_node;
+    } else if (gpus < c.gpus_per_node) {
+      c.nodes = 1;
+      c.gpus_per_node = gpus;
+    } else {
+      throw ScenarioError(s.source + ": parallel: dp * pp * tp = " + std::to_string(gpus) +
+                          " GPUs do not fill whole nodes of " + std::to_string(c.gpus_per_node) + " GPUs");
+    }
+  }
+  validate_scenario(s);
+  return s;
+}
+
+Scenario tiny_scenario(const std::string& schedule, int dp, int pp, int v, int m, int layers, int hidden, int heads,
+                       int seq_len, int vocab, int slices, const std::vector<int>& slice_tokens) {
+  Scenario base = default_scenario();
+  base.name = "tiny";
+  base.source = "<tiny>";
+  ScenarioOverrides o;
+  o.schedule = schedule;
+  o.layers = layers;
+  o.hidden = hidden;
+  o.ffn = 4 * hidden;
+  o.heads = heads;
+  o.seq_len = seq_len;
+  o.vocab = vocab;
+  o.dp = dp;
+  o.pp = pp;
+  o.tp = 1;
+  o.v = v;
+  o.micro_batch_size = 1;
+  o.global_batch = m * dp;
+  if (!slice_tokens.empty())
+    o.slice_tokens = slice_tokens;
+  else
+    o.slices = slices;
+  return fit_scenario(base, o);
+}
+
+std::unique_ptr<Prepared> prepare_with_constant_costs(const Scenario& s) {
+  auto p = std::make_unique<Prepared>();
+  p->scenario = s;
+  ConstantCosts c;
+  c.forward_s = 1.0;
+  c.backward_s = 2.0;
+  c.p2p_bytes = 1e6;
+  c.grad_bytes = 1e6;
+  c.optimizer_s = 0.1;
+  c.v = s.parallel.v;
+  c.seq_len = s.model.seq_len;
+  p->cost = std::make_unique<ConstantCostModel>(c);
+  p->schedule = make_schedule(s);
+  p->lowered = lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost);
+  p->placement = make_placement(s.sim.placement, s.parallel.dp, s.parallel.pp, s.parallel.tp, s.cluster);
+  return p;
+}
+
+}  // namespace pipescope::runtime

@@ -1,0 +1,41 @@
+#pragma once
+// Fitting a scenario to what the runtime can run here: `pipescope validate --layers/--hidden/--dp/...` shrinks
+// a scenario (fewer layers, a smaller hidden size, fewer ranks), and the exactness tests build tiny ones.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/pipeline.h"
+
+namespace pipescope::runtime {
+
+// Overrides; unset fields keep the scenario's value.
+struct ScenarioOverrides {
+  std::optional<std::string> schedule;  // schedule.kind
+  std::optional<int> layers, hidden, heads, ffn, vocab, seq_len;
+  std::optional<int> dp, pp, tp, v, micro_batch_size, global_batch, slices;
+  std::optional<std::vector<int>> slice_tokens;  // sets slicing: explicit and seq_slices
+};
+
+// Applies the overrides and fits the rest:
+//   - ffn follows a changed hidden size in the scenario's ratio (4h for GPT) unless given;
+//   - the cluster is refit to dp * pp * tp GPUs (whole nodes of the same size, or one smaller node);
+//   - embeddings are untied (model.tied_embeddings: false): the runtime's LM head is untied, so the simulated
+//     twin must not schedule an embedding all-reduce either;
+//   - a schedule without token slicing drops seq_slices / slice_tokens.
+// Then validates (throws ScenarioError naming the scenario and the key, e.g. "parallel.pp").
+Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o);
+
+// A tiny scenario for runtime tests: model h / a / L / s / V, the given schedule and parallel sizes, one
+// sequence per micro-batch, m micro-batches per replica (global batch m * dp).
+Scenario tiny_scenario(const std::string& schedule, int dp, int pp, int v, int m, int layers, int hidden, int heads,
+                       int seq_len, int vocab, int slices = 1, const std::vector<int>& slice_tokens = {});
+
+// core/pipeline.h prepare() with constant costs (1 s forward, 2 s backward per stage, 1 MB activations,
+// 1 MB gradients): the runtime ignores costs, so tests need neither the analytic model nor a profile.
+std::unique_ptr<Prepared> prepare_with_constant_costs(const Scenario& s);
+
+}  // namespace pipescope::runtime

@@ -1,0 +1,188 @@
+#include "runtime/trace.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <vector>
+
+namespace pipescope::runtime {
+
+namespace {
+
+constexpr int kMeasuredPidOffset = 1000;
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += ch;
+    } else if (c < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      o += b;
+    } else {
+      o += ch;
+    }
+  }
+  return o;
+}
+
+struct Event {
+  int gpu, lane;
+  double start, end;
+  int worker;
+  std::size_t op;
+  const char* cat;
+};
+
+}  // namespace
+
+void write_measured_trace(std::ostream& os, const LoweredSchedule& ls, const Placement& pl, const JobResult& r,
+                          int iteration, const std::string& label) {
+  const int gpn = std::max(1, pl.gpus_per_node);
+  std::vector<Event> events;
+  double iteration_s = 0;
+  for (const WorkerResult& w : r.workers) {
+    if (w.iterations.empty()) continue;
+    const int k = iteration < 0 ? static_cast<int>(w.iterations.size()) - 1 : iteration;
+    if (k < 0 || k >= static_cast<int>(w.iterations.size()))
+      throw RuntimeError("trace: iteration " + std::to_string(iteration) + " was not timed");
+    const IterationStats& it = w.iterations[k];
+    iteration_s = std::max(iteration_s, it.end_s);
+    const auto& prog = ls.per_worker.at(static_cast<std::size_t>(w.worker));
+    if (it.ops.size() != prog.size()) throw RuntimeError("trace: timings do not match the schedule");
+    const int gpu = pl.gpu_of(w.worker, 0);
+    std::vector<double> send_lane_end;
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      const OpTiming& t = it.ops[i];
+      switch (prog[i].kind) {
+        case LOpKind::Compute:
+        case LOpKind::Optimizer:
+          events.push_back({gpu, 0, t.start, t.end, w.worker, i, "compute"});
+          break;
+        case LOpKind::Recv:
+          events.push_back({gpu, 1, t.start, t.end, w.worker, i, "p2p"});
+          break;
+        case LOpKind::AllReduce:
+        case LOpKind::AllGather:
+          events.push_back({gpu, 1, t.start, t.end, w.worker, i, "collective"});
+          break;
+        case LOpKind::Send: {
+          std::size_t l = 0;
+          while (l < send_lane_end.size() && send_lane_end[l] > t.start) l++;
+          if (l == send_lane_end.size()) send_lane_end.push_back(0);
+          send_lane_end[l] = t.done;
+          events.push_back({gpu, 2 + static_cast<int>(l), t.start, t.done, w.worker, i, "p2p"});
+          break;
+        }
+      }
+    }
+  }
+  std::map<std::pair<int, int>, std::string> tracks;
+  for (const Event& e : events)
+    tracks.emplace(std::make_pair(e.gpu, e.lane), "gpu" + std::to_string(e.gpu % gpn) +
+                                                      (e.lane == 0 ? " compute" : " comm " + std::to_string(e.lane)));
+  char num[64];
+  std::snprintf(num, sizeof num, "%.9f", iteration_s);
+  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"schedule\":\"" << json_escape(ls.schedule.name)
+     << "\",\"source\":\"measured\",\"backend\":\"" << json_escape(r.backend) << "\",\"iteration_s\":" << num
+     << "},\"traceEvents\":[\n";
+  bool first = true;
+  auto sep = [&]() -> std::ostream& {
+    if (!first) os << ",\n";
+    first = false;
+    return os;
+  };
+  int last_node = -1;
+  for (const auto& [key, name] : tracks) {
+    const int node = key.first / gpn;
+    const int tid = (key.first % gpn) * 100 + key.second;
+    if (node != last_node) {
+      sep() << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << node << ",\"tid\":0,\"args\":{\"name\":\""
+            << json_escape(label) << "node" << node << "\"}}";
+      sep() << "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" << node
+            << ",\"tid\":0,\"args\":{\"sort_index\":" << node << "}}";
+      last_node = node;
+    }
+    sep() << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << node << ",\"tid\":" << tid << ",\"args\":{\"name\":\""
+          << name << "\"}}";
+    sep() << "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":" << node << ",\"tid\":" << tid
+          << ",\"args\":{\"sort_index\":" << tid << "}}";
+  }
+  char buf[200];
+  for (const Event& e : events) {
+    std::snprintf(buf, sizeof buf, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", e.gpu / gpn,
+                  (e.gpu % gpn) * 100 + e.lane, e.start * 1e6, std::max(0.0, e.end - e.start) * 1e6);
+    sep() << "{\"name\":\"" << json_escape(lowered_op_name(ls, e.worker, e.op)) << "\",\"cat\":\"" << e.cat << '"'
+          << buf << ",\"args\":{\"worker\":" << e.worker << ",\"op\":" << e.op << "}}";
+  }
+  os << "\n]}\n";
+}
+
+std::string merge_traces(const std::string& simulated_json, const std::string& measured_json) {
+  using Json = nlohmann::ordered_json;
+  Json sim, meas;
+  try {
+    sim = Json::parse(simulated_json);
+    meas = Json::parse(measured_json);
+  } catch (const std::exception& e) {
+    throw RuntimeError(std::string("merge_traces: ") + e.what());
+  }
+  if (!sim.is_object() || !meas.is_object() || !sim.contains("traceEvents") || !meas.contains("traceEvents"))
+    throw RuntimeError("merge_traces: input without traceEvents");
+  // Validate before touching: a hand-edited or truncated trace must give an error, not a type_error or an
+  // out-of-range int conversion (found by fuzz/fuzz_trace).
+  for (const Json* in : {&sim, &meas}) {
+    const Json& ev = (*in)["traceEvents"];
+    if (!ev.is_array()) throw RuntimeError("merge_traces: traceEvents is not an array");
+    for (std::size_t i = 0; i < ev.size(); i++) {
+      const Json& e = ev[i];
+      const std::string where = "merge_traces: traceEvents[" + std::to_string(i) + "]";
+      if (!e.is_object()) throw RuntimeError(where + " is not an object");
+      if (e.contains("pid") && !(e["pid"].is_number_integer() && e["pid"].get<std::int64_t>() >= 0 &&
+                                 e["pid"].get<std::int64_t>() < kMeasuredPidOffset))
+        throw RuntimeError(where + ".pid is not a node number in [0, " + std::to_string(kMeasuredPidOffset) + ")");
+      if (e.contains("name") && !e["name"].is_string()) throw RuntimeError(where + ".name is not a string");
+      const std::string name = e.value("name", "");
+      if ((name == "process_name" || name == "process_sort_index") && !(e.contains("args") && e["args"].is_object()))
+        throw RuntimeError(where + ".args is not an object");
+      if (name == "process_name" && e["args"].contains("name") && !e["args"]["name"].is_string())
+        throw RuntimeError(where + ".args.name is not a string");
+    }
+  }
+  if (sim.contains("otherData") && !sim["otherData"].is_object())
+    throw RuntimeError("merge_traces: otherData is not an object");
+  if (meas.contains("otherData") && !meas["otherData"].is_object())
+    throw RuntimeError("merge_traces: otherData is not an object");
+  Json out;
+  out["displayTimeUnit"] = "ms";
+  out["otherData"]["simulated"] = sim.value("otherData", Json::object());
+  out["otherData"]["measured"] = meas.value("otherData", Json::object());
+  Json events = Json::array();
+  auto add = [&](Json& in, bool measured) {
+    for (Json& e : in["traceEvents"]) {
+      const int node = e.value("pid", 0);
+      if (measured) e["pid"] = node + kMeasuredPidOffset;
+      const std::string name = e.value("name", "");
+      if (name == "process_name") {
+        std::string n = e["args"].value("name", "");
+        if (!measured) n = "simulated " + n;
+        e["args"]["name"] = n;
+      } else if (name == "process_sort_index") {
+        e["args"]["sort_index"] = 2 * node + (measured ? 1 : 0);
+      }
+      events.push_back(std::move(e));
+    }
+  };
+  add(sim, false);
+  add(meas, true);
+  out["traceEvents"] = std::move(events);
+  return out.dump() + "\n";
+}
+
+}  // namespace pipescope::runtime

@@ -1,0 +1,54 @@
+#pragma once
+// How workers exchange data: point-to-point messages between pipeline stages, sum all-reduces over the
+// collective groups of a LoweredSchedule, and a small blocking control plane (barrier, gather of results).
+// Two implementations:
+//   - MpiTransport (runtime/mpi_transport.h): one process per worker, started by mpirun / srun; MPI rank =
+//     worker index (d * p + r).
+//   - LocalTransport (runtime/local_transport.h): one thread per worker inside one process, in-memory
+//     mailboxes; used by the in-process tests and the overhead benchmark.
+// Everything on the data path is non-blocking: the executor polls Request::test(), so it can time waits,
+// check for cancellation and yield the core (ranks are often oversubscribed on CI machines).
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/layer.h"
+
+namespace pipescope::runtime {
+
+enum class ElemType : std::uint8_t { kF64, kF32 };
+ElemType elem_type(kernels::DType t);  // throws RuntimeError for 16-bit types (no host sum for them)
+std::size_t elem_bytes(ElemType t);
+
+class Request {
+ public:
+  virtual ~Request() = default;
+  // True once the operation completed (buffers may be reused); throws RuntimeError on failure.
+  virtual bool test() = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string name() const = 0;
+  virtual int worker() const = 0;
+  virtual int workers() const = 0;
+
+  // Message `tag` from this worker to `peer`; the receiver must post the same tag and byte count.
+  virtual std::unique_ptr<Request> isend(const void* buf, std::size_t bytes, int peer, int tag) = 0;
+  virtual std::unique_ptr<Request> irecv(void* buf, std::size_t bytes, int peer, int tag) = 0;
+  // In-place element-wise sum over the members of collective group `group` (LoweredSchedule::groups index,
+  // as given to the transport's constructor). The n-th call of a group on each member is the same call.
+  virtual std::unique_ptr<Request> iallreduce_sum(void* buf, std::size_t count, ElemType type, int group) = 0;
+
+  // Control plane (setup and results; blocking).
+  virtual void barrier() = 0;
+  // Worker 0 receives every worker's vector, in worker order; other workers get an empty result.
+  virtual std::vector<std::vector<double>> gather(const std::vector<double>& mine) = 0;
+  // True when the run was cancelled (another worker failed, or the watchdog fired): waits give up.
+  virtual bool cancelled() const { return false; }
+};
+
+}  // namespace pipescope::runtime
