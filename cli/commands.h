@@ -18,8 +18,8 @@ struct InputError : std::runtime_error {
 };
 
 struct Command {
-  CLI::App* app = nullptr;     // the subcommand
-  std::function<int()> run;    // runs it after parsing; returns the exit code
+  CLI::App* app = nullptr;   // the subcommand
+  std::function<int()> run;  // runs it after parsing; returns the exit code
 };
 Command add_simulate(CLI::App& app);
 Command add_show(CLI::App& app);

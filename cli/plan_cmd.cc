@@ -54,8 +54,8 @@ int run_plan(const PlanOptions& o) {
               ("[(1, [" + std::to_string(m.seq_len) + "])] * " + std::to_string(m.batch)).c_str(), gpipe / p.total_s);
   std::printf("planner           %s, %d of %d candidate t_max evaluated; tables %.1f ms, DP %.1f ms\n",
               o.linear_scan ? "linear scan" : "exact bisection", p.evaluated, p.candidates, ms(t0, t1), ms(t1, t2));
-  std::printf("\nuniform slicing (micro-batches of 1 sequence):\n%8s %10s %12s %12s\n", "slices", "tokens", "predicted_s",
-              "vs_dp");
+  std::printf("\nuniform slicing (micro-batches of 1 sequence):\n%8s %10s %12s %12s\n", "slices", "tokens",
+              "predicted_s", "vs_dp");
   for (int k = 1; k <= m.seq_len; k *= 2) {
     MicroBatchGroup g{1, m.batch, {}};
     for (int i = 0; i < k; i++) g.slice_tokens.push_back(m.seq_len / k + (i < m.seq_len % k ? 1 : 0));

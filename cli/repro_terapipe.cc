@@ -111,7 +111,9 @@ Command add_repro_terapipe(CLI::App& repro) {
   auto o = std::make_shared<ReproOptions>();
   auto* sub = repro.add_subcommand("terapipe", "TeraPipe Table 2: paper vs simulated latency and speedup, DP slicing");
   sub->add_option("--dir", o->dir, "Directory with setting-N.yaml / setting-N-gpipe.yaml (default scenarios/terapipe)");
-  sub->add_option("--settings", o->settings, "Only these settings, e.g. 1,5,10")->delimiter(',')->check(CLI::Range(1, 10));
+  sub->add_option("--settings", o->settings, "Only these settings, e.g. 1,5,10")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 10));
   return {sub, [o] { return run_repro(*o); }};
 }
 

@@ -1,7 +1,4 @@
 // `pipescope simulate [SCENARIO] [--json F] [--trace F] [--compare a,b,c]`
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -11,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/fork_run.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
 #include "sim/engine.h"
@@ -83,49 +81,26 @@ struct VariantResult {
 VariantResult run_forked(const Scenario& s, const SimulateOptions& o) {
   VariantResult v;
   v.name = to_string(s.schedule.kind);
-  int fd[2];
-  if (pipe(fd) != 0) throw std::runtime_error("pipe() failed");
-  std::fflush(nullptr);
-  pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork() failed");
-  if (pid == 0) {
-    close(fd[0]);
-    std::string out;
-    try {
+  std::string got;
+  try {
+    got = run_in_child([&] {
       sim::Report r = run_one(s, o, nullptr, nullptr);
       double peak = 0;
       bool oom = false;
       for (const auto& rm : r.memory.ranks) peak = std::max(peak, rm.peak_bytes), oom = oom || rm.oom;
       char buf[512];
-      std::snprintf(buf, sizeof buf, "OK %.17g %.17g %.17g %.17g %.17g %.17g %d", r.iteration_s, r.pipeline_end_s,
+      std::snprintf(buf, sizeof buf, "%.17g %.17g %.17g %.17g %.17g %.17g %d", r.iteration_s, r.pipeline_end_s,
                     r.bubble_idle_fraction, r.bubble_ratio, r.tflops_per_gpu, peak / 1e9, oom ? 1 : 0);
-      out = buf;
-    } catch (const std::exception& e) {
-      out = std::string("ERR ") + e.what();
-    }
-    ssize_t n = write(fd[1], out.data(), out.size());
-    (void)n;
-    close(fd[1]);
-    _exit(0);
+      return std::string(buf);
+    });
+  } catch (const std::exception& e) {
+    v.error = e.what();
+    return v;
   }
-  close(fd[1]);
-  std::string got;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<std::size_t>(n));
-  close(fd[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (got.rfind("OK ", 0) == 0) {
-    std::istringstream is(got.substr(3));
-    int oom = 0;
-    is >> v.iteration_s >> v.pipeline_end_s >> v.idle >> v.ratio >> v.tflops >> v.peak_GB >> oom;
-    v.oom = oom != 0;
-  } else if (got.rfind("ERR ", 0) == 0) {
-    v.error = got.substr(4);
-  } else {
-    v.error = "simulation process died (status " + std::to_string(status) + ")";
-  }
+  std::istringstream is(got);
+  int oom = 0;
+  is >> v.iteration_s >> v.pipeline_end_s >> v.idle >> v.ratio >> v.tflops >> v.peak_GB >> oom;
+  v.oom = oom != 0;
   return v;
 }
 
@@ -149,8 +124,8 @@ int run_compare(const Scenario& base, const SimulateOptions& o) {
       rc = kExitSchedule;
       continue;
     }
-    std::printf("%-14s %14.9f %14.9f %10.4f %10.4f %12.2f %12.2f %s\n", v.name.c_str(), v.iteration_s,
-                v.pipeline_end_s, v.idle, v.ratio, v.tflops, v.peak_GB, v.oom ? "OOM" : "");
+    std::printf("%-14s %14.9f %14.9f %10.4f %10.4f %12.2f %12.2f %s\n", v.name.c_str(), v.iteration_s, v.pipeline_end_s,
+                v.idle, v.ratio, v.tflops, v.peak_GB, v.oom ? "OOM" : "");
   }
   std::printf("idle_phi = bubble time / makespan (mean over ranks); bubble_b = bubble / ideal time (Megatron)\n");
   return rc;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/fork_run.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
 #include "runtime/exactness.h"
@@ -55,45 +56,17 @@ struct ValidateOptions {
 
 // ---------------------------------------------------------------- simulated side (forked child)
 sim::SimResult simulate_forked(const Scenario& s, const CheckedSchedule& cs, const std::string& collectives) {
-  int fd[2];
-  if (pipe(fd) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    close(fd[0]);
-    std::string out;
-    try {
-      sim::EngineOptions eo;
-      eo.collectives = collectives.empty() ? s.sim.collectives : collectives;
-      const sim::SimResult r = sim::simulate(s.cluster, cs, eo);
-      std::vector<double> v{r.iteration_s, r.pipeline_end_s, static_cast<double>(r.timing.size())};
-      for (const auto& t : r.timing) v.insert(v.end(), {t.start, t.end});
-      out = "OK";
-      out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));
-    } catch (const std::exception& e) {
-      out = std::string("ER") + e.what();
-    }
-    std::size_t done = 0;
-    while (done < out.size()) {
-      const ssize_t n = write(fd[1], out.data() + done, out.size() - done);
-      if (n <= 0) break;
-      done += static_cast<std::size_t>(n);
-    }
-    close(fd[1]);
-    _exit(0);
-  }
-  close(fd[1]);
-  std::string got;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(fd[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<std::size_t>(n));
-  close(fd[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (got.rfind("ER", 0) == 0) throw std::runtime_error("simulation failed: " + got.substr(2));
+  // The child answers with the raw doubles: iteration, pipeline end, node count, then start/end per node.
+  const std::string got = run_in_child([&] {
+    sim::EngineOptions eo;
+    eo.collectives = collectives.empty() ? s.sim.collectives : collectives;
+    const sim::SimResult r = sim::simulate(s.cluster, cs, eo);
+    std::vector<double> v{r.iteration_s, r.pipeline_end_s, static_cast<double>(r.timing.size())};
+    for (const auto& t : r.timing) v.insert(v.end(), {t.start, t.end});
+    return "OK" + std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));
+  });
   if (got.rfind("OK", 0) != 0 || (got.size() - 2) % sizeof(double) != 0)
-    throw std::runtime_error("the simulation process died (status " + std::to_string(status) + ")");
+    throw std::runtime_error("the simulation process returned a malformed answer");
   std::vector<double> v((got.size() - 2) / sizeof(double));
   std::memcpy(v.data(), got.data() + 2, v.size() * sizeof(double));
   sim::SimResult r;

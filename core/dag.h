@@ -21,13 +21,13 @@ enum class DagKind : std::uint8_t {
 
 struct DagNode {
   DagKind kind = DagKind::Compute;
-  std::int32_t worker = -1;     // owning worker (sender for transfers; first member for collectives)
-  std::int32_t index = -1;      // position in that worker's program (LoweredSchedule::per_worker)
-  std::int32_t gpu = -1;        // compute GPU / transfer source
-  std::int32_t gpu2 = -1;       // transfer destination
-  std::int32_t group = -1;      // collective group
-  std::int32_t count = 1;       // collective calls folded together
-  double amount = 0;            // seconds (Compute) or bytes (Transfer, Collective per call)
+  std::int32_t worker = -1;  // owning worker (sender for transfers; first member for collectives)
+  std::int32_t index = -1;   // position in that worker's program (LoweredSchedule::per_worker)
+  std::int32_t gpu = -1;     // compute GPU / transfer source
+  std::int32_t gpu2 = -1;    // transfer destination
+  std::int32_t group = -1;   // collective group
+  std::int32_t count = 1;    // collective calls folded together
+  double amount = 0;         // seconds (Compute) or bytes (Transfer, Collective per call)
 };
 
 struct Dag {
@@ -35,7 +35,7 @@ struct Dag {
   // Successors in CSR form: succ[succ_begin[i] .. succ_begin[i+1]).
   std::vector<std::uint32_t> succ_begin;
   std::vector<std::uint32_t> succ;
-  std::vector<std::uint32_t> preds;   // number of predecessors per node
+  std::vector<std::uint32_t> preds;  // number of predecessors per node
   // Per collective group: the GPU rings that run the call concurrently (from Placement). TP group: one
   // ring of its tp GPUs; DP group: tp rings of dp GPUs each; embedding group: tp rings of 2 GPUs.
   std::vector<std::vector<std::vector<std::int32_t>>> rings;

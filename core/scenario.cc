@@ -589,9 +589,8 @@ void Validator::run() const {
   if (used != total)
     fail({"parallel.dp", "parallel.pp", "parallel.tp", "parallel", "cluster.nodes", "cluster"},
          "dp * pp * tp = " + std::to_string(p.dp) + " * " + std::to_string(p.pp) + " * " + std::to_string(p.tp) +
-             " = " + std::to_string(used) +
-             " GPUs, but the cluster has nodes * gpus_per_node = " + std::to_string(c.nodes) + " * " +
-             std::to_string(c.gpus_per_node) + " = " + std::to_string(total));
+             " = " + std::to_string(used) + " GPUs, but the cluster has nodes * gpus_per_node = " +
+             std::to_string(c.nodes) + " * " + std::to_string(c.gpus_per_node) + " = " + std::to_string(total));
 
   // Model split.
   if (1LL * p.pp * p.v > m.layers)
@@ -621,9 +620,8 @@ void Validator::run() const {
              std::to_string(per_step) + " sequences");
   if (p.global_batch % per_step != 0)
     fail({"parallel.global_batch", "parallel.micro_batch_size", "parallel.dp"},
-         "global_batch = " + std::to_string(p.global_batch) +
-             " is not divisible by micro_batch_size * dp = " + std::to_string(p.micro_batch_size) + " * " +
-             std::to_string(p.dp) + " = " + std::to_string(per_step));
+         "global_batch = " + std::to_string(p.global_batch) + " is not divisible by micro_batch_size * dp = " +
+             std::to_string(p.micro_batch_size) + " * " + std::to_string(p.dp) + " = " + std::to_string(per_step));
   const int mb = p.micro_batches();
 
   // Schedule constraints.
@@ -649,9 +647,9 @@ void Validator::run() const {
     fail({"schedule.seq_slices", "model.seq_len"},
          "seq_slices = " + std::to_string(sch.seq_slices) + " exceeds seq_len = " + std::to_string(m.seq_len));
   if (sliced && sch.slicing == "uniform" && sch.slice_tokens.empty() && m.seq_len % sch.seq_slices != 0)
-    fail({"schedule.seq_slices", "model.seq_len"},
-         "uniform slicing needs seq_len = " + std::to_string(m.seq_len) + " divisible by seq_slices = " +
-             std::to_string(sch.seq_slices) + " (give uneven slices explicitly with schedule.slice_tokens)");
+    fail({"schedule.seq_slices", "model.seq_len"}, "uniform slicing needs seq_len = " + std::to_string(m.seq_len) +
+                                                       " divisible by seq_slices = " + std::to_string(sch.seq_slices) +
+                                                       " (give uneven slices explicitly with schedule.slice_tokens)");
   if (!one_of(slicings(), sch.slicing))
     fail({"schedule.slicing"}, unknown_value_message("value", sch.slicing, names_of(slicings())));
   if (!sliced) {

@@ -63,8 +63,8 @@ CappedSlicing backtrack(const SliceTimeTable& t, const DpWork& w) {
 // knapsack over sizes (spec/terapipe.md 5.4).
 struct CapResult {
   double sum_s = kInf, max_s = 0;
-  std::vector<int> count;                  // per size b (index b - 1): micro-batches of that size
-  std::vector<CappedSlicing> per_size;     // token slicing of each size
+  std::vector<int> count;               // per size b (index b - 1): micro-batches of that size
+  std::vector<CappedSlicing> per_size;  // token slicing of each size
   double score(int K, double fixed) const { return sum_s + (K - 1) * max_s + fixed; }
 };
 
@@ -258,7 +258,8 @@ double scheme_seconds(const SliceTimeFn& t, const std::vector<MicroBatchGroup>& 
 ScenarioSliceModel scenario_slice_model(const Scenario& s) {
   const ParallelSpec& par = s.parallel;
   const std::string src = s.source.empty() ? "" : s.source + ": ";
-  if (par.v != 1) throw std::invalid_argument(src + "TeraPipe planner: parallel.v must be 1, got " + std::to_string(par.v));
+  if (par.v != 1)
+    throw std::invalid_argument(src + "TeraPipe planner: parallel.v must be 1, got " + std::to_string(par.v));
   if (par.dp < 1 || par.global_batch % par.dp != 0)
     throw std::invalid_argument(src + "TeraPipe planner: global_batch must be a multiple of dp");
   auto cm = std::make_shared<AnalyticCostModel>(s);

@@ -53,18 +53,18 @@ CappedSlicing token_dp(const SliceTimeTable& t, double t_max);
 
 // A plan: groups of identical micro-batches (b sequences, token slices), in pipeline order.
 struct MicroBatchGroup {
-  int b = 1;                       // sequences per micro-batch
-  int count = 1;                   // micro-batches of this kind
-  std::vector<int> slice_tokens;   // token slices of each of them, first slice first
+  int b = 1;                      // sequences per micro-batch
+  int count = 1;                  // micro-batches of this kind
+  std::vector<int> slice_tokens;  // token slices of each of them, first slice first
 };
 struct SlicingPlan {
   std::vector<MicroBatchGroup> groups;
-  double sum_s = 0;       // busy time of one stage: sum of all slice times
-  double max_s = 0;       // slowest slice
-  double fixed_s = 0;     // per-iteration constant (optimizer step)
-  double total_s = 0;     // sum + (K - 1) * max + fixed: the latency formula
-  int evaluated = 0;      // t_max candidates evaluated (DP runs)
-  int candidates = 0;     // distinct candidate values
+  double sum_s = 0;                 // busy time of one stage: sum of all slice times
+  double max_s = 0;                 // slowest slice
+  double fixed_s = 0;               // per-iteration constant (optimizer step)
+  double total_s = 0;               // sum + (K - 1) * max + fixed: the latency formula
+  int evaluated = 0;                // t_max candidates evaluated (DP runs)
+  int candidates = 0;               // distinct candidate values
   int slices_per_sequence() const;  // slices of the first group
 };
 

@@ -3,8 +3,8 @@
 // and, when small enough to lower quickly, turn into a schedule that the static checker accepts.
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "core/checks.h"
