@@ -14,14 +14,14 @@ namespace {
 
 // A valid small scenario; tests replace one line by key.
 const char* const kBase =
-    "model: {layers: 8, hidden: 64, heads: 4, vocab: 128, seq_len: 64}\n"          // line 1
+    "model: {layers: 8, hidden: 64, heads: 4, vocab: 128, seq_len: 64}\n"            // line 1
     "cluster:\n"                                                                     // 2
     "  nodes: 2\n"                                                                   // 3
     "  gpus_per_node: 2\n"                                                           // 4
     "  device: {preset: A100-SXM4-80GB}\n"                                           // 5
     "  intra_node: {fabric: nvswitch, nvlink_bw_GBps: 300, nvlink_latency_us: 1}\n"  // 6
     "  network: {nic_bw_Gbps: 200, nic_latency_us: 5}\n"                             // 7
-    "parallel: {dp: 1, pp: 4, tp: 1, micro_batch_size: 1, global_batch: 8}\n"       // 8
+    "parallel: {dp: 1, pp: 4, tp: 1, micro_batch_size: 1, global_batch: 8}\n"        // 8
     "schedule: {kind: 1f1b}\n";                                                      // 9
 
 std::string with(std::string s, const std::string& from, const std::string& to) {
@@ -80,8 +80,8 @@ TEST(InputErrors, SequenceNotDivisibleBySlicingGrain) {
   expect_error(with("schedule: {kind: 1f1b}", "schedule: {kind: terapipe, seq_slices: 5}"), 9, "schedule.seq_slices",
                "uniform slicing needs seq_len = 64 divisible by seq_slices = 5");
   // Explicit uneven slices are fine when they tile the sequence ...
-  EXPECT_NO_THROW(parse_scenario(with("schedule: {kind: 1f1b}", "schedule: {kind: terapipe, slice_tokens: [30, 34]}"),
-                                 "t.yaml"));
+  EXPECT_NO_THROW(
+      parse_scenario(with("schedule: {kind: 1f1b}", "schedule: {kind: terapipe, slice_tokens: [30, 34]}"), "t.yaml"));
   // ... and rejected when they do not.
   expect_error(with("schedule: {kind: 1f1b}", "schedule: {kind: terapipe, slice_tokens: [30, 30]}"), 9,
                "schedule.slice_tokens", "slices sum to 60 tokens, but seq_len = 64");
@@ -90,8 +90,9 @@ TEST(InputErrors, SequenceNotDivisibleBySlicingGrain) {
 }
 
 TEST(InputErrors, MoreSlicesThanTokens) {
-  expect_error(with(with("seq_len: 64", "seq_len: 4"), "schedule: {kind: 1f1b}", "schedule: {kind: seq1f1b, seq_slices: 8}"),
-               9, "schedule.seq_slices", "seq_slices = 8 exceeds seq_len = 4");
+  expect_error(
+      with(with("seq_len: 64", "seq_len: 4"), "schedule: {kind: 1f1b}", "schedule: {kind: seq1f1b, seq_slices: 8}"), 9,
+      "schedule.seq_slices", "seq_slices = 8 exceeds seq_len = 4");
 }
 
 TEST(InputErrors, MoreStagesThanLayers) {
@@ -102,7 +103,8 @@ TEST(InputErrors, BatchThatDoesNotFillThePipeline) {
   expect_error(with("dp: 1, pp: 4, tp: 1, micro_batch_size: 1, global_batch: 8",
                     "dp: 1, pp: 4, tp: 1, micro_batch_size: 16, global_batch: 8"),
                8, "parallel.global_batch", "does not fill one micro-batch per replica");
-  expect_error(with(with("micro_batch_size: 1", "micro_batch_size: 2"), "global_batch: 8", "global_batch: 9"), 8, "parallel.global_batch", "is not divisible by");
+  expect_error(with(with("micro_batch_size: 1", "micro_batch_size: 2"), "global_batch: 8", "global_batch: 9"), 8,
+               "parallel.global_batch", "is not divisible by");
   // Interleaved needs m to be a multiple of pp.
   expect_error(with(with("schedule: {kind: 1f1b}", "schedule: {kind: interleaved}"), "global_batch: 8}",
                     "global_batch: 6, v: 2}"),
@@ -114,8 +116,8 @@ TEST(InputErrors, HugeSizesDoNotOverflow) {
   expect_error(with("dp: 1, pp: 4, tp: 1, micro_batch_size: 1, global_batch: 8",
                     "dp: 65536, pp: 4, tp: 1, micro_batch_size: 65536, global_batch: 8"),
                8, "parallel.dp", "dp * pp * tp = 65536 * 4 * 1 = 262144 GPUs");
-  expect_error(with(with("nodes: 2", "nodes: 2147483647"), "gpus_per_node: 2", "gpus_per_node: 8"),
-               8, "parallel.dp", "= 17179869176");
+  expect_error(with(with("nodes: 2", "nodes: 2147483647"), "gpus_per_node: 2", "gpus_per_node: 8"), 8, "parallel.dp",
+               "= 17179869176");
   expect_error(with("hidden: 64", "hidden: 1073741824"), 1, "model.hidden", "does not fit in an int");
 }
 

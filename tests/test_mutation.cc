@@ -98,14 +98,15 @@ class Mutations : public ::testing::Test {
   static void TearDownTestSuite() {
     int cases = 0, caught = 0;
     for (const auto& [name, t] : tallies()) {
-      std::printf("[ mutation ] %-32s %5d cases, %5d as required (%.1f%%)\n", name.c_str(), t.cases,
-                  t.caught, t.cases ? 100.0 * t.caught / t.cases : 0.0);
+      std::printf("[ mutation ] %-32s %5d cases, %5d as required (%.1f%%)\n", name.c_str(), t.cases, t.caught,
+                  t.cases ? 100.0 * t.caught / t.cases : 0.0);
       cases += t.cases;
       caught += t.caught;
     }
-    std::printf("[ mutation ] total: %d cases, %d as required (invalid: rejected naming ops; valid: accepted, dry run "
-                "finished) (%.1f%%)\n", cases, caught,
-                cases ? 100.0 * caught / cases : 0.0);
+    std::printf(
+        "[ mutation ] total: %d cases, %d as required (invalid: rejected naming ops; valid: accepted, dry run "
+        "finished) (%.1f%%)\n",
+        cases, caught, cases ? 100.0 * caught / cases : 0.0);
   }
   static std::map<std::string, Tally>& tallies() {
     static std::map<std::string, Tally> t;
@@ -184,8 +185,7 @@ TEST_F(Mutations, DropRecv) {
 }
 
 TEST_F(Mutations, DropCompute) {
-  expect_all_rejected("drop a compute op",
-                      [](const LoweredSchedule& ls) { return erase_each(ls, LOpKind::Compute); });
+  expect_all_rejected("drop a compute op", [](const LoweredSchedule& ls) { return erase_each(ls, LOpKind::Compute); });
 }
 
 TEST_F(Mutations, DuplicateRecv) {
@@ -283,7 +283,8 @@ TEST_F(Mutations, ReorderBackwardSlices) {
         LoweredSchedule m = ls;
         std::vector<LoweredOp> ops;
         for (std::size_t i : pos) ops.push_back(prog[i]);
-        std::sort(ops.begin(), ops.end(), [](const LoweredOp& a, const LoweredOp& b) { return a.op.slice < b.op.slice; });
+        std::sort(ops.begin(), ops.end(),
+                  [](const LoweredOp& a, const LoweredOp& b) { return a.op.slice < b.op.slice; });
         for (std::size_t n = 0; n < pos.size(); n++) m.per_worker[w][pos[n]] = ops[n];
         out.push_back(std::move(m));
       }

@@ -187,7 +187,8 @@ TEST(TerapipePlanner, RejectsBadInput) {
 }
 
 Scenario setting(int n) {
-  return load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/terapipe/setting-" + std::to_string(n) + ".yaml");
+  return load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/terapipe/setting-" + std::to_string(n) +
+                       ".yaml");
 }
 
 TEST(TerapipeScenario, UniformSweepExtremesBehaveAsThePaperSays) {
@@ -206,7 +207,7 @@ TEST(TerapipeScenario, UniformSweepExtremesBehaveAsThePaperSays) {
   EXPECT_GT(one[0], 2.0 * p.total_s);
   EXPECT_GT((m.K - 1) * one[2], one[1]);  // bubbles dominate
   EXPECT_GT(many[0], 2.0 * p.total_s);
-  EXPECT_GT(many[1], 5.0 * p.sum_s);      // per-slice fixed cost dominates
+  EXPECT_GT(many[1], 5.0 * p.sum_s);  // per-slice fixed cost dominates
   EXPECT_GT(p.slices_per_sequence(), 4);
   // The DP plan is at least as good as every uniform split under the same model.
   for (int k = 1; k <= 256; k *= 2) EXPECT_GE(uniform(k)[0], p.total_s - 1e-12) << k;
