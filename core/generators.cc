@@ -38,32 +38,6 @@ int validate(const char* where, int p, int v, const std::vector<MicroBatch>& mbs
   return kmax;
 }
 
-Schedule skeleton(const char* name, int p, int v, const std::vector<MicroBatch>& mbs, int seq_len) {
-  Schedule s;
-  s.name = name;
-  s.p = p;
-  s.v = v;
-  s.m = static_cast<int>(mbs.size());
-  s.seq_len = seq_len;
-  s.microbatches = mbs;
-  s.per_rank.assign(static_cast<std::size_t>(p), {});
-  return s;
-}
-
-Op make_op(const Schedule& s, OpKind kind, int rank, int chunk, int mb, int slice) {
-  Op op;
-  op.kind = kind;
-  op.rank = rank;
-  op.chunk = chunk;
-  op.stage = chunk * s.p + rank;
-  op.microbatch = mb;
-  op.slice = slice;
-  const auto& b = s.microbatches[mb].slice_begin;
-  op.tok_begin = b[slice];
-  op.tok_end = slice + 1 < static_cast<int>(b.size()) ? b[slice + 1] : s.seq_len;
-  return op;
-}
-
 void require_unsliced(const char* where, const std::vector<MicroBatch>& mbs) {
   for (std::size_t i = 0; i < mbs.size(); i++)
     if (mbs[i].slice_begin.size() != 1)
@@ -117,7 +91,7 @@ std::vector<MicroBatch> sliced_microbatches(int m, int mbs, const std::vector<in
 Schedule make_gpipe(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
   const int kmax = validate("make_gpipe", p, 1, mbs, seq_len);
   // With token slices this is exactly TeraPipe's schedule (spec/terapipe.md 6).
-  Schedule s = skeleton(kmax > 1 ? "terapipe" : "gpipe", p, 1, mbs, seq_len);
+  Schedule s = schedule_skeleton(kmax > 1 ? "terapipe" : "gpipe", p, 1, mbs, seq_len);
   for (int r = 0; r < p; r++) {
     auto& ops = s.per_rank[r];
     for (int mb = 0; mb < s.m; mb++)
@@ -133,7 +107,7 @@ int warmup_1f1b(int p, int m, int r) { return std::min(p - r - 1, m); }
 Schedule make_1f1b(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
   validate("make_1f1b", p, 1, mbs, seq_len);
   require_unsliced("make_1f1b", mbs);
-  Schedule s = skeleton("1f1b", p, 1, mbs, seq_len);
+  Schedule s = schedule_skeleton("1f1b", p, 1, mbs, seq_len);
   const int m = s.m;
   for (int r = 0; r < p; r++) {
     auto& ops = s.per_rank[r];
@@ -163,7 +137,7 @@ Schedule make_interleaved(int p, int v, const std::vector<MicroBatch>& mbs, int 
             "the interleaved schedule needs the micro-batch count to be a multiple of the pipeline ranks "
             "(m % p == 0), got m = " +
                 std::to_string(m) + ", p = " + std::to_string(p));
-  Schedule s = skeleton("interleaved", p, v, mbs, seq_len);
+  Schedule s = schedule_skeleton("interleaved", p, v, mbs, seq_len);
   const int total = m * v;  // chunk-micro-batches per rank
   // Megatron's table (spec/megatron.md 2.4): index k -> (micro-batch, chunk), in groups of p micro-batches.
   auto mb_of = [&](int k) { return (k / (p * v)) * p + k % p; };

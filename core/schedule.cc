@@ -164,4 +164,30 @@ Op op_of(const Schedule& s, const OpKey& k) {
   return op;
 }
 
+Schedule schedule_skeleton(const char* name, int p, int v, const std::vector<MicroBatch>& mbs, int seq_len) {
+  Schedule s;
+  s.name = name;
+  s.p = p;
+  s.v = v;
+  s.m = static_cast<int>(mbs.size());
+  s.seq_len = seq_len;
+  s.microbatches = mbs;
+  s.per_rank.assign(static_cast<std::size_t>(p), {});
+  return s;
+}
+
+Op make_op(const Schedule& s, OpKind kind, int rank, int chunk, int mb, int slice) {
+  Op op;
+  op.kind = kind;
+  op.rank = rank;
+  op.chunk = chunk;
+  op.stage = chunk * s.p + rank;
+  op.microbatch = mb;
+  op.slice = slice;
+  const auto& b = s.microbatches[mb].slice_begin;
+  op.tok_begin = b[slice];
+  op.tok_end = slice + 1 < static_cast<int>(b.size()) ? b[slice + 1] : s.seq_len;
+  return op;
+}
+
 }  // namespace pipescope

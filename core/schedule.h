@@ -111,6 +111,11 @@ Op op_of(const Schedule& s, const OpKey& k);
 std::vector<MicroBatch> uniform_microbatches(int m, int mbs, int seq_len, int k);
 std::vector<MicroBatch> sliced_microbatches(int m, int mbs, const std::vector<int>& slice_tokens);
 
+// Building blocks shared by every generator: an empty schedule with its micro-batch table, and one op
+// with its virtual stage and token range filled in from that table.
+Schedule schedule_skeleton(const char* name, int p, int v, const std::vector<MicroBatch>& mbs, int seq_len);
+Op make_op(const Schedule& s, OpKind kind, int rank, int chunk, int mb, int slice);
+
 // GPipe: all forwards (micro-batch order, slices in order), then all backwards (slices reversed).
 Schedule make_gpipe(int p, const std::vector<MicroBatch>& mbs, int seq_len);
 // 1F1B / PipeDream-Flush: warm-up W_r = min(p - r - 1, m), steady 1F1B, cool-down.

@@ -37,32 +37,6 @@ int validate(const char* where, int p, int v, const std::vector<MicroBatch>& mbs
   return k;
 }
 
-Op make_op(const Schedule& s, OpKind kind, int rank, int chunk, int mb, int slice) {
-  Op op;
-  op.kind = kind;
-  op.rank = rank;
-  op.chunk = chunk;
-  op.stage = chunk * s.p + rank;
-  op.microbatch = mb;
-  op.slice = slice;
-  const auto& b = s.microbatches[mb].slice_begin;
-  op.tok_begin = b[slice];
-  op.tok_end = slice + 1 < static_cast<int>(b.size()) ? b[slice + 1] : s.seq_len;
-  return op;
-}
-
-Schedule skeleton(const char* name, int p, int v, const std::vector<MicroBatch>& mbs, int seq_len) {
-  Schedule s;
-  s.name = name;
-  s.p = p;
-  s.v = v;
-  s.m = static_cast<int>(mbs.size());
-  s.seq_len = seq_len;
-  s.microbatches = mbs;
-  s.per_rank.assign(static_cast<std::size_t>(p), {});
-  return s;
-}
-
 // The partially ordered queue (spec/seq1f1b.md 6.2): a deque of per-micro-batch stacks. A pop returns the
 // last-pushed segment of the earliest micro-batch still queued.
 struct Unit {
@@ -135,7 +109,7 @@ int warmup_seq1f1b_interleaved(int p, int m, int k, int v, int r, Seq1F1BGroupin
 
 Schedule make_seq1f1b(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
   const int k = validate("make_seq1f1b", p, 1, mbs, seq_len);
-  Schedule s = skeleton("seq1f1b", p, 1, mbs, seq_len);
+  Schedule s = schedule_skeleton("seq1f1b", p, 1, mbs, seq_len);
   std::vector<std::pair<int, Unit>> fwd;
   for (int mb = 0; mb < s.m; mb++)
     for (int j = 0; j < k; j++) fwd.push_back({0, Unit{mb, j}});
@@ -156,7 +130,7 @@ Schedule make_seq1f1b_interleaved(int p, int v, const std::vector<MicroBatch>& m
     invalid(where,
             "the code grouping (Eq. 6, chunk groups of p segments) needs p % k == 0, got p = " + std::to_string(p) +
                 ", k = " + std::to_string(k) + " (spec/seq1f1b.md 7.3: choose k dividing p, or the figure grouping)");
-  Schedule s = skeleton("seq1f1b-i", p, v, mbs, seq_len);
+  Schedule s = schedule_skeleton("seq1f1b-i", p, v, mbs, seq_len);
   // Megatron's unit -> chunk table applied to segments: groups of `group` consecutive segment units per chunk.
   const int group = g == Seq1F1BGrouping::Code ? p : p * k;
   const int total = m * v * k;

@@ -8,29 +8,13 @@
 #include <ostream>
 #include <vector>
 
+#include "core/json_text.h"
+
 namespace pipescope::runtime {
 
 namespace {
 
 constexpr int kMeasuredPidOffset = 1000;
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += ch;
-    } else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-    } else {
-      o += ch;
-    }
-  }
-  return o;
-}
 
 struct Event {
   int gpu, lane;

@@ -13,30 +13,12 @@
 #include <vector>
 
 #include "core/dag.h"
+#include "core/json_text.h"
 #include "sim/report.h"
 
 namespace pipescope::sim {
 
 namespace {
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  o.reserve(s.size() + 2);
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += ch;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      o += buf;
-    } else {
-      o += ch;
-    }
-  }
-  return o;
-}
 
 struct CommEvent {
   std::int32_t gpu;
