@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/checks.h"
+#include "core/profile.h"
 #include "core/scenario.h"
 
 int main(int argc, char** argv) {
@@ -12,7 +13,8 @@ int main(int argc, char** argv) {
   CLI::App app{"pipescope: pipeline-parallel LLM training schedules, simulated (SimGrid) and validated"};
   app.require_subcommand(1);
   std::vector<cli::Command> commands{cli::add_simulate(app), cli::add_show(app), cli::add_plan(app),
-                                     cli::add_repro(app), cli::add_validate(app)};
+                                     cli::add_repro(app), cli::add_validate(app), cli::add_sweep(app),
+                                     cli::add_calibrate(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -21,6 +23,9 @@ int main(int argc, char** argv) {
   try {
     for (auto& c : commands)
       if (c.app->parsed()) return c.run();
+    return cli::kExitInput;
+  } catch (const ProfileError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
     return cli::kExitInput;
   } catch (const ScenarioError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -1,6 +1,9 @@
 // `pipescope plan SCENARIO [--grain N] [--max-micro-batch N] [--epsilon-ms X] [--linear-scan]`: TeraPipe's
 // optimal slicing for a scenario (core/terapipe_planner.h), its predicted iteration time, the GPipe baseline
 // and the uniform-slicing curve under the same slice-time model.
+// `pipescope plan SCENARIO --max-batch [--memory-GB X]`: the largest batch whose GPipe baseline (micro-batches of
+// one sequence, whole mini-batch in flight) fits the device (core/memory_model.h max_batch_gpipe), the way
+// TeraPipe chose B (spec/terapipe.md 9.1): per replica (what the planner slices) and global (Table 1's B).
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -8,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/repro.h"
+#include "core/memory_model.h"
 #include "core/scenario.h"
 #include "core/terapipe_planner.h"
 
@@ -20,10 +24,36 @@ struct PlanOptions {
   int max_micro_batch = 1;
   double epsilon_ms = 0;
   bool linear_scan = false;
+  bool max_batch = false;
+  double memory_GB = 0;  // 0 = the device's memory
 };
+
+int print_max_batch(const Scenario& s, double memory_GB) {
+  const MaxBatch mb = max_batch_gpipe(s, memory_GB * 1e9);
+  const int br = s.parallel.global_batch / s.parallel.dp;
+  std::printf("scenario %s (%s): %s, K = %d stages of %d layers, tp = %d, dp = %d, L = %d, %s\n", s.name.c_str(),
+              s.source.c_str(), s.model.name.c_str(), s.parallel.pp, s.model.layers / s.parallel.pp, s.parallel.tp,
+              s.parallel.dp, s.model.seq_len, s.training.flash_attention ? "flash attention" : "plain attention");
+  std::printf("memory per GPU    %.2f GB limit (%s); static %.2f GB (weights, gradients, optimizer state)\n",
+              mb.limit_bytes / 1e9, memory_GB > 0 ? "--memory-GB" : s.cluster.device.name.c_str(),
+              mb.static_bytes / 1e9);
+  std::printf("per sequence      %.3f GB of activations on the worst stage (rank %d), GPipe baseline\n",
+              mb.per_sequence_bytes / 1e9, mb.worst_rank);
+  if (mb.per_replica == 0) {
+    std::printf("max batch         none: one sequence per replica already needs %.2f GB\n", mb.peak_bytes / 1e9);
+    return 0;
+  }
+  std::printf("max batch         B_r = %d sequences per replica, B = %d global (x dp %d); peak %.2f GB\n",
+              mb.per_replica, mb.global, s.parallel.dp, mb.peak_bytes / 1e9);
+  std::printf("scenario batch    B_r = %d, B = %d (%s)\n", br, s.parallel.global_batch,
+              br <= mb.per_replica ? "fits" : "does not fit");
+  return 0;
+}
 
 int run_plan(const PlanOptions& o) {
   const Scenario s = load_scenario(o.scenario);
+  if (o.memory_GB < 0) throw InputError("--memory-GB must be >= 0");
+  if (o.max_batch) return print_max_batch(s, o.memory_GB);
   if (s.schedule.kind == ScheduleKind::Seq1F1B || s.schedule.kind == ScheduleKind::Seq1F1BInterleaved)
     return print_seq1f1b_plan(s);  // cli/repro.h
   if (o.grain < 1) throw InputError("--grain must be >= 1");
@@ -77,6 +107,9 @@ Command add_plan(CLI::App& app) {
                   "Largest micro-batch size the joint DP considers (default 1, as every reported plan)");
   sub->add_option("--epsilon-ms", o->epsilon_ms, "With --linear-scan: skip t_max candidates closer than this");
   sub->add_flag("--linear-scan", o->linear_scan, "The paper's straightforward ascending t_max scan (not bisection)");
+  sub->add_flag("--max-batch", o->max_batch,
+                "Largest batch whose GPipe baseline fits the device (per replica and global), instead of planning");
+  sub->add_option("--memory-GB", o->memory_GB, "With --max-batch: per-GPU capacity in GB (default: the device's)");
   return {sub, [o] { return run_plan(*o); }};
 }
 

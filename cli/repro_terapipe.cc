@@ -1,7 +1,9 @@
-// `pipescope repro terapipe [--dir D] [--settings 1,5,...]`: Table 2 of the TeraPipe paper (spec/terapipe.md 10)
-// in simulation. For every setting of Table 1 it simulates scenarios/terapipe/setting-N-gpipe.yaml (without
-// TeraPipe) and setting-N.yaml (with the planner's slicing), each in its own process, and prints paper vs
-// simulated latency, relative error, speedups, the MAPE, and the DP's slice count vs the paper's scheme.
+// `pipescope repro terapipe [--dir D] [--settings 1,5,...] [--max-batch]`: Table 2 of the TeraPipe paper
+// (spec/terapipe.md 10) in simulation. For every setting of Table 1 it simulates
+// scenarios/terapipe/setting-N-gpipe.yaml (without TeraPipe) and setting-N.yaml (with the planner's slicing), each
+// in its own process, and prints paper vs simulated latency, relative error, speedups, the MAPE, and the DP's slice
+// count vs the paper's scheme. Then Table 1's batch against the largest batch the memory model fits on a 16 GB
+// V100 (core/memory_model.h max_batch_gpipe; --max-batch prints only that table, without simulating).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +13,7 @@
 
 #include "cli/fork_run.h"
 #include "cli/repro.h"
+#include "core/memory_model.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
 #include "core/terapipe_planner.h"
@@ -44,7 +47,43 @@ const PaperRow kTable2[] = {
 struct ReproOptions {
   std::string dir = "scenarios/terapipe";
   std::vector<int> settings;
+  bool max_batch_only = false;
 };
+
+bool selected(const ReproOptions& o, int setting) {
+  return o.settings.empty() || std::find(o.settings.begin(), o.settings.end(), setting) != o.settings.end();
+}
+
+// Table 1's batch (global B, per replica B_r = B / #Data) against the largest batch whose GPipe baseline fits
+// (spec/terapipe.md 9.1: "each configuration uses the largest batch that fits in memory"), at the device's
+// 16 GiB and at the authors' 14 GiB memory filter (spec/terapipe.md 8).
+void print_max_batch_table(const ReproOptions& o) {
+  std::printf("\nTable 1 batch vs the largest batch that fits (GPipe baseline, whole per-replica mini-batch in flight)\n");
+  std::printf("%3s %-9s %3s %3s %3s | %6s %6s | %6s %6s %6s | %6s %6s | %7s %7s\n", "set", "model", "K", "op", "dp",
+              "B", "B_r", "fit", "fit14", "ratio", "act/sq", "static", "B_fit", "B_fit14");
+  int exact = 0, n = 0;
+  double lo = 1e300, hi = 0;
+  for (const PaperRow& row : kTable2) {
+    if (!selected(o, row.setting)) continue;
+    const Scenario s = load_scenario(o.dir + "/setting-" + std::to_string(row.setting) + "-gpipe.yaml");
+    const MaxBatch dev = max_batch_gpipe(s);
+    const MaxBatch f14 = max_batch_gpipe(s, 14.0 * 1073741824.0);
+    const int br = s.parallel.global_batch / s.parallel.dp;
+    const double ratio = static_cast<double>(dev.per_replica) / br;
+    n++;
+    exact += dev.per_replica == br;
+    lo = std::min(lo, ratio);
+    hi = std::max(hi, ratio);
+    std::printf("%3d %-9s %3d %3d %3d | %6d %6d | %6d %6d %6.2f | %6.3f %6.2f | %7d %7d\n", row.setting, row.model,
+                s.parallel.pp, s.parallel.tp, s.parallel.dp, s.parallel.global_batch, br, dev.per_replica,
+                f14.per_replica, ratio, dev.per_sequence_bytes / 1e9, dev.static_bytes / 1e9, dev.global, f14.global);
+  }
+  if (n > 0)
+    std::printf("B_r fit = paper's in %d of %d settings; fit / paper between %.2f and %.2f\n"
+                "(fit, fit14: B_r at 16 GiB and at 14 GiB; act/sq: GB of activations per sequence, worst stage; "
+                "static: GB of weights, gradients, Adam state)\n",
+                exact, n, lo, hi);
+}
 
 double simulate_in_child(const Scenario& s) {
   const std::string out = run_in_child([&] {
@@ -62,6 +101,10 @@ double simulate_in_child(const Scenario& s) {
 }
 
 int run_repro(const ReproOptions& o) {
+  if (o.max_batch_only) {
+    print_max_batch_table(o);
+    return 0;
+  }
   std::printf("TeraPipe Table 2 (spec/terapipe.md 10) on simulated p3.16xlarge; scenarios from %s/\n", o.dir.c_str());
   std::printf("%3s %-9s | %8s %8s %7s | %8s %8s %7s | %6s %6s %7s | %5s %5s | %s\n", "set", "model", "paper_wo",
               "sim_wo", "err", "paper_w", "sim_w", "err", "spd_p", "spd_s", "err", "sl_p", "sl_s", "DP scheme");
@@ -69,8 +112,7 @@ int run_repro(const ReproOptions& o) {
   int n_ape = 0;
   bool failed = false;
   for (const PaperRow& row : kTable2) {
-    if (!o.settings.empty() && std::find(o.settings.begin(), o.settings.end(), row.setting) == o.settings.end())
-      continue;
+    if (!selected(o, row.setting)) continue;
     const std::string base = o.dir + "/setting-" + std::to_string(row.setting);
     const Scenario with = load_scenario(base + ".yaml");
     const Scenario without = load_scenario(base + "-gpipe.yaml");
@@ -102,6 +144,7 @@ int run_repro(const ReproOptions& o) {
     std::printf("worst speedup error: %.1f%% (target <= 15%%); worst slice-count error: %.1f%% (target <= 30%%)\n",
                 100 * worst_speedup, 100 * worst_slices);
   }
+  print_max_batch_table(o);
   return failed ? kExitSchedule : 0;
 }
 
@@ -114,6 +157,7 @@ Command add_repro_terapipe(CLI::App& repro) {
   sub->add_option("--settings", o->settings, "Only these settings, e.g. 1,5,10")
       ->delimiter(',')
       ->check(CLI::Range(1, 10));
+  sub->add_flag("--max-batch", o->max_batch_only, "Only Table 1's batch vs the largest batch that fits (no simulation)");
   return {sub, [o] { return run_repro(*o); }};
 }
 

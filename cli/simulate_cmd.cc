@@ -1,4 +1,4 @@
-// `pipescope simulate [SCENARIO] [--json F] [--trace F] [--compare a,b,c]`
+// `pipescope simulate [SCENARIO] [--json F] [--trace F] [--timeline F.svg] [--compare a,b,c]`
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -13,6 +13,7 @@
 #include "core/scenario.h"
 #include "sim/engine.h"
 #include "sim/report.h"
+#include "sim/timeline_svg.h"
 
 namespace pipescope::cli {
 namespace {
@@ -22,6 +23,9 @@ struct SimulateOptions {
   std::string json, trace;
   std::vector<std::string> compare;
   std::string collectives;
+  std::string timeline;  // --timeline FILE.svg
+  bool timeline_comm = false, timeline_all_replicas = false;
+  double timeline_width_px = 1600;
 };
 
 std::ofstream open_output(const std::string& path, const char* flag) {
@@ -58,7 +62,8 @@ Scenario variant(const Scenario& base, ScheduleKind kind) {
   return s;
 }
 
-sim::Report run_one(const Scenario& s, const SimulateOptions& o, std::ostream* json, std::ostream* trace) {
+sim::Report run_one(const Scenario& s, const SimulateOptions& o, std::ostream* json, std::ostream* trace,
+                    std::ostream* timeline = nullptr) {
   auto prep = prepare(s);
   CheckedSchedule cs = check(prep->lowered, prep->placement);
   sim::EngineOptions eo;
@@ -67,6 +72,18 @@ sim::Report run_one(const Scenario& s, const SimulateOptions& o, std::ostream* j
   sim::Report rep = sim::make_report(s, cs, r);
   if (json) sim::write_json(*json, rep);
   if (trace) sim::write_trace(*trace, cs, r);
+  if (timeline) {
+    const std::string title = sim::timeline_title("simulated", s.name, cs.schedule(), r.iteration_s);
+    sim::PanelOptions po;
+    po.all_replicas = o.timeline_all_replicas;
+    sim::SvgOptions so;
+    so.width_px = o.timeline_width_px;
+    so.comm = o.timeline_comm;
+    so.title = "pipescope simulate " + (o.scenario.empty() ? std::string("(default scenario)") : o.scenario);
+    sim::write_timeline_svg(
+        *timeline, {sim::timeline_panel(cs.schedule(), cs.placement(), sim::program_spans(cs.dag(), cs.schedule(), r), title, po)},
+        so);
+  }
   return rep;
 }
 
@@ -133,14 +150,18 @@ int run_compare(const Scenario& base, const SimulateOptions& o) {
 
 int run_simulate(const SimulateOptions& o) {
   Scenario s = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario);
+  if (!o.compare.empty() && !o.timeline.empty())
+    throw InputError("--timeline draws one run; it cannot be combined with --compare");
   if (!o.compare.empty()) return run_compare(s, o);
-  std::unique_ptr<std::ofstream> json, trace;
+  std::unique_ptr<std::ofstream> json, trace, timeline;
+  if (!o.timeline.empty()) timeline = std::make_unique<std::ofstream>(open_output(o.timeline, "--timeline"));
   if (!o.json.empty()) json = std::make_unique<std::ofstream>(open_output(o.json, "--json"));
   if (!o.trace.empty()) trace = std::make_unique<std::ofstream>(open_output(o.trace, "--trace"));
-  sim::Report rep = run_one(s, o, json.get(), trace.get());
+  sim::Report rep = run_one(s, o, json.get(), trace.get(), timeline.get());
   sim::print_table(std::cout, rep);
   if (json && !json->flush()) throw InputError("--json " + o.json + ": write failed");
   if (trace && !trace->flush()) throw InputError("--trace " + o.trace + ": write failed");
+  if (timeline && !timeline->flush()) throw InputError("--timeline " + o.timeline + ": write failed");
   return 0;
 }
 
@@ -156,6 +177,12 @@ Command add_simulate(CLI::App& app) {
       ->delimiter(',');
   sub->add_option("--collectives", o->collectives, "Collective model: ring | aggregate | analytic | auto")
       ->check(CLI::IsMember({"ring", "aggregate", "analytic", "auto"}));
+  sub->add_option("--timeline", o->timeline, "Write the pipeline timeline as SVG (one row per pipeline stage)");
+  sub->add_flag("--timeline-comm", o->timeline_comm, "Timeline: draw communication as a strip under each row");
+  sub->add_flag("--timeline-all-replicas", o->timeline_all_replicas,
+                "Timeline: a row for every data-parallel replica's stages (default: replica 0)");
+  sub->add_option("--timeline-width", o->timeline_width_px, "Timeline width in pixels (default 1600)")
+      ->check(CLI::Range(200.0, 100000.0));
   return {sub, [o] { return run_simulate(*o); }};
 }
 

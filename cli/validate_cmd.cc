@@ -32,6 +32,8 @@
 #include "cli/commands.h"
 #include "cli/fork_run.h"
 #include "core/pipeline.h"
+#include "core/profile.h"
+#include "core/profile_cost.h"
 #include "core/scenario.h"
 #include "runtime/exactness.h"
 #include "runtime/job.h"
@@ -40,6 +42,7 @@
 #include "runtime/trace.h"
 #include "sim/engine.h"
 #include "sim/report.h"
+#include "sim/timeline_svg.h"
 
 namespace pipescope::cli {
 namespace {
@@ -52,6 +55,8 @@ struct ValidateOptions {
   std::string launcher = "mpirun --oversubscribe";
   std::string rank_exe;  // default: pipescope-rank next to this executable
   std::string json, trace, collectives;
+  std::string timeline;  // SVG: a simulated and a measured panel
+  std::string profile;  // calibration profile for the simulated side
 };
 
 // ---------------------------------------------------------------- simulated side (forked child)
@@ -81,72 +86,15 @@ sim::SimResult simulate_forked(const Scenario& s, const CheckedSchedule& cs, con
 }
 
 // ---------------------------------------------------------------- measured side (MPI job)
-std::vector<std::string> split_words(const std::string& s) {
-  std::istringstream is(s);
-  std::vector<std::string> w;
-  for (std::string t; is >> t;) w.push_back(t);
-  return w;
-}
-
-std::string self_exe() {
-  char buf[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw std::runtime_error("cannot find the pipescope executable (/proc/self/exe)");
-  return std::string(buf, static_cast<std::size_t>(n));
-}
-
-// Runs the MPI job; returns its exit status (as the launcher reports it).
-int launch(const std::vector<std::string>& argv) {
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    std::vector<char*> a;
-    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    execvp(a[0], a.data());
-    std::fprintf(stderr, "error: cannot run the launcher '%s': %s\n", a[0], std::strerror(errno));
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
-struct TempDir {
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/pipescope-validate-XXXXXX";
-    std::vector<char> b(tmpl.begin(), tmpl.end());
-    b.push_back('\0');
-    if (!mkdtemp(b.data())) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
-    path = b.data();
-  }
-  ~TempDir() {
-    std::remove((path + "/measured.bin").c_str());
-    rmdir(path.c_str());
-  }
-  std::string path;
-};
-
 // Runs the measured MPI job; returns the launcher's exit code and, when it is 0, the gathered results.
 int run_measured(const ValidateOptions& o, const runtime::RankJob& job, const LoweredSchedule& ls, int layers,
                  runtime::JobResult& out) {
-  TempDir dir;
+  TempDir dir("pipescope-validate");
   const std::string out_file = dir.path + "/measured.bin";
-  std::vector<std::string> argv = split_words(o.launcher);
+  std::vector<std::string> argv = launcher_argv(o.launcher);
   if (argv.empty()) throw InputError("--launcher: empty command");
-  const std::string tool =
-      argv[0].substr(argv[0].find_last_of('/') == std::string::npos ? 0 : argv[0].find_last_of('/') + 1);
-  // Open MPI refuses to start as root without this flag (CI containers run as root).
-  if (geteuid() == 0 && (tool == "mpirun" || tool == "mpiexec")) argv.push_back("--allow-run-as-root");
   std::string exe = o.rank_exe;
-  if (exe.empty()) {
-    const std::string self = self_exe();
-    exe = self.substr(0, self.find_last_of('/') + 1) + "pipescope-rank";
-  }
+  if (exe.empty()) exe = sibling_exe("pipescope-rank");
   if (access(exe.c_str(), X_OK) != 0)
     throw InputError("--rank-exe " + exe + ": not an executable (build pipescope-rank)");
   argv.insert(argv.end(), {"-n", std::to_string(ls.workers()), exe});
@@ -302,8 +250,17 @@ int run_validate(const ValidateOptions& vo) {
   } catch (const runtime::RuntimeError& e) {
     throw InputError(std::string("validate: ") + e.what());
   }
+  // The simulated twin runs in the measured backend's precision with the profile's device, links and tables
+  // (a profile of this machine, `pipescope calibrate --backend <the same>`, closes the loop).
+  const std::string profile = !vo.profile.empty() ? vo.profile : s.sim.profile;
+  if (!profile.empty() && o.backend != "null") {
+    s.training.dtype = dtype_of_backend(o.backend);
+    s = use_profile(s, profile);
+  }
   auto prep = prepare(s);
   const CheckedSchedule cs = check(prep->lowered, prep->placement);
+  const auto* pcm = dynamic_cast<const ProfileCostModel*>(prep->cost.get());
+  const std::string cost_source = pcm ? pcm->describe() : std::string("analytic cost model");
   const runtime::ModelConfig mc = runtime::ModelConfig::from(s.model);
   const LoweredSchedule& ls = prep->lowered;
   const ParallelSpec& par = s.parallel;
@@ -313,8 +270,8 @@ int run_validate(const ValidateOptions& vo) {
   std::printf("  parallel: dp %d x pp %d (v %d), tp %d; schedule %s, %d micro-batches of %d, %zu slice(s)\n", par.dp,
               par.pp, par.v, par.tp, to_string(s.schedule.kind), par.micro_batches(), par.micro_batch_size,
               ls.schedule.microbatches.empty() ? 0 : ls.schedule.microbatches[0].slice_begin.size());
-  std::printf("  simulated: %d x %s (%s), analytic cost model\n", s.cluster.total_gpus(), s.cluster.device.name.c_str(),
-              s.cluster.preset.empty() ? "custom cluster" : s.cluster.preset.c_str());
+  std::printf("  simulated: %d x %s (%s), %s\n", s.cluster.total_gpus(), s.cluster.device.name.c_str(),
+              s.cluster.preset.empty() ? "custom cluster" : s.cluster.preset.c_str(), cost_source.c_str());
   std::printf("  measured: backend %s, %d MPI ranks, %d timed iteration(s) after %d warm-up\n", o.backend.c_str(),
               ls.workers(), o.iterations, o.warmup);
   std::fflush(stdout);
@@ -352,10 +309,12 @@ int run_validate(const ValidateOptions& vo) {
       c.overhead_s_per_op * 1e6, 100 * c.kernel_s / (c.kernel_s + c.comm_s + c.overhead_s),
       100 * c.comm_s / (c.kernel_s + c.comm_s + c.overhead_s),
       100 * c.overhead_s / (c.kernel_s + c.comm_s + c.overhead_s));
-  std::printf(
-      "note: the simulated side models %s GPUs with the analytic cost model while the measured side ran the %s "
-      "backend on this machine's CPUs; large errors are expected until calibration profiles exist.\n",
-      s.cluster.device.name.c_str(), o.backend.c_str());
+  if (!pcm)
+    std::printf(
+        "note: the simulated side models %s GPUs with the analytic cost model while the measured side ran the %s "
+        "backend on this machine; for a like-for-like comparison calibrate this machine first "
+        "(pipescope calibrate --backend %s ...) and pass --profile.\n",
+        s.cluster.device.name.c_str(), o.backend.c_str(), o.backend.c_str());
 
   nlohmann::ordered_json exact_json;
   bool exact_ok = true;
@@ -382,6 +341,7 @@ int run_validate(const ValidateOptions& vo) {
     nlohmann::ordered_json j;
     j["scenario"] = s.name;
     j["source"] = s.source;
+    j["cost_model"] = cost_source;
     j["schedule"] = to_string(s.schedule.kind);
     j["dp"] = par.dp;
     j["pp"] = par.pp;
@@ -418,6 +378,34 @@ int run_validate(const ValidateOptions& vo) {
     f << runtime::merge_traces(simulated.str(), measured.str());
     if (!f.flush()) throw InputError("--trace " + vo.trace + ": write failed");
   }
+  if (!vo.timeline.empty()) {
+    // The last timed measured iteration (sends until their observed completion), below the simulated twin;
+    // each panel has its own time axis (the two sides may run on very different hardware).
+    sim::ProgramSpans measured(ls.per_worker.size());
+    double measured_s = 0;
+    for (const auto& w : mr.workers) {
+      if (w.iterations.empty()) continue;
+      const runtime::IterationStats& it = w.iterations.back();
+      measured_s = std::max(measured_s, it.end_s);
+      for (std::size_t i = 0; i < it.ops.size(); i++)
+        measured.at(w.worker).push_back(
+            {it.ops[i].start, ls.per_worker[w.worker][i].kind == LOpKind::Send ? it.ops[i].done : it.ops[i].end});
+    }
+    sim::PanelOptions po;
+    po.all_replicas = true;
+    sim::SvgOptions so;
+    so.title = "pipescope validate: simulated and measured (" + mr.backend + ")";
+    so.comm = true;
+    const std::vector<sim::TimelinePanel> panels = {
+        sim::timeline_panel(ls, prep->placement, sim::program_spans(cs.dag(), ls, sr),
+                            sim::timeline_title("simulated", s.name, ls, sr.iteration_s), po),
+        sim::timeline_panel(ls, prep->placement, measured,
+                            sim::timeline_title("measured " + mr.backend, s.name, ls, measured_s), po)};
+    std::ofstream f(vo.timeline, std::ios::binary);
+    if (!f) throw InputError("--timeline " + vo.timeline + ": cannot open for writing");
+    sim::write_timeline_svg(f, panels, so);
+    if (!f.flush()) throw InputError("--timeline " + vo.timeline + ": write failed");
+  }
   return exact_ok ? 0 : kExitInternal;
 }
 
@@ -434,6 +422,9 @@ Command add_validate(CLI::App& app) {
   sub->add_option("--rank-exe", o->rank_exe, "The per-rank program (default: pipescope-rank next to pipescope)");
   sub->add_option("--json", o->json, "Write the comparison as JSON to this file");
   sub->add_option("--trace", o->trace, "Write one Perfetto trace with a simulated and a measured process per node");
+  sub->add_option("--timeline", o->timeline, "Write an SVG timeline: the simulated run above the measured one");
+  sub->add_option("--profile", o->profile,
+                  "Calibration profile for the simulated side (pipescope calibrate on this machine, same backend)");
   sub->add_option("--collectives", o->collectives, "Simulated collective model: ring | aggregate | analytic | auto")
       ->check(CLI::IsMember({"ring", "aggregate", "analytic", "auto"}));
   return {sub, [o] { return run_validate(*o); }};

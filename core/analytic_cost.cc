@@ -17,13 +17,20 @@
 //                 that small GEMMs cannot amortise; the byte term is the weight-load floor of small-M GEMMs).
 //                 The batched attention GEMMs (Q.K^T, P.V) are GEMMs too and run over the full l x K
 //                 rectangle that the non-flash kernels materialise (the causal mask does not save work).
+//                 With training.flash_attention they are replaced by one fused kernel over the causal pairs
+//                 (4*b*h*pairs/t FLOPs; bytes: Q, K, V, output and the fp32 log-sum-exp, no score matrix) and,
+//                 in backward, by the row-sum preprocessing, one fused kernel of 10*b*h*pairs/t FLOPs (it
+//                 recomputes the scores: 5 matmuls) and the fp32 dQ conversion. Token slices with context also
+//                 pay, with flash, the K/V cache concatenation in forward and the dK/dV accumulation over the
+//                 prefix in backward (Seq1F1B's code, spec/seq1f1b.md 10.1-10.2).
 //   other kernel: max(F / peak, bytes / (hbm_bw * memory_efficiency)) (LayerNorm, softmax, dropout, GeLU,
 //                 residual adds, copies, cross entropy).
 // Kernels per layer forward (14): LN, QKV, Q.K^T, scale+mask+softmax, dropout, P.V, context transpose,
 // output projection, bias+dropout+add, LN, MLP up, bias+GeLU, MLP down, bias+dropout+add. Backward (24):
 // dgrad + wgrad per GEMM, 4 attention GEMMs, the element-wise backwards and 4 bias-gradient reductions.
 // Element-wise kernels on the residual stream (LN, dropout+add) act on the full T x h tensor, which tensor
-// parallelism replicates; everything inside attention and the MLP is split t ways.
+// parallelism replicates (split t ways along the sequence with parallel.sequence_parallel); everything inside
+// attention and the MLP is split t ways.
 //
 // Kernel stream: the host issues kernel j of an op at (j+1)*kernel_launch_s (PyTorch eager dispatch cost,
 // one per kernel); the GPU runs kernels in order, each starting when it is issued and its predecessor has
@@ -34,7 +41,9 @@
 //
 // Sizes: p2p b*l*h*e; TP all-reduce b*l*h*e per call, 2 per layer forward, 2 per layer backward (+2 with
 // recompute), +1 for the vocab-parallel embedding (first virtual stage, forward) and +1 for the LM head's
-// input gradient (last virtual stage, backward); none when t = 1. Gradients: the rank's parameters / t at
+// input gradient (last virtual stage, backward); none when t = 1. Sequence parallelism turns each all-reduce
+// into a reduce-scatter plus an all-gather of the same tensor, which a ring moves in the same bytes and steps,
+// so the count and sizes stay. Gradients: the rank's parameters / t at
 // 2 B (4 with grad_fp32). Optimizer: memory-bound mixed-precision Adam, per parameter 2*(optimizer state)
 // + 2*grad (unscale / norm pass + update) + weight write bytes at hbm_bw * memory_efficiency.
 #include "core/analytic_cost.h"
@@ -156,8 +165,10 @@ AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
     dtype_peak_flops_ = d.peak_flops_bf16;
   else if (dt == "fp32")
     dtype_peak_flops_ = d.peak_flops_fp32;
+  else if (dt == "fp64")
+    dtype_peak_flops_ = d.peak_flops_fp64;
   else
-    invalid(src + "training.dtype: unknown dtype '" + dt + "' (fp16 | bf16 | fp32)");
+    invalid(src + "training.dtype: unknown dtype '" + dt + "' (fp16 | bf16 | fp32 | fp64)");
   need(std::isfinite(dtype_peak_flops_) && dtype_peak_flops_ > 0,
        "device " + d.name + " has no " + dt + " peak (peak FLOP/s for that dtype is 0)");
   need(std::isfinite(d.hbm_bw_Bps) && d.hbm_bw_Bps > 0, "cluster.device.hbm_bw_GBps must be > 0");
@@ -184,65 +195,94 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
   const ModelSpec& m = s_.model;
   const double t = s_.parallel.tp, e = elem_bytes();
   const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
+  const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
   const double S = b * (m.heads / t) * l * K;  // score elements on this GPU
   const double qk = 2.0 * b * l * K * h / t;   // Q.K^T (and P.V) FLOPs over the full l x K rectangle
   auto gemm = [&](double M, double Kd, double N) {
     return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
   };
-  return {
-      {8 * T * h, 2 * e * T * h, false},                // LayerNorm
-      gemm(T, h, 3 * h / t),                            // QKV
-      {qk, e * (T * h / t + b * K * h / t + S), true},  // Q.K^T
-      {5 * S, 2 * e * S, false},                        // scale + mask + softmax
-      {S, 2 * e * S + S, false},                        // attention dropout (+ 1 B mask)
-      {qk, e * (S + b * K * h / t + T * h / t), true},  // P.V
-      {0, 2 * e * T * h / t, false},                    // context transpose
-      gemm(T, h / t, h),                                // output projection
-      {3 * T * h, (3 * e + 1) * T * h, false},          // bias + dropout + residual add
-      {8 * T * h, 2 * e * T * h, false},                // LayerNorm
-      gemm(T, h, f / t),                                // MLP up
-      {8 * T * f / t, 2 * e * T * f / t, false},        // bias + GeLU
-      gemm(T, f / t, h),                                // MLP down
-      {3 * T * h, (3 * e + 1) * T * h, false},          // bias + dropout + residual add
+  std::vector<KernelCost> k = {
+      {8 * Tr * h, 2 * e * Tr * h, false},  // LayerNorm
+      gemm(T, h, 3 * h / t),                // QKV
   };
+  if (s_.training.flash_attention) {
+    if (c > 0) k.push_back({0, 4 * e * b * K * h / t, false});  // K/V cache concatenation (a new contiguous copy)
+    // One fused kernel over the causal pairs: reads Q, K, V, writes the output and the fp32 log-sum-exp.
+    const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
+    k.push_back({4 * b * h * pairs / t, e * (2 * T * h / t + 2 * b * K * h / t) + 4 * b * (m.heads / t) * l, true});
+  } else {
+    k.push_back({qk, e * (T * h / t + b * K * h / t + S), true});  // Q.K^T
+    k.push_back({5 * S, 2 * e * S, false});                        // scale + mask + softmax
+    k.push_back({S, 2 * e * S + S, false});                        // attention dropout (+ 1 B mask)
+    k.push_back({qk, e * (S + b * K * h / t + T * h / t), true});  // P.V
+  }
+  const std::vector<KernelCost> rest = {
+      {0, 2 * e * T * h / t, false},              // context transpose
+      gemm(T, h / t, h),                          // output projection
+      {3 * Tr * h, (3 * e + 1) * Tr * h, false},  // bias + dropout + residual add
+      {8 * Tr * h, 2 * e * Tr * h, false},        // LayerNorm
+      gemm(T, h, f / t),                          // MLP up
+      {8 * T * f / t, 2 * e * T * f / t, false},  // bias + GeLU
+      gemm(T, f / t, h),                          // MLP down
+      {3 * Tr * h, (3 * e + 1) * Tr * h, false},  // bias + dropout + residual add
+  };
+  k.insert(k.end(), rest.begin(), rest.end());
+  return k;
 }
 
 std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, int c) const {
   const ModelSpec& m = s_.model;
   const double t = s_.parallel.tp, e = elem_bytes();
   const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
+  const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);
   const double S = b * (m.heads / t) * l * K;
   const double qk = 2.0 * b * l * K * h / t;
   auto gemm = [&](double M, double Kd, double N) {
     return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
   };
-  auto bias_grad = [&](double n) { return KernelCost{T * n, e * (T * n + n), false}; };
-  return {
-      {3 * T * h, (2 * e + 1) * T * h, false},          // dropout + add backward (MLP)
-      bias_grad(h),                                     // MLP down bias
-      gemm(T, h, f / t),                                // MLP down dgrad
-      gemm(f / t, T, h),                                // MLP down wgrad
-      {8 * T * f / t, 3 * e * T * f / t, false},        // GeLU backward
-      bias_grad(f / t),                                 // MLP up bias
-      gemm(T, f / t, h),                                // MLP up dgrad
-      gemm(h, T, f / t),                                // MLP up wgrad
-      {10 * T * h, 4 * e * T * h, false},               // LayerNorm backward (+ residual gradient)
-      {3 * T * h, (2 * e + 1) * T * h, false},          // dropout + add backward (attention)
-      bias_grad(h),                                     // output projection bias
-      gemm(T, h, h / t),                                // output projection dgrad
-      gemm(h / t, T, h),                                // output projection wgrad
-      {0, 2 * e * T * h / t, false},                    // context transpose backward
-      {qk, e * (T * h / t + b * K * h / t + S), true},  // dP = dO.V^T
-      {qk, e * (S + T * h / t + b * K * h / t), true},  // dV = P^T.dO
-      {S, 2 * e * S + S, false},                        // dropout backward
-      {4 * S, 3 * e * S, false},                        // softmax backward
-      {qk, e * (S + b * K * h / t + T * h / t), true},  // dQ = dS.K
-      {qk, e * (S + T * h / t + b * K * h / t), true},  // dK = dS^T.Q
-      bias_grad(3 * h / t),                             // QKV bias
-      gemm(T, 3 * h / t, h),                            // QKV dgrad
-      gemm(h, T, 3 * h / t),                            // QKV wgrad
-      {10 * T * h, 4 * e * T * h, false},               // LayerNorm backward (+ residual gradient)
+  auto bias_grad = [&](double rows, double n) { return KernelCost{rows * n, e * (rows * n + n), false}; };
+  std::vector<KernelCost> k = {
+      {3 * Tr * h, (2 * e + 1) * Tr * h, false},  // dropout + add backward (MLP)
+      bias_grad(Tr, h),                           // MLP down bias
+      gemm(T, h, f / t),                          // MLP down dgrad
+      gemm(f / t, T, h),                          // MLP down wgrad
+      {8 * T * f / t, 3 * e * T * f / t, false},  // GeLU backward
+      bias_grad(T, f / t),                        // MLP up bias
+      gemm(T, f / t, h),                          // MLP up dgrad
+      gemm(h, T, f / t),                          // MLP up wgrad
+      {10 * Tr * h, 4 * e * Tr * h, false},       // LayerNorm backward (+ residual gradient)
+      {3 * Tr * h, (2 * e + 1) * Tr * h, false},  // dropout + add backward (attention)
+      bias_grad(Tr, h),                           // output projection bias
+      gemm(T, h, h / t),                          // output projection dgrad
+      gemm(h / t, T, h),                          // output projection wgrad
+      {0, 2 * e * T * h / t, false},              // context transpose backward
   };
+  if (s_.training.flash_attention) {
+    const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
+    const double lse = 4 * b * (m.heads / t) * l;  // fp32 per query and head
+    k.push_back({2 * T * h / t, 2 * e * T * h / t + lse, false});  // D = rowsum(dO * O)
+    // Recomputes the scores: 5 matmuls over the causal pairs (S, dV, dP, dQ, dK); reads Q, K, V, O, dO, writes
+    // dK, dV over the whole prefix and accumulates dQ in fp32.
+    k.push_back({10 * b * h * pairs / t, e * (3 * T * h / t + 4 * b * K * h / t) + 8 * T * h / t + 2 * lse, true});
+    k.push_back({0, (4 + e) * T * h / t, false});  // dQ fp32 -> 16 bit
+    // dK/dV of this slice's keys plus the context add up with what the later slices left (seq1f1b.md 10.2).
+    if (c + l < m.seq_len) k.push_back({2 * b * K * h / t, 6 * e * b * K * h / t, false});
+  } else {
+    k.push_back({qk, e * (T * h / t + b * K * h / t + S), true});  // dP = dO.V^T
+    k.push_back({qk, e * (S + T * h / t + b * K * h / t), true});  // dV = P^T.dO
+    k.push_back({S, 2 * e * S + S, false});                        // dropout backward
+    k.push_back({4 * S, 3 * e * S, false});                        // softmax backward
+    k.push_back({qk, e * (S + b * K * h / t + T * h / t), true});  // dQ = dS.K
+    k.push_back({qk, e * (S + T * h / t + b * K * h / t), true});  // dK = dS^T.Q
+  }
+  const std::vector<KernelCost> rest = {
+      bias_grad(T, 3 * h / t),               // QKV bias
+      gemm(T, 3 * h / t, h),                 // QKV dgrad
+      gemm(h, T, 3 * h / t),                 // QKV wgrad
+      {10 * Tr * h, 4 * e * Tr * h, false},  // LayerNorm backward (+ residual gradient)
+  };
+  k.insert(k.end(), rest.begin(), rest.end());
+  return k;
 }
 
 namespace {
@@ -289,6 +329,7 @@ double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) con
   const int b = microbatch_seqs, l = op.tokens(), c = op.tok_begin;
   const double t = s_.parallel.tp, e = elem_bytes();
   const double h = m.hidden, V = m.vocab, T = static_cast<double>(b) * l;
+  const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
   const bool first = op.stage == 0, last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
   auto gemm = [&](double M, double Kd, double N) {
     return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
@@ -298,11 +339,11 @@ double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) con
   if (op.kind == OpKind::Forward) {
     if (first) {
       pre = {{0, 2 * e * T * h, false},                 // word-embedding gather (vocab-parallel)
-             {2 * T * h, (3 * e + 1) * T * h, false}};  // + position embedding, dropout
+             {2 * Tr * h, (3 * e + 1) * Tr * h, false}};  // + position embedding, dropout
     }
     layer = times_of(*this, layer_forward_kernels(b, l, c));
     if (last) {
-      post = {{8 * T * h, 2 * e * T * h, false},             // final LayerNorm
+      post = {{8 * Tr * h, 2 * e * Tr * h, false},           // final LayerNorm
               gemm(T, h, V / t),                             // logits
               {T * V / t, e * T * V / t, false},             // cross entropy: max
               {3 * T * V / t, (e + 4) * T * V / t, false}};  // exp, sum, softmax kept in fp32
@@ -312,7 +353,7 @@ double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) con
       pre = {{2 * T * V / t, (4 + e) * T * V / t, false},  // cross-entropy backward
              gemm(T, V / t, h),                            // logits dgrad
              gemm(h, T, V / t),                            // logits wgrad
-             {10 * T * h, 4 * e * T * h, false}};          // final LayerNorm backward
+             {10 * Tr * h, 4 * e * Tr * h, false}};        // final LayerNorm backward
     }
     layer = times_of(*this, layer_backward_kernels(b, l, c));
     if (s_.schedule.recompute) {  // Megatron recomputes each checkpointed layer just before its backward
@@ -320,7 +361,7 @@ double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) con
       layer.insert(layer.begin(), f.begin(), f.end());
     }
     if (first) {
-      post = {{T * h, (2 * e + 1) * T * h, false},  // dropout backward
+      post = {{Tr * h, (2 * e + 1) * Tr * h, false},  // dropout backward
               {T * h, (e + 8) * T * h, false}};     // embedding gradient scatter-add (fp32 rows)
     }
   }

@@ -36,6 +36,7 @@ struct DeviceSpec {
   double peak_flops_fp16 = 0;       // dense tensor-core FLOP/s
   double peak_flops_bf16 = 0;       // 0 = not supported (V100)
   double peak_flops_fp32 = 0;       // non-tensor FLOP/s
+  double peak_flops_fp64 = 0;       // 0 = unknown (fp64 runs need a calibration profile, e.g. of a CPU)
   double memory_bytes = 0;
   double hbm_bw_Bps = 0;
   // Analytic efficiency parameters (roofline with efficiency; spec/calibration.md 5.4/5.5).
@@ -70,6 +71,7 @@ struct ParallelSpec {
   int v = 1;                  // model chunks per pipeline rank (interleaved schedules)
   int micro_batch_size = 1;   // b (sequences per micro-batch)
   int global_batch = 1;       // B (sequences per iteration, all replicas)
+  bool sequence_parallel = false;  // Megatron sequence parallelism: LayerNorm/dropout activations split t ways
   // m = global_batch / (micro_batch_size * dp)
   int micro_batches() const { return global_batch / (micro_batch_size * dp); }
 };
@@ -88,10 +90,11 @@ struct ScheduleSpec {
 
 // ---------------------------------------------------------------- training numerics
 struct TrainingSpec {
-  std::string dtype = "fp16";        // fp16 | bf16 | fp32 (compute and p2p element type)
-  int act_bytes_per_elem() const { return dtype == "fp32" ? 4 : 2; }
+  std::string dtype = "fp16";        // fp16 | bf16 | fp32 | fp64 (compute and p2p element type)
+  int act_bytes_per_elem() const { return dtype == "fp64" ? 8 : dtype == "fp32" ? 4 : 2; }
   double optimizer_bytes_per_param = 16;  // weights 2 + grads 2 + fp32 master 4 + Adam 8
   bool grad_fp32 = false;            // DP all-reduce in fp32 (4 B) instead of 2 B per element
+  bool flash_attention = false;      // FlashAttention: no materialised score matrix (memory and HBM traffic O(l))
 };
 
 // ---------------------------------------------------------------- simulation knobs

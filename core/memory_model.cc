@@ -5,25 +5,39 @@
 // or output layer on the last, / t). Weights e B/param (2 for fp16/bf16), gradients 2 B (4 with grad_fp32),
 // optimizer state the rest of training.optimizer_bytes_per_param (16 = 2 + 2 + fp32 master 4 + Adam 8).
 //
-// Activations per layer (Korthikanti et al. 2022, "Reducing activation recomputation", Table 2, tensor
-// parallelism without sequence parallelism), for b sequences of l tokens attending to c + l keys:
-//   b*l*h*(10 + 24/t) + 5*a*b*l*(c + l)/t    bytes at 2-byte activations (1-byte dropout masks)
-// The 10*b*l*h part (LayerNorm inputs, residual dropout masks and outputs) is replicated over the TP group;
-// the 24*b*l*h part (QKV, attention internals, MLP) and the score / softmax / dropout tensors (5 B per score)
-// are split over heads. At l = s, c = 0, t = 1 this is s*b*h*(34 + 5*a*s/h). The context keys of a slice are
-// stored by the earlier slices of the same micro-batch, which live until after this slice's backward
-// (backward runs slices last-first), so only the score rectangle grows with c. fp32 activations double the
-// figure. Flash attention (no score matrix) is not modelled.
+// Activations per layer (Korthikanti et al. 2022, "Reducing activation recomputation", Table 2), for b
+// sequences of l tokens attending to c + l keys:
+//   b*l*h*(10/r + 24/t) + 5*a*b*l*(c + l)/t    bytes at 2-byte activations (1-byte dropout masks)
+// r = 1 without sequence parallelism (the 10*b*l*h part: LayerNorm inputs, residual dropout masks and outputs, is
+// replicated over the TP group), r = t with it (spec/seq1f1b.md 11.2: Megatron-V3 TP splits those along the
+// sequence). The 24*b*l*h part (QKV, attention internals, MLP) and the score / softmax / dropout tensors (5 B
+// per score) are split over heads. At l = s, c = 0, t = 1 this is s*b*h*(34 + 5*a*s/h).
+// Flash attention (training.flash_attention) keeps no score matrix: the 5*a*b*l*(c+l)/t term is dropped and
+// nothing else changes (it saves Q, K, V and the output, which the 34 already counts; its log-sum-exp, 4 B per
+// query and head = 4*a/h of a token's bytes, is left out). fp32 activations double the figure.
+// K/V caches of token-sliced schedules (a micro-batch cut into k > 1 slices / segments), per layer
+// 2*b*l*(h/t)*e for l cached tokens:
+//   - without flash (TeraPipe's code, spec/terapipe.md 8): one cache of the full sequence is allocated at the
+//     micro-batch's first slice and the slices' saved K/V are views of it, so a slice stores its activations
+//     less its own K/V, and the cache holds the K/V of all L tokens from the first forward on;
+//   - with flash (Seq1F1B's code, spec/seq1f1b.md 10.1): every segment's forward concatenates its K/V to the
+//     cache (a new contiguous copy), on top of the K/V the segment saved itself, so the cache grows by the
+//     segment's K/V at each forward.
+//   Either cache lives until the micro-batch's first slice has run its backward. Backward hands a dK/dV buffer
+//   over the prefix before slice j (2*b*c_j*(h/t)*e per layer) from slice j to slice j - 1 (terapipe.md 3,
+//   seq1f1b.md 10.2); it is held between the two backwards.
 // With full recomputation only each layer's input survives the forward: b*l*h*e per layer (replicated over
-// TP), plus for token-sliced schedules the slice's K and V (2*b*l*h*e/t per layer), which later slices'
-// recomputed forwards need; during a backward one layer's full activations exist transiently.
-// Extras: the first virtual stage keeps the embedding dropout mask (b*l*h B); the last keeps the final
-// LayerNorm input and output (2*b*l*h*e) and the fp32 softmax of the vocab-parallel cross entropy (4*b*l*V/t).
+// TP unless sequence parallel), plus for token-sliced schedules the slice's K and V (2*b*l*h*e/t per layer),
+// which later slices' recomputed forwards need (they are the cache); during a backward one layer's full
+// activations exist transiently.
+// Extras: the first virtual stage keeps the embedding dropout mask (b*l*h/r B); the last keeps the final
+// LayerNorm input and output (2*b*l*h*e/r) and the fp32 softmax of the vocab-parallel cross entropy (4*b*l*V/t).
 //
 // Walk: for each op of the rank in order, a forward adds its stored bytes (layers per chunk x per-layer bytes
-// + extras) and l/s * 1/v in-flight units (a whole stage-micro-batch = 1: a chunk is 1/v of the rank's
-// layers, a slice of l tokens l/s of the sequence); a backward is checked at live + transient, then frees what
-// its forward stored. The peak is the maximum of those points; peak_in_flight is the unit count there.
+// + extras + cache growth) and l/s * 1/v in-flight units (a whole stage-micro-batch = 1: a chunk is 1/v of the
+// rank's layers, a slice of l tokens l/s of the sequence); a backward is checked at live + transient, then frees
+// what its forward stored, swaps the dK/dV buffer and, for the first slice, the cache. The peak is the maximum
+// of those points; peak_in_flight is the unit count there.
 #include "core/memory_model.h"
 
 #include <algorithm>
@@ -40,15 +54,37 @@ bool MemoryReport::any_oom() const {
   return std::any_of(ranks.begin(), ranks.end(), [](const RankMemory& r) { return r.oom; });
 }
 
-double layer_activation_bytes(const Scenario& s, int b, int tokens, int context) {
+namespace {
+
+void check_layer_args(const char* what, int b, int tokens, int context) {
   if (b < 1 || tokens < 1 || context < 0)
-    throw std::invalid_argument(
-        "layer_activation_bytes: needs b >= 1, tokens >= 1, context >= 0; got b = " + std::to_string(b) +
-        ", tokens = " + std::to_string(tokens) + ", context = " + std::to_string(context));
-  const double h = s.model.hidden, a = s.model.heads, t = s.parallel.tp;
+    throw std::invalid_argument(std::string(what) + ": needs b >= 1, tokens >= 1, context >= 0; got b = " +
+                                std::to_string(b) + ", tokens = " + std::to_string(tokens) +
+                                ", context = " + std::to_string(context));
+}
+
+}  // namespace
+
+double layer_score_bytes(const Scenario& s, int b, int tokens, int context) {
+  check_layer_args("layer_score_bytes", b, tokens, context);
+  if (s.training.flash_attention) return 0.0;
+  const double a = s.model.heads, t = s.parallel.tp;
   const double bl = static_cast<double>(b) * tokens;
-  const double bytes = bl * h * (10.0 + 24.0 / t) + 5.0 * a * bl * (static_cast<double>(context) + tokens) / t;
-  return bytes * s.training.act_bytes_per_elem() / 2.0;
+  return 5.0 * a * bl * (static_cast<double>(context) + tokens) / t * s.training.act_bytes_per_elem() / 2.0;
+}
+
+double layer_activation_bytes(const Scenario& s, int b, int tokens, int context) {
+  check_layer_args("layer_activation_bytes", b, tokens, context);
+  const double h = s.model.hidden, t = s.parallel.tp;
+  const double r = s.parallel.sequence_parallel ? t : 1.0;
+  const double bl = static_cast<double>(b) * tokens;
+  return bl * h * (10.0 / r + 24.0 / t) * s.training.act_bytes_per_elem() / 2.0 +
+         layer_score_bytes(s, b, tokens, context);
+}
+
+double layer_kv_bytes(const Scenario& s, int b, int tokens) {
+  check_layer_args("layer_kv_bytes", b, tokens, 0);
+  return 2.0 * b * tokens * (static_cast<double>(s.model.hidden) / s.parallel.tp) * s.training.act_bytes_per_elem();
 }
 
 MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
@@ -69,9 +105,11 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
   const int e = s.training.act_bytes_per_elem();
   const int g = s.training.grad_fp32 ? 4 : e;
   const double h = m.hidden, t = par.tp, V = m.vocab;
+  const double rep_tp = par.sequence_parallel ? t : 1.0;  // what TP does to the residual-stream tensors
   const int layers = m.layers / (par.pp * par.v);
   const int last_stage = par.pp * par.v - 1;
   const bool recompute = s.schedule.recompute;
+  const bool flash = s.training.flash_attention;
 
   MemoryReport rep;
   rep.device_bytes = s.cluster.device.memory_bytes;
@@ -89,6 +127,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
       long long tokens;  // in-flight units are counted in tokens (exact), / (seq_len * v) at the end
     };
     std::map<std::tuple<int, int, int>, Stored> live_ops;  // (stage, micro-batch, slice) -> what its forward keeps
+    std::map<std::pair<int, int>, double> kv_cache, dkv;    // (stage, micro-batch) -> K/V cache, dK/dV buffer
     double live = 0, peak = 0;
     long long units = 0, peak_units = 0, max_units = 0;
     auto consider = [&](double bytes) {
@@ -108,19 +147,27 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
       const int l = op.tokens(), c = op.tok_begin;
       const double bl = static_cast<double>(b) * l;
       const auto key = std::make_tuple(op.stage, op.microbatch, op.slice);
+      const auto mb_key = std::make_pair(op.stage, op.microbatch);
+      const bool sliced = sched.slices(op.microbatch) > 1;
       const double full_layer = layer_activation_bytes(s, b, l, c);
       if (op.kind == OpKind::Forward) {
-        double per_layer = full_layer;
+        double per_layer = full_layer, cache_growth = 0;
         if (recompute) {
-          per_layer = bl * h * e;
-          if (sched.slices(op.microbatch) > 1) per_layer += 2.0 * bl * h * e / t;
+          per_layer = bl * h * e / rep_tp;
+          if (sliced) per_layer += layer_kv_bytes(s, b, l);
+        } else if (sliced && flash) {
+          cache_growth = layers * layer_kv_bytes(s, b, l);  // concatenated copy on top of the saved K/V
+        } else if (sliced) {
+          per_layer -= layer_kv_bytes(s, b, l);  // the slice's K/V live in the preallocated cache
+          if (!kv_cache.count(mb_key)) cache_growth = layers * layer_kv_bytes(s, b, m.seq_len);
         }
         double bytes = layers * per_layer;
-        if (op.stage == 0) bytes += bl * h;
-        if (op.stage == last_stage) bytes += 2.0 * bl * h * e + 4.0 * bl * V / t;
+        if (op.stage == 0) bytes += bl * h / rep_tp;
+        if (op.stage == last_stage) bytes += 2.0 * bl * h * e / rep_tp + 4.0 * bl * V / t;
         if (!live_ops.emplace(key, Stored{bytes, l}).second)
           fail("rank " + std::to_string(r) + ": forward " + op_text(op) + " appears twice");
-        live += bytes;
+        if (sliced && !recompute) kv_cache[mb_key] += cache_growth;
+        live += bytes + cache_growth;
         units += l;
         consider(live);
       } else {
@@ -131,6 +178,19 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
         live -= it->second.bytes;
         units -= it->second.tokens;
         live_ops.erase(it);
+        if (sliced) {
+          // This backward consumed the dK/dV buffer of the later slices and hands one over its prefix down.
+          auto d = dkv.find(mb_key);
+          if (d != dkv.end()) live -= d->second, dkv.erase(d);
+          if (c > 0) {
+            const double buf = layers * layer_kv_bytes(s, b, c);
+            dkv[mb_key] = buf;
+            live += buf;
+          } else {
+            auto kc = kv_cache.find(mb_key);
+            if (kc != kv_cache.end()) live -= kc->second, kv_cache.erase(kc);
+          }
+        }
       }
     }
     rm.activation_peak_bytes = peak;
@@ -141,6 +201,46 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
     rm.oom = rm.peak_bytes > rep.device_bytes;
   }
   return rep;
+}
+
+MaxBatch max_batch_gpipe(const Scenario& s, double limit_bytes) {
+  const std::string where = "max_batch_gpipe(" + (s.source.empty() ? s.name : s.source) + ")";
+  if (s.parallel.v != 1)
+    throw std::invalid_argument(where + ": parallel.v = " + std::to_string(s.parallel.v) +
+                                "; the GPipe baseline has one chunk per rank");
+  MaxBatch out;
+  out.limit_bytes = limit_bytes > 0 ? limit_bytes : s.cluster.device.memory_bytes;
+  const int L = s.model.seq_len, p = s.parallel.pp;
+  // Worst rank at B_r sequences (GPipe: every micro-batch of one sequence in flight at the end of the forwards).
+  auto worst = [&](int batch, int* rank) {
+    const MemoryReport rep = memory_report(s, make_gpipe(p, uniform_microbatches(batch, 1, L, 1), L));
+    double w = -1;
+    for (int r = 0; r < p; r++)
+      if (rep.ranks[r].peak_bytes > w) w = rep.ranks[r].peak_bytes, *rank = r;
+    if (batch == 1)
+      for (const RankMemory& rm : rep.ranks)
+        out.static_bytes = std::max(out.static_bytes, rm.weights_bytes + rm.grads_bytes + rm.optimizer_bytes);
+    return w;
+  };
+  int rank = 0;
+  const double one = worst(1, &out.worst_rank), two = worst(2, &rank);
+  out.per_sequence_bytes = two - one;
+  out.peak_bytes = one;
+  if (one > out.limit_bytes) return out;
+  // Peaks grow with the batch (every sequence's activations are added), so bracket and bisect.
+  constexpr int kCap = 1 << 20;
+  int lo = 1, hi = 2;
+  while (hi < kCap && worst(hi, &rank) <= out.limit_bytes) lo = hi, hi *= 2;
+  if (hi >= kCap)
+    throw std::invalid_argument(where + ": more than " + std::to_string(kCap) + " sequences fit; check the model");
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (worst(mid, &rank) <= out.limit_bytes ? lo : hi) = mid;
+  }
+  out.per_replica = lo;
+  out.global = lo * s.parallel.dp;
+  out.peak_bytes = worst(lo, &out.worst_rank);
+  return out;
 }
 
 }  // namespace pipescope

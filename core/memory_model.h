@@ -29,8 +29,28 @@ struct MemoryReport {
 };
 
 // Activation bytes stored by one layer for b sequences of `tokens` tokens each (per TP GPU), attending to
-// `context` earlier tokens as well (token slices; the score matrix is tokens x (context + tokens)).
+// `context` earlier tokens as well (token slices; the score matrix is tokens x (context + tokens)). Follows
+// training.flash_attention (no score matrix) and parallel.sequence_parallel (nothing replicated over TP).
 double layer_activation_bytes(const Scenario& s, int b, int tokens, int context = 0);
+// The score-matrix part of layer_activation_bytes alone (5 B per score at 2-byte activations; 0 with flash).
+double layer_score_bytes(const Scenario& s, int b, int tokens, int context = 0);
+// K and V of `tokens` tokens of b sequences for one layer on one TP GPU: 2 * b * tokens * (h/t) * e.
+double layer_kv_bytes(const Scenario& s, int b, int tokens);
+
+// The largest batch whose GPipe baseline fits: micro-batches of one sequence, no token slicing, the whole
+// per-replica mini-batch in flight (how TeraPipe chose B, spec/terapipe.md 9.1 / 9.3). Token slicing only
+// shrinks the score rectangles, so the sliced run of the same batch fits too.
+struct MaxBatch {
+  int per_replica = 0;      // B_r: sequences per pipeline replica (0 = not even one sequence fits)
+  int global = 0;           // B = B_r * dp (Table 1's B)
+  double limit_bytes = 0;   // per-GPU capacity used
+  double static_bytes = 0;  // weights + gradients + optimizer state, worst rank
+  double per_sequence_bytes = 0;  // activations of one more sequence, worst rank
+  double peak_bytes = 0;    // peak at per_replica (worst rank)
+  int worst_rank = 0;       // the rank that binds
+};
+// limit_bytes <= 0: the device memory. Throws std::invalid_argument on a scenario the model cannot take.
+MaxBatch max_batch_gpipe(const Scenario& s, double limit_bytes = 0);
 
 // Throws std::invalid_argument when the schedule does not match the scenario (p, v, seq_len) or a backward
 // comes before its forward on a rank.

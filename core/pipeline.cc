@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "core/analytic_cost.h"
+#include "core/profile_cost.h"
 #include "core/seq1f1b.h"
 #include "core/terapipe_planner.h"
 
@@ -59,8 +60,8 @@ Schedule make_schedule(const Scenario& s) {
 }
 
 std::unique_ptr<CostModel> make_cost_model(const Scenario& s) {
-  if (!s.sim.profile.empty())
-    throw std::invalid_argument(s.source + ": sim.profile: calibration profiles are not supported by this build yet");
+  // The scenario carries the profile's device already (apply_profile at load time); the tables come from the file.
+  if (!s.sim.profile.empty()) return std::make_unique<ProfileCostModel>(s, load_profile(s.sim.profile));
   return std::make_unique<AnalyticCostModel>(s);
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/presets.h"
+#include "core/profile.h"
 #include "core/units.h"
 
 namespace pipescope {
@@ -322,7 +323,7 @@ const auto& slicings() {
   return t;
 }
 const auto& dtypes() {
-  static const auto t = string_table({"fp16", "bf16", "fp32"});
+  static const auto t = string_table({"fp16", "bf16", "fp32", "fp64"});
   return t;
 }
 const auto& collective_models() {
@@ -394,7 +395,7 @@ ModelSpec parse_model(const Section& root) {
 
 DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_from_preset) {
   const Section d =
-      c.sub("device", {"preset", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "memory_GB", "hbm_bw_GBps",
+      c.sub("device", {"preset", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "memory_GB", "hbm_bw_GBps",
                        "gemm_efficiency", "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency"});
   if (!d.present() && !cluster_from_preset) c.missing("device", "required when cluster.preset is not given");
   DeviceSpec dev = base.device;
@@ -412,6 +413,7 @@ DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_
   d.get("peak_tflops_fp16", Num::Positive, kTflops, dev.peak_flops_fp16);
   d.get("peak_tflops_bf16", Num::NonNegative, kTflops, dev.peak_flops_bf16);
   d.get("peak_tflops_fp32", Num::Positive, kTflops, dev.peak_flops_fp32);
+  d.get("peak_tflops_fp64", Num::NonNegative, kTflops, dev.peak_flops_fp64);
   d.get("memory_GB", Num::Positive, kGB, dev.memory_bytes);
   d.get("hbm_bw_GBps", Num::Positive, kGBps, dev.hbm_bw_Bps);
   d.get("gemm_efficiency", Num::Fraction, 1.0, dev.gemm_efficiency);
@@ -692,9 +694,16 @@ void Validator::run() const {
   // Numerics and simulation knobs.
   const auto& t = s_.training;
   if (!one_of(dtypes(), t.dtype)) fail({"training.dtype"}, unknown_value_message("value", t.dtype, names_of(dtypes())));
+  // FlashAttention kernels exist for 16-bit inputs only.
+  if (t.flash_attention && t.dtype != "fp16" && t.dtype != "bf16")
+    fail({"training.flash_attention", "training.dtype"}, "flash attention needs dtype fp16 or bf16, got " + t.dtype);
   if (t.dtype == "bf16" && !(d.peak_flops_bf16 > 0))
     fail({"training.dtype", "cluster.device.peak_tflops_bf16", "cluster.device.preset", "cluster.preset"},
          "bf16 needs a device with bf16 support; " + d.name + " has none (peak_tflops_bf16 = 0): use fp16");
+  if (t.dtype == "fp64" && !(d.peak_flops_fp64 > 0))
+    fail({"training.dtype", "cluster.device.peak_tflops_fp64", "sim.profile"},
+         "fp64 needs a device with a known fp64 peak; " + d.name +
+             " has none: give cluster.device.peak_tflops_fp64 or a calibration profile of the CPU backend");
   if (!one_of(collective_models(), s_.sim.collectives))
     fail({"sim.collectives"}, unknown_value_message("value", s_.sim.collectives, names_of(collective_models())));
   if (!one_of(placements(), s_.sim.placement))
@@ -753,7 +762,7 @@ Scenario parse_impl(const std::string& text, const std::string& source) {
   const YAML::Mark doc_mark = !has_doc || doc.IsNull() ? YAML::Mark::null_mark() : doc.Mark();
   marks[""] = doc_mark;
   const Section root(source, marks, doc, doc_mark, "",
-                     {"name", "model", "cluster", "parallel", "schedule", "training", "sim"});
+                     {"name", "model", "cluster", "parallel", "schedule", "training", "sim", "calibration"});
 
   Scenario s;
   s.source = source;
@@ -765,13 +774,15 @@ Scenario parse_impl(const std::string& text, const std::string& source) {
   s.model = parse_model(root);
   s.cluster = parse_cluster(root);
 
-  const Section par = root.sub("parallel", {"dp", "pp", "tp", "v", "micro_batch_size", "global_batch"});
+  const Section par =
+      root.sub("parallel", {"dp", "pp", "tp", "v", "micro_batch_size", "global_batch", "sequence_parallel"});
   par.get("dp", s.parallel.dp);
   par.get("pp", s.parallel.pp);
   par.get("tp", s.parallel.tp);
   par.get("v", s.parallel.v);
   par.get("micro_batch_size", s.parallel.micro_batch_size);
   par.get("global_batch", s.parallel.global_batch);
+  par.get("sequence_parallel", s.parallel.sequence_parallel);
 
   const Section sch =
       root.sub("schedule", {"kind", "seq_slices", "slice_tokens", "slicing", "recompute", "scatter_gather"});
@@ -787,15 +798,35 @@ Scenario parse_impl(const std::string& text, const std::string& source) {
   sch.get("recompute", s.schedule.recompute);
   sch.get("scatter_gather", s.schedule.scatter_gather);
 
-  const Section tr = root.sub("training", {"dtype", "optimizer_bytes_per_param", "grad_fp32"});
+  const Section tr = root.sub("training", {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention"});
   tr.get_enum("dtype", dtypes(), s.training.dtype);
   tr.get("optimizer_bytes_per_param", Num::NonNegative, 1.0, s.training.optimizer_bytes_per_param);
   tr.get("grad_fp32", s.training.grad_fp32);
+  tr.get("flash_attention", s.training.flash_attention);
 
   const Section sim = root.sub("sim", {"collectives", "placement", "profile"});
   sim.get_enum("collectives", collective_models(), s.sim.collectives);
   sim.get_enum("placement", placements(), s.sim.placement);
   sim.get("profile", s.sim.profile);
+  std::string calibration;
+  if (root.get("calibration", calibration)) {
+    if (!s.sim.profile.empty())
+      fail_at(source, marks.at("calibration"), "calibration", "give either calibration or sim.profile, not both");
+    s.sim.profile = calibration;
+  }
+  if (!s.sim.profile.empty()) {
+    // The profile's device (and measured link classes) replace the cluster's before validation. A relative
+    // path is relative to the scenario file, so scenarios can be run from anywhere.
+    const std::string key = marks.count("calibration") ? "calibration" : "sim.profile";
+    std::string path = s.sim.profile;
+    const auto slash = source.find_last_of('/');
+    if (path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
+    try {
+      s = apply_profile(s, load_profile(path), path);
+    } catch (const ProfileError& e) {
+      fail_at(source, marks.at(key), key, e.what());
+    }
+  }
 
   Validator(s, &marks).run();
   return s;
@@ -813,13 +844,7 @@ Scenario load_scenario(const std::string& path) {
   std::ostringstream text;
   text << f.rdbuf();
   if (f.bad()) throw ScenarioError(path + ": read error");
-  Scenario s = parse_impl(text.str(), path);
-  // A relative profile path is relative to the scenario file, so scenarios can be run from anywhere.
-  if (!s.sim.profile.empty() && s.sim.profile[0] != '/') {
-    const auto slash = path.find_last_of('/');
-    if (slash != std::string::npos) s.sim.profile = path.substr(0, slash + 1) + s.sim.profile;
-  }
-  return s;
+  return parse_impl(text.str(), path);
 }
 
 const char* default_scenario_yaml() {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/analytic_cost.h"
+#include "core/pipeline.h"
 
 namespace pipescope {
 
@@ -262,7 +263,7 @@ ScenarioSliceModel scenario_slice_model(const Scenario& s) {
     throw std::invalid_argument(src + "TeraPipe planner: parallel.v must be 1, got " + std::to_string(par.v));
   if (par.dp < 1 || par.global_batch % par.dp != 0)
     throw std::invalid_argument(src + "TeraPipe planner: global_batch must be a multiple of dp");
-  auto cm = std::make_shared<AnalyticCostModel>(s);
+  std::shared_ptr<const CostModel> cm = make_cost_model(s);  // analytic or calibration profile
   const ClusterSpec& cl = s.cluster;
   const int K = par.pp, tp = par.tp;
   const int stage = K / 2;  // a middle stage: no embedding, no LM head (uniform layers, spec/terapipe.md 4.1)

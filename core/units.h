@@ -14,5 +14,6 @@ inline constexpr double kGiB = 1073741824.0;
 inline constexpr double kGbps = 1e9 / 8;   // gigabit per second -> B/s (network rates are quoted in bits)
 inline constexpr double kGBps = 1e9;       // gigabyte per second -> B/s
 inline constexpr double kTflops = 1e12;    // TFLOP/s -> FLOP/s
+inline constexpr double kGflop = 1e9;      // GFLOP -> FLOP
 
 }  // namespace pipescope::units

@@ -67,6 +67,7 @@ class KVCache {
   virtual ~KVCache() = default;
   const KVState& state() const { return state_; }
   void reset() { state_.reset(); }
+  void rewind(int len) { state_.rewind(len); }  // see KVState::rewind (calibration)
 
  protected:
   KVState state_;

@@ -141,6 +141,12 @@ void KVState::check_backward(const Slice& s) const {
 
 void KVState::commit_backward(const Slice& s) { bwd_end_ = s.begin; }
 
+void KVState::rewind(int len) {
+  if (len < 0 || len > len_)
+    throw KernelError("KVCache::rewind: length " + std::to_string(len) + " outside [0, " + std::to_string(len_) + "]");
+  len_ = bwd_end_ = len;
+}
+
 std::size_t param_count(ModuleKind kind, const ModelShape& m) {
   switch (kind) {
     case ModuleKind::kLayer:

@@ -100,6 +100,9 @@ class KVState {
   void check_backward(const Slice& s) const;
   void commit_backward(const Slice& s);
   void reset() { len_ = bwd_end_ = 0; }
+  // Forgets the K/V of tokens >= len (0 <= len <= length()), as if the forwards stopped there, so a slice can
+  // run again: calibration times one slice repeatedly after the same context.
+  void rewind(int len);
 
  private:
   void check_batch(const Slice& s, const char* what) const;

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -529,6 +531,14 @@ SimResult simulate_dag(const ClusterSpec& cluster, const Dag& dag, const DagAnno
   r.completed = driver.completed();
   r.activities = driver.activities();
   r.timing = driver.timing();
+  if (const char* dump = std::getenv("PIPESCOPE_TMP_DUMP")) {  // TEMP-HC
+    FILE* f = std::fopen(dump, "wb");
+    for (std::uint32_t i = 0; i < dag.size(); i++) {
+      struct { std::int32_t w, idx, kind, pad; double s, e; } rec{dag.nodes[i].worker, dag.nodes[i].index, (int)dag.nodes[i].kind, 0, r.timing[i].start, r.timing[i].end};
+      std::fwrite(&rec, sizeof rec, 1, f);
+    }
+    std::fclose(f);
+  }
   if (r.completed != r.total) throw std::runtime_error(deadlock_message(dag, r.timing, ann.node_name));
   if (auto [a, b] = driver.overlap(); a != Driver::kNone) {
     auto name = [&](std::uint32_t i) { return ann.node_name ? ann.node_name(i) : "node " + std::to_string(i); };

@@ -312,5 +312,84 @@ TEST(CostModel, RejectsBadInput) {
   }
 }
 
+// ---------------------------------------------------------------- flash attention, sequence parallelism
+
+namespace {
+struct Sums {
+  double gemm_flops = 0, bytes = 0;
+};
+Sums sums(const std::vector<KernelCost>& ks) {
+  Sums x;
+  for (const auto& k : ks) x.gemm_flops += k.gemm ? k.flops : 0, x.bytes += k.bytes;
+  return x;
+}
+}  // namespace
+
+// With flash attention the attention runs over the causal pairs only and moves no score matrix: a layer's HBM
+// bytes are linear in the tokens, its GEMM-class FLOPs are the useful FLOPs (forward) and 2 x GEMMs + 2.5 x
+// attention (backward: the fused kernel recomputes the scores).
+TEST(CostModel, FlashAttentionKernels) {
+  Scenario s = scenario("seq1f1b-2.7b", "dgx-a100", 8, 1);
+  s.training.dtype = "bf16";
+  const AnalyticCostModel plain(s);
+  s.training.flash_attention = true;
+  const AnalyticCostModel flash(s);
+  for (const int t : {1, 4}) {
+    Scenario st = s;
+    st.parallel.tp = t;
+    const AnalyticCostModel cm(st);
+    for (const auto& [l, c] : {std::pair{32768, 0}, std::pair{6703, 20271}, std::pair{1, 0}}) {
+      SCOPED_TRACE("t " + std::to_string(t) + " l " + std::to_string(l) + " c " + std::to_string(c));
+      const LayerFlops f = layer_forward_flops(st.model, t, 1, l, c);
+      EXPECT_NEAR(sums(cm.layer_forward_kernels(1, l, c)).gemm_flops, f.total(), 1e-12 * f.total());
+      const double bwd = 2 * f.gemm() + 2.5 * f.attn;
+      EXPECT_NEAR(sums(cm.layer_backward_kernels(1, l, c)).gemm_flops, bwd, 1e-12 * bwd);
+    }
+    // Bytes affine in the tokens without context (weights + per-token traffic, no l x l term).
+    for (const bool fwd : {true, false}) {
+      auto bytes = [&](int l) {
+        return sums(fwd ? cm.layer_forward_kernels(1, l, 0) : cm.layer_backward_kernels(1, l, 0)).bytes;
+      };
+      for (const int l : {512, 4096})  // 4l < s: not the last slice, so every size has the dK/dV add in backward
+        EXPECT_NEAR(bytes(4 * l) - bytes(2 * l), 2 * (bytes(2 * l) - bytes(l)), 1e-9 * bytes(4 * l));
+    }
+  }
+  // The materialised score matrix grows faster than that.
+  auto plain_bytes = [&](int l) { return sums(plain.layer_forward_kernels(1, l, 0)).bytes; };
+  EXPECT_GT(plain_bytes(16384) - plain_bytes(8192), 3 * (plain_bytes(8192) - plain_bytes(4096)));
+  // At 32k tokens the score-matrix traffic dominates the plain layer; flash attention removes it.
+  const double f_plain = plain.layer_forward_seconds(1, 32768, 0), f_flash = flash.layer_forward_seconds(1, 32768, 0);
+  EXPECT_LT(f_flash, 0.5 * f_plain);
+  EXPECT_LT(flash.layer_backward_seconds(1, 32768, 0), 0.5 * plain.layer_backward_seconds(1, 32768, 0));
+  // Flash time is still context-aware (causal pairs) and the sliced layer costs at least the unsliced share.
+  EXPECT_GT(flash.layer_forward_seconds(1, 4096, 28672), flash.layer_forward_seconds(1, 4096, 0));
+  const std::vector<int> cwp = {12019, 8252, 6703, 5794};
+  double sum = 0;
+  int c = 0;
+  for (int l : cwp) sum += flash.layer_forward_seconds(1, l, c), c += l;
+  EXPECT_GT(sum, f_flash);
+}
+
+// Sequence parallelism splits the residual-stream element-wise kernels (LayerNorm, bias + dropout + add) along
+// the sequence; GEMMs and attention are untouched.
+TEST(CostModel, SequenceParallelSplitsResidualKernels) {
+  Scenario s = scenario("seq1f1b-7b", "dgx-a100", 4, 8);  // h 4096
+  s.training.dtype = "bf16";
+  s.training.flash_attention = true;
+  const AnalyticCostModel off(s);
+  s.parallel.sequence_parallel = true;
+  const AnalyticCostModel on(s);
+  const double T = 2 * 4096, h = 4096, e = 2, t = 8;
+  const Sums f0 = sums(off.layer_forward_kernels(2, 4096, 0)), f1 = sums(on.layer_forward_kernels(2, 4096, 0));
+  EXPECT_DOUBLE_EQ(f0.gemm_flops, f1.gemm_flops);
+  // 2 LayerNorms (2e per element) and 2 bias + dropout + add (3e + 1).
+  EXPECT_NEAR(f0.bytes - f1.bytes, (1 - 1 / t) * T * h * (2 * 2 * e + 2 * (3 * e + 1)), 1e-6 * f0.bytes);
+  const Sums b0 = sums(off.layer_backward_kernels(2, 4096, 0)), b1 = sums(on.layer_backward_kernels(2, 4096, 0));
+  EXPECT_DOUBLE_EQ(b0.gemm_flops, b1.gemm_flops);
+  // 2 dropout + add backwards (2e + 1), 2 bias gradients of h columns (e), 2 LayerNorm backwards (4e).
+  EXPECT_NEAR(b0.bytes - b1.bytes, (1 - 1 / t) * T * h * (2 * (2 * e + 1) + 2 * e + 2 * 4 * e), 1e-6 * b0.bytes);
+  EXPECT_LT(on.layer_forward_seconds(2, 4096, 0), off.layer_forward_seconds(2, 4096, 0));
+}
+
 }  // namespace
 }  // namespace pipescope

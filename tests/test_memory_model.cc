@@ -1,14 +1,19 @@
 // Memory model: activation peaks walked from generated schedules against the closed forms of
 // spec/megatron.md 2.4-2.6 (GPipe m, 1F1B p - r, interleaved (2(p-r-1) + (v-1)p + 1)/v stage equivalents),
-// token-weighted units for sliced schedules, static state, recomputation and the OOM flag.
+// token-weighted units for sliced schedules, static state, recomputation and the OOM flag; flash attention and
+// sequence parallelism, K/V caches and dK/dV buffers of sliced schedules, and the largest batch that fits.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "core/analytic_cost.h"
 #include "core/memory_model.h"
+#include "core/pipeline.h"
 #include "core/presets.h"
+#include "core/scenario.h"
+#include "core/seq1f1b.h"
 
 namespace pipescope {
 namespace {
@@ -204,6 +209,219 @@ TEST(MemoryModel, RejectsMismatchedSchedules) {
     ADD_FAILURE() << "no exception";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("before its forward"), std::string::npos) << e.what();
+  }
+}
+
+// ---------------------------------------------------------------- flash attention, sequence parallelism
+
+TEST(MemoryModel, FlashAttentionDropsExactlyTheScoreTerm) {
+  for (const bool sp : {false, true})
+    for (const int t : {1, 2, 8}) {
+      Scenario s = scenario("seq1f1b-13b", "dgx-a100", 4, t);  // h 5120, a 40
+      s.parallel.sequence_parallel = sp;
+      s.training.dtype = "bf16";
+      const double h = 5120, a = 40, r = sp ? t : 1;
+      struct Case {
+        int b, l, c;
+      };
+      for (const Case k : {Case{1, 32768, 0}, Case{2, 4096, 0}, Case{1, 6000, 12000}}) {
+        SCOPED_TRACE("t " + std::to_string(t) + " sp " + std::to_string(sp) + " b " + std::to_string(k.b) + " l " +
+                     std::to_string(k.l) + " c " + std::to_string(k.c));
+        const double bl = static_cast<double>(k.b) * k.l;
+        s.training.flash_attention = false;
+        const double plain = layer_activation_bytes(s, k.b, k.l, k.c);
+        const double score = 5.0 * a * bl * (k.c + k.l) / t;  // 5*a*s^2*b / t at c = 0
+        EXPECT_DOUBLE_EQ(layer_score_bytes(s, k.b, k.l, k.c), score);
+        s.training.flash_attention = true;
+        const double flash = layer_activation_bytes(s, k.b, k.l, k.c);
+        EXPECT_DOUBLE_EQ(layer_score_bytes(s, k.b, k.l, k.c), 0.0);
+        EXPECT_NEAR(plain - flash, score, 1e-12 * plain);
+        // Megatron's 34*s*b*h (+ 5*a*s^2*b) over t with sequence parallelism; 10 of the 34 replicated without.
+        EXPECT_NEAR(flash, bl * h * (10.0 / r + 24.0 / t), 1e-12 * flash);
+        if (sp) EXPECT_NEAR(plain, (34.0 * bl * h + 5.0 * a * bl * (k.c + k.l)) / t, 1e-12 * plain);
+        // The context only enters through the score rectangle.
+        EXPECT_DOUBLE_EQ(flash, layer_activation_bytes(s, k.b, k.l, 0));
+      }
+    }
+  Scenario s = scenario("seq1f1b-7b", "dgx-a100", 4, 8);
+  EXPECT_DOUBLE_EQ(layer_kv_bytes(s, 1, 1024), 2.0 * 1024 * 4096 / 8 * 2);
+  EXPECT_THROW(layer_score_bytes(s, 1, 0), std::invalid_argument);
+  EXPECT_THROW(layer_kv_bytes(s, 0, 8), std::invalid_argument);
+}
+
+// A known configuration whose OOM flag flips: 2.7B, s = 16384, 8 stages of 4 layers, 1F1B (8 micro-batches in
+// flight on stage 0). With the l x l score matrices (5*a*s^2 B per layer and sequence, ~43 GB) it cannot fit in
+// 80 GiB; with flash attention stage 0 holds exactly p * (4 * 34*s*h + s*h) bytes of activations.
+TEST(MemoryModel, FlashAttentionFlipsTheOomFlag) {
+  Scenario s = scenario("seq1f1b-2.7b", "dgx-a100", 8, 1);
+  s.model.seq_len = 16384;
+  s.training.dtype = "bf16";
+  const Schedule sched = make_1f1b(8, uniform_microbatches(16, 1, 16384, 1), 16384);
+  const MemoryReport plain = memory_report(s, sched);
+  EXPECT_TRUE(plain.any_oom());
+  EXPECT_TRUE(plain.ranks[0].oom);
+  s.training.flash_attention = true;
+  const MemoryReport flash = memory_report(s, sched);
+  EXPECT_FALSE(flash.any_oom());
+  const double S = 16384, h = 2560;
+  EXPECT_NEAR(flash.ranks[0].activation_peak_bytes, 8 * (4 * 34 * S * h + S * h), 1e-9 * 8 * 4 * 34 * S * h);
+  EXPECT_DOUBLE_EQ(flash.ranks[0].peak_in_flight, 8);
+  const double gap = plain.ranks[0].activation_peak_bytes - flash.ranks[0].activation_peak_bytes;
+  EXPECT_NEAR(gap, 8 * 4 * 5 * 32 * S * S, 1e-9 * gap);  // p micro-batches x 4 layers x the s^2 term
+}
+
+// The paper's claim (spec/seq1f1b.md 1): Seq1F1B fits where 1F1B does not. 30B, s = 65536, PP 8, TP 8 with
+// sequence parallelism and flash attention, M = 16: 1F1B keeps 8 micro-batches on stage 0 (> 80 GiB),
+// Seq1F1B about (p + k - 1)/k = 2.75.
+TEST(MemoryModel, Seq1F1BFitsWhere1F1BDoesNot) {
+  auto make = [](ScheduleKind kind) {
+    Scenario s = scenario("seq1f1b-30b", "dgx-a100", 8, 8);
+    s.cluster.nodes = 8;
+    s.model.seq_len = 65536;
+    s.parallel.global_batch = 16;
+    s.parallel.sequence_parallel = true;
+    s.training.dtype = "bf16";
+    s.training.flash_attention = true;
+    s.schedule.kind = kind;
+    if (kind == ScheduleKind::Seq1F1B) s.schedule.seq_slices = 4, s.schedule.slicing = "cwp";
+    return s;
+  };
+  const Scenario one = make(ScheduleKind::OneFOneB), seq = make(ScheduleKind::Seq1F1B);
+  const MemoryReport r1 = memory_report(one, make_schedule(one)), rs = memory_report(seq, make_schedule(seq));
+  EXPECT_TRUE(r1.ranks[0].oom);
+  EXPECT_FALSE(rs.any_oom());
+  EXPECT_LT(rs.ranks[0].activation_peak_bytes, 0.5 * r1.ranks[0].activation_peak_bytes);
+  // Without flash attention neither fits: the score matrices of one 65536-token segment alone are too big.
+  Scenario plain = seq;
+  plain.training.flash_attention = false;
+  EXPECT_TRUE(memory_report(plain, make_schedule(plain)).any_oom());
+}
+
+// K/V caches and dK/dV buffers of sliced schedules (one rank, so stage 0 is also the last stage).
+TEST(MemoryModel, SlicedKvCacheAndGradientBuffers) {
+  Scenario s = scenario("gpt3-1b", "aws-p3.16xlarge", 1, 1);  // 24 layers, h 2048
+  s.model.vocab = 8;
+  const int L = 2048, layers = 24;
+  const double h = 2048, e = 2, V = 8;
+  auto extras = [&](int l) { return l * h + 2.0 * l * h * e + 4.0 * l * V; };  // first and last stage
+  const Schedule gp = make_gpipe(1, uniform_microbatches(2, 1, L, 2), L);   // two micro-batches, slices of 1024
+  const Schedule whole = make_gpipe(1, uniform_microbatches(2, 1, L, 1), L);
+  // Without flash (TeraPipe's preallocated cache): at the end of the forwards the cache holds exactly the K/V the
+  // slices would have saved, so the peak is the sum of the slices' activations.
+  const double sliced_plain = memory_report(s, gp).ranks[0].activation_peak_bytes;
+  const double slices = layer_activation_bytes(s, 1, 1024, 0) + layer_activation_bytes(s, 1, 1024, 1024);
+  EXPECT_NEAR(sliced_plain, 2 * (layers * slices + 2 * extras(1024)), 1e-9 * sliced_plain);
+  // With flash (Seq1F1B's concatenated cache): the full-sequence cache comes on top, one per micro-batch.
+  s.training.flash_attention = true;
+  const double sliced_flash = memory_report(s, gp).ranks[0].activation_peak_bytes;
+  const double unsliced_flash = memory_report(s, whole).ranks[0].activation_peak_bytes;
+  EXPECT_NEAR(sliced_flash - unsliced_flash, 2 * layers * layer_kv_bytes(s, 1, L), 1e-9 * sliced_flash);
+  EXPECT_NEAR(unsliced_flash, 2 * (layers * layer_activation_bytes(s, 1, L) + extras(L)), 1e-9 * unsliced_flash);
+
+  // Hand order: micro-batch 0's last slice runs its backward (leaving a dK/dV buffer over the first 1024
+  // tokens, and its cache) before micro-batch 1 enters. The peak is after 1's forwards: three slices, two full
+  // caches and one buffer.
+  Schedule hand = gp;
+  hand.per_rank[0].clear();
+  for (const char* t : {"0F0", "0F0s1", "0B0s1", "0F1", "0F1s1", "0B1s1", "0B1", "0B0"})
+    hand.per_rank[0].push_back(parse_op(t, hand));
+  const RankMemory rm = memory_report(s, hand).ranks[0];
+  const double per_slice = layers * layer_activation_bytes(s, 1, 1024) + extras(1024);
+  const double expect = 3 * per_slice + 2 * layers * layer_kv_bytes(s, 1, L) + layers * layer_kv_bytes(s, 1, 1024);
+  EXPECT_NEAR(rm.activation_peak_bytes, expect, 1e-9 * expect);
+  EXPECT_DOUBLE_EQ(rm.peak_in_flight, 1.5);
+  EXPECT_DOUBLE_EQ(rm.max_in_flight, 1.5);
+  // Without the buffer the same order would peak lower by exactly the buffer: remove the hand-over by running
+  // micro-batch 0 to the end first.
+  Schedule seq = gp;
+  seq.per_rank[0].clear();
+  for (const char* t : {"0F0", "0F0s1", "0B0s1", "0B0", "0F1", "0F1s1", "0B1s1", "0B1"})
+    seq.per_rank[0].push_back(parse_op(t, seq));
+  const double alone = 2 * per_slice + layers * layer_kv_bytes(s, 1, L);
+  EXPECT_NEAR(memory_report(s, seq).ranks[0].activation_peak_bytes, alone, 1e-9 * alone);
+}
+
+// Scenario keys: training.flash_attention and parallel.sequence_parallel parse, default off, and reject bad input.
+TEST(MemoryModel, ScenarioKeys) {
+  const std::string base =
+      "model: {preset: seq1f1b-2.7b}\ncluster: {preset: dgx-a100}\nparallel: {pp: 8, global_batch: 8";
+  const Scenario off = parse_scenario(base + "}\n", "t.yaml");
+  EXPECT_FALSE(off.training.flash_attention);
+  EXPECT_FALSE(off.parallel.sequence_parallel);
+  const Scenario on = parse_scenario(
+      base + ", sequence_parallel: true}\ntraining: {dtype: bf16, flash_attention: true}\n", "t.yaml");
+  EXPECT_TRUE(on.training.flash_attention);
+  EXPECT_TRUE(on.parallel.sequence_parallel);
+  auto error_of = [&](const std::string& text) {
+    try {
+      parse_scenario(text, "t.yaml");
+    } catch (const ScenarioError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error_of(base + "}\ntraining: {dtype: fp32, flash_attention: true}\n"),
+            "t.yaml:4:42: training.flash_attention: flash attention needs dtype fp16 or bf16, got fp32");
+  const std::string typo = error_of(base + "}\ntraining: {flash_attention: yes please}\n");
+  EXPECT_NE(typo.find("t.yaml:4:29: training.flash_attention:"), std::string::npos) << typo;
+  const std::string sp = error_of(base + ", sequence_parallel: 3}\n");
+  EXPECT_NE(sp.find("t.yaml:3:"), std::string::npos) << sp;
+  EXPECT_NE(sp.find("parallel.sequence_parallel"), std::string::npos) << sp;
+  EXPECT_NE(error_of(base + "}\ntraining: {flash_atention: true}\n").find("flash_attention"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- largest batch that fits (TeraPipe)
+
+TEST(MemoryModel, MaxBatchClosedForm) {
+  // GPT3-13B on 4 stages of 10 layers, tp 8, 2 replicas: every stage holds B_r sequences of its layers (GPipe);
+  // B_r max = min over ranks of floor((limit - static_r) / per-sequence_r).
+  Scenario s = scenario("gpt3-13b", "aws-p3.16xlarge", 4, 8);
+  s.cluster.nodes = 8;
+  s.parallel.dp = 2;
+  s.parallel.global_batch = 2;
+  s.model.vocab = 8;
+  const double limit = s.cluster.device.memory_bytes, h = 5120, L = 2048, V = 8;
+  int expect = 1 << 30;
+  double worst_static = 0;
+  for (int r = 0; r < 4; r++) {
+    const double stat = 16 * rank_parameter_count(s, r);
+    double per_seq = 10 * layer_activation_bytes(s, 1, 2048);
+    if (r == 0) per_seq += L * h;
+    if (r == 3) per_seq += 2 * L * h * 2 + 4 * L * V / 8;
+    expect = std::min(expect, static_cast<int>(std::floor((limit - stat) / per_seq)));
+    worst_static = std::max(worst_static, stat);
+  }
+  const MaxBatch mb = max_batch_gpipe(s);
+  EXPECT_EQ(mb.per_replica, expect);
+  EXPECT_EQ(mb.global, 2 * expect);
+  EXPECT_DOUBLE_EQ(mb.limit_bytes, limit);
+  EXPECT_NEAR(mb.static_bytes, worst_static, 1e-6 * worst_static);
+  EXPECT_LE(mb.peak_bytes, limit);
+  // One more sequence does not fit.
+  const MemoryReport more =
+      memory_report(s, make_gpipe(4, uniform_microbatches(expect + 1, 1, 2048, 1), 2048));
+  EXPECT_TRUE(more.any_oom());
+  // A smaller capacity gives a smaller batch; one below a single sequence's peak gives none.
+  EXPECT_LT(max_batch_gpipe(s, 0.5 * limit).per_replica, expect);
+  const MaxBatch none = max_batch_gpipe(s, worst_static);
+  EXPECT_EQ(none.per_replica, 0);
+  EXPECT_EQ(none.global, 0);
+  s.parallel.v = 2;
+  EXPECT_THROW(max_batch_gpipe(s), std::invalid_argument);
+}
+
+// TeraPipe Table 1 (spec/terapipe.md 9.3): the paper's batch must fit in the model's memory (the model allows
+// more: see `pipescope repro terapipe --max-batch`), and flash attention would allow still more.
+TEST(MemoryModel, TeraPipeTable1BatchesFit) {
+  for (int setting = 1; setting <= 10; setting++) {
+    SCOPED_TRACE("setting " + std::to_string(setting));
+    Scenario s = load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/terapipe/setting-" +
+                               std::to_string(setting) + "-gpipe.yaml");
+    const MaxBatch mb = max_batch_gpipe(s);
+    EXPECT_GE(mb.per_replica, s.parallel.global_batch / s.parallel.dp);
+    EXPECT_EQ(mb.global, mb.per_replica * s.parallel.dp);
+    s.training.flash_attention = true;
+    EXPECT_GT(max_batch_gpipe(s).per_replica, mb.per_replica);
   }
 }
 

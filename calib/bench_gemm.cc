@@ -1,0 +1,46 @@
+// GEMMs at the shapes one layer and the LM head issue (spec/calibration.md 5.4), forward orientation, on the CPU
+// with Eigen (the CPU reference kernels' GEMM) in the backend's precision.
+#include <Eigen/Dense>
+#include <algorithm>
+#include <array>
+
+#include "calib/benches.h"
+
+namespace pipescope::calib {
+namespace {
+
+template <class T>
+double time_gemm(int m, int k, int n, const TimingPolicy& p) {
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Mat a = Mat::Random(m, k), b = Mat::Random(k, n);
+  Mat c(m, n);
+  auto timer = steady_timer({});
+  return time_calls([&] { c.noalias() = a * b; }, *timer, p).median_s;
+}
+
+}  // namespace
+
+std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs) {
+  if (backend != "cpu-f64" && backend != "cpu-f32") return {};
+  const auto& s = cfg.shape;
+  const int h = s.layer.hidden, f = s.layer.ffn, V = s.vocab;
+  std::vector<int> tokens;
+  for (int b : bs)
+    for (int l = 16; l <= s.max_seq; l *= 2) tokens.push_back(b * l);
+  std::sort(tokens.begin(), tokens.end());
+  tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+  std::vector<std::array<int, 3>> shapes;  // (M, K, N)
+  for (int T : tokens)
+    for (auto kn : {std::array<int, 2>{h, 3 * h}, {h, h}, {h, f}, {f, h}, {h, V}}) shapes.push_back({T, kn[0], kn[1]});
+  Progress prog("GEMM", static_cast<int>(shapes.size()), cfg.progress);
+  std::vector<GemmPoint> out;
+  const std::string dt = backend == "cpu-f64" ? "fp64" : "fp32";
+  for (const auto& [m, k, n] : shapes) {
+    const double t = dt == "fp64" ? time_gemm<double>(m, k, n, cfg.policy) : time_gemm<float>(m, k, n, cfg.policy);
+    out.push_back(GemmPoint{m, n, k, dt, t});
+    prog.step(std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n));
+  }
+  return out;
+}
+
+}  // namespace pipescope::calib

@@ -1,0 +1,38 @@
+#pragma once
+// The compute benchmarks of `pipescope calibrate`, one file each (bench_*.cc), all on a kernels/ Backend
+// (so the CPU reference and CUDA run the same code path the validation runtime runs) and the shared driver.
+
+#include <string>
+#include <vector>
+
+#include "calib/driver.h"
+#include "core/profile.h"
+#include "kernels/backend.h"
+
+namespace pipescope::calib {
+
+struct ComputeConfig {
+  kernels::ModelShape shape;  // hidden, heads, ffn, vocab, max_seq = longest slice + context
+  int grain = 8;              // t(l, 0) for l = grain, 2 grain, ..., max_seq
+  int context_steps = 8;      // (l, c) grid in steps of max_seq / context_steps (TeraPipe: 16)
+  TimingPolicy policy;
+  bool progress = true;
+};
+
+// t(l, 0) for every l on the grain grid and t(l, c) on the context grid, forward and backward, for micro-batch
+// size b, with the context fits; the shape keys (hidden ... dtype) filled in.
+LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b);
+// Embedding (first stage) and final LayerNorm + LM head + loss (last stage) on l tokens, forward and backward,
+// on the same l grid as the layer table (added to `t`).
+void bench_ends(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b, LayerTable& t);
+// Adam step time per parameter (on one layer's parameters).
+double bench_optimizer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg);
+// Time of the smallest operation the backend runs (an Adam step of a 16-wide layer): the per-kernel fixed cost.
+double bench_launch(kernels::Backend& be, Timer& timer, const TimingPolicy& p);
+// GEMMs at the model's layer shapes (QKV, output projection, MLP up and down, logits) for token counts
+// b * l, l a power of two up to max_seq; CPU backends only (Eigen, the kernels' own GEMM), empty otherwise.
+std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs);
+// Host memory bandwidth (bytes read + written per second) of a large copy.
+double bench_host_bandwidth(const TimingPolicy& p);
+
+}  // namespace pipescope::calib

@@ -1,0 +1,156 @@
+#include "calib/calibrate.h"
+
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+#include "calib/fit.h"
+#include "calib/links.h"
+#include "calib/provenance.h"
+#include "core/presets.h"
+
+namespace pipescope::calib {
+namespace {
+
+std::unique_ptr<kernels::Backend> backend_of(const std::string& name) {
+  if (name == "cpu-f64") return kernels::make_cpu_backend(kernels::DType::kF64);
+  if (name == "cpu-f32") return kernels::make_cpu_backend(kernels::DType::kF32);
+  if (name == "cuda-bf16") return kernels::make_cuda_backend(kernels::DType::kBF16);
+  if (name == "cuda-f16") return kernels::make_cuda_backend(kernels::DType::kF16);
+  throw std::invalid_argument("--backend: unknown backend '" + name + "' (cpu-f64, cpu-f32, cuda-bf16, cuda-f16)");
+}
+
+// The public peak specs of a GPU, from --device-preset or its name.
+DeviceSpec gpu_device(const std::string& preset, const std::string& gpu_name) {
+  std::string p = preset;
+  if (p.empty()) {
+    for (const auto& [key, name] : {std::pair<const char*, const char*>{"H100", "H100-SXM"},
+                                    {"A100", "A100-SXM4-80GB"},
+                                    {"V100", "V100-SXM2-16GB"}})
+      if (gpu_name.find(key) != std::string::npos) p = name;
+  }
+  if (p.empty())
+    throw std::invalid_argument("no peak specification known for '" + gpu_name +
+                                "': give --device-preset (one of the cluster.device presets)");
+  auto d = device_preset(p);
+  if (!d) throw std::invalid_argument("--device-preset: unknown device preset '" + p + "'");
+  return *d;
+}
+
+std::string pct(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f%%", 100 * x);
+  return b;
+}
+
+}  // namespace
+
+DeviceProfile calibrate(const CalibrateOptions& o) {
+  const bool cpu = o.backend.rfind("cpu-", 0) == 0;
+  auto be = backend_of(o.backend);
+  const ComputeConfig& cfg = o.compute;
+  cfg.shape.validate();
+  if (cfg.grain < 1 || cfg.shape.max_seq % cfg.grain != 0)
+    throw std::invalid_argument("--grain " + std::to_string(cfg.grain) + " must divide the sequence length " +
+                                std::to_string(cfg.shape.max_seq));
+  DeviceProfile p;
+  p.kind = "measured";
+  p.provenance = base_provenance(o.command);
+  p.provenance["backend"] = be->name();
+  p.provenance["statistics"] = cfg.policy.describe();
+  p.provenance["timer"] = cpu ? "steady clock" : "steady clock around device-synchronised calls";
+  auto timer = steady_timer([&] { be->synchronize(); });
+
+  for (int b : o.micro_batches) {
+    if (b < 1) throw std::invalid_argument("--micro-batch: sizes must be >= 1");
+    LayerTable t = bench_layer(*be, *timer, cfg, b);
+    bench_ends(*be, *timer, cfg, b, t);
+    p.layers.push_back(std::move(t));
+  }
+  p.optimizer_s_per_param = bench_optimizer(*be, *timer, cfg);
+  const double launch_s = bench_launch(*be, *timer, cfg.policy);
+
+  if (cpu) {
+    DeviceSpec& d = p.device;
+    d.name = cpu_model() + " (" + o.backend + ")";
+    double rate = 0, half = 0;
+    if (o.gemm) {
+      p.gemms = bench_gemm(o.backend, cfg, o.micro_batches);
+      const GemmFit g = fit_gemm(p.gemms);
+      rate = g.rate_flops;
+      half = g.half_sat_flops;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "t = (F + %.4g FLOP) / %.4g GFLOP/s, held-out error %s", half, rate / 1e9,
+                    pct(g.holdout_rel_err).c_str());
+      p.provenance["gemm_fit"] = buf;
+    } else {
+      throw std::invalid_argument("--no-gemm: a CPU profile needs the GEMM fit for its device section");
+    }
+    // The CPU has one GEMM rate per precision; the measured one stands for every dtype key (the scenario's
+    // training.dtype picks which is used), and the fitted asymptotic rate is the "peak" (efficiency 1).
+    d.peak_flops_fp16 = d.peak_flops_bf16 = d.peak_flops_fp32 = d.peak_flops_fp64 = rate;
+    p.provenance["peaks"] = "every peak_tflops_* is the fitted " + o.backend + " GEMM rate";
+    d.gemm_efficiency = 1.0;
+    d.gemm_half_sat_flops = half;
+    d.memory_bytes = physical_memory_bytes();
+    d.hbm_bw_Bps = bench_host_bandwidth(cfg.policy);
+    d.memory_efficiency = 1.0;
+    d.kernel_launch_s = launch_s;
+  } else {
+    p.device = gpu_device(o.device_preset, be->name());
+    p.device.kernel_launch_s = launch_s;
+    p.provenance["peaks"] = "public peak specs of " + p.device.name + " (core/presets.cc)";
+  }
+  p.name = o.backend + " " + p.provenance["host"];
+
+  if (!o.link_results.empty()) {
+    const LinkRun run = read_link_results(o.link_results);
+    fit_links(run, o.link_class, p);
+    p.provenance["link_library"] = run.library;
+  }
+  p.source = "<calibration>";
+  check_profile(p);
+  return p;
+}
+
+std::string fit_report(const DeviceProfile& p) {
+  std::ostringstream os;
+  os << "profile: " << p.name << " (" << p.device.name << ")\n";
+  if (auto it = p.provenance.find("gemm_fit"); it != p.provenance.end()) os << "  GEMM fit: " << it->second << "\n";
+  for (const auto& t : p.layers) {
+    os << "  layer h=" << t.hidden << " heads=" << t.heads << " ffn=" << t.ffn << " b=" << t.micro_batch << " "
+       << t.dtype << ": t(l, 0) for " << t.slices.size() << " lengths " << t.slices.front().l << ".."
+       << t.slices.back().l;
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "; forward %.3f..%.3f ms, backward %.3f..%.3f ms\n",
+                  t.slices.front().fwd.median_s * 1e3, t.slices.back().fwd.median_s * 1e3,
+                  t.slices.front().bwd.median_s * 1e3, t.slices.back().bwd.median_s * 1e3);
+    os << buf;
+    if (!t.context_grid.empty()) {
+      for (const auto* f : {&t.ctx_fwd, &t.ctx_bwd}) {
+        std::snprintf(buf, sizeof buf,
+                      "    context fit %s: a2 = %.4g us/token, a3 = %.4g us/token^2, held-out error %s (%d train, %d "
+                      "test points)\n",
+                      f == &t.ctx_fwd ? "forward " : "backward", f->a2 * 1e6, f->a3 * 1e6,
+                      pct(f->holdout_rel_err).c_str(), f->train_points, f->test_points);
+        os << buf;
+      }
+    }
+  }
+  if (p.optimizer_s_per_param > 0) os << "  Adam: " << p.optimizer_s_per_param * 1e9 << " ns per parameter\n";
+  for (const auto& [cls, l] : p.links) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "  link %s: latency %.2f us, %.3f GB/s, held-out error %s\n", cls.c_str(),
+                  l.latency_s * 1e6, l.bw_Bps / 1e9, pct(l.holdout_rel_err).c_str());
+    os << buf;
+  }
+  for (const auto& c : p.collectives) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "  %-13s n=%d %s: alpha %.2f us, busbw %.3f GB/s, held-out error %s\n", c.op.c_str(),
+                  c.ranks, c.link_class.c_str(), c.alpha_s * 1e6, c.busbw_Bps / 1e9, pct(c.holdout_rel_err).c_str());
+    os << buf;
+  }
+  return os.str();
+}
+
+}  // namespace pipescope::calib

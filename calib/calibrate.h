@@ -1,0 +1,29 @@
+#pragma once
+// `pipescope calibrate`: runs the compute benchmarks on a kernels/ backend, fits them, adds the link fits from a
+// pipescope-linkbench run, and assembles a DeviceProfile with its provenance.
+
+#include <string>
+#include <vector>
+
+#include "calib/benches.h"
+#include "core/profile.h"
+
+namespace pipescope::calib {
+
+struct CalibrateOptions {
+  std::string backend = "cpu-f64";  // cpu-f64 | cpu-f32 | cuda-bf16 | cuda-f16
+  ComputeConfig compute;
+  std::vector<int> micro_batches{1};
+  bool gemm = true;
+  std::string device_preset;         // CUDA: the peak specs (core/presets.h); default: from the GPU's name
+  std::string link_results;          // pipescope-linkbench JSON; empty = no link section
+  std::string link_class = "intra";  // intra | inter
+  std::string command;               // the exact command line, for the provenance
+};
+
+DeviceProfile calibrate(const CalibrateOptions& o);
+
+// Human-readable fit report (stdout of `pipescope calibrate`).
+std::string fit_report(const DeviceProfile& p);
+
+}  // namespace pipescope::calib

@@ -1,0 +1,187 @@
+// pipescope-linkbench: the link benchmarks over MPI (CPU ranks), nccl-tests flags and output columns.
+//   mpirun -n 2 pipescope-linkbench -b 8 -e 64M -f 2 -n 20 -w 5 [-o sendrecv,allreduce,...] [--out FILE.json]
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "calib/driver.h"
+#include "calib/links.h"
+
+namespace pipescope::calib {
+namespace {
+
+#define MPI_CHECK(call)                                                                     \
+  do {                                                                                      \
+    const int rc_ = (call);                                                                 \
+    if (rc_ != MPI_SUCCESS) {                                                               \
+      char msg_[MPI_MAX_ERROR_STRING];                                                      \
+      int len_ = 0;                                                                         \
+      MPI_Error_string(rc_, msg_, &len_);                                                   \
+      throw std::runtime_error(std::string(#call) + " failed: " + std::string(msg_, len_)); \
+    }                                                                                       \
+  } while (0)
+
+LinkOptions parse(int argc, char** argv) {
+  LinkOptions o;
+  for (int i = 1; i < argc; i++) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + ": missing value");
+      return argv[++i];
+    };
+    auto integer = [&](const std::string& v) {
+      std::size_t used = 0;
+      int x = 0;
+      try {
+        x = std::stoi(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != v.size() || x < 0) throw std::invalid_argument(a + ": '" + v + "' is not a non-negative integer");
+      return x;
+    };
+    if (a == "-b" || a == "--minbytes")
+      o.min_bytes = parse_size(value());
+    else if (a == "-e" || a == "--maxbytes")
+      o.max_bytes = parse_size(value());
+    else if (a == "-f" || a == "--stepfactor") {
+      const std::string v = value();
+      o.factor = std::stod(v);
+      if (!(o.factor > 1)) throw std::invalid_argument("-f: step factor must be > 1, got " + v);
+    } else if (a == "-n" || a == "--iters") {
+      o.iters = integer(value());
+      if (o.iters < 1) throw std::invalid_argument("-n: must be >= 1");
+    } else if (a == "-w" || a == "--warmup_iters")
+      o.warmup = integer(value());
+    else if (a == "-o" || a == "--ops") {
+      o.ops.clear();
+      std::string v = value(), t;
+      for (std::size_t p = 0; p <= v.size(); p++) {
+        if (p == v.size() || v[p] == ',') {
+          if (!known_link_op(t)) throw std::invalid_argument("-o: unknown operation '" + t + "'");
+          o.ops.push_back(t);
+          t.clear();
+        } else
+          t += v[p];
+      }
+    } else if (a == "--out")
+      o.out = value();
+    else
+      throw std::invalid_argument("unknown option '" + a + "' (use -b -e -f -n -w -o --out)");
+  }
+  if (o.min_bytes > o.max_bytes) throw std::invalid_argument("-b must not exceed -e");
+  return o;
+}
+
+// One operation of `bytes` (nccl-tests' S) on float data.
+struct Op {
+  std::string name;
+  int n, rank;
+  std::vector<float> send, recv;
+  int count = 0;  // elements per rank-level call
+  Op(const std::string& op, int ranks, int r, double bytes) : name(op), n(ranks), rank(r) {
+    const auto elems = static_cast<std::size_t>(bytes / sizeof(float));
+    if (op == "allreduce" || op == "sendrecv") {
+      count = static_cast<int>(elems);
+      send.assign(elems, 1.0f);
+      recv.assign(elems, 0.0f);
+    } else {
+      // allgather / reducescatter: S is the total buffer; per-rank count rounded down to 16 bytes.
+      count = static_cast<int>(elems / n / 4 * 4);
+      send.assign(static_cast<std::size_t>(op == "allgather" ? count : count * n), 1.0f);
+      recv.assign(static_cast<std::size_t>(op == "allgather" ? count * n : count), 0.0f);
+    }
+  }
+  bool empty() const { return count == 0; }
+  void run() {
+    if (name == "allreduce")
+      MPI_CHECK(MPI_Allreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    else if (name == "allgather")
+      MPI_CHECK(MPI_Allgather(send.data(), count, MPI_FLOAT, recv.data(), count, MPI_FLOAT, MPI_COMM_WORLD));
+    else if (name == "reducescatter")
+      MPI_CHECK(MPI_Reduce_scatter_block(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    else
+      MPI_CHECK(MPI_Sendrecv(send.data(), count, MPI_FLOAT, (rank + 1) % n, 7, recv.data(), count, MPI_FLOAT,
+                             (rank + n - 1) % n, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+  }
+  double real_bytes() const {  // S of what actually ran (after rounding)
+    if (name == "allreduce" || name == "sendrecv") return count * sizeof(float);
+    return static_cast<double>(count) * n * sizeof(float);
+  }
+};
+
+}  // namespace
+
+int link_bench_main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  try {
+    const LinkOptions o = parse(argc, argv);
+    if (n < 2) throw std::invalid_argument("needs at least 2 ranks (mpirun -n 2 ...)");
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(lib, &len);
+    std::string library(lib, len);
+    if (auto nl = library.find_first_of(",\n"); nl != std::string::npos) library.resize(nl);
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    nlohmann::json results = nlohmann::json::array();
+    if (rank == 0)
+      std::printf(
+          "# pipescope-linkbench: %d ranks, %s, warm-up %d, iters %d, float, sum\n#\n%-14s %12s %12s %10s "
+          "%10s %10s\n",
+          n, library.c_str(), o.warmup, o.iters, "# op", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+    for (const std::string& name : o.ops) {
+      for (double bytes = o.min_bytes; bytes <= o.max_bytes;
+           bytes = std::max(bytes + 1, std::floor(bytes * o.factor))) {
+        Op op(name, n, rank, bytes);
+        if (op.empty()) continue;
+        for (int i = 0; i < o.warmup; i++) op.run();
+        MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+        const double t0 = MPI_Wtime();
+        for (int i = 0; i < o.iters; i++) op.run();
+        const double local = (MPI_Wtime() - t0) / o.iters;
+        double sum = 0;
+        MPI_CHECK(MPI_Allreduce(&local, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+        const double t = sum / n;  // nccl-tests -a 1: mean over ranks
+        const double s = op.real_bytes();
+        const double alg = s / t, bus = alg * bus_factor(name, n);
+        if (rank == 0) {
+          std::printf("%-14s %12.0f %12d %10.2f %10.3f %10.3f\n", name.c_str(), s, op.count, t * 1e6, alg / 1e9,
+                      bus / 1e9);
+          results.push_back({{"op", name},
+                             {"ranks", n},
+                             {"bytes", s},
+                             {"count", op.count},
+                             {"time_us", t * 1e6},
+                             {"algbw_GBps", alg / 1e9},
+                             {"busbw_GBps", bus / 1e9}});
+        }
+      }
+    }
+    if (rank == 0 && !o.out.empty()) {
+      std::ofstream f(o.out);
+      f << nlohmann::json{{"library", library}, {"host", host}, {"ranks", n}, {"results", results}}.dump(1) << "\n";
+      if (!f) throw std::runtime_error(o.out + ": cannot write results");
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pipescope-linkbench: rank %d: error: %s\n", rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+  MPI_Finalize();
+  return 0;
+}
+
+}  // namespace pipescope::calib

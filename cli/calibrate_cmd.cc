@@ -1,0 +1,154 @@
+// `pipescope calibrate --backend cpu-f64|cpu-f32|cuda-bf16|cuda-f16 --out FILE [SCENARIO] [shape flags] [links]`
+// Times the layer / embedding / head / Adam / GEMM kernels of the scenario's model shape on this machine (calib/),
+// runs the link benchmarks as an MPI job (pipescope-linkbench, nccl-tests flags -b -e -f -n -w), fits them and
+// writes a device profile that `simulate --profile FILE` (or `calibration: FILE` in a scenario) reads.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "calib/calibrate.h"
+#include "calib/links.h"
+#include "cli/commands.h"
+#include "cli/fork_run.h"
+#include "core/profile.h"
+#include "core/scenario.h"
+
+namespace pipescope::cli {
+namespace {
+
+struct CalibrateCli {
+  std::string scenario, backend = "cpu-f64", out, device_preset;
+  int hidden = 0, heads = 0, ffn = 0, seq_len = 0, vocab = 0;
+  std::vector<int> micro_batches;
+  int grain = 8, context_steps = 8;
+  bool quick = false, no_links = false, no_progress = false;
+  int link_ranks = 2;
+  std::string launcher = "mpirun --oversubscribe", link_class = "intra";
+  std::string min_bytes = "8", max_bytes = "32M", step_factor = "2";
+  int iters = 20, warmup = 5;
+};
+
+std::string command_line() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()), out;
+  for (char c : all) out += c == '\0' ? ' ' : c;
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+int run(const CalibrateCli& c) {
+  if (c.out.empty()) throw InputError("--out: required (the profile file to write)");
+  const Scenario s = c.scenario.empty() ? default_scenario() : load_scenario(c.scenario);
+  calib::CalibrateOptions o;
+  o.backend = c.backend;
+  o.device_preset = c.device_preset;
+  o.link_class = c.link_class;
+  o.command = command_line();
+  auto& sh = o.compute.shape;
+  sh.layer.hidden = c.hidden ? c.hidden : s.model.hidden;
+  sh.layer.heads = c.heads ? c.heads : s.model.heads;
+  sh.layer.ffn = c.ffn ? c.ffn : (c.hidden ? 4 * c.hidden : s.model.ffn_hidden);
+  sh.vocab = c.vocab ? c.vocab : s.model.vocab;
+  sh.max_seq = c.seq_len ? c.seq_len : s.model.seq_len;
+  try {
+    sh.validate();
+  } catch (const std::exception& e) {
+    throw InputError(std::string("model shape: ") + e.what());
+  }
+  o.compute.grain = c.grain;
+  o.compute.context_steps = c.context_steps;
+  o.compute.progress = !c.no_progress;
+  if (c.quick) {
+    o.compute.policy.warmup_calls = 2;
+    o.compute.policy.warmup_s = 0.005;
+    o.compute.policy.min_samples = 5;
+    o.compute.policy.min_time_s = 0.02;
+  }
+  o.micro_batches = c.micro_batches.empty() ? std::vector<int>{s.parallel.micro_batch_size} : c.micro_batches;
+  if (c.link_class != "intra" && c.link_class != "inter") throw InputError("--link-class: intra or inter");
+
+  std::unique_ptr<TempDir> dir;
+  if (!c.no_links) {
+    if (c.link_ranks < 2) throw InputError("--link-ranks: at least 2");
+    for (const auto* v : {&c.min_bytes, &c.max_bytes}) {
+      try {
+        calib::parse_size(*v);
+      } catch (const std::invalid_argument& e) {
+        throw InputError(std::string(v == &c.min_bytes ? "-b" : "-e") + ": " + e.what());
+      }
+    }
+    dir = std::make_unique<TempDir>("pipescope-calibrate");
+    o.link_results = dir->path + "/links.json";
+    std::vector<std::string> argv = launcher_argv(c.launcher);
+    if (argv.empty()) throw InputError("--launcher: empty command");
+    const std::string exe = sibling_exe("pipescope-linkbench");
+    if (access(exe.c_str(), X_OK) != 0) throw InputError(exe + ": not an executable (build pipescope-linkbench)");
+    argv.insert(argv.end(),
+                {"-n", std::to_string(c.link_ranks), exe, "-b", c.min_bytes, "-e", c.max_bytes, "-f", c.step_factor,
+                 "-n", std::to_string(c.iters), "-w", std::to_string(c.warmup), "--out", o.link_results});
+    std::fprintf(stderr, "calibrate: link benchmarks, %d ranks (%s)\n", c.link_ranks, c.launcher.c_str());
+    const int rc = launch(argv);
+    if (rc != 0)
+      throw std::runtime_error("the link benchmark job failed (exit " + std::to_string(rc) +
+                               "); see its messages above, or pass --no-links");
+  }
+  std::fprintf(stderr, "calibrate: compute benchmarks on %s, h=%d heads=%d ffn=%d vocab=%d, l up to %d\n",
+               c.backend.c_str(), sh.layer.hidden, sh.layer.heads, sh.layer.ffn, sh.vocab, sh.max_seq);
+  DeviceProfile p = calib::calibrate(o);
+  p.source = c.out;
+  std::ostringstream text;
+  write_profile(p, text);
+  parse_profile(text.str(), c.out);  // what we write must read back
+  std::ofstream f(c.out, std::ios::binary);
+  if (!f) throw InputError("--out " + c.out + ": cannot write");
+  f << text.str();
+  f.close();
+  if (!f) throw InputError("--out " + c.out + ": write failed");
+  std::printf("%s", calib::fit_report(p).c_str());
+  std::printf("wrote %s\n", c.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command add_calibrate(CLI::App& app) {
+  auto o = std::make_shared<CalibrateCli>();
+  CLI::App* sub =
+      app.add_subcommand("calibrate", "Measure this machine's kernels and links and write a device profile");
+  sub->add_option("scenario", o->scenario, "Scenario whose model shape to measure (default: the built-in default)");
+  sub->add_option("--backend", o->backend, "cpu-f64 | cpu-f32 | cuda-bf16 | cuda-f16")->capture_default_str();
+  sub->add_option("--out", o->out, "Profile file to write (YAML)")->required();
+  sub->add_option("--hidden", o->hidden, "Override the model's hidden size");
+  sub->add_option("--heads", o->heads, "Override the number of attention heads");
+  sub->add_option("--ffn", o->ffn, "Override the MLP width (default 4 x hidden when --hidden is given)");
+  sub->add_option("--seq-len", o->seq_len, "Override the sequence length (longest slice + context measured)");
+  sub->add_option("--vocab", o->vocab, "Override the vocabulary size");
+  sub->add_option("--micro-batch", o->micro_batches, "Micro-batch sizes to measure (default: the scenario's)")
+      ->delimiter(',');
+  sub->add_option("--grain", o->grain, "Slice-length grid step in tokens")->capture_default_str();
+  sub->add_option("--context-steps", o->context_steps, "Context grid: steps of seq_len / N for (l, c)")
+      ->capture_default_str();
+  sub->add_flag("--quick", o->quick, "Fewer samples per point (CI, smoke tests)");
+  sub->add_option("--device-preset", o->device_preset, "GPU peak specs to record (default: from the GPU's name)");
+  sub->add_flag("--no-links", o->no_links, "Skip the link benchmarks");
+  sub->add_option("--link-ranks", o->link_ranks, "Ranks of the link benchmark job")->capture_default_str();
+  sub->add_option("--link-class", o->link_class, "What the link job's ranks span: intra (one node) | inter")
+      ->capture_default_str();
+  sub->add_option("--launcher", o->launcher, "MPI launcher for the link job")->capture_default_str();
+  sub->add_option("-b,--minbytes", o->min_bytes, "Link sweep: smallest size (nccl-tests -b)")->capture_default_str();
+  sub->add_option("-e,--maxbytes", o->max_bytes, "Link sweep: largest size (nccl-tests -e)")->capture_default_str();
+  sub->add_option("-f,--stepfactor", o->step_factor, "Link sweep: size factor (nccl-tests -f)")->capture_default_str();
+  sub->add_option("-n,--iters", o->iters, "Link sweep: timed operations per size (nccl-tests -n)")
+      ->capture_default_str();
+  sub->add_option("-w,--warmup_iters", o->warmup, "Link sweep: warm-up operations per size (nccl-tests -w)")
+      ->capture_default_str();
+  sub->add_flag("--no-progress", o->no_progress, "No progress lines on stderr");
+  return {sub, [o] { return run(*o); }};
+}
+
+}  // namespace pipescope::cli

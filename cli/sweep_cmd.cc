@@ -1,0 +1,338 @@
+// `pipescope sweep [SCENARIO] --vary key=v1,v2,... [--vary ...] [--out FILE.csv]`
+// Simulates the cartesian product of the varied scenario keys (YAML paths such as schedule.seq_slices,
+// parallel.micro_batch_size, schedule.kind; the first --vary is the outermost loop) and writes one CSV row per
+// run. Every variant is built and validated before anything runs, so a bad key or value stops the sweep with
+// the scenario loader's file:line:column: key message (exit 1). Each run is simulated in a forked child
+// (SimGrid: one Engine per process); a run that fails (checker, deadlock) gets its message in the `error`
+// column and the sweep exits 2 after the last row. Progress goes to stderr, one line per run.
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/fork_run.h"
+#include "core/pipeline.h"
+#include "core/scenario.h"
+#include "sim/engine.h"
+#include "sim/report.h"
+
+namespace pipescope::cli {
+namespace {
+
+struct SweepOptions {
+  std::string scenario;
+  std::vector<std::string> vary;
+  std::string out, collectives;
+};
+
+struct Axis {
+  std::string key;                  // "schedule.seq_slices"
+  std::vector<std::string> path;    // {"schedule", "seq_slices"}
+  std::vector<std::string> values;  // YAML text of each value
+};
+
+// Splits on commas outside [...] and {...}, so a flow sequence can be one value: slice_tokens=[8,8],[4,12].
+std::vector<std::string> split_values(const std::string& s, const std::string& what) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  for (char c : s) {
+    if (c == '[' || c == '{') depth++;
+    if (c == ']' || c == '}') depth--;
+    if (depth < 0) throw InputError("--vary " + what + ": unbalanced brackets");
+    if (c == ',' && depth == 0) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (depth != 0) throw InputError("--vary " + what + ": unbalanced brackets");
+  out.push_back(cur);
+  for (auto& v : out) {
+    const auto b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");
+    v = b == std::string::npos ? "" : v.substr(b, e - b + 1);
+    if (v.empty()) throw InputError("--vary " + what + ": empty value (expected key=v1,v2,...)");
+  }
+  return out;
+}
+
+Axis parse_axis(const std::string& arg) {
+  const auto eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw InputError("--vary " + arg + ": expected key=v1,v2,... with key a scenario path such as schedule.seq_slices");
+  Axis a;
+  a.key = arg.substr(0, eq);
+  std::string seg;
+  for (char c : a.key + ".") {
+    if (c == '.') {
+      if (seg.empty()) throw InputError("--vary " + arg + ": malformed key '" + a.key + "'");
+      a.path.push_back(seg);
+      seg.clear();
+    } else if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') {
+      seg += c;
+    } else {
+      throw InputError("--vary " + arg + ": malformed key '" + a.key + "' (letters, digits, '_' and '.' only)");
+    }
+  }
+  a.values = split_values(arg.substr(eq + 1), a.key);
+  return a;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw ScenarioError(path + ": cannot open scenario file");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The node at `path` in the original document, or an undefined node.
+YAML::Node find(const YAML::Node& root, const std::vector<std::string>& path) {
+  YAML::Node cur = root;
+  for (const auto& seg : path) {
+    if (!cur.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    YAML::Node next = cur[seg];
+    if (!next.IsDefined()) return next;
+    cur.reset(next);
+  }
+  return cur;
+}
+
+struct Variant {
+  Scenario scenario;
+  std::vector<std::string> values;  // one per axis
+  std::string text;                 // "schedule.seq_slices=4 parallel.micro_batch_size=2"
+};
+
+// The base document with one value per axis set (missing mappings are created; the loader rejects unknown keys).
+Variant make_variant(const std::string& source, const std::string& base_text, const std::vector<Axis>& axes,
+                     const std::vector<std::size_t>& pick) {
+  YAML::Node root = YAML::Load(base_text);  // the base text parsed once already: no syntax errors here
+  const YAML::Node original = YAML::Load(base_text);
+  Variant v;
+  for (std::size_t a = 0; a < axes.size(); a++) {
+    const Axis& ax = axes[a];
+    const std::string& value = ax.values[pick[a]];
+    v.values.push_back(value);
+    v.text += (v.text.empty() ? "" : " ") + ax.key + "=" + value;
+    YAML::Node cur = root;
+    for (std::size_t i = 0; i + 1 < ax.path.size(); i++) {
+      YAML::Node next = cur[ax.path[i]];
+      if (next.IsDefined() && !next.IsMap()) {
+        std::string at;
+        for (std::size_t j = 0; j <= i; j++) at += (j ? "." : "") + ax.path[j];
+        throw ScenarioError(source + ": --vary " + ax.key + ": " + at + " is not a mapping");
+      }
+      if (!next.IsDefined()) cur[ax.path[i]] = YAML::Node(YAML::NodeType::Map);
+      YAML::Node n = cur[ax.path[i]];
+      cur.reset(n);
+    }
+    YAML::Node val;
+    try {
+      val = YAML::Load(value);
+    } catch (const YAML::Exception& e) {
+      throw ScenarioError(source + ": --vary " + ax.key + "=" + value + ": not a YAML value: " + e.msg);
+    }
+    cur[ax.path.back()] = val;
+  }
+  YAML::Emitter out;
+  out << root;
+  const std::string tag = source + " [" + v.text + "]";
+  try {
+    v.scenario = parse_scenario(out.c_str(), tag);
+  } catch (const ScenarioError& e) {
+    // Messages read "<tag>:L:C: key: message" with L:C in the rewritten text: point at the key in the original
+    // file when it is written there, else name the file alone.
+    std::string msg = e.what();
+    if (msg.rfind(tag, 0) == 0) {
+      msg = msg.substr(tag.size());
+      if (!msg.empty() && msg[0] == ':') {
+        const auto sp = msg.find(": ");
+        msg = sp == std::string::npos ? msg.substr(1) : msg.substr(sp + 2);
+      }
+    }
+    std::string where = source;
+    const auto colon = msg.find(": ");
+    if (colon != std::string::npos) {
+      std::vector<std::string> path;
+      std::stringstream ks(msg.substr(0, colon));
+      for (std::string seg; std::getline(ks, seg, '.');) path.push_back(seg);
+      const YAML::Node n = find(original, path);
+      if (n.IsDefined() && n.Mark().line >= 0)
+        where += ":" + std::to_string(n.Mark().line + 1) + ":" + std::to_string(n.Mark().column + 1);
+    }
+    throw ScenarioError(where + ": " + msg + " (with --vary " + v.text + ")");
+  }
+  v.scenario.source = source;
+  // As load_scenario does: a relative profile path is relative to the scenario file.
+  if (!v.scenario.sim.profile.empty() && v.scenario.sim.profile[0] != '/') {
+    const auto slash = source.find_last_of('/');
+    if (slash != std::string::npos) v.scenario.sim.profile = source.substr(0, slash + 1) + v.scenario.sim.profile;
+  }
+  return v;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string num(double x) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.9g", x);
+  return b;
+}
+
+constexpr const char* kResultColumns =
+    "scenario,schedule,gpus,dp,pp,tp,v,m,micro_batch_size,global_batch,seq_len,slices,slice_tokens,iteration_s,"
+    "pipeline_end_s,bubble_idle_fraction,bubble_ratio,tflops_per_gpu,model_tflops_per_gpu,tokens_per_s,"
+    "peak_memory_GB,oom";
+constexpr int kResultFields = 22;
+
+// Runs in the child: the iteration time, a newline, then the result columns, comma-joined and CSV-quoted.
+std::string simulate_row(const Scenario& s, const std::string& collectives) {
+  auto prep = prepare(s);
+  CheckedSchedule cs = check(prep->lowered, prep->placement);
+  sim::EngineOptions eo;
+  eo.collectives = collectives.empty() ? s.sim.collectives : collectives;
+  const sim::SimResult r = sim::simulate(s.cluster, cs, eo);
+  const sim::Report rep = sim::make_report(s, cs, r);
+  const Schedule& sch = prep->schedule;
+  int slices = 0;
+  for (int mb = 0; mb < sch.m; mb++) slices = std::max(slices, sch.slices(mb));
+  std::string tokens;  // micro-batch 0's slice lengths, first slice first
+  if (!sch.microbatches.empty()) {
+    const auto& sb = sch.microbatches[0].slice_begin;
+    for (std::size_t i = 0; i < sb.size(); i++)
+      tokens += (i ? " " : "") + std::to_string((i + 1 < sb.size() ? sb[i + 1] : sch.seq_len) - sb[i]);
+  }
+  double peak = 0;
+  bool oom = false;
+  for (const auto& rm : rep.memory.ranks) peak = std::max(peak, rm.peak_bytes), oom = oom || rm.oom;
+  const double tokens_per_s = static_cast<double>(s.parallel.global_batch) * s.model.seq_len / rep.iteration_s;
+  const std::vector<std::string> f = {csv_field(rep.scenario),
+                                      csv_field(rep.schedule),
+                                      std::to_string(rep.gpus),
+                                      std::to_string(rep.dp),
+                                      std::to_string(rep.pp),
+                                      std::to_string(rep.tp),
+                                      std::to_string(rep.v),
+                                      std::to_string(rep.m),
+                                      std::to_string(s.parallel.micro_batch_size),
+                                      std::to_string(s.parallel.global_batch),
+                                      std::to_string(s.model.seq_len),
+                                      std::to_string(slices),
+                                      csv_field(tokens),
+                                      num(rep.iteration_s),
+                                      num(rep.pipeline_end_s),
+                                      num(rep.bubble_idle_fraction),
+                                      num(rep.bubble_ratio),
+                                      num(rep.tflops_per_gpu),
+                                      num(rep.model_tflops_per_gpu),
+                                      num(tokens_per_s),
+                                      num(peak / 1e9),
+                                      oom ? "1" : "0"};
+  std::string row;
+  for (const auto& x : f) row += (row.empty() ? "" : ",") + x;
+  return num(rep.iteration_s) + "\n" + row;
+}
+
+int run_sweep(const SweepOptions& o) {
+  std::vector<Axis> axes;
+  for (const auto& arg : o.vary) {
+    axes.push_back(parse_axis(arg));
+    for (std::size_t i = 0; i + 1 < axes.size(); i++)
+      if (axes[i].key == axes.back().key) throw InputError("--vary " + axes.back().key + ": given twice");
+  }
+  if (axes.empty()) throw InputError("sweep: give at least one --vary key=v1,v2,...");
+
+  const std::string source = o.scenario.empty() ? "<builtin>" : o.scenario;
+  const std::string base_text = o.scenario.empty() ? default_scenario_yaml() : read_file(o.scenario);
+  if (o.scenario.empty())
+    default_scenario();
+  else
+    load_scenario(o.scenario);  // errors in the file itself, with its own positions
+
+  // Every variant first (cheap, no simulation): a bad key or value stops the sweep before anything runs.
+  std::vector<Variant> variants;
+  std::vector<std::size_t> pick(axes.size(), 0);
+  for (;;) {
+    variants.push_back(make_variant(source, base_text, axes, pick));
+    std::size_t a = axes.size();
+    while (a > 0 && ++pick[a - 1] == axes[a - 1].values.size()) pick[--a] = 0;
+    if (a == 0) break;
+  }
+
+  std::unique_ptr<std::ofstream> file;
+  if (!o.out.empty()) {
+    file = std::make_unique<std::ofstream>(o.out, std::ios::binary);
+    if (!*file) throw InputError("--out " + o.out + ": cannot open for writing");
+  }
+  std::ostream& os = file ? *file : std::cout;
+  for (const auto& ax : axes) os << csv_field(ax.key) << ',';
+  os << kResultColumns << ",error\n";
+  os.flush();
+
+  int failed = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < variants.size(); i++) {
+    const Variant& v = variants[i];
+    std::fprintf(stderr, "sweep [%zu/%zu] %s ...", i + 1, variants.size(), v.text.c_str());
+    std::fflush(stderr);
+    const auto r0 = std::chrono::steady_clock::now();
+    std::string row, error;
+    try {
+      row = run_in_child([&] { return simulate_row(v.scenario, o.collectives); });
+    } catch (const std::exception& e) {
+      error = e.what();
+      failed++;
+    }
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+    if (error.empty()) {
+      const auto nl = row.find('\n');
+      std::fprintf(stderr, " iteration %s s (%.1f s wall)\n", row.substr(0, nl).c_str(), wall);
+      row = row.substr(nl + 1);
+    } else {
+      std::fprintf(stderr, " FAILED (%.1f s wall): %s\n", wall, error.c_str());
+      row = std::string(kResultFields - 1, ',');
+    }
+    for (const auto& val : v.values) os << csv_field(val) << ',';
+    os << row << ',' << csv_field(error) << '\n';
+    os.flush();
+  }
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "sweep: %zu runs, %d failed, %.1f s%s%s\n", variants.size(), failed, total,
+               o.out.empty() ? "" : ", wrote ", o.out.c_str());
+  if (file && !file->flush()) throw InputError("--out " + o.out + ": write failed");
+  return failed ? kExitSchedule : 0;
+}
+
+}  // namespace
+
+Command add_sweep(CLI::App& app) {
+  auto o = std::make_shared<SweepOptions>();
+  auto* sub = app.add_subcommand("sweep", "Simulate every combination of varied scenario keys; one CSV row per run");
+  sub->add_option("scenario", o->scenario, "Scenario YAML file (default: the built-in default scenario)");
+  sub->add_option("--vary", o->vary,
+                  "key=v1,v2,... with key a scenario path (schedule.seq_slices, parallel.micro_batch_size, "
+                  "schedule.kind, ...); repeat for more keys (cartesian product)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_option("--out", o->out, "Write the CSV to this file (default: standard output)");
+  sub->add_option("--collectives", o->collectives, "Collective model: ring | aggregate | analytic | auto")
+      ->check(CLI::IsMember({"ring", "aggregate", "analytic", "auto"}));
+  return {sub, [o] { return run_sweep(*o); }};
+}
+
+}  // namespace pipescope::cli

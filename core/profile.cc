@@ -1,0 +1,560 @@
+#include "core/profile.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/scenario.h"
+#include "core/units.h"
+
+namespace pipescope {
+namespace {
+
+using namespace units;
+
+constexpr int kVersion = 1;
+
+// ---------------------------------------------------------------- reading
+
+std::string where(const std::string& src, const YAML::Node& n) {
+  const YAML::Mark m = n.Mark();
+  if (m.line < 0) return src;
+  return src + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+}
+
+[[noreturn]] void fail(const std::string& src, const YAML::Node& n, const std::string& key, const std::string& msg) {
+  throw ProfileError(where(src, n) + ": " + key + ": " + msg);
+}
+
+// A mapping with a known set of keys: unknown keys are errors (typos must not be ignored silently).
+class Map {
+ public:
+  Map(const std::string& src, const YAML::Node& n, const std::string& path, std::set<std::string> keys)
+      : src_(src), n_(n), path_(path) {
+    if (!n.IsMap()) fail(src, n, path, "expected a mapping");
+    for (const auto& kv : n) {
+      const std::string k = kv.first.as<std::string>();
+      if (!keys.count(k)) fail(src, kv.first, key(k), "unknown key");
+    }
+  }
+  std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+  bool has(const std::string& k) const { return static_cast<bool>(n_[k]); }
+  YAML::Node node(const std::string& k) const {
+    const YAML::Node c = n_[k];
+    if (!c) fail(src_, n_, key(k), "missing");
+    return c;
+  }
+  double num(const std::string& k, bool positive = false, std::optional<double> def = std::nullopt) const {
+    if (!has(k)) {
+      if (def) return *def;
+      fail(src_, n_, key(k), "missing");
+    }
+    return number(src_, node(k), key(k), positive);
+  }
+  int integer(const std::string& k, int min, std::optional<int> def = std::nullopt) const {
+    if (!has(k)) {
+      if (def) return *def;
+      fail(src_, n_, key(k), "missing");
+    }
+    const YAML::Node c = node(k);
+    int v = 0;
+    try {
+      v = c.as<int>();
+    } catch (const YAML::Exception&) {
+      fail(src_, c, key(k), "expected an integer, got '" + scalar(c) + "'");
+    }
+    if (v < min) fail(src_, c, key(k), "must be >= " + std::to_string(min) + ", got " + std::to_string(v));
+    return v;
+  }
+  std::string str(const std::string& k, std::optional<std::string> def = std::nullopt) const {
+    if (!has(k)) {
+      if (def) return *def;
+      fail(src_, n_, key(k), "missing");
+    }
+    const YAML::Node c = node(k);
+    if (!c.IsScalar()) fail(src_, c, key(k), "expected a string");
+    return c.as<std::string>();
+  }
+  static std::string scalar(const YAML::Node& c) { return c.IsScalar() ? c.Scalar() : "<not a scalar>"; }
+  static double number(const std::string& src, const YAML::Node& c, const std::string& key, bool positive) {
+    double v = 0;
+    if (!c.IsScalar()) fail(src, c, key, "expected a number");
+    try {
+      v = c.as<double>();
+    } catch (const YAML::Exception&) {
+      fail(src, c, key, "expected a number, got '" + c.Scalar() + "'");
+    }
+    if (!std::isfinite(v)) fail(src, c, key, "must be finite, got '" + c.Scalar() + "'");
+    if (positive && !(v > 0)) fail(src, c, key, "must be > 0, got " + c.Scalar());
+    if (!positive && v < 0) fail(src, c, key, "must be >= 0, got " + c.Scalar());
+    return v;
+  }
+
+ private:
+  std::string src_;
+  YAML::Node n_;
+  std::string path_;
+};
+
+YAML::Node seq(const std::string& src, const Map& m, const std::string& k) {
+  const YAML::Node n = m.node(k);
+  if (!n.IsSequence()) fail(src, n, m.key(k), "expected a list");
+  return n;
+}
+
+TimeStats read_stats(const std::string& src, const YAML::Node& n, const std::string& path) {
+  const Map m(src, n, path, {"median_us", "p10_us", "p90_us", "samples_us"});
+  TimeStats t;
+  t.median_s = m.num("median_us", true) * kUs;
+  t.p10_s = m.num("p10_us", false, t.median_s / kUs) * kUs;
+  t.p90_s = m.num("p90_us", false, t.median_s / kUs) * kUs;
+  if (m.has("samples_us")) {
+    const YAML::Node s = seq(src, m, "samples_us");
+    for (std::size_t i = 0; i < s.size(); i++)
+      t.samples_s.push_back(Map::number(src, s[i], m.key("samples_us") + "[" + std::to_string(i) + "]", true) * kUs);
+  }
+  return t;
+}
+
+ContextFit read_fit(const std::string& src, const YAML::Node& n, const std::string& path) {
+  const Map m(src, n, path,
+              {"a0_us", "a1_us_per_token", "a2_us_per_token", "a3_us_per_token2", "holdout_rel_err", "train_points",
+               "test_points"});
+  ContextFit f;
+  auto signed_num = [&](const std::string& k) {
+    const YAML::Node c = m.node(k);
+    double v = 0;
+    try {
+      v = c.as<double>();
+    } catch (const YAML::Exception&) {
+      fail(src, c, m.key(k), "expected a number, got '" + Map::scalar(c) + "'");
+    }
+    if (!std::isfinite(v)) fail(src, c, m.key(k), "must be finite");
+    return v * kUs;
+  };
+  f.a0 = signed_num("a0_us");
+  f.a1 = signed_num("a1_us_per_token");
+  f.a2 = signed_num("a2_us_per_token");
+  f.a3 = signed_num("a3_us_per_token2");
+  f.holdout_rel_err = m.num("holdout_rel_err", false, 0.0);
+  f.train_points = m.integer("train_points", 0, 0);
+  f.test_points = m.integer("test_points", 0, 0);
+  return f;
+}
+
+std::vector<std::pair<double, double>> read_points(const std::string& src, const YAML::Node& n,
+                                                   const std::string& path) {
+  if (!n.IsSequence()) fail(src, n, path, "expected a list of [bytes, median_us] pairs");
+  std::vector<std::pair<double, double>> out;
+  for (std::size_t i = 0; i < n.size(); i++) {
+    const std::string k = path + "[" + std::to_string(i) + "]";
+    if (!n[i].IsSequence() || n[i].size() != 2) fail(src, n[i], k, "expected [bytes, median_us]");
+    out.emplace_back(Map::number(src, n[i][0], k, true), Map::number(src, n[i][1], k, true) * kUs);
+  }
+  return out;
+}
+
+LayerTable read_layer(const std::string& src, const YAML::Node& n, const std::string& path) {
+  const Map m(src, n, path,
+              {"hidden", "heads", "ffn", "tp", "micro_batch", "vocab", "seq_len", "dtype", "slices", "context_grid",
+               "context_fit_forward", "context_fit_backward", "embedding", "head"});
+  LayerTable t;
+  t.hidden = m.integer("hidden", 1);
+  t.heads = m.integer("heads", 1);
+  t.ffn = m.integer("ffn", 1);
+  t.tp = m.integer("tp", 1, 1);
+  t.micro_batch = m.integer("micro_batch", 1, 1);
+  t.vocab = m.integer("vocab", 0, 0);
+  t.seq_len = m.integer("seq_len", 1);
+  t.dtype = m.str("dtype");
+  if (t.dtype != "fp64" && t.dtype != "fp32" && t.dtype != "fp16" && t.dtype != "bf16")
+    fail(src, m.node("dtype"), m.key("dtype"), "expected fp64, fp32, fp16 or bf16, got '" + t.dtype + "'");
+  const YAML::Node sl = seq(src, m, "slices");
+  for (std::size_t i = 0; i < sl.size(); i++) {
+    const std::string k = m.key("slices") + "[" + std::to_string(i) + "]";
+    const Map p(src, sl[i], k, {"l", "forward", "backward"});
+    SlicePoint s;
+    s.l = p.integer("l", 1);
+    s.fwd = read_stats(src, p.node("forward"), p.key("forward"));
+    s.bwd = read_stats(src, p.node("backward"), p.key("backward"));
+    if (!t.slices.empty() && s.l <= t.slices.back().l)
+      fail(src, p.node("l"), p.key("l"), "slice lengths must increase strictly");
+    if (s.l > t.seq_len) fail(src, p.node("l"), p.key("l"), "exceeds seq_len " + std::to_string(t.seq_len));
+    t.slices.push_back(std::move(s));
+  }
+  if (t.slices.empty()) fail(src, sl, m.key("slices"), "must not be empty");
+  if (m.has("context_grid")) {
+    const YAML::Node g = seq(src, m, "context_grid");
+    for (std::size_t i = 0; i < g.size(); i++) {
+      const std::string k = m.key("context_grid") + "[" + std::to_string(i) + "]";
+      if (!g[i].IsSequence() || g[i].size() != 4) fail(src, g[i], k, "expected [l, c, forward_us, backward_us]");
+      ContextPoint c;
+      c.l = static_cast<int>(Map::number(src, g[i][0], k + ".l", true));
+      c.c = static_cast<int>(Map::number(src, g[i][1], k + ".c", false));
+      c.fwd_s = Map::number(src, g[i][2], k + ".forward_us", true) * kUs;
+      c.bwd_s = Map::number(src, g[i][3], k + ".backward_us", true) * kUs;
+      t.context_grid.push_back(c);
+    }
+  }
+  if (m.has("context_fit_forward"))
+    t.ctx_fwd = read_fit(src, m.node("context_fit_forward"), m.key("context_fit_forward"));
+  if (m.has("context_fit_backward"))
+    t.ctx_bwd = read_fit(src, m.node("context_fit_backward"), m.key("context_fit_backward"));
+  for (const char* end : {"embedding", "head"}) {
+    if (!m.has(end)) continue;
+    const YAML::Node e = seq(src, m, end);
+    auto& out = std::string(end) == "embedding" ? t.embedding : t.head;
+    for (std::size_t i = 0; i < e.size(); i++) {
+      const std::string k = m.key(end) + "[" + std::to_string(i) + "]";
+      if (!e[i].IsSequence() || e[i].size() != 3) fail(src, e[i], k, "expected [l, forward_us, backward_us]");
+      EndPoint p;
+      p.l = static_cast<int>(Map::number(src, e[i][0], k + ".l", true));
+      p.fwd_s = Map::number(src, e[i][1], k + ".forward_us", true) * kUs;
+      p.bwd_s = Map::number(src, e[i][2], k + ".backward_us", true) * kUs;
+      if (!out.empty() && p.l <= out.back().l) fail(src, e[i], k, "lengths must increase strictly");
+      out.push_back(p);
+    }
+    if (t.vocab == 0 && std::string(end) == "head" && !out.empty())
+      fail(src, m.node(end), m.key("vocab"), "needed with head timings");
+  }
+  return t;
+}
+
+DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
+  const Map m(src, n, "device",
+              {"name", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "memory_GB",
+               "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency"});
+  DeviceSpec d;
+  d.name = m.str("name");
+  d.peak_flops_fp16 = m.num("peak_tflops_fp16", true) * kTflops;
+  d.peak_flops_bf16 = m.num("peak_tflops_bf16", false, 0.0) * kTflops;
+  d.peak_flops_fp32 = m.num("peak_tflops_fp32", true) * kTflops;
+  d.peak_flops_fp64 = m.num("peak_tflops_fp64", false, 0.0) * kTflops;
+  d.memory_bytes = m.num("memory_GB", true) * kGB;
+  d.hbm_bw_Bps = m.num("hbm_bw_GBps", true) * kGBps;
+  d.gemm_efficiency = m.num("gemm_efficiency", true);
+  if (d.gemm_efficiency > 1) fail(src, m.node("gemm_efficiency"), "device.gemm_efficiency", "must be <= 1");
+  d.gemm_half_sat_flops = m.num("gemm_half_sat_gflop", false) * kGflop;
+  d.kernel_launch_s = m.num("kernel_launch_us", false) * kUs;
+  d.memory_efficiency = m.num("memory_efficiency", true);
+  if (d.memory_efficiency > 1) fail(src, m.node("memory_efficiency"), "device.memory_efficiency", "must be <= 1");
+  return d;
+}
+
+// ---------------------------------------------------------------- writing
+
+std::string num(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+std::string us(double seconds) { return num(seconds / kUs); }
+
+std::string quoted(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (c == '\n') {
+      o += "\\n";
+      continue;
+    }
+    o += c;
+  }
+  return o + "\"";
+}
+
+void write_stats(std::ostream& os, const TimeStats& t) {
+  os << "{median_us: " << us(t.median_s) << ", p10_us: " << us(t.p10_s) << ", p90_us: " << us(t.p90_s);
+  if (!t.samples_s.empty()) {
+    os << ", samples_us: [";
+    for (std::size_t i = 0; i < t.samples_s.size(); i++) os << (i ? ", " : "") << us(t.samples_s[i]);
+    os << "]";
+  }
+  os << "}";
+}
+
+void write_fit(std::ostream& os, const char* key, const ContextFit& f) {
+  os << "    " << key << ": {a0_us: " << us(f.a0) << ", a1_us_per_token: " << us(f.a1)
+     << ", a2_us_per_token: " << us(f.a2) << ", a3_us_per_token2: " << us(f.a3)
+     << ", holdout_rel_err: " << num(f.holdout_rel_err) << ", train_points: " << f.train_points
+     << ", test_points: " << f.test_points << "}\n";
+}
+
+void write_points(std::ostream& os, const std::vector<std::pair<double, double>>& pts) {
+  os << "[";
+  for (std::size_t i = 0; i < pts.size(); i++)
+    os << (i ? ", " : "") << "[" << num(pts[i].first) << ", " << us(pts[i].second) << "]";
+  os << "]";
+}
+
+// The cost model adds c (a2 + a3 l) to t(l, 0): that slope must not be negative anywhere on the measured l
+// (it is linear in l, so the two ends decide): attention work grows with context.
+void check_fit(const std::string& src, const std::string& key, const ContextFit& f, int lmin, int lmax) {
+  for (int l : {lmin, lmax})
+    if (f.a2 + f.a3 * l < -1e-15)
+      throw ProfileError(src + ": " + key + ": fitted context term decreases with context at l = " + std::to_string(l) +
+                         " (a2 + a3*l = " + num((f.a2 + f.a3 * l) / kUs) + " us/token)");
+}
+
+}  // namespace
+
+double CollectiveFit::seconds(double bytes) const {
+  double factor = 1.0;
+  const double n = ranks;
+  if (op == "allreduce") factor = 2.0 * (n - 1) / n;
+  if (op == "allgather" || op == "reducescatter") factor = (n - 1) / n;
+  return alpha_s + bytes * factor / busbw_Bps;
+}
+
+bool LayerTable::same_shape(const LayerTable& o) const {
+  return hidden == o.hidden && heads == o.heads && ffn == o.ffn && tp == o.tp && dtype == o.dtype;
+}
+
+DeviceProfile parse_profile(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ProfileError(source + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                       ": YAML syntax error: " + e.msg);
+  }
+  if (!root || root.IsNull()) throw ProfileError(source + ": empty profile");
+  const Map m(source, root, "",
+              {"pipescope_profile", "kind", "name", "provenance", "device", "links", "collectives", "gemm", "layers",
+               "optimizer_us_per_mparam", "op_overhead_us"});
+  const int version = m.integer("pipescope_profile", 1);
+  if (version != kVersion)
+    fail(source, m.node("pipescope_profile"), "pipescope_profile",
+         "unsupported profile version " + std::to_string(version) + " (this build reads " + std::to_string(kVersion) +
+             ")");
+  DeviceProfile p;
+  p.source = source;
+  p.kind = m.str("kind");
+  if (p.kind != "measured" && p.kind != "analytic")
+    fail(source, m.node("kind"), "kind", "expected measured or analytic, got '" + p.kind + "'");
+  p.name = m.str("name");
+  if (m.has("provenance")) {
+    const YAML::Node pv = m.node("provenance");
+    if (!pv.IsMap()) fail(source, pv, "provenance", "expected a mapping");
+    for (const auto& kv : pv) {
+      if (!kv.second.IsScalar())
+        fail(source, kv.second, "provenance." + kv.first.as<std::string>(), "expected a string");
+      p.provenance[kv.first.as<std::string>()] = kv.second.as<std::string>();
+    }
+  }
+  p.device = read_device(source, m.node("device"));
+  if (m.has("links")) {
+    const Map l(source, m.node("links"), "links", {"intra", "inter"});
+    for (const char* cls : {"intra", "inter"}) {
+      if (!l.has(cls)) continue;
+      const Map f(source, l.node(cls), l.key(cls), {"latency_us", "bw_GBps", "holdout_rel_err", "points"});
+      LinkFit lf;
+      lf.latency_s = f.num("latency_us") * kUs;
+      lf.bw_Bps = f.num("bw_GBps", true) * kGBps;
+      lf.holdout_rel_err = f.num("holdout_rel_err", false, 0.0);
+      if (f.has("points")) lf.points = read_points(source, f.node("points"), f.key("points"));
+      p.links[cls] = lf;
+    }
+  }
+  if (m.has("collectives")) {
+    const YAML::Node c = seq(source, m, "collectives");
+    for (std::size_t i = 0; i < c.size(); i++) {
+      const std::string k = "collectives[" + std::to_string(i) + "]";
+      const Map f(source, c[i], k, {"op", "ranks", "class", "alpha_us", "busbw_GBps", "holdout_rel_err", "points"});
+      CollectiveFit cf;
+      cf.op = f.str("op");
+      if (cf.op != "allreduce" && cf.op != "allgather" && cf.op != "reducescatter" && cf.op != "sendrecv")
+        fail(source, f.node("op"), f.key("op"), "expected allreduce, allgather, reducescatter or sendrecv");
+      cf.ranks = f.integer("ranks", 2);
+      cf.link_class = f.str("class");
+      if (cf.link_class != "intra" && cf.link_class != "inter")
+        fail(source, f.node("class"), f.key("class"), "expected intra or inter");
+      cf.alpha_s = f.num("alpha_us") * kUs;
+      cf.busbw_Bps = f.num("busbw_GBps", true) * kGBps;
+      cf.holdout_rel_err = f.num("holdout_rel_err", false, 0.0);
+      if (f.has("points")) cf.points = read_points(source, f.node("points"), f.key("points"));
+      p.collectives.push_back(std::move(cf));
+    }
+  }
+  if (m.has("gemm")) {
+    const YAML::Node g = seq(source, m, "gemm");
+    for (std::size_t i = 0; i < g.size(); i++) {
+      const Map f(source, g[i], "gemm[" + std::to_string(i) + "]", {"m", "n", "k", "dtype", "median_us", "tflops"});
+      GemmPoint gp;
+      gp.m = f.integer("m", 1);
+      gp.n = f.integer("n", 1);
+      gp.k = f.integer("k", 1);
+      gp.dtype = f.str("dtype");
+      gp.median_s = f.num("median_us", true) * kUs;
+      f.num("tflops", false, 0.0);  // derived; written for readers
+      p.gemms.push_back(gp);
+    }
+  }
+  if (m.has("layers")) {
+    const YAML::Node l = seq(source, m, "layers");
+    for (std::size_t i = 0; i < l.size(); i++) {
+      LayerTable t = read_layer(source, l[i], "layers[" + std::to_string(i) + "]");
+      for (const auto& o : p.layers)
+        if (o.same_shape(t) && o.micro_batch == t.micro_batch)
+          fail(source, l[i], "layers[" + std::to_string(i) + "]", "duplicate table for the same shape and micro_batch");
+      p.layers.push_back(std::move(t));
+    }
+  }
+  p.optimizer_s_per_param = m.num("optimizer_us_per_mparam", false, 0.0) * kUs / 1e6;
+  p.op_overhead_s = m.num("op_overhead_us", false, 0.0) * kUs;
+  if (p.kind == "analytic" && !p.layers.empty())
+    fail(source, m.node("layers"), "layers", "an analytic profile has no measured layer tables");
+  check_profile(p);
+  return p;
+}
+
+DeviceProfile load_profile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw ProfileError(path + ": cannot open profile: " + std::strerror(errno));
+  std::ostringstream text;
+  text << f.rdbuf();
+  return parse_profile(text.str(), path);
+}
+
+void check_profile(const DeviceProfile& p) {
+  const std::string& src = p.source.empty() ? std::string("<profile>") : p.source;
+  for (std::size_t i = 0; i < p.layers.size(); i++) {
+    const LayerTable& t = p.layers[i];
+    const std::string k = "layers[" + std::to_string(i) + "]";
+    if (t.slices.empty()) throw ProfileError(src + ": " + k + ".slices: must not be empty");
+    for (const auto& s : t.slices)
+      if (!(s.fwd.median_s > 0) || !(s.bwd.median_s > 0) || !std::isfinite(s.fwd.median_s) ||
+          !std::isfinite(s.bwd.median_s))
+        throw ProfileError(src + ": " + k + ".slices: non-positive time at l = " + std::to_string(s.l));
+    int cmax = 0;
+    for (const auto& c : t.context_grid) cmax = std::max(cmax, c.c);
+    if (cmax > 0) {
+      check_fit(src, k + ".context_fit_forward", t.ctx_fwd, t.slices.front().l, t.slices.back().l);
+      check_fit(src, k + ".context_fit_backward", t.ctx_bwd, t.slices.front().l, t.slices.back().l);
+    }
+  }
+  for (const auto& [cls, l] : p.links)
+    if (!(l.bw_Bps > 0) || l.latency_s < 0) throw ProfileError(src + ": links." + cls + ": bandwidth must be > 0");
+}
+
+void write_profile(const DeviceProfile& p, std::ostream& os) {
+  os << "# pipescope device profile (spec/calibration.md). Times in microseconds, sizes in bytes.\n";
+  os << "pipescope_profile: " << kVersion << "\n";
+  os << "kind: " << p.kind << "\n";
+  os << "name: " << quoted(p.name) << "\n";
+  os << "provenance:\n";
+  for (const auto& [k, v] : p.provenance) os << "  " << k << ": " << quoted(v) << "\n";
+  const DeviceSpec& d = p.device;
+  os << "device:\n  name: " << quoted(d.name) << "\n";
+  os << "  peak_tflops_fp16: " << num(d.peak_flops_fp16 / kTflops) << "\n";
+  os << "  peak_tflops_bf16: " << num(d.peak_flops_bf16 / kTflops) << "\n";
+  os << "  peak_tflops_fp32: " << num(d.peak_flops_fp32 / kTflops) << "\n";
+  os << "  peak_tflops_fp64: " << num(d.peak_flops_fp64 / kTflops) << "\n";
+  os << "  memory_GB: " << num(d.memory_bytes / kGB) << "\n";
+  os << "  hbm_bw_GBps: " << num(d.hbm_bw_Bps / kGBps) << "\n";
+  os << "  gemm_efficiency: " << num(d.gemm_efficiency) << "\n";
+  os << "  gemm_half_sat_gflop: " << num(d.gemm_half_sat_flops / kGflop) << "\n";
+  os << "  kernel_launch_us: " << us(d.kernel_launch_s) << "\n";
+  os << "  memory_efficiency: " << num(d.memory_efficiency) << "\n";
+  if (!p.links.empty()) {
+    os << "links:\n";
+    for (const auto& [cls, l] : p.links) {
+      os << "  " << cls << ": {latency_us: " << us(l.latency_s) << ", bw_GBps: " << num(l.bw_Bps / kGBps)
+         << ", holdout_rel_err: " << num(l.holdout_rel_err);
+      if (!l.points.empty()) os << ",\n    points: ", write_points(os, l.points);
+      os << "}\n";
+    }
+  }
+  if (!p.collectives.empty()) {
+    os << "collectives:\n";
+    for (const auto& c : p.collectives) {
+      os << "  - {op: " << c.op << ", ranks: " << c.ranks << ", class: " << c.link_class
+         << ", alpha_us: " << us(c.alpha_s) << ", busbw_GBps: " << num(c.busbw_Bps / kGBps)
+         << ", holdout_rel_err: " << num(c.holdout_rel_err);
+      if (!c.points.empty()) os << ",\n     points: ", write_points(os, c.points);
+      os << "}\n";
+    }
+  }
+  if (!p.gemms.empty()) {
+    os << "gemm:\n";
+    for (const auto& g : p.gemms)
+      os << "  - {m: " << g.m << ", n: " << g.n << ", k: " << g.k << ", dtype: " << g.dtype
+         << ", median_us: " << us(g.median_s) << ", tflops: " << num(g.flops_per_s() / kTflops) << "}\n";
+  }
+  if (!p.layers.empty()) {
+    os << "layers:\n";
+    for (const auto& t : p.layers) {
+      os << "  - hidden: " << t.hidden << "\n    heads: " << t.heads << "\n    ffn: " << t.ffn << "\n    tp: " << t.tp
+         << "\n    micro_batch: " << t.micro_batch << "\n    vocab: " << t.vocab << "\n    seq_len: " << t.seq_len
+         << "\n    dtype: " << t.dtype << "\n    slices:\n";
+      for (const auto& s : t.slices) {
+        os << "      - l: " << s.l << "\n        forward: ";
+        write_stats(os, s.fwd);
+        os << "\n        backward: ";
+        write_stats(os, s.bwd);
+        os << "\n";
+      }
+      if (!t.context_grid.empty()) {
+        os << "    context_grid:  # [l, c, forward_us, backward_us]\n";
+        for (const auto& c : t.context_grid)
+          os << "      - [" << c.l << ", " << c.c << ", " << us(c.fwd_s) << ", " << us(c.bwd_s) << "]\n";
+        write_fit(os, "context_fit_forward", t.ctx_fwd);
+        write_fit(os, "context_fit_backward", t.ctx_bwd);
+      }
+      for (const char* end : {"embedding", "head"}) {
+        const auto& v = std::string(end) == "embedding" ? t.embedding : t.head;
+        if (v.empty()) continue;
+        os << "    " << end << ":  # [l, forward_us, backward_us]\n";
+        for (const auto& e : v) os << "      - [" << e.l << ", " << us(e.fwd_s) << ", " << us(e.bwd_s) << "]\n";
+      }
+    }
+  }
+  if (p.optimizer_s_per_param > 0) os << "optimizer_us_per_mparam: " << us(p.optimizer_s_per_param * 1e6) << "\n";
+  if (p.op_overhead_s > 0) os << "op_overhead_us: " << us(p.op_overhead_s) << "\n";
+}
+
+Scenario apply_profile(const Scenario& in, const DeviceProfile& p, const std::string& path) {
+  Scenario s = in;
+  s.sim.profile = path;
+  s.cluster.device = p.device;
+  // A link class the profile measured replaces the cluster's; the others keep the preset's values.
+  if (auto it = p.links.find("intra"); it != p.links.end()) {
+    s.cluster.nvlink_bw_Bps = it->second.bw_Bps;
+    s.cluster.nvlink_latency_s = it->second.latency_s;
+    if (s.cluster.fabric == IntraNodeFabric::PCIe || s.cluster.pcie_bw_Bps > 0) {
+      s.cluster.pcie_bw_Bps = it->second.bw_Bps;
+      s.cluster.pcie_latency_s = it->second.latency_s;
+    }
+  }
+  if (auto it = p.links.find("inter"); it != p.links.end()) {
+    s.cluster.nic_bw_Bps = it->second.bw_Bps;
+    s.cluster.nic_latency_s = it->second.latency_s;
+  }
+  return s;
+}
+
+Scenario use_profile(const Scenario& s, const std::string& path) {
+  Scenario out = apply_profile(s, load_profile(path), path);
+  validate_scenario(out);
+  return out;
+}
+
+std::string dtype_of_backend(const std::string& backend) {
+  if (backend.size() >= 3) {
+    const std::string t = backend.substr(backend.rfind('-') + 1);
+    if (t == "f64") return "fp64";
+    if (t == "f32") return "fp32";
+    if (t == "f16") return "fp16";
+    if (t == "bf16") return "bf16";
+  }
+  throw ProfileError("unknown backend '" + backend + "' (expected cpu-f64, cpu-f32, cuda-f16 or cuda-bf16)");
+}
+
+}  // namespace pipescope

@@ -1,0 +1,130 @@
+#pragma once
+// Device profiles: what `pipescope calibrate` measures and the simulator reads in place of the analytic
+// device model (spec/calibration.md 1). A profile is a YAML file with
+//   - provenance (where, when, with what it was measured, the exact command, the statistics policy);
+//   - a device section (peaks, memory, and the analytic model's efficiency parameters, fitted to the
+//     measured GEMMs) used for every shape the profile has no table for;
+//   - link classes (alpha-beta p2p fits: intra = NVLink / shared memory, inter = network) and collective fits;
+//   - layer tables: t(l, 0) forward and backward for every measured slice length l, TeraPipe's bilinear
+//     context term t_ctx(l, c) = a0 + a1 l + a2 c + a3 l c, embedding and LM-head times, per model shape
+//     (hidden, heads, ffn, tensor-parallel degree, micro-batch size, dtype);
+//   - the optimizer step time per parameter.
+// Analytic profiles (kind: analytic) carry only the device and link sections, from public peak specs.
+// Raw samples are kept next to the medians so fits can be redone.
+
+#include <map>
+#include <optional>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace pipescope {
+
+// A malformed or implausible profile; the message names the file, line and key.
+class ProfileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One timed configuration: median and spread of the per-call samples (seconds).
+struct TimeStats {
+  double median_s = 0, p10_s = 0, p90_s = 0;
+  std::vector<double> samples_s;  // raw, in measurement order
+};
+
+// Least-squares fit t = a0 + a1 l + a2 c + a3 l c (seconds; l, c in tokens) of the context term.
+struct ContextFit {
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  double holdout_rel_err = 0;  // mean |rel. error| on the held-out points (of t(l, c), not of t_ctx alone)
+  int train_points = 0, test_points = 0;
+  double at(int l, int c) const { return a0 + a1 * l + a2 * c + a3 * static_cast<double>(l) * c; }
+};
+
+struct SlicePoint {  // one slice length at context 0
+  int l = 0;
+  TimeStats fwd, bwd;
+};
+struct ContextPoint {  // one (l, c) grid point, medians only
+  int l = 0, c = 0;
+  double fwd_s = 0, bwd_s = 0;
+};
+struct EndPoint {  // embedding (first stage) or final LayerNorm + LM head + loss (last stage) on l tokens
+  int l = 0;
+  double fwd_s = 0, bwd_s = 0;
+};
+
+// Layer timings of one model shape. Times are per layer on one device (its tensor-parallel share).
+struct LayerTable {
+  int hidden = 0, heads = 0, ffn = 0, tp = 1, micro_batch = 1;
+  int vocab = 0;                   // embedding / head tables were measured with this vocabulary (0 = none measured)
+  int seq_len = 0;                 // longest l + c measured
+  std::string dtype;               // fp64 | fp32 | fp16 | bf16
+  std::vector<SlicePoint> slices;  // strictly increasing l
+  std::vector<ContextPoint> context_grid;
+  ContextFit ctx_fwd, ctx_bwd;  // t(l, c) - t(l, 0)
+  std::vector<EndPoint> embedding, head;
+
+  bool same_shape(const LayerTable& o) const;  // every key but micro_batch
+};
+
+// Alpha-beta fit of point-to-point transfers of one link class: t(S) = alpha + S / bw.
+struct LinkFit {
+  double latency_s = 0, bw_Bps = 0;
+  double holdout_rel_err = 0;
+  std::vector<std::pair<double, double>> points;  // (bytes, median seconds)
+};
+
+// Alpha-beta fit of a collective (nccl-tests bus bandwidth): t(S) = alpha + S * factor(op, n) / busbw.
+struct CollectiveFit {
+  std::string op;  // allreduce | allgather | reducescatter | sendrecv
+  int ranks = 0;
+  std::string link_class;  // intra | inter
+  double alpha_s = 0, busbw_Bps = 0;
+  double holdout_rel_err = 0;
+  std::vector<std::pair<double, double>> points;  // (bytes as nccl-tests counts them, median seconds)
+  double seconds(double bytes) const;
+};
+
+struct GemmPoint {
+  int m = 0, n = 0, k = 0;
+  std::string dtype;
+  double median_s = 0;
+  double flops_per_s() const { return 2.0 * m * n * k / median_s; }
+};
+
+struct DeviceProfile {
+  std::string source;                             // file it came from
+  std::string kind = "measured";                  // measured | analytic
+  std::string name;                               // e.g. "cpu-f64 host42", "A100-SXM4-80GB (analytic)"
+  std::map<std::string, std::string> provenance;  // ordered: the file is deterministic
+  DeviceSpec device;
+  std::map<std::string, LinkFit> links;  // intra | inter
+  std::vector<CollectiveFit> collectives;
+  std::vector<GemmPoint> gemms;
+  std::vector<LayerTable> layers;
+  double optimizer_s_per_param = 0;  // 0 = not measured (the analytic model's estimate is used)
+  double op_overhead_s = 0;          // per compute op (dispatch and bookkeeping of the runtime)
+};
+
+// Reads and checks a profile (throws ProfileError "file:line:col: key: message").
+DeviceProfile load_profile(const std::string& path);
+DeviceProfile parse_profile(const std::string& yaml_text, const std::string& source);
+// Writes the profile as YAML (deterministic: fixed key order, fixed number format).
+void write_profile(const DeviceProfile& p, std::ostream& os);
+// Throws ProfileError for implausible content: non-positive or non-finite times, sizes and bandwidths, fitted
+// context terms that go negative or shrink with context on the measured range, unsorted tables.
+void check_profile(const DeviceProfile& p);
+
+// The scenario with the profile's device in place of the cluster's (and its link classes in place of the
+// cluster's intra-node / network links where the profile has them); sim.profile is set to `path`.
+Scenario apply_profile(const Scenario& s, const DeviceProfile& p, const std::string& path);
+// load_profile + apply_profile + validate_scenario: what `--profile FILE` does to a loaded scenario.
+Scenario use_profile(const Scenario& s, const std::string& path);
+
+// Profile dtype names (fp64, fp32, fp16, bf16) from a kernels backend name ("cpu-f64", "cuda-bf16", ...).
+std::string dtype_of_backend(const std::string& backend);
+
+}  // namespace pipescope

@@ -1,0 +1,129 @@
+#include "core/profile_cost.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace pipescope {
+namespace {
+
+// Linear interpolation over strictly increasing xs; below the first point the first value (short slices are
+// launch-bound: TeraPipe's flat region), above the last an error the caller reports.
+template <class P, class X, class Y>
+double interp(const std::vector<P>& pts, X x_of, Y y_of, int x) {
+  if (x <= x_of(pts.front())) return y_of(pts.front());
+  for (std::size_t i = 1; i < pts.size(); i++) {
+    if (x <= x_of(pts[i])) {
+      const double x0 = x_of(pts[i - 1]), x1 = x_of(pts[i]);
+      const double w = (x - x0) / (x1 - x0);
+      return (1 - w) * y_of(pts[i - 1]) + w * y_of(pts[i]);
+    }
+  }
+  return -1;  // beyond the table
+}
+
+}  // namespace
+
+ProfileCostModel::ProfileCostModel(const Scenario& s, DeviceProfile p) : AnalyticCostModel(s), p_(std::move(p)) {
+  const ModelSpec& m = s.model;
+  for (const LayerTable& t : p_.layers) {
+    if (t.hidden != m.hidden || t.heads != m.heads || t.ffn != m.ffn_hidden || t.tp != s.parallel.tp ||
+        t.dtype != s.training.dtype)
+      continue;
+    if (t.seq_len < m.seq_len)
+      throw std::invalid_argument(p_.source + ": layers: the table for hidden " + std::to_string(t.hidden) +
+                                  " (micro_batch " + std::to_string(t.micro_batch) + ") was measured up to " +
+                                  std::to_string(t.seq_len) + " tokens, but " + s.source + " has model.seq_len " +
+                                  std::to_string(m.seq_len) + ": calibrate with a longer sequence");
+    tables_.push_back(&t);
+  }
+  std::sort(tables_.begin(), tables_.end(),
+            [](const LayerTable* a, const LayerTable* b) { return a->micro_batch < b->micro_batch; });
+}
+
+std::string ProfileCostModel::describe() const {
+  std::string d = "profile " + p_.source + " (" + p_.kind + ", " + p_.name + "): ";
+  if (tables_.empty()) return d + "no layer table for this shape, analytic model with the profile's device";
+  d += "measured layer tables, micro_batch";
+  for (const LayerTable* t : tables_) d += " " + std::to_string(t->micro_batch);
+  return d;
+}
+
+double ProfileCostModel::table_layer_seconds(bool forward, int b, int l, int c) const {
+  if (tables_.empty()) throw std::logic_error("ProfileCostModel: no layer table");
+  auto one = [&](const LayerTable& t) {
+    const double base = interp(
+        t.slices, [](const SlicePoint& s) { return s.l; },
+        [&](const SlicePoint& s) { return forward ? s.fwd.median_s : s.bwd.median_s; }, l);
+    if (base < 0)
+      throw std::invalid_argument(p_.source + ": layers: slice length " + std::to_string(l) +
+                                  " is beyond the measured lengths (up to " + std::to_string(t.slices.back().l) + ")");
+    const ContextFit& f = forward ? t.ctx_fwd : t.ctx_bwd;
+    return base + (c > 0 ? c * (f.a2 + f.a3 * l) : 0.0);
+  };
+  // Micro-batch axis: exact, linear between measured sizes, proportional outside.
+  const LayerTable* lo = nullptr;
+  const LayerTable* hi = nullptr;
+  for (const LayerTable* t : tables_) {
+    if (t->micro_batch == b) return one(*t);
+    if (t->micro_batch < b) lo = t;
+    if (t->micro_batch > b && !hi) hi = t;
+  }
+  if (lo && hi) {
+    const double w = static_cast<double>(b - lo->micro_batch) / (hi->micro_batch - lo->micro_batch);
+    return (1 - w) * one(*lo) + w * one(*hi);
+  }
+  const LayerTable* t = lo ? lo : hi;
+  return one(*t) * b / t->micro_batch;
+}
+
+double ProfileCostModel::table_end_seconds(bool embedding, bool forward, int b, int l) const {
+  // The table with the nearest micro-batch size that has end-stage timings for this vocabulary, scaled by b.
+  const LayerTable* best = nullptr;
+  for (const LayerTable* t : tables_) {
+    const auto& v = embedding ? t->embedding : t->head;
+    if (v.empty() || t->vocab != s_.model.vocab) continue;
+    if (!best || std::abs(t->micro_batch - b) < std::abs(best->micro_batch - b)) best = t;
+  }
+  if (!best) return -1;
+  const auto& v = embedding ? best->embedding : best->head;
+  const double x = interp(
+      v, [](const EndPoint& e) { return e.l; }, [&](const EndPoint& e) { return forward ? e.fwd_s : e.bwd_s; }, l);
+  if (x < 0) return -1;
+  return x * b / best->micro_batch;
+}
+
+double ProfileCostModel::compute_seconds(const Op& op, int b) const {
+  if (tables_.empty()) return AnalyticCostModel::compute_seconds(op, b) + p_.op_overhead_s;
+  const bool fwd = op.kind == OpKind::Forward;
+  const int l = op.tokens(), c = op.tok_begin;
+  const bool first = op.stage == 0, last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
+  double layer = table_layer_seconds(fwd, b, l, c);
+  if (!fwd && s_.schedule.recompute) layer += table_layer_seconds(true, b, l, c);
+  double t = layers_per_chunk() * layer + p_.op_overhead_s;
+  if (first || last) {
+    double ends = 0;
+    bool measured = true;
+    for (bool emb : {true, false}) {
+      if ((emb && !first) || (!emb && !last)) continue;
+      const double x = table_end_seconds(emb, fwd, b, l);
+      if (x < 0) measured = false;
+      ends += std::max(0.0, x);
+    }
+    if (!measured) {
+      // No end-stage timings for this vocabulary: the analytic estimate of everything but the layers.
+      const double layers_a =
+          layers_per_chunk() * (fwd ? layer_forward_seconds(b, l, c) : layer_backward_seconds(b, l, c));
+      ends = std::max(0.0, AnalyticCostModel::compute_seconds(op, b) - layers_a);
+    }
+    t += ends;
+  }
+  return t;
+}
+
+double ProfileCostModel::optimizer_seconds(int rank) const {
+  if (p_.optimizer_s_per_param > 0) return rank_parameter_count(s_, rank) * p_.optimizer_s_per_param;
+  return AnalyticCostModel::optimizer_seconds(rank);
+}
+
+}  // namespace pipescope

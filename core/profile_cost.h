@@ -1,0 +1,41 @@
+#pragma once
+// The cost model of a calibration profile (core/profile.h). Compute ops use the profile's layer tables when one
+// matches the scenario's shape (hidden, heads, ffn, tensor-parallel degree, dtype):
+//   layer(b, l, c) = t(l, 0) [linear between measured l; the smallest measured l below it]
+//                  + c * (a2 + a3 * l)  [the bilinear context fit minus its c = 0 part, so t(l, 0) stays exact]
+// per micro-batch size b measured; other b interpolate linearly between measured sizes and scale
+// proportionally outside them. An op is layers x layer(b, l, c) (+ the recomputed forward), plus the measured
+// embedding / LM head on the end stages, plus the runtime's per-op overhead. Shapes without a table use the
+// analytic model with the profile's (fitted) device parameters; describe() says which applies.
+// Communication sizes are the analytic model's; link speeds come from the profile via apply_profile().
+
+#include <string>
+#include <vector>
+
+#include "core/analytic_cost.h"
+#include "core/profile.h"
+
+namespace pipescope {
+
+class ProfileCostModel final : public AnalyticCostModel {
+ public:
+  // `s` must already carry the profile's device (apply_profile). Throws std::invalid_argument when a matching
+  // table does not cover the scenario's sequence length.
+  ProfileCostModel(const Scenario& s, DeviceProfile p);
+  ProfileCostModel(const ProfileCostModel&) = delete;  // tables_ points into p_
+  ProfileCostModel& operator=(const ProfileCostModel&) = delete;
+  double compute_seconds(const Op& op, int microbatch_seqs) const override;
+  double optimizer_seconds(int rank) const override;
+
+  bool uses_layer_tables() const { return !tables_.empty(); }
+  std::string describe() const;
+  // One layer of the matched tables (throws std::logic_error without tables).
+  double table_layer_seconds(bool forward, int b, int l, int c) const;
+
+ private:
+  double table_end_seconds(bool embedding, bool forward, int b, int l) const;
+  DeviceProfile p_;
+  std::vector<const LayerTable*> tables_;  // matching shape, by micro_batch
+};
+
+}  // namespace pipescope

@@ -1,0 +1,450 @@
+// SVG pipeline timelines (sim/timeline_svg.h). Geometry: a header (title, legend), then per panel a title
+// line, the rows and a time axis. Blocks are <rect class="b F c3" ...> inside <g class="row" data-row="r">;
+// fills come from a small stylesheet (one rule per palette colour and kind), which keeps 100k-block pictures
+// small. Coordinates are rounded to 0.01 px from the interval ends, so adjacent blocks share an edge exactly.
+#include "sim/timeline_svg.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <stdexcept>
+
+namespace pipescope::sim {
+
+namespace {
+
+// Qualitative palette (Tableau 10 with a navy instead of grey, which the optimizer and idle band use).
+constexpr const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                                    "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#2f4b7c"};
+constexpr int kColours = sizeof kPalette / sizeof kPalette[0];
+
+struct Rgb {
+  double r, g, b;
+};
+
+Rgb parse_hex(const char* h) {
+  unsigned v = 0;
+  std::sscanf(h + 1, "%x", &v);
+  return {((v >> 16) & 255) / 255.0, ((v >> 8) & 255) / 255.0, (v & 255) / 255.0};
+}
+
+std::string hex(const Rgb& c) {
+  auto ch = [](double x) { return static_cast<unsigned>(std::lround(std::clamp(x, 0.0, 1.0) * 255)); };
+  char b[8];
+  std::snprintf(b, sizeof b, "#%02x%02x%02x", ch(c.r), ch(c.g), ch(c.b));
+  return b;
+}
+
+Rgb mix(const Rgb& a, const Rgb& b, double t) {
+  return {a.r + (b.r - a.r) * t, a.g + (b.g - a.g) * t, a.b + (b.b - a.b) * t};
+}
+
+double luminance(const Rgb& c) { return 0.2126 * c.r + 0.7152 * c.g + 0.0722 * c.b; }
+
+// Fill of a compute block: forward is the colour mixed half-way to white, weight-gradient a quarter, backward
+// the colour itself.
+Rgb block_fill(BlockKind k, int colour) {
+  const Rgb base = parse_hex(kPalette[colour]);
+  const Rgb white{1, 1, 1};
+  if (k == BlockKind::Forward) return mix(base, white, 0.5);
+  if (k == BlockKind::WeightGrad) return mix(base, white, 0.25);
+  return base;
+}
+
+const char* kind_class(BlockKind k) {
+  switch (k) {
+    case BlockKind::Forward:
+      return "F";
+    case BlockKind::Backward:
+      return "B";
+    case BlockKind::WeightGrad:
+      return "W";
+    case BlockKind::P2P:
+      return "P";
+    case BlockKind::Collective:
+      return "C";
+    case BlockKind::Optimizer:
+      return "O";
+  }
+  return "F";
+}
+
+bool is_comm(BlockKind k) { return k == BlockKind::P2P || k == BlockKind::Collective; }
+bool is_compute(BlockKind k) { return k == BlockKind::Forward || k == BlockKind::Backward || k == BlockKind::WeightGrad; }
+
+std::string xml(const std::string& s) {
+  std::string o;
+  o.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      default:
+        o += c;
+    }
+  }
+  return o;
+}
+
+// Fixed two-decimal formatting; "-0.00" never appears.
+std::string f2(double x) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.2f", std::abs(x) < 0.005 ? 0.0 : x);
+  return b;
+}
+double round2(double x) { return std::round(x * 100.0) / 100.0; }
+
+struct Unit {
+  const char* name;
+  double factor;
+};
+Unit unit_for(double end_s) {
+  if (end_s >= 1.0) return {"s", 1.0};
+  if (end_s >= 1e-3) return {"ms", 1e3};
+  return {"us", 1e6};
+}
+
+// 1, 2 or 5 times a power of ten, giving about `target` intervals over [0, end].
+double nice_step(double end, double target) {
+  const double raw = end / std::max(1.0, target);
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double norm = raw / mag;
+  return (norm <= 1.0 ? 1.0 : norm <= 2.0 ? 2.0 : norm <= 5.0 ? 5.0 : 10.0) * mag;
+}
+
+std::string tick_text(double v, double step) {
+  const int decimals = std::max(0, static_cast<int>(std::ceil(-std::log10(step) - 1e-9)));
+  char b[48];
+  std::snprintf(b, sizeof b, "%.*f", decimals, v);
+  return b;
+}
+
+double text_width(const std::string& s, double font_px) { return static_cast<double>(s.size()) * font_px * 0.62; }
+
+void validate(const std::vector<TimelinePanel>& panels, const SvgOptions& opt) {
+  if (!(opt.width_px >= 200) || !std::isfinite(opt.width_px))
+    throw std::invalid_argument("timeline: width must be at least 200 px");
+  for (std::size_t p = 0; p < panels.size(); p++) {
+    const TimelinePanel& pn = panels[p];
+    if (!std::isfinite(pn.end_s) || pn.end_s < 0)
+      throw std::invalid_argument("timeline: panel " + std::to_string(p) + ": end_s must be finite and >= 0");
+    for (std::size_t i = 0; i < pn.intervals.size(); i++) {
+      const TimelineInterval& iv = pn.intervals[i];
+      const std::string where = "timeline: panel " + std::to_string(p) + " interval " + std::to_string(i) +
+                                (iv.name.empty() ? "" : " (" + iv.name + ")");
+      if (iv.row < 0 || iv.row >= static_cast<int>(pn.rows.size()))
+        throw std::invalid_argument(where + ": row " + std::to_string(iv.row) + " outside the panel's " +
+                                    std::to_string(pn.rows.size()) + " rows");
+      if (!std::isfinite(iv.start_s) || !std::isfinite(iv.end_s) || iv.end_s < iv.start_s || iv.start_s < 0)
+        throw std::invalid_argument(where + ": needs 0 <= start <= end, finite");
+    }
+  }
+}
+
+double panel_end(const TimelinePanel& p) {
+  if (p.end_s > 0) return p.end_s;
+  double e = 0;
+  for (const auto& iv : p.intervals) e = std::max(e, iv.end_s);
+  return e;
+}
+
+}  // namespace
+
+void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& panels, const SvgOptions& opt) {
+  validate(panels, opt);
+
+  // ---- vertical geometry, shared by all panels
+  std::size_t total_rows = 0;
+  bool any_w = false, any_opt = false, any_p2p = false, any_coll = false;
+  for (const auto& p : panels) {
+    total_rows += p.rows.size();
+    for (const auto& iv : p.intervals) {
+      any_w = any_w || iv.kind == BlockKind::WeightGrad;
+      any_opt = any_opt || iv.kind == BlockKind::Optimizer;
+      any_p2p = any_p2p || iv.kind == BlockKind::P2P;
+      any_coll = any_coll || iv.kind == BlockKind::Collective;
+    }
+  }
+  // Rows share about 760 px: 4 stages get 30 px rows, 96 stages 7.9 px, never below 4 px.
+  const double rh = std::clamp(760.0 / static_cast<double>(std::max<std::size_t>(1, total_rows)), 4.0, 30.0);
+  const double pad = rh >= 10 ? rh * 0.14 : rh * 0.08;  // gap between rows
+  const double bh = rh - pad;
+  const double compute_h = opt.comm ? bh * 0.66 : bh;
+  const double comm_gap = opt.comm ? bh * 0.04 : 0;
+  const double comm_h = opt.comm ? bh - compute_h - comm_gap : 0;
+  const double label_fs = std::min(12.0, compute_h * 0.62);
+  const bool block_labels = label_fs >= 6.5;
+  // Row labels: at least 8 px; when rows are thinner than that, only every step-th row is labelled.
+  const double row_fs = std::clamp(rh * 0.75, 8.0, 12.0);
+  int row_step = 1;
+  while (row_step * rh < row_fs + 1.5) row_step *= 2;
+
+  double label_w = 0;
+  for (const auto& p : panels)
+    for (const auto& r : p.rows) label_w = std::max(label_w, text_width(r, row_fs));
+  const double ml = std::clamp(label_w + 14, 70.0, 280.0);
+  const double mr = 36;
+  const double W = opt.width_px;
+  const double plot_w = W - ml - mr;
+
+  double shared_end = 0;
+  for (const auto& p : panels) shared_end = std::max(shared_end, panel_end(p));
+
+  // ---- total height
+  const double header_h = 76;
+  const double panel_title_h = 22, axis_h = 36, panel_gap = 12;
+  double H = header_h;
+  for (const auto& p : panels)
+    H += panel_title_h + static_cast<double>(p.rows.size()) * rh + axis_h + panel_gap;
+  H = std::ceil(H);
+
+  // ---- document, stylesheet
+  os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+     << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << f2(W) << "\" height=\"" << f2(H) << "\" viewBox=\"0 0 "
+     << f2(W) << ' ' << f2(H) << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n<style>\n"
+     << ".bg{fill:#fff}.idle{fill:#e9e9e9}.cbg{fill:#f6f6f6}.grid{stroke:#cfcfcf;stroke-width:.6}\n"
+     << ".e{stroke:#fff;stroke-width:.6}.O{fill:#8a8a8a}.P{fill:#6f6f6f;fill-opacity:.55}"
+     << ".C{fill:#262626;fill-opacity:.6}\n"
+     << ".t{font-size:" << f2(label_fs) << "px;text-anchor:middle}.tl{fill:#fff}.td{fill:#1a1a1a}\n"
+     << ".rl{font-size:" << f2(row_fs) << "px;text-anchor:end;fill:#333}.h{font-size:16px;font-weight:bold}"
+     << ".pt{font-size:13px;font-weight:bold;fill:#222}.lg{font-size:12px;fill:#333}"
+     << ".ax{stroke:#555;stroke-width:1}.tk{font-size:11px;text-anchor:middle;fill:#444}\n";
+  for (int c = 0; c < kColours; c++)
+    for (BlockKind k : {BlockKind::Forward, BlockKind::Backward, BlockKind::WeightGrad})
+      os << '.' << kind_class(k) << ".c" << c << "{fill:" << hex(block_fill(k, c)) << '}';
+  os << "\n</style>\n<rect class=\"bg\" x=\"0\" y=\"0\" width=\"" << f2(W) << "\" height=\"" << f2(H) << "\"/>\n";
+
+  // ---- header: title and legend
+  os << "<text class=\"h\" x=\"" << f2(ml) << "\" y=\"24\">" << xml(opt.title) << "</text>\n<g class=\"legend\">\n";
+  double lx = ml;
+  auto swatch = [&](const std::string& cls, const std::string& text) {
+    os << "<rect class=\"" << cls << "\" x=\"" << f2(lx) << "\" y=\"37\" width=\"16\" height=\"12\"/><text class=\"lg\" x=\""
+       << f2(lx + 21) << "\" y=\"47\">" << xml(text) << "</text>\n";
+    lx += 21 + text_width(text, 12) + 18;
+  };
+  swatch("F c0", "forward");
+  swatch("B c0", "backward");
+  if (any_w) swatch("W c0", "weight gradient");
+  if (any_opt) swatch("O", "optimizer");
+  if (opt.comm && any_p2p) swatch("P", "point-to-point");
+  if (opt.comm && any_coll) swatch("C", "collective");
+  swatch("idle", "idle");
+  os << "<text class=\"lg\" x=\"" << f2(ml) << "\" y=\"66\">colour = micro-batch (" << kColours
+     << " colours, repeating); block label = micro-batch[.slice][c chunk], 0-based"
+     << (opt.comm ? "; thin strip under each row = communication" : "") << "</text>\n</g>\n";
+
+  // ---- panels
+  double y = header_h;
+  for (std::size_t pi = 0; pi < panels.size(); pi++) {
+    const TimelinePanel& p = panels[pi];
+    double end = opt.shared_scale ? shared_end : panel_end(p);
+    if (!(end > 0)) end = 1.0;  // empty panel: an axis of 1 s
+    const double pps = plot_w / end;
+    const Unit unit = unit_for(end);
+    auto px = [&](double t) { return round2(ml + t * pps); };
+    const double rows_top = y + panel_title_h;
+    const double rows_h = static_cast<double>(p.rows.size()) * rh;
+
+    char num[64];
+    std::snprintf(num, sizeof num, "%.17g", pps);
+    os << "<g class=\"panel\" data-panel=\"" << pi << "\" data-x0=\"" << f2(ml) << "\" data-px-per-s=\"" << num
+       << "\" data-rows=\"" << p.rows.size() << "\">\n";
+    os << "<text class=\"pt\" x=\"" << f2(ml) << "\" y=\"" << f2(y + 15) << "\">" << xml(p.title) << "</text>\n";
+
+    // Grid lines and ticks.
+    const double step = nice_step(end * unit.factor, plot_w / 110.0) / unit.factor;
+    std::vector<double> ticks;
+    for (int k = 0;; k++) {
+      const double t = k * step;
+      if (t > end * (1 + 1e-9)) break;
+      ticks.push_back(t);
+    }
+    for (double t : ticks)
+      os << "<line class=\"grid\" x1=\"" << f2(px(t)) << "\" y1=\"" << f2(rows_top) << "\" x2=\"" << f2(px(t))
+         << "\" y2=\"" << f2(rows_top + rows_h) << "\"/>\n";
+
+    // Intervals grouped by row, in start order (stable: the input order breaks ties).
+    std::vector<std::size_t> order(p.intervals.size());
+    for (std::size_t i = 0; i < order.size(); i++) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      const auto& x = p.intervals[a];
+      const auto& z = p.intervals[b];
+      if (x.row != z.row) return x.row < z.row;
+      return x.start_s < z.start_s;
+    });
+    std::size_t k = 0;
+    for (int r = 0; r < static_cast<int>(p.rows.size()); r++) {
+      const double ry = rows_top + r * rh + pad / 2;
+      os << "<g class=\"row\" data-row=\"" << r << "\">\n";
+      os << "<rect class=\"idle\" x=\"" << f2(px(0)) << "\" y=\"" << f2(ry) << "\" width=\"" << f2(px(end) - px(0))
+         << "\" height=\"" << f2(compute_h) << "\"/>\n";
+      if (opt.comm)
+        os << "<rect class=\"cbg\" x=\"" << f2(px(0)) << "\" y=\"" << f2(ry + compute_h + comm_gap) << "\" width=\""
+           << f2(px(end) - px(0)) << "\" height=\"" << f2(comm_h) << "\"/>\n";
+      std::string labels;  // drawn after the row's blocks so that no block covers a label
+      for (; k < order.size() && p.intervals[order[k]].row == r; k++) {
+        const TimelineInterval& iv = p.intervals[order[k]];
+        if (is_comm(iv.kind) && !opt.comm) continue;
+        const double x0 = px(iv.start_s), x1 = px(iv.end_s);
+        const double w = round2(x1 - x0);
+        const bool comm = is_comm(iv.kind);
+        const double by = comm ? ry + compute_h + comm_gap : ry;
+        const double h = comm ? comm_h : compute_h;
+        const int colour = iv.microbatch >= 0 ? iv.microbatch % kColours : 0;
+        std::string cls = std::string("b ") + kind_class(iv.kind);
+        if (is_compute(iv.kind)) cls += " c" + std::to_string(colour);
+        if (!comm && w >= 4) cls += " e";
+        os << "<rect class=\"" << cls << "\" x=\"" << f2(x0) << "\" y=\"" << f2(by) << "\" width=\"" << f2(w)
+           << "\" height=\"" << f2(h) << '"';
+        if (opt.tooltips && !iv.name.empty()) {
+          char t[96];
+          std::snprintf(t, sizeof t, " %.6g-%.6g %s", iv.start_s * unit.factor, iv.end_s * unit.factor, unit.name);
+          os << "><title>" << xml(iv.name) << t << "</title></rect>\n";
+        } else {
+          os << "/>\n";
+        }
+        if (!comm && block_labels && !iv.label.empty() && w >= text_width(iv.label, label_fs) + 3) {
+          const bool light_text =
+              is_compute(iv.kind) ? luminance(block_fill(iv.kind, colour)) < 0.5 : iv.kind == BlockKind::Optimizer;
+          labels += "<text class=\"t " + std::string(light_text ? "tl" : "td") + "\" x=\"" + f2(x0 + w / 2) +
+                    "\" y=\"" + f2(ry + compute_h / 2 + label_fs * 0.36) + "\">" + xml(iv.label) + "</text>\n";
+        }
+      }
+      os << labels << "</g>\n";
+    }
+    // Row labels: every row_step-th row when rows are thinner than the label font.
+    for (int r = 0; r < static_cast<int>(p.rows.size()); r += row_step)
+      os << "<text class=\"rl\" x=\"" << f2(ml - 6) << "\" y=\"" << f2(rows_top + r * rh + rh / 2 + row_fs * 0.35)
+         << "\">" << xml(p.rows[r]) << "</text>\n";
+    // Time axis.
+    const double ay = rows_top + rows_h + 2;
+    os << "<g class=\"axis\"><line class=\"ax\" x1=\"" << f2(px(0)) << "\" y1=\"" << f2(ay) << "\" x2=\"" << f2(px(end))
+       << "\" y2=\"" << f2(ay) << "\"/>\n";
+    for (double t : ticks)
+      os << "<line class=\"ax\" x1=\"" << f2(px(t)) << "\" y1=\"" << f2(ay) << "\" x2=\"" << f2(px(t)) << "\" y2=\""
+         << f2(ay + 5) << "\"/><text class=\"tk\" x=\"" << f2(px(t)) << "\" y=\"" << f2(ay + 17) << "\">"
+         << tick_text(t * unit.factor, step * unit.factor) << "</text>\n";
+    os << "<text class=\"tk\" x=\"" << f2(ml + plot_w / 2) << "\" y=\"" << f2(ay + 31) << "\">time (" << unit.name
+       << ")</text></g>\n</g>\n";
+    y += panel_title_h + rows_h + axis_h + panel_gap;
+  }
+  os << "</svg>\n";
+}
+
+// ---------------------------------------------------------------- panels from a lowered schedule
+
+TimelinePanel timeline_panel(const LoweredSchedule& ls, const Placement& pl, const ProgramSpans& spans,
+                             const std::string& title, const PanelOptions& opt) {
+  if (spans.size() != ls.per_worker.size())
+    throw std::invalid_argument("timeline: " + std::to_string(spans.size()) + " workers of timings for " +
+                                std::to_string(ls.per_worker.size()) + " workers in the schedule");
+  bool sliced = false;
+  for (int mb = 0; mb < static_cast<int>(ls.schedule.microbatches.size()); mb++)
+    sliced = sliced || ls.schedule.slices(mb) > 1;
+  const bool chunks = ls.schedule.v > 1;
+
+  TimelinePanel panel;
+  panel.title = title;
+  const int workers = ls.workers();
+  const int shown = opt.all_replicas ? workers : std::min(workers, ls.p);
+  for (int w = 0; w < shown; w++) {
+    const int d = w / std::max(1, ls.p), r = w % std::max(1, ls.p);
+    std::string label = opt.all_replicas && ls.dp > 1 ? "d" + std::to_string(d) + " " : "";
+    label += "stage " + std::to_string(r);
+    if (static_cast<std::size_t>(w) * pl.tp < pl.gpu.size()) label += " \xC2\xB7 gpu " + std::to_string(pl.gpu_of(w));
+    panel.rows.push_back(label);
+  }
+  for (int w = 0; w < shown; w++) {
+    const auto& prog = ls.per_worker[w];
+    if (spans[w].size() != prog.size())
+      throw std::invalid_argument("timeline: worker " + std::to_string(w) + " has " + std::to_string(spans[w].size()) +
+                                  " timings for " + std::to_string(prog.size()) + " ops");
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      const OpSpan& s = spans[w][i];
+      if (!(s.end > s.start)) continue;
+      const LoweredOp& l = prog[i];
+      TimelineInterval iv;
+      iv.row = w;
+      iv.start_s = s.start;
+      iv.end_s = s.end;
+      switch (l.kind) {
+        case LOpKind::Compute:
+          iv.kind = l.op.kind == OpKind::Forward ? BlockKind::Forward : BlockKind::Backward;
+          iv.microbatch = l.op.microbatch;
+          iv.label = std::to_string(l.op.microbatch);
+          if (sliced) iv.label += "." + std::to_string(l.op.slice);
+          if (chunks) iv.label += "c" + std::to_string(l.op.chunk);
+          break;
+        case LOpKind::Optimizer:
+          iv.kind = BlockKind::Optimizer;
+          iv.label = "opt";
+          break;
+        case LOpKind::Send:
+        case LOpKind::Recv:
+          iv.kind = BlockKind::P2P;
+          break;
+        case LOpKind::AllReduce:
+        case LOpKind::AllGather:
+          iv.kind = BlockKind::Collective;
+          break;
+      }
+      iv.name = lowered_op_name(ls, w, i);
+      panel.intervals.push_back(std::move(iv));
+    }
+  }
+  return panel;
+}
+
+ProgramSpans program_spans(const Dag& dag, const LoweredSchedule& ls, const SimResult& r) {
+  if (r.timing.size() != dag.size())
+    throw std::invalid_argument("timeline: " + std::to_string(r.timing.size()) + " node timings for a DAG of " +
+                                std::to_string(dag.size()) + " nodes");
+  ProgramSpans spans(ls.per_worker.size());
+  for (std::size_t w = 0; w < spans.size(); w++) spans[w].resize(ls.per_worker[w].size());
+  auto put = [&](std::int32_t w, std::int32_t i, const NodeTiming& t) {
+    if (w < 0 || i < 0 || static_cast<std::size_t>(w) >= spans.size() ||
+        static_cast<std::size_t>(i) >= spans[w].size())
+      throw std::invalid_argument("timeline: DAG node refers to op " + std::to_string(i) + " of worker " +
+                                  std::to_string(w) + " outside the schedule");
+    spans[w][i] = {t.start, t.end};
+  };
+  // Transfers carry their send's (worker, index); every other node with an owner is that op itself.
+  for (std::uint32_t n = 0; n < dag.size(); n++) {
+    const DagNode& d = dag.nodes[n];
+    if (d.worker >= 0 && d.index >= 0) put(d.worker, d.index, r.timing[n]);
+  }
+  // Every member of a collective call maps to the call's one node.
+  for (std::size_t w = 0; w < dag.node_of.size() && w < spans.size(); w++)
+    for (std::size_t i = 0; i < dag.node_of[w].size() && i < spans[w].size(); i++) {
+      const std::int32_t n = dag.node_of[w][i];
+      if (n >= 0 && dag.nodes[n].kind == DagKind::Collective) spans[w][i] = {r.timing[n].start, r.timing[n].end};
+    }
+  return spans;
+}
+
+std::string timeline_title(const std::string& prefix, const std::string& scenario, const LoweredSchedule& ls,
+                           double iteration_s) {
+  const Schedule& s = ls.schedule;
+  int k = 1;
+  for (int mb = 0; mb < static_cast<int>(s.microbatches.size()); mb++) k = std::max(k, s.slices(mb));
+  const Unit u = unit_for(iteration_s);
+  char b[256];
+  std::snprintf(b, sizeof b, " \xC2\xB7 dp %d \xC2\xB7 pp %d \xC2\xB7 tp %d \xC2\xB7 v %d \xC2\xB7 m %d \xC2\xB7 k %d",
+                ls.dp, ls.p, ls.tp, s.v, s.m, k);
+  char t[64];
+  std::snprintf(t, sizeof t, " \xC2\xB7 iteration %.4g %s", iteration_s * u.factor, u.name);
+  return prefix + ": " + scenario + " \xC2\xB7 " + s.name + b + t;
+}
+
+}  // namespace pipescope::sim

@@ -1,0 +1,80 @@
+#pragma once
+// Pipeline timelines as SVG, drawn the way the papers draw them: one row per pipeline stage (a worker: one
+// data-parallel replica's pipeline rank, standing for its tensor-parallel group), forward and backward blocks
+// coloured by micro-batch (forward light, backward dark), labels "micro-batch[.slice][c<chunk>]" where they
+// fit, idle time as the grey band showing through, an optional communication strip under each row, a legend
+// and a time axis. The writer takes a neutral list of intervals so that simulated runs (sim::SimResult) and
+// measured runs (the validation runtime's per-op timings) share it; several panels (e.g. simulated and
+// measured) go into one picture, each with its own time axis. No SimGrid here. Output is deterministic
+// (fixed formatting, no clocks): the same input gives the same bytes.
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "core/dag.h"
+#include "core/lowering.h"
+#include "core/placement.h"
+#include "sim/report.h"
+
+namespace pipescope::sim {
+
+enum class BlockKind : std::uint8_t { Forward, Backward, WeightGrad, P2P, Collective, Optimizer };
+
+// One thing a row was busy with, [start_s, end_s).
+struct TimelineInterval {
+  int row = 0;  // index into TimelinePanel::rows
+  double start_s = 0, end_s = 0;
+  BlockKind kind = BlockKind::Forward;
+  int microbatch = -1;  // colour of F/B/W blocks (-1: none)
+  std::string label;    // drawn inside the block when it fits ("3", "3.1", "3c1")
+  std::string name;     // tooltip, e.g. the op's canonical text
+};
+
+struct TimelinePanel {
+  std::string title;              // one line above the panel
+  std::vector<std::string> rows;  // row labels, top to bottom
+  std::vector<TimelineInterval> intervals;
+  double end_s = 0;  // right end of the time axis; 0: the latest interval end
+};
+
+struct SvgOptions {
+  double width_px = 1600;
+  std::string title;          // first line of the picture
+  bool comm = false;          // draw P2P / Collective intervals as a strip under each row (else they are skipped)
+  bool shared_scale = false;  // all panels on one time scale (else each panel spans the full width)
+  bool tooltips = true;       // a <title> per block (hover text in browsers)
+};
+
+// Throws std::invalid_argument on an interval with a row outside the panel, a NaN time or end < start, or a
+// width below 200 px.
+void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& panels, const SvgOptions& opt);
+
+// ---------------------------------------------------------------- panels from a lowered schedule
+// Start and end of one op of a worker's program (LoweredSchedule::per_worker[w][i]); end <= start: not drawn.
+struct OpSpan {
+  double start = 0, end = -1;
+};
+using ProgramSpans = std::vector<std::vector<OpSpan>>;  // [worker][op index]
+
+struct PanelOptions {
+  bool all_replicas = false;  // rows for every data-parallel replica (default: replica 0, as the papers draw it)
+};
+
+// Rows = workers (pipeline rank r of replica d, labelled "stage r · gpu g" with g its first GPU, "d<d> " in
+// front when every replica is shown). Compute ops become F/B blocks, the optimizer an "opt" block, sends and
+// receives P2P and collectives Collective intervals on the row of each worker that takes part. Throws
+// std::invalid_argument when `spans` does not have the schedule's shape.
+TimelinePanel timeline_panel(const LoweredSchedule& ls, const Placement& pl, const ProgramSpans& spans,
+                             const std::string& title, const PanelOptions& opt = {});
+
+// Per-op spans of a simulated run: compute, optimizer and collective nodes from their DAG times, each send from
+// its transfer node; receives are zero-time joins in the simulator and get no span.
+ProgramSpans program_spans(const Dag& dag, const LoweredSchedule& ls, const SimResult& r);
+
+// The panel title used for simulated runs: "<prefix>: <scenario> · <schedule> · p .. · m .. · iteration ..".
+std::string timeline_title(const std::string& prefix, const std::string& scenario, const LoweredSchedule& ls,
+                           double iteration_s);
+
+}  // namespace pipescope::sim

@@ -1,0 +1,419 @@
+// SVG pipeline timelines (sim/timeline_svg.h): the picture is parsed back and checked against the closed forms
+// (spec/megatron.md 2.6, spec/seq1f1b.md 9) with ConstantCostModel and free communication (times from the DAG's
+// earliest_finish, the communication-free critical path the engine reproduces), plus legibility rules for 96
+// stages, determinism, errors, and `pipescope simulate --timeline` end to end.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/checks.h"
+#include "core/cost_model.h"
+#include "core/dag.h"
+#include "core/lowering.h"
+#include "core/schedule.h"
+#include "sim/timeline_svg.h"
+
+namespace pipescope::sim {
+namespace {
+
+// ------------------------------------------------------------------------------------------ SVG parsing
+struct Block {
+  std::string kind;  // F, B, W, P, C, O
+  double x = 0, w = 0;
+  std::string title;
+};
+struct Row {
+  std::vector<Block> blocks;
+  double idle_x = 0, idle_w = 0;  // the idle band = the panel's time range
+  std::vector<std::string> labels;
+};
+struct Panel {
+  double x0 = 0, px_per_s = 0;
+  std::vector<Row> rows;
+  int row_labels = 0;
+  int ticks = 0;
+};
+struct Svg {
+  std::vector<Panel> panels;
+  double width = 0, height = 0;
+};
+
+double attr(const std::string& el, const std::string& name) {
+  const std::regex re(" " + name + "=\"([-0-9.e+]+)\"");
+  std::smatch m;
+  if (!std::regex_search(el, m, re)) throw std::runtime_error("no attribute " + name + " in " + el);
+  return std::stod(m[1]);
+}
+
+Svg parse_svg(const std::string& text) {
+  Svg svg;
+  std::istringstream in(text);
+  std::string line;
+  Panel* panel = nullptr;
+  Row* row = nullptr;
+  const std::regex block_re("<rect class=\"b ([A-Z])[^\"]*\" [^>]*?(/>|><title>([^<]*)</title></rect>)");
+  const std::regex text_re("<text class=\"t t[ld]\"[^>]*>([^<]*)</text>");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (line.rfind("<svg ", 0) == 0) {
+      svg.width = attr(line, "width");
+      svg.height = attr(line, "height");
+    } else if (line.rfind("<g class=\"panel\"", 0) == 0) {
+      svg.panels.emplace_back();
+      panel = &svg.panels.back();
+      panel->x0 = attr(line, "data-x0");
+      panel->px_per_s = attr(line, "data-px-per-s");
+      panel->rows.resize(static_cast<std::size_t>(attr(line, "data-rows")));
+    } else if (line.rfind("<g class=\"row\"", 0) == 0) {
+      row = &panel->rows.at(static_cast<std::size_t>(attr(line, "data-row")));
+    } else if (line.rfind("<rect class=\"idle\"", 0) == 0 && row) {
+      row->idle_x = attr(line, "x");
+      row->idle_w = attr(line, "width");
+    } else if (std::regex_search(line, m, block_re) && row) {
+      row->blocks.push_back({m[1], attr(line, "x"), attr(line, "width"), m[3]});
+    } else if (std::regex_search(line, m, text_re) && row) {
+      row->labels.push_back(m[1]);
+    } else if (line.rfind("</g>", 0) == 0 && row) {
+      row = nullptr;
+    } else if (line.rfind("<text class=\"rl\"", 0) == 0 && panel) {
+      panel->row_labels++;
+    } else if (line.find("<text class=\"tk\"") != std::string::npos && line.find("time (") == std::string::npos &&
+               panel) {
+      panel->ticks++;
+    }
+  }
+  return svg;
+}
+
+int count(const Row& r, const std::string& kind) {
+  return static_cast<int>(std::count_if(r.blocks.begin(), r.blocks.end(), [&](const Block& b) { return b.kind == kind; }));
+}
+// Seconds of compute-lane idle time: the band minus the F/B/W/optimizer blocks.
+double idle_s(const Panel& p, const Row& r) {
+  double busy = 0;
+  for (const auto& b : r.blocks)
+    if (b.kind != "P" && b.kind != "C") busy += b.w;
+  return (r.idle_w - busy) / p.px_per_s;
+}
+double first_start_s(const Panel& p, const Row& r) { return (r.blocks.front().x - r.idle_x) / p.px_per_s; }
+double trailing_idle_s(const Panel& p, const Row& r) {
+  const Block& last = r.blocks.back();
+  return (r.idle_x + r.idle_w - last.x - last.w) / p.px_per_s;
+}
+
+// ------------------------------------------------------------------------------------------ schedules
+Placement flat_placement(int dp, int p) {
+  Placement pl;
+  pl.dp = dp;
+  pl.p = p;
+  pl.tp = 1;
+  pl.gpus_per_node = 8;
+  for (int i = 0; i < dp * p; i++) pl.gpu.push_back(i);
+  return pl;
+}
+
+// A schedule lowered with ConstantCostModel (forward 1 s, backward 2 s per stage, free communication) and its
+// per-node times: compute nodes run [finish - duration, finish), everything else takes no time.
+struct Run {
+  LoweredSchedule ls;
+  Placement pl;
+  std::unique_ptr<CheckedSchedule> cs;
+  SimResult r;
+};
+
+std::unique_ptr<Run> run(const Schedule& s, int dp = 1, int v = 1, int seq_len = 1) {
+  auto out = std::make_unique<Run>();
+  ConstantCosts cc;
+  cc.forward_s = 1.0;
+  cc.backward_s = 2.0;
+  cc.v = v;
+  cc.seq_len = seq_len;
+  const ConstantCostModel cost(cc);
+  out->ls = lower(s, dp, 1, cost);
+  out->pl = flat_placement(dp, s.p);
+  out->cs = std::make_unique<CheckedSchedule>(check(out->ls, out->pl));
+  const Dag& dag = out->cs->dag();
+  const std::vector<double> f = earliest_finish(dag);
+  out->r.timing.resize(dag.size());
+  for (std::size_t i = 0; i < dag.size(); i++) {
+    const double d = dag.nodes[i].kind == DagKind::Compute ? dag.nodes[i].amount : 0.0;
+    out->r.timing[i] = {f[i] - d, f[i]};
+    out->r.iteration_s = std::max(out->r.iteration_s, f[i]);
+  }
+  return out;
+}
+
+std::string svg_of(const Run& x, const SvgOptions& so = {}, const PanelOptions& po = {}) {
+  std::ostringstream os;
+  const TimelinePanel p =
+      timeline_panel(x.ls, x.pl, program_spans(x.cs->dag(), x.ls, x.r), timeline_title("test", "t", x.ls, x.r.iteration_s), po);
+  write_timeline_svg(os, {p}, so);
+  return os.str();
+}
+
+constexpr double kTol = 0.02;  // seconds; blocks are placed to 0.01 px at ~40 px per second
+
+// ------------------------------------------------------------------------------------------ closed forms
+TEST(Timeline, OneFOneBBubblesWhereTheClosedFormPutsThem) {
+  const int p = 4, m = 8;
+  const double tf = 1, tb = 2;
+  const auto x = run(make_1f1b(p, uniform_microbatches(m, 1, 1, 1), 1));
+  const Svg svg = parse_svg(svg_of(*x));
+  ASSERT_EQ(svg.panels.size(), 1u);
+  const Panel& pn = svg.panels[0];
+  ASSERT_EQ(pn.rows.size(), static_cast<std::size_t>(p));
+  const double T = (m + p - 1) * (tf + tb);  // makespan
+  EXPECT_NEAR(pn.rows[0].idle_w / pn.px_per_s, T, kTol);
+  for (int r = 0; r < p; r++) {
+    const Row& row = pn.rows[r];
+    EXPECT_EQ(count(row, "F"), m) << "rank " << r;
+    EXPECT_EQ(count(row, "B"), m) << "rank " << r;
+    // Warm-up: rank r waits r forward slots; cool-down: it finishes r backward slots early.
+    EXPECT_NEAR(first_start_s(pn, row), r * tf, kTol) << "rank " << r;
+    EXPECT_NEAR(trailing_idle_s(pn, row), r * tb, kTol) << "rank " << r;
+    // Total bubble per rank: (p - 1)(tf + tb), i.e. phi = (p-1)/(m+p-1).
+    EXPECT_NEAR(idle_s(pn, row), (p - 1) * (tf + tb), kTol) << "rank " << r;
+    // 1F1B order on the picture: W_r = p - r - 1 warm-up forwards, then forward/backward alternate.
+    const int w = warmup_1f1b(p, m, r);
+    for (int i = 0; i <= w; i++) EXPECT_EQ(row.blocks[i].kind, "F") << "rank " << r << " block " << i;
+    EXPECT_EQ(row.blocks[w + 1].kind, "B") << "rank " << r;
+    // Idle gaps inside the steady state: on the last rank there are none (F and B alternate back to back).
+    if (r == p - 1) {
+      for (std::size_t i = 1; i < row.blocks.size(); i++)
+        EXPECT_NEAR(row.blocks[i].x, row.blocks[i - 1].x + row.blocks[i - 1].w, 0.011);
+    }
+  }
+  // Labels: micro-batch numbers, every one of them fits at this size.
+  EXPECT_EQ(pn.rows[0].labels.size(), static_cast<std::size_t>(2 * m));
+  EXPECT_EQ(pn.rows[0].labels.front(), "0");
+  EXPECT_EQ(pn.rows[0].blocks.front().title.rfind("0F0 ", 0), 0u);
+}
+
+TEST(Timeline, GPipeGapBetweenForwardsAndBackwards) {
+  const int p = 4, m = 4;
+  const double tf = 1, tb = 2;
+  const auto x = run(make_gpipe(p, uniform_microbatches(m, 1, 1, 1), 1));
+  const Panel pn = parse_svg(svg_of(*x)).panels.at(0);
+  for (int r = 0; r < p; r++) {
+    const Row& row = pn.rows[r];
+    ASSERT_EQ(row.blocks.size(), static_cast<std::size_t>(2 * m));
+    // All forwards, then one gap of (p - 1 - r)(tf + tb) before the first backward.
+    const Block& last_f = row.blocks[m - 1];
+    const Block& first_b = row.blocks[m];
+    EXPECT_EQ(last_f.kind, "F");
+    EXPECT_EQ(first_b.kind, "B");
+    EXPECT_NEAR((first_b.x - last_f.x - last_f.w) / pn.px_per_s, (p - 1 - r) * (tf + tb), kTol) << "rank " << r;
+    EXPECT_NEAR(first_start_s(pn, row), r * tf, kTol);
+    EXPECT_NEAR(idle_s(pn, row), (p - 1) * (tf + tb), kTol);
+  }
+}
+
+TEST(Timeline, InterleavedBubbleShrinksByV) {
+  const int p = 4, m = 8, v = 2;
+  const auto x = run(make_interleaved(p, v, uniform_microbatches(m, 1, 1, 1), 1), 1, v);
+  const Panel pn = parse_svg(svg_of(*x)).panels.at(0);
+  for (int r = 0; r < p; r++) {
+    EXPECT_EQ(count(pn.rows[r], "F"), m * v);
+    // (p - 1)(tf + tb) / v per rank (spec/megatron.md 2.6).
+    EXPECT_NEAR(idle_s(pn, pn.rows[r]), (p - 1) * 3.0 / v, kTol) << "rank " << r;
+  }
+  // Chunks are in the labels.
+  const auto& l = pn.rows[0].labels;
+  EXPECT_NE(std::find(l.begin(), l.end(), "0c1"), l.end());
+}
+
+TEST(Timeline, TeraPipeSlicesAreLabelledAndFillTheBubble) {
+  const int p = 4, m = 2, k = 4;
+  // TeraPipe: GPipe over k token slices per micro-batch; makespan (m + (p-1)/k) t with t = tf + tb.
+  const Schedule s = make_gpipe(p, uniform_microbatches(m, 1, 8, k), 8);
+  const auto x = run(s, 1, 1, 8);
+  const Panel pn = parse_svg(svg_of(*x)).panels.at(0);
+  const double t = 3.0;
+  EXPECT_NEAR(pn.rows[0].idle_w / pn.px_per_s, (m + (p - 1.0) / k) * t, kTol);
+  for (int r = 0; r < p; r++) {
+    EXPECT_EQ(count(pn.rows[r], "F"), m * k);
+    EXPECT_NEAR(idle_s(pn, pn.rows[r]), (p - 1.0) / k * t, kTol);
+  }
+  const auto& l = pn.rows[0].labels;
+  for (const char* want : {"0.0", "0.3", "1.2"}) EXPECT_NE(std::find(l.begin(), l.end(), want), l.end()) << want;
+}
+
+TEST(Timeline, ReplicasAndCommunication) {
+  const auto x = run(make_1f1b(2, uniform_microbatches(2, 1, 1, 1), 1), 2);
+  EXPECT_EQ(parse_svg(svg_of(*x)).panels.at(0).rows.size(), 2u);  // replica 0
+  PanelOptions all;
+  all.all_replicas = true;
+  const std::string text = svg_of(*x, {}, all);
+  EXPECT_EQ(parse_svg(text).panels.at(0).rows.size(), 4u);
+  EXPECT_NE(text.find(">d1 stage 1 \xC2\xB7 gpu 3<"), std::string::npos);
+
+  // Communication strips appear only when asked for.
+  TimelinePanel p;
+  p.rows = {"a", "b"};
+  p.intervals = {{0, 0.0, 1.0, BlockKind::Forward, 0, "0", "a0"},
+                 {0, 1.0, 1.5, BlockKind::P2P, -1, "", "send"},
+                 {1, 1.5, 2.5, BlockKind::Collective, -1, "", "allreduce"},
+                 {1, 2.5, 3.0, BlockKind::Optimizer, -1, "opt", "opt"}};
+  std::ostringstream without, with;
+  write_timeline_svg(without, {p}, {});
+  SvgOptions so;
+  so.comm = true;
+  write_timeline_svg(with, {p}, so);
+  const Svg a = parse_svg(without.str()), b = parse_svg(with.str());
+  EXPECT_EQ(count(a.panels[0].rows[0], "P") + count(a.panels[0].rows[1], "C"), 0);
+  EXPECT_EQ(count(b.panels[0].rows[0], "P"), 1);
+  EXPECT_EQ(count(b.panels[0].rows[1], "C"), 1);
+  EXPECT_EQ(count(b.panels[0].rows[1], "O"), 1);
+  EXPECT_NE(with.str().find(">point-to-point<"), std::string::npos);
+  EXPECT_EQ(without.str().find(">point-to-point<"), std::string::npos);
+}
+
+// ------------------------------------------------------------------------------------------ legibility
+TEST(Timeline, NinetySixStagesStayLegible) {
+  const int p = 96, m = 8;
+  const auto x = run(make_1f1b(p, uniform_microbatches(m, 1, 1, 1), 1));
+  const std::string text = svg_of(*x);
+  const Svg svg = parse_svg(text);
+  const Panel& pn = svg.panels.at(0);
+  ASSERT_EQ(pn.rows.size(), 96u);
+  EXPECT_LE(svg.height, 1000);  // rows shrink
+  EXPECT_GT(svg.height, 96 * 4);
+  // Row labels at >= 8 px font: every other row here.
+  EXPECT_EQ(pn.row_labels, 48);
+  // Blocks are too thin for text: no label is drawn.
+  for (const auto& r : pn.rows) EXPECT_TRUE(r.labels.empty());
+  // Closed form still holds on every row.
+  for (int r = 0; r < p; r++) EXPECT_NEAR(idle_s(pn, pn.rows[r]), (p - 1) * 3.0, 0.05) << "rank " << r;
+  EXPECT_GE(pn.ticks, 5);
+  EXPECT_NE(text.find("class=\"legend\""), std::string::npos);
+  EXPECT_NE(text.find(">time (s)<"), std::string::npos);
+
+  // A 4-stage picture labels every row, with larger rows.
+  const Svg small = parse_svg(svg_of(*run(make_1f1b(4, uniform_microbatches(m, 1, 1, 1), 1))));
+  EXPECT_EQ(small.panels.at(0).row_labels, 4);
+}
+
+TEST(Timeline, LabelsDropWhenTheyDoNotFit) {
+  TimelinePanel p;
+  p.rows = {"r"};
+  p.intervals = {{0, 0.0, 1.0, BlockKind::Forward, 1, "wide", "x"}, {0, 1.0, 1.001, BlockKind::Backward, 1, "12.3", "y"}};
+  p.end_s = 2;
+  std::ostringstream os;
+  write_timeline_svg(os, {p}, {});
+  const auto labels = parse_svg(os.str()).panels.at(0).rows.at(0).labels;
+  EXPECT_EQ(labels, std::vector<std::string>{"wide"});
+}
+
+TEST(Timeline, DeterministicAndEscaped) {
+  const auto x = run(make_1f1b(4, uniform_microbatches(8, 1, 1, 1), 1));
+  EXPECT_EQ(svg_of(*x), svg_of(*x));
+  TimelinePanel p;
+  p.title = "a<b & \"c\"";
+  p.rows = {"<row>"};
+  std::ostringstream os;
+  write_timeline_svg(os, {p}, {});
+  EXPECT_NE(os.str().find("a&lt;b &amp; &quot;c&quot;"), std::string::npos);
+  EXPECT_NE(os.str().find("&lt;row&gt;"), std::string::npos);
+  EXPECT_EQ(os.str().find("<row>"), std::string::npos);
+}
+
+TEST(Timeline, MultiplePanelsSharedOrOwnScale) {
+  TimelinePanel a, b;
+  a.rows = b.rows = {"r"};
+  a.intervals = {{0, 0.0, 1.0, BlockKind::Forward, 0, "0", ""}};
+  b.intervals = {{0, 0.0, 4.0, BlockKind::Forward, 0, "0", ""}};
+  std::ostringstream own, shared;
+  write_timeline_svg(own, {a, b}, {});
+  SvgOptions so;
+  so.shared_scale = true;
+  write_timeline_svg(shared, {a, b}, so);
+  const Svg o = parse_svg(own.str()), s = parse_svg(shared.str());
+  ASSERT_EQ(o.panels.size(), 2u);
+  EXPECT_NEAR(o.panels[0].rows[0].blocks[0].w, o.panels[1].rows[0].blocks[0].w, 0.011);  // both span the width
+  EXPECT_NEAR(s.panels[1].rows[0].blocks[0].w, 4 * s.panels[0].rows[0].blocks[0].w, 0.05);
+}
+
+TEST(Timeline, BadInputThrows) {
+  TimelinePanel p;
+  p.rows = {"r"};
+  p.intervals = {{1, 0.0, 1.0, BlockKind::Forward, 0, "", "x"}};
+  std::ostringstream os;
+  EXPECT_THROW(write_timeline_svg(os, {p}, {}), std::invalid_argument);
+  p.intervals = {{0, 2.0, 1.0, BlockKind::Forward, 0, "", "x"}};
+  EXPECT_THROW(write_timeline_svg(os, {p}, {}), std::invalid_argument);
+  p.intervals = {{0, 0.0, std::nan(""), BlockKind::Forward, 0, "", "x"}};
+  EXPECT_THROW(write_timeline_svg(os, {p}, {}), std::invalid_argument);
+  p.intervals.clear();
+  SvgOptions narrow;
+  narrow.width_px = 50;
+  EXPECT_THROW(write_timeline_svg(os, {p}, narrow), std::invalid_argument);
+
+  const auto x = run(make_1f1b(2, uniform_microbatches(2, 1, 1, 1), 1));
+  ProgramSpans spans = program_spans(x->cs->dag(), x->ls, x->r);
+  spans.pop_back();
+  EXPECT_THROW(timeline_panel(x->ls, x->pl, spans, ""), std::invalid_argument);
+  SimResult truncated = x->r;
+  truncated.timing.pop_back();
+  EXPECT_THROW(program_spans(x->cs->dag(), x->ls, truncated), std::invalid_argument);
+}
+
+// ------------------------------------------------------------------------------------------ CLI
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+int sh(const std::string& cmd) {
+  const int st = std::system(cmd.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(TimelineCli, DefaultScenarioSimulated) {
+  const std::string exe = std::string(PIPESCOPE_BINARY_DIR) + "/pipescope";
+  const std::string dir = ::testing::TempDir();
+  const std::string a = dir + "/timeline_a.svg", b = dir + "/timeline_b.svg";
+  ASSERT_EQ(sh(exe + " simulate --timeline " + a + " > /dev/null"), 0);
+  ASSERT_EQ(sh(exe + " simulate --timeline " + b + " > /dev/null"), 0);
+  const std::string text = slurp(a);
+  EXPECT_EQ(text, slurp(b));  // byte-identical
+  const Svg svg = parse_svg(text);
+  const Panel& pn = svg.panels.at(0);
+  // Default scenario: pp 4, m 16 (1F1B), replica 0 of 2.
+  ASSERT_EQ(pn.rows.size(), 4u);
+  double prev_start = -1;
+  for (int r = 0; r < 4; r++) {
+    EXPECT_EQ(count(pn.rows[r], "F"), 16);
+    EXPECT_EQ(count(pn.rows[r], "B"), 16);
+    EXPECT_EQ(count(pn.rows[r], "O"), 1);
+    // Warm-up staircase: each stage starts after the previous one.
+    EXPECT_GT(first_start_s(pn, pn.rows[r]), prev_start);
+    prev_start = first_start_s(pn, pn.rows[r]);
+  }
+  EXPECT_NE(text.find("simulated: default \xC2\xB7 1f1b \xC2\xB7 dp 2 \xC2\xB7 pp 4"), std::string::npos);
+
+  ASSERT_EQ(sh(exe + " simulate --timeline " + a + " --timeline-all-replicas --timeline-comm > /dev/null"), 0);
+  const Svg all = parse_svg(slurp(a));
+  EXPECT_EQ(all.panels.at(0).rows.size(), 8u);
+  int comm = 0;
+  for (const auto& r : all.panels[0].rows) comm += count(r, "P") + count(r, "C");
+  EXPECT_GT(comm, 0);
+
+  EXPECT_EQ(sh(exe + " simulate --timeline /nonexistent-dir/x.svg > /dev/null 2>&1"), 1);
+  EXPECT_EQ(sh(exe + " simulate --timeline " + a + " --compare gpipe,1f1b > /dev/null 2>&1"), 1);
+}
+
+}  // namespace
+}  // namespace pipescope::sim
