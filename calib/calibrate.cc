@@ -113,6 +113,24 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
   return p;
 }
 
+DeviceProfile analytic_profile(const std::string& preset, const std::string& command) {
+  const auto c = cluster_preset(preset);
+  if (!c) throw std::invalid_argument("--analytic: unknown cluster preset '" + preset + "'");
+  DeviceProfile p;
+  p.kind = "analytic";
+  p.name = c->device.name + " (analytic, " + preset + ")";
+  p.device = c->device;
+  // Provenance of an analytic profile: where its numbers come from, not a measurement.
+  p.provenance["source"] = "public peak specifications (spec/calibration.md 7) and the analytic model's "
+                           "efficiency parameters of the '" + preset + "' preset (core/presets.cc); nothing measured";
+  p.provenance["command"] = command;
+  p.links["intra"] = LinkFit{c->nvlink_latency_s, c->nvlink_bw_Bps, 0, {}};
+  p.links["inter"] = LinkFit{c->nic_latency_s, c->nic_bw_Bps, 0, {}};
+  p.source = "<analytic>";
+  check_profile(p);
+  return p;
+}
+
 std::string fit_report(const DeviceProfile& p) {
   std::ostringstream os;
   os << "profile: " << p.name << " (" << p.device.name << ")\n";

@@ -23,6 +23,10 @@ struct CalibrateOptions {
 
 DeviceProfile calibrate(const CalibrateOptions& o);
 
+// An analytic profile (kind: analytic) of a cluster preset: its device from public peak specs with the analytic
+// model's efficiency parameters, its NVLink (intra) and network (inter) links; no measured tables.
+DeviceProfile analytic_profile(const std::string& cluster_preset, const std::string& command);
+
 // Human-readable fit report (stdout of `pipescope calibrate`).
 std::string fit_report(const DeviceProfile& p);
 

@@ -22,7 +22,7 @@ namespace pipescope::cli {
 namespace {
 
 struct CalibrateCli {
-  std::string scenario, backend = "cpu-f64", out, device_preset;
+  std::string scenario, backend = "cpu-f64", out, device_preset, analytic;
   int hidden = 0, heads = 0, ffn = 0, seq_len = 0, vocab = 0;
   std::vector<int> micro_batches;
   int grain = 8, context_steps = 8;
@@ -41,8 +41,27 @@ std::string command_line() {
   return out;
 }
 
+int write_out(const DeviceProfile& p, const std::string& out) {
+  std::ostringstream text;
+  write_profile(p, text);
+  parse_profile(text.str(), out);  // what we write must read back
+  std::ofstream f(out, std::ios::binary);
+  if (!f) throw InputError("--out " + out + ": cannot write");
+  f << text.str();
+  f.close();
+  if (!f) throw InputError("--out " + out + ": write failed");
+  std::printf("%s", calib::fit_report(p).c_str());
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
 int run(const CalibrateCli& c) {
   if (c.out.empty()) throw InputError("--out: required (the profile file to write)");
+  if (!c.analytic.empty()) {
+    DeviceProfile p = calib::analytic_profile(c.analytic, "pipescope calibrate --analytic " + c.analytic);
+    p.source = c.out;
+    return write_out(p, c.out);
+  }
   const Scenario s = c.scenario.empty() ? default_scenario() : load_scenario(c.scenario);
   calib::CalibrateOptions o;
   o.backend = c.backend;
@@ -101,17 +120,7 @@ int run(const CalibrateCli& c) {
                c.backend.c_str(), sh.layer.hidden, sh.layer.heads, sh.layer.ffn, sh.vocab, sh.max_seq);
   DeviceProfile p = calib::calibrate(o);
   p.source = c.out;
-  std::ostringstream text;
-  write_profile(p, text);
-  parse_profile(text.str(), c.out);  // what we write must read back
-  std::ofstream f(c.out, std::ios::binary);
-  if (!f) throw InputError("--out " + c.out + ": cannot write");
-  f << text.str();
-  f.close();
-  if (!f) throw InputError("--out " + c.out + ": write failed");
-  std::printf("%s", calib::fit_report(p).c_str());
-  std::printf("wrote %s\n", c.out.c_str());
-  return 0;
+  return write_out(p, c.out);
 }
 
 }  // namespace
@@ -134,6 +143,8 @@ Command add_calibrate(CLI::App& app) {
   sub->add_option("--context-steps", o->context_steps, "Context grid: steps of seq_len / N for (l, c)")
       ->capture_default_str();
   sub->add_flag("--quick", o->quick, "Fewer samples per point (CI, smoke tests)");
+  sub->add_option("--analytic", o->analytic,
+                  "Write the analytic profile of a cluster preset (public peak specs, nothing measured) and exit");
   sub->add_option("--device-preset", o->device_preset, "GPU peak specs to record (default: from the GPU's name)");
   sub->add_flag("--no-links", o->no_links, "Skip the link benchmarks");
   sub->add_option("--link-ranks", o->link_ranks, "Ranks of the link benchmark job")->capture_default_str();

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/fork_run.h"
 #include "core/pipeline.h"
+#include "core/profile.h"
 #include "core/scenario.h"
 #include "sim/engine.h"
 #include "sim/report.h"
@@ -23,6 +24,7 @@ struct SimulateOptions {
   std::string json, trace;
   std::vector<std::string> compare;
   std::string collectives;
+  std::string profile;   // --profile FILE: a calibration profile in place of the scenario's device
   std::string timeline;  // --timeline FILE.svg
   bool timeline_comm = false, timeline_all_replicas = false;
   double timeline_width_px = 1600;
@@ -80,9 +82,8 @@ sim::Report run_one(const Scenario& s, const SimulateOptions& o, std::ostream* j
     so.width_px = o.timeline_width_px;
     so.comm = o.timeline_comm;
     so.title = "pipescope simulate " + (o.scenario.empty() ? std::string("(default scenario)") : o.scenario);
-    sim::write_timeline_svg(
-        *timeline, {sim::timeline_panel(cs.schedule(), cs.placement(), sim::program_spans(cs.dag(), cs.schedule(), r), title, po)},
-        so);
+    const sim::ProgramSpans spans = sim::program_spans(cs.dag(), cs.schedule(), r);
+    sim::write_timeline_svg(*timeline, {sim::timeline_panel(cs.schedule(), cs.placement(), spans, title, po)}, so);
   }
   return rep;
 }
@@ -150,6 +151,7 @@ int run_compare(const Scenario& base, const SimulateOptions& o) {
 
 int run_simulate(const SimulateOptions& o) {
   Scenario s = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario);
+  if (!o.profile.empty()) s = use_profile(s, o.profile);
   if (!o.compare.empty() && !o.timeline.empty())
     throw InputError("--timeline draws one run; it cannot be combined with --compare");
   if (!o.compare.empty()) return run_compare(s, o);
@@ -175,6 +177,8 @@ Command add_simulate(CLI::App& app) {
   sub->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace-event file (one track per GPU)");
   sub->add_option("--compare", o->compare, "Run schedule variants side by side, e.g. gpipe,1f1b,interleaved")
       ->delimiter(',');
+  sub->add_option("--profile", o->profile,
+                  "Device profile (pipescope calibrate, or calib/profiles/*.yaml) in place of the scenario's device");
   sub->add_option("--collectives", o->collectives, "Collective model: ring | aggregate | analytic | auto")
       ->check(CLI::IsMember({"ring", "aggregate", "analytic", "auto"}));
   sub->add_option("--timeline", o->timeline, "Write the pipeline timeline as SVG (one row per pipeline stage)");

@@ -56,7 +56,7 @@ struct ValidateOptions {
   std::string rank_exe;  // default: pipescope-rank next to this executable
   std::string json, trace, collectives;
   std::string timeline;  // SVG: a simulated and a measured panel
-  std::string profile;  // calibration profile for the simulated side
+  std::string profile;   // calibration profile for the simulated side
 };
 
 // ---------------------------------------------------------------- simulated side (forked child)

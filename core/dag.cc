@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <tuple>
 
 #include "core/checks.h"
@@ -269,6 +270,19 @@ Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
   for (const auto& [s, r] : pairs)
     edges.emplace_back(static_cast<std::uint32_t>(dag.node_of[s.worker][s.index]),
                        static_cast<std::uint32_t>(dag.node_of[r.worker][r.index]));
+  if (std::getenv("PIPESCOPE_TMP_BLOCKING")) {  // TEMP-HC prototype
+    auto busy = [](LOpKind k) { return k != LOpKind::Send && k != LOpKind::Recv; };
+    for (const auto& [s, r] : pairs) {
+      const auto t = static_cast<std::uint32_t>(dag.node_of[s.worker][s.index]);
+      const auto& rp = ls.per_worker[r.worker];
+      if (std::getenv("PIPESCOPE_TMP_RDV"))
+      for (int i = r.index - 1; i >= 0; i--)
+        if (busy(rp[i].kind)) { edges.emplace_back(static_cast<std::uint32_t>(dag.node_of[r.worker][i]), t); break; }
+      const auto& sp = ls.per_worker[s.worker];
+      for (std::size_t i = s.index + 1; i < sp.size(); i++)
+        if (busy(sp[i].kind)) { edges.emplace_back(t, static_cast<std::uint32_t>(dag.node_of[s.worker][i])); break; }
+    }
+  }
   std::sort(shared.begin(), shared.end());
   shared.erase(std::unique(shared.begin(), shared.end()), shared.end());
   edges.insert(edges.end(), shared.begin(), shared.end());

@@ -252,7 +252,7 @@ DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
 
 std::string num(double v) {
   char buf[40];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
+  std::snprintf(buf, sizeof buf, "%.10g", v);
   return buf;
 }
 std::string us(double seconds) { return num(seconds / kUs); }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "calib/calibrate.h"
 #include "calib/fit.h"
 #include "calib/links.h"
 #include "core/pipeline.h"
@@ -257,6 +258,43 @@ TEST(Fits, BusFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(calib::bus_factor("reducescatter", 2), 0.5);
   EXPECT_DOUBLE_EQ(calib::bus_factor("sendrecv", 2), 1.0);
   EXPECT_THROW(calib::bus_factor("alltoall", 2), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace pipescope
+
+namespace pipescope {
+namespace {
+
+TEST(AnalyticProfiles, CommittedFilesAreWhatTheCommandWrites) {
+  for (const char* preset : {"aws-p3.16xlarge", "dgx-a100", "dgx-h100"}) {
+    const std::string path = std::string(PIPESCOPE_SOURCE_DIR) + "/calib/profiles/" + preset + ".analytic.yaml";
+    std::ifstream f(path);
+    ASSERT_TRUE(f) << path;
+    std::stringstream committed;
+    committed << f.rdbuf();
+    EXPECT_EQ(committed.str(), text_of(calib::analytic_profile(preset, std::string("pipescope calibrate --analytic ") +
+                                                                           preset)))
+        << path << ": regenerate with build/pipescope calibrate --analytic " << preset << " --out " << path;
+    EXPECT_EQ(load_profile(path).kind, "analytic");
+  }
+}
+
+TEST(AnalyticProfiles, SameCostsAsThePresetDevice) {
+  const Scenario s = default_scenario();
+  const Scenario p = use_profile(s, std::string(PIPESCOPE_SOURCE_DIR) + "/calib/profiles/dgx-a100.analytic.yaml");
+  const AnalyticCostModel a(s);
+  const auto b = make_cost_model(p);
+  for (OpKind k : {OpKind::Forward, OpKind::Backward})
+    for (int stage : {0, 1, 3}) {
+      Op op;
+      op.kind = k;
+      op.stage = op.rank = stage;
+      op.tok_end = s.model.seq_len;
+      EXPECT_DOUBLE_EQ(a.compute_seconds(op, 1), b->compute_seconds(op, 1));
+    }
+  EXPECT_DOUBLE_EQ(p.cluster.nic_bw_Bps, s.cluster.nic_bw_Bps);
+  EXPECT_DOUBLE_EQ(p.cluster.nvlink_bw_Bps, s.cluster.nvlink_bw_Bps);
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 // equal to single `simulate` runs, flow-sequence values, determinism, progress on stderr, and bad keys / values
 // stopping the sweep with the file and key named (exit 1) before anything runs.
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -96,7 +95,8 @@ std::string write_scenario() {
 TEST(Sweep, CartesianRowsMatchSingleRuns) {
   const std::string yaml = write_scenario();
   const std::string csv = ::testing::TempDir() + "/sweep_a.csv";
-  const Result r = run("sweep " + yaml + " --vary schedule.kind=gpipe,1f1b --vary parallel.micro_batch_size=1,2 --out " + csv);
+  const Result r =
+      run("sweep " + yaml + " --vary schedule.kind=gpipe,1f1b --vary parallel.micro_batch_size=1,2 --out " + csv);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(r.out.empty());
   // Progress: one line per run on stderr.
@@ -139,7 +139,8 @@ TEST(Sweep, CartesianRowsMatchSingleRuns) {
 TEST(Sweep, FlowSequenceValuesAndSliceColumns) {
   const std::string yaml = write_scenario();
   const Result r =
-      run("sweep " + yaml + " --vary schedule.kind=terapipe --vary 'schedule.slice_tokens=[1024,1024],[512, 512, 512, 512]'");
+      run("sweep " + yaml +
+          " --vary schedule.kind=terapipe --vary 'schedule.slice_tokens=[1024,1024],[512, 512, 512, 512]'");
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto rows = parse_csv(r.out);
   ASSERT_EQ(rows.size(), 3u);

@@ -3,7 +3,6 @@
 // earliest_finish, the communication-free critical path the engine reproduces), plus legibility rules for 96
 // stages, determinism, errors, and `pipescope simulate --timeline` end to end.
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -97,7 +96,8 @@ Svg parse_svg(const std::string& text) {
 }
 
 int count(const Row& r, const std::string& kind) {
-  return static_cast<int>(std::count_if(r.blocks.begin(), r.blocks.end(), [&](const Block& b) { return b.kind == kind; }));
+  return static_cast<int>(
+      std::count_if(r.blocks.begin(), r.blocks.end(), [&](const Block& b) { return b.kind == kind; }));
 }
 // Seconds of compute-lane idle time: the band minus the F/B/W/optimizer blocks.
 double idle_s(const Panel& p, const Row& r) {
@@ -156,8 +156,8 @@ std::unique_ptr<Run> run(const Schedule& s, int dp = 1, int v = 1, int seq_len =
 
 std::string svg_of(const Run& x, const SvgOptions& so = {}, const PanelOptions& po = {}) {
   std::ostringstream os;
-  const TimelinePanel p =
-      timeline_panel(x.ls, x.pl, program_spans(x.cs->dag(), x.ls, x.r), timeline_title("test", "t", x.ls, x.r.iteration_s), po);
+  const TimelinePanel p = timeline_panel(x.ls, x.pl, program_spans(x.cs->dag(), x.ls, x.r),
+                                         timeline_title("test", "t", x.ls, x.r.iteration_s), po);
   write_timeline_svg(os, {p}, so);
   return os.str();
 }
@@ -307,7 +307,8 @@ TEST(Timeline, NinetySixStagesStayLegible) {
 TEST(Timeline, LabelsDropWhenTheyDoNotFit) {
   TimelinePanel p;
   p.rows = {"r"};
-  p.intervals = {{0, 0.0, 1.0, BlockKind::Forward, 1, "wide", "x"}, {0, 1.0, 1.001, BlockKind::Backward, 1, "12.3", "y"}};
+  p.intervals = {{0, 0.0, 1.0, BlockKind::Forward, 1, "wide", "x"},
+                 {0, 1.0, 1.001, BlockKind::Backward, 1, "12.3", "y"}};
   p.end_s = 2;
   std::ostringstream os;
   write_timeline_svg(os, {p}, {});
