@@ -23,7 +23,7 @@ double time_gemm(int m, int k, int n, const TimingPolicy& p) {
 std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs) {
   if (backend != "cpu-f64" && backend != "cpu-f32") return {};
   const auto& s = cfg.shape;
-  const int h = s.layer.hidden, f = s.layer.ffn, V = s.vocab;
+  const int h = s.layer.hidden, f = s.layer.ffn / cfg.tp, V = s.vocab / cfg.tp, ht = h / cfg.tp;
   std::vector<int> tokens;
   for (int b : bs)
     for (int l = 16; l <= s.max_seq; l *= 2) tokens.push_back(b * l);
@@ -31,7 +31,8 @@ std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfi
   tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
   std::vector<std::array<int, 3>> shapes;  // (M, K, N)
   for (int T : tokens)
-    for (auto kn : {std::array<int, 2>{h, 3 * h}, {h, h}, {h, f}, {f, h}, {h, V}}) shapes.push_back({T, kn[0], kn[1]});
+    for (auto kn : {std::array<int, 2>{h, 3 * ht}, {ht, h}, {h, f}, {f, h}, {h, V}})
+      shapes.push_back({T, kn[0], kn[1]});
   Progress prog("GEMM", static_cast<int>(shapes.size()), cfg.progress);
   std::vector<GemmPoint> out;
   const std::string dt = backend == "cpu-f64" ? "fp64" : "fp32";

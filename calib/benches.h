@@ -15,6 +15,7 @@ struct ComputeConfig {
   kernels::ModelShape shape;  // hidden, heads, ffn, vocab, max_seq = longest slice + context
   int grain = 8;              // t(l, 0) for l = grain, 2 grain, ..., max_seq
   int context_steps = 8;      // (l, c) grid in steps of max_seq / context_steps (TeraPipe: 16)
+  int tp = 1;                 // tensor-parallel degree of the GEMM shapes (QKV 3h/t, projection h/t, ...)
   TimingPolicy policy;
   bool progress = true;
 };
@@ -32,6 +33,11 @@ double bench_launch(kernels::Backend& be, Timer& timer, const TimingPolicy& p);
 // GEMMs at the model's layer shapes (QKV, output projection, MLP up and down, logits) for token counts
 // b * l, l a power of two up to max_seq; CPU backends only (Eigen, the kernels' own GEMM), empty otherwise.
 std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs);
+// The same on the GPU with cuBLAS (cuda-bf16 / cuda-f16), CUDA-event timed; only in CUDA builds.
+std::vector<GemmPoint> bench_gemm_cuda(const std::string& backend, const ComputeConfig& cfg,
+                                       const std::vector<int>& bs);
+// CUDA events on the backend's stream (Backend::stream()); only in CUDA builds.
+std::unique_ptr<Timer> cuda_event_timer(void* stream);
 // Host memory bandwidth (bytes read + written per second) of a large copy.
 double bench_host_bandwidth(const TimingPolicy& p);
 

@@ -1,5 +1,6 @@
 #include "calib/calibrate.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -58,8 +59,14 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
   p.provenance = base_provenance(o.command);
   p.provenance["backend"] = be->name();
   p.provenance["statistics"] = cfg.policy.describe();
-  p.provenance["timer"] = cpu ? "steady clock" : "steady clock around device-synchronised calls";
-  auto timer = steady_timer([&] { be->synchronize(); });
+  std::unique_ptr<Timer> timer = steady_timer([&] { be->synchronize(); });
+  p.provenance["timer"] = "steady clock";
+#ifdef PIPESCOPE_HAVE_CUDA
+  if (!cpu) {
+    timer = cuda_event_timer(be->stream());
+    p.provenance["timer"] = "CUDA events on the backend's stream";
+  }
+#endif
 
   for (int b : o.micro_batches) {
     if (b < 1) throw std::invalid_argument("--micro-batch: sizes must be >= 1");
@@ -100,6 +107,20 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
     p.device = gpu_device(o.device_preset, be->name());
     p.device.kernel_launch_s = launch_s;
     p.provenance["peaks"] = "public peak specs of " + p.device.name + " (core/presets.cc)";
+#ifdef PIPESCOPE_HAVE_CUDA
+    if (o.gemm) {
+      // Efficiency against the public peak, saturation size from the fit (the analytic model's form).
+      p.gemms = bench_gemm_cuda(o.backend, cfg, o.micro_batches);
+      const GemmFit g = fit_gemm(p.gemms);
+      const double peak = o.backend == "cuda-bf16" ? p.device.peak_flops_bf16 : p.device.peak_flops_fp16;
+      p.device.gemm_efficiency = std::min(1.0, g.rate_flops / peak);
+      p.device.gemm_half_sat_flops = g.half_sat_flops;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "t = (F + %.4g FLOP) / %.4g TFLOP/s (%.0f%% of peak), held-out error %s",
+                    g.half_sat_flops, g.rate_flops / 1e12, 100 * g.rate_flops / peak, pct(g.holdout_rel_err).c_str());
+      p.provenance["gemm_fit"] = buf;
+    }
+#endif
   }
   p.name = o.backend + " " + p.provenance["host"];
 
@@ -121,8 +142,10 @@ DeviceProfile analytic_profile(const std::string& preset, const std::string& com
   p.name = c->device.name + " (analytic, " + preset + ")";
   p.device = c->device;
   // Provenance of an analytic profile: where its numbers come from, not a measurement.
-  p.provenance["source"] = "public peak specifications (spec/calibration.md 7) and the analytic model's "
-                           "efficiency parameters of the '" + preset + "' preset (core/presets.cc); nothing measured";
+  p.provenance["source"] =
+      "public peak specifications (spec/calibration.md 7) and the analytic model's "
+      "efficiency parameters of the '" +
+      preset + "' preset (core/presets.cc); nothing measured";
   p.provenance["command"] = command;
   p.links["intra"] = LinkFit{c->nvlink_latency_s, c->nvlink_bw_Bps, 0, {}};
   p.links["inter"] = LinkFit{c->nic_latency_s, c->nic_bw_Bps, 0, {}};

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
+#include <vector>
 
 namespace pipescope::calib {
 namespace {
@@ -32,8 +34,9 @@ std::string TimingPolicy::describe() const {
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "warm-up >= %d calls and >= %g ms; >= %d samples and >= %g ms (at most %d); calls under %g ms timed "
-                "as a back-to-back batch; median with p10/p90; hot cache",
-                warmup_calls, warmup_s * 1e3, min_samples, min_time_s * 1e3, max_samples, min_sample_s * 1e3);
+                "as a back-to-back batch; median with p10/p90; %s",
+                warmup_calls, warmup_s * 1e3, min_samples, min_time_s * 1e3, max_samples, min_sample_s * 1e3,
+                cold ? "cold cache (256 MiB written before every sample, one call per sample)" : "hot cache");
   return buf;
 }
 
@@ -70,11 +73,14 @@ TimeStats time_calls(const std::function<void()>& call, Timer& timer, const Timi
   }
   const double per_call = spent / calls;
   const int batch =
-      per_call >= p.min_sample_s ? 1 : static_cast<int>(std::ceil(p.min_sample_s / std::max(per_call, 1e-9)));
+      per_call >= p.min_sample_s || p.cold ? 1 : static_cast<int>(std::ceil(p.min_sample_s / std::max(per_call, 1e-9)));
+  static std::vector<char> flush;
+  if (p.cold && flush.empty()) flush.resize(256u << 20);
   std::vector<double> samples;
   double total = 0;
   while ((static_cast<int>(samples.size()) < p.min_samples || total < p.min_time_s) &&
          static_cast<int>(samples.size()) < p.max_samples) {
+    if (p.cold) std::memset(flush.data(), static_cast<int>(samples.size() & 0xff), flush.size());
     timer.start();
     for (int i = 0; i < batch; i++) call();
     const double t = timer.stop();

@@ -23,6 +23,9 @@ struct TimingPolicy {
   double min_time_s = 0.1;
   int max_samples = 200;
   double min_sample_s = 1e-3;
+  // Cold cache: before every sample, write a buffer larger than the CPU's last-level cache (256 MiB) so the
+  // operands come from DRAM; each sample is then one call (no batching).
+  bool cold = false;
   std::string describe() const;  // for the provenance
 };
 

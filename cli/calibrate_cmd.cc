@@ -25,7 +25,8 @@ struct CalibrateCli {
   std::string scenario, backend = "cpu-f64", out, device_preset, analytic;
   int hidden = 0, heads = 0, ffn = 0, seq_len = 0, vocab = 0;
   std::vector<int> micro_batches;
-  int grain = 8, context_steps = 8;
+  int grain = 8, context_steps = 8, tp = 1;
+  bool cold = false;
   bool quick = false, no_links = false, no_progress = false;
   int link_ranks = 2;
   std::string launcher = "mpirun --oversubscribe", link_class = "intra";
@@ -81,6 +82,10 @@ int run(const CalibrateCli& c) {
   }
   o.compute.grain = c.grain;
   o.compute.context_steps = c.context_steps;
+  o.compute.tp = c.tp;
+  o.compute.policy.cold = c.cold;
+  if (c.tp < 1 || sh.layer.hidden % c.tp || sh.layer.ffn % c.tp || sh.vocab % c.tp)
+    throw InputError("--tp " + std::to_string(c.tp) + ": must divide hidden, ffn and vocab");
   o.compute.progress = !c.no_progress;
   if (c.quick) {
     o.compute.policy.warmup_calls = 2;
@@ -143,6 +148,8 @@ Command add_calibrate(CLI::App& app) {
   sub->add_option("--context-steps", o->context_steps, "Context grid: steps of seq_len / N for (l, c)")
       ->capture_default_str();
   sub->add_flag("--quick", o->quick, "Fewer samples per point (CI, smoke tests)");
+  sub->add_flag("--cold", o->cold, "Cold cache: flush 256 MiB before every sample (default: hot)");
+  sub->add_option("--tp", o->tp, "Tensor-parallel degree of the GEMM shapes")->capture_default_str();
   sub->add_option("--analytic", o->analytic,
                   "Write the analytic profile of a cluster preset (public peak specs, nothing measured) and exit");
   sub->add_option("--device-preset", o->device_preset, "GPU peak specs to record (default: from the GPU's name)");

@@ -260,12 +260,17 @@ std::string us(double seconds) { return num(seconds / kUs); }
 std::string quoted(const std::string& s) {
   std::string o = "\"";
   for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (c == '\n') {
-      o += "\\n";
-      continue;
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (u < 0x20 || u == 0x7f) {  // YAML double-quoted scalars allow no raw control characters
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", u);
+      o += buf;
+    } else {
+      o += c;
     }
-    o += c;
   }
   return o + "\"";
 }
@@ -449,8 +454,8 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
   os << "pipescope_profile: " << kVersion << "\n";
   os << "kind: " << p.kind << "\n";
   os << "name: " << quoted(p.name) << "\n";
-  os << "provenance:\n";
-  for (const auto& [k, v] : p.provenance) os << "  " << k << ": " << quoted(v) << "\n";
+  os << "provenance:" << (p.provenance.empty() ? " {}" : "") << "\n";
+  for (const auto& [k, v] : p.provenance) os << "  " << quoted(k) << ": " << quoted(v) << "\n";
   const DeviceSpec& d = p.device;
   os << "device:\n  name: " << quoted(d.name) << "\n";
   os << "  peak_tflops_fp16: " << num(d.peak_flops_fp16 / kTflops) << "\n";

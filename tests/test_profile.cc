@@ -273,8 +273,8 @@ TEST(AnalyticProfiles, CommittedFilesAreWhatTheCommandWrites) {
     ASSERT_TRUE(f) << path;
     std::stringstream committed;
     committed << f.rdbuf();
-    EXPECT_EQ(committed.str(), text_of(calib::analytic_profile(preset, std::string("pipescope calibrate --analytic ") +
-                                                                           preset)))
+    EXPECT_EQ(committed.str(),
+              text_of(calib::analytic_profile(preset, std::string("pipescope calibrate --analytic ") + preset)))
         << path << ": regenerate with build/pipescope calibrate --analytic " << preset << " --out " << path;
     EXPECT_EQ(load_profile(path).kind, "analytic");
   }
