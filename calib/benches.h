@@ -26,6 +26,9 @@ LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& 
 // Embedding (first stage) and final LayerNorm + LM head + loss (last stage) on l tokens, forward and backward,
 // on the same l grid as the layer table (added to `t`).
 void bench_ends(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b, LayerTable& t);
+// Attention alone (scores, causal softmax, weighted sum and their backward) of all heads of b sequences on the
+// (l, c) context grid (added to `t.attention`); CPU backends only.
+void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b, LayerTable& t);
 // Adam step time per parameter (on one layer's parameters).
 double bench_optimizer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg);
 // Time of the smallest operation the backend runs (an Adam step of a 16-wide layer): the per-kernel fixed cost.

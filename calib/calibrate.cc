@@ -72,6 +72,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
     if (b < 1) throw std::invalid_argument("--micro-batch: sizes must be >= 1");
     LayerTable t = bench_layer(*be, *timer, cfg, b);
     bench_ends(*be, *timer, cfg, b, t);
+    bench_attention(o.backend, cfg, b, t);
     p.layers.push_back(std::move(t));
   }
   p.optimizer_s_per_param = bench_optimizer(*be, *timer, cfg);

@@ -100,8 +100,10 @@ struct Row {
 };
 
 int run_repro(const ReproOptions& o) {
-  std::printf("Seq1F1B grid (spec/seq1f1b.md 11), k = 4, n = 2, cwp, FlashAttention, sequence parallelism; "
-              "scenarios from %s/\n", o.dir.c_str());
+  std::printf(
+      "Seq1F1B grid (spec/seq1f1b.md 11), k = 4, n = 2, cwp, FlashAttention, sequence parallelism; "
+      "scenarios from %s/\n",
+      o.dir.c_str());
   std::printf("spec/seq1f1b.md holds the set-up only (no measured values): simulated figures, no error column.\n");
   bool failed = false;
   std::vector<Row> rows;
@@ -168,9 +170,10 @@ int run_repro(const ReproOptions& o) {
   if (cells > 0) {
     std::printf("claims: [a] holds in %d of %d cells, [b] in %d of %d, [c] seq-i >= seq in %d of %d\n", a_ok, cells,
                 b_ok, cells, c_above, cells);
-    std::printf("OOM: 1F1B out of memory where Seq1F1B fits in %d cells; 1F1B-I out where Seq1F1B-I fits in %d; "
-                "Seq1F1B or Seq1F1B-I out in %d\n",
-                oom_1f1b_seq_fits, oom_1f1bi_seqi_fits, oom_seq);
+    std::printf(
+        "OOM: 1F1B out of memory where Seq1F1B fits in %d cells; 1F1B-I out where Seq1F1B-I fits in %d; "
+        "Seq1F1B or Seq1F1B-I out in %d\n",
+        oom_1f1b_seq_fits, oom_1f1bi_seqi_fits, oom_seq);
   }
   return failed ? kExitSchedule : 0;
 }

@@ -58,7 +58,8 @@ bool selected(const ReproOptions& o, int setting) {
 // (spec/terapipe.md 9.1: "each configuration uses the largest batch that fits in memory"), at the device's
 // 16 GiB and at the authors' 14 GiB memory filter (spec/terapipe.md 8).
 void print_max_batch_table(const ReproOptions& o) {
-  std::printf("\nTable 1 batch vs the largest batch that fits (GPipe baseline, whole per-replica mini-batch in flight)\n");
+  std::printf(
+      "\nTable 1 batch vs the largest batch that fits (GPipe baseline, whole per-replica mini-batch in flight)\n");
   std::printf("%3s %-9s %3s %3s %3s | %6s %6s | %6s %6s %6s | %6s %6s | %7s %7s\n", "set", "model", "K", "op", "dp",
               "B", "B_r", "fit", "fit14", "ratio", "act/sq", "static", "B_fit", "B_fit14");
   int exact = 0, n = 0;
@@ -79,10 +80,11 @@ void print_max_batch_table(const ReproOptions& o) {
                 f14.per_replica, ratio, dev.per_sequence_bytes / 1e9, dev.static_bytes / 1e9, dev.global, f14.global);
   }
   if (n > 0)
-    std::printf("B_r fit = paper's in %d of %d settings; fit / paper between %.2f and %.2f\n"
-                "(fit, fit14: B_r at 16 GiB and at 14 GiB; act/sq: GB of activations per sequence, worst stage; "
-                "static: GB of weights, gradients, Adam state)\n",
-                exact, n, lo, hi);
+    std::printf(
+        "B_r fit = paper's in %d of %d settings; fit / paper between %.2f and %.2f\n"
+        "(fit, fit14: B_r at 16 GiB and at 14 GiB; act/sq: GB of activations per sequence, worst stage; "
+        "static: GB of weights, gradients, Adam state)\n",
+        exact, n, lo, hi);
 }
 
 double simulate_in_child(const Scenario& s) {
@@ -157,7 +159,8 @@ Command add_repro_terapipe(CLI::App& repro) {
   sub->add_option("--settings", o->settings, "Only these settings, e.g. 1,5,10")
       ->delimiter(',')
       ->check(CLI::Range(1, 10));
-  sub->add_flag("--max-batch", o->max_batch_only, "Only Table 1's batch vs the largest batch that fits (no simulation)");
+  sub->add_flag("--max-batch", o->max_batch_only,
+                "Only Table 1's batch vs the largest batch that fits (no simulation)");
   return {sub, [o] { return run_repro(*o); }};
 }
 

@@ -196,8 +196,8 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
   const double t = s_.parallel.tp, e = elem_bytes();
   const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
-  const double S = b * (m.heads / t) * l * K;  // score elements on this GPU
-  const double qk = 2.0 * b * l * K * h / t;   // Q.K^T (and P.V) FLOPs over the full l x K rectangle
+  const double S = b * (m.heads / t) * l * K;                       // score elements on this GPU
+  const double qk = 2.0 * b * l * K * h / t;  // Q.K^T (and P.V) FLOPs over the full l x K rectangle
   auto gemm = [&](double M, double Kd, double N) {
     return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
   };
@@ -259,7 +259,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   };
   if (s_.training.flash_attention) {
     const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
-    const double lse = 4 * b * (m.heads / t) * l;  // fp32 per query and head
+    const double lse = 4 * b * (m.heads / t) * l;                  // fp32 per query and head
     k.push_back({2 * T * h / t, 2 * e * T * h / t + lse, false});  // D = rowsum(dO * O)
     // Recomputes the scores: 5 matmuls over the causal pairs (S, dV, dP, dQ, dK); reads Q, K, V, O, dO, writes
     // dK, dV over the whole prefix and accumulates dQ in fp32.
@@ -338,7 +338,7 @@ double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) con
   std::vector<double> layer;
   if (op.kind == OpKind::Forward) {
     if (first) {
-      pre = {{0, 2 * e * T * h, false},                 // word-embedding gather (vocab-parallel)
+      pre = {{0, 2 * e * T * h, false},                   // word-embedding gather (vocab-parallel)
              {2 * Tr * h, (3 * e + 1) * Tr * h, false}};  // + position embedding, dropout
     }
     layer = times_of(*this, layer_forward_kernels(b, l, c));
@@ -362,7 +362,7 @@ double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) con
     }
     if (first) {
       post = {{Tr * h, (2 * e + 1) * Tr * h, false},  // dropout backward
-              {T * h, (e + 8) * T * h, false}};     // embedding gradient scatter-add (fp32 rows)
+              {T * h, (e + 8) * T * h, false}};       // embedding gradient scatter-add (fp32 rows)
     }
   }
   return stream_seconds(times_of(*this, pre), layer, layers_per_chunk(), times_of(*this, post),

@@ -58,9 +58,9 @@ namespace {
 
 void check_layer_args(const char* what, int b, int tokens, int context) {
   if (b < 1 || tokens < 1 || context < 0)
-    throw std::invalid_argument(std::string(what) + ": needs b >= 1, tokens >= 1, context >= 0; got b = " +
-                                std::to_string(b) + ", tokens = " + std::to_string(tokens) +
-                                ", context = " + std::to_string(context));
+    throw std::invalid_argument(std::string(what) +
+                                ": needs b >= 1, tokens >= 1, context >= 0; got b = " + std::to_string(b) +
+                                ", tokens = " + std::to_string(tokens) + ", context = " + std::to_string(context));
 }
 
 }  // namespace
@@ -127,7 +127,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
       long long tokens;  // in-flight units are counted in tokens (exact), / (seq_len * v) at the end
     };
     std::map<std::tuple<int, int, int>, Stored> live_ops;  // (stage, micro-batch, slice) -> what its forward keeps
-    std::map<std::pair<int, int>, double> kv_cache, dkv;    // (stage, micro-batch) -> K/V cache, dK/dV buffer
+    std::map<std::pair<int, int>, double> kv_cache, dkv;   // (stage, micro-batch) -> K/V cache, dK/dV buffer
     double live = 0, peak = 0;
     long long units = 0, peak_units = 0, max_units = 0;
     auto consider = [&](double bytes) {

@@ -41,13 +41,13 @@ double layer_kv_bytes(const Scenario& s, int b, int tokens);
 // per-replica mini-batch in flight (how TeraPipe chose B, spec/terapipe.md 9.1 / 9.3). Token slicing only
 // shrinks the score rectangles, so the sliced run of the same batch fits too.
 struct MaxBatch {
-  int per_replica = 0;      // B_r: sequences per pipeline replica (0 = not even one sequence fits)
-  int global = 0;           // B = B_r * dp (Table 1's B)
-  double limit_bytes = 0;   // per-GPU capacity used
-  double static_bytes = 0;  // weights + gradients + optimizer state, worst rank
+  int per_replica = 0;            // B_r: sequences per pipeline replica (0 = not even one sequence fits)
+  int global = 0;                 // B = B_r * dp (Table 1's B)
+  double limit_bytes = 0;         // per-GPU capacity used
+  double static_bytes = 0;        // weights + gradients + optimizer state, worst rank
   double per_sequence_bytes = 0;  // activations of one more sequence, worst rank
-  double peak_bytes = 0;    // peak at per_replica (worst rank)
-  int worst_rank = 0;       // the rank that binds
+  double peak_bytes = 0;          // peak at per_replica (worst rank)
+  int worst_rank = 0;             // the rank that binds
 };
 // limit_bytes <= 0: the device memory. Throws std::invalid_argument on a scenario the model cannot take.
 MaxBatch max_batch_gpipe(const Scenario& s, double limit_bytes = 0);

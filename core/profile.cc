@@ -164,7 +164,7 @@ std::vector<std::pair<double, double>> read_points(const std::string& src, const
 LayerTable read_layer(const std::string& src, const YAML::Node& n, const std::string& path) {
   const Map m(src, n, path,
               {"hidden", "heads", "ffn", "tp", "micro_batch", "vocab", "seq_len", "dtype", "slices", "context_grid",
-               "context_fit_forward", "context_fit_backward", "embedding", "head"});
+               "context_fit_forward", "context_fit_backward", "embedding", "head", "attention"});
   LayerTable t;
   t.hidden = m.integer("hidden", 1);
   t.heads = m.integer("heads", 1);
@@ -201,6 +201,19 @@ LayerTable read_layer(const std::string& src, const YAML::Node& n, const std::st
       c.fwd_s = Map::number(src, g[i][2], k + ".forward_us", true) * kUs;
       c.bwd_s = Map::number(src, g[i][3], k + ".backward_us", true) * kUs;
       t.context_grid.push_back(c);
+    }
+  }
+  if (m.has("attention")) {
+    const YAML::Node g = seq(src, m, "attention");
+    for (std::size_t i = 0; i < g.size(); i++) {
+      const std::string k = m.key("attention") + "[" + std::to_string(i) + "]";
+      if (!g[i].IsSequence() || g[i].size() != 4) fail(src, g[i], k, "expected [l, c, forward_us, backward_us]");
+      ContextPoint c;
+      c.l = static_cast<int>(Map::number(src, g[i][0], k + ".l", true));
+      c.c = static_cast<int>(Map::number(src, g[i][1], k + ".c", false));
+      c.fwd_s = Map::number(src, g[i][2], k + ".forward_us", true) * kUs;
+      c.bwd_s = Map::number(src, g[i][3], k + ".backward_us", true) * kUs;
+      t.attention.push_back(c);
     }
   }
   if (m.has("context_fit_forward"))
@@ -512,6 +525,11 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
           os << "      - [" << c.l << ", " << c.c << ", " << us(c.fwd_s) << ", " << us(c.bwd_s) << "]\n";
         write_fit(os, "context_fit_forward", t.ctx_fwd);
         write_fit(os, "context_fit_backward", t.ctx_bwd);
+      }
+      if (!t.attention.empty()) {
+        os << "    attention:  # [l, c, forward_us, backward_us], all heads of the micro-batch\n";
+        for (const auto& c : t.attention)
+          os << "      - [" << c.l << ", " << c.c << ", " << us(c.fwd_s) << ", " << us(c.bwd_s) << "]\n";
       }
       for (const char* end : {"embedding", "head"}) {
         const auto& v = std::string(end) == "embedding" ? t.embedding : t.head;

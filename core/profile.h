@@ -66,6 +66,7 @@ struct LayerTable {
   std::vector<ContextPoint> context_grid;
   ContextFit ctx_fwd, ctx_bwd;  // t(l, c) - t(l, 0)
   std::vector<EndPoint> embedding, head;
+  std::vector<ContextPoint> attention;  // attention alone (all heads of the micro-batch) on the (l, c) grid
 
   bool same_shape(const LayerTable& o) const;  // every key but micro_batch
 };

@@ -304,7 +304,7 @@ TEST(MemoryModel, SlicedKvCacheAndGradientBuffers) {
   const int L = 2048, layers = 24;
   const double h = 2048, e = 2, V = 8;
   auto extras = [&](int l) { return l * h + 2.0 * l * h * e + 4.0 * l * V; };  // first and last stage
-  const Schedule gp = make_gpipe(1, uniform_microbatches(2, 1, L, 2), L);   // two micro-batches, slices of 1024
+  const Schedule gp = make_gpipe(1, uniform_microbatches(2, 1, L, 2), L);      // two micro-batches, slices of 1024
   const Schedule whole = make_gpipe(1, uniform_microbatches(2, 1, L, 1), L);
   // Without flash (TeraPipe's preallocated cache): at the end of the forwards the cache holds exactly the K/V the
   // slices would have saved, so the peak is the sum of the slices' activations.
@@ -348,8 +348,8 @@ TEST(MemoryModel, ScenarioKeys) {
   const Scenario off = parse_scenario(base + "}\n", "t.yaml");
   EXPECT_FALSE(off.training.flash_attention);
   EXPECT_FALSE(off.parallel.sequence_parallel);
-  const Scenario on = parse_scenario(
-      base + ", sequence_parallel: true}\ntraining: {dtype: bf16, flash_attention: true}\n", "t.yaml");
+  const Scenario on =
+      parse_scenario(base + ", sequence_parallel: true}\ntraining: {dtype: bf16, flash_attention: true}\n", "t.yaml");
   EXPECT_TRUE(on.training.flash_attention);
   EXPECT_TRUE(on.parallel.sequence_parallel);
   auto error_of = [&](const std::string& text) {
@@ -398,8 +398,7 @@ TEST(MemoryModel, MaxBatchClosedForm) {
   EXPECT_NEAR(mb.static_bytes, worst_static, 1e-6 * worst_static);
   EXPECT_LE(mb.peak_bytes, limit);
   // One more sequence does not fit.
-  const MemoryReport more =
-      memory_report(s, make_gpipe(4, uniform_microbatches(expect + 1, 1, 2048, 1), 2048));
+  const MemoryReport more = memory_report(s, make_gpipe(4, uniform_microbatches(expect + 1, 1, 2048, 1), 2048));
   EXPECT_TRUE(more.any_oom());
   // A smaller capacity gives a smaller batch; one below a single sequence's peak gives none.
   EXPECT_LT(max_batch_gpipe(s, 0.5 * limit).per_replica, expect);

@@ -1,0 +1,80 @@
+// Attention with K/V context on its own (spec/calibration.md 1, "attention with context"): for each head of
+// b sequences, S = Q K^T / sqrt(dh) over the c + l keys with the causal mask, P = softmax(S), O = P V, and the
+// backward (dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dP P)), dQ = dS K, dK = dS^T Q): the plain attention
+// with a materialised l x (c + l) score matrix that the CPU reference kernels run. CPU backends (Eigen).
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+
+#include "calib/benches.h"
+
+namespace pipescope::calib {
+namespace {
+
+template <class T>
+std::pair<double, double> time_attention(int b, int heads, int dh, int l, int c, const TimingPolicy& p) {
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const int n = c + l;
+  const Mat q = Mat::Random(l, dh), k = Mat::Random(n, dh), v = Mat::Random(n, dh), dout = Mat::Random(l, dh);
+  Mat s(l, n), pr(l, n), o(l, dh), dp(l, n), ds(l, n), dq(l, dh), dk(n, dh), dv(n, dh);
+  const T scale = T(1) / std::sqrt(static_cast<T>(dh));
+  auto forward = [&] {
+    s.noalias() = (q * k.transpose()) * scale;
+    for (int i = 0; i < l; i++) {
+      const int keys = c + i + 1;  // causal: query c + i sees keys 0 .. c + i
+      const T mx = s.row(i).head(keys).maxCoeff();
+      pr.row(i).head(keys) = (s.row(i).head(keys).array() - mx).exp();
+      pr.row(i).head(keys) /= pr.row(i).head(keys).sum();
+      pr.row(i).tail(n - keys).setZero();
+    }
+    o.noalias() = pr * v;
+  };
+  auto backward = [&] {
+    dv.noalias() = pr.transpose() * dout;
+    dp.noalias() = dout * v.transpose();
+    for (int i = 0; i < l; i++) {
+      const T dot = dp.row(i).dot(pr.row(i));
+      ds.row(i) = pr.row(i).array() * (dp.row(i).array() - dot) * scale;
+    }
+    dq.noalias() = ds * k;
+    dk.noalias() = ds.transpose() * q;
+  };
+  auto timer = steady_timer({});
+  const int reps = b * heads;
+  const double f = time_calls(
+                       [&] {
+                         for (int r = 0; r < reps; r++) forward();
+                       },
+                       *timer, p)
+                       .median_s;
+  forward();
+  const double bw = time_calls(
+                        [&] {
+                          for (int r = 0; r < reps; r++) backward();
+                        },
+                        *timer, p)
+                        .median_s;
+  return {f, bw};
+}
+
+}  // namespace
+
+void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b, LayerTable& t) {
+  if (backend != "cpu-f64" && backend != "cpu-f32") return;
+  const auto& s = cfg.shape;
+  const int dh = s.layer.head_dim(), heads = s.layer.heads, L = s.max_seq;
+  const int step = std::max(cfg.grain, (L / cfg.context_steps) / cfg.grain * cfg.grain);
+  std::vector<std::pair<int, int>> grid;
+  for (int l = step; l <= L; l += step)
+    for (int c = 0; c + l <= L; c += step) grid.emplace_back(l, c);
+  Progress prog("attention with context, micro-batch " + std::to_string(b), static_cast<int>(grid.size()),
+                cfg.progress);
+  for (auto [l, c] : grid) {
+    const auto [f, bw] = backend == "cpu-f64" ? time_attention<double>(b, heads, dh, l, c, cfg.policy)
+                                              : time_attention<float>(b, heads, dh, l, c, cfg.policy);
+    t.attention.push_back(ContextPoint{l, c, f, bw});
+    prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c));
+  }
+}
+
+}  // namespace pipescope::calib
