@@ -2,7 +2,7 @@
 
 Environment:
   PIPESCOPE_BIN       the pipescope executable (default: build/pipescope of this checkout, then `pipescope` on PATH)
-  PIPESCOPE_NB_OUT    where figures (PNG) and intermediate CSV/JSON go (default: notebooks/figures)
+  PIPESCOPE_NB_OUT    where the figures (PNG, SVG) go (default: notebooks/figures)
   PIPESCOPE_NB_FULL   1 = every configuration of the paper; unset = the subset that keeps a notebook to a few
                       seconds of simulation (what the ctest runs)
 """
@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,10 +59,11 @@ def run(*args):
 
 def simulate(scenario):
     """`pipescope simulate SCENARIO --json`: the report as a dict (iteration_s, tflops_per_gpu, memory, ...)."""
-    path = out_dir() / (Path(scenario).stem + ".json")
-    run("simulate", scenario, "--json", path)
-    with open(path) as f:
-        return json.load(f)
+    with tempfile.TemporaryDirectory(prefix="pipescope-nb-") as tmp:
+        path = Path(tmp) / "report.json"
+        run("simulate", scenario, "--json", path)
+        with open(path) as f:
+            return json.load(f)
 
 
 def sweep(scenario, **vary):

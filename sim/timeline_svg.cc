@@ -71,7 +71,9 @@ const char* kind_class(BlockKind k) {
 }
 
 bool is_comm(BlockKind k) { return k == BlockKind::P2P || k == BlockKind::Collective; }
-bool is_compute(BlockKind k) { return k == BlockKind::Forward || k == BlockKind::Backward || k == BlockKind::WeightGrad; }
+bool is_compute(BlockKind k) {
+  return k == BlockKind::Forward || k == BlockKind::Backward || k == BlockKind::WeightGrad;
+}
 
 std::string xml(const std::string& s) {
   std::string o;
@@ -193,7 +195,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   double label_w = 0;
   for (const auto& p : panels)
     for (const auto& r : p.rows) label_w = std::max(label_w, text_width(r, row_fs));
-  const double ml = std::clamp(label_w + 14, 70.0, 280.0);
+  const double ml = std::min(std::clamp(label_w + 14, 70.0, 280.0), 0.4 * opt.width_px);
   const double mr = 36;
   const double W = opt.width_px;
   const double plot_w = W - ml - mr;
@@ -205,8 +207,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   const double header_h = 76;
   const double panel_title_h = 22, axis_h = 36, panel_gap = 12;
   double H = header_h;
-  for (const auto& p : panels)
-    H += panel_title_h + static_cast<double>(p.rows.size()) * rh + axis_h + panel_gap;
+  for (const auto& p : panels) H += panel_title_h + static_cast<double>(p.rows.size()) * rh + axis_h + panel_gap;
   H = std::ceil(H);
 
   // ---- document, stylesheet
@@ -229,8 +230,9 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   os << "<text class=\"h\" x=\"" << f2(ml) << "\" y=\"24\">" << xml(opt.title) << "</text>\n<g class=\"legend\">\n";
   double lx = ml;
   auto swatch = [&](const std::string& cls, const std::string& text) {
-    os << "<rect class=\"" << cls << "\" x=\"" << f2(lx) << "\" y=\"37\" width=\"16\" height=\"12\"/><text class=\"lg\" x=\""
-       << f2(lx + 21) << "\" y=\"47\">" << xml(text) << "</text>\n";
+    os << "<rect class=\"" << cls << "\" x=\"" << f2(lx)
+       << "\" y=\"37\" width=\"16\" height=\"12\"/><text class=\"lg\" x=\"" << f2(lx + 21) << "\" y=\"47\">"
+       << xml(text) << "</text>\n";
     lx += 21 + text_width(text, 12) + 18;
   };
   swatch("F c0", "forward");
@@ -413,8 +415,7 @@ ProgramSpans program_spans(const Dag& dag, const LoweredSchedule& ls, const SimR
   ProgramSpans spans(ls.per_worker.size());
   for (std::size_t w = 0; w < spans.size(); w++) spans[w].resize(ls.per_worker[w].size());
   auto put = [&](std::int32_t w, std::int32_t i, const NodeTiming& t) {
-    if (w < 0 || i < 0 || static_cast<std::size_t>(w) >= spans.size() ||
-        static_cast<std::size_t>(i) >= spans[w].size())
+    if (w < 0 || i < 0 || static_cast<std::size_t>(w) >= spans.size() || static_cast<std::size_t>(i) >= spans[w].size())
       throw std::invalid_argument("timeline: DAG node refers to op " + std::to_string(i) + " of worker " +
                                   std::to_string(w) + " outside the schedule");
     spans[w][i] = {t.start, t.end};

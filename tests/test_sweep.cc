@@ -2,6 +2,7 @@
 // equal to single `simulate` runs, flow-sequence values, determinism, progress on stderr, and bad keys / values
 // stopping the sweep with the file and key named (exit 1) before anything runs.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -30,7 +31,7 @@ struct Result {
 // Runs `pipescope <args>` with stdout and stderr captured in files.
 Result run(const std::string& args) {
   static int n = 0;
-  const std::string base = ::testing::TempDir() + "/sweep_run" + std::to_string(n++);
+  const std::string base = ::testing::TempDir() + "/sweep_run" + std::to_string(getpid()) + "_" + std::to_string(n++);
   const int st = std::system((kExe + " " + args + " > " + base + ".out 2> " + base + ".err").c_str());
   Result r;
   r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -81,7 +82,9 @@ std::size_t column(const std::vector<std::string>& header, const std::string& na
 }
 
 std::string write_scenario() {
-  const std::string path = ::testing::TempDir() + "/sweep_test.yaml";
+  // One file per test: ctest runs the tests of this file in parallel processes.
+  const std::string path = ::testing::TempDir() + "/sweep_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".yaml";
   std::ofstream f(path);
   f << "# a small scenario for the sweep tests\n"
        "name: sweep-test\n"

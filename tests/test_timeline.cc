@@ -416,5 +416,38 @@ TEST(TimelineCli, DefaultScenarioSimulated) {
   EXPECT_EQ(sh(exe + " simulate --timeline " + a + " --compare gpipe,1f1b > /dev/null 2>&1"), 1);
 }
 
+// The measured lane: `pipescope validate` (CPU backend under mpirun) draws the simulated run above the measured one.
+TEST(TimelineCli, ValidateDrawsSimulatedAndMeasured) {
+  const std::string dir = std::string(PIPESCOPE_BINARY_DIR);
+  if (sh("command -v mpirun > /dev/null") != 0 || sh("test -x " + dir + "/pipescope-rank") != 0)
+    GTEST_SKIP() << "needs mpirun and pipescope-rank";
+  const std::string svg = ::testing::TempDir() + "/timeline_validate.svg";
+  ASSERT_EQ(sh(dir + "/pipescope validate --pp 2 --dp 1 --tp 1 --layers 4 --hidden 32 --heads 4 --vocab 64 " +
+               "--seq-len 16 --global-batch 4 --iterations 1 --warmup 0 --timeline " + svg + " > /dev/null 2>&1"),
+            0);
+  const std::string text = slurp(svg);
+  const Svg s = parse_svg(text);
+  ASSERT_EQ(s.panels.size(), 2u);
+  EXPECT_NE(text.find(">simulated: "), std::string::npos);
+  EXPECT_NE(text.find(">measured cpu-f64: "), std::string::npos);
+  for (const Panel& p : s.panels) {
+    ASSERT_EQ(p.rows.size(), 2u);
+    for (const Row& r : p.rows) {
+      EXPECT_EQ(count(r, "F"), 4);  // m = 4 micro-batches
+      EXPECT_EQ(count(r, "B"), 4);
+      EXPECT_EQ(count(r, "O"), 1);
+      EXPECT_GT(count(r, "P"), 0);  // sends and receives, drawn as the communication strip
+    }
+  }
+  // Both lanes run the same program: the compute blocks appear in the same order on every row.
+  for (std::size_t r = 0; r < 2; r++) {
+    std::vector<std::string> order[2];
+    for (int p = 0; p < 2; p++)
+      for (const auto& b : s.panels[p].rows[r].blocks)
+        if (b.kind == "F" || b.kind == "B") order[p].push_back(b.title.substr(0, b.title.find(' ')));
+    EXPECT_EQ(order[0], order[1]) << "row " << r;
+  }
+}
+
 }  // namespace
 }  // namespace pipescope::sim
