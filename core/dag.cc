@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <tuple>
 
 #include "core/checks.h"
@@ -67,11 +66,25 @@ void check_shape(const LoweredSchedule& ls, const Placement& pl) {
   }
 }
 
-// Matches Sends with Recvs; returns the matched (send, recv) positions, ordered by key.
+// Replicas whose programs are replica 0's moved (replica_programs_equal) while replica 0 only talks to
+// itself: their messages match exactly as replica 0's do.
+std::vector<char> copied_replicas(const LoweredSchedule& ls) {
+  std::vector<char> same(static_cast<std::size_t>(std::max(ls.dp, 1)), 0);
+  for (int r = 0; r < ls.p && r < static_cast<int>(ls.per_worker.size()); r++)
+    for (const LoweredOp& l : ls.per_worker[r])
+      if ((l.kind == LOpKind::Send || l.kind == LOpKind::Recv) && (l.peer < 0 || l.peer >= ls.p)) return same;
+  for (int d = 1; d < ls.dp; d++) same[d] = replica_programs_equal(ls, d);
+  return same;
+}
+
+// Matches Sends with Recvs; returns the matched (send, recv) positions, ordered by key within the replicas
+// matched here, then the copied replicas' pairs (replica 0's, moved).
 std::vector<std::pair<Msg, Msg>> match_p2p(const LoweredSchedule& ls) {
   std::vector<Msg> sends, recvs;
   const int workers = static_cast<int>(ls.per_worker.size());
+  const std::vector<char> same = copied_replicas(ls);
   for (int w = 0; w < workers; w++) {
+    if (ls.p > 0 && same[w / ls.p]) continue;
     const auto& prog = ls.per_worker[w];
     for (std::size_t i = 0; i < prog.size(); i++) {
       const LoweredOp& l = prog[i];
@@ -123,6 +136,20 @@ std::vector<std::pair<Msg, Msg>> match_p2p(const LoweredSchedule& ls) {
               (so.tag != ro.tag ? " (and the tags differ)" : ""),
           {lowered_op_name(ls, sends[a].worker, sends[a].index), lowered_op_name(ls, recvs[b].worker, recvs[b].index)});
     pairs.emplace_back(sends[a++], recvs[b++]);
+  }
+  const std::size_t own = pairs.size();
+  pairs.reserve(own * static_cast<std::size_t>(std::count(same.begin(), same.end(), 1) + 1));
+  for (int d = 1; d < ls.dp; d++) {
+    if (!same[d]) continue;
+    const std::int32_t shift = d * ls.p;
+    for (std::size_t k = 0; k < own; k++) {
+      if (pairs[k].first.worker >= ls.p) continue;
+      auto moved = [shift](Msg m) {
+        m.sender += shift, m.receiver += shift, m.worker += shift;
+        return m;
+      };
+      pairs.emplace_back(moved(pairs[k].first), moved(pairs[k].second));
+    }
   }
   return pairs;
 }
@@ -270,19 +297,22 @@ Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
   for (const auto& [s, r] : pairs)
     edges.emplace_back(static_cast<std::uint32_t>(dag.node_of[s.worker][s.index]),
                        static_cast<std::uint32_t>(dag.node_of[r.worker][r.index]));
-  if (std::getenv("PIPESCOPE_TMP_BLOCKING")) {  // TEMP-HC prototype
-    auto busy = [](LOpKind k) { return k != LOpKind::Send && k != LOpKind::Recv; };
-    for (const auto& [s, r] : pairs) {
-      const auto t = static_cast<std::uint32_t>(dag.node_of[s.worker][s.index]);
-      const auto& rp = ls.per_worker[r.worker];
-      if (std::getenv("PIPESCOPE_TMP_RDV"))
-      for (int i = r.index - 1; i >= 0; i--)
-        if (busy(rp[i].kind)) { edges.emplace_back(static_cast<std::uint32_t>(dag.node_of[r.worker][i]), t); break; }
-      const auto& sp = ls.per_worker[s.worker];
-      for (std::size_t i = s.index + 1; i < sp.size(); i++)
-        if (busy(sp[i].kind)) { edges.emplace_back(t, static_cast<std::uint32_t>(dag.node_of[s.worker][i])); break; }
+  // Blocking sends: the worker's next non-Send op also waits for each transfer posted before it.
+  if (ls.blocking_sends)
+    for (std::size_t w = 0; w < workers; w++) {
+      const auto& prog = ls.per_worker[w];
+      const auto& nodes = dag.node_of[w];
+      std::vector<std::uint32_t> posted;
+      for (std::size_t i = 0; i < prog.size(); i++) {
+        const auto node = static_cast<std::uint32_t>(nodes[i]);
+        if (prog[i].kind == LOpKind::Send) {
+          posted.push_back(node);
+          continue;
+        }
+        for (std::uint32_t t : posted) edges.emplace_back(t, node);
+        posted.clear();
+      }
     }
-  }
   std::sort(shared.begin(), shared.end());
   shared.erase(std::unique(shared.begin(), shared.end()), shared.end());
   edges.insert(edges.end(), shared.begin(), shared.end());
@@ -363,6 +393,25 @@ std::vector<double> earliest_finish(const Dag& dag) {
                          std::to_string(dag.size()) + " nodes never become ready)",
                      {});
   return finish;
+}
+
+bool replica_programs_equal(const LoweredSchedule& ls, int d) {
+  const int p = ls.p;
+  if (d < 0 || d >= ls.dp || ls.per_worker.size() != static_cast<std::size_t>(ls.dp) * p) return false;
+  for (int r = 0; r < p; r++) {
+    const auto& a = ls.per_worker[r];
+    const auto& b = ls.per_worker[LoweredSchedule::worker(d, r, p)];
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); i++) {
+      const LoweredOp& x = a[i];
+      const LoweredOp& y = b[i];
+      const std::int32_t peer = x.peer < 0 ? x.peer : x.peer + d * p;
+      if (x.kind != y.kind || x.tag != y.tag || !(x.op == y.op) || y.peer != peer || x.count != y.count ||
+          x.seconds != y.seconds || x.bytes != y.bytes)
+        return false;
+    }
+  }
+  return true;
 }
 
 std::string dag_node_text(const Dag& dag, const LoweredSchedule& ls, std::uint32_t node) {

@@ -59,6 +59,12 @@ std::size_t dry_run(const Dag& dag);
 // The closed-form tests and `simulate --engine analytic` use it. Throws CheckError on a cycle.
 std::vector<double> earliest_finish(const Dag& dag);
 
+// Whether replica d's worker programs are replica 0's with every peer moved to replica d (d * p added):
+// same ops, kinds, tags, costs, sizes and call counts in the same order (collective groups are not
+// compared). Passes and checks whose result depends on nothing else do replica 0's work once for all such
+// replicas.
+bool replica_programs_equal(const LoweredSchedule& ls, int d);
+
 // Human-readable name of a DAG node, using the lowered op's canonical text.
 std::string dag_node_text(const Dag& dag, const LoweredSchedule& ls, std::uint32_t node);
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/cost_model.h"
+#include "core/dag.h"
 
 namespace pipescope {
 
@@ -159,6 +160,15 @@ LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
   // Per replica: where each op of the grid runs, and (per consumer worker) which producers it already receives.
   std::vector<std::int32_t> at_worker(index.size()), at_index(index.size()), received_on(index.size());
   for (int d = 0; d < in.dp; d++) {
+    // A replica whose programs are replica 0's gets replica 0's messages, moved to its own workers.
+    if (d > 0 && replica_programs_equal(in, d)) {
+      for (int r = 0; r < p; r++) {
+        auto& mine = ins[LoweredSchedule::worker(d, r, p)];
+        mine = ins[r];
+        for (Insert& x : mine) x.op.peer += d * p;
+      }
+      continue;
+    }
     std::fill(at_worker.begin(), at_worker.end(), -1);
     std::fill(received_on.begin(), received_on.end(), -1);
     for (int r = 0; r < p; r++) {
@@ -207,7 +217,9 @@ LoweredSchedule scatter_gather_pass(LoweredSchedule in) {
     auto& prog = in.per_worker[w];
     std::int32_t group = -1;  // this worker's scatter/gather group (its TP GPUs), created on first use
     std::vector<LoweredOp> next;
-    next.reserve(prog.size() + prog.size() / 2 + kTailSlack);
+    const auto recvs =
+        std::count_if(prog.begin(), prog.end(), [](const LoweredOp& l) { return l.kind == LOpKind::Recv; });
+    next.reserve(prog.size() + static_cast<std::size_t>(recvs) + kTailSlack);
     for (LoweredOp& l : prog) {
       const double full = l.bytes;
       if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) l.bytes = full / in.tp;
@@ -237,7 +249,9 @@ LoweredSchedule tp_pass(LoweredSchedule in, const CostModel& cost) {
   for (std::size_t w = 0; w < in.per_worker.size(); w++) {
     const auto& prog = in.per_worker[w];
     std::vector<LoweredOp> next;
-    next.reserve(2 * prog.size() + kTailSlack);
+    const auto computes =
+        std::count_if(prog.begin(), prog.end(), [](const LoweredOp& l) { return l.kind == LOpKind::Compute; });
+    next.reserve(prog.size() + static_cast<std::size_t>(computes) + kTailSlack);
     std::int32_t group = -1;  // this worker's TP group, created on first use
     for (const LoweredOp& l : prog) {
       next.push_back(l);
@@ -259,7 +273,7 @@ LoweredSchedule tp_pass(LoweredSchedule in, const CostModel& cost) {
     }
     out.per_worker[w] = std::move(next);
   }
-  return out;
+  return in;  // `in` itself: returning the reference `out` would copy the whole schedule
 }
 
 LoweredSchedule grad_sync_pass(LoweredSchedule in, const CostModel& cost) {

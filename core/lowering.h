@@ -12,7 +12,8 @@
 // Execution semantics of a worker's program (shared by the simulator, the dry run and the runtime):
 // - Compute, Recv, Collective and Optimizer ops run in list order, each after the previous non-Send op.
 // - A Send is posted (asynchronously, eager) after the previous non-Send op completes; the ops after it do
-//   not wait for it. It is matched with exactly one Recv on the peer (same tag, same bytes).
+//   not wait for it (with LoweredSchedule::blocking_sends they do: the next non-Send op starts only once the
+//   transfer has arrived). It is matched with exactly one Recv on the peer (same tag, same bytes).
 // - A Recv completes when its matching transfer has arrived (and after the worker's previous op).
 // - A Collective (AllReduce, AllGather) starts when every member of its group has reached it; members
 //   match collectives by (group, seq): the n-th collective of a group on each member is the same call.
@@ -64,6 +65,9 @@ struct LoweredSchedule {
   int dp = 1, p = 1, tp = 1;
   std::vector<std::vector<LoweredOp>> per_worker;  // size dp * p; worker = d * p + r
   std::vector<CollGroup> groups;
+  // Sends block the sender's stream: Megatron-LM's p2p calls (spec/megatron.md 2.4, spec/seq1f1b.md 10.4)
+  // are blocking calls, not overlapped with the next op; pipescope's own runtime posts them eagerly.
+  bool blocking_sends = false;
 
   int workers() const { return dp * p; }
   static int worker(int d, int r, int p) { return d * p + r; }

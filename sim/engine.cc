@@ -2,21 +2,33 @@
 // activity is created only when its last predecessor completed, so SimGrid holds only what is in flight.
 // Hot path: no strings, maps, std::function or per-activity heap use of our own; activity metadata is a
 // tagged integer stored in the activity's data pointer; collective state lives in recycled records.
+//
+// Before the run, a planning stage fixes what does not change while it runs: ring orders and collective
+// algorithms, the replica fold (one data-parallel replica simulated for all when that is exact) and the
+// route cache (every GPU pair's route resolved once). sim/README.md documents both.
 #include "sim/engine.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
+#include <memory>
+#include <optional>
 #include <simgrid/kernel/Timer.hpp>
 #include <simgrid/s4u.hpp>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sim/platform.h"
@@ -25,6 +37,11 @@ namespace pipescope::sim {
 namespace sg4 = simgrid::s4u;
 
 namespace {
+
+using Ring = std::vector<std::int32_t>;
+using Rings = std::vector<Ring>;
+using HostPair = std::pair<sg4::Host*, sg4::Host*>;
+constexpr std::uint32_t kNo = 0xffffffffu;
 
 // Activity data = (payload << 3) | tag.
 enum Tag : std::uintptr_t {
@@ -66,16 +83,628 @@ struct RingRoute {
   double alpha = 0, bw = 0;
 };
 
+bool laned(const DagAnnotations& ann, std::int32_t a, std::int32_t b) {
+  return !ann.lanes.empty() && !ann.lanes[a].empty() && !ann.lanes[b].empty();
+}
+
+// ------------------------------------------------------------------------------------------------------
+// Collective plan: ring orders, algorithm per group and (for delay-based algorithms) ring route figures,
+// always derived from the whole DAG so that folding does not change any choice.
+struct CollectivePlan {
+  std::vector<Rings> rings;  // Dag::rings in the order they run
+  std::vector<CollAlgo> algo;
+  std::vector<std::vector<RingRoute>> routes;  // per group, per ring (non-ring algorithms only)
+  std::vector<std::uint8_t> used;              // per group: some collective node moves bytes on it
+};
+
+CollTag tag_of(const DagAnnotations& ann, std::int32_t g) {
+  return static_cast<std::size_t>(g) < ann.group_tags.size() ? ann.group_tags[g] : CollTag::None;
+}
+
+CollectivePlan plan_collectives(const ClusterSpec& cluster, const Dag& dag, const DagAnnotations& ann,
+                                const EngineOptions& opt, const Platform& pf) {
+  CollectivePlan cp;
+  // Ring orders: NCCL follows NVLink inside cube-mesh nodes; other fabrics treat every GPU pair alike.
+  cp.rings = dag.rings;
+  if (cluster.fabric == IntraNodeFabric::CubeMesh)
+    for (auto& group : cp.rings)
+      for (auto& ring : group) ring = nvlink_ring_order(ring, cluster.gpus_per_node, cube_mesh_links);
+  // Comms that ring-expanding every tensor-parallel collective would start ("auto" choice).
+  std::size_t tp_ring_comms = 0;
+  cp.used.assign(cp.rings.size(), 0);
+  for (std::size_t i = 0; i < dag.size(); i++) {
+    const DagNode& n = dag.nodes[i];
+    if (n.kind != DagKind::Collective || n.amount <= 0 || cp.rings[n.group].empty()) continue;
+    cp.used[n.group] = 1;
+    const CollTag tag = tag_of(ann, n.group);
+    if (tag != CollTag::TensorParallel && tag != CollTag::ScatterGather) continue;
+    const int ranks = static_cast<int>(cp.rings[n.group][0].size());
+    const bool allgather = !ann.allgather.empty() && ann.allgather[i] != 0;
+    tp_ring_comms += static_cast<std::size_t>(std::max(0, n.count)) * ring_steps(ranks, allgather) * ranks *
+                     cp.rings[n.group].size();
+  }
+  cp.algo.resize(cp.rings.size());
+  for (std::size_t g = 0; g < cp.rings.size(); g++)
+    cp.algo[g] = collective_algorithm(opt.collectives, tag_of(ann, static_cast<std::int32_t>(g)), dag.size(),
+                                      tp_ring_comms, opt.auto_limits);
+  cp.routes.resize(cp.rings.size());
+  for (std::size_t g = 0; g < cp.rings.size(); g++) {
+    if (cp.algo[g] == CollAlgo::Ring || !cp.used[g]) continue;
+    for (const auto& ring : cp.rings[g]) {
+      RingRoute rr{0.0, std::numeric_limits<double>::infinity()};
+      const std::size_t n = ring.size();
+      for (std::size_t i = 0; n > 1 && i < n; i++) {
+        RouteInfo ri = route_info(pf.gpus[ring[i]], pf.gpus[ring[(i + 1) % n]]);
+        rr.alpha = std::max(rr.alpha, ri.latency_s);
+        rr.bw = std::min(rr.bw, ri.bandwidth_Bps);
+      }
+      cp.routes[g].push_back(rr);
+    }
+  }
+  return cp;
+}
+
+// ------------------------------------------------------------------------------------------------------
+// Replica folding. Data-parallel replicas run identical programs on identical nodes and meet only in the
+// data-parallel collectives. When the checks below hold, the max-min network problem of the whole cluster
+// splits into one copy per replica plus the data-parallel ring flows, and it is invariant under the shift
+// replica d -> d + 1: every replica then has exactly replica 0's times. The folded run simulates replica 0
+// and its collectives, with each data-parallel ring flow d -> d+1 replaced by its image under the shift, a
+// flow from replica 0's GPU back into replica 0's own node (its "mirror": the sender's NVLink port and NIC
+// up, the receiver-side NIC down and NVLink port of the same node). Each link then carries exactly the
+// flows it carries in the full run (up to the shift), so SimGrid computes the same numbers. Checks:
+//  1. every node of replica d > 0 has a replica-0 counterpart (same worker modulo p, same position) of the
+//     same kind, cost, size and call count, with corresponding edges; the only nodes without one are the
+//     collectives of data-parallel groups, whose rings are (x, sigma_1(x), ..., sigma_{dp-1}(x));
+//  2. sigma_d (replica 0's GPUs -> replica d's) is a bijection that moves whole nodes and keeps each GPU's
+//     place in its node, and no two replicas share a node;
+//  3. routes: replica d's routes are replica 0's moved by sigma_d link for link (same node links in the same
+//     order, same latency); each data-parallel ring flow's route has the mirror's links and latency; every
+//     inter-node link outside the two end nodes (fat-tree links) only ever carries flows that all also cross
+//     one node link of no larger bandwidth, so it can never be a strict bottleneck. A fabric link that carries
+//     flows of several nodes ("temporal") still qualifies when its flows from each node (and to each node)
+//     have such a link and, in the folded run, the flows active on it at any moment all leave one node or
+//     all enter one node. That needs the folded run's times, so the folded run then happens in a forked
+//     child and the full run follows in this process when the check fails. The check is sound: up to the
+//     first moment the full run would violate it the two runs are the same, so the folded run shows it.
+struct FoldPlan {
+  bool on = false;
+  std::string why;  // why not (tests, debugging)
+  Dag dag;          // replica 0 and the data-parallel collectives
+  std::vector<std::uint8_t> allgather;
+  std::vector<std::uint32_t> rep;   // per node of the full DAG: the folded node whose times it has
+  std::vector<std::uint32_t> orig;  // per folded node: its node in the full DAG
+  std::vector<int> qranks;          // per group: dp for a data-parallel group run as its quotient, else 0
+  std::vector<ZoneRoute> mirrors;   // x -> mirror(x) for the first GPU x of every quotient ring
+  // Every GPU pair the full run can start a flow between (the route cache covers them all, so the full run
+  // can still follow when the temporal check below fails).
+  std::vector<std::pair<std::int32_t, std::int32_t>> pairs;
+  // Fabric links shared by flows of several nodes ("temporal" links): exact only if, at every moment, the
+  // flows active on each of them all leave one node or all enter one node (then a link of that node
+  // dominates it). Checked on the folded run's times (TemporalCheck); per link, the flows through it and,
+  // per such flow, its end nodes and the full-DAG nodes (transfers, collectives) that run it.
+  struct Flow {
+    std::int32_t src_node, dst_node;
+    std::vector<std::uint32_t> users;
+  };
+  std::vector<Flow> flows;
+  std::vector<std::vector<std::uint32_t>> temporal;  // per temporal link: indices into `flows`
+};
+
+// Link k of node a's zone, by pointer.
+struct LinkOwner {
+  std::int32_t node = -1, index = -1;
+};
+
+class Folder {
+ public:
+  Folder(const ClusterSpec& c, const Dag& dag, const DagAnnotations& ann, const CollectivePlan& cp, const Platform& pf)
+      : c_(c), dag_(dag), ann_(ann), cp_(cp), pf_(pf) {}
+
+  FoldPlan plan() {
+    FoldPlan fp;
+    try {
+      analyse();
+      routes();
+      build(fp);
+      fp.on = true;
+    } catch (const Refuse& r) {
+      fp = FoldPlan{};
+      fp.why = r.why;
+    }
+    return fp;
+  }
+
+ private:
+  struct Refuse {
+    std::string why;
+  };
+  [[noreturn]] static void refuse(const std::string& why) { throw Refuse{why}; }
+
+  int replica(std::uint32_t n) const { return dag_.nodes[n].worker / p_; }
+
+  // sigma_d(g0) = g, recorded and checked for consistency and injectivity.
+  void bind(int d, std::int32_t g0, std::int32_t g) {
+    if (g0 < 0 || g < 0) {
+      if (g0 != g) refuse("a GPU field is set in one replica only");
+      return;
+    }
+    if (owner_[g0] == -1) owner_[g0] = 0, base_[g0] = g0;
+    if (owner_[g0] != 0) refuse("GPU " + std::to_string(g0) + " is used by two replicas");
+    std::int32_t& s = sigma_[d][g0];
+    if (s == -1) s = g;
+    if (s != g) refuse("replica " + std::to_string(d) + " does not map GPU " + std::to_string(g0) + " consistently");
+    if (owner_[g] == -1) owner_[g] = d, base_[g] = g0;
+    if (owner_[g] != d || base_[g] != g0)
+      refuse("GPU " + std::to_string(g) + " stands for two GPUs of replica 0 or is used by two replicas");
+  }
+
+  void analyse() {
+    dp_ = ann_.replicas;
+    const int W = ann_.workers;
+    if (dp_ < 2) refuse("one replica");
+    if (W <= 0 || W % dp_ != 0) refuse("workers are not replicas x pipeline ranks");
+    p_ = W / dp_;
+    const std::size_t N = dag_.size();
+    const std::size_t G = pf_.gpus.size();
+    if (!ann_.lanes.empty() && ann_.lanes.size() != G) refuse("lanes do not list every GPU");
+    // Replica-0 nodes by (worker, position).
+    std::vector<std::int32_t> max_index(static_cast<std::size_t>(p_), -1);
+    for (std::uint32_t n = 0; n < N; n++) {
+      const DagNode& x = dag_.nodes[n];
+      if (x.worker < 0 || x.worker >= W || x.index < 0) refuse("a node has no worker or position");
+      if (x.worker < p_) max_index[x.worker] = std::max(max_index[x.worker], x.index);
+    }
+    std::vector<std::vector<std::uint32_t>> at(static_cast<std::size_t>(p_));
+    for (int w = 0; w < p_; w++) at[w].assign(static_cast<std::size_t>(max_index[w] + 1), kNo);
+    for (std::uint32_t n = 0; n < N; n++) {
+      const DagNode& x = dag_.nodes[n];
+      if (x.worker >= p_) continue;
+      std::uint32_t& slot = at[x.worker][x.index];
+      if (slot != kNo) refuse("two nodes share a worker position");
+      slot = n;
+    }
+    rep_.assign(N, kNo);
+    std::vector<std::uint32_t> seen(N, 0);
+    for (std::uint32_t n = 0; n < N; n++) {
+      const DagNode& x = dag_.nodes[n];
+      if (x.worker < p_) continue;
+      const int w0 = x.worker % p_;
+      if (x.index > max_index[w0] || at[w0][x.index] == kNo) refuse("a node of replica >0 has no counterpart");
+      rep_[n] = at[w0][x.index];
+      seen[rep_[n]]++;
+    }
+    sigma_.assign(static_cast<std::size_t>(dp_), std::vector<std::int32_t>(G, -1));
+    owner_.assign(G, -1);
+    base_.assign(G, -1);
+    gmap_.assign(static_cast<std::size_t>(dp_), std::vector<std::int32_t>(cp_.rings.size(), -1));
+    // Node by node: kind, cost, size, calls, GPUs, groups.
+    for (std::uint32_t n = 0; n < N; n++) {
+      if (rep_[n] == kNo) continue;
+      const DagNode& x = dag_.nodes[n];
+      const DagNode& r = dag_.nodes[rep_[n]];
+      const int d = replica(n);
+      if (x.kind != r.kind || x.amount != r.amount || x.count != r.count)
+        refuse("node " + std::to_string(n) + " differs from its replica-0 counterpart");
+      bind(d, r.gpu, x.gpu);
+      bind(d, r.gpu2, x.gpu2);
+      if (x.kind == DagKind::Collective) {
+        if (x.group < 0 || r.group < 0) refuse("a collective without group");
+        std::int32_t& gm = gmap_[d][r.group];
+        if (gm == -1) gm = x.group;
+        if (gm != x.group) refuse("collective groups do not correspond across replicas");
+        if (tag_of(ann_, x.group) != tag_of(ann_, r.group)) refuse("collective tags differ across replicas");
+        const bool ag_x = !ann_.allgather.empty() && ann_.allgather[n] != 0;
+        const bool ag_r = !ann_.allgather.empty() && ann_.allgather[rep_[n]] != 0;
+        if (ag_x != ag_r) refuse("collective kinds differ across replicas");
+      }
+      if (dag_.preds[n] != dag_.preds[rep_[n]]) refuse("predecessor counts differ across replicas");
+    }
+    // Replica-local groups: rings correspond element by element.
+    for (int d = 1; d < dp_; d++)
+      for (std::size_t g0 = 0; g0 < cp_.rings.size(); g0++) {
+        const std::int32_t g = gmap_[d][g0];
+        if (g == -1) continue;
+        const Rings& a = cp_.rings[g0];
+        const Rings& b = cp_.rings[g];
+        if (a.size() != b.size()) refuse("ring counts differ across replicas");
+        for (std::size_t k = 0; k < a.size(); k++) {
+          if (a[k].size() != b[k].size()) refuse("ring sizes differ across replicas");
+          for (std::size_t i = 0; i < a[k].size(); i++) bind(d, a[k][i], b[k][i]);
+        }
+        if (cp_.algo[g0] != cp_.algo[g]) refuse("collective algorithms differ across replicas");
+      }
+    // Tensor-parallel lanes of replica 0's workers.
+    if (!ann_.lanes.empty())
+      for (std::size_t g0 = 0; g0 < G; g0++) {
+        if (owner_[g0] != 0 || ann_.lanes[g0].empty()) continue;
+        for (int d = 1; d < dp_; d++) {
+          const std::int32_t g = sigma_[d][g0];
+          if (g < 0 || ann_.lanes[g].size() != ann_.lanes[g0].size()) refuse("lanes differ across replicas");
+          for (std::size_t t = 0; t < ann_.lanes[g0].size(); t++) bind(d, ann_.lanes[g0][t], ann_.lanes[g][t]);
+        }
+      }
+    // Shared nodes: data-parallel collectives, whose rings are (x, sigma_1(x), ...).
+    shared_.assign(N, 0);
+    qranks_.assign(cp_.rings.size(), 0);
+    for (std::uint32_t n = 0; n < N; n++) {
+      if (dag_.nodes[n].worker >= p_) continue;
+      if (seen[n] == static_cast<std::uint32_t>(dp_ - 1)) continue;
+      const DagNode& x = dag_.nodes[n];
+      // A data-parallel collective, or one that moves nothing (a Join all replicas meet at).
+      if (seen[n] != 0 || (x.kind != DagKind::Collective && x.kind != DagKind::Join) || x.group < 0)
+        refuse("node " + std::to_string(n) + " of replica 0 has counterparts in some replicas only");
+      shared_[n] = 1;
+      if (x.kind == DagKind::Collective) qranks_[x.group] = dp_;
+    }
+    for (int d = 1; d < dp_; d++)
+      for (std::size_t g0 = 0; g0 < cp_.rings.size(); g0++)
+        if (gmap_[d][g0] != -1 && (qranks_[g0] != 0 || qranks_[gmap_[d][g0]] != 0))
+          refuse("a data-parallel group is also used replica by replica");
+    for (std::size_t g = 0; g < cp_.rings.size(); g++) {
+      if (qranks_[g] == 0) continue;
+      for (const Ring& ring : cp_.rings[g]) {
+        if (ring.size() != static_cast<std::size_t>(dp_)) refuse("a data-parallel ring does not span the replicas");
+        if (owner_[ring[0]] != 0) refuse("a data-parallel ring does not start on replica 0");
+        for (int d = 1; d < dp_; d++)
+          if (sigma_[d][ring[0]] != ring[d]) refuse("a data-parallel ring is not the replica shift");
+      }
+    }
+    // Every replica-0 GPU has an image in every replica.
+    for (std::size_t g0 = 0; g0 < G; g0++) {
+      if (owner_[g0] != 0 || base_[g0] != static_cast<std::int32_t>(g0)) continue;
+      gpus0_.push_back(static_cast<std::int32_t>(g0));
+      for (int d = 1; d < dp_; d++)
+        if (sigma_[d][g0] < 0) refuse("GPU " + std::to_string(g0) + " has no image in replica " + std::to_string(d));
+    }
+    // Whole nodes move, GPUs keep their place, replicas never share a node.
+    const int gpn = c_.gpus_per_node;
+    nu_.assign(static_cast<std::size_t>(dp_), std::vector<std::int32_t>(static_cast<std::size_t>(c_.nodes), -1));
+    std::vector<std::int32_t> node_owner(static_cast<std::size_t>(c_.nodes), -1);
+    for (int d = 0; d < dp_; d++)
+      for (std::int32_t g0 : gpus0_) {
+        const std::int32_t g = d == 0 ? g0 : sigma_[d][g0];
+        if (g % gpn != g0 % gpn) refuse("replica " + std::to_string(d) + " moves a GPU within its node");
+        std::int32_t& nu = nu_[d][g0 / gpn];
+        if (nu == -1) nu = g / gpn;
+        if (nu != g / gpn) refuse("replica " + std::to_string(d) + " splits a node");
+        std::int32_t& o = node_owner[g / gpn];
+        if (o == -1) o = d;
+        if (o != d) refuse("two replicas share node " + std::to_string(g / gpn));
+      }
+    // Edges correspond: replica d's successor lists are replica 0's, moved (shared nodes stay).
+    for (std::uint32_t n = 0; n < N; n++) {
+      if (rep_[n] == kNo) continue;
+      const std::uint32_t r = rep_[n];
+      const int d = replica(n);
+      const std::uint32_t bn = dag_.succ_begin[n], en = dag_.succ_begin[n + 1];
+      const std::uint32_t br = dag_.succ_begin[r], er = dag_.succ_begin[r + 1];
+      if (en - bn != er - br) refuse("successor counts differ across replicas");
+      for (std::uint32_t k = 0; k < en - bn; k++) {
+        const std::uint32_t sn = dag_.succ[bn + k], sr = dag_.succ[br + k];
+        const bool ok = shared_[sr] ? sn == sr : (rep_[sn] == sr && replica(sn) == d);
+        if (!ok) refuse("edges differ across replicas");
+      }
+    }
+    // Shared nodes: their successors in replica d are those in replica 0, moved, in the same order.
+    for (std::uint32_t s = 0; s < N; s++) {
+      if (!shared_[s]) continue;
+      std::vector<std::vector<std::uint32_t>> by(static_cast<std::size_t>(dp_));
+      for (std::uint32_t e = dag_.succ_begin[s]; e < dag_.succ_begin[s + 1]; e++) {
+        const std::uint32_t t = dag_.succ[e];
+        if (shared_[t]) continue;
+        by[replica(t)].push_back(replica(t) == 0 ? t : rep_[t]);
+      }
+      for (int d = 1; d < dp_; d++)
+        if (by[d] != by[0]) refuse("a data-parallel collective releases replicas differently");
+    }
+  }
+
+  // ---- routes
+  struct FlowRoute {
+    std::int32_t a, b;
+    double latency;
+    std::vector<sg4::Link*> links;
+  };
+
+  void routes() {
+    for (std::size_t n = 0; n < pf_.node_links.size(); n++)
+      for (std::size_t k = 0; k < pf_.node_links[n].size(); k++)
+        owner_of_[pf_.node_links[n][k]] = LinkOwner{static_cast<std::int32_t>(n), static_cast<std::int32_t>(k)};
+    // Every flow the full run can start: transfer lanes and ring edges of ring / aggregate groups.
+    std::vector<std::pair<std::int32_t, std::int32_t>> channels, pairs;
+    for (const DagNode& x : dag_.nodes)
+      if (x.kind == DagKind::Transfer && x.amount > 0 && x.gpu != x.gpu2) channels.emplace_back(x.gpu, x.gpu2);
+    std::sort(channels.begin(), channels.end());
+    channels.erase(std::unique(channels.begin(), channels.end()), channels.end());
+    for (const auto& [a, b] : channels) {
+      if (laned(ann_, a, b)) {
+        const auto& la = ann_.lanes[a];
+        const auto& lb = ann_.lanes[b];
+        for (std::size_t t = 0; t < la.size() && t < lb.size(); t++) pairs.emplace_back(la[t], lb[t]);
+      } else {
+        pairs.emplace_back(a, b);
+      }
+    }
+    for (std::size_t g = 0; g < cp_.rings.size(); g++) {
+      if (!cp_.used[g] || cp_.algo[g] == CollAlgo::Analytic) continue;
+      for (const Ring& ring : cp_.rings[g])
+        for (std::size_t i = 0; ring.size() > 1 && i < ring.size(); i++)
+          pairs.emplace_back(ring[i], ring[(i + 1) % ring.size()]);
+    }
+    std::sort(pairs.begin(), pairs.end());
+    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+    pairs_ = pairs;
+    flows_.reserve(pairs.size());
+    for (const auto& [a, b] : pairs) {
+      FlowRoute f{a, b, 0.0, {}};
+      f.links = route_links(pf_.gpus[a], pf_.gpus[b], &f.latency);
+      flows_.push_back(std::move(f));
+    }
+    // Fabric links: every flow through one must also cross a node link of no larger bandwidth (then it can
+    // never bind alone); failing that, the flows of each of its source nodes and of each of its destination
+    // nodes must have such a link, and the folded run must show them never active together across nodes.
+    const int gpn = c_.gpus_per_node;
+    std::vector<std::vector<sg4::Link*>> node_parts(flows_.size());
+    std::unordered_map<const sg4::Link*, std::vector<std::uint32_t>> through;
+    std::vector<const sg4::Link*> fabric;  // in first-seen order: deterministic
+    for (std::uint32_t i = 0; i < flows_.size(); i++) {
+      const FlowRoute& f = flows_[i];
+      for (sg4::Link* l : f.links) {
+        auto it = owner_of_.find(l);
+        if (it != owner_of_.end()) {
+          if (it->second.node != f.a / gpn && it->second.node != f.b / gpn) refuse("a route crosses a third node");
+          node_parts[i].push_back(l);
+          continue;
+        }
+        auto [t, added] = through.try_emplace(l);
+        if (added) fabric.push_back(l);
+        t->second.push_back(i);
+      }
+      std::sort(node_parts[i].begin(), node_parts[i].end());
+    }
+    auto dominated = [&](const sg4::Link* l, const std::vector<std::uint32_t>& fs) {
+      std::vector<sg4::Link*> common = node_parts[fs[0]];
+      for (std::size_t k = 1; k < fs.size() && !common.empty(); k++) {
+        std::vector<sg4::Link*> keep;
+        std::set_intersection(common.begin(), common.end(), node_parts[fs[k]].begin(), node_parts[fs[k]].end(),
+                              std::back_inserter(keep));
+        common = std::move(keep);
+      }
+      return std::any_of(common.begin(), common.end(), [&](const sg4::Link* n) {
+        return n->get_sharing_policy() == sg4::Link::SharingPolicy::SHARED && n->get_bandwidth() <= l->get_bandwidth();
+      });
+    };
+    for (const sg4::Link* l : fabric) {
+      const std::vector<std::uint32_t>& fs = through.at(l);
+      if (l->get_sharing_policy() != sg4::Link::SharingPolicy::SHARED)
+        refuse(std::string("fabric link ") + l->get_cname() + " is not a shared link");
+      if (dominated(l, fs)) continue;
+      for (int end = 0; end < 2; end++) {
+        std::map<std::int32_t, std::vector<std::uint32_t>> by_node;
+        for (std::uint32_t i : fs) by_node[(end == 0 ? flows_[i].a : flows_[i].b) / gpn].push_back(i);
+        for (const auto& [node, group] : by_node)
+          if (!dominated(l, group))
+            refuse(std::string("fabric link ") + l->get_cname() + " carries flows of node " + std::to_string(node) +
+                   " that no link of that node dominates");
+      }
+      temporal_.push_back(fs);
+    }
+    // Replica d's routes are replica 0's, moved link for link.
+    auto find = [&](std::int32_t a, std::int32_t b) -> const FlowRoute* {
+      auto it = std::lower_bound(pairs.begin(), pairs.end(), std::make_pair(a, b));
+      return it != pairs.end() && *it == std::make_pair(a, b) ? &flows_[it - pairs.begin()] : nullptr;
+    };
+    for (const FlowRoute& f : flows_) {
+      if (owner_[f.a] != 0 || owner_[f.b] != 0 || base_[f.a] != f.a || base_[f.b] != f.b) continue;
+      const auto sig0 = signature(f);
+      for (int d = 1; d < dp_; d++) {
+        const FlowRoute* g = find(sigma_[d][f.a], sigma_[d][f.b]);
+        if (g == nullptr) refuse("a flow of replica 0 has no counterpart");
+        if (g->latency != f.latency || signature(*g) != sig0) refuse("routes differ across replicas");
+      }
+    }
+    // Data-parallel ring flows: each has the route of the mirror of its ring's first GPU.
+    for (std::size_t g = 0; g < cp_.rings.size(); g++) {
+      if (qranks_[g] == 0 || !cp_.used[g] || cp_.algo[g] == CollAlgo::Analytic) continue;
+      for (const Ring& ring : cp_.rings[g]) {
+        const std::int32_t x = ring[0];
+        const FlowRoute* first = find(ring[0], ring[1]);
+        if (first == nullptr) refuse("a data-parallel ring flow has no route");
+        ZoneRoute m;
+        m.src = m.dst = x;
+        m.mirror = true;
+        for (sg4::Link* l : first->links) {
+          auto it = owner_of_.find(l);
+          if (it == owner_of_.end()) continue;  // fabric: dominated (checked above)
+          m.links.push_back(pf_.node_links[x / gpn][it->second.index]);
+        }
+        const auto sig = signature(*first);
+        const double lat = summed_latency(m.links);
+        for (std::size_t i = 0; i < ring.size(); i++) {
+          const FlowRoute* f = find(ring[i], ring[(i + 1) % ring.size()]);
+          if (f == nullptr || signature(*f) != sig || f->latency != lat)
+            refuse("a data-parallel ring flow is not the image of the mirror route");
+        }
+        mirrors_.push_back(std::move(m));
+      }
+    }
+  }
+
+  // A route's node links as (end, index) in order: end 0 = the source's node, 1 = the destination's.
+  std::vector<std::pair<int, std::int32_t>> signature(const FlowRoute& f) const {
+    const int gpn = c_.gpus_per_node;
+    std::vector<std::pair<int, std::int32_t>> sig;
+    for (sg4::Link* l : f.links) {
+      auto it = owner_of_.find(l);
+      if (it == owner_of_.end()) continue;
+      sig.emplace_back(it->second.node == f.a / gpn ? 0 : 1, it->second.index);
+    }
+    return sig;
+  }
+
+  // The folded DAG: replica 0's nodes (shared collectives included, as they belong to replica 0's workers)
+  // with their edges among themselves, in the original order.
+  void build(FoldPlan& fp) {
+    const std::size_t N = dag_.size();
+    fp.rep.assign(N, kNo);
+    for (std::uint32_t n = 0; n < N; n++)
+      if (dag_.nodes[n].worker < p_) {
+        fp.rep[n] = static_cast<std::uint32_t>(fp.orig.size());
+        fp.orig.push_back(n);
+      }
+    Dag& f = fp.dag;
+    f.nodes.reserve(fp.orig.size());
+    f.succ_begin.assign(fp.orig.size() + 1, 0);
+    f.preds.assign(fp.orig.size(), 0);
+    for (std::uint32_t k = 0; k < fp.orig.size(); k++) {
+      const std::uint32_t n = fp.orig[k];
+      f.nodes.push_back(dag_.nodes[n]);
+      for (std::uint32_t e = dag_.succ_begin[n]; e < dag_.succ_begin[n + 1]; e++) {
+        const std::uint32_t s = fp.rep[dag_.succ[e]];
+        if (dag_.nodes[dag_.succ[e]].worker >= p_) continue;
+        f.succ.push_back(s);
+        f.preds[s]++;
+      }
+      f.succ_begin[k + 1] = static_cast<std::uint32_t>(f.succ.size());
+    }
+    f.rings = dag_.rings;
+    if (!ann_.allgather.empty()) {
+      fp.allgather.resize(fp.orig.size());
+      for (std::uint32_t k = 0; k < fp.orig.size(); k++) fp.allgather[k] = ann_.allgather[fp.orig[k]];
+    }
+    for (std::uint32_t n = 0; n < N; n++)
+      if (fp.rep[n] == kNo) fp.rep[n] = fp.rep[rep_[n]];
+    fp.qranks = qranks_;
+    fp.mirrors = std::move(mirrors_);
+    fp.pairs = pairs_;
+    if (temporal_.empty()) return;
+    // The flows of temporal links and the nodes that run them: transfers (by channel and lane), collectives.
+    const int gpn = c_.gpus_per_node;
+    std::vector<std::uint32_t> index(flows_.size(), kNo);
+    for (const auto& fs : temporal_) {
+      std::vector<std::uint32_t> mapped;
+      for (std::uint32_t i : fs) {
+        if (index[i] == kNo) {
+          index[i] = static_cast<std::uint32_t>(fp.flows.size());
+          fp.flows.push_back(FoldPlan::Flow{flows_[i].a / gpn, flows_[i].b / gpn, {}});
+        }
+        mapped.push_back(index[i]);
+      }
+      fp.temporal.push_back(std::move(mapped));
+    }
+    auto flow_of = [&](std::int32_t a, std::int32_t b) -> std::uint32_t {
+      auto it = std::lower_bound(pairs_.begin(), pairs_.end(), std::make_pair(a, b));
+      return it != pairs_.end() && *it == std::make_pair(a, b) ? index[it - pairs_.begin()] : kNo;
+    };
+    std::map<std::pair<std::int32_t, std::int32_t>, std::vector<std::uint32_t>> channel_flows;  // temporal lanes
+    for (std::uint32_t n = 0; n < N; n++) {
+      const DagNode& x = dag_.nodes[n];
+      if (x.kind == DagKind::Transfer && x.amount > 0 && x.gpu != x.gpu2) {
+        auto [it, added] = channel_flows.try_emplace({x.gpu, x.gpu2});
+        if (added) {
+          if (laned(ann_, x.gpu, x.gpu2)) {
+            const auto& la = ann_.lanes[x.gpu];
+            const auto& lb = ann_.lanes[x.gpu2];
+            for (std::size_t t = 0; t < la.size() && t < lb.size(); t++)
+              if (std::uint32_t f = flow_of(la[t], lb[t]); f != kNo) it->second.push_back(f);
+          } else if (std::uint32_t f = flow_of(x.gpu, x.gpu2); f != kNo) {
+            it->second.push_back(f);
+          }
+        }
+        for (std::uint32_t f : it->second) fp.flows[f].users.push_back(n);
+      } else if (x.kind == DagKind::Collective && x.amount > 0 && cp_.algo[x.group] != CollAlgo::Analytic) {
+        for (const Ring& ring : cp_.rings[x.group])
+          for (std::size_t i = 0; ring.size() > 1 && i < ring.size(); i++)
+            if (std::uint32_t f = flow_of(ring[i], ring[(i + 1) % ring.size()]); f != kNo)
+              fp.flows[f].users.push_back(n);
+      }
+    }
+  }
+
+  const ClusterSpec& c_;
+  const Dag& dag_;
+  const DagAnnotations& ann_;
+  const CollectivePlan& cp_;
+  const Platform& pf_;
+  int dp_ = 1, p_ = 1;
+  std::vector<std::uint32_t> rep_;
+  std::vector<std::uint8_t> shared_;
+  std::vector<std::vector<std::int32_t>> sigma_, gmap_, nu_;
+  std::vector<std::int32_t> owner_, base_;  // per GPU: replica using it, and the replica-0 GPU it stands for
+  std::vector<std::int32_t> gpus0_;
+  std::vector<int> qranks_;
+  std::vector<std::pair<std::int32_t, std::int32_t>> pairs_;
+  std::vector<std::vector<std::uint32_t>> temporal_;  // per temporal fabric link: indices into flows_
+  std::vector<FlowRoute> flows_;
+  std::unordered_map<const sg4::Link*, LinkOwner> owner_of_;
+  std::vector<ZoneRoute> mirrors_;
+};
+
+// ------------------------------------------------------------------------------------------------------
+// Hosts of every flow the run starts: the route cache's stand-ins where the route was cached, else the GPU
+// hosts themselves.
+class Endpoints {
+ public:
+  // Every (source, destination) GPU pair the run can start, plus the mirror routes; builds the route zone.
+  Endpoints(Platform& pf, const std::vector<std::pair<std::int32_t, std::int32_t>>& pairs,
+            const std::vector<ZoneRoute>& mirrors, bool cache)
+      : pf_(pf) {
+    std::vector<ZoneRoute> routes;
+    if (cache) {
+      routes.reserve(pairs.size() + mirrors.size());
+      for (const auto& [a, b] : pairs) {
+        ZoneRoute r;
+        r.src = a;
+        r.dst = b;
+        double lat = 0;
+        r.links = route_links(pf.gpus[a], pf.gpus[b], &lat);
+        // Same links in the same order; the Full zone sums latencies in that order, so only a bit-identical
+        // sum keeps the flow's latency (and its latency-weighted share) unchanged.
+        if (r.links.empty() || summed_latency(r.links) != lat) continue;
+        routes.push_back(std::move(r));
+      }
+    }
+    std::vector<std::int32_t> mirrored;
+    for (const ZoneRoute& m : mirrors)
+      if (std::find(mirrored.begin(), mirrored.end(), m.src) == mirrored.end()) {
+        mirrored.push_back(m.src);
+        routes.push_back(m);
+      }
+    zone_ = add_route_zone(pf, routes);
+    for (const ZoneRoute& r : routes)
+      if (!r.mirror) cached_.emplace_back(r.src, r.dst);
+    std::sort(cached_.begin(), cached_.end());
+  }
+
+  HostPair pair(std::int32_t a, std::int32_t b) const {
+    if (std::binary_search(cached_.begin(), cached_.end(), std::make_pair(a, b))) return {zone_.host[a], zone_.host[b]};
+    return {pf_.gpus[a], pf_.gpus[b]};
+  }
+  HostPair mirror(std::int32_t a) const {
+    if (zone_.mirror[a] == nullptr) throw std::logic_error("simulate: no mirror route for GPU " + std::to_string(a));
+    return {zone_.host[a], zone_.mirror[a]};
+  }
+
+ private:
+  const Platform& pf_;
+  RouteZone zone_;
+  std::vector<std::pair<std::int32_t, std::int32_t>> cached_;
+};
+
+// ------------------------------------------------------------------------------------------------------
 class Driver {
  public:
-  Driver(const ClusterSpec& cluster, const Dag& dag, const DagAnnotations& ann, const EngineOptions& opt,
-         const Platform& pf)
-      : dag_(dag), ann_(ann), pf_(pf), timer_mode_(opt.compute == "timer"), fifo_(opt.p2p_fifo) {
-    // Ring orders: NCCL follows NVLink inside cube-mesh nodes; other fabrics treat every GPU pair alike.
-    rings_ = dag.rings;
-    if (cluster.fabric == IntraNodeFabric::CubeMesh)
-      for (auto& group : rings_)
-        for (auto& ring : group) ring = nvlink_ring_order(ring, cluster.gpus_per_node, cube_mesh_links);
+  Driver(const Dag& dag, const DagAnnotations& ann, const std::vector<std::uint8_t>& allgather,
+         const EngineOptions& opt, const Platform& pf, const CollectivePlan& cp, const std::vector<int>& qranks)
+      : dag_(dag),
+        ann_(ann),
+        allgather_(allgather),
+        pf_(pf),
+        cp_(cp),
+        qranks_(qranks),
+        timer_mode_(opt.compute == "timer"),
+        fifo_(opt.p2p_fifo) {
     hot_.resize(dag.size() + 1);
     for (std::size_t i = 0; i < dag.size(); i++) {
       const DagNode& n = dag.nodes[i];
@@ -89,42 +718,75 @@ class Driver {
     }
     hot_[dag.size()].succ_begin = dag.succ_begin[dag.size()];
     done_.reserve(dag.size());
-    // Comms that ring-expanding every tensor-parallel collective would start ("auto" choice).
-    auto tag_of = [&](std::int32_t g) {
-      return static_cast<std::size_t>(g) < ann.group_tags.size() ? ann.group_tags[g] : CollTag::None;
-    };
-    std::size_t tp_ring_comms = 0;
-    for (std::size_t i = 0; i < dag.size(); i++) {
-      const DagNode& n = dag.nodes[i];
-      if (n.kind != DagKind::Collective || n.amount <= 0 || rings_[n.group].empty()) continue;
-      const CollTag tag = tag_of(n.group);
-      if (tag != CollTag::TensorParallel && tag != CollTag::ScatterGather) continue;
-      const int ranks = static_cast<int>(rings_[n.group][0].size());
-      const bool allgather = !ann.allgather.empty() && ann.allgather[i] != 0;
-      tp_ring_comms += static_cast<std::size_t>(std::max(0, n.count)) * ring_steps(ranks, allgather) * ranks *
-                       rings_[n.group].size();
-    }
-    algo_.resize(rings_.size());
-    for (std::size_t g = 0; g < rings_.size(); g++)
-      algo_[g] = collective_algorithm(opt.collectives, tag_of(static_cast<std::int32_t>(g)), dag.size(), tp_ring_comms,
-                                      opt.auto_limits);
-    routes_.resize(rings_.size());
-    for (std::size_t g = 0; g < rings_.size(); g++) {
-      if (algo_[g] == CollAlgo::Ring) continue;
-      for (const auto& ring : rings_[g]) {
-        RingRoute rr{0.0, std::numeric_limits<double>::infinity()};
-        const std::size_t n = ring.size();
-        for (std::size_t i = 0; n > 1 && i < n; i++) {
-          RouteInfo ri = route_info(pf.gpus[ring[i]], pf.gpus[ring[(i + 1) % n]]);
-          rr.alpha = std::max(rr.alpha, ri.latency_s);
-          rr.bw = std::min(rr.bw, ri.bandwidth_Bps);
-        }
-        routes_[g].push_back(rr);
-      }
+    channel_ids_.clear();
+    // Rings as they run: a quotient group runs each ring as its first GPU sending to its mirror.
+    exec_rings_.resize(cp.rings.size());
+    for (std::size_t g = 0; g < cp.rings.size(); g++) {
+      exec_rings_[g] = cp.rings[g];
+      if (qranks_[g] != 0)
+        for (auto& ring : exec_rings_[g]) ring.resize(1);
     }
     if (timer_mode_) gpu_running_.assign(pf.gpus.size(), kNone);
     ready_.reserve(1024);
     graveyard_.reserve(64);
+  }
+
+  // Every GPU pair (and mirror) this run can start a comm between.
+  void flow_pairs(std::vector<std::pair<std::int32_t, std::int32_t>>& pairs,
+                  std::vector<std::int32_t>& mirrored) const {
+    for (const Channel& ch : channels_) {
+      if (laned(ann_, ch.src, ch.dst)) {
+        const auto& a = ann_.lanes[ch.src];
+        const auto& b = ann_.lanes[ch.dst];
+        for (std::size_t t = 0; t < a.size() && t < b.size(); t++) pairs.emplace_back(a[t], b[t]);
+      } else {
+        pairs.emplace_back(ch.src, ch.dst);
+      }
+    }
+    std::vector<std::uint8_t> used(exec_rings_.size(), 0);
+    for (const DagNode& n : dag_.nodes)
+      if (n.kind == DagKind::Collective && n.amount > 0) used[n.group] = 1;
+    for (std::size_t g = 0; g < exec_rings_.size(); g++) {
+      if (!used[g] || cp_.algo[g] == CollAlgo::Analytic) continue;
+      for (const Ring& ring : exec_rings_[g]) {
+        if (qranks_[g] != 0) {
+          mirrored.push_back(ring[0]);
+          continue;
+        }
+        for (std::size_t i = 0; ring.size() > 1 && i < ring.size(); i++)
+          pairs.emplace_back(ring[i], ring[(i + 1) % ring.size()]);
+      }
+    }
+    std::sort(pairs.begin(), pairs.end());
+    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+  }
+
+  // Resolves the hosts of every channel lane and ring edge (call once, after the route zone exists).
+  void bind_hosts(const Endpoints& ep) {
+    for (Channel& ch : channels_) {
+      ch.hosts.clear();
+      if (laned(ann_, ch.src, ch.dst)) {
+        const auto& a = ann_.lanes[ch.src];
+        const auto& b = ann_.lanes[ch.dst];
+        for (std::size_t t = 0; t < a.size(); t++) ch.hosts.push_back(ep.pair(a[t], b[t]));
+      } else {
+        ch.hosts.push_back(ep.pair(ch.src, ch.dst));
+      }
+    }
+    ring_hosts_.assign(exec_rings_.size(), {});
+    for (std::size_t g = 0; g < exec_rings_.size(); g++) {
+      if (cp_.algo[g] == CollAlgo::Analytic) continue;
+      for (const Ring& ring : exec_rings_[g]) {
+        std::vector<HostPair> hp;
+        if (qranks_[g] != 0) {
+          if (cp_.used[g]) hp.push_back(ep.mirror(ring[0]));
+        } else {
+          for (std::size_t i = 0; ring.size() > 1 && i < ring.size(); i++)
+            hp.push_back(ep.pair(ring[i], ring[(i + 1) % ring.size()]));
+        }
+        ring_hosts_[g].push_back(std::move(hp));
+      }
+    }
   }
 
   void run_roots() {
@@ -234,10 +896,10 @@ class Driver {
     x.detach();  // the reference is adopted back in on_activity()
   }
 
-  void comm(std::int32_t src, std::int32_t dst, double bytes, std::uintptr_t code) {
+  void comm(const HostPair& hosts, double bytes, std::uintptr_t code) {
     activities_++;
     // Call order matters in 3.32: sendto_init, payload, then start (spec/simgrid.md 6).
-    sg4::CommPtr c = sg4::Comm::sendto_init(pf_.gpus[src], pf_.gpus[dst]);
+    sg4::CommPtr c = sg4::Comm::sendto_init(hosts.first, hosts.second);
     c->set_payload_size(static_cast<std::uint64_t>(std::llround(bytes)));
     c->set_data(reinterpret_cast<void*>(code));
     c->start();
@@ -290,40 +952,33 @@ class Driver {
     Channel& ch = channels_[h.aux];
     ch.busy = true;
     h.start = sg4::Engine::get_clock();
-    const std::int32_t src = ch.src, dst = ch.dst;
-    const bool laned = !ann_.lanes.empty() && !ann_.lanes[src].empty() && !ann_.lanes[dst].empty();
-    if (!laned) {
-      h.pending = 1;
-      comm(src, dst, h.amount, code(kNode, node));
-      return;
-    }
-    const auto& a = ann_.lanes[src];
-    const auto& b = ann_.lanes[dst];
-    h.pending = static_cast<std::uint32_t>(a.size());
-    for (std::size_t t = 0; t < a.size(); t++) comm(a[t], b[t], h.amount, code(kNode, node));
+    h.pending = static_cast<std::uint32_t>(ch.hosts.size());
+    for (const HostPair& hp : ch.hosts) comm(hp, h.amount, code(kNode, node));
   }
 
   // Channel of a transfer (one per ordered GPU pair), or -1 when it moves nothing.
   std::int32_t channel_of(const DagNode& n) {
     if (n.amount <= 0 || n.gpu == n.gpu2) return -1;
     auto [it, added] = channel_ids_.try_emplace({n.gpu, n.gpu2}, static_cast<std::int32_t>(channels_.size()));
-    if (added) channels_.push_back(Channel{n.gpu, n.gpu2});
+    if (added) channels_.push_back(Channel{n.gpu, n.gpu2, false, 0, {}, {}});
     return it->second;
   }
 
   // Returns false when the collective completes immediately (no bytes, single-GPU rings, no rings).
   bool launch_collective(std::uint32_t node, const DagNode& n) {
-    const auto& rings = rings_[n.group];
-    const int ranks = rings.empty() ? 0 : static_cast<int>(rings[0].size());
-    const bool allgather = !ann_.allgather.empty() && ann_.allgather[node] != 0;
+    const auto& rings = exec_rings_[n.group];
+    const int q = qranks_[n.group];
+    // A quotient ring keeps the full ring's rank count (steps, chunk size) but runs one position per ring.
+    const int ranks = q != 0 ? q : rings.empty() ? 0 : static_cast<int>(rings[0].size());
+    const bool allgather = !allgather_.empty() && allgather_[node] != 0;
     const int steps = ring_steps(ranks, allgather);
-    if (n.amount <= 0 || steps == 0 || n.count <= 0) return false;
+    if (n.amount <= 0 || steps == 0 || n.count <= 0 || rings.empty()) return false;
     const std::uint32_t total_steps = static_cast<std::uint32_t>(steps) * static_cast<std::uint32_t>(n.count);
-    const CollAlgo algo = algo_[n.group];
+    const CollAlgo algo = cp_.algo[n.group];
 
     if (algo == CollAlgo::Analytic) {
       double t = 0;
-      for (const RingRoute& rr : routes_[n.group])
+      for (const RingRoute& rr : cp_.routes[n.group])
         t = std::max(t, n.count * ring_collective_seconds(ranks, n.amount, rr.alpha, rr.bw, allgather));
       hot_[node].pending = 1;
       delay(t, code(kNode, node));
@@ -333,8 +988,9 @@ class Driver {
     const std::uint32_t run = new_run(node);
     CollRun& r = runs_[run];
     r.chunk_bytes = n.amount / ranks;
+    const int positions = q != 0 ? 1 : ranks;
     if (algo == CollAlgo::Ring) {
-      r.ring.reset(static_cast<int>(rings.size()), ranks, total_steps);
+      r.ring.reset(static_cast<int>(rings.size()), positions, total_steps);
       start_positions_.clear();
       r.ring.start(start_positions_);
       for (std::uint32_t pos : start_positions_) ring_comm(run, n.group, pos);
@@ -342,9 +998,9 @@ class Driver {
     }
     // Aggregate: latency of all but one step as a delay, then the whole volume in one comm per rank.
     double alpha = 0;
-    for (const RingRoute& rr : routes_[n.group]) alpha = std::max(alpha, rr.alpha);
+    for (const RingRoute& rr : cp_.routes[n.group]) alpha = std::max(alpha, rr.alpha);
     r.chunk_bytes *= total_steps;
-    r.left = static_cast<std::uint32_t>(rings.size() * ranks);
+    r.left = static_cast<std::uint32_t>(rings.size() * positions);
     const double d = (total_steps - 1.0) * alpha;
     if (d > 0) {
       delay(d, code(kAggDelay, run));
@@ -369,11 +1025,9 @@ class Driver {
   }
 
   void ring_comm(std::uint32_t run, std::int32_t group, std::uint32_t pos) {
-    const int ranks = runs_[run].ring.n();
-    const auto& ring = rings_[group][pos / ranks];
-    const std::uint32_t i = pos % ranks;
-    const std::uint32_t j = i + 1 == static_cast<std::uint32_t>(ranks) ? 0 : i + 1;
-    comm(ring[i], ring[j], runs_[run].chunk_bytes, code(kRing, (std::uintptr_t{run} << kPosBits) | pos));
+    const auto n = static_cast<std::uint32_t>(runs_[run].ring.n());
+    comm(ring_hosts_[group][pos / n][pos % n], runs_[run].chunk_bytes,
+         code(kRing, (std::uintptr_t{run} << kPosBits) | pos));
   }
 
   void ring_comm_done(std::uint32_t run, std::uint32_t pos) {
@@ -386,11 +1040,8 @@ class Driver {
 
   void aggregate_start_comms(std::uint32_t run) {
     const DagNode& n = dag_.nodes[runs_[run].node];
-    for (const auto& ring : rings_[n.group]) {
-      const std::size_t ranks = ring.size();
-      for (std::size_t i = 0; i < ranks; i++)
-        comm(ring[i], ring[(i + 1) % ranks], runs_[run].chunk_bytes, code(kAggComm, run));
-    }
+    for (const auto& hosts : ring_hosts_[n.group])
+      for (const HostPair& hp : hosts) comm(hp, runs_[run].chunk_bytes, code(kAggComm, run));
   }
 
   void finish_collective(std::uint32_t run) {
@@ -401,7 +1052,10 @@ class Driver {
 
   const Dag& dag_;
   const DagAnnotations& ann_;
+  const std::vector<std::uint8_t>& allgather_;
   const Platform& pf_;
+  const CollectivePlan& cp_;
+  const std::vector<int>& qranks_;
   const bool timer_mode_;
   const bool fifo_;
   // Point-to-point channels: transfers between one ordered GPU pair run one at a time in issue order when
@@ -411,14 +1065,14 @@ class Driver {
     bool busy = false;
     std::size_t head = 0;  // queue[head..] waits
     std::vector<std::uint32_t> queue;
+    std::vector<HostPair> hosts;  // one per lane
   };
   std::vector<Channel> channels_;
   std::map<std::pair<std::int32_t, std::int32_t>, std::int32_t> channel_ids_;  // construction only
   std::vector<Hot> hot_;  // per node, plus a sentinel holding the CSR end
   std::vector<Done> done_;
-  std::vector<std::vector<std::vector<std::int32_t>>> rings_;  // Dag::rings in the order they run
-  std::vector<CollAlgo> algo_;
-  std::vector<std::vector<RingRoute>> routes_;
+  std::vector<Rings> exec_rings_;                               // per group: the rings as they run
+  std::vector<std::vector<std::vector<HostPair>>> ring_hosts_;  // per group, ring, position: sender -> receiver
   std::vector<CollRun> runs_;
   std::vector<std::uint32_t> free_runs_;
   std::vector<std::uint32_t> ready_;
@@ -469,6 +1123,135 @@ void validate_dag(const ClusterSpec& c, const Dag& dag, const DagAnnotations& an
   }
 }
 
+// ------------------------------------------------------------------------------------------------------
+// One run of a driver, and what comes back of it (also through a pipe from a forked child).
+struct Outcome {
+  std::vector<NodeTiming> timing;  // per node of the driver's DAG
+  std::size_t activities = 0, completed = 0;
+  std::uint32_t overlap_a = Driver::kNone, overlap_b = Driver::kNone;
+  double wall_s = 0;
+  bool temporal_ok = false;
+};
+
+Outcome run(sg4::Engine& engine, Driver& driver) {
+  sg4::Activity::on_completion_cb([&driver](const sg4::Activity& a) { driver.on_activity(a); });
+  const auto t0 = std::chrono::steady_clock::now();
+  driver.run_roots();
+  engine.run();
+  driver.finish_run();
+  Outcome o;
+  o.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  o.timing = driver.timing();
+  o.activities = driver.activities();
+  o.completed = driver.completed();
+  std::tie(o.overlap_a, o.overlap_b) = driver.overlap();
+  return o;
+}
+
+// Times of every node of the full DAG from the folded run's.
+std::vector<NodeTiming> expand(const FoldPlan& fold, const std::vector<NodeTiming>& folded) {
+  std::vector<NodeTiming> t(fold.rep.size());
+  for (std::size_t i = 0; i < t.size(); i++) t[i] = folded[fold.rep[i]];
+  return t;
+}
+
+// The temporal links' condition on the (expanded) folded times: at every moment the flows active on a
+// link all leave one node or all enter one node. Flows run over [start, end) of the node that runs them.
+bool temporally_exclusive(const FoldPlan& fold, const std::vector<NodeTiming>& timing) {
+  struct Span {
+    double start, end;
+    std::int32_t src, dst;
+  };
+  for (const auto& flows : fold.temporal) {
+    std::vector<Span> spans;
+    for (std::uint32_t f : flows)
+      for (std::uint32_t n : fold.flows[f].users)
+        if (timing[n].end > timing[n].start)
+          spans.push_back(Span{timing[n].start, timing[n].end, fold.flows[f].src_node, fold.flows[f].dst_node});
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+    auto later_end = [](const Span& a, const Span& b) { return a.end > b.end; };
+    std::vector<Span> active;  // min-heap on end
+    std::map<std::int32_t, int> by_src, by_dst;
+    for (const Span& sp : spans) {
+      while (!active.empty() && active.front().end <= sp.start) {
+        const Span gone = active.front();
+        std::pop_heap(active.begin(), active.end(), later_end);
+        active.pop_back();
+        by_src[gone.src]--, by_dst[gone.dst]--;
+      }
+      active.push_back(sp);
+      std::push_heap(active.begin(), active.end(), later_end);
+      const int n = static_cast<int>(active.size());
+      const int from = ++by_src[sp.src], to = ++by_dst[sp.dst];
+      if (from != n && to != n) return false;
+    }
+  }
+  return true;
+}
+
+// Runs `fn` in a forked child and returns its Outcome, or nothing when the child failed.
+std::optional<Outcome> in_fork(const std::function<Outcome()>& fn) {
+  int fd[2];
+  if (pipe(fd) != 0) return std::nullopt;
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fd[0]);
+    close(fd[1]);
+    return std::nullopt;
+  }
+  auto put = [](int f, const void* p, std::size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      const ssize_t k = write(f, c, n);
+      if (k <= 0) return false;
+      c += k, n -= static_cast<std::size_t>(k);
+    }
+    return true;
+  };
+  if (pid == 0) {
+    close(fd[0]);
+    bool ok = false;
+    try {
+      const Outcome o = fn();
+      const std::uint64_t head[5] = {o.timing.size(), o.activities, o.completed,
+                                     (std::uint64_t{o.overlap_a} << 32) | o.overlap_b, o.temporal_ok ? 1u : 0u};
+      ok = put(fd[1], head, sizeof head) && put(fd[1], &o.wall_s, sizeof o.wall_s) &&
+           put(fd[1], o.timing.data(), o.timing.size() * sizeof(NodeTiming));
+    } catch (...) {
+      ok = false;
+    }
+    _exit(ok ? 0 : 1);
+  }
+  close(fd[1]);
+  auto get = [](int f, void* p, std::size_t n) {
+    char* c = static_cast<char*>(p);
+    while (n > 0) {
+      const ssize_t k = read(f, c, n);
+      if (k <= 0) return false;
+      c += k, n -= static_cast<std::size_t>(k);
+    }
+    return true;
+  };
+  Outcome o;
+  std::uint64_t head[5] = {0, 0, 0, 0, 0};
+  bool ok = get(fd[0], head, sizeof head) && get(fd[0], &o.wall_s, sizeof o.wall_s);
+  if (ok) {
+    o.timing.resize(head[0]);
+    ok = get(fd[0], o.timing.data(), o.timing.size() * sizeof(NodeTiming));
+  }
+  close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+  o.activities = head[1];
+  o.completed = head[2];
+  o.overlap_a = static_cast<std::uint32_t>(head[3] >> 32);
+  o.overlap_b = static_cast<std::uint32_t>(head[3]);
+  o.temporal_ok = head[4] != 0;
+  return o;
+}
+
 }  // namespace
 
 std::string deadlock_message(const Dag& dag, const std::vector<NodeTiming>& timing,
@@ -515,32 +1298,75 @@ SimResult simulate_dag(const ClusterSpec& cluster, const Dag& dag, const DagAnno
 
   sg4::Engine engine(&argc, argv.data());
   configure_network_model(opt.simgrid_args);
-  const Platform pf = build_platform(cluster);
+  Platform pf = build_platform_open(cluster);
 
-  Driver driver(cluster, dag, ann, opt, pf);
-  sg4::Activity::on_completion_cb([&driver](const sg4::Activity& a) { driver.on_activity(a); });
-  const auto t0 = std::chrono::steady_clock::now();
-  driver.run_roots();
-  engine.run();
-  driver.finish_run();
-  const auto t1 = std::chrono::steady_clock::now();
+  // Planning: collectives on the whole DAG, then the fold (or not), then the routes the run will use. Both
+  // rest on the plain network model (configure_network_model); a user's own network or host model (another
+  // model, cross traffic's reverse routes, per-host penalties) turns them off.
+  const bool plain = std::none_of(opt.simgrid_args.begin(), opt.simgrid_args.end(), [](const std::string& a) {
+    return a.rfind("--cfg=network/", 0) == 0 || a.rfind("--cfg=host/", 0) == 0;
+  });
+  const CollectivePlan cp = plan_collectives(cluster, dag, ann, opt, pf);
+  FoldPlan fold;
+  if (plain && opt.fold_replicas && ann.replicas > 1) fold = Folder(cluster, dag, ann, cp, pf).plan();
+  const std::vector<int> no_quotient(cp.rings.size(), 0);
+
+  // The driver of the run (folded or full); with temporal links the full run stays possible, so the route
+  // cache covers every flow of the full run too.
+  std::unique_ptr<Driver> driver;
+  if (fold.on)
+    driver = std::make_unique<Driver>(fold.dag, ann, fold.allgather, opt, pf, cp, fold.qranks);
+  else
+    driver = std::make_unique<Driver>(dag, ann, ann.allgather, opt, pf, cp, no_quotient);
+  std::vector<std::pair<std::int32_t, std::int32_t>> pairs;
+  std::vector<std::int32_t> mirrored;
+  driver->flow_pairs(pairs, mirrored);
+  if (fold.on && !fold.temporal.empty()) {
+    pairs.insert(pairs.end(), fold.pairs.begin(), fold.pairs.end());
+    std::sort(pairs.begin(), pairs.end());
+    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+  }
+  const Endpoints endpoints(pf, pairs, fold.on ? fold.mirrors : std::vector<ZoneRoute>{}, plain && opt.route_cache);
+  seal_platform(pf);
+  driver->bind_hosts(endpoints);
+
+  Outcome out;
+  bool folded = fold.on;
+  if (fold.on && !fold.temporal.empty()) {
+    // Only the folded run's times can show that no temporal link was ever shared across nodes. Run it in a
+    // child (SimGrid runs once per process) and keep its times when they do; otherwise run in full here.
+    std::optional<Outcome> child = in_fork([&] {
+      Outcome o = run(engine, *driver);
+      o.temporal_ok = temporally_exclusive(fold, expand(fold, o.timing));
+      return o;
+    });
+    if (child && child->temporal_ok) {
+      out = std::move(*child);
+    } else {
+      folded = false;
+      driver = std::make_unique<Driver>(dag, ann, ann.allgather, opt, pf, cp, no_quotient);
+      driver->bind_hosts(endpoints);
+      out = run(engine, *driver);
+    }
+  } else {
+    out = run(engine, *driver);
+  }
 
   SimResult r;
-  r.wall_s = std::chrono::duration<double>(t1 - t0).count();
+  r.wall_s = out.wall_s;
   r.total = dag.size();
-  r.completed = driver.completed();
-  r.activities = driver.activities();
-  r.timing = driver.timing();
-  if (const char* dump = std::getenv("PIPESCOPE_TMP_DUMP")) {  // TEMP-HC
-    FILE* f = std::fopen(dump, "wb");
-    for (std::uint32_t i = 0; i < dag.size(); i++) {
-      struct { std::int32_t w, idx, kind, pad; double s, e; } rec{dag.nodes[i].worker, dag.nodes[i].index, (int)dag.nodes[i].kind, 0, r.timing[i].start, r.timing[i].end};
-      std::fwrite(&rec, sizeof rec, 1, f);
-    }
-    std::fclose(f);
+  r.activities = out.activities;
+  if (folded) {
+    r.timing = expand(fold, out.timing);  // every replica has replica 0's times (the fold's invariant)
+    r.completed = 0;
+    for (const NodeTiming& t : r.timing) r.completed += t.end >= 0;
+  } else {
+    r.timing = std::move(out.timing);
+    r.completed = out.completed;
   }
   if (r.completed != r.total) throw std::runtime_error(deadlock_message(dag, r.timing, ann.node_name));
-  if (auto [a, b] = driver.overlap(); a != Driver::kNone) {
+  if (std::uint32_t a = out.overlap_a, b = out.overlap_b; a != Driver::kNone) {
+    if (folded) a = fold.orig[a], b = fold.orig[b];
     auto name = [&](std::uint32_t i) { return ann.node_name ? ann.node_name(i) : "node " + std::to_string(i); };
     throw std::runtime_error("simulate: compute ops " + name(a) + " and " + name(b) + " overlap on GPU " +
                              std::to_string(dag.nodes[b].gpu) +

@@ -34,6 +34,11 @@ struct EngineOptions {
   std::vector<std::string> simgrid_args;  // extra --cfg=/--log= arguments (log threshold: warning by default)
   // "auto" collectives switch tensor-parallel groups to "analytic" above these sizes (sim/collectives.h).
   AutoLimits auto_limits;
+  // Simulate one data-parallel replica instead of all of them when that provably gives the same result
+  // (sim/README.md "Replica folding"); the other replicas take its times. false always runs every replica.
+  bool fold_replicas = true;
+  // Resolve each GPU pair's route once (platform.h add_route_zone) instead of on every comm.
+  bool route_cache = true;
 };
 
 SimResult simulate(const ClusterSpec& cluster, const CheckedSchedule& cs, const EngineOptions& opt);
@@ -44,6 +49,9 @@ struct DagAnnotations {
   std::vector<CollTag> group_tags;      // per collective group (empty = all None): "auto" choice
   std::vector<std::uint8_t> allgather;  // per node (empty = none): Collective is an all-gather
   int workers = 0;                      // size of SimResult::worker_busy_s (0 = max worker + 1)
+  // Data-parallel replicas: workers are d * (workers / replicas) + r (core/lowering.h). With replicas > 1
+  // the engine may fold identical replicas (EngineOptions::fold_replicas).
+  int replicas = 1;
   // Tensor-parallel transfer lanes: when tp > 1, a Transfer between worker GPUs runs as tp parallel flows
   // (TP rank t to TP rank t), each of the node's bytes. Empty = one flow gpu -> gpu2.
   // lanes[g] = the tp GPUs of the worker whose TP-rank-0 GPU is g (only filled for such g).

@@ -25,7 +25,12 @@ std::string gpu_name(int node, int g) { return "node" + std::to_string(node) + "
 // A node zone: its GPUs (appended to `gpus` at their global index), a gateway router, and the node's NIC
 // as the gateway's link (so star and fat-tree fabrics see the same node). Returns {zone netpoint, gateway}.
 std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoint*> make_node_zone(
-    const sg4::NetZone* parent, const ClusterSpec& c, int node, double speed, std::vector<sg4::Host*>& gpus) {
+    const sg4::NetZone* parent, const ClusterSpec& c, int node, double speed, std::vector<sg4::Host*>& gpus,
+    std::vector<sg4::Link*>& links) {
+  auto keep = [&links](sg4::SplitDuplexLink* l) {
+    links.push_back(l->get_link_up());
+    links.push_back(l->get_link_down());
+  };
   const std::string nname = "node" + std::to_string(node);
   const int G = c.gpus_per_node;
   // NVSwitch: star zone, the centre is the switch. Cube mesh and PCIe need per-pair routes: full zone.
@@ -41,11 +46,13 @@ std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoin
   // All NICs of a node as one aggregate split-duplex link: UP = leaving the node, DOWN = entering it.
   auto* nic = nz->create_split_duplex_link(nname + "-nic", c.nics_per_node * c.nic_bw_Bps);
   nic->set_latency(c.nic_latency_s)->seal();
+  keep(nic);
 
   if (c.fabric == IntraNodeFabric::NVSwitch) {
     for (int g = 0; g < G; g++) {
       auto* nvl = nz->create_split_duplex_link(gpu_name(node, g) + "-nvl", c.nvlink_bw_Bps);
       nvl->set_latency(c.nvlink_latency_s)->seal();
+      keep(nvl);
       // GPU -> centre uses UP; symmetrical: centre -> GPU uses DOWN.
       nz->add_route(local[g]->get_netpoint(), nullptr, nullptr, nullptr, {{nvl, Dir::UP}}, true);
     }
@@ -59,9 +66,13 @@ std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoin
     for (int g = 0; g < G; g++) {
       pcie[g] = nz->create_split_duplex_link(gpu_name(node, g) + "-pcie", c.pcie_bw_Bps);
       pcie[g]->set_latency(c.pcie_latency_s)->seal();
+      keep(pcie[g]);
     }
     sg4::Link* bridge = nullptr;
-    if (G > 1) bridge = nz->create_link(nname + "-bridge", c.pcie_bw_Bps)->seal();
+    if (G > 1) {
+      bridge = nz->create_link(nname + "-bridge", c.pcie_bw_Bps)->seal();
+      links.push_back(bridge);
+    }
     // Cube mesh: one split-duplex link per NVLink-connected pair; an NV2 pair is one link of twice the
     // bandwidth. UP = from the lower-numbered GPU to the higher one. Latency = two NVLink ports.
     std::vector<std::vector<sg4::SplitDuplexLink*>> pair(G, std::vector<sg4::SplitDuplexLink*>(G, nullptr));
@@ -71,6 +82,7 @@ std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoin
           if (int k = cube_mesh_links(a, b); k > 0) {
             auto* l = nz->create_split_duplex_link(gpu_name(node, a) + "-nv-" + std::to_string(b), k * c.nvlink_bw_Bps);
             l->set_latency(2 * c.nvlink_latency_s)->seal();
+            keep(l);
             pair[a][b] = pair[b][a] = l;
           }
     for (int a = 0; a < G; a++) {
@@ -141,6 +153,12 @@ void validate_cluster(const ClusterSpec& c) {
 }
 
 Platform build_platform(const ClusterSpec& c) {
+  Platform pf = build_platform_open(c);
+  seal_platform(pf);
+  return pf;
+}
+
+Platform build_platform_open(const ClusterSpec& c) {
   validate_cluster(c);
   // Host speed is only a scale (flops = seconds * speed); the device peak keeps SimGrid's own outputs
   // readable. An unused NIC (one node) still needs a positive bandwidth.
@@ -152,13 +170,15 @@ Platform build_platform(const ClusterSpec& c) {
 
   Platform pf;
   pf.gpus.assign(static_cast<std::size_t>(c.nodes) * c.gpus_per_node, nullptr);
+  pf.node_links.assign(static_cast<std::size_t>(c.nodes), {});
   auto* root = sg4::create_star_zone("pipescope");
+  pf.root = root;
   if (c.topology == InterNodeTopology::Star) {
     // One non-blocking switch: node zones hang off a star with empty routes (the NIC is in the node zone).
     auto* cluster = sg4::create_star_zone("cluster");
     cluster->set_parent(root);
     for (int n = 0; n < c.nodes; n++) {
-      auto [np, gw] = make_node_zone(cluster, cc, n, speed, pf.gpus);
+      auto [np, gw] = make_node_zone(cluster, cc, n, speed, pf.gpus, pf.node_links[n]);
       cluster->add_route(np, nullptr, gw, nullptr, {}, true);
     }
     cluster->seal();
@@ -169,7 +189,7 @@ Platform build_platform(const ClusterSpec& c) {
     const unsigned groups = static_cast<unsigned>(c.nodes) / k;
     sg4::ClusterCallbacks cbs(
         [&cc, &pf, speed](sg4::NetZone* zone, const std::vector<unsigned long>&, unsigned long id) {
-          return make_node_zone(zone, cc, static_cast<int>(id), speed, pf.gpus);
+          return make_node_zone(zone, cc, static_cast<int>(id), speed, pf.gpus, pf.node_links[id]);
         });
     sg4::create_fatTree_zone("cluster", root, {2, {k, groups}, {1, k}, {1, 1}}, cbs, cc.nics_per_node * cc.nic_bw_Bps,
                              0.0, sg4::Link::SharingPolicy::SPLITDUPLEX)
@@ -177,10 +197,61 @@ Platform build_platform(const ClusterSpec& c) {
   }
   // Pure delays (collective alpha terms, analytic collectives): one exec per delay at 1 flop/s.
   pf.timer = root->create_host("timer", 1.0)->set_core_count(1000000)->seal();
-  root->seal();
   for (auto* h : pf.gpus)
     if (h == nullptr) throw std::logic_error("build_platform: a GPU host was not created");
   return pf;
+}
+
+void seal_platform(Platform& pf) {
+  if (pf.root == nullptr) throw std::logic_error("seal_platform: the platform is already sealed");
+  pf.root->seal();
+  pf.root = nullptr;
+}
+
+std::vector<sg4::Link*> route_links(const sg4::Host* src, const sg4::Host* dst, double* latency_s) {
+  std::vector<sg4::Link*> links;
+  double lat = 0;
+  src->route_to(dst, links, &lat);
+  if (latency_s != nullptr) *latency_s = lat;
+  return links;
+}
+
+double summed_latency(const std::vector<sg4::Link*>& links) {
+  double lat = 0;  // FullZone::get_local_route: += link latency, in route order, from the caller's 0
+  for (const auto* l : links) lat += l->get_latency();
+  return lat;
+}
+
+RouteZone add_route_zone(Platform& pf, const std::vector<ZoneRoute>& routes) {
+  if (pf.root == nullptr) throw std::logic_error("add_route_zone: needs an open platform (build_platform_open)");
+  RouteZone rz;
+  rz.host.assign(pf.gpus.size(), nullptr);
+  rz.mirror.assign(pf.gpus.size(), nullptr);
+  if (routes.empty()) return rz;
+  auto* zone = sg4::create_full_zone("routes");
+  zone->set_parent(pf.root);
+  auto stand_in = [&](std::int32_t g) {
+    if (rz.host[g] == nullptr) rz.host[g] = zone->create_host("route-gpu" + std::to_string(g), 1.0)->seal();
+    return rz.host[g];
+  };
+  for (const ZoneRoute& r : routes) {
+    sg4::Host* a = stand_in(r.src);
+    sg4::Host* b = nullptr;
+    if (r.mirror) {
+      if (rz.mirror[r.src] == nullptr)
+        rz.mirror[r.src] = zone->create_host("route-mirror" + std::to_string(r.src), 1.0)->seal();
+      b = rz.mirror[r.src];
+    } else {
+      b = stand_in(r.dst);
+    }
+    std::vector<sg4::LinkInRoute> list;
+    list.reserve(r.links.size());
+    for (auto* l : r.links) list.emplace_back(l);
+    zone->add_route(a->get_netpoint(), b->get_netpoint(), nullptr, nullptr, list, false);
+    rz.routes++;
+  }
+  zone->seal();
+  return rz;
 }
 
 RouteInfo route_info(const sg4::Host* src, const sg4::Host* dst) {

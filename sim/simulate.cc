@@ -14,6 +14,7 @@ SimResult simulate(const ClusterSpec& cluster, const CheckedSchedule& cs, const 
 
   DagAnnotations ann;
   ann.workers = ls.workers();
+  ann.replicas = ls.dp;
   ann.group_tags.resize(dag.rings.size(), CollTag::None);
   for (std::size_t g = 0; g < dag.rings.size() && g < ls.groups.size(); g++) ann.group_tags[g] = ls.groups[g].tag;
   ann.allgather.assign(dag.size(), 0);

@@ -8,9 +8,11 @@
 //   sim_runner cycle    CLUSTER                          a cyclic DAG (deadlock diagnostic)
 //   sim_runner twice    CLUSTER                          simulate twice in one process (must throw)
 //   sim_runner schedule CLUSTER --schedule=gpipe|1f1b|interleaved --p --m [--v --dp --tp --tf --tb
-//                       --p2p-bytes --grad-bytes --opt --layout --json=F --trace=F]
+//                       --p2p-bytes --grad-bytes --opt --tp-bytes --tp-calls --sg --blocking --layout --json=F
+//                       --trace=F]
 // CLUSTER: --nodes --gpn --fabric=nvswitch|cubemesh|pcie --topology=star|fattree --nvlink-bw --nvlink-lat
-//          --pcie-bw --pcie-lat --nic-bw --nic-lat --nics (SI units), --compute=exec|timer, --fifo=0|1.
+//          --pcie-bw --pcie-lat --nic-bw --nic-lat --nics (SI units), --compute=exec|timer, --fifo=0|1,
+//          --fold=0|1 (replica folding), --route-cache=0|1.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -92,6 +94,8 @@ sim::EngineOptions options_from(const Args& a) {
   o.collectives = a.str("collectives", "ring");
   o.compute = a.str("compute", "exec");
   o.p2p_fifo = a.integer("fifo", 1) != 0;
+  o.fold_replicas = a.integer("fold", 1) != 0;
+  o.route_cache = a.integer("route-cache", 1) != 0;
   return o;
 }
 
@@ -254,7 +258,8 @@ int run_schedule(const Args& a) {
   Schedule s = kind == "gpipe"         ? make_gpipe(p, mbs, seq)
                : kind == "interleaved" ? make_interleaved(p, v, mbs, seq)
                                        : make_1f1b(p, mbs, seq);
-  const LoweredSchedule ls = lower(s, dp, tp, cost);
+  LoweredSchedule ls = lower(s, dp, tp, cost, a.has("sg"));
+  ls.blocking_sends = a.has("blocking");
   const Placement pl = make_placement(a.str("layout", "megatron"), dp, p, tp, cluster);
   const CheckedSchedule cs = check(ls, pl);
   const sim::SimResult r = sim::simulate(cluster, cs, options_from(a));

@@ -2,6 +2,7 @@
 // cube-mesh table) runs in process; every SimGrid run goes through the sim_runner executable in a
 // subprocess (one Engine per process; SimGrid aborts on misuse).
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -14,7 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "core/checks.h"
+#include "core/cost_model.h"
 #include "core/dag.h"
+#include "core/lowering.h"
+#include "core/placement.h"
+#include "core/schedule.h"
 #include "sim/collectives.h"
 #include "sim/engine.h"
 #include "sim/platform.h"
@@ -74,7 +80,10 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-std::string tmp(const std::string& name) { return std::string(PIPESCOPE_BINARY_DIR) + "/test_sim_" + name; }
+// Per process: ctest runs the tests of this file in parallel processes that reuse the same names.
+std::string tmp(const std::string& name) {
+  return std::string(PIPESCOPE_BINARY_DIR) + "/test_sim_" + std::to_string(getpid()) + "_" + name;
+}
 
 // ---------------------------------------------------------------- in process: collectives
 
@@ -542,6 +551,172 @@ TEST(SimSchedule, JsonAndTraceAreByteIdenticalAcrossRuns) {
   EXPECT_EQ(p2p, 2 * 3 * 8 * 2);          // dp x (p - 1) boundaries x m x (activation, gradient)
   EXPECT_EQ(coll, 4 * 2);                 // one DP all-reduce per stage, shown on both replicas' GPUs
   EXPECT_GE(names, 8);
+}
+
+// ---------------------------------------------------------------- replica folding, route cache
+
+// Whole-node workers (tp = GPUs per node) on a fat tree: the replicas are translates of each other, so the
+// engine simulates replica 0 only (fewer activities) and must give byte-identical reports and traces.
+TEST(SimFold, FoldedReplicasGiveByteIdenticalReportsAndTraces) {
+  const std::string cases[] = {
+      // dp 2, interleaved, scatter/gather, tensor-parallel rings, data-parallel ring all-reduce
+      "schedule --nodes=8 --gpn=2 --topology=fattree --nic-bw=25e9 --tp=2 --dp=2 --p=4 --m=8 --v=2 "
+      "--schedule=interleaved --sg --tf=0.01 --tb=0.02 --p2p-bytes=2e7 --grad-bytes=3e8 --tp-bytes=1e7 --tp-calls=2 "
+      "--opt=0.001",
+      // dp 3 (a ring of three replicas), 1F1B, star fabric
+      "schedule --nodes=12 --gpn=2 --tp=2 --dp=3 --p=4 --m=8 --schedule=1f1b --tf=0.01 --tb=0.02 --p2p-bytes=2e7 "
+      "--grad-bytes=3e8 --opt=0.001",
+      // no gradients to reduce (the replicas meet at a zero-byte collective), blocking sends
+      "schedule --nodes=12 --gpn=2 --tp=2 --dp=3 --p=4 --m=8 --schedule=gpipe --tf=0.01 --tb=0.02 --p2p-bytes=2e7 "
+      "--opt=0.001 --blocking",
+  };
+  for (const std::string& base : cases)
+    for (const char* algo : {"ring", "aggregate", "analytic"})
+      for (const char* compute : {"timer", "exec"}) {
+        const std::string args = base + " --collectives=" + algo + " --compute=" + compute;
+        const Proc full = ok(args + " --fold=0 --json=" + tmp("full.json") + " --trace=" + tmp("full.trace.json"));
+        const Proc fold = ok(args + " --fold=1 --json=" + tmp("fold.json") + " --trace=" + tmp("fold.trace.json"));
+        EXPECT_LT(fold.num("activities"), full.num("activities")) << args << ": the replicas were not folded";
+        EXPECT_EQ(full.kv.at("iteration_s"), fold.kv.at("iteration_s")) << args;
+        EXPECT_EQ(full.num("completed"), fold.num("completed")) << args;
+        const std::string ja = slurp(tmp("full.json")), ta = slurp(tmp("full.trace.json"));
+        ASSERT_FALSE(ja.empty());
+        EXPECT_EQ(ja, slurp(tmp("fold.json"))) << args;
+        EXPECT_EQ(ta, slurp(tmp("fold.trace.json"))) << args;
+      }
+}
+
+// 36 one-GPU nodes on a 3-leaf fat tree, 4 stages x 9 replicas: some spine ports carry flows of different
+// nodes (a backward hop of stage 1, a forward hop of stage 2). Folding is exact only if those flows never
+// overlap; the folded run's times decide, and the full run follows when they do overlap. Either way the
+// output is the full run's.
+TEST(SimFold, SpineLinksSharedAcrossNodesFoldOnlyWhenTheirFlowsNeverOverlap) {
+  const std::string base =
+      "schedule --nodes=36 --gpn=1 --topology=fattree --nic-bw=25e9 --tp=1 --dp=9 --p=4 --m=8 --schedule=1f1b "
+      "--tf=0.01 --tb=0.02 --grad-bytes=3e8 --compute=timer --collectives=ring";
+  for (const char* bytes : {"2e7", "2e8"}) {
+    const std::string args = base + " --p2p-bytes=" + bytes;
+    const Proc full = ok(args + " --fold=0 --json=" + tmp("full.json") + " --trace=" + tmp("full.trace.json"));
+    const Proc fold = ok(args + " --fold=1 --json=" + tmp("fold.json") + " --trace=" + tmp("fold.trace.json"));
+    if (std::string(bytes) == "2e7")
+      EXPECT_LT(fold.num("activities"), full.num("activities")) << args << ": short hops never overlap: folded";
+    else
+      EXPECT_EQ(fold.num("activities"), full.num("activities")) << args << ": long hops overlap: full run";
+    EXPECT_EQ(full.kv.at("iteration_s"), fold.kv.at("iteration_s")) << args;
+    EXPECT_EQ(slurp(tmp("full.json")), slurp(tmp("fold.json"))) << args;
+    EXPECT_EQ(slurp(tmp("full.trace.json")), slurp(tmp("fold.trace.json"))) << args;
+  }
+}
+
+// Replicas sharing a node (tp < GPUs per node) share its NIC: folding is refused, results are unchanged.
+TEST(SimFold, ReplicasSharingANodeAreNotFolded) {
+  const std::string base =
+      "schedule --nodes=2 --gpn=4 --tp=1 --dp=2 --p=4 --m=8 --schedule=1f1b --tf=0.01 --tb=0.02 --p2p-bytes=3e7 "
+      "--grad-bytes=2e9 --opt=0.005 --compute=timer";
+  const Proc full = ok(base + " --fold=0"), fold = ok(base + " --fold=1");
+  EXPECT_EQ(full.num("activities"), fold.num("activities"));
+  EXPECT_EQ(full.kv.at("iteration_s"), fold.kv.at("iteration_s"));
+}
+
+// Cached routes are the resolved routes, link for link: every flow and ring times exactly as without cache.
+TEST(SimRouteCache, SameTimesWithAndWithoutCache) {
+  const std::string runs[] = {
+      "flows --nodes=32 --gpn=8 --topology=fattree --flows=0:8:1e8,1:200:2e8,9:255:5e7,17:16:3e8,3:5:1e9",
+      "flows --nodes=2 --gpn=8 --fabric=cubemesh --nvlink-bw=25e9 --flows=0:5:1e8,1:2:1e8,0:9:2e8",
+      "ring --nodes=4 --gpn=8 --topology=fattree --rings=0,8,16,24/1,9,17,25 --bytes=1e9 --count=2",
+      "schedule --nodes=8 --gpn=2 --topology=fattree --tp=2 --dp=2 --p=4 --m=8 --tf=0.01 --tb=0.02 "
+      "--p2p-bytes=2e7 --grad-bytes=3e8 --fold=0",
+  };
+  for (const std::string& args : runs) {
+    const Proc a = ok(args + " --route-cache=0"), b = ok(args + " --route-cache=1");
+    EXPECT_EQ(a.kv, b.kv) << args;
+  }
+}
+
+// ---------------------------------------------------------------- blocking sends (Megatron-LM p2p)
+
+TEST(SimBlockingSends, NextOpWaitsForEverySendPostedBeforeIt) {
+  ConstantCosts cc;
+  cc.forward_s = 1;
+  cc.backward_s = 2;
+  cc.p2p_bytes = 1e6;
+  const ConstantCostModel cost(cc);
+  LoweredSchedule ls = lower(make_1f1b(3, uniform_microbatches(4, 1, 1, 1), 1), 1, 1, cost);
+  ClusterSpec c;
+  c.nodes = 1;
+  c.gpus_per_node = 3;
+  const Placement pl = make_placement("megatron", 1, 3, 1, c);
+  const Dag overlapped = check(ls, pl).dag();
+  ls.blocking_sends = true;
+  const Dag blocking = check(ls, pl).dag();
+  ASSERT_EQ(overlapped.size(), blocking.size());
+  auto has_edge = [](const Dag& d, std::int32_t from, std::int32_t to) {
+    for (std::uint32_t e = d.succ_begin[from]; e < d.succ_begin[from + 1]; e++)
+      if (d.succ[e] == static_cast<std::uint32_t>(to)) return true;
+    return false;
+  };
+  int sends = 0;
+  for (int w = 0; w < 3; w++) {
+    const auto& prog = ls.per_worker[w];
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      if (prog[i].kind != LOpKind::Send) continue;
+      std::size_t j = i + 1;
+      while (j < prog.size() && prog[j].kind == LOpKind::Send) j++;
+      if (j == prog.size()) continue;
+      // The Send's transfer node carries (worker, index); the next non-Send op now waits for it.
+      std::int32_t t = -1;
+      for (std::uint32_t n = 0; n < blocking.size(); n++)
+        if (blocking.nodes[n].worker == w && blocking.nodes[n].index == static_cast<std::int32_t>(i)) t = n;
+      ASSERT_GE(t, 0);
+      EXPECT_TRUE(has_edge(blocking, t, blocking.node_of[w][j])) << lowered_op_name(ls, w, i);
+      EXPECT_FALSE(has_edge(overlapped, t, overlapped.node_of[w][j])) << lowered_op_name(ls, w, i);
+      sends++;
+    }
+  }
+  EXPECT_GT(sends, 0);
+  EXPECT_EQ(dry_run(blocking), blocking.size());
+}
+
+TEST(SimBlockingSends, SendersPayForTheirTransfersOnlyWhenSendsBlock) {
+  const std::string base =
+      "schedule --nodes=1 --gpn=8 --nvlink-lat=0 --schedule=gpipe --p=2 --m=2 --tf=1 --tb=2 --compute=timer";
+  // Free communication: blocking changes nothing (GPipe closed form (m + p - 1)(t_f + t_b)).
+  EXPECT_NEAR(ok(base + " --blocking").num("pipeline_end_s"), 9.0, 1e-9);
+  // 1.5 GB per hop over 150 GB/s NVLink: h = 10 ms. Eager sends put two hops on the critical path (F1 to stage
+  // 1, B0 back to stage 0). Blocking sends add the two the senders now wait for: stage 0 starts F1 only after
+  // send(F0), stage 1 starts B0 only after send(B1).
+  const double h = 1.5e9 / 150e9;
+  EXPECT_NEAR(ok(base + " --p2p-bytes=1.5e9").num("pipeline_end_s"), 9.0 + 2 * h, 1e-9);
+  EXPECT_NEAR(ok(base + " --p2p-bytes=1.5e9 --blocking").num("pipeline_end_s"), 9.0 + 4 * h, 1e-9);
+}
+
+TEST(SimFold, ReplicaProgramsEqualOnlyForShiftedCopies) {
+  ConstantCosts cc;
+  cc.forward_s = 1;
+  cc.backward_s = 2;
+  cc.p2p_bytes = 1e6;
+  cc.grad_bytes = 1e8;
+  const ConstantCostModel cost(cc);
+  const Schedule s = make_1f1b(4, uniform_microbatches(8, 1, 1, 1), 1);
+  LoweredSchedule ls = lower(s, 3, 1, cost);
+  EXPECT_TRUE(replica_programs_equal(ls, 1));
+  EXPECT_TRUE(replica_programs_equal(ls, 2));
+  // Replica 2's sends and receives name replica 2's workers; a changed cost or peer breaks the equality.
+  LoweredSchedule other = ls;
+  other.per_worker[9][0].seconds += 1;
+  EXPECT_FALSE(replica_programs_equal(other, 2));
+  other = ls;
+  for (auto& op : other.per_worker[4])
+    if (op.peer >= 0) {
+      op.peer = 1;  // replica 0's worker instead of replica 1's
+      break;
+    }
+  EXPECT_FALSE(replica_programs_equal(other, 1));
+  // The lowering's shortcut (replica 0's messages moved to the other replicas) gives what the checker accepts.
+  ClusterSpec c;
+  c.nodes = 3;
+  c.gpus_per_node = 4;
+  EXPECT_NO_THROW(check(ls, make_placement("megatron", 3, 4, 1, c)));
 }
 
 }  // namespace
