@@ -20,8 +20,7 @@ double time_gemm(int m, int k, int n, const TimingPolicy& p) {
 
 }  // namespace
 
-std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs) {
-  if (backend != "cpu-f64" && backend != "cpu-f32") return {};
+std::vector<std::array<int, 3>> gemm_shapes(const ComputeConfig& cfg, const std::vector<int>& bs) {
   const auto& s = cfg.shape;
   const int h = s.layer.hidden, f = s.layer.ffn / cfg.tp, V = s.vocab / cfg.tp, ht = h / cfg.tp;
   std::vector<int> tokens;
@@ -33,6 +32,12 @@ std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfi
   for (int T : tokens)
     for (auto kn : {std::array<int, 2>{h, 3 * ht}, {ht, h}, {h, f}, {f, h}, {h, V}})
       shapes.push_back({T, kn[0], kn[1]});
+  return shapes;
+}
+
+std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs) {
+  if (backend != "cpu-f64" && backend != "cpu-f32") return {};
+  const auto shapes = gemm_shapes(cfg, bs);
   Progress prog("GEMM", static_cast<int>(shapes.size()), cfg.progress);
   std::vector<GemmPoint> out;
   const std::string dt = backend == "cpu-f64" ? "fp64" : "fp32";

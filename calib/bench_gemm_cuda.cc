@@ -35,17 +35,7 @@ std::vector<GemmPoint> bench_gemm_cuda(const std::string& backend, const Compute
                                        const std::vector<int>& bs) {
   const bool bf16 = backend == "cuda-bf16";
   const cudaDataType_t dt = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  const auto& s = cfg.shape;
-  const int h = s.layer.hidden, f = s.layer.ffn / cfg.tp, V = s.vocab / cfg.tp, ht = h / cfg.tp;
-  std::vector<int> tokens;
-  for (int b : bs)
-    for (int l = 16; l <= s.max_seq; l *= 2) tokens.push_back(b * l);
-  std::sort(tokens.begin(), tokens.end());
-  tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
-  std::vector<std::array<int, 3>> shapes;  // (M, K, N)
-  for (int T : tokens)
-    for (auto kn : {std::array<int, 2>{h, 3 * ht}, {ht, h}, {h, f}, {f, h}, {h, V}})
-      shapes.push_back({T, kn[0], kn[1]});
+  const auto shapes = gemm_shapes(cfg, bs);
   std::size_t max_elems = 0;
   for (const auto& [m, k, n] : shapes)
     max_elems = std::max(

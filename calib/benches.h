@@ -2,6 +2,7 @@
 // The compute benchmarks of `pipescope calibrate`, one file each (bench_*.cc), all on a kernels/ Backend
 // (so the CPU reference and CUDA run the same code path the validation runtime runs) and the shared driver.
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,8 @@ double bench_launch(kernels::Backend& be, Timer& timer, const TimingPolicy& p);
 // GEMMs at the model's layer shapes (QKV, output projection, MLP up and down, logits) for token counts
 // b * l, l a power of two up to max_seq; CPU backends only (Eigen, the kernels' own GEMM), empty otherwise.
 std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs);
+// The (M, K, N) shapes both GEMM benchmarks time: QKV, projection, MLP up and down, logits at tp for b * l tokens.
+std::vector<std::array<int, 3>> gemm_shapes(const ComputeConfig& cfg, const std::vector<int>& bs);
 // The same on the GPU with cuBLAS (cuda-bf16 / cuda-f16), CUDA-event timed; only in CUDA builds.
 std::vector<GemmPoint> bench_gemm_cuda(const std::string& backend, const ComputeConfig& cfg,
                                        const std::vector<int>& bs);

@@ -24,9 +24,9 @@ struct Command {
 Command add_simulate(CLI::App& app);
 Command add_show(CLI::App& app);
 Command add_validate(CLI::App& app);
-Command add_plan(CLI::App& app);   // TeraPipe planner (plan_cmd.cc)
-Command add_repro(CLI::App& app);  // paper reproductions (repro_cmd.cc)
-Command add_sweep(CLI::App& app);  // parameter sweeps to CSV (sweep_cmd.cc)
+Command add_plan(CLI::App& app);       // TeraPipe planner (plan_cmd.cc)
+Command add_repro(CLI::App& app);      // paper reproductions (repro_cmd.cc)
+Command add_sweep(CLI::App& app);      // parameter sweeps to CSV (sweep_cmd.cc)
 Command add_calibrate(CLI::App& app);  // device profiles (calibrate_cmd.cc, calib/)
 
 }  // namespace pipescope::cli

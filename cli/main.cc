@@ -12,8 +12,8 @@ int main(int argc, char** argv) {
   using namespace pipescope;
   CLI::App app{"pipescope: pipeline-parallel LLM training schedules, simulated (SimGrid) and validated"};
   app.require_subcommand(1);
-  std::vector<cli::Command> commands{cli::add_simulate(app), cli::add_show(app), cli::add_plan(app),
-                                     cli::add_repro(app), cli::add_validate(app), cli::add_sweep(app),
+  std::vector<cli::Command> commands{cli::add_simulate(app), cli::add_show(app),     cli::add_plan(app),
+                                     cli::add_repro(app),    cli::add_validate(app), cli::add_sweep(app),
                                      cli::add_calibrate(app)};
   try {
     app.parse(argc, argv);

@@ -10,21 +10,21 @@ namespace pipescope {
 
 // ---------------------------------------------------------------- model
 struct ModelSpec {
-  std::string name;       // preset name or free text
-  int layers = 0;         // transformer layers
-  int hidden = 0;         // h
-  int heads = 0;          // a
-  int ffn_hidden = 0;     // MLP inner size (4h for GPT)
-  int vocab = 0;          // V
-  int seq_len = 0;        // s (tokens per sequence)
+  std::string name;    // preset name or free text
+  int layers = 0;      // transformer layers
+  int hidden = 0;      // h
+  int heads = 0;       // a
+  int ffn_hidden = 0;  // MLP inner size (4h for GPT)
+  int vocab = 0;       // V
+  int seq_len = 0;     // s (tokens per sequence)
   bool tied_embeddings = true;
 };
 
 // ---------------------------------------------------------------- cluster
 enum class IntraNodeFabric : std::uint8_t {
-  NVSwitch,   // every GPU pair at full per-GPU NVLink bandwidth (star zone)
-  CubeMesh,   // p3.16xlarge / DGX-1 hybrid cube mesh (explicit per-pair routes)
-  PCIe,       // no NVLink: all intra-node traffic through one shared host bridge
+  NVSwitch,  // every GPU pair at full per-GPU NVLink bandwidth (star zone)
+  CubeMesh,  // p3.16xlarge / DGX-1 hybrid cube mesh (explicit per-pair routes)
+  PCIe,      // no NVLink: all intra-node traffic through one shared host bridge
 };
 enum class InterNodeTopology : std::uint8_t {
   Star,     // one non-blocking switch
@@ -32,32 +32,32 @@ enum class InterNodeTopology : std::uint8_t {
 };
 
 struct DeviceSpec {
-  std::string name;                 // e.g. "V100-SXM2-16GB"
-  double peak_flops_fp16 = 0;       // dense tensor-core FLOP/s
-  double peak_flops_bf16 = 0;       // 0 = not supported (V100)
-  double peak_flops_fp32 = 0;       // non-tensor FLOP/s
-  double peak_flops_fp64 = 0;       // 0 = unknown (fp64 runs need a calibration profile, e.g. of a CPU)
+  std::string name;            // e.g. "V100-SXM2-16GB"
+  double peak_flops_fp16 = 0;  // dense tensor-core FLOP/s
+  double peak_flops_bf16 = 0;  // 0 = not supported (V100)
+  double peak_flops_fp32 = 0;  // non-tensor FLOP/s
+  double peak_flops_fp64 = 0;  // 0 = unknown (fp64 runs need a calibration profile, e.g. of a CPU)
   double memory_bytes = 0;
   double hbm_bw_Bps = 0;
   // Analytic efficiency parameters (roofline with efficiency; spec/calibration.md 5.4/5.5).
-  double gemm_efficiency = 0.0;       // large-GEMM share of peak reached
-  double gemm_half_sat_flops = 0.0;   // GEMM FLOPs at which efficiency reaches half of gemm_efficiency
-  double kernel_launch_s = 0.0;       // per-kernel launch / fixed overhead
-  double memory_efficiency = 0.0;     // share of HBM bandwidth reached by bandwidth-bound kernels
+  double gemm_efficiency = 0.0;      // large-GEMM share of peak reached
+  double gemm_half_sat_flops = 0.0;  // GEMM FLOPs at which efficiency reaches half of gemm_efficiency
+  double kernel_launch_s = 0.0;      // per-kernel launch / fixed overhead
+  double memory_efficiency = 0.0;    // share of HBM bandwidth reached by bandwidth-bound kernels
 };
 
 struct ClusterSpec {
-  std::string preset;               // preset name or empty
+  std::string preset;  // preset name or empty
   int nodes = 0;
   int gpus_per_node = 0;
   DeviceSpec device;
   IntraNodeFabric fabric = IntraNodeFabric::NVSwitch;
-  double nvlink_bw_Bps = 0;         // per GPU per direction (NVSwitch) or per single link (cube mesh)
+  double nvlink_bw_Bps = 0;  // per GPU per direction (NVSwitch) or per single link (cube mesh)
   double nvlink_latency_s = 0;
-  double pcie_bw_Bps = 0;           // host path for GPU pairs without NVLink (cube mesh "SYS")
+  double pcie_bw_Bps = 0;  // host path for GPU pairs without NVLink (cube mesh "SYS")
   double pcie_latency_s = 0;
-  int nics_per_node = 1;            // >1 = one rail per GPU group (DGX A100: 8)
-  double nic_bw_Bps = 0;            // per NIC per direction
+  int nics_per_node = 1;  // >1 = one rail per GPU group (DGX A100: 8)
+  double nic_bw_Bps = 0;  // per NIC per direction
   double nic_latency_s = 0;
   InterNodeTopology topology = InterNodeTopology::Star;
   int total_gpus() const { return nodes * gpus_per_node; }
@@ -65,12 +65,12 @@ struct ClusterSpec {
 
 // ---------------------------------------------------------------- parallelism
 struct ParallelSpec {
-  int dp = 1;                 // data-parallel replicas
-  int pp = 1;                 // pipeline stages (ranks)
-  int tp = 1;                 // tensor-parallel degree
-  int v = 1;                  // model chunks per pipeline rank (interleaved schedules)
-  int micro_batch_size = 1;   // b (sequences per micro-batch)
-  int global_batch = 1;       // B (sequences per iteration, all replicas)
+  int dp = 1;                      // data-parallel replicas
+  int pp = 1;                      // pipeline stages (ranks)
+  int tp = 1;                      // tensor-parallel degree
+  int v = 1;                       // model chunks per pipeline rank (interleaved schedules)
+  int micro_batch_size = 1;        // b (sequences per micro-batch)
+  int global_batch = 1;            // B (sequences per iteration, all replicas)
   bool sequence_parallel = false;  // Megatron sequence parallelism: LayerNorm/dropout activations split t ways
   // m = global_batch / (micro_batch_size * dp)
   int micro_batches() const { return global_batch / (micro_batch_size * dp); }
@@ -81,32 +81,32 @@ enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved, TeraPipe,
 
 struct ScheduleSpec {
   ScheduleKind kind = ScheduleKind::OneFOneB;
-  int seq_slices = 1;                 // k: token slices / sequence segments per micro-batch (uniform unless given)
-  std::vector<int> slice_tokens;      // explicit slice lengths (sum = seq_len); empty = uniform / planned
-  std::string slicing = "uniform";    // uniform | dp (TeraPipe planner) | cwp (Seq1F1B equal-FLOPs) | explicit
-  bool recompute = false;             // full activation recomputation
-  bool scatter_gather = true;         // Megatron scatter/gather of cross-node p2p (tp > 1)
+  int seq_slices = 1;               // k: token slices / sequence segments per micro-batch (uniform unless given)
+  std::vector<int> slice_tokens;    // explicit slice lengths (sum = seq_len); empty = uniform / planned
+  std::string slicing = "uniform";  // uniform | dp (TeraPipe planner) | cwp (Seq1F1B equal-FLOPs) | explicit
+  bool recompute = false;           // full activation recomputation
+  bool scatter_gather = true;       // Megatron scatter/gather of cross-node p2p (tp > 1)
 };
 
 // ---------------------------------------------------------------- training numerics
 struct TrainingSpec {
-  std::string dtype = "fp16";        // fp16 | bf16 | fp32 | fp64 (compute and p2p element type)
+  std::string dtype = "fp16";  // fp16 | bf16 | fp32 | fp64 (compute and p2p element type)
   int act_bytes_per_elem() const { return dtype == "fp64" ? 8 : dtype == "fp32" ? 4 : 2; }
   double optimizer_bytes_per_param = 16;  // weights 2 + grads 2 + fp32 master 4 + Adam 8
-  bool grad_fp32 = false;            // DP all-reduce in fp32 (4 B) instead of 2 B per element
-  bool flash_attention = false;      // FlashAttention: no materialised score matrix (memory and HBM traffic O(l))
+  bool grad_fp32 = false;                 // DP all-reduce in fp32 (4 B) instead of 2 B per element
+  bool flash_attention = false;           // FlashAttention: no materialised score matrix (memory and HBM traffic O(l))
 };
 
 // ---------------------------------------------------------------- simulation knobs
 struct SimSpec {
-  std::string collectives = "auto";  // ring | aggregate | analytic | auto
+  std::string collectives = "auto";    // ring | aggregate | analytic | auto
   std::string placement = "megatron";  // megatron | terapipe | stage-major | replica-major
-  std::string profile;               // device profile file (calibration), empty = analytic model
+  std::string profile;                 // device profile file (calibration), empty = analytic model
 };
 
 struct Scenario {
   std::string name;
-  std::string source;   // file it came from ("<builtin>" for the default)
+  std::string source;  // file it came from ("<builtin>" for the default)
   ModelSpec model;
   ClusterSpec cluster;
   ParallelSpec parallel;

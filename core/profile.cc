@@ -161,6 +161,23 @@ std::vector<std::pair<double, double>> read_points(const std::string& src, const
   return out;
 }
 
+// A list of [l, c, forward_us, backward_us] rows (the context grid, the attention table).
+std::vector<ContextPoint> read_grid(const std::string& src, const Map& m, const std::string& key) {
+  const YAML::Node g = seq(src, m, key);
+  std::vector<ContextPoint> out;
+  for (std::size_t i = 0; i < g.size(); i++) {
+    const std::string k = m.key(key) + "[" + std::to_string(i) + "]";
+    if (!g[i].IsSequence() || g[i].size() != 4) fail(src, g[i], k, "expected [l, c, forward_us, backward_us]");
+    ContextPoint c;
+    c.l = static_cast<int>(Map::number(src, g[i][0], k + ".l", true));
+    c.c = static_cast<int>(Map::number(src, g[i][1], k + ".c", false));
+    c.fwd_s = Map::number(src, g[i][2], k + ".forward_us", true) * kUs;
+    c.bwd_s = Map::number(src, g[i][3], k + ".backward_us", true) * kUs;
+    out.push_back(c);
+  }
+  return out;
+}
+
 LayerTable read_layer(const std::string& src, const YAML::Node& n, const std::string& path) {
   const Map m(src, n, path,
               {"hidden", "heads", "ffn", "tp", "micro_batch", "vocab", "seq_len", "dtype", "slices", "context_grid",
@@ -190,32 +207,8 @@ LayerTable read_layer(const std::string& src, const YAML::Node& n, const std::st
     t.slices.push_back(std::move(s));
   }
   if (t.slices.empty()) fail(src, sl, m.key("slices"), "must not be empty");
-  if (m.has("context_grid")) {
-    const YAML::Node g = seq(src, m, "context_grid");
-    for (std::size_t i = 0; i < g.size(); i++) {
-      const std::string k = m.key("context_grid") + "[" + std::to_string(i) + "]";
-      if (!g[i].IsSequence() || g[i].size() != 4) fail(src, g[i], k, "expected [l, c, forward_us, backward_us]");
-      ContextPoint c;
-      c.l = static_cast<int>(Map::number(src, g[i][0], k + ".l", true));
-      c.c = static_cast<int>(Map::number(src, g[i][1], k + ".c", false));
-      c.fwd_s = Map::number(src, g[i][2], k + ".forward_us", true) * kUs;
-      c.bwd_s = Map::number(src, g[i][3], k + ".backward_us", true) * kUs;
-      t.context_grid.push_back(c);
-    }
-  }
-  if (m.has("attention")) {
-    const YAML::Node g = seq(src, m, "attention");
-    for (std::size_t i = 0; i < g.size(); i++) {
-      const std::string k = m.key("attention") + "[" + std::to_string(i) + "]";
-      if (!g[i].IsSequence() || g[i].size() != 4) fail(src, g[i], k, "expected [l, c, forward_us, backward_us]");
-      ContextPoint c;
-      c.l = static_cast<int>(Map::number(src, g[i][0], k + ".l", true));
-      c.c = static_cast<int>(Map::number(src, g[i][1], k + ".c", false));
-      c.fwd_s = Map::number(src, g[i][2], k + ".forward_us", true) * kUs;
-      c.bwd_s = Map::number(src, g[i][3], k + ".backward_us", true) * kUs;
-      t.attention.push_back(c);
-    }
-  }
+  if (m.has("context_grid")) t.context_grid = read_grid(src, m, "context_grid");
+  if (m.has("attention")) t.attention = read_grid(src, m, "attention");
   if (m.has("context_fit_forward"))
     t.ctx_fwd = read_fit(src, m.node("context_fit_forward"), m.key("context_fit_forward"));
   if (m.has("context_fit_backward"))

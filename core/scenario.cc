@@ -394,9 +394,9 @@ ModelSpec parse_model(const Section& root) {
 }
 
 DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_from_preset) {
-  const Section d =
-      c.sub("device", {"preset", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "memory_GB", "hbm_bw_GBps",
-                       "gemm_efficiency", "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency"});
+  const Section d = c.sub(
+      "device", {"preset", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "memory_GB",
+                 "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency"});
   if (!d.present() && !cluster_from_preset) c.missing("device", "required when cluster.preset is not given");
   DeviceSpec dev = base.device;
   std::string preset;

@@ -401,8 +401,9 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, nodes: 2, network: {topology: fattree}}\n" + kParallel),
             "t.yaml:2:59: cluster.network.topology: unknown value \"fattree\" (did you mean \"fat-tree\"?); valid: "
             "star, fat-tree");
-  EXPECT_EQ(error_of(kBase + "training: {dtype: fp8}\n"),
-            "t.yaml:4:19: training.dtype: unknown value \"fp8\" (did you mean \"fp16\"?); valid: fp16, bf16, fp32, fp64");
+  EXPECT_EQ(
+      error_of(kBase + "training: {dtype: fp8}\n"),
+      "t.yaml:4:19: training.dtype: unknown value \"fp8\" (did you mean \"fp16\"?); valid: fp16, bf16, fp32, fp64");
   EXPECT_EQ(error_of(kBase + "sim: {placement: terapip}\n"),
             "t.yaml:4:18: sim.placement: unknown value \"terapip\" (did you mean \"terapipe\"?); valid: megatron, "
             "stage-major, replica-major, terapipe");

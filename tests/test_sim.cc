@@ -2,8 +2,8 @@
 // cube-mesh table) runs in process; every SimGrid run goes through the sim_runner executable in a
 // subprocess (one Engine per process; SimGrid aborts on misuse).
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>

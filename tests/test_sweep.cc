@@ -2,8 +2,8 @@
 // equal to single `simulate` runs, flow-sequence values, determinism, progress on stderr, and bad keys / values
 // stopping the sweep with the file and key named (exit 1) before anything runs.
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -83,8 +83,8 @@ std::size_t column(const std::vector<std::string>& header, const std::string& na
 
 std::string write_scenario() {
   // One file per test: ctest runs the tests of this file in parallel processes.
-  const std::string path = ::testing::TempDir() + "/sweep_" +
-                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".yaml";
+  const std::string path =
+      ::testing::TempDir() + "/sweep_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".yaml";
   std::ofstream f(path);
   f << "# a small scenario for the sweep tests\n"
        "name: sweep-test\n"
