@@ -3,8 +3,8 @@
 // paper vs simulated TFLOP/s per GPU (Eq. 3 F/(T n)) and the MAPE. Ablations on the paper's Figure 12/18 set-up
 // (GPT-3 175B, 96 GPUs, t = 8, p = 12, b = 1, several batch sizes): interleaved (v = 2) vs the default 1F1B
 // schedule, and scatter/gather on vs off, next to the paper's quoted gains (up to 10% and up to 11%, 8.4).
-// Every run models Megatron-LM's point-to-point calls as blocking (LoweredSchedule::blocking_sends): a stage's
-// next op waits for its sends (spec/megatron.md 2.4: the sends and receives of a step are one call;
+// Every run models Megatron-LM's point-to-point calls as blocking (`sim.p2p: blocking` in the scenario files and the
+// ablation set-up; LoweredSchedule::blocking_sends): a stage's next op waits for its sends (spec/megatron.md 2.4: the sends and receives of a step are one call;
 // spec/seq1f1b.md 10.4: blocking calls, overlap_p2p_comm off). With sends overlapped with compute instead, the
 // 8x redundant cross-node traffic of a run without scatter/gather stayed hidden and its gain read about 0%.
 #include <algorithm>
@@ -51,7 +51,9 @@ struct SimOut {
 SimOut simulate_in_child(const Scenario& s) {
   const std::string out = run_in_child([&] {
     auto prep = prepare(s);
-    prep->lowered.blocking_sends = true;  // Megatron-LM's p2p calls block (see the top of this file)
+    if (!prep->lowered.blocking_sends)
+      std::fprintf(stderr, "repro megatron: warning: %s has sim.p2p: %s; Megatron-LM's p2p calls block\n",
+                   s.source.c_str(), s.sim.p2p.c_str());
     CheckedSchedule cs = check(prep->lowered, prep->placement);
     sim::EngineOptions eo;
     eo.collectives = s.sim.collectives;
@@ -81,7 +83,8 @@ Scenario gpt3_175b(int batch, bool interleaved, bool scatter_gather) {
                 "cluster: {preset: dgx-a100, nodes: 12}\n"
                 "parallel: {dp: 1, pp: 12, tp: 8, v: %d, micro_batch_size: 1, global_batch: %d}\n"
                 "schedule: {kind: %s, scatter_gather: %s, recompute: true}\n"
-                "training: {dtype: fp16}\n",
+                "training: {dtype: fp16}\n"
+                "sim: {p2p: blocking}\n",
                 interleaved ? 2 : 1, batch, interleaved ? "interleaved" : "1f1b", scatter_gather ? "true" : "false");
   return parse_scenario(yaml, "<repro megatron: GPT-3 175B, B = " + std::to_string(batch) + ">");
 }

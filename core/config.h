@@ -102,6 +102,9 @@ struct SimSpec {
   std::string collectives = "auto";    // ring | aggregate | analytic | auto
   std::string placement = "megatron";  // megatron | terapipe | stage-major | replica-major
   std::string profile;                 // device profile file (calibration), empty = analytic model
+  // Stage-to-stage sends: "eager" (posted and overlapped with the next op, as pipescope's runtime does) or
+  // "blocking" (the next op waits for the send, as Megatron-LM's p2p calls: LoweredSchedule::blocking_sends).
+  std::string p2p = "eager";
 };
 
 struct Scenario {

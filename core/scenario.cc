@@ -330,6 +330,10 @@ const auto& collective_models() {
   static const auto t = string_table({"ring", "aggregate", "analytic", "auto"});
   return t;
 }
+const auto& p2p_modes() {
+  static const auto t = string_table({"eager", "blocking"});
+  return t;
+}
 const auto& placements() {
   static const auto t = string_table({"megatron", "stage-major", "replica-major", "terapipe"});
   return t;
@@ -706,6 +710,8 @@ void Validator::run() const {
              " has none: give cluster.device.peak_tflops_fp64 or a calibration profile of the CPU backend");
   if (!one_of(collective_models(), s_.sim.collectives))
     fail({"sim.collectives"}, unknown_value_message("value", s_.sim.collectives, names_of(collective_models())));
+  if (!one_of(p2p_modes(), s_.sim.p2p))
+    fail({"sim.p2p"}, unknown_value_message("value", s_.sim.p2p, names_of(p2p_modes())));
   if (!one_of(placements(), s_.sim.placement))
     fail({"sim.placement"}, unknown_value_message("value", s_.sim.placement, names_of(placements())));
   // TeraPipe's layout keeps each tensor-parallel group inside one node.
@@ -804,9 +810,10 @@ Scenario parse_impl(const std::string& text, const std::string& source) {
   tr.get("grad_fp32", s.training.grad_fp32);
   tr.get("flash_attention", s.training.flash_attention);
 
-  const Section sim = root.sub("sim", {"collectives", "placement", "profile"});
+  const Section sim = root.sub("sim", {"collectives", "placement", "profile", "p2p"});
   sim.get_enum("collectives", collective_models(), s.sim.collectives);
   sim.get_enum("placement", placements(), s.sim.placement);
+  sim.get_enum("p2p", p2p_modes(), s.sim.p2p);
   sim.get("profile", s.sim.profile);
   std::string calibration;
   if (root.get("calibration", calibration)) {

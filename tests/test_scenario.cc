@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/pipeline.h"
 #include "core/presets.h"
 #include "core/scenario.h"
 #include "core/units.h"
@@ -103,6 +104,12 @@ TEST(Scenario, PresetsAreOverriddenFieldByField) {
   EXPECT_TRUE(s.training.grad_fp32);
   EXPECT_EQ(s.sim.collectives, "ring");
   EXPECT_EQ(s.sim.placement, "replica-major");
+}
+
+// sim.p2p reaches the lowered schedule that simulate and sweep replay (Megatron-LM's blocking p2p calls).
+TEST(Scenario, P2pModeReachesTheLoweredSchedule) {
+  EXPECT_FALSE(prepare(parse_scenario(kBase, "t.yaml"))->lowered.blocking_sends);
+  EXPECT_TRUE(prepare(parse_scenario(kBase + "sim: {p2p: blocking}\n", "t.yaml"))->lowered.blocking_sends);
 }
 
 TEST(Scenario, FfnFollowsAnOverriddenHiddenSize) {
@@ -301,7 +308,7 @@ TEST(ScenarioErrors, UnknownKeys) {
   EXPECT_EQ(error_of(kBase + "parallel2: {}\n"),
             "t.yaml:4:1: parallel2: unknown key \"parallel2\" (did you mean \"parallel\"?)");
   EXPECT_EQ(error_of(kBase + "sim: {xyzzy: 1}\n"),
-            "t.yaml:4:7: sim.xyzzy: unknown key \"xyzzy\"; valid keys: collectives, placement, profile");
+            "t.yaml:4:7: sim.xyzzy: unknown key \"xyzzy\"; valid keys: collectives, placement, profile, p2p");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, nodes: 2, device: {peak_tflops: 10}}\n" + kParallel),
             "t.yaml:2:48: cluster.device.peak_tflops: unknown key \"peak_tflops\" (did you mean "
             "\"peak_tflops_fp16\"?)");
@@ -407,6 +414,8 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
   EXPECT_EQ(error_of(kBase + "sim: {placement: terapip}\n"),
             "t.yaml:4:18: sim.placement: unknown value \"terapip\" (did you mean \"terapipe\"?); valid: megatron, "
             "stage-major, replica-major, terapipe");
+  EXPECT_EQ(error_of(kBase + "sim: {p2p: block}\n"),
+            "t.yaml:4:12: sim.p2p: unknown value \"block\" (did you mean \"blocking\"?); valid: eager, blocking");
   EXPECT_EQ(error_of(kBase + "sim: {collectives: tree}\n"),
             "t.yaml:4:20: sim.collectives: unknown value \"tree\"; valid: ring, aggregate, analytic, auto");
   EXPECT_EQ(error_of(kBase + "schedule: {slicing: even}\n"),
