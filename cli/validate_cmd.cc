@@ -5,8 +5,9 @@
 // Process layout (robust against SimGrid's one-engine-per-process rule and fork + MPI):
 //   1. this process never initialises MPI; it fits the scenario, lowers and checks it;
 //   2. a forked child runs the SimGrid simulation and sends the per-node times back through a pipe;
-//   3. the measured run is a separate MPI job: `<launcher> -n <dp*pp> pipescope-rank <same flags> --out FILE`,
-//      one rank per worker, rank 0 writing the gathered results to FILE. A separate program because libsimgrid
+//   3. the measured run is a separate MPI job: `<launcher> -n <dp*pp*tp> pipescope-rank <same flags> --out FILE`,
+//      one rank per worker and TP rank (MPI rank = worker * tp + TP rank), rank 0 writing the gathered results to
+//      FILE. A separate program because libsimgrid
 //      exports the MPI API (SMPI): this binary links SimGrid and so must not be an MPI program itself;
 //   4. this process compares both (and, with the f64 backend, the gradients against the unsliced reference),
 //      prints the table and writes --json / --trace (one Perfetto file: a simulated and a measured process
@@ -97,10 +98,11 @@ int run_measured(const ValidateOptions& o, const runtime::RankJob& job, const Lo
   if (exe.empty()) exe = sibling_exe("pipescope-rank");
   if (access(exe.c_str(), X_OK) != 0)
     throw InputError("--rank-exe " + exe + ": not an executable (build pipescope-rank)");
-  argv.insert(argv.end(), {"-n", std::to_string(ls.workers()), exe});
+  const int ranks = ls.workers() * ls.tp;
+  argv.insert(argv.end(), {"-n", std::to_string(ranks), exe});
   for (auto& a : job.args()) argv.push_back(a);
   argv.insert(argv.end(), {"--out", out_file});
-  std::fprintf(stderr, "measuring: %d ranks ...\n", ls.workers());
+  std::fprintf(stderr, "measuring: %d ranks ...\n", ranks);
   const int rc = launch(argv);
   if (rc != 0) return rc;
   std::ifstream f(out_file, std::ios::binary);
@@ -178,22 +180,30 @@ Comparison compare(const CheckedSchedule& cs, const sim::SimResult& sr, const ru
         calls[{l.group, seen[l.group]++}].push_back({w, static_cast<int>(i)});
     }
   }
+  // Per-op times come from TP rank 0 of each worker (the simulator folds a TP group into its worker; the TP
+  // ranks run in lock step); iteration end and the time accounting cover every process.
   std::map<int, const runtime::WorkerResult*> by_worker;
-  for (const auto& w : mr.workers) by_worker[w.worker] = &w;
-  if (static_cast<int>(by_worker.size()) != ls.workers()) throw std::runtime_error("measured results are incomplete");
+  for (const auto& w : mr.workers)
+    if (w.tp_rank == 0) by_worker[w.worker] = &w;
+  if (static_cast<int>(by_worker.size()) != ls.workers() ||
+      mr.workers.size() != static_cast<std::size_t>(ls.workers()) * ls.tp)
+    throw std::runtime_error("measured results are incomplete");
   const std::size_t iters = by_worker.begin()->second->iterations.size();
   for (std::size_t it = 0; it < iters; it++) {
     auto timing = [&](int w, int i) -> const runtime::OpTiming& {
       return by_worker.at(w)->iterations.at(it).ops.at(i);
     };
     double end = 0;
-    for (const auto& [w, wr] : by_worker) {
-      const runtime::IterationStats& st = wr->iterations.at(it);
+    for (const auto& wr : mr.workers) {
+      const runtime::IterationStats& st = wr.iterations.at(it);
       end = std::max(end, st.end_s);
       c.kernel_s += st.kernel_s;
       c.comm_s += st.comm_s;
       c.overhead_s += st.overhead_s;
       c.ops += st.ops.size();
+    }
+    for (const auto& [w, wr] : by_worker) {
+      const runtime::IterationStats& st = wr->iterations.at(it);
       const auto& prog = ls.per_worker[w];
       for (std::size_t i = 0; i < prog.size(); i++) {
         const LoweredOp& l = prog[i];
@@ -272,8 +282,9 @@ int run_validate(const ValidateOptions& vo) {
               ls.schedule.microbatches.empty() ? 0 : ls.schedule.microbatches[0].slice_begin.size());
   std::printf("  simulated: %d x %s (%s), %s\n", s.cluster.total_gpus(), s.cluster.device.name.c_str(),
               s.cluster.preset.empty() ? "custom cluster" : s.cluster.preset.c_str(), cost_source.c_str());
-  std::printf("  measured: backend %s, %d MPI ranks, %d timed iteration(s) after %d warm-up\n", o.backend.c_str(),
-              ls.workers(), o.iterations, o.warmup);
+  std::printf("  measured: backend %s, %d MPI ranks%s, %d timed iteration(s) after %d warm-up\n", o.backend.c_str(),
+              ls.workers() * ls.tp, ls.tp > 1 ? " (tp ranks innermost; Megatron-sharded layers)" : "", o.iterations,
+              o.warmup);
   std::fflush(stdout);
 
   std::fprintf(stderr, "simulating ...\n");
@@ -345,6 +356,7 @@ int run_validate(const ValidateOptions& vo) {
     j["schedule"] = to_string(s.schedule.kind);
     j["dp"] = par.dp;
     j["pp"] = par.pp;
+    j["tp"] = par.tp;
     j["v"] = par.v;
     j["m"] = par.micro_batches();
     j["model"] = {{"layers", s.model.layers},  {"hidden", s.model.hidden}, {"heads", s.model.heads},
@@ -384,7 +396,7 @@ int run_validate(const ValidateOptions& vo) {
     sim::ProgramSpans measured(ls.per_worker.size());
     double measured_s = 0;
     for (const auto& w : mr.workers) {
-      if (w.iterations.empty()) continue;
+      if (w.iterations.empty() || w.tp_rank != 0) continue;  // one row per worker, like the simulated panel
       const runtime::IterationStats& it = w.iterations.back();
       measured_s = std::max(measured_s, it.end_s);
       for (std::size_t i = 0; i < it.ops.size(); i++)

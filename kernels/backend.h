@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/layer.h"
@@ -118,6 +119,14 @@ class Backend {
 
   virtual void synchronize() = 0;
   virtual void* stream() = 0;  // the cudaStream_t operations run on; nullptr on the CPU
+
+  // The all-reduce over a layer's tensor-parallel shards (kernels/layer.h TpAllReduce), needed by
+  // layer_forward / layer_backward on parameters of a LayerShape with tp > 1; the kernels know nothing about
+  // the transport. Set it before the first such call; one TP group per backend.
+  void set_tp_all_reduce(TpAllReduce f) { tp_all_reduce_ = std::move(f); }
+
+ protected:
+  TpAllReduce tp_all_reduce_;
 };
 
 // dtype kF64 or kF32.

@@ -125,7 +125,7 @@ class CpuBackend final : public Backend {
     auto& Y = as<CpuTensor<T>>(y, "layer_forward y");
     c.push_state();  // reset() acts on the base state
     ref::layer_forward(P.shape().layer, P.p.data(), as<const CpuTensor<T>>(x, "layer_forward x").m, slice, c.kv,
-                       as<CpuRecord<T>>(rec, "layer_forward record").layer, Y.m);
+                       as<CpuRecord<T>>(rec, "layer_forward record").layer, Y.m, tp_sum(P));
     Y.resize_view();
     c.sync_state();
   }
@@ -135,7 +135,7 @@ class CpuBackend final : public Backend {
     auto& DX = as<CpuTensor<T>>(dx, "layer_backward dx");
     c.push_state();
     ref::layer_backward(P.shape().layer, P.p.data(), as<const CpuRecord<T>>(rec, "layer_backward record").layer, c.kv,
-                        as<const CpuTensor<T>>(dy, "layer_backward dy").m, P.g.data(), DX.m);
+                        as<const CpuTensor<T>>(dy, "layer_backward dy").m, P.g.data(), DX.m, tp_sum(P));
     DX.resize_view();
     c.sync_state();
   }
@@ -183,6 +183,11 @@ class CpuBackend final : public Backend {
   void* stream() override { return nullptr; }
 
  private:
+  // The reference's view of tp_all_reduce_ (empty for unsharded layers, so tp = 1 never calls it).
+  ref::TpSum<T> tp_sum(const CpuParams<T>& P) const {
+    if (P.shape().layer.tp == 1 || !tp_all_reduce_) return {};
+    return [this](ref::Mat<T>& m) { tp_all_reduce_(m.data(), static_cast<std::size_t>(m.size()), dtype_of<T>()); };
+  }
   template <class Q>
   static auto& module(Q& p, ModuleKind kind, const char* what) {
     using C = std::conditional_t<std::is_const_v<Q>, const CpuParams<T>, CpuParams<T>>;

@@ -254,10 +254,19 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<Tensor> tensor(int rows, int cols) override { return std::make_unique<CudaTensor>(ctx_, rows, cols); }
   std::unique_ptr<Params> params(ModuleKind kind, const ModelShape& shape) override {
+    refuse_tp(shape.layer, "params");
     return std::make_unique<CudaParams>(ctx_, kind, shape);
   }
   std::unique_ptr<KVCache> kv_cache(const LayerShape& shape, int batch, int max_len) override {
+    refuse_tp(shape, "kv_cache");
     return std::make_unique<CudaKV>(ctx_, shape, batch, max_len);
+  }
+  // The GEMM orchestration below assumes whole layers; sharded layers run on the CPU reference only.
+  static void refuse_tp(const LayerShape& s, const char* what) {
+    if (s.tp != 1)
+      throw KernelError(std::string("cuda backend ") + what +
+                        ": tensor-parallel layer shards (tp = " + std::to_string(s.tp) +
+                        ") are not implemented on CUDA; use the CPU backend (cpu-f64 / cpu-f32)");
   }
   std::unique_ptr<Record> record() override { return std::make_unique<CudaRecord>(); }
 

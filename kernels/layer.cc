@@ -1,5 +1,6 @@
 #include "kernels/layer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -39,6 +40,10 @@ void LayerShape::validate() const {
   if (hidden % heads != 0)
     throw KernelError("LayerShape: heads (" + std::to_string(heads) + ") must divide hidden (" +
                       std::to_string(hidden) + ")");
+  if (tp < 1 || heads % tp != 0 || ffn % tp != 0)
+    throw KernelError("LayerShape: the tensor-parallel degree tp (" + std::to_string(tp) +
+                      ") must be >= 1 and divide heads (" + std::to_string(heads) + ") and ffn (" +
+                      std::to_string(ffn) + ")");
 }
 
 void ModelShape::validate() const {
@@ -50,7 +55,7 @@ void ModelShape::validate() const {
 
 LayerLayout LayerLayout::of(const LayerShape& s) {
   s.validate();
-  const std::size_t h = s.hidden, f = s.ffn;
+  const std::size_t h = s.hidden, w = s.shard_width(), f = s.shard_ffn();
   LayerLayout L{};
   std::size_t o = 0;
   auto take = [&o](std::size_t n) {
@@ -60,9 +65,9 @@ LayerLayout LayerLayout::of(const LayerShape& s) {
   };
   L.ln1_g = take(h);
   L.ln1_b = take(h);
-  L.w_qkv = take(h * 3 * h);
-  L.b_qkv = take(3 * h);
-  L.w_o = take(h * h);
+  L.w_qkv = take(h * 3 * w);
+  L.b_qkv = take(3 * w);
+  L.w_o = take(w * h);
   L.b_o = take(h);
   L.ln2_g = take(h);
   L.ln2_b = take(h);
@@ -183,6 +188,9 @@ void fill(std::vector<double>& p, std::size_t at, std::size_t n, double base, do
 
 std::vector<double> init_params(ModuleKind kind, const ModelShape& m, std::uint64_t seed, double std_dev,
                                 double perturb) {
+  if (kind == ModuleKind::kLayer && m.layer.tp != 1)
+    throw KernelError("init_params: a tensor-parallel layer shard (tp = " + std::to_string(m.layer.tp) +
+                      "); draw the unsharded layer and cut it with shard_params");
   Normal rnd(seed);
   const std::size_t h = m.layer.hidden, f = m.layer.ffn, v = m.vocab;
   std::vector<double> p(param_count(kind, m), 0.0);
@@ -217,6 +225,47 @@ std::vector<double> init_params(ModuleKind kind, const ModelShape& m, std::uint6
   return p;
 }
 
+std::vector<double> shard_params(ModuleKind kind, const ModelShape& shard, int rank, const std::vector<double>& full) {
+  ModelShape whole = shard;
+  whole.layer.tp = 1;
+  const std::size_t want = param_count(kind, whole);
+  if (full.size() != want)
+    throw KernelError("shard_params: expected the " + std::to_string(want) + " values of the unsharded module, got " +
+                      std::to_string(full.size()));
+  const int tp = shard.layer.tp;
+  if (rank < 0 || rank >= tp)
+    throw KernelError("shard_params: rank " + std::to_string(rank) + " outside [0, " + std::to_string(tp) + ")");
+  if (kind != ModuleKind::kLayer || tp == 1) return full;
+  const LayerLayout F = LayerLayout::of(whole.layer), S = LayerLayout::of(shard.layer);
+  const std::size_t h = shard.layer.hidden, w = shard.layer.shard_width(), ffn = shard.layer.ffn,
+                    f = shard.layer.shard_ffn();
+  std::vector<double> out(S.size);
+  auto copy = [&](std::size_t from, std::size_t to, std::size_t n) {
+    std::copy(full.begin() + static_cast<std::ptrdiff_t>(from), full.begin() + static_cast<std::ptrdiff_t>(from + n),
+              out.begin() + static_cast<std::ptrdiff_t>(to));
+  };
+  // Row-major [rows, cols] at `from` -> its columns [c0, c0 + n) as a [rows, n] block at `to`.
+  auto columns = [&](std::size_t from, std::size_t cols, std::size_t rows, std::size_t c0, std::size_t n,
+                     std::size_t to) {
+    for (std::size_t r = 0; r < rows; r++) copy(from + r * cols + c0, to + r * n, n);
+  };
+  const std::size_t r = static_cast<std::size_t>(rank);
+  copy(F.ln1_g, S.ln1_g, 2 * h);                  // ln1_g, ln1_b
+  for (std::size_t part = 0; part < 3; part++) {  // q, k, v: the columns of this shard's heads
+    for (std::size_t row = 0; row < h; row++)
+      copy(F.w_qkv + row * 3 * h + part * h + r * w, S.w_qkv + row * 3 * w + part * w, w);
+    copy(F.b_qkv + part * h + r * w, S.b_qkv + part * w, w);
+  }
+  copy(F.w_o + r * w * h, S.w_o, w * h);  // rows of its heads
+  copy(F.b_o, S.b_o, h);
+  copy(F.ln2_g, S.ln2_g, 2 * h);  // ln2_g, ln2_b
+  columns(F.w_fc1, ffn, h, r * f, f, S.w_fc1);
+  copy(F.b_fc1 + r * f, S.b_fc1, f);
+  copy(F.w_fc2 + r * f * h, S.w_fc2, f * h);
+  copy(F.b_fc2, S.b_fc2, h);
+  return out;
+}
+
 std::size_t count_targets(const std::vector<std::int32_t>& targets) {
   std::size_t n = 0;
   for (std::int32_t t : targets) n += t >= 0 ? 1 : 0;
@@ -227,7 +276,7 @@ double layer_forward_flops(const LayerShape& s, const Slice& sl) {
   const double b = sl.batch, l = sl.len, c = sl.begin, h = s.hidden, f = s.ffn;
   // QKV 6 b l h^2, projection 2 b l h^2, MLP 4 b l h ffn: 24 b l h^2 when ffn = 4h.
   const double linear = 2.0 * b * l * h * (3.0 * h + h + 2.0 * f);
-  return linear + 4.0 * b * h * (l * c + l * (l + 1.0) / 2.0);
+  return (linear + 4.0 * b * h * (l * c + l * (l + 1.0) / 2.0)) / s.tp;
 }
 
 }  // namespace pipescope::kernels

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -28,13 +29,27 @@ const char* dtype_name(DType t);
 std::size_t dtype_bytes(DType t);
 
 // One transformer layer. heads must divide hidden.
+// tp > 1: the shape of one of tp Megatron tensor-parallel shards of that layer (spec/megatron.md 3): heads / tp
+// attention heads (column-parallel fused QKV: the q, k and v columns of its heads; row-parallel W_o: the rows of
+// its heads), ffn / tp MLP columns (column-parallel fc1 + bias, row-parallel fc2), replicated LayerNorms and
+// row-parallel biases b_o, b_fc2. Parameters, K/V caches and records of such a shape hold the shard only.
 struct LayerShape {
   int hidden = 0;
   int heads = 0;
   int ffn = 0;  // MLP width (4 * hidden for GPT)
+  int tp = 1;   // tensor-parallel degree; must divide heads and ffn
   int head_dim() const { return hidden / heads; }
+  int shard_heads() const { return heads / tp; }
+  int shard_width() const { return hidden / tp; }  // attention width of the shard: shard_heads() * head_dim()
+  int shard_ffn() const { return ffn / tp; }
   void validate() const;  // throws KernelError
 };
+
+// In-place sum of `count` elements of `dtype` at `data` over the tp shards of a layer (its tensor-parallel group),
+// blocking until the sum is there. The layer kernels call it twice per forward (after W_o and after fc2) and
+// twice per backward (the gradients w.r.t. the LayerNorm outputs feeding the column-parallel GEMMs), in the
+// same order on every shard; the caller supplies the transport. CPU backend: host memory.
+using TpAllReduce = std::function<void(void* data, std::size_t count, DType dtype)>;
 
 // Everything a stage needs besides its layers: vocabulary and the longest sequence (position table).
 struct ModelShape {
@@ -54,7 +69,9 @@ struct Slice {
   int rows() const { return batch * len; }
 };
 
-// Element offsets of each tensor inside a module's flat parameter buffer.
+// Element offsets of each tensor inside a module's flat parameter buffer. With tp > 1 (w = h / tp,
+// f = ffn / tp) the shard's: w_qkv [h, 3w] (columns [q | k | v] of its heads), b_qkv [3w], w_o [w, h],
+// w_fc1 [h, f], b_fc1 [f], w_fc2 [f, h]; the other tensors are whole.
 struct LayerLayout {
   std::size_t ln1_g, ln1_b;  // [h]
   std::size_t w_qkv, b_qkv;  // [h, 3h], [3h]
@@ -128,15 +145,23 @@ struct AdamConfig {
 // Deterministic initial parameters (platform-independent normal draws, GPT-2 style: weights N(0, std),
 // biases 0, LayerNorm gamma 1 / beta 0). perturb_norm_bias > 0 adds N(0, perturb_norm_bias) to gammas,
 // betas and biases so that tests exercise every gradient path.
+// Layers of a tp > 1 shape are refused: draw the unsharded layer and cut it with shard_params.
 std::vector<double> init_params(ModuleKind kind, const ModelShape& m, std::uint64_t seed, double std_dev = 0.02,
                                 double perturb_norm_bias = 0.0);
+
+// What tensor-parallel shard `rank` (0 <= rank < shard.layer.tp) of a module holds, cut from the unsharded
+// module's flat buffer `full` (parameters, gradients or moments; layout of the same shape with tp = 1): for a
+// layer the column / row blocks of LayerLayout, for the embedding and the head (replicated over the TP group)
+// `full` itself. So shard_params(init_params(full)) are the shard's initial parameters, and a shard's gradient
+// equals the same cut of the unsharded gradient.
+std::vector<double> shard_params(ModuleKind kind, const ModelShape& shard, int rank, const std::vector<double>& full);
 
 // Counts non-ignored targets (target >= 0). The loss of a run is normalised by this count over the
 // whole global batch, so that any slicing / micro-batching yields the same loss and gradients.
 std::size_t count_targets(const std::vector<std::int32_t>& targets);
 
-// FLOPs of one layer on a slice (spec/calibration.md 6, causal pair count): forward
-// 24 b l h^2 + 4 b h (l c + l (l + 1) / 2); backward twice that.
+// FLOPs of one layer (of one shard when tp > 1: 1/tp of them) on a slice (spec/calibration.md 6, causal pair
+// count): forward 24 b l h^2 + 4 b h (l c + l (l + 1) / 2); backward twice that.
 double layer_forward_flops(const LayerShape& s, const Slice& sl);
 
 }  // namespace pipescope::kernels

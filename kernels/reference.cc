@@ -84,37 +84,49 @@ void add_colsum(const Mat<T>& d, T* db) {
   MRow<T>(db, d.cols()) += d.colwise().sum();
 }
 
+template <class T>
+void require_tp_sum(const LayerShape& shape, const TpSum<T>& tp_sum, const char* what) {
+  if (shape.tp > 1 && !tp_sum)
+    throw KernelError(std::string(what) + ": a tensor-parallel shard (tp = " + std::to_string(shape.tp) +
+                      ") needs the all-reduce over its shards (Backend::set_tp_all_reduce)");
+}
+
 }  // namespace
 
 template <class T>
 KVCache<T>::KVCache(const LayerShape& shape, int batch, int max_len) : state(batch, max_len) {
   shape.validate();
-  for (auto* buf : {&k, &v, &dk, &dv}) buf->assign(batch, Mat<T>::Zero(max_len, shape.hidden));
+  for (auto* buf : {&k, &v, &dk, &dv}) buf->assign(batch, Mat<T>::Zero(max_len, shape.shard_width()));
 }
 
 template <class T>
 void layer_forward(const LayerShape& shape, const T* P, const Mat<T>& x, const Slice& sl, KVCache<T>& kv,
-                   LayerRecord<T>& r, Mat<T>& y) {
+                   LayerRecord<T>& r, Mat<T>& y, const TpSum<T>& tp_sum) {
   const LayerLayout L = LayerLayout::of(shape);
-  const int h = shape.hidden, f = shape.ffn, nh = shape.heads, dh = shape.head_dim();
+  // w, f, nh: the shard's attention width, MLP width and heads (the whole layer's when tp = 1).
+  const int h = shape.hidden, w = shape.shard_width(), f = shape.shard_ffn(), nh = shape.shard_heads(),
+            dh = shape.head_dim();
   const int b = sl.batch, l = sl.len, c = sl.begin, nk = sl.end(), n = sl.rows();
+  require_tp_sum(shape, tp_sum, "layer_forward");
   kv.state.check_forward(sl);
   check_rows("layer_forward x", x.rows(), x.cols(), n, h);
+  if (kv.k.empty() || kv.k[0].cols() != w)
+    throw KernelError("layer_forward: the K/V cache was made for another layer shape");
 
   r.slice = sl;
   r.x = x;
   ln_forward(x, P + L.ln1_g, P + L.ln1_b, r.a1, r.mu1, r.rstd1);
-  r.qkv.noalias() = r.a1 * CMap<T>(P + L.w_qkv, h, 3 * h);
+  r.qkv.noalias() = r.a1 * CMap<T>(P + L.w_qkv, h, 3 * w);
   add_bias(r.qkv, P + L.b_qkv);
   for (int s = 0; s < b; ++s) {
-    kv.k[s].middleRows(c, l) = r.qkv.block(s * l, h, l, h);
-    kv.v[s].middleRows(c, l) = r.qkv.block(s * l, 2 * h, l, h);
+    kv.k[s].middleRows(c, l) = r.qkv.block(s * l, w, l, w);
+    kv.v[s].middleRows(c, l) = r.qkv.block(s * l, 2 * w, l, w);
     kv.dk[s].middleRows(c, l).setZero();
     kv.dv[s].middleRows(c, l).setZero();
   }
 
   const T scale = T(1) / std::sqrt(T(dh));
-  r.ctx.setZero(n, h);
+  r.ctx.setZero(n, w);
   r.probs.assign(static_cast<std::size_t>(b) * nh, Mat<T>());
   for (int s = 0; s < b; ++s) {
     for (int j = 0; j < nh; ++j) {
@@ -132,7 +144,9 @@ void layer_forward(const LayerShape& shape, const T* P, const Mat<T>& x, const S
     }
   }
 
-  r.x1.noalias() = r.ctx * CMap<T>(P + L.w_o, h, h);
+  // Row-parallel W_o and fc2: each shard's product is a partial sum; the bias is added once, after the sum.
+  r.x1.noalias() = r.ctx * CMap<T>(P + L.w_o, w, h);
+  if (shape.tp > 1) tp_sum(r.x1);
   add_bias(r.x1, P + L.b_o);
   r.x1 += x;
   ln_forward(r.x1, P + L.ln2_g, P + L.ln2_b, r.a2, r.mu2, r.rstd2);
@@ -140,6 +154,7 @@ void layer_forward(const LayerShape& shape, const T* P, const Mat<T>& x, const S
   add_bias(r.u, P + L.b_fc1);
   r.g = r.u.unaryExpr([](T v) { return gelu(v); });
   y.noalias() = r.g * CMap<T>(P + L.w_fc2, f, h);
+  if (shape.tp > 1) tp_sum(y);
   add_bias(y, P + L.b_fc2);
   y += r.x1;
   r.filled = true;
@@ -148,12 +163,15 @@ void layer_forward(const LayerShape& shape, const T* P, const Mat<T>& x, const S
 
 template <class T>
 void layer_backward(const LayerShape& shape, const T* P, const LayerRecord<T>& r, KVCache<T>& kv, const Mat<T>& dy,
-                    T* G, Mat<T>& dx) {
+                    T* G, Mat<T>& dx, const TpSum<T>& tp_sum) {
   const LayerLayout L = LayerLayout::of(shape);
-  const int h = shape.hidden, f = shape.ffn, nh = shape.heads, dh = shape.head_dim();
+  const int h = shape.hidden, w = shape.shard_width(), f = shape.shard_ffn(), nh = shape.shard_heads(),
+            dh = shape.head_dim();
   const Slice& sl = r.slice;
   const int b = sl.batch, l = sl.len, c = sl.begin, nk = sl.end(), n = sl.rows();
+  require_tp_sum(shape, tp_sum, "layer_backward");
   if (!r.filled) throw KernelError("layer_backward: the activation record holds no forward");
+  if (r.qkv.cols() != 3 * w) throw KernelError("layer_backward: the record was made for another layer shape");
   kv.state.check_backward(sl);
   check_rows("layer_backward dy", dy.rows(), dy.cols(), n, h);
 
@@ -164,18 +182,20 @@ void layer_backward(const LayerShape& shape, const T* P, const LayerRecord<T>& r
   du.array() *= r.u.unaryExpr([](T v) { return gelu_grad(v); }).array();
   MMap<T>(G + L.w_fc1, h, f).noalias() += r.a2.transpose() * du;
   add_colsum(du, G + L.b_fc1);
-  const Mat<T> da2 = du * CMap<T>(P + L.w_fc1, h, f).transpose();
+  // Column-parallel fc1 (and QKV below): the gradient w.r.t. their input is a partial sum over the shards.
+  Mat<T> da2 = du * CMap<T>(P + L.w_fc1, h, f).transpose();
+  if (shape.tp > 1) tp_sum(da2);
   Mat<T> dx1 = dy;
   ln_backward(r.x1, r.mu2, r.rstd2, P + L.ln2_g, da2, G + L.ln2_g, G + L.ln2_b, dx1);
 
   // Attention output projection: x1 = x + ctx Wo + bo.
-  MMap<T>(G + L.w_o, h, h).noalias() += r.ctx.transpose() * dx1;
+  MMap<T>(G + L.w_o, w, h).noalias() += r.ctx.transpose() * dx1;
   add_colsum(dx1, G + L.b_o);
-  const Mat<T> dctx = dx1 * CMap<T>(P + L.w_o, h, h).transpose();
+  const Mat<T> dctx = dx1 * CMap<T>(P + L.w_o, w, h).transpose();
 
   // Attention over the prefix [0, end): dK/dV of every earlier token go to the cache.
   const T scale = T(1) / std::sqrt(T(dh));
-  Mat<T> dqkv(n, 3 * h);
+  Mat<T> dqkv(n, 3 * w);
   for (int s = 0; s < b; ++s) {
     for (int j = 0; j < nh; ++j) {
       const Mat<T>& p = r.probs[static_cast<std::size_t>(s) * nh + j];
@@ -188,13 +208,14 @@ void layer_backward(const LayerShape& shape, const T* P, const LayerRecord<T>& r
       kv.dk[s].block(0, j * dh, nk, dh).noalias() += ds.transpose() * r.qkv.block(s * l, j * dh, l, dh);
     }
     // The slice's own dK/dV are now complete: later slices added theirs before this backward ran.
-    dqkv.block(s * l, h, l, h) = kv.dk[s].middleRows(c, l);
-    dqkv.block(s * l, 2 * h, l, h) = kv.dv[s].middleRows(c, l);
+    dqkv.block(s * l, w, l, w) = kv.dk[s].middleRows(c, l);
+    dqkv.block(s * l, 2 * w, l, w) = kv.dv[s].middleRows(c, l);
   }
 
-  MMap<T>(G + L.w_qkv, h, 3 * h).noalias() += r.a1.transpose() * dqkv;
+  MMap<T>(G + L.w_qkv, h, 3 * w).noalias() += r.a1.transpose() * dqkv;
   add_colsum(dqkv, G + L.b_qkv);
-  const Mat<T> da1 = dqkv * CMap<T>(P + L.w_qkv, h, 3 * h).transpose();
+  Mat<T> da1 = dqkv * CMap<T>(P + L.w_qkv, h, 3 * w).transpose();
+  if (shape.tp > 1) tp_sum(da1);
   dx = dx1;
   ln_backward(r.x, r.mu1, r.rstd1, P + L.ln1_g, da1, G + L.ln1_g, G + L.ln1_b, dx);
   kv.state.commit_backward(sl);
@@ -307,9 +328,9 @@ void adam_step(const AdamConfig& cfg, int step, std::size_t n, T* p, const T* g,
 #define PIPESCOPE_REF_INSTANTIATE(T)                                                                                  \
   template struct KVCache<T>;                                                                                         \
   template void layer_forward<T>(const LayerShape&, const T*, const Mat<T>&, const Slice&, KVCache<T>&,               \
-                                 LayerRecord<T>&, Mat<T>&);                                                           \
+                                 LayerRecord<T>&, Mat<T>&, const TpSum<T>&);                                          \
   template void layer_backward<T>(const LayerShape&, const T*, const LayerRecord<T>&, KVCache<T>&, const Mat<T>&, T*, \
-                                  Mat<T>&);                                                                           \
+                                  Mat<T>&, const TpSum<T>&);                                                          \
   template void embedding_forward<T>(const ModelShape&, const T*, const std::vector<std::int32_t>&, const Slice&,     \
                                      Mat<T>&);                                                                        \
   template void embedding_backward<T>(const ModelShape&, const std::vector<std::int32_t>&, const Slice&,              \

@@ -5,6 +5,7 @@
 
 #include <Eigen/Dense>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/layer.h"
@@ -16,8 +17,13 @@ using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class T>
 using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
 
+// In-place sum of a [rows, hidden] partial result over the tensor-parallel shards of a layer (LayerShape::tp).
+template <class T>
+using TpSum = std::function<void(Mat<T>&)>;
+
 // K and V of every token of one (micro-batch, layer), plus the dK/dV that later slices' backward
-// accumulates for earlier tokens. Per sequence s: k[s], v[s], dk[s], dv[s] are [max_len, hidden].
+// accumulates for earlier tokens. Per sequence s: k[s], v[s], dk[s], dv[s] are [max_len, shard_width()]
+// (the shard's heads only when tp > 1).
 template <class T>
 struct KVCache {
   KVCache() = default;
@@ -46,15 +52,19 @@ struct HeadRecord {
 
 // y = layer(x) on a slice that attends to the cached K/V of tokens [0, slice.begin). Writes the slice's K/V
 // into the cache and fills `rec`. x, y: [b * l, hidden] (row s * l + t).
+// shape.tp > 1: `params` are one shard (kernels/layer.h) and tp_sum (required then) sums the two row-parallel
+// partial products (attention W_o, fc2) over the shards before their bias and residual; x and y are whole.
 template <class T>
 void layer_forward(const LayerShape& shape, const T* params, const Mat<T>& x, const Slice& slice, KVCache<T>& kv,
-                   LayerRecord<T>& rec, Mat<T>& y);
+                   LayerRecord<T>& rec, Mat<T>& y, const TpSum<T>& tp_sum = {});
 
 // Backward of the slice recorded in `rec`: adds the parameter gradients into `grads` (LayerLayout), adds
 // dK/dV of all tokens [0, end) into the cache, consumes those of the slice's own tokens, writes dx.
+// shape.tp > 1: tp_sum sums the gradients w.r.t. LN2's and LN1's outputs (inputs of the column-parallel fc1 and
+// QKV) over the shards; dy and dx are whole, and the replicated tensors' gradients equal on every shard.
 template <class T>
 void layer_backward(const LayerShape& shape, const T* params, const LayerRecord<T>& rec, KVCache<T>& kv,
-                    const Mat<T>& dy, T* grads, Mat<T>& dx);
+                    const Mat<T>& dy, T* grads, Mat<T>& dx, const TpSum<T>& tp_sum = {});
 
 // x[s * l + t] = tok[tokens[s * l + t]] + pos[begin + t]. tokens: [b * l].
 template <class T>

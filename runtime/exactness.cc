@@ -9,16 +9,21 @@ namespace pipescope::runtime {
 
 namespace {
 
-// max|a - b| / max|b| over [off, off + n); 0 when both are all zero.
-double rel_err(const std::vector<double>& a, const std::vector<double>& b, std::size_t off, std::size_t n) {
-  double diff = 0, scale = 0;
-  for (std::size_t i = off; i < off + n; i++) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
+// max|a - b| over [off, off + n) of both, divided by `scale` (max|ref| over the whole tensor, of which this may be
+// one tensor-parallel shard); 0 when there is no difference.
+double rel_err(const std::vector<double>& a, const std::vector<double>& b, std::size_t off, std::size_t n,
+               double scale) {
+  double diff = 0;
+  for (std::size_t i = off; i < off + n; i++) diff = std::max(diff, std::abs(a[i] - b[i]));
   if (diff == 0) return 0;
   if (scale == 0) return HUGE_VAL;
   return diff / scale;
+}
+
+double max_abs(const std::vector<double>& v, std::size_t off, std::size_t n) {
+  double m = 0;
+  for (std::size_t i = off; i < off + n; i++) m = std::max(m, std::abs(v[i]));
+  return m;
 }
 
 }  // namespace
@@ -80,32 +85,57 @@ Exactness compare_with_reference(const JobResult& run, const ReferenceResult& re
   e.loss = run.loss();
   e.loss_ref = ref.loss;
   e.loss_rel_err = ref.loss != 0 ? std::abs(e.loss - ref.loss) / std::abs(ref.loss) : std::abs(e.loss);
-  std::set<ModuleId> seen;
+  // With tensor parallelism each process holds its shard of every layer: it is compared with the same cut of the
+  // reference, scaled by the whole tensor, so the worst over the shards is the whole tensor's error.
+  kernels::ModelShape shard = mc.shape;
+  shard.layer.tp = run.tp;
+  std::set<std::pair<ModuleId, int>> seen;  // (module, TP rank)
   for (const auto& w : run.workers)
     for (const auto& m : w.modules) {
+      const std::string who =
+          "worker " + std::to_string(w.worker) + (run.tp > 1 ? ", TP rank " + std::to_string(w.tp_rank) : "");
       const auto g = ref.grads.find(m.id);
       const auto p = ref.params.find(m.id);
       if (g == ref.grads.end() || p == ref.params.end()) {
-        e.problems.push_back(m.id.name() + " (worker " + std::to_string(w.worker) + ") is not in the reference");
+        e.problems.push_back(m.id.name() + " (" + who + ") is not in the reference");
         continue;
       }
-      if (m.grads.size() != g->second.size() || m.params.size() != p->second.size()) {
-        e.problems.push_back(m.id.name() + " (worker " + std::to_string(w.worker) + ") has the wrong size");
+      std::vector<double> ref_g, ref_p;
+      try {
+        ref_g = kernels::shard_params(m.id.kind, shard, w.tp_rank, g->second);
+        ref_p = kernels::shard_params(m.id.kind, shard, w.tp_rank, p->second);
+      } catch (const kernels::KernelError& ex) {
+        e.problems.push_back(m.id.name() + " (" + who + "): " + ex.what());
         continue;
       }
-      seen.insert(m.id);
+      if (m.grads.size() != ref_g.size() || m.params.size() != ref_p.size()) {
+        e.problems.push_back(m.id.name() + " (" + who + ") has the wrong size");
+        continue;
+      }
+      seen.insert({m.id, w.tp_rank});
       e.copies++;
-      for (const TensorSpan& t : module_tensors(mc.shape, m.id)) {
-        const std::string where = m.id.name() + "." + t.name + " (worker " + std::to_string(w.worker) + ")";
-        const double ge = rel_err(m.grads, g->second, t.offset, t.size);
+      const auto whole = module_tensors(mc.shape, m.id), part = module_tensors(shard, m.id);
+      for (std::size_t k = 0; k < part.size(); k++) {
+        const TensorSpan& t = part[k];
+        const std::string where = m.id.name() + "." + t.name + " (" + who + ")";
+        const double ge = rel_err(m.grads, ref_g, t.offset, t.size, max_abs(g->second, whole[k].offset, whole[k].size));
         if (ge > e.grad_rel_err || e.grad_worst.empty()) e.grad_rel_err = ge, e.grad_worst = where;
-        const double pe = rel_err(m.params, p->second, t.offset, t.size);
+        const double pe =
+            rel_err(m.params, ref_p, t.offset, t.size, max_abs(p->second, whole[k].offset, whole[k].size));
         if (pe > e.param_rel_err || e.param_worst.empty()) e.param_rel_err = pe, e.param_worst = where;
       }
     }
+  std::set<ModuleId> modules;
   for (const auto& [id, v] : ref.grads)
-    if (!seen.count(id)) e.problems.push_back(id.name() + " is held by no worker of the run");
-  e.modules = static_cast<int>(seen.size());
+    for (int t = 0; t < run.tp; t++) {
+      if (seen.count({id, t})) {
+        modules.insert(id);
+      } else {
+        e.problems.push_back(id.name() + (run.tp > 1 ? " (TP rank " + std::to_string(t) + ")" : "") +
+                             " is held by no worker of the run");
+      }
+    }
+  e.modules = static_cast<int>(modules.size());
   return e;
 }
 

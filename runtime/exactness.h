@@ -3,7 +3,9 @@
 // parameter gradient of a single-process, unsliced run of the same model on the same global batch.
 // The reference runs the whole global batch as one slice through all layers on the CPU f64 backend.
 // Errors are norm-wise per parameter tensor: max|run - ref| / max|ref| over the tensor (the tensors of
-// kernels/layer.h's layouts), maximised over tensors and over data-parallel copies.
+// kernels/layer.h's layouts), maximised over tensors and over data-parallel copies. With tensor parallelism
+// every process's layer shards are compared with the same cut of the reference (kernels::shard_params),
+// scaled by the whole tensor, so the worst shard gives the whole tensor's error.
 
 #include <map>
 #include <string>
@@ -28,11 +30,11 @@ ReferenceResult reference_run(const ModelConfig& mc, const SyntheticData& data, 
 struct Exactness {
   double loss = 0, loss_ref = 0, loss_rel_err = 0;
   double grad_rel_err = 0;   // worst tensor
-  std::string grad_worst;    // "layer3.w_qkv (worker 5)"
+  std::string grad_worst;    // "layer3.w_qkv (worker 5)", "layer3.w_o (worker 1, TP rank 1)"
   double param_rel_err = 0;  // parameters after the optimizer step
   std::string param_worst;
-  int modules = 0;                    // distinct modules compared
-  int copies = 0;                     // module copies compared (each data-parallel replica holds one)
+  int modules = 0;  // distinct modules compared
+  int copies = 0;   // module copies compared (each data-parallel replica holds one; with tp, each TP rank a shard)
   std::vector<std::string> problems;  // modules missing from the run, or with the wrong size
   double max_rel_err() const;
   bool ok(double tol) const { return problems.empty() && max_rel_err() <= tol; }

@@ -24,10 +24,12 @@ void timed(double& acc, F&& f) {
 }  // namespace
 
 struct Executor::State {
-  explicit State(const Schedule& s) : index(s), outputs(index.size()), inbox(index.size()), records(index.size()) {}
+  explicit State(const Schedule& s)
+      : index(s), outputs(index.size()), inbox(index.size()), ungathered(index.size(), 0), records(index.size()) {}
   OpKeyIndex index;
   std::vector<std::shared_ptr<kernels::Tensor>> outputs;  // by producer slot: computed here, not yet sent / consumed
   std::vector<std::shared_ptr<kernels::Tensor>> inbox;    // by producer slot: received, not yet consumed
+  std::vector<char> ungathered;  // by producer slot: only this TP rank's chunk arrived (scatter/gather)
   // By forward slot: the records of the stage's layers (then the head's) until the matching backward.
   std::vector<std::vector<std::unique_ptr<kernels::Record>>> records;
   std::map<std::pair<int, int>, std::unique_ptr<kernels::KVCache>> kv;  // (micro-batch, layer)
@@ -66,6 +68,7 @@ Executor::Executor(UncheckedForTesting, const LoweredSchedule& ls, int worker, c
       worker_(worker),
       replica_(worker / ls.p),
       rank_(worker % ls.p),
+      tp_rank_(transport.tp_rank()),
       model_(model),
       data_(data),
       be_(backend),
@@ -82,19 +85,31 @@ Executor::Executor(UncheckedForTesting, const LoweredSchedule& ls, int worker, c
   if (model.shape.max_seq < s.seq_len)
     throw RuntimeError("model: max_seq " + std::to_string(model.shape.max_seq) + " < the schedule's seq_len " +
                        std::to_string(s.seq_len));
-  if (transport.worker() != worker || transport.workers() != ls.workers())
+  if (transport.worker() != worker || transport.workers() != ls.workers() || transport.tp_size() != ls.tp)
     throw RuntimeError("transport is worker " + std::to_string(transport.worker()) + " of " +
-                       std::to_string(transport.workers()) + ", the executor worker " + std::to_string(worker) +
-                       " of " + std::to_string(ls.workers()));
+                       std::to_string(transport.workers()) + " with tp " + std::to_string(transport.tp_size()) +
+                       ", the executor worker " + std::to_string(worker) + " of " + std::to_string(ls.workers()) +
+                       " with tp " + std::to_string(ls.tp));
+  shard_ = model_.shape;
+  shard_.layer.tp = ls.tp;
+  for (const auto& prog : ls.per_worker)
+    for (const LoweredOp& l : prog) scatter_gather_ = scatter_gather_ || l.kind == LOpKind::AllGather;
+  try {
+    shard_.validate();
+  } catch (const kernels::KernelError& e) {
+    throw RuntimeError("model: tensor parallelism: " + std::string(e.what()));
+  }
   validate_program();
   st_ = std::make_unique<State>(s);
 
   const int stages = s.stages();
   auto add = [&](const ModuleId& id) {
-    auto p = be_.params(id.kind, model_.shape);
-    p->set(initial_params(model_, id));
+    auto p = be_.params(id.kind, shard_);
+    p->set(kernels::shard_params(id.kind, shard_, tp_rank_, initial_params(model_, id)));
     modules_.emplace(id, std::move(p));
   };
+  if (ls.tp > 1)
+    be_.set_tp_all_reduce([this](void* data, std::size_t n, kernels::DType t) { tp_all_reduce(data, n, t); });
   for (int c = 0; c < s.v; c++) {
     const int g = c * s.p + rank_;
     const StageLayers L = stage_layers(model_.layers, stages, g);
@@ -104,14 +119,19 @@ Executor::Executor(UncheckedForTesting, const LoweredSchedule& ls, int worker, c
   }
 }
 
-Executor::~Executor() = default;
+Executor::~Executor() {
+  if (ls_.tp > 1) be_.set_tp_all_reduce({});  // it points at this executor
+}
 
 std::string Executor::op_name(std::size_t i) const { return lowered_op_name(ls_, worker_, i); }
 
+std::string Executor::who() const {
+  if (ls_.tp == 1) return "rank " + std::to_string(worker_);
+  return "rank " + std::to_string(worker_ * ls_.tp + tp_rank_) + " (worker " + std::to_string(worker_) + ", TP rank " +
+         std::to_string(tp_rank_) + ")";
+}
+
 void Executor::validate_program() const {
-  if (ls_.tp != 1)
-    throw RuntimeError("tensor parallelism (tp = " + std::to_string(ls_.tp) +
-                       ") is not implemented by the runtime (its kernels are unsharded); use tp = 1");
   const Schedule& s = ls_.schedule;
   for (std::size_t i = 0; i < prog_.size(); i++) {
     const LoweredOp& l = prog_[i];
@@ -126,17 +146,47 @@ void Executor::validate_program() const {
         if (l.op.tok_begin < 0 || l.op.tok_end <= l.op.tok_begin || l.op.tok_end > s.seq_len)
           bad("token range out of range");
         if (l.kind == LOpKind::Compute && l.op.stage % s.p != rank_) bad("stage does not live on this pipeline rank");
+        if (l.kind == LOpKind::Compute && ls_.tp > 1 &&
+            (i + 1 == prog_.size() || prog_[i + 1].kind != LOpKind::AllReduce ||
+             prog_[i + 1].tag != CollTag::TensorParallel))
+          bad("tp = " + std::to_string(ls_.tp) +
+              " but no tensor-parallel all-reduce follows it (the lowering's cost model counted no TP calls)");
         if (l.kind != LOpKind::Compute && (l.peer < 0 || l.peer >= ls_.workers())) bad("peer out of range");
+        if (l.kind == LOpKind::Recv && scatter_gather_ &&
+            (i + 1 == prog_.size() || prog_[i + 1].kind != LOpKind::AllGather ||
+             !(key_of(prog_[i + 1].op) == key_of(l.op))))
+          bad("scatter/gather: every receive must be followed by the all-gather of its message");
         break;
       case LOpKind::AllReduce:
         if (l.tag == CollTag::Embedding)
           bad("embedding all-reduce (tied embeddings): the runtime's model has an untied LM head, so first and last "
               "stage share no parameter; set model.tied_embeddings: false");
-        if (l.tag != CollTag::DataParallel) bad("only data-parallel all-reduces are implemented");
+        if (l.tag != CollTag::DataParallel && l.tag != CollTag::TensorParallel)
+          bad("only data- and tensor-parallel all-reduces are implemented");
         if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls_.groups.size()) bad("unknown group");
+        if (ls_.groups[l.group].tag != l.tag) bad("the group's tag differs from the op's");
+        if (l.tag == CollTag::TensorParallel) {
+          if (ls_.tp == 1) bad("tensor-parallel all-reduce in a program without tensor parallelism (tp = 1)");
+          if (ls_.groups[l.group].workers != std::vector<std::int32_t>{worker_}) bad("not this worker's TP group");
+          if (i == 0 || prog_[i - 1].kind != LOpKind::Compute || !(key_of(prog_[i - 1].op) == key_of(l.op)))
+            bad("a tensor-parallel all-reduce must directly follow its compute op (the layer kernels make the calls)");
+          // The kernels make 2 calls per layer; a larger count is the cost model's calls for parts the runtime
+          // replicates instead of sharding (vocab-parallel embedding / LM head) or recomputation.
+          const int calls = 2 * stage_layers(model_.layers, s.stages(), l.op.stage).count;
+          if (l.count < calls)
+            bad("count " + std::to_string(l.count) + " is less than the " + std::to_string(calls) +
+                " all-reduces the layer kernels make (2 per layer)");
+        }
         break;
       case LOpKind::AllGather:
-        bad("all-gather (Megatron scatter/gather, tp > 1) is not implemented by the runtime");
+        if (l.tag != CollTag::ScatterGather) bad("only scatter/gather all-gathers are implemented");
+        if (ls_.tp == 1) bad("scatter/gather all-gather in a program without tensor parallelism (tp = 1)");
+        if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls_.groups.size() ||
+            ls_.groups[l.group].tag != CollTag::ScatterGather ||
+            ls_.groups[l.group].workers != std::vector<std::int32_t>{worker_})
+          bad("not this worker's scatter/gather group");
+        if (i == 0 || prog_[i - 1].kind != LOpKind::Recv || !(key_of(prog_[i - 1].op) == key_of(l.op)))
+          bad("an all-gather must directly follow the receive of its message");
         break;
       case LOpKind::Optimizer:
         break;
@@ -158,7 +208,12 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
       const LoweredOp& l = prog_[i];
       switch (l.kind) {
         case LOpKind::Compute:
+          tp_calls_ = 0;
+          tp_s_ = 0;
           l.op.kind == OpKind::Forward ? forward(l.op, stats) : backward(l.op, stats);
+          // The kernels' TP all-reduces ran inside timed backend calls: they are communication.
+          stats.kernel_s -= tp_s_;
+          stats.comm_s += tp_s_;
           break;
         case LOpKind::Send:
           timed(stats.comm_s, [&] { send(l, i); });
@@ -167,10 +222,21 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
           recv(l, stats);
           break;
         case LOpKind::AllReduce:
-          allreduce(l, stats);
+          if (l.tag == CollTag::TensorParallel) {
+            // A marker: the calls happened inside the compute op just before it (validate_program).
+            const int calls = 2 * stage_layers(model_.layers, ls_.schedule.stages(), l.op.stage).count;
+            if (tp_calls_ != calls)
+              throw RuntimeError("the layer kernels of " + op_text(l.op) + " made " + std::to_string(tp_calls_) +
+                                 " tensor-parallel all-reduces, expected " + std::to_string(calls) + " (2 per layer)");
+            OpTiming& c = stats.ops[i - 1];
+            c.end = c.done = c.end - tp_s_;
+          } else {
+            allreduce(l, stats);
+          }
           break;
         case LOpKind::AllGather:
-          throw RuntimeError("all-gather is not implemented");
+          allgather(l, stats);
+          break;
         case LOpKind::Optimizer:
           timed(stats.kernel_s, [&] {
             for (auto& [id, p] : modules_) be_.adam_step(*p, opt_.adam, step);
@@ -178,10 +244,14 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
           break;
       }
     } catch (const std::exception& e) {
-      throw RuntimeError("rank " + std::to_string(worker_) + ": op " + op_name(i) + " (position " + std::to_string(i) +
-                         "): " + e.what());
+      throw RuntimeError(who() + ": op " + op_name(i) + " (position " + std::to_string(i) + "): " + e.what());
     }
     t.end = seconds(Clock::now() - t0);
+    if (prog_[i].kind == LOpKind::AllReduce && prog_[i].tag == CollTag::TensorParallel) {
+      // Shown as its calls' total time right after the compute op's own (kernel) time.
+      t.start = stats.ops[i - 1].end;
+      t.end = t.start + tp_s_;
+    }
     if (prog_[i].kind != LOpKind::Send) t.done = t.end;
     if (wd_) wd_->progress();
     if (!st_->sends.empty()) timed(stats.comm_s, [&] { poll_sends(t0, stats.ops); });
@@ -195,7 +265,7 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
       }
     });
   } catch (const std::exception& e) {
-    throw RuntimeError("rank " + std::to_string(worker_) + ": waiting for outstanding sends: " + e.what());
+    throw RuntimeError(who() + ": waiting for outstanding sends: " + e.what());
   }
   st_->sends.clear();
   const auto last = Clock::now();
@@ -209,15 +279,14 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
     int shown = 0;
     for (std::size_t s = 0; s < st_->index.size() && shown < 5; s++)
       if (has(s)) names += (shown++ ? ", " : "") + op_text(op_of(ls_.schedule, st_->index.key(s)));
-    throw RuntimeError("rank " + std::to_string(worker_) + ": after the program, " + std::to_string(n) + " " + what +
-                       ": " + names);
+    throw RuntimeError(who() + ": after the program, " + std::to_string(n) + " " + what + ": " + names);
   };
   leftovers("outputs were never sent or consumed", st_->live_outputs, [&](std::size_t s) { return !!st_->outputs[s]; });
   leftovers("received messages were never consumed", st_->live_inbox, [&](std::size_t s) { return !!st_->inbox[s]; });
   leftovers("forwards never had their backward", st_->live_records,
             [&](std::size_t s) { return !st_->records[s].empty(); });
   if (!st_->kv.empty())
-    throw RuntimeError("rank " + std::to_string(worker_) + ": after the program, the K/V cache of micro-batch " +
+    throw RuntimeError(who() + ": after the program, the K/V cache of micro-batch " +
                        std::to_string(st_->kv.begin()->first.first) + " was never released by its backward");
   return stats;
 }
@@ -230,6 +299,14 @@ void Executor::wait(Request& r, const char* what) {
     // Ranks are often oversubscribed (CI: 4 ranks on 2 cores): give the core to whoever we are waiting for.
     std::this_thread::yield();
   }
+}
+
+void Executor::tp_all_reduce(void* data, std::size_t count, kernels::DType dtype) {
+  const auto a = Clock::now();
+  auto req = tr_.tp_iallreduce_sum(data, count, elem_type(dtype));
+  wait(*req, "tensor-parallel all-reduce");
+  tp_calls_++;
+  tp_s_ += seconds(Clock::now() - a);
 }
 
 void Executor::poll_sends(Clock::time_point t0, std::vector<OpTiming>& ops) {
@@ -249,6 +326,9 @@ void Executor::poll_sends(Clock::time_point t0, std::vector<OpTiming>& ops) {
 std::shared_ptr<kernels::Tensor> Executor::take_input(const Op& consumer, const OpKey& producer) {
   const std::int64_t s = st_->slot(producer, "input");
   std::shared_ptr<kernels::Tensor> t;
+  if (st_->ungathered[s])
+    throw RuntimeError("input of " + op_text(consumer) + ": only this TP rank's chunk of " +
+                       op_text(op_of(ls_.schedule, producer)) + " arrived; its all-gather has not run");
   if (st_->inbox[s]) {
     t = std::move(st_->inbox[s]);
     st_->live_inbox--;
@@ -290,7 +370,7 @@ void Executor::forward(const Op& op, IterationStats& st) {
   for (int j = 0; j < L.count; j++) {
     const int layer = L.first + j;
     auto& kv = st_->kv[{op.microbatch, layer}];
-    if (!kv) kv = be_.kv_cache(model_.shape.layer, mb.seq_count, s.seq_len);
+    if (!kv) kv = be_.kv_cache(shard_.layer, mb.seq_count, s.seq_len);
     auto rec = st_->record(be_);
     const auto& P = *modules_.at({kernels::ModuleKind::kLayer, layer});
     timed(st.kernel_s, [&] { be_.layer_forward(P, *x, sl, *kv, *rec, *y); });
@@ -371,7 +451,10 @@ void Executor::send(const LoweredOp& l, std::size_t i) {
   const std::int64_t slot = st_->slot(key_of(l.op), "send");
   auto& out = st_->outputs[slot];
   if (!out) throw RuntimeError(op_text(l.op) + " has no output on this worker to send (not run yet, or already sent)");
-  auto req = tr_.isend(out->data(), out->bytes(), l.peer, static_cast<int>(slot));
+  // Scatter/gather: this TP rank's chunk only (bytes divide: tp | heads | hidden).
+  const std::size_t bytes = out->bytes() / static_cast<std::size_t>(scatter_gather_ ? ls_.tp : 1);
+  const char* data = static_cast<const char*>(out->data()) + (scatter_gather_ ? bytes * tp_rank_ : 0);
+  auto req = tr_.isend(data, bytes, l.peer, static_cast<int>(slot));
   st_->sends.push_back({std::move(req), std::move(out), i});
   st_->live_outputs--;
 }
@@ -382,12 +465,27 @@ void Executor::recv(const LoweredOp& l, IterationStats& st) {
   if (st_->inbox[slot]) throw RuntimeError("the output of " + op_text(l.op) + " was already received");
   const int rows = s.microbatches[l.op.microbatch].seq_count * l.op.tokens();
   auto t = share(be_.tensor(rows, model_.shape.layer.hidden));
+  const std::size_t bytes = t->bytes() / static_cast<std::size_t>(scatter_gather_ ? ls_.tp : 1);
+  char* data = static_cast<char*>(t->data()) + (scatter_gather_ ? bytes * tp_rank_ : 0);
   timed(st.comm_s, [&] {
-    auto req = tr_.irecv(t->data(), t->bytes(), l.peer, static_cast<int>(slot));
+    auto req = tr_.irecv(data, bytes, l.peer, static_cast<int>(slot));
     wait(*req, "receive");
   });
   st_->inbox[slot] = std::move(t);
+  st_->ungathered[slot] = scatter_gather_;
   st_->live_inbox++;
+}
+
+void Executor::allgather(const LoweredOp& l, IterationStats& st) {
+  const std::int64_t slot = st_->slot(key_of(l.op), "all-gather");
+  if (!st_->inbox[slot] || !st_->ungathered[slot])
+    throw RuntimeError("no received chunk of " + op_text(l.op) + " to all-gather");
+  kernels::Tensor& t = *st_->inbox[slot];
+  timed(st.comm_s, [&] {
+    auto req = tr_.tp_iallgather(t.data(), t.bytes() / static_cast<std::size_t>(ls_.tp));
+    wait(*req, "scatter/gather all-gather");
+  });
+  st_->ungathered[slot] = 0;
 }
 
 void Executor::allreduce(const LoweredOp& l, IterationStats& st) {

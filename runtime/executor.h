@@ -14,8 +14,16 @@
 //   - Send / Recv of a producer op carry its output (F: activation, B: gradient), MPI tag = the producer's
 //     OpKeyIndex slot.
 //   - AllReduce[dp]: in-place sum of every parameter gradient of the worker over the DP group, module by
-//     module in a fixed order. Tensor-parallel and embedding collectives are rejected up front (tp = 1 only;
-//     the kernels' LM head is untied).
+//     module in a fixed order (with tp > 1: among the processes of the same TP rank). Embedding collectives
+//     are rejected up front (the kernels' LM head is untied).
+//   - Tensor parallelism (tp > 1): every TP rank of the worker runs this same program on its shard of each
+//     layer (kernels/layer.h LayerShape::tp); embedding, head and activations are replicated. The layer
+//     kernels make the TP all-reduces themselves (through Transport::tp_iallreduce_sum), so AllReduce[tp]
+//     ops are markers: each must follow its compute op, and its count must cover the 2 calls per layer the
+//     kernels made (checked); their time is taken out of the compute op and shown on the marker.
+//   - Megatron scatter/gather (the lowering's AllGather after each Recv, schedule.scatter_gather): each TP rank
+//     sends only its 1/tp chunk of the message (flat, bytes [t B/tp, (t+1) B/tp)) to the same TP rank of the
+//     peer, and the AllGather rebuilds the whole tensor in the receiving worker's TP group before any use.
 //   - Optimizer: one Adam step per module.
 // Every op is timed with the steady clock, and the time spent inside kernels and inside the transport is
 // accounted separately, so the rest is the runtime's own overhead (scheduling and bookkeeping).
@@ -76,7 +84,8 @@ class Executor {
   IterationStats run_iteration(int step, Clock::time_point t0);
 
   int worker() const { return worker_; }
-  // The modules this worker holds (its stages' layers, the embedding on stage 0, the head on the last stage).
+  // The modules this worker holds (its stages' layers, the embedding on stage 0, the head on the last stage);
+  // with tp > 1 this process's shard of each layer.
   const std::map<ModuleId, std::unique_ptr<kernels::Params>>& modules() const { return modules_; }
   std::size_t program_size() const { return prog_.size(); }
 
@@ -89,14 +98,17 @@ class Executor {
   void send(const LoweredOp& l, std::size_t i);
   void recv(const LoweredOp& l, IterationStats& st);
   void allreduce(const LoweredOp& l, IterationStats& st);
+  void allgather(const LoweredOp& l, IterationStats& st);
   void poll_sends(Clock::time_point t0, std::vector<OpTiming>& ops);
   void wait(Request& r, const char* what);
+  void tp_all_reduce(void* data, std::size_t count, kernels::DType dtype);
   std::shared_ptr<kernels::Tensor> take_input(const Op& consumer, const OpKey& producer);
   std::string op_name(std::size_t i) const;
+  std::string who() const;  // "rank W" (MPI rank = worker); with tp > 1 "rank R (worker W, TP rank t)"
 
   const LoweredSchedule& ls_;
   const std::vector<LoweredOp>& prog_;
-  int worker_, replica_, rank_;
+  int worker_, replica_, rank_, tp_rank_;
   const ModelConfig& model_;
   const SyntheticData& data_;
   kernels::Backend& be_;
@@ -104,6 +116,11 @@ class Executor {
   Watchdog* wd_;
   ExecutorOptions opt_;
   int replica_seqs_ = 0;
+  bool scatter_gather_ = false;  // p2p messages are split over the TP ranks (an AllGather follows each Recv)
+  kernels::ModelShape shard_;    // the model's shape with layer.tp = the schedule's tp
+  // The kernels' TP all-reduces during the current compute op: calls and seconds.
+  int tp_calls_ = 0;
+  double tp_s_ = 0;
   std::map<ModuleId, std::unique_ptr<kernels::Params>> modules_;
   std::unique_ptr<State> st_;
 };

@@ -51,6 +51,7 @@ JobResult run(const LoweredSchedule& ls, const CheckedSchedule* cs, const ModelC
 
   WorkerResult mine;
   mine.worker = w;
+  mine.tp_rank = tr.tp_rank();
   const int steps = opt.warmup + opt.iterations;
   for (int step = 1; step <= steps; step++) {
     if (wd) wd->enter(Watchdog::kSetup);
@@ -68,6 +69,7 @@ JobResult run(const LoweredSchedule& ls, const CheckedSchedule* cs, const ModelC
   JobResult r;
   r.backend = be->name();
   r.steps = steps;
+  r.tp = tr.tp_size();
   for (const auto& v : all) r.workers.push_back(unpack(v, mc.layers));
   if (wd) wd->enter(Watchdog::kSetup);
   return r;
@@ -77,7 +79,8 @@ JobResult run(const LoweredSchedule& ls, const CheckedSchedule* cs, const ModelC
 
 double JobResult::loss() const {
   double l = 0;
-  for (const auto& w : workers) l += w.loss;
+  for (const auto& w : workers)
+    if (w.tp_rank == 0) l += w.loss;
   return l;
 }
 
@@ -100,6 +103,7 @@ JobResult run_job_unchecked_for_testing(const LoweredSchedule& ls, const ModelCo
 std::vector<double> pack(const WorkerResult& w) {
   std::vector<double> v;
   v.push_back(w.worker);
+  v.push_back(w.tp_rank);
   v.push_back(static_cast<double>(w.iterations.size()));
   for (const auto& it : w.iterations) {
     v.push_back(static_cast<double>(it.ops.size()));
@@ -124,6 +128,7 @@ WorkerResult unpack(const std::vector<double>& v, int layers) {
   Reader r(v);
   WorkerResult w;
   w.worker = static_cast<int>(r.next());
+  w.tp_rank = static_cast<int>(r.next());
   const std::size_t iters = r.count();
   for (std::size_t k = 0; k < iters; k++) {
     IterationStats it;
@@ -167,6 +172,7 @@ std::vector<double> pack(const JobResult& r) {
   v.push_back(static_cast<double>(r.backend.size()));
   for (char c : r.backend) v.push_back(static_cast<unsigned char>(c));
   v.push_back(r.steps);
+  v.push_back(r.tp);
   v.push_back(static_cast<double>(r.workers.size()));
   for (const auto& w : r.workers) {
     const auto p = pack(w);
@@ -182,6 +188,8 @@ JobResult unpack_job(const std::vector<double>& v, int layers) {
   const std::size_t n = r.count();
   for (std::size_t k = 0; k < n; k++) j.backend += static_cast<char>(r.next());
   j.steps = static_cast<int>(r.next());
+  j.tp = static_cast<int>(r.next());
+  if (j.tp < 1) throw RuntimeError("corrupt job record: tp " + std::to_string(j.tp));
   const std::size_t workers = r.count();
   for (std::size_t k = 0; k < workers; k++) j.workers.push_back(unpack(r.take(r.count()), layers));
   if (!r.done()) throw RuntimeError("corrupt job record: trailing data");

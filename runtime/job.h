@@ -30,17 +30,20 @@ struct ModuleState {
 
 struct WorkerResult {
   int worker = 0;
+  int tp_rank = 0;                         // which of the worker's tp processes (tensor parallelism)
   std::vector<IterationStats> iterations;  // the timed iterations
   double loss = 0;                         // this worker's loss share in the last iteration
-  std::vector<ModuleState> modules;        // when collected
+  std::vector<ModuleState> modules;        // when collected (layers: this TP rank's shards)
 };
 
 struct JobResult {
   std::string backend;
-  int steps = 0;                      // Adam steps taken (warm-up + timed)
-  std::vector<WorkerResult> workers;  // on worker 0: every worker, in worker order; elsewhere empty
+  int steps = 0;  // Adam steps taken (warm-up + timed)
+  int tp = 1;     // tensor-parallel processes per worker
+  // On process 0: every process (worker x TP rank), in process order (worker * tp + tp_rank); elsewhere empty.
+  std::vector<WorkerResult> workers;
   // Loss of the last iteration: the sum of the workers' shares (the slices' losses are normalised by the
-  // global batch's target count, so the sum is the global mean).
+  // global batch's target count, so the sum is the global mean); TP rank 0's (the TP ranks compute the same).
   double loss() const;
 };
 

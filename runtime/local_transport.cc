@@ -24,9 +24,17 @@ void add_into(std::vector<char>& acc, const std::vector<char>& x) {
 
 }  // namespace
 
-LocalFabric::LocalFabric(int workers, std::vector<CollGroup> groups)
-    : workers_(workers), groups_(std::move(groups)), calls_(groups_.size()), deposit_(workers), result_(workers) {
-  if (workers < 1) throw RuntimeError("LocalFabric: workers must be >= 1");
+LocalFabric::LocalFabric(int workers, std::vector<CollGroup> groups, int tp)
+    : workers_(workers),
+      tp_(tp),
+      groups_(std::move(groups)),
+      calls_(groups_.size() * static_cast<std::size_t>(std::max(tp, 1))),
+      tp_calls_(static_cast<std::size_t>(std::max(workers, 0))),
+      deposit_(static_cast<std::size_t>(std::max(workers, 0) * std::max(tp, 1))),
+      result_(deposit_.size()) {
+  if (workers < 1 || tp < 1)
+    throw RuntimeError("LocalFabric: workers and tp must be >= 1 (got " + std::to_string(workers) + ", " +
+                       std::to_string(tp) + ")");
 }
 
 void LocalFabric::cancel() {
@@ -35,10 +43,11 @@ void LocalFabric::cancel() {
   cv_.notify_all();
 }
 
-LocalTransport::LocalTransport(LocalFabric& fabric, int worker)
-    : fabric_(fabric), worker_(worker), next_call_(fabric.groups_.size(), 0) {
-  if (worker < 0 || worker >= fabric.workers())
-    throw RuntimeError("LocalTransport: worker " + std::to_string(worker) + " of " + std::to_string(fabric.workers()));
+LocalTransport::LocalTransport(LocalFabric& fabric, int worker, int tp_rank)
+    : fabric_(fabric), worker_(worker), tp_rank_(tp_rank), next_call_(fabric.groups_.size(), 0) {
+  if (worker < 0 || worker >= fabric.workers() || tp_rank < 0 || tp_rank >= fabric.tp())
+    throw RuntimeError("LocalTransport: worker " + std::to_string(worker) + " of " + std::to_string(fabric.workers()) +
+                       ", TP rank " + std::to_string(tp_rank) + " of " + std::to_string(fabric.tp()));
 }
 
 std::unique_ptr<Request> LocalTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
@@ -46,15 +55,15 @@ std::unique_ptr<Request> LocalTransport::isend(const void* buf, std::size_t byte
     throw RuntimeError("send to worker " + std::to_string(peer) + " of " + std::to_string(fabric_.workers()));
   std::vector<char> msg(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes);
   std::lock_guard<std::mutex> l(fabric_.mu_);
-  fabric_.mail_[{worker_, peer, tag}].push_back(std::move(msg));
+  fabric_.mail_[{process(), peer * fabric_.tp() + tp_rank_, tag}].push_back(std::move(msg));
   return std::make_unique<DoneRequest>();
 }
 
 std::unique_ptr<Request> LocalTransport::irecv(void* buf, std::size_t bytes, int peer, int tag) {
   class Recv final : public Request {
    public:
-    Recv(LocalFabric& f, void* buf, std::size_t bytes, std::tuple<int, int, int> key)
-        : f_(f), buf_(buf), bytes_(bytes), key_(key) {}
+    Recv(LocalFabric& f, void* buf, std::size_t bytes, std::tuple<int, int, int> key, int peer)
+        : f_(f), buf_(buf), bytes_(bytes), key_(key), peer_(peer) {}
     bool test() override {
       if (done_) return true;
       std::lock_guard<std::mutex> l(f_.mu_);
@@ -62,7 +71,7 @@ std::unique_ptr<Request> LocalTransport::irecv(void* buf, std::size_t bytes, int
       if (it == f_.mail_.end() || it->second.empty()) return false;
       std::vector<char>& msg = it->second.front();
       if (msg.size() != bytes_)
-        throw RuntimeError("receive from worker " + std::to_string(std::get<0>(key_)) + " (tag " +
+        throw RuntimeError("receive from worker " + std::to_string(peer_) + " (tag " +
                            std::to_string(std::get<2>(key_)) + "): " + std::to_string(msg.size()) +
                            " bytes arrived, expected " + std::to_string(bytes_));
       if (bytes_) std::memcpy(buf_, msg.data(), bytes_);
@@ -77,11 +86,13 @@ std::unique_ptr<Request> LocalTransport::irecv(void* buf, std::size_t bytes, int
     void* buf_;
     std::size_t bytes_;
     std::tuple<int, int, int> key_;
+    int peer_;
     bool done_ = false;
   };
   if (peer < 0 || peer >= fabric_.workers())
     throw RuntimeError("receive from worker " + std::to_string(peer) + " of " + std::to_string(fabric_.workers()));
-  return std::make_unique<Recv>(fabric_, buf, bytes, std::make_tuple(peer, worker_, tag));
+  return std::make_unique<Recv>(fabric_, buf, bytes, std::make_tuple(peer * fabric_.tp() + tp_rank_, process(), tag),
+                                peer);
 }
 
 std::unique_ptr<Request> LocalTransport::iallreduce_sum(void* buf, std::size_t count, ElemType type, int group) {
@@ -92,38 +103,59 @@ std::unique_ptr<Request> LocalTransport::iallreduce_sum(void* buf, std::size_t c
   if (it == ws.end())
     throw RuntimeError("all-reduce on group g" + std::to_string(group) + ": worker " + std::to_string(worker_) +
                        " is not a member");
-  const std::size_t member = static_cast<std::size_t>(it - ws.begin());
-  const int n = static_cast<int>(ws.size());
-  const std::int64_t number = next_call_[group]++;
-  const std::size_t bytes = count * elem_bytes(type);
+  auto& calls = fabric_.calls_[static_cast<std::size_t>(group) * fabric_.tp() + tp_rank_];
+  return reduce(calls, next_call_[group]++, static_cast<int>(it - ws.begin()), static_cast<int>(ws.size()), buf, count,
+                type, "all-reduce of group g" + std::to_string(group));
+}
+
+std::unique_ptr<Request> LocalTransport::tp_iallreduce_sum(void* buf, std::size_t count, ElemType type) {
+  if (fabric_.tp() == 1) throw RuntimeError("tensor-parallel all-reduce without tensor parallelism (tp = 1)");
+  return reduce(fabric_.tp_calls_[worker_], next_tp_call_++, tp_rank_, fabric_.tp(), buf, count, type,
+                "tensor-parallel all-reduce of worker " + std::to_string(worker_));
+}
+
+std::unique_ptr<Request> LocalTransport::tp_iallgather(void* buf, std::size_t chunk_bytes) {
+  if (fabric_.tp() == 1) throw RuntimeError("tensor-parallel all-gather without tensor parallelism (tp = 1)");
+  return reduce(fabric_.tp_calls_[worker_], next_tp_call_++, tp_rank_, fabric_.tp(), buf, chunk_bytes, ElemType::kF64,
+                "tensor-parallel all-gather of worker " + std::to_string(worker_), true);
+}
+
+std::unique_ptr<Request> LocalTransport::reduce(LocalFabric::Calls& calls, std::int64_t number, int member, int n,
+                                                void* buf, std::size_t count, ElemType type, const std::string& what,
+                                                bool gather) {
+  const std::size_t bytes = gather ? count : count * elem_bytes(type);
+  const char* mine = static_cast<const char*>(buf) + (gather ? bytes * static_cast<std::size_t>(member) : 0);
   {
     std::lock_guard<std::mutex> l(fabric_.mu_);
-    LocalFabric::Call& c = fabric_.calls_[group][number];
-    if (c.contrib.empty()) c.contrib.resize(ws.size());
-    c.contrib[member].assign(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes);
+    LocalFabric::Call& c = calls[number];
+    if (c.contrib.empty()) c.contrib.resize(static_cast<std::size_t>(n));
+    c.contrib[member].assign(mine, mine + bytes);
     if (++c.arrived == n) {
       for (const auto& x : c.contrib)
         if (x.size() != bytes)
-          throw RuntimeError("all-reduce call " + std::to_string(number) + " of group g" + std::to_string(group) +
-                             ": members contribute different sizes (" + std::to_string(x.size()) + " vs " +
-                             std::to_string(bytes) + " bytes)");
-      c.result = c.contrib[0];  // sum in member order: deterministic
+          throw RuntimeError(what + ", call " + std::to_string(number) + ": members contribute different sizes (" +
+                             std::to_string(x.size()) + " vs " + std::to_string(bytes) + " bytes)");
+      c.result = c.contrib[0];  // sum (or concatenation) in member order: deterministic
       for (int k = 1; k < n; k++)
-        type == ElemType::kF64 ? add_into<double>(c.result, c.contrib[k]) : add_into<float>(c.result, c.contrib[k]);
+        if (gather)
+          c.result.insert(c.result.end(), c.contrib[k].begin(), c.contrib[k].end());
+        else if (type == ElemType::kF64)
+          add_into<double>(c.result, c.contrib[k]);
+        else
+          add_into<float>(c.result, c.contrib[k]);
     }
   }
   class Reduce final : public Request {
    public:
-    Reduce(LocalFabric& f, void* buf, int group, std::int64_t number, int n)
-        : f_(f), buf_(buf), group_(group), number_(number), n_(n) {}
+    Reduce(LocalFabric& f, void* buf, LocalFabric::Calls& calls, std::int64_t number, int n)
+        : f_(f), buf_(buf), calls_(calls), number_(number), n_(n) {}
     bool test() override {
       if (done_) return true;
       std::lock_guard<std::mutex> l(f_.mu_);
-      auto& calls = f_.calls_[group_];
-      auto it = calls.find(number_);
-      if (it == calls.end() || it->second.arrived < n_) return false;
+      auto it = calls_.find(number_);
+      if (it == calls_.end() || it->second.arrived < n_) return false;
       if (!it->second.result.empty()) std::memcpy(buf_, it->second.result.data(), it->second.result.size());
-      if (++it->second.taken == n_) calls.erase(it);
+      if (++it->second.taken == n_) calls_.erase(it);
       done_ = true;
       return true;
     }
@@ -131,20 +163,20 @@ std::unique_ptr<Request> LocalTransport::iallreduce_sum(void* buf, std::size_t c
    private:
     LocalFabric& f_;
     void* buf_;
-    int group_;
+    LocalFabric::Calls& calls_;
     std::int64_t number_;
     int n_;
     bool done_ = false;
   };
-  return std::make_unique<Reduce>(fabric_, buf, group, number, n);
+  return std::make_unique<Reduce>(fabric_, buf, calls, number, n);
 }
 
 std::vector<std::vector<double>> LocalTransport::exchange(const std::vector<double>& mine) {
   std::unique_lock<std::mutex> l(fabric_.mu_);
   if (fabric_.cancelled()) throw RuntimeError("run cancelled");
   const int gen = fabric_.gen_;
-  fabric_.deposit_[worker_] = mine;
-  if (++fabric_.arrived_ == fabric_.workers()) {
+  fabric_.deposit_[process()] = mine;
+  if (++fabric_.arrived_ == fabric_.processes()) {
     fabric_.result_.swap(fabric_.deposit_);
     fabric_.arrived_ = 0;
     fabric_.gen_++;
@@ -161,7 +193,7 @@ void LocalTransport::barrier() { exchange({}); }
 
 std::vector<std::vector<double>> LocalTransport::gather(const std::vector<double>& mine) {
   auto all = exchange(mine);
-  if (worker_ != 0) return {};
+  if (process() != 0) return {};
   return all;
 }
 

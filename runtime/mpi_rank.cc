@@ -1,8 +1,10 @@
 #include "runtime/mpi_rank.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <string>
 #include <thread>
 
 #include "core/pipeline.h"
@@ -12,10 +14,13 @@
 
 namespace pipescope::runtime {
 
-Watchdog::Handler mpi_watchdog_handler(const LoweredSchedule& ls, int worker, double grace_s, bool thread_multiple,
+Watchdog::Handler mpi_watchdog_handler(const LoweredSchedule& ls, int rank, double grace_s, bool thread_multiple,
                                        int code) {
-  return [&ls, worker, grace_s, thread_multiple, code](std::int64_t op, double idle_s) {
-    std::fprintf(stderr, "rank %d: watchdog: blocked on %s, no progress for %.1f s\n", worker,
+  return [&ls, rank, grace_s, thread_multiple, code](std::int64_t op, double idle_s) {
+    const int tp = std::max(ls.tp, 1), worker = rank / tp;
+    const std::string who =
+        tp == 1 ? "" : " (worker " + std::to_string(worker) + ", TP rank " + std::to_string(rank % tp) + ")";
+    std::fprintf(stderr, "rank %d%s: watchdog: blocked on %s, no progress for %.1f s\n", rank, who.c_str(),
                  describe_position(ls, worker, op).c_str(), idle_s);
     std::fflush(stderr);
     std::this_thread::sleep_for(std::chrono::duration<double>(grace_s));

@@ -89,10 +89,15 @@ void mpi_abort(int code, bool thread_multiple) {
 MpiTransport::MpiTransport(const LoweredSchedule& ls) {
   check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
-  if (size_ != ls.workers())
-    throw RuntimeError("the schedule has " + std::to_string(ls.workers()) + " workers (dp " + std::to_string(ls.dp) +
-                       " x pp " + std::to_string(ls.p) + ") but MPI started " + std::to_string(size_) +
-                       " ranks: run it with mpirun -np " + std::to_string(ls.workers()));
+  tp_ = ls.tp;
+  workers_ = ls.workers();
+  if (tp_ < 1 || size_ != workers_ * tp_)
+    throw RuntimeError("the schedule has " + std::to_string(workers_) + " workers x tp " + std::to_string(tp_) +
+                       " (dp " + std::to_string(ls.dp) + " x pp " + std::to_string(ls.p) + " x tp " +
+                       std::to_string(tp_) + ") but MPI started " + std::to_string(size_) +
+                       " ranks: run it with mpirun -np " + std::to_string(workers_ * tp_));
+  worker_ = rank_ / tp_;
+  tp_rank_ = rank_ % tp_;
   check(MPI_Comm_dup(MPI_COMM_WORLD, &data_), "MPI_Comm_dup");
   check(MPI_Comm_dup(MPI_COMM_WORLD, &control_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
@@ -103,23 +108,33 @@ MpiTransport::MpiTransport(const LoweredSchedule& ls) {
   if (flag && ub) tag_ub_ = *ub;
   groups_.assign(ls.groups.size(), MPI_COMM_NULL);
   for (std::size_t g = 0; g < ls.groups.size(); g++) {
+    // The layer kernels' TP all-reduces (and scatter/gather) use tp_comm_; their one-worker groups need none.
+    const CollTag tag = ls.groups[g].tag;
+    if (tag == CollTag::TensorParallel || tag == CollTag::ScatterGather) continue;
+    // A group of workers runs as tp independent collectives, one among each TP rank's processes.
     const auto& ws = ls.groups[g].workers;
-    const auto it = std::find(ws.begin(), ws.end(), rank_);
-    const int color = it == ws.end() ? MPI_UNDEFINED : 0;
+    const auto it = std::find(ws.begin(), ws.end(), worker_);
+    const int color = it == ws.end() ? MPI_UNDEFINED : tp_rank_;
     const int key = static_cast<int>(it - ws.begin());
     check(MPI_Comm_split(MPI_COMM_WORLD, color, key, &groups_[g]), "MPI_Comm_split (group g" + std::to_string(g) + ")");
     if (groups_[g] != MPI_COMM_NULL) MPI_Comm_set_errhandler(groups_[g], MPI_ERRORS_RETURN);
+  }
+  if (tp_ > 1) {
+    check(MPI_Comm_split(MPI_COMM_WORLD, worker_, tp_rank_, &tp_comm_), "MPI_Comm_split (TP group)");
+    MPI_Comm_set_errhandler(tp_comm_, MPI_ERRORS_RETURN);
   }
 }
 
 MpiTransport::~MpiTransport() {
   for (MPI_Comm& c : groups_)
     if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  if (tp_comm_ != MPI_COMM_NULL) MPI_Comm_free(&tp_comm_);
   if (data_ != MPI_COMM_NULL) MPI_Comm_free(&data_);
   if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
 }
 
-std::unique_ptr<Request> MpiTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
+std::unique_ptr<Request> MpiTransport::isend(const void* buf, std::size_t bytes, int peer_worker, int tag) {
+  const int peer = peer_worker * tp_ + tp_rank_;
   const std::string what = "MPI_Isend (to rank " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")";
   if (tag < 0 || tag > tag_ub_) throw RuntimeError(what + ": tag outside MPI_TAG_UB = " + std::to_string(tag_ub_));
   auto r = std::make_unique<MpiRequest>(what, -1);
@@ -127,7 +142,8 @@ std::unique_ptr<Request> MpiTransport::isend(const void* buf, std::size_t bytes,
   return r;
 }
 
-std::unique_ptr<Request> MpiTransport::irecv(void* buf, std::size_t bytes, int peer, int tag) {
+std::unique_ptr<Request> MpiTransport::irecv(void* buf, std::size_t bytes, int peer_worker, int tag) {
+  const int peer = peer_worker * tp_ + tp_rank_;
   const std::string what = "MPI_Irecv (from rank " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")";
   if (tag < 0 || tag > tag_ub_) throw RuntimeError(what + ": tag outside MPI_TAG_UB = " + std::to_string(tag_ub_));
   auto r = std::make_unique<MpiRequest>(what, static_cast<long long>(bytes));
@@ -142,6 +158,26 @@ std::unique_ptr<Request> MpiTransport::iallreduce_sum(void* buf, std::size_t cou
   auto r = std::make_unique<MpiRequest>(what, -1);
   check(MPI_Iallreduce(MPI_IN_PLACE, buf, as_count(count, what), type == ElemType::kF64 ? MPI_DOUBLE : MPI_FLOAT,
                        MPI_SUM, groups_[group], r->handle()),
+        what);
+  return r;
+}
+
+std::unique_ptr<Request> MpiTransport::tp_iallreduce_sum(void* buf, std::size_t count, ElemType type) {
+  const std::string what = "MPI_Iallreduce (TP group of worker " + std::to_string(worker_) + ")";
+  if (tp_comm_ == MPI_COMM_NULL) throw RuntimeError(what + ": no tensor parallelism (tp = 1)");
+  auto r = std::make_unique<MpiRequest>(what, -1);
+  check(MPI_Iallreduce(MPI_IN_PLACE, buf, as_count(count, what), type == ElemType::kF64 ? MPI_DOUBLE : MPI_FLOAT,
+                       MPI_SUM, tp_comm_, r->handle()),
+        what);
+  return r;
+}
+
+std::unique_ptr<Request> MpiTransport::tp_iallgather(void* buf, std::size_t chunk_bytes) {
+  const std::string what = "MPI_Iallgather (TP group of worker " + std::to_string(worker_) + ")";
+  if (tp_comm_ == MPI_COMM_NULL) throw RuntimeError(what + ": no tensor parallelism (tp = 1)");
+  auto r = std::make_unique<MpiRequest>(what, -1);
+  check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, as_count(chunk_bytes, what), MPI_BYTE, tp_comm_,
+                       r->handle()),
         what);
   return r;
 }

@@ -1,7 +1,7 @@
 #pragma once
-// MPI transport and process-level MPI helpers. One MPI process per worker: MPI rank = worker index
-// (d * p + r, the LoweredSchedule's numbering), so `mpirun -np <dp * pp>` starts a run. Every MPI call
-// is checked; failures throw RuntimeError with the call, the peer / group and MPI's own message.
+// MPI transport and process-level MPI helpers. One MPI process per (worker, TP rank): MPI rank = worker * tp +
+// tp_rank (worker = d * p + r, the LoweredSchedule's numbering), so `mpirun -np <dp * pp * tp>` starts a run. Every MPI
+// call is checked; failures throw RuntimeError with the call, the peer / group and MPI's own message.
 
 #include <mpi.h>
 
@@ -37,25 +37,31 @@ class MpiSession {
 
 class MpiTransport final : public Transport {
  public:
-  // Collective over MPI_COMM_WORLD: creates one communicator per collective group. Throws RuntimeError
-  // when the world size differs from the schedule's worker count.
+  // Collective over MPI_COMM_WORLD: creates one communicator per data-parallel group and TP rank, and one per
+  // worker's TP group. Throws RuntimeError when the world size differs from workers x tp.
   explicit MpiTransport(const LoweredSchedule& ls);
   ~MpiTransport() override;
   std::string name() const override { return "mpi"; }
-  int worker() const override { return rank_; }
-  int workers() const override { return size_; }
+  int worker() const override { return worker_; }
+  int workers() const override { return workers_; }
+  int tp_rank() const override { return tp_rank_; }
+  int tp_size() const override { return tp_; }
   std::unique_ptr<Request> isend(const void* buf, std::size_t bytes, int peer, int tag) override;
   std::unique_ptr<Request> irecv(void* buf, std::size_t bytes, int peer, int tag) override;
   std::unique_ptr<Request> iallreduce_sum(void* buf, std::size_t count, ElemType type, int group) override;
+  std::unique_ptr<Request> tp_iallreduce_sum(void* buf, std::size_t count, ElemType type) override;
+  std::unique_ptr<Request> tp_iallgather(void* buf, std::size_t chunk_bytes) override;
   void barrier() override;
   std::vector<std::vector<double>> gather(const std::vector<double>& mine) override;
 
  private:
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1;  // in MPI_COMM_WORLD
+  int worker_ = 0, workers_ = 1, tp_rank_ = 0, tp_ = 1;
   int tag_ub_ = 32767;
   MPI_Comm data_ = MPI_COMM_NULL;     // point-to-point traffic (a duplicate of MPI_COMM_WORLD)
   MPI_Comm control_ = MPI_COMM_NULL;  // barrier / gather
-  std::vector<MPI_Comm> groups_;      // per collective group: its communicator (MPI_COMM_NULL if not a member)
+  std::vector<MPI_Comm> groups_;  // per collective group: this TP rank's communicator (MPI_COMM_NULL if not a member)
+  MPI_Comm tp_comm_ = MPI_COMM_NULL;  // this worker's tp processes (tp > 1)
 };
 
 // "MPI_Isend: MPI_ERR_TAG: invalid tag" style message of an MPI return code.

@@ -90,6 +90,7 @@ class NullBackend final : public kernels::Backend {
     st.commit_forward(slice);
     static_cast<NullRecord&>(rec).slice = slice;
     y.resize(x.rows(), layer.shape().layer.hidden);
+    tp_exchange(layer, y);
   }
   void layer_backward(kernels::Params& layer, const kernels::Record& rec, kernels::KVCache& kv,
                       const kernels::Tensor& dy, kernels::Tensor& dx) override {
@@ -98,6 +99,7 @@ class NullBackend final : public kernels::Backend {
     st.check_backward(slice);
     st.commit_backward(slice);
     dx.resize(dy.rows(), layer.shape().layer.hidden);
+    tp_exchange(layer, dx);
   }
   void embedding_forward(const kernels::Params& emb, const std::vector<std::int32_t>&, const kernels::Slice& slice,
                          kernels::Tensor& x) override {
@@ -117,6 +119,16 @@ class NullBackend final : public kernels::Backend {
   void adam_step(kernels::Params&, const kernels::AdamConfig&, int) override {}
   void synchronize() override {}
   void* stream() override { return nullptr; }
+
+ private:
+  // No arithmetic, but the real kernels' two tensor-parallel all-reduces of [rows, hidden] per layer call, so the
+  // overhead benchmark sees their communication.
+  void tp_exchange(const kernels::Params& layer, kernels::Tensor& t) {
+    if (layer.shape().layer.tp == 1) return;
+    if (!tp_all_reduce_) throw KernelError("null backend: a tensor-parallel shard needs set_tp_all_reduce");
+    const std::size_t n = static_cast<std::size_t>(t.rows()) * t.cols();
+    for (int k = 0; k < 2; k++) tp_all_reduce_(t.data(), n, DType::kF32);
+  }
 };
 
 }  // namespace

@@ -23,7 +23,7 @@ void RankJob::add_shrink_options(CLI::App& app) {
   app.add_option("--micro-batch-size", micro_batch_size, "Sequences per micro-batch")->group(g);
   app.add_option("--dp", dp, "Data-parallel replicas")->group(g);
   app.add_option("--pp", pp, "Pipeline stages")->group(g);
-  app.add_option("--tp", tp, "Tensor-parallel degree (the runtime needs 1)")->group(g);
+  app.add_option("--tp", tp, "Tensor-parallel degree (tp processes per worker; must divide heads and ffn)")->group(g);
   app.add_option("--v", v, "Model chunks per pipeline rank (interleaved)")->group(g);
   app.add_option("--slices", slices, "Uniform token slices per micro-batch (terapipe)")->group(g);
   app.add_option("--slice-tokens", slice_tokens, "Explicit slice lengths, e.g. 5,3,4")->delimiter(',')->group(g);
@@ -96,11 +96,7 @@ ScenarioOverrides RankJob::overrides() const {
 
 Scenario RankJob::fitted_scenario() const {
   const Scenario base = scenario.empty() ? default_scenario() : load_scenario(scenario);
-  Scenario s = fit_scenario(base, overrides());
-  if (s.parallel.tp != 1)
-    throw RuntimeError("the runtime runs tp = 1 only (its kernels are unsharded), the scenario has tp = " +
-                       std::to_string(s.parallel.tp) + ": shrink with --tp 1");
-  return s;
+  return fit_scenario(base, overrides());
 }
 
 JobOptions RankJob::job_options() const {

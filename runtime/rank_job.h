@@ -32,8 +32,7 @@ struct RankJob {
   // The flags (scenario first) that reproduce this job in another process.
   std::vector<std::string> args() const;
   ScenarioOverrides overrides() const;
-  // The scenario with the overrides applied (fit_scenario); throws ScenarioError on a bad scenario and
-  // RuntimeError when the runtime cannot run it (tp > 1).
+  // The scenario with the overrides applied (fit_scenario); throws ScenarioError on a bad scenario.
   Scenario fitted_scenario() const;
   JobOptions job_options() const;
 };

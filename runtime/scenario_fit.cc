@@ -80,7 +80,7 @@ Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o) {
 }
 
 Scenario tiny_scenario(const std::string& schedule, int dp, int pp, int v, int m, int layers, int hidden, int heads,
-                       int seq_len, int vocab, int slices, const std::vector<int>& slice_tokens) {
+                       int seq_len, int vocab, int slices, const std::vector<int>& slice_tokens, int tp) {
   Scenario base = default_scenario();
   base.name = "tiny";
   base.source = "<tiny>";
@@ -94,7 +94,7 @@ Scenario tiny_scenario(const std::string& schedule, int dp, int pp, int v, int m
   o.vocab = vocab;
   o.dp = dp;
   o.pp = pp;
-  o.tp = 1;
+  o.tp = tp;
   o.v = v;
   o.micro_batch_size = 1;
   o.global_batch = m * dp;
@@ -102,6 +102,7 @@ Scenario tiny_scenario(const std::string& schedule, int dp, int pp, int v, int m
     o.slice_tokens = slice_tokens;
   else
     o.slices = slices;
+  base.schedule.scatter_gather = false;
   return fit_scenario(base, o);
 }
 
@@ -116,9 +117,14 @@ std::unique_ptr<Prepared> prepare_with_constant_costs(const Scenario& s) {
   c.optimizer_s = 0.1;
   c.v = s.parallel.v;
   c.seq_len = s.model.seq_len;
+  const int stages = s.parallel.pp * s.parallel.v;
+  if (s.parallel.tp > 1 && stages > 0) {
+    c.tp_calls_fwd = 2 * s.model.layers / stages;  // what the sharded layer kernels do, forward and backward
+    c.tp_bytes = 1e6;
+  }
   p->cost = std::make_unique<ConstantCostModel>(c);
   p->schedule = make_schedule(s);
-  p->lowered = lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost);
+  p->lowered = lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost, s.schedule.scatter_gather);
   p->placement = make_placement(s.sim.placement, s.parallel.dp, s.parallel.pp, s.parallel.tp, s.cluster);
   return p;
 }

@@ -30,12 +30,14 @@ struct ScenarioOverrides {
 Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o);
 
 // A tiny scenario for runtime tests: model h / a / L / s / V, the given schedule and parallel sizes, one
-// sequence per micro-batch, m micro-batches per replica (global batch m * dp).
+// sequence per micro-batch, m micro-batches per replica (global batch m * dp), without scatter/gather.
 Scenario tiny_scenario(const std::string& schedule, int dp, int pp, int v, int m, int layers, int hidden, int heads,
-                       int seq_len, int vocab, int slices = 1, const std::vector<int>& slice_tokens = {});
+                       int seq_len, int vocab, int slices = 1, const std::vector<int>& slice_tokens = {}, int tp = 1);
 
 // core/pipeline.h prepare() with constant costs (1 s forward, 2 s backward per stage, 1 MB activations,
-// 1 MB gradients): the runtime ignores costs, so tests need neither the analytic model nor a profile.
+// 1 MB gradients; with tp > 1 the layers' 2 TP all-reduces per layer and compute op, 1 MB each): the runtime
+// ignores costs, so tests need neither the analytic model nor a profile. Lowered with the scenario's
+// schedule.scatter_gather.
 std::unique_ptr<Prepared> prepare_with_constant_costs(const Scenario& s);
 
 }  // namespace pipescope::runtime

@@ -40,7 +40,7 @@ void write_measured_trace(std::ostream& os, const LoweredSchedule& ls, const Pla
     iteration_s = std::max(iteration_s, it.end_s);
     const auto& prog = ls.per_worker.at(static_cast<std::size_t>(w.worker));
     if (it.ops.size() != prog.size()) throw RuntimeError("trace: timings do not match the schedule");
-    const int gpu = pl.gpu_of(w.worker, 0);
+    const int gpu = pl.gpu_of(w.worker, w.tp_rank);
     std::vector<double> send_lane_end;
     for (std::size_t i = 0; i < prog.size(); i++) {
       const OpTiming& t = it.ops[i];

@@ -2,10 +2,13 @@
 // How workers exchange data: point-to-point messages between pipeline stages, sum all-reduces over the
 // collective groups of a LoweredSchedule, and a small blocking control plane (barrier, gather of results).
 // Two implementations:
-//   - MpiTransport (runtime/mpi_transport.h): one process per worker, started by mpirun / srun; MPI rank =
-//     worker index (d * p + r).
-//   - LocalTransport (runtime/local_transport.h): one thread per worker inside one process, in-memory
-//     mailboxes; used by the in-process tests and the overhead benchmark.
+//   - MpiTransport (runtime/mpi_transport.h): one process per (worker, TP rank), started by mpirun / srun; MPI
+//     rank = worker * tp + tp_rank (worker = d * p + r; TP innermost, like Megatron).
+//   - LocalTransport (runtime/local_transport.h): one thread per (worker, TP rank) inside one process,
+//     in-memory mailboxes; used by the in-process tests and the overhead benchmark.
+// Tensor parallelism (tp > 1): the tp processes of a worker run the worker's program together. Peers and
+// collective groups are named by worker: TP rank t of a worker talks to TP rank t of the peer worker, and a
+// data-parallel group's all-reduce runs among the members' TP rank t processes (tp independent reductions).
 // Everything on the data path is non-blocking: the executor polls Request::test(), so it can time waits,
 // check for cancellation and yield the core (ranks are often oversubscribed on CI machines).
 
@@ -35,6 +38,9 @@ class Transport {
   virtual std::string name() const = 0;
   virtual int worker() const = 0;
   virtual int workers() const = 0;
+  // This process is TP rank tp_rank() of the tp_size() processes of worker().
+  virtual int tp_rank() const { return 0; }
+  virtual int tp_size() const { return 1; }
 
   // Message `tag` from this worker to `peer`; the receiver must post the same tag and byte count.
   virtual std::unique_ptr<Request> isend(const void* buf, std::size_t bytes, int peer, int tag) = 0;
@@ -42,10 +48,17 @@ class Transport {
   // In-place element-wise sum over the members of collective group `group` (LoweredSchedule::groups index,
   // as given to the transport's constructor). The n-th call of a group on each member is the same call.
   virtual std::unique_ptr<Request> iallreduce_sum(void* buf, std::size_t count, ElemType type, int group) = 0;
+  // In-place element-wise sum over the tp_size() processes of this worker (the layer kernels' tensor-parallel
+  // all-reduces); the n-th call on each of them is the same call. Throws when tp_size() == 1.
+  virtual std::unique_ptr<Request> tp_iallreduce_sum(void* buf, std::size_t count, ElemType type) = 0;
+  // In-place all-gather over the same processes (Megatron scatter/gather): `buf` holds tp_size() chunks of
+  // `chunk_bytes`; this process's chunk tp_rank() is filled, the others arrive. Throws when tp_size() == 1.
+  virtual std::unique_ptr<Request> tp_iallgather(void* buf, std::size_t chunk_bytes) = 0;
 
   // Control plane (setup and results; blocking).
   virtual void barrier() = 0;
-  // Worker 0 receives every worker's vector, in worker order; other workers get an empty result.
+  // Process 0 (worker 0, TP rank 0) receives every process's vector in process order (worker * tp + tp_rank);
+  // the others get an empty result.
   virtual std::vector<std::vector<double>> gather(const std::vector<double>& mine) = 0;
   // True when the run was cancelled (another worker failed, or the watchdog fired): waits give up.
   virtual bool cancelled() const { return false; }

@@ -1,6 +1,7 @@
-// MPI test driver: runs a tiny scenario with the runtime under mpirun (one rank per worker) and compares the
-// loss and every parameter gradient with the single-process unsliced reference on rank 0.
+// MPI test driver: runs a tiny scenario with the runtime under mpirun (one rank per worker and TP rank) and
+// compares the loss and every parameter gradient with the single-process unsliced reference on rank 0.
 //   mpirun -np 4 runtime_exactness --schedule 1f1b --dp 2 --pp 2 --m 4
+//   mpirun -np 4 runtime_exactness --schedule 1f1b --tp 2 --pp 2 --heads 4    (MPI rank = worker * tp + TP rank)
 // Exit code (rank 0): 0 when the outcome is the expected one (--expect exact: relative error <= --tol;
 // --expect mismatch: the comparison fails), 1 otherwise. A runtime error aborts the job with 3, the
 // watchdog with 2.
@@ -58,13 +59,17 @@ int main(int argc, char** argv) {
   MpiSession mpi(&argc, &argv);
   CLI::App app{"runtime exactness driver (run under mpirun)"};
   std::string schedule = "1f1b", backend = "cpu-f64", mutation = "none", expect = "exact";
-  int dp = 1, pp = 1, v = 1, m = 4, mbs = 1, layers = 4, hidden = 16, heads = 2, seq = 12, vocab = 29, slices = 1;
+  int dp = 1, pp = 1, tp = 1, v = 1, m = 4, mbs = 1, layers = 4, hidden = 16, heads = 2, seq = 12, vocab = 29,
+      slices = 1;
   int iterations = 1;
   std::vector<int> slice_tokens;
   double tol = 1e-10, watchdog_s = 60;
   app.add_option("--schedule", schedule);
   app.add_option("--dp", dp);
   app.add_option("--pp", pp);
+  app.add_option("--tp", tp, "tensor-parallel processes per worker");
+  bool scatter_gather = false;
+  app.add_flag("--scatter-gather", scatter_gather, "Megatron scatter/gather of the p2p messages (tp > 1)");
   app.add_option("--v", v);
   app.add_option("--m", m, "micro-batches per replica");
   app.add_option("--mbs", mbs, "sequences per micro-batch");
@@ -93,7 +98,8 @@ int main(int argc, char** argv) {
   LoweredSchedule bad;
   ModelConfig mc;
   try {
-    Scenario s = tiny_scenario(schedule, dp, pp, v, m, layers, hidden, heads, seq, vocab, slices, slice_tokens);
+    Scenario s = tiny_scenario(schedule, dp, pp, v, m, layers, hidden, heads, seq, vocab, slices, slice_tokens, tp);
+    s.schedule.scatter_gather = scatter_gather;
     if (mbs != 1) {
       ScenarioOverrides o;
       o.micro_batch_size = mbs;
@@ -111,9 +117,11 @@ int main(int argc, char** argv) {
   const bool mutated = mutation != "none";
   const LoweredSchedule& ls = mutated ? bad : prep->lowered;
   if (rank == 0)
-    std::printf("%s: dp %d x pp %d (v %d), %d micro-batches of %d, slices %s, %d layers, h %d, backend %s\n",
-                schedule.c_str(), dp, pp, v, m, mbs, slice_tokens.empty() ? std::to_string(slices).c_str() : "explicit",
-                layers, hidden, backend.c_str());
+    std::printf(
+        "%s: dp %d x pp %d (v %d) x tp %d, %d micro-batches of %d, slices %s, %d layers, h %d, %d heads, "
+        "backend %s\n",
+        schedule.c_str(), dp, pp, v, tp, m, mbs, slice_tokens.empty() ? std::to_string(slices).c_str() : "explicit",
+        layers, hidden, heads, backend.c_str());
 
   std::unique_ptr<CheckedSchedule> cs;
   try {

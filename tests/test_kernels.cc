@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -554,6 +557,186 @@ TEST(KernelsAdam, MatchesHandComputedSteps) {
   EXPECT_NEAR(got[0], 1.0 - 0.1 * (0.5 / 0.50000001 + 0.01 * 1.0), 1e-15);
   EXPECT_NEAR(got[1], -2.0 - 0.1 * (0.5 / 0.50000001 + 0.01 * -2.0), 1e-15);
   EXPECT_THROW(be->adam_step(*prm, c2, 0), KernelError);
+}
+
+// In-process sum over the tp shards of a layer: each call blocks until every shard contributed, then every
+// shard gets the sum in rank order (deterministic).
+class SumGroup {
+ public:
+  explicit SumGroup(int n) : n_(n), parts_(n) {}
+  void all_reduce(int rank, double* data, std::size_t count) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return taken_ == 0 || arrived_ < n_; });  // the previous call is fully consumed
+    parts_[rank].assign(data, data + count);
+    const long gen = gen_;
+    if (++arrived_ == n_) {
+      sum_ = parts_[0];
+      for (int k = 1; k < n_; ++k)
+        for (std::size_t i = 0; i < count; ++i) sum_[i] += parts_[k][i];
+      gen_++;
+      cv_.notify_all();
+    } else {
+      cv_.wait(l, [&] { return gen_ != gen; });
+    }
+    std::copy(sum_.begin(), sum_.end(), data);
+    if (++taken_ == n_) {
+      arrived_ = taken_ = 0;
+      cv_.notify_all();
+    }
+  }
+
+ private:
+  int n_, arrived_ = 0, taken_ = 0;
+  long gen_ = 0;
+  std::vector<std::vector<double>> parts_;
+  std::vector<double> sum_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+// What one layer gives on slices [5, 3, 4] of 2 sequences: every slice's output and input gradient, and the
+// parameter gradients. Forward in slice order, backward in reverse, so the earlier slices' dK/dV accumulate.
+struct LayerRun {
+  std::vector<std::vector<double>> y, dx;
+  std::vector<double> grads;
+};
+
+LayerRun run_layer(Backend& be, const ModelShape& m, const std::vector<double>& params, const std::vector<int>& lens,
+                   const std::vector<std::vector<double>>& xs, const std::vector<std::vector<double>>& dys) {
+  auto P = be.params(ModuleKind::kLayer, m);
+  P->set(params);
+  auto kv = be.kv_cache(m.layer, kBatch, kSeq);
+  std::vector<std::unique_ptr<Record>> rec;
+  LayerRun out;
+  auto x = be.tensor(0, 0), y = be.tensor(0, 0);
+  int c = 0;
+  for (std::size_t i = 0; i < lens.size(); ++i) {
+    const Slice sl{kBatch, c, lens[i]};
+    x->resize(sl.rows(), m.layer.hidden);
+    x->upload(xs[i]);
+    rec.push_back(be.record());
+    be.layer_forward(*P, *x, sl, *kv, *rec.back(), *y);
+    out.y.push_back(y->download());
+    c += lens[i];
+  }
+  out.dx.resize(lens.size());
+  for (int i = static_cast<int>(lens.size()) - 1; i >= 0; --i) {
+    y->resize(kBatch * lens[i], m.layer.hidden);
+    y->upload(dys[i]);
+    be.layer_backward(*P, *rec[i], *kv, *y, *x);
+    out.dx[i] = x->download();
+  }
+  out.grads = P->grads();
+  return out;
+}
+
+// (4) Megatron tensor parallelism: tp shards of a layer (heads / tp heads, ffn / tp MLP columns) joined by a sum
+// all-reduce give the unsharded layer's outputs and input gradients, and each shard's parameter gradient is the
+// same cut of the unsharded gradient, over slices with K/V context (dK/dV accumulated across slices).
+TEST(KernelsTensorParallel, ShardsEqualTheUnshardedLayer) {
+  ModelShape full;
+  full.layer = {16, 4, 64};
+  full.vocab = 11;
+  full.max_seq = kSeq;
+  const std::vector<double> params = init_params(ModuleKind::kLayer, full, 71, 0.3, 0.2);
+  const std::vector<int> lens{5, 3, 4};
+  std::mt19937_64 rng(72);
+  std::normal_distribution<double> nd;
+  std::vector<std::vector<double>> xs, dys;
+  for (int l : lens) {
+    xs.emplace_back(static_cast<std::size_t>(kBatch) * l * full.layer.hidden);
+    dys.emplace_back(xs.back().size());
+    for (double& v : xs.back()) v = nd(rng);
+    for (double& v : dys.back()) v = nd(rng);
+  }
+  auto whole_be = make_cpu_backend(DType::kF64);
+  const LayerRun want = run_layer(*whole_be, full, params, lens, xs, dys);
+
+  for (int tp : {2, 4}) {
+    ModelShape shard = full;
+    shard.layer.tp = tp;
+    SumGroup group(tp);
+    std::vector<LayerRun> got(tp);
+    std::vector<std::string> errors(tp);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < tp; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          auto be = make_cpu_backend(DType::kF64);
+          be->set_tp_all_reduce([&group, r](void* data, std::size_t n, DType dt) {
+            ASSERT_EQ(dt, DType::kF64);
+            group.all_reduce(r, static_cast<double*>(data), n);
+          });
+          got[r] = run_layer(*be, shard, shard_params(ModuleKind::kLayer, shard, r, params), lens, xs, dys);
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    double worst = 0;
+    for (int r = 0; r < tp; ++r) {
+      ASSERT_TRUE(errors[r].empty()) << errors[r];
+      for (std::size_t i = 0; i < lens.size(); ++i) {
+        worst = std::max({worst, rel_err(got[r].y[i], want.y[i]), rel_err(got[r].dx[i], want.dx[i])});
+        EXPECT_LE(rel_err(got[r].y[i], want.y[i]), 1e-12) << "tp " << tp << " rank " << r << " slice " << i;
+        EXPECT_LE(rel_err(got[r].dx[i], want.dx[i]), 1e-12) << "tp " << tp << " rank " << r << " slice " << i;
+      }
+      const std::vector<double> cut_grads = shard_params(ModuleKind::kLayer, shard, r, want.grads);
+      ASSERT_EQ(got[r].grads.size(), cut_grads.size());
+      const LayerLayout L = LayerLayout::of(shard.layer);
+      const std::vector<std::pair<const char*, std::pair<std::size_t, std::size_t>>> tensors{
+          {"ln1", {L.ln1_g, L.w_qkv - L.ln1_g}},   {"w_qkv", {L.w_qkv, L.b_qkv - L.w_qkv}},
+          {"b_qkv", {L.b_qkv, L.w_o - L.b_qkv}},   {"w_o", {L.w_o, L.b_o - L.w_o}},
+          {"b_o", {L.b_o, L.ln2_g - L.b_o}},       {"ln2", {L.ln2_g, L.w_fc1 - L.ln2_g}},
+          {"w_fc1", {L.w_fc1, L.b_fc1 - L.w_fc1}}, {"b_fc1", {L.b_fc1, L.w_fc2 - L.b_fc1}},
+          {"w_fc2", {L.w_fc2, L.b_fc2 - L.w_fc2}}, {"b_fc2", {L.b_fc2, L.size - L.b_fc2}}};
+      worst = std::max(worst, check_tensors("shard", got[r].grads, cut_grads, tensors, 1e-12));
+      // Replicated tensors (LayerNorms, b_o, b_fc2) get the same gradient on every shard.
+      if (r > 0) {
+        for (std::size_t k : {L.ln1_g, L.b_o, L.ln2_g + 1, L.b_fc2})
+          EXPECT_EQ(got[r].grads[k], got[0].grads[k]) << "tp " << tp << " rank " << r << " offset " << k;
+      }
+    }
+    std::printf("[ tensor parallel ] tp %d: worst relative error vs the unsharded layer %.2e\n", tp, worst);
+  }
+  // The cut follows head and column ownership: shard 1 of 2 holds the q columns of heads 2 and 3.
+  ModelShape two = full;
+  two.layer.tp = 2;
+  const auto s1 = shard_params(ModuleKind::kLayer, two, 1, params);
+  const LayerLayout F = LayerLayout::of(full.layer), S = LayerLayout::of(two.layer);
+  EXPECT_EQ(s1[S.w_qkv + 3 * 8 + 0], params[F.w_qkv + 3 * 16 + 8]);            // row 1, q column 8
+  EXPECT_EQ(s1[S.w_qkv + 3 * 8 + 8 + 2], params[F.w_qkv + 3 * 16 + 16 + 10]);  // row 1, k column 10
+  EXPECT_EQ(s1[S.w_o], params[F.w_o + 8 * 16]);                                // W_o row 8
+  EXPECT_EQ(S.size, F.size - (3 * 16 * 8 + 3 * 8 + 8 * 16 + 16 * 32 + 32 + 32 * 16));
+}
+
+TEST(KernelsTensorParallel, BadShardsAreRejected) {
+  ModelShape m = tiny_model();  // 2 heads, ffn 64
+  m.layer.tp = 4;
+  EXPECT_THROW(m.validate(), KernelError);  // 4 does not divide 2 heads
+  m.layer.tp = 2;
+  EXPECT_THROW(init_params(ModuleKind::kLayer, m, 1), KernelError);
+  ModelShape whole = tiny_model();
+  const auto full = init_params(ModuleKind::kLayer, whole, 1);
+  EXPECT_THROW(shard_params(ModuleKind::kLayer, m, 2, full), KernelError);
+  EXPECT_THROW(shard_params(ModuleKind::kLayer, m, 0, std::vector<double>(full.size() - 1)), KernelError);
+  EXPECT_EQ(shard_params(ModuleKind::kHead, m, 1, init_params(ModuleKind::kHead, m, 2)),
+            init_params(ModuleKind::kHead, m, 2));  // replicated
+  // Without an all-reduce a shard cannot run.
+  auto be = make_cpu_backend(DType::kF64);
+  auto P = be->params(ModuleKind::kLayer, m);
+  P->set(shard_params(ModuleKind::kLayer, m, 0, full));
+  auto kv = be->kv_cache(m.layer, 1, kSeq);
+  auto rec = be->record();
+  auto x = be->tensor(kSeq, m.layer.hidden), y = be->tensor(0, 0);
+  x->upload(std::vector<double>(static_cast<std::size_t>(kSeq) * m.layer.hidden, 0.5));
+  EXPECT_THROW(be->layer_forward(*P, *x, {1, 0, kSeq}, *kv, *rec, *y), KernelError);
+  // A cache made for the unsharded layer does not fit the shard.
+  be->set_tp_all_reduce([](void*, std::size_t, DType) {});
+  auto whole_kv = be->kv_cache(whole.layer, 1, kSeq);
+  EXPECT_THROW(be->layer_forward(*P, *x, {1, 0, kSeq}, *whole_kv, *rec, *y), KernelError);
+  be->layer_forward(*P, *x, {1, 0, kSeq}, *kv, *rec, *y);
+  EXPECT_EQ(y->cols(), m.layer.hidden);
 }
 
 }  // namespace

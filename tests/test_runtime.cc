@@ -32,15 +32,16 @@ struct LocalRun {
   std::vector<std::string> watchdog;  // watchdog reports, one per blocked worker
 };
 
-// Runs every worker of `ls` as a thread. Checked runs pass `cs`; unchecked ones only `ls`.
+// Runs every worker (x TP rank) of `ls` as a thread. Checked runs pass `cs`; unchecked ones only `ls`.
 LocalRun run_local(const LoweredSchedule& ls, const CheckedSchedule* cs, const ModelConfig& mc, const JobOptions& opt,
                    double watchdog_s = 0) {
-  LocalFabric fabric(ls.workers(), ls.groups);
+  LocalFabric fabric(ls.workers(), ls.groups, ls.tp);
   LocalRun out;
   std::mutex mu;
   std::vector<std::thread> threads;
-  for (int w = 0; w < ls.workers(); w++)
-    threads.emplace_back([&, w] {
+  for (int proc = 0; proc < ls.workers() * ls.tp; proc++)
+    threads.emplace_back([&, proc] {
+      const int w = proc / ls.tp, t = proc % ls.tp;
       // Like the MPI handler: report, give the other blocked workers a grace period to report too, then end
       // the run.
       Watchdog wd(watchdog_s, [&, w](std::int64_t op, double) {
@@ -52,9 +53,9 @@ LocalRun run_local(const LoweredSchedule& ls, const CheckedSchedule* cs, const M
         fabric.cancel();
       });
       try {
-        LocalTransport tr(fabric, w);
+        LocalTransport tr(fabric, w, t);
         JobResult r = cs ? run_job(*cs, mc, tr, opt, &wd) : run_job_unchecked_for_testing(ls, mc, tr, opt, &wd);
-        if (w == 0) out.result = std::move(r);
+        if (proc == 0) out.result = std::move(r);
       } catch (const std::exception& e) {
         {
           std::lock_guard<std::mutex> l(mu);
@@ -87,6 +88,8 @@ struct Case {
   int slices = 1;
   std::vector<int> slice_tokens = {};
   int mbs = 1;
+  int tp = 1;  // tensor parallelism: 4 heads instead of 2
+  bool scatter_gather = false;
 };
 
 // gtest (and CTest's test list) print the case by name, not as bytes.
@@ -96,7 +99,9 @@ class RuntimeExactness : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RuntimeExactness, LossAndGradientsEqualUnslicedReference) {
   const Case& c = GetParam();
-  Scenario s = tiny_scenario(c.schedule, c.dp, c.pp, c.v, c.m, c.layers, 16, 2, 12, 29, c.slices, c.slice_tokens);
+  Scenario s = tiny_scenario(c.schedule, c.dp, c.pp, c.v, c.m, c.layers, 16, c.tp > 1 ? 4 : 2, 12, 29, c.slices,
+                             c.slice_tokens, c.tp);
+  s.schedule.scatter_gather = c.scatter_gather;
   if (c.mbs != 1) {
     ScenarioOverrides o;
     o.micro_batch_size = c.mbs;
@@ -104,6 +109,13 @@ TEST_P(RuntimeExactness, LossAndGradientsEqualUnslicedReference) {
     s = fit_scenario(s, o);
   }
   auto p = prepare_with_constant_costs(s);
+  if (c.scatter_gather) {  // the program really splits its messages
+    int gathers = 0;
+    for (const auto& prog : p->lowered.per_worker)
+      gathers += static_cast<int>(
+          std::count_if(prog.begin(), prog.end(), [](const LoweredOp& l) { return l.kind == LOpKind::AllGather; }));
+    EXPECT_GT(gathers, 0);
+  }
   const CheckedSchedule cs = check(p->lowered, p->placement);
   const ModelConfig mc = model_of(s);
   JobOptions opt;
@@ -113,25 +125,30 @@ TEST_P(RuntimeExactness, LossAndGradientsEqualUnslicedReference) {
   std::printf("[ %s ] %s\n", c.name, format_exactness(e).c_str());
   EXPECT_TRUE(e.problems.empty());
   EXPECT_EQ(e.modules, c.layers + 2);
-  EXPECT_EQ(e.copies, (c.layers + 2) * c.dp);
+  EXPECT_EQ(e.copies, (c.layers + 2) * c.dp * c.tp);
   EXPECT_LE(e.loss_rel_err, kTol);
   EXPECT_LE(e.grad_rel_err, kTol) << e.grad_worst;
   EXPECT_LE(e.param_rel_err, kTol) << e.param_worst;
   EXPECT_GT(e.loss, 1.0);  // ~ln(29) for an untrained model: the loss really was computed
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, RuntimeExactness,
-                         ::testing::Values(Case{"gpipe_pp4", "gpipe", 1, 4, 1, 4, 4},
-                                           Case{"1f1b_pp2_dp2", "1f1b", 2, 2, 1, 4, 4},
-                                           Case{"interleaved_pp2_v2", "interleaved", 1, 2, 2, 4, 4},
-                                           Case{"interleaved_pp1_v2_local_handoff", "interleaved", 1, 1, 2, 2, 2},
-                                           Case{"terapipe_pp2_slices_5_3_4", "terapipe", 1, 2, 1, 2, 4, 3, {5, 3, 4}},
-                                           Case{"terapipe_pp2_dp2_k2_mbs2", "terapipe", 2, 2, 1, 2, 2, 2, {}, 2},
-                                           Case{"seq1f1b_pp2_k3", "seq1f1b", 1, 2, 1, 4, 4, 3},
-                                           Case{"seq1f1b_pp2_dp2_k2", "seq1f1b", 2, 2, 1, 2, 2, 2},
-                                           Case{"seq1f1b_i_pp2_v2_k2", "seq1f1b-i", 1, 2, 2, 4, 4, 2},
-                                           Case{"dp4", "1f1b", 4, 1, 1, 2, 2}, Case{"1f1b_pp4", "1f1b", 1, 4, 1, 6, 4}),
-                         [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, RuntimeExactness,
+    ::testing::Values(Case{"gpipe_pp4", "gpipe", 1, 4, 1, 4, 4}, Case{"1f1b_pp2_dp2", "1f1b", 2, 2, 1, 4, 4},
+                      Case{"interleaved_pp2_v2", "interleaved", 1, 2, 2, 4, 4},
+                      Case{"interleaved_pp1_v2_local_handoff", "interleaved", 1, 1, 2, 2, 2},
+                      Case{"terapipe_pp2_slices_5_3_4", "terapipe", 1, 2, 1, 2, 4, 3, {5, 3, 4}},
+                      Case{"terapipe_pp2_dp2_k2_mbs2", "terapipe", 2, 2, 1, 2, 2, 2, {}, 2},
+                      Case{"seq1f1b_pp2_k3", "seq1f1b", 1, 2, 1, 4, 4, 3},
+                      Case{"seq1f1b_pp2_dp2_k2", "seq1f1b", 2, 2, 1, 2, 2, 2},
+                      Case{"seq1f1b_i_pp2_v2_k2", "seq1f1b-i", 1, 2, 2, 4, 4, 2}, Case{"dp4", "1f1b", 4, 1, 1, 2, 2},
+                      Case{"1f1b_pp4", "1f1b", 1, 4, 1, 6, 4}, Case{"1f1b_pp2_tp2", "1f1b", 1, 2, 1, 4, 4, 1, {}, 1, 2},
+                      Case{"1f1b_dp2_tp2", "1f1b", 2, 1, 1, 2, 2, 1, {}, 1, 2},
+                      Case{"terapipe_pp2_tp2_slices_5_3_4", "terapipe", 1, 2, 1, 2, 4, 3, {5, 3, 4}, 1, 2},
+                      Case{"seq1f1b_tp4_k2", "seq1f1b", 1, 1, 1, 2, 2, 2, {}, 1, 4},
+                      Case{"interleaved_pp2_v2_tp2_scatter_gather", "interleaved", 1, 2, 2, 4, 4, 1, {}, 1, 2, true},
+                      Case{"seq1f1b_pp2_dp2_tp2_scatter_gather", "seq1f1b", 2, 2, 1, 2, 2, 2, {}, 1, 2, true}),
+    [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // Several steps: the loss and gradients of step 3 still match (Adam moments carried along identically).
 TEST(Runtime, ThreeStepsMatchReference) {
@@ -283,10 +300,104 @@ TEST(Runtime, RejectsTensorParallelAndTiedEmbeddingPrograms) {
     EXPECT_NE(std::string(e.what()).find("tied_embeddings: false"), std::string::npos) << e.what();
   }
   LoweredSchedule tp = p->lowered;
-  tp.tp = 2;
+  tp.tp = 2;  // a tp = 1 transport cannot run it
   EXPECT_THROW(Executor(Executor::UncheckedForTesting{}, tp, 0, mc, data, *be, tr), RuntimeError);
   EXPECT_THROW(make_backend("cuda-bf16"), RuntimeError);
   EXPECT_THROW(make_backend("tpu"), RuntimeError);
+}
+
+// Tensor-parallel programs must say what the sharded kernels do: a TP all-reduce marker after every compute op,
+// covering its 2 calls per layer; with scatter/gather an all-gather after every receive.
+TEST(Runtime, RejectsTensorParallelProgramsTheKernelsDoNotMatch) {
+  const Scenario s = tiny_scenario("1f1b", 1, 2, 1, 2, 2, 16, 4, 8, 29, 1, {}, 2);
+  auto p = prepare_with_constant_costs(s);
+  const ModelConfig mc = model_of(s);
+  const SyntheticData data = make_data(p->lowered, mc);
+  auto be = make_backend("cpu-f64");
+  LocalFabric fabric(2, p->lowered.groups, 2);
+  LocalTransport tr(fabric, 0, 1);
+  auto rejects = [&](const LoweredSchedule& ls, const std::string& what) {
+    try {
+      Executor ex(Executor::UncheckedForTesting{}, ls, 0, mc, data, *be, tr);
+      ADD_FAILURE() << "accepted; expected: " << what;
+    } catch (const RuntimeError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  const auto& prog = p->lowered.per_worker[0];
+  ASSERT_EQ(prog[1].kind, LOpKind::AllReduce);
+  EXPECT_EQ(prog[1].tag, CollTag::TensorParallel);
+  EXPECT_EQ(prog[1].count, 2);  // one layer per stage
+  Executor ok(Executor::UncheckedForTesting{}, p->lowered, 0, mc, data, *be, tr);
+  EXPECT_EQ(ok.modules().at({kernels::ModuleKind::kLayer, 0})->size(),
+            kernels::param_count(kernels::ModuleKind::kLayer, mc.shape) -
+                (3 * 16 * 8 + 3 * 8 + 8 * 16 + 16 * 32 + 32 + 32 * 16));
+
+  LoweredSchedule missing = p->lowered;
+  for (auto& w : missing.per_worker)
+    w.erase(std::remove_if(w.begin(), w.end(), [](const LoweredOp& l) { return l.tag == CollTag::TensorParallel; }),
+            w.end());
+  rejects(missing, "no tensor-parallel all-reduce follows it");
+  LoweredSchedule few = p->lowered;
+  few.per_worker[0][1].count = 1;
+  rejects(few, "is less than the 2 all-reduces the layer kernels make");
+  LoweredSchedule moved = p->lowered;
+  moved.per_worker[0][1].op.microbatch = 1;  // the marker of another op
+  rejects(moved, "must directly follow its compute op");
+  // Scatter/gather: every receive is followed by the all-gather of its message.
+  const LoweredSchedule sg = add_scatter_gather(p->lowered);
+  Executor with_sg(Executor::UncheckedForTesting{}, sg, 0, mc, data, *be, tr);
+  LoweredSchedule no_gather = sg;
+  auto& w0 = no_gather.per_worker[0];
+  w0.erase(std::find_if(w0.begin(), w0.end(), [](const LoweredOp& l) { return l.kind == LOpKind::AllGather; }));
+  rejects(no_gather, "every receive must be followed by the all-gather of its message");
+  // heads (4) not divisible by tp: the shard shape is refused with the kernels' reason.
+  LoweredSchedule tp3 = p->lowered;
+  tp3.tp = 3;
+  LocalFabric fabric3(2, p->lowered.groups, 3);
+  LocalTransport tr3(fabric3, 0, 0);
+  try {
+    Executor ex(Executor::UncheckedForTesting{}, tp3, 0, mc, data, *be, tr3);
+    ADD_FAILURE() << "accepted tp = 3 with 4 heads";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("must be >= 1 and divide heads (4)"), std::string::npos) << e.what();
+  }
+}
+
+// With tp = 2 every process holds its shard of each layer; the comparison cuts the reference the same way, so
+// shards attributed to the wrong TP rank fail it.
+TEST(Runtime, TensorParallelShardsAreComparedWithTheirCut) {
+  const Scenario s = tiny_scenario("1f1b", 1, 2, 1, 2, 2, 16, 4, 12, 29, 1, {}, 2);
+  auto p = prepare_with_constant_costs(s);
+  const CheckedSchedule cs = check(p->lowered, p->placement);
+  const ModelConfig mc = model_of(s);
+  JobOptions opt;
+  opt.backend = "null";  // timings only: the TP all-reduces are still made (2 per layer call)
+  LocalRun nul = run_local(p->lowered, &cs, mc, opt);
+  ASSERT_TRUE(nul.errors.empty()) << nul.errors.front();
+  ASSERT_EQ(nul.result.workers.size(), 4u);
+  const auto& prog = p->lowered.per_worker[0];
+  const auto& it = nul.result.workers[1].iterations.at(0);
+  EXPECT_EQ(nul.result.workers[1].tp_rank, 1);
+  // The marker follows its compute op in the timings.
+  EXPECT_EQ(prog[1].tag, CollTag::TensorParallel);
+  EXPECT_DOUBLE_EQ(it.ops[1].start, it.ops[0].end);
+  EXPECT_GE(it.ops[1].end, it.ops[1].start);
+
+  opt.backend = "cpu-f64";
+  LocalRun run = run_local(p->lowered, &cs, mc, opt);
+  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  EXPECT_EQ(run.result.tp, 2);
+  const Exactness e = exactness_of(run, *p, mc, opt);
+  EXPECT_TRUE(e.ok(kTol)) << format_exactness(e);
+  EXPECT_EQ(e.copies, 8);  // 2 workers x 2 TP ranks x (2 modules each)
+  for (auto& w : run.result.workers) w.tp_rank = 1 - w.tp_rank;
+  const Exactness swapped = exactness_of(run, *p, mc, opt);
+  EXPECT_GT(swapped.grad_rel_err, 0.1) << format_exactness(swapped);
+  EXPECT_NE(swapped.grad_worst.find("TP rank"), std::string::npos);
+  run.result.workers.pop_back();  // worker 1's TP rank 1 is missing
+  const Exactness partial = exactness_of(run, *p, mc, opt);
+  ASSERT_FALSE(partial.problems.empty());
 }
 
 // ------------------------------------------------------------ timing, traces, encoding
@@ -464,8 +575,8 @@ TEST(Runtime, RankJobFlagsRoundTrip) {
   EXPECT_EQ(b.watchdog_s, 12.5);
   EXPECT_TRUE(b.no_check);
   EXPECT_FALSE(b.job_options().collect_modules);
-  RankJob tp2;  // the default scenario has tp = 2
-  EXPECT_THROW(tp2.fitted_scenario(), RuntimeError);
+  RankJob tp2;  // the default scenario has tp = 2: the runtime runs it as 2 processes per worker
+  EXPECT_EQ(tp2.fitted_scenario().parallel.tp, 2);
 }
 
 }  // namespace
