@@ -5,6 +5,8 @@
 //   overhead_us_per_op: the executor's own accounting (wall - kernels - transport), mean over workers;
 //   wall_us_per_op:     the slowest worker's iteration wall time / its op count (pp = 1: everything is overhead
 //                       except the empty kernel calls).
+// tp > 1 runs tp threads per worker; the null backend's layers make their 2 TP all-reduces per layer call, so the
+// rows with tp show what the in-process TP collectives add per op.
 #include <benchmark/benchmark.h>
 
 #include <thread>
@@ -20,11 +22,11 @@ namespace {
 using namespace pipescope;
 using namespace pipescope::runtime;
 
-// args: pp, token slices per micro-batch, micro-batches
+// args: pp, token slices per micro-batch, micro-batches, tensor-parallel degree
 void BM_RuntimeOverhead(benchmark::State& state) {
   const int pp = static_cast<int>(state.range(0)), k = static_cast<int>(state.range(1));
-  const int m = static_cast<int>(state.range(2));
-  const Scenario s = tiny_scenario(k > 1 ? "terapipe" : "1f1b", 1, pp, 1, m, 2 * pp, 8, 1, 64, 16, k);
+  const int m = static_cast<int>(state.range(2)), tp = static_cast<int>(state.range(3));
+  const Scenario s = tiny_scenario(k > 1 ? "terapipe" : "1f1b", 1, pp, 1, m, 2 * pp, 8, tp, 64, 16, k, {}, tp);
   auto p = prepare_with_constant_costs(s);
   const CheckedSchedule cs = check(p->lowered, p->placement);
   const ModelConfig mc = ModelConfig::from(s.model);
@@ -35,16 +37,17 @@ void BM_RuntimeOverhead(benchmark::State& state) {
   double overhead = 0, wall = 0;
   std::size_t ops = 0, runs = 0;
   for (auto _ : state) {
-    LocalFabric fabric(cs.schedule().workers(), cs.schedule().groups);
+    LocalFabric fabric(cs.schedule().workers(), cs.schedule().groups, tp);
     JobResult r;
     std::vector<std::thread> threads;
     for (int w = 0; w < cs.schedule().workers(); w++)
-      threads.emplace_back([&, w] {
-        Watchdog wd(60, [&](std::int64_t, double) { fabric.cancel(); });
-        LocalTransport tr(fabric, w);
-        JobResult x = run_job(cs, mc, tr, opt, &wd);
-        if (w == 0) r = std::move(x);
-      });
+      for (int t = 0; t < tp; t++)
+        threads.emplace_back([&, w, t] {
+          Watchdog wd(60, [&](std::int64_t, double) { fabric.cancel(); });
+          LocalTransport tr(fabric, w, t);
+          JobResult x = run_job(cs, mc, tr, opt, &wd);
+          if (w == 0 && t == 0) r = std::move(x);
+        });
     for (auto& t : threads) t.join();
     for (std::size_t it = 0; it < r.workers[0].iterations.size(); it++) {
       double slowest = 0;
@@ -64,11 +67,13 @@ void BM_RuntimeOverhead(benchmark::State& state) {
   state.counters["wall_us_per_op"] = wall / static_cast<double>(runs) * 1e6;
 }
 BENCHMARK(BM_RuntimeOverhead)
-    ->ArgNames({"pp", "k", "m"})
-    ->Args({1, 1, 64})
-    ->Args({1, 4, 64})
-    ->Args({2, 4, 32})
-    ->Args({4, 4, 32})
+    ->ArgNames({"pp", "k", "m", "tp"})
+    ->Args({1, 1, 64, 1})
+    ->Args({1, 4, 64, 1})
+    ->Args({2, 4, 32, 1})
+    ->Args({4, 4, 32, 1})
+    ->Args({1, 4, 64, 2})
+    ->Args({2, 4, 32, 2})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
