@@ -249,10 +249,11 @@ int run_validate(const ValidateOptions& vo) {
   if (o.backend == "null") o.no_check = true;  // no arithmetic: nothing to compare with the reference
   if (o.iterations < 1 || o.warmup < 0) throw InputError("--iterations must be >= 1 and --warmup >= 0");
   if (!(o.watchdog_s > 0)) throw InputError("--watchdog must be > 0 seconds");
-  if (o.backend.rfind("cuda", 0) == 0)
-    throw InputError("--backend " + o.backend +
-                     ": the runtime's CUDA path (NCCL transport) is not implemented yet; use cpu-f64 or cpu-f32");
-  runtime::make_backend(o.backend);  // rejects unknown names before anything runs
+  try {
+    runtime::check_backend(o.backend);  // unknown names, cuda without the GPU path: before anything runs
+  } catch (const runtime::RuntimeError& e) {
+    throw InputError(std::string("--backend: ") + e.what());
+  }
 
   Scenario s;
   try {
@@ -260,6 +261,10 @@ int run_validate(const ValidateOptions& vo) {
   } catch (const runtime::RuntimeError& e) {
     throw InputError(std::string("validate: ") + e.what());
   }
+  if (runtime::is_cuda_backend(o.backend) && s.parallel.tp > 1)
+    throw InputError(
+        "--backend " + o.backend + " with tp " + std::to_string(s.parallel.tp) +
+        ": the CUDA kernels do not shard layers (tensor parallelism runs on cpu-f64 / cpu-f32; pass --tp 1)");
   // The simulated twin runs in the measured backend's precision with the profile's device, links and tables
   // (a profile of this machine, `pipescope calibrate --backend <the same>`, closes the loop).
   const std::string profile = !vo.profile.empty() ? vo.profile : s.sim.profile;
@@ -333,7 +338,7 @@ int run_validate(const ValidateOptions& vo) {
     const runtime::SyntheticData data = runtime::make_data(ls, mc);
     const runtime::ReferenceResult ref = runtime::reference_run(mc, data, kernels::AdamConfig{}, mr.steps);
     const runtime::Exactness e = runtime::compare_with_reference(mr, ref, mc);
-    const double tol = o.backend == "cpu-f64" ? 1e-10 : 1e-3;
+    const double tol = runtime::exactness_tolerance(o.backend);
     exact_ok = e.ok(tol);
     std::printf("\nexactness vs the single-process unsliced reference (step %d, tolerance %.0e): %s\n%s\n", mr.steps,
                 tol, exact_ok ? "OK" : "FAILED", runtime::format_exactness(e).c_str());

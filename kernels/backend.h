@@ -82,6 +82,25 @@ class Record {
   virtual void release() = 0;
 };
 
+// Timestamps of a sequence of operations on the backend's own timeline: CUDA events recorded on the backend's
+// stream (the GPU's time, so asynchronous launches are not mistaken for work) or the host's steady clock on
+// the CPU backends. The runtime takes a mark before and after each op and reads them at the end of the iteration.
+class OpTimer {
+ public:
+  virtual ~OpTimer() = default;
+  // True when marks are device events (mark() returns before the work it times has run).
+  virtual bool on_device() const = 0;
+  // Forgets earlier marks; t = 0 is this call (on a device: an event recorded now on the stream).
+  virtual void begin() = 0;
+  // A timestamp after everything enqueued so far; returns its index (0, 1, ... since begin()).
+  virtual int mark() = 0;
+  // Seconds since begin() of every mark, in order. On a device it waits for the last mark.
+  virtual std::vector<double> resolve() = 0;
+};
+
+// The host steady clock (the CPU backends' and the default OpTimer).
+std::unique_ptr<OpTimer> make_host_op_timer();
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -119,6 +138,8 @@ class Backend {
 
   virtual void synchronize() = 0;
   virtual void* stream() = 0;  // the cudaStream_t operations run on; nullptr on the CPU
+  // A timer for this backend's operations (CUDA events on stream() for CUDA; the host clock otherwise).
+  virtual std::unique_ptr<OpTimer> op_timer() { return make_host_op_timer(); }
 
   // The all-reduce over a layer's tensor-parallel shards (kernels/layer.h TpAllReduce), needed by
   // layer_forward / layer_backward on parameters of a LayerShape with tp > 1; the kernels know nothing about

@@ -223,6 +223,45 @@ class CudaRecord final : public Record {
   DeviceBuffer hx, ha, dlogits, hmu, hrstd, row_loss, targets;
 };
 
+// CUDA events on the backend's stream; one pool of events reused across iterations (created on demand).
+class CudaOpTimer final : public OpTimer {
+ public:
+  explicit CudaOpTimer(std::shared_ptr<Ctx> ctx) : ctx_(std::move(ctx)) {}
+  ~CudaOpTimer() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);  // destructors cannot report; leaks an event at worst
+  }
+  bool on_device() const override { return true; }
+  void begin() override {
+    used_ = 0;
+    mark();
+  }
+  int mark() override {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    CUDA_CHECK(cudaEventRecord(events_[used_], ctx_->stream));
+    return static_cast<int>(used_++) - 1;  // event 0 is begin()
+  }
+  std::vector<double> resolve() override {
+    std::vector<double> s;
+    if (used_ == 0) return s;
+    CUDA_CHECK(cudaEventSynchronize(events_[used_ - 1]));
+    for (std::size_t i = 1; i < used_; i++) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, events_[0], events_[i]));
+      s.push_back(static_cast<double>(ms) * 1e-3);
+    }
+    return s;
+  }
+
+ private:
+  std::shared_ptr<Ctx> ctx_;
+  std::vector<cudaEvent_t> events_;
+  std::size_t used_ = 0;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(DType dt, int device) : ctx_(std::make_shared<Ctx>()) {
@@ -285,6 +324,7 @@ class CudaBackend final : public Backend {
 
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(ctx_->stream)); }
   void* stream() override { return ctx_->stream; }
+  std::unique_ptr<OpTimer> op_timer() override { return std::make_unique<CudaOpTimer>(ctx_); }
 
  private:
   struct Operand {

@@ -152,4 +152,11 @@ std::string format_exactness(const Exactness& e) {
   return s;
 }
 
+double exactness_tolerance(const std::string& backend) {
+  if (backend == "cpu-f64") return 1e-10;
+  if (backend == "cpu-f32") return 1e-3;
+  if (is_cuda_backend(backend)) return 3e-2;
+  throw RuntimeError("backend '" + backend + "' has no exactness tolerance (it does no arithmetic, or is unknown)");
+}
+
 }  // namespace pipescope::runtime

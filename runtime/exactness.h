@@ -40,6 +40,11 @@ struct Exactness {
   bool ok(double tol) const { return problems.empty() && max_rel_err() <= tol; }
 };
 
+// The tolerance a backend's run must meet against the f64 reference: 1e-10 (cpu-f64), 1e-3 (cpu-f32), 3e-2 for
+// the 16-bit cuda backends (bf16 keeps 8 significant bits; Adam turns gradients that are ~0, e.g. the key bias's,
+// into +-lr steps whatever their rounding noise). Throws RuntimeError for backends without one (null).
+double exactness_tolerance(const std::string& backend);
+
 Exactness compare_with_reference(const JobResult& run, const ReferenceResult& ref, const ModelConfig& mc);
 // Two lines: loss and gradients / parameters with their worst tensors.
 std::string format_exactness(const Exactness& e);

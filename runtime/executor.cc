@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 
@@ -108,6 +109,7 @@ Executor::Executor(UncheckedForTesting, const LoweredSchedule& ls, int worker, c
     p->set(kernels::shard_params(id.kind, shard_, tp_rank_, initial_params(model_, id)));
     modules_.emplace(id, std::move(p));
   };
+  if (auto t = be_.op_timer(); t->on_device()) device_timer_ = std::move(t);
   if (ls.tp > 1)
     be_.set_tp_all_reduce([this](void* data, std::size_t n, kernels::DType t) { tp_all_reduce(data, n, t); });
   for (int c = 0; c < s.v; c++) {
@@ -199,11 +201,23 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
   IterationStats stats;
   stats.ops.assign(prog_.size(), OpTiming{});
   for (auto& [id, p] : modules_) p->zero_grads();
+  // Device timing: per compute / optimizer op its two marks (-1: none), and the host time of the first event.
+  std::vector<std::pair<int, int>> marks;
+  double device_t0 = 0;
+  if (device_timer_) {
+    be_.synchronize();  // an idle stream: the first event fires when it is recorded
+    marks.assign(prog_.size(), {-1, -1});
+    device_t0 = seconds(Clock::now() - t0);
+    device_timer_->begin();
+  }
   const auto first = Clock::now();
   for (std::size_t i = 0; i < prog_.size(); i++) {
     if (wd_) wd_->enter(static_cast<std::int64_t>(i));
     OpTiming& t = stats.ops[i];
     t.start = seconds(Clock::now() - t0);
+    const bool device_timed =
+        device_timer_ && (prog_[i].kind == LOpKind::Compute || prog_[i].kind == LOpKind::Optimizer);
+    if (device_timed) marks[i].first = device_timer_->mark();
     try {
       const LoweredOp& l = prog_[i];
       switch (l.kind) {
@@ -246,6 +260,7 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
     } catch (const std::exception& e) {
       throw RuntimeError(who() + ": op " + op_name(i) + " (position " + std::to_string(i) + "): " + e.what());
     }
+    if (device_timed) marks[i].second = device_timer_->mark();
     t.end = seconds(Clock::now() - t0);
     if (prog_[i].kind == LOpKind::AllReduce && prog_[i].tag == CollTag::TensorParallel) {
       // Shown as its calls' total time right after the compute op's own (kernel) time.
@@ -268,9 +283,31 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
     throw RuntimeError(who() + ": waiting for outstanding sends: " + e.what());
   }
   st_->sends.clear();
+  std::vector<double> device_s;
+  if (device_timer_) {
+    try {
+      timed(stats.kernel_s, [&] { device_s = device_timer_->resolve(); });  // waits for the last kernel
+    } catch (const std::exception& e) {
+      throw RuntimeError(who() + ": reading the device timers at the end of the iteration: " + e.what());
+    }
+  }
   const auto last = Clock::now();
   stats.end_s = seconds(last - t0);
+  // Host time outside backend and transport calls; on a device, kernel_s below becomes the kernels' device time.
   stats.overhead_s = seconds(last - first) - stats.kernel_s - stats.comm_s;
+  if (device_timer_) {
+    stats.kernel_s = 0;
+    for (std::size_t i = 0; i < prog_.size(); i++) {
+      const auto [a, b] = marks[i];
+      if (a < 0 || b < 0) continue;
+      if (static_cast<std::size_t>(std::max(a, b)) >= device_s.size())
+        throw RuntimeError(who() + ": the device timer returned " + std::to_string(device_s.size()) + " marks");
+      OpTiming& t = stats.ops[i];
+      t.start = device_t0 + device_s[a];
+      t.end = t.done = device_t0 + device_s[b];
+      stats.kernel_s += device_s[b] - device_s[a];
+    }
+  }
 
   // A checked program consumes everything it produces; leftovers mean a broken (unchecked) program.
   auto leftovers = [&](const char* what, std::size_t n, auto&& has) {

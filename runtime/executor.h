@@ -26,7 +26,10 @@
 //     peer, and the AllGather rebuilds the whole tensor in the receiving worker's TP group before any use.
 //   - Optimizer: one Adam step per module.
 // Every op is timed with the steady clock, and the time spent inside kernels and inside the transport is
-// accounted separately, so the rest is the runtime's own overhead (scheduling and bookkeeping).
+// accounted separately, so the rest is the runtime's own overhead (scheduling and bookkeeping). On a device
+// backend (kernels::OpTimer::on_device, CUDA) compute and optimizer ops are timed instead by events on the
+// backend's stream, read at the end of the iteration and placed on the host timeline at the iteration's first
+// event (the stream is idle then); kernel_s is then the device time of those ops.
 
 #include <chrono>
 #include <cstdint>
@@ -122,6 +125,7 @@ class Executor {
   int tp_calls_ = 0;
   double tp_s_ = 0;
   std::map<ModuleId, std::unique_ptr<kernels::Params>> modules_;
+  std::unique_ptr<kernels::OpTimer> device_timer_;  // set for device backends only
   std::unique_ptr<State> st_;
 };
 

@@ -40,7 +40,14 @@ JobResult run(const LoweredSchedule& ls, const CheckedSchedule* cs, const ModelC
   const int w = tr.worker();
   if (wd) wd->enter(Watchdog::kSetup);
   const SyntheticData data = make_data(ls, mc);
-  auto be = make_backend(opt.backend);
+  auto be = make_backend(opt.backend, opt.device);
+  // Tensors live where the backend computes; the transport must move that memory.
+  const bool on_device = be->stream() != nullptr;
+  if (on_device != tr.device_buffers())
+    throw RuntimeError("backend " + be->name() + " keeps its tensors in " + (on_device ? "GPU" : "host") +
+                       " memory but the " + tr.name() + " transport moves " + (on_device ? "host" : "GPU") +
+                       " memory (cuda backends run under pipescope-rank with the NCCL transport)");
+  tr.set_stream(be->stream());
   ExecutorOptions eo;
   eo.adam = opt.adam;
   std::unique_ptr<Executor> ex;

@@ -17,6 +17,7 @@ namespace pipescope::runtime {
 
 struct JobOptions {
   std::string backend = "cpu-f64";  // runtime/model.h make_backend
+  int device = 0;                   // GPU of the cuda backends (pipescope-rank: local rank modulo the GPU count)
   int warmup = 0;                   // untimed iterations first
   int iterations = 1;               // timed iterations
   kernels::AdamConfig adam;

@@ -166,15 +166,39 @@ std::vector<TensorSpan> module_tensors(const kernels::ModelShape& shape, const M
   return out;
 }
 
-std::unique_ptr<kernels::Backend> make_backend(const std::string& name) {
+bool built_with_nccl() {
+#ifdef PIPESCOPE_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool is_cuda_backend(const std::string& name) { return name == "cuda-bf16" || name == "cuda-f16"; }
+
+void check_backend(const std::string& name) {
+  if (name == "cpu-f64" || name == "cpu-f32" || name == "null") return;
+  if (is_cuda_backend(name)) {
+    if (!built_with_nccl())
+      throw RuntimeError("backend '" + name + "': this pipescope was built without the runtime's GPU path (" +
+                         (kernels::built_with_cuda() ? "NCCL" : "CUDA and NCCL") +
+                         " not found at configure time); use cpu-f64 or cpu-f32");
+    return;
+  }
+  throw RuntimeError("unknown backend '" + name + "' (valid: cpu-f64, cpu-f32, null" +
+                     (built_with_nccl() ? ", cuda-bf16, cuda-f16)" : ")"));
+}
+
+std::unique_ptr<kernels::Backend> make_backend(const std::string& name, int device) {
+  check_backend(name);
   if (name == "cpu-f64") return kernels::make_cpu_backend(kernels::DType::kF64);
   if (name == "cpu-f32") return kernels::make_cpu_backend(kernels::DType::kF32);
   if (name == "null") return make_null_backend();
-  if (name == "cuda-bf16" || name == "cuda-f16")
-    throw RuntimeError("backend '" + name +
-                       "': the runtime's CUDA path (NCCL transport, device-side buffers) is not implemented yet; "
-                       "use cpu-f64 or cpu-f32");
-  throw RuntimeError("unknown backend '" + name + "' (valid: cpu-f64, cpu-f32, null)");
+  try {
+    return kernels::make_cuda_backend(name == "cuda-bf16" ? kernels::DType::kBF16 : kernels::DType::kF16, device);
+  } catch (const std::exception& e) {
+    throw RuntimeError("backend '" + name + "' on GPU " + std::to_string(device) + ": " + e.what());
+  }
 }
 
 }  // namespace pipescope::runtime

@@ -88,8 +88,15 @@ struct TensorSpan {
 };
 std::vector<TensorSpan> module_tensors(const kernels::ModelShape& shape, const ModuleId& id);
 
-// Backend by name: "cpu-f64", "cpu-f32", "cuda-bf16", "cuda-f16" (CUDA not supported by the runtime yet:
-// see runtime/README.md), "null" (no-op compute, for measuring the runtime's own overhead).
-std::unique_ptr<kernels::Backend> make_backend(const std::string& name);
+// Backend by name: "cpu-f64", "cpu-f32", "null" (no-op compute, for measuring the runtime's own overhead),
+// "cuda-bf16", "cuda-f16" on GPU `device` (only in a build with CUDA and NCCL, PIPESCOPE_HAVE_NCCL, and only with a
+// device transport: NcclTransport under pipescope-rank; runtime/README.md "GPU path").
+std::unique_ptr<kernels::Backend> make_backend(const std::string& name, int device = 0);
+// Checks a backend name without creating anything (no CUDA context): throws RuntimeError for unknown names and
+// for the cuda backends in a build without CUDA + NCCL.
+void check_backend(const std::string& name);
+bool is_cuda_backend(const std::string& name);
+// True when this build has the runtime's GPU path (CUDA + NCCL).
+bool built_with_nccl();
 
 }  // namespace pipescope::runtime

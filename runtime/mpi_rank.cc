@@ -11,6 +11,9 @@
 #include "core/scenario.h"
 #include "runtime/mpi_transport.h"
 #include "runtime/rank_job.h"
+#ifdef PIPESCOPE_HAVE_NCCL
+#include "runtime/nccl_transport.h"
+#endif
 
 namespace pipescope::runtime {
 
@@ -26,6 +29,25 @@ Watchdog::Handler mpi_watchdog_handler(const LoweredSchedule& ls, int rank, doub
     std::this_thread::sleep_for(std::chrono::duration<double>(grace_s));
     mpi_abort(code, thread_multiple);
   };
+}
+
+RankTransport make_rank_transport(const LoweredSchedule& ls, const std::string& backend) {
+  RankTransport r;
+  if (!is_cuda_backend(backend)) {
+    r.transport = std::make_unique<MpiTransport>(ls);
+    return r;
+  }
+  check_backend(backend);
+#ifdef PIPESCOPE_HAVE_NCCL
+  // Every rank computes its local rank (collective), then fails alike when the node has no GPU.
+  const int local = mpi_local_rank();
+  const int gpus = kernels::cuda_device_count();
+  if (gpus == 0)
+    throw RuntimeError("backend " + backend + ": no CUDA device on this node (cudaGetDeviceCount found none)");
+  r.device = local % gpus;
+  r.transport = std::make_unique<NcclTransport>(ls, r.device);
+#endif
+  return r;
 }
 
 int rank_main(int argc, char** argv) {
@@ -53,7 +75,7 @@ int rank_main(int argc, char** argv) {
     prep = prepare(s);
     cs = std::make_unique<CheckedSchedule>(check(prep->lowered, prep->placement));
     mc = ModelConfig::from(s.model);
-    make_backend(job.backend);
+    check_backend(job.backend);  // creates nothing (no CUDA context before the device is chosen)
   } catch (const CheckError& e) {
     if (rank == 0) std::fprintf(stderr, "error: schedule rejected by the static checker: %s\n", e.what());
     return kRankExitInput;
@@ -63,10 +85,12 @@ int rank_main(int argc, char** argv) {
   }
 
   try {
-    MpiTransport tr(prep->lowered);
+    RankTransport rt = make_rank_transport(prep->lowered, job.backend);
     Watchdog wd(job.watchdog_s, mpi_watchdog_handler(prep->lowered, rank, std::min(job.watchdog_s, 10.0),
                                                      mpi.thread_multiple(), kRankExitWatchdog));
-    const JobResult r = run_job(*cs, mc, tr, job.job_options(), &wd);
+    JobOptions jo = job.job_options();
+    jo.device = rt.device;
+    const JobResult r = run_job(*cs, mc, *rt.transport, jo, &wd);
     if (rank == 0) {
       const std::vector<double> v = pack(r);
       std::ofstream f(out, std::ios::binary);

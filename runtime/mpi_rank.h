@@ -11,8 +11,11 @@
 // 2 a watchdog fired, 3 a runtime error (CUDA / MPI / kernels, named by rank and op).
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "core/lowering.h"
+#include "runtime/transport.h"
 #include "runtime/watchdog.h"
 
 namespace pipescope::runtime {
@@ -22,6 +25,16 @@ inline constexpr int kRankExitWatchdog = 2;
 inline constexpr int kRankExitError = 3;
 
 int rank_main(int argc, char** argv);
+
+// The transport for `backend` (collective over MPI_COMM_WORLD): MpiTransport for the host backends; for the cuda
+// backends NcclTransport on GPU `device` = this rank's index among the ranks of its node (mpi_local_rank) modulo
+// the node's GPU count, which the caller passes on to the backend (JobOptions::device). Throws RuntimeError when
+// the build has no GPU path or the node no GPU.
+struct RankTransport {
+  std::unique_ptr<Transport> transport;
+  int device = 0;  // meaningful for the cuda backends
+};
+RankTransport make_rank_transport(const LoweredSchedule& ls, const std::string& backend);
 
 // Watchdog handler for MPI rank `rank` (worker rank / ls.tp): prints "rank R: watchdog: blocked on <op>, no
 // progress for T s" (with tp > 1 "rank R (worker W, TP rank t): ...") to stderr, waits `grace_s` so that the other

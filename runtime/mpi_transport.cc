@@ -62,6 +62,18 @@ std::string mpi_error_string(int code) {
   return std::string(buf, static_cast<std::size_t>(len));
 }
 
+int mpi_local_rank() {
+  int world = 0, local = 0;
+  check(MPI_Comm_rank(MPI_COMM_WORLD, &world), "MPI_Comm_rank");
+  MPI_Comm node = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world, MPI_INFO_NULL, &node),
+        "MPI_Comm_split_type (ranks of this node)");
+  const int rc = MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  check(rc, "MPI_Comm_rank (ranks of this node)");
+  return local;
+}
+
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
   check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");

@@ -64,6 +64,11 @@ class MpiTransport final : public Transport {
   MPI_Comm tp_comm_ = MPI_COMM_NULL;  // this worker's tp processes (tp > 1)
 };
 
+// This process's index among the ranks on its node (MPI_Comm_split_type MPI_COMM_TYPE_SHARED, ordered by world
+// rank): the GPU choice of the cuda backends. Collective over MPI_COMM_WORLD. Launcher variables
+// (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID) are not used: SLURM_LOCALID is stale under mpirun inside an allocation.
+int mpi_local_rank();
+
 // "MPI_Isend: MPI_ERR_TAG: invalid tag" style message of an MPI return code.
 std::string mpi_error_string(int code);
 

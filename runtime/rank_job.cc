@@ -30,7 +30,10 @@ void RankJob::add_shrink_options(CLI::App& app) {
 }
 
 void RankJob::add_run_options(CLI::App& app) {
-  app.add_option("--backend", backend, "Kernels backend: cpu-f64 | cpu-f32 | null (no compute)")->capture_default_str();
+  app.add_option(
+         "--backend", backend,
+         "Kernels backend: cpu-f64 | cpu-f32 | null (no compute) | cuda-bf16 | cuda-f16 (one rank per GPU, NCCL)")
+      ->capture_default_str();
   app.add_option("--iterations", iterations, "Timed iterations")->capture_default_str();
   app.add_option("--warmup", warmup, "Untimed iterations first")->capture_default_str();
   app.add_option("--watchdog", watchdog_s, "Seconds without progress before a rank reports and aborts the job")

@@ -6,6 +6,8 @@
 //     rank = worker * tp + tp_rank (worker = d * p + r; TP innermost, like Megatron).
 //   - LocalTransport (runtime/local_transport.h): one thread per (worker, TP rank) inside one process,
 //     in-memory mailboxes; used by the in-process tests and the overhead benchmark.
+//   - NcclTransport (runtime/nccl_transport.h, built with CUDA + NCCL): MPI processes as above, GPU buffers moved by
+//     NCCL on streams ordered after the backend's stream; the control plane stays on MPI.
 // Tensor parallelism (tp > 1): the tp processes of a worker run the worker's program together. Peers and
 // collective groups are named by worker: TP rank t of a worker talks to TP rank t of the peer worker, and a
 // data-parallel group's all-reduce runs among the members' TP rank t processes (tp independent reductions).
@@ -54,6 +56,13 @@ class Transport {
   // In-place all-gather over the same processes (Megatron scatter/gather): `buf` holds tp_size() chunks of
   // `chunk_bytes`; this process's chunk tp_rank() is filled, the others arrive. Throws when tp_size() == 1.
   virtual std::unique_ptr<Request> tp_iallgather(void* buf, std::size_t chunk_bytes) = 0;
+
+  // Device transports (NcclTransport) move GPU memory; the host transports (MPI, local) host memory. A backend
+  // must match: run_job refuses a CUDA backend on a host transport and vice versa.
+  virtual bool device_buffers() const { return false; }
+  // The stream that produces and consumes the buffers (kernels::Backend::stream()): a device transport orders
+  // its operations after the work enqueued there so far. Host transports ignore it.
+  virtual void set_stream(void* /*stream*/) {}
 
   // Control plane (setup and results; blocking).
   virtual void barrier() = 0;

@@ -2,6 +2,8 @@
 // compares the loss and every parameter gradient with the single-process unsliced reference on rank 0.
 //   mpirun -np 4 runtime_exactness --schedule 1f1b --dp 2 --pp 2 --m 4
 //   mpirun -np 4 runtime_exactness --schedule 1f1b --tp 2 --pp 2 --heads 4    (MPI rank = worker * tp + TP rank)
+// --backend cuda-bf16 / cuda-f16 runs on the NCCL transport, one GPU per rank (--need-gpus N: exit 77 = skipped
+// without them), compared at a 16-bit tolerance (--tol).
 // Exit code (rank 0): 0 when the outcome is the expected one (--expect exact: relative error <= --tol;
 // --expect mismatch: the comparison fails), 1 otherwise. A runtime error aborts the job with 3, the
 // watchdog with 2.
@@ -86,12 +88,25 @@ int main(int argc, char** argv) {
   app.add_option("--watchdog", watchdog_s);
   app.add_option("--mutate", mutation)->check(CLI::IsMember({"none", "swap-slices", "drop-send", "early-allreduce"}));
   app.add_option("--expect", expect)->check(CLI::IsMember({"exact", "mismatch"}));
+  int need_gpus = 0;
+  app.add_option("--need-gpus", need_gpus,
+                 "exit 77 (ctest: skipped) unless the build has the GPU path and this node has this many GPUs "
+                 "(NCCL puts one rank on each)");
+  bool probe = false;
+  app.add_flag("--probe", probe, "only the --need-gpus check: exit 0 or 77 (no MPI job needed)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc;
   }
+  if (need_gpus > 0 && (!built_with_nccl() || kernels::cuda_device_count() < need_gpus)) {
+    if (mpi.rank() == 0)
+      std::printf("SKIP: needs %d GPU(s) and a CUDA + NCCL build (GPU path built: %s, GPUs: %d)\n", need_gpus,
+                  built_with_nccl() ? "yes" : "no", kernels::cuda_device_count());
+    return 77;
+  }
+  if (probe) return 0;
 
   const int rank = mpi.rank();
   std::unique_ptr<Prepared> prep;
@@ -137,12 +152,17 @@ int main(int argc, char** argv) {
 
   JobResult result;
   try {
-    MpiTransport tr(ls);
+    // MpiTransport for the cpu backends; NcclTransport on this rank's GPU for the cuda ones.
+    RankTransport rt = make_rank_transport(ls, backend);
+    Transport& tr = *rt.transport;
     Watchdog wd(watchdog_s, mpi_watchdog_handler(ls, rank, watchdog_s, mpi.thread_multiple(), 2));
     JobOptions opt;
     opt.backend = backend;
+    opt.device = rt.device;
     opt.iterations = iterations;
     result = mutated ? run_job_unchecked_for_testing(ls, mc, tr, opt, &wd) : run_job(*cs, mc, tr, opt, &wd);
+    if (rank == 0 && is_cuda_backend(backend))
+      std::printf("transport %s, backend %s\n", tr.name().c_str(), result.backend.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     mpi_abort(3, mpi.thread_multiple());

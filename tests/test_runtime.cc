@@ -302,8 +302,146 @@ TEST(Runtime, RejectsTensorParallelAndTiedEmbeddingPrograms) {
   LoweredSchedule tp = p->lowered;
   tp.tp = 2;  // a tp = 1 transport cannot run it
   EXPECT_THROW(Executor(Executor::UncheckedForTesting{}, tp, 0, mc, data, *be, tr), RuntimeError);
-  EXPECT_THROW(make_backend("cuda-bf16"), RuntimeError);
+  // Without the GPU path or without a GPU a cuda backend is a clear error (with both it exists: see below).
+  if (!built_with_nccl() || kernels::cuda_device_count() == 0) {
+    EXPECT_THROW(make_backend("cuda-bf16"), RuntimeError);
+  }
   EXPECT_THROW(make_backend("tpu"), RuntimeError);
+  EXPECT_THROW(check_backend("tpu"), RuntimeError);
+  EXPECT_NO_THROW(check_backend("null"));
+  if (built_with_nccl()) {
+    EXPECT_NO_THROW(check_backend("cuda-f16"));
+  } else {
+    EXPECT_THROW(check_backend("cuda-f16"), RuntimeError);
+  }
+}
+
+// ------------------------------------------------------------ device timing seam (kernels::OpTimer)
+// The CPU backend behind a timer that claims to be a device's, with a fake clock: mark k is at k seconds. The
+// executor must take every compute / optimizer op's span from the timer's marks (exactly 1 s each here, since
+// each such op gets two consecutive marks) and report their sum as kernel_s; on the CPU it keeps the host clock.
+class FakeDeviceTimer final : public kernels::OpTimer {
+ public:
+  bool on_device() const override { return true; }
+  void begin() override { n_ = 0; }
+  int mark() override { return n_++; }
+  std::vector<double> resolve() override {
+    std::vector<double> s;
+    for (int k = 0; k < n_; k++) s.push_back(k);
+    return s;
+  }
+
+ private:
+  int n_ = 0;
+};
+
+class FakeDeviceBackend final : public kernels::Backend {
+ public:
+  explicit FakeDeviceBackend(std::unique_ptr<kernels::Backend> be) : be_(std::move(be)) {}
+  std::string name() const override { return "fake-device " + be_->name(); }
+  kernels::DType dtype() const override { return be_->dtype(); }
+  std::unique_ptr<kernels::Tensor> tensor(int r, int c) override { return be_->tensor(r, c); }
+  std::unique_ptr<kernels::Params> params(kernels::ModuleKind k, const kernels::ModelShape& s) override {
+    return be_->params(k, s);
+  }
+  std::unique_ptr<kernels::KVCache> kv_cache(const kernels::LayerShape& s, int b, int n) override {
+    return be_->kv_cache(s, b, n);
+  }
+  std::unique_ptr<kernels::Record> record() override { return be_->record(); }
+  void layer_forward(const kernels::Params& p, const kernels::Tensor& x, const kernels::Slice& sl, kernels::KVCache& kv,
+                     kernels::Record& r, kernels::Tensor& y) override {
+    be_->layer_forward(p, x, sl, kv, r, y);
+  }
+  void layer_backward(kernels::Params& p, const kernels::Record& r, kernels::KVCache& kv, const kernels::Tensor& dy,
+                      kernels::Tensor& dx) override {
+    be_->layer_backward(p, r, kv, dy, dx);
+  }
+  void embedding_forward(const kernels::Params& e, const std::vector<std::int32_t>& t, const kernels::Slice& sl,
+                         kernels::Tensor& x) override {
+    be_->embedding_forward(e, t, sl, x);
+  }
+  void embedding_backward(kernels::Params& e, const std::vector<std::int32_t>& t, const kernels::Slice& sl,
+                          const kernels::Tensor& dx) override {
+    be_->embedding_backward(e, t, sl, dx);
+  }
+  void head_forward(const kernels::Params& h, const kernels::Tensor& x, const std::vector<std::int32_t>& t,
+                    const kernels::Slice& sl, double norm, double scale, kernels::Record& r) override {
+    be_->head_forward(h, x, t, sl, norm, scale, r);
+  }
+  double head_loss(const kernels::Record& r) override { return be_->head_loss(r); }
+  void head_backward(kernels::Params& h, const kernels::Record& r, kernels::Tensor& dx) override {
+    be_->head_backward(h, r, dx);
+  }
+  void adam_step(kernels::Params& p, const kernels::AdamConfig& c, int step) override { be_->adam_step(p, c, step); }
+  void synchronize() override { synchronized++; }
+  void* stream() override { return nullptr; }
+  std::unique_ptr<kernels::OpTimer> op_timer() override { return std::make_unique<FakeDeviceTimer>(); }
+  int synchronized = 0;
+
+ private:
+  std::unique_ptr<kernels::Backend> be_;
+};
+
+TEST(Runtime, DeviceBackendsTimeComputeOpsWithTheirOpTimer) {
+  const Scenario s = tiny_scenario("terapipe", 1, 1, 1, 2, 2, 16, 2, 12, 29, 1, {5, 3, 4});
+  auto p = prepare_with_constant_costs(s);
+  const CheckedSchedule cs = check(p->lowered, p->placement);
+  const ModelConfig mc = model_of(s);
+  const SyntheticData data = make_data(p->lowered, mc);
+  LocalFabric fabric(1, p->lowered.groups);
+  LocalTransport tr(fabric, 0);
+  for (const bool device : {true, false}) {
+    std::unique_ptr<kernels::Backend> be = kernels::make_cpu_backend(kernels::DType::kF64);
+    FakeDeviceBackend* fake = nullptr;
+    if (device) {
+      be = std::make_unique<FakeDeviceBackend>(std::move(be));
+      fake = static_cast<FakeDeviceBackend*>(be.get());
+    }
+    Executor ex(cs, 0, mc, data, *be, tr);
+    const auto& prog = p->lowered.per_worker[0];
+    const IterationStats st = ex.run_iteration(1, Clock::now());
+    int timed = 0;
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      if (prog[i].kind != LOpKind::Compute && prog[i].kind != LOpKind::Optimizer) continue;
+      timed++;
+      const double span = st.ops[i].end - st.ops[i].start;
+      if (device)
+        EXPECT_NEAR(span, 1.0, 1e-12) << lowered_text(prog[i]);
+      else
+        EXPECT_LT(span, 0.5) << lowered_text(prog[i]);  // the real host time of tiny kernels
+    }
+    ASSERT_EQ(timed, 13);  // 2 micro-batches x 3 slices, forward and backward, and the optimizer
+    if (device) {
+      EXPECT_NEAR(st.kernel_s, timed, 1e-12);
+      EXPECT_GE(fake->synchronized, 1);  // an idle stream before the first event
+      // Spans follow one another on the fake clock: op k's start is the previous timed op's end.
+      EXPECT_GE(st.ops.back().start, timed - 1.0);
+    } else {
+      EXPECT_LT(st.kernel_s, 0.5);
+    }
+  }
+}
+
+// GPU tensors on a host transport would hand device pointers to memcpy: refused before anything runs, whichever
+// reason applies on this machine (no GPU path, no GPU, or the host transport).
+TEST(Runtime, CudaBackendNeedsADeviceTransport) {
+  const Scenario s = tiny_scenario("1f1b", 1, 1, 1, 2, 2, 16, 2, 8, 29);
+  auto p = prepare_with_constant_costs(s);
+  const CheckedSchedule cs = check(p->lowered, p->placement);
+  LocalFabric fabric(1, p->lowered.groups);
+  LocalTransport tr(fabric, 0);
+  EXPECT_FALSE(tr.device_buffers());
+  JobOptions opt;
+  opt.backend = "cuda-bf16";
+  try {
+    run_job(cs, model_of(s), tr, opt);
+    FAIL() << "a cuda backend ran on the local (host) transport";
+  } catch (const RuntimeError& e) {
+    const std::string m = e.what();
+    const bool why = m.find("GPU path") != std::string::npos || m.find("on GPU 0") != std::string::npos ||
+                     m.find("transport moves host memory") != std::string::npos;
+    EXPECT_TRUE(why) << m;
+  }
 }
 
 // Tensor-parallel programs must say what the sharded kernels do: a TP all-reduce marker after every compute op,
