@@ -4,9 +4,10 @@
 // (GPT-3 175B, 96 GPUs, t = 8, p = 12, b = 1, several batch sizes): interleaved (v = 2) vs the default 1F1B
 // schedule, and scatter/gather on vs off, next to the paper's quoted gains (up to 10% and up to 11%, 8.4).
 // Every run models Megatron-LM's point-to-point calls as blocking (`sim.p2p: blocking` in the scenario files and the
-// ablation set-up; LoweredSchedule::blocking_sends): a stage's next op waits for its sends (spec/megatron.md 2.4: the sends and receives of a step are one call;
-// spec/seq1f1b.md 10.4: blocking calls, overlap_p2p_comm off). With sends overlapped with compute instead, the
-// 8x redundant cross-node traffic of a run without scatter/gather stayed hidden and its gain read about 0%.
+// ablation set-up; LoweredSchedule::blocking_sends): a stage's next op waits for its sends (spec/megatron.md 2.4: the
+// sends and receives of a step are one call; spec/seq1f1b.md 10.4: blocking calls, overlap_p2p_comm off). With sends
+// overlapped with compute instead, the 8x redundant cross-node traffic of a run without scatter/gather stayed hidden
+// and its gain read about 0%.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -426,7 +426,8 @@ TEST(TimelineCli, ValidateDrawsSimulatedAndMeasured) {
   if (sh("command -v mpirun > /dev/null") != 0 || sh("test -x " + dir + "/pipescope-rank") != 0)
     GTEST_SKIP() << "needs mpirun and pipescope-rank";
   const std::string svg = ::testing::TempDir() + "/timeline_validate.svg";
-  ASSERT_EQ(sh(std::string(PIPESCOPE_MPI_CHILD_ENV) + dir + "/pipescope validate --pp 2 --dp 1 --tp 1 --layers 4 --hidden 32 --heads 4 --vocab 64 " +
+  ASSERT_EQ(sh(std::string(PIPESCOPE_MPI_CHILD_ENV) + dir +
+               "/pipescope validate --pp 2 --dp 1 --tp 1 --layers 4 --hidden 32 --heads 4 --vocab 64 " +
                "--seq-len 16 --global-batch 4 --iterations 1 --warmup 0 --timeline " + svg + " > /dev/null 2>&1"),
             0);
   const std::string text = slurp(svg);
