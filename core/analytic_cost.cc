@@ -27,7 +27,9 @@
 //                 residual adds, copies, cross entropy).
 // Kernels per layer forward (14): LN, QKV, Q.K^T, scale+mask+softmax, dropout, P.V, context transpose,
 // output projection, bias+dropout+add, LN, MLP up, bias+GeLU, MLP down, bias+dropout+add. Backward (24):
-// dgrad + wgrad per GEMM, 4 attention GEMMs, the element-wise backwards and 4 bias-gradient reductions.
+// dgrad + wgrad per GEMM, 4 attention GEMMs, the element-wise backwards and 4 bias-gradient reductions. A wgrad
+// accumulates into the weight gradient (beta = 1): it reads and writes the whole gradient (2 B per element, 4 with
+// training.grad_fp32) on every micro-batch and slice, the memory floor of short slices' backward.
 // Element-wise kernels on the residual stream (LN, dropout+add) act on the full T x h tensor, which tensor
 // parallelism replicates (split t ways along the sequence with parallel.sequence_parallel); everything inside
 // attention and the MLP is split t ways.
@@ -241,20 +243,26 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
   };
   auto bias_grad = [&](double rows, double n) { return KernelCost{rows * n, e * (rows * n + n), false}; };
+  // Weight gradients accumulate over the micro-batches and slices of an iteration (cuBLAS beta = 1 into the
+  // gradient buffer): each wgrad reads and writes the whole weight gradient. Small slices pay it per slice.
+  const double g = s_.training.grad_fp32 ? 4.0 : 2.0;
+  auto wgrad = [&](double M, double Kd, double N) {
+    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + 2 * g * M * N, true};
+  };
   std::vector<KernelCost> k = {
       {3 * Tr * h, (2 * e + 1) * Tr * h, false},  // dropout + add backward (MLP)
       bias_grad(Tr, h),                           // MLP down bias
       gemm(T, h, f / t),                          // MLP down dgrad
-      gemm(f / t, T, h),                          // MLP down wgrad
+      wgrad(f / t, T, h),                         // MLP down wgrad
       {8 * T * f / t, 3 * e * T * f / t, false},  // GeLU backward
       bias_grad(T, f / t),                        // MLP up bias
       gemm(T, f / t, h),                          // MLP up dgrad
-      gemm(h, T, f / t),                          // MLP up wgrad
+      wgrad(h, T, f / t),                         // MLP up wgrad
       {10 * Tr * h, 4 * e * Tr * h, false},       // LayerNorm backward (+ residual gradient)
       {3 * Tr * h, (2 * e + 1) * Tr * h, false},  // dropout + add backward (attention)
       bias_grad(Tr, h),                           // output projection bias
       gemm(T, h, h / t),                          // output projection dgrad
-      gemm(h / t, T, h),                          // output projection wgrad
+      wgrad(h / t, T, h),                         // output projection wgrad
       {0, 2 * e * T * h / t, false},              // context transpose backward
   };
   if (s_.training.flash_attention) {
@@ -278,7 +286,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   const std::vector<KernelCost> rest = {
       bias_grad(T, 3 * h / t),               // QKV bias
       gemm(T, 3 * h / t, h),                 // QKV dgrad
-      gemm(h, T, 3 * h / t),                 // QKV wgrad
+      wgrad(h, T, 3 * h / t),                // QKV wgrad
       {10 * Tr * h, 4 * e * Tr * h, false},  // LayerNorm backward (+ residual gradient)
   };
   k.insert(k.end(), rest.begin(), rest.end());

@@ -391,5 +391,23 @@ TEST(CostModel, SequenceParallelSplitsResidualKernels) {
   EXPECT_LT(on.layer_forward_seconds(2, 4096, 0), off.layer_forward_seconds(2, 4096, 0));
 }
 
+// Weight gradients accumulate over the slices of an iteration: every backward reads and writes the layer's whole
+// weight gradient (12 h^2 / t elements, 2 B each; 4 with grad_fp32), so a short slice's backward cannot take
+// less than that traffic at the memory roofline, and grad_fp32 doubles it.
+TEST(CostModel, WeightGradientAccumulationBoundsShortSliceBackward) {
+  Scenario s = scenario("gpt3-175b", "aws-p3.16xlarge", 96, 4);
+  const AnalyticCostModel fp16(s);
+  const double h = 12288, t = 4, w = 12 * h * h / t;
+  const double bw = s.cluster.device.hbm_bw_Bps * s.cluster.device.memory_efficiency;
+  const Sums b16 = sums(fp16.layer_backward_kernels(1, 8, 0));
+  EXPECT_GE(b16.bytes, 2 * 2 * w);
+  EXPECT_GE(fp16.layer_backward_seconds(1, 8, 0), 2 * 2 * w / bw);
+  s.training.grad_fp32 = true;
+  const AnalyticCostModel fp32(s);
+  const Sums b32 = sums(fp32.layer_backward_kernels(1, 8, 0));
+  EXPECT_NEAR(b32.bytes - b16.bytes, 2 * 2 * w, 1e-9 * b32.bytes);
+  EXPECT_DOUBLE_EQ(b32.gemm_flops, b16.gemm_flops);
+}
+
 }  // namespace
 }  // namespace pipescope
