@@ -28,8 +28,9 @@
 // Kernels per layer forward (14): LN, QKV, Q.K^T, scale+mask+softmax, dropout, P.V, context transpose,
 // output projection, bias+dropout+add, LN, MLP up, bias+GeLU, MLP down, bias+dropout+add. Backward (24):
 // dgrad + wgrad per GEMM, 4 attention GEMMs, the element-wise backwards and 4 bias-gradient reductions. A wgrad
-// accumulates into the weight gradient (beta = 1): it reads and writes the whole gradient (2 B per element, 4 with
-// training.grad_fp32) on every micro-batch and slice, the memory floor of short slices' backward.
+// accumulates into the weight gradient on every micro-batch and slice, the memory floor of short slices' backward:
+// training.wgrad_accumulation fused (beta = 1) reads and writes the gradient (2 g bytes per weight, g = 2, or 4
+// with grad_fp32); autograd (PyTorch AccumulateGrad) writes a new e-byte tensor, then grad += new (2 e + 2 g).
 // Element-wise kernels on the residual stream (LN, dropout+add) act on the full T x h tensor, which tensor
 // parallelism replicates (split t ways along the sequence with parallel.sequence_parallel); everything inside
 // attention and the MLP is split t ways.
@@ -246,8 +247,10 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   // Weight gradients accumulate over the micro-batches and slices of an iteration (cuBLAS beta = 1 into the
   // gradient buffer): each wgrad reads and writes the whole weight gradient. Small slices pay it per slice.
   const double g = s_.training.grad_fp32 ? 4.0 : 2.0;
+  // fused: read + write of the gradient; autograd: the GEMM's own output, then grad += new reads both, writes one.
+  const double acc = s_.training.wgrad_accumulation == "autograd" ? 2 * e + 2 * g : 2 * g;
   auto wgrad = [&](double M, double Kd, double N) {
-    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + 2 * g * M * N, true};
+    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true};
   };
   std::vector<KernelCost> k = {
       {3 * Tr * h, (2 * e + 1) * Tr * h, false},  // dropout + add backward (MLP)

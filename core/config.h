@@ -95,6 +95,10 @@ struct TrainingSpec {
   double optimizer_bytes_per_param = 16;  // weights 2 + grads 2 + fp32 master 4 + Adam 8
   bool grad_fp32 = false;                 // DP all-reduce in fp32 (4 B) instead of 2 B per element
   bool flash_attention = false;           // FlashAttention: no materialised score matrix (memory and HBM traffic O(l))
+  // How a weight-gradient GEMM adds into the gradient accumulated over micro-batches and slices: "fused" (cuBLAS
+  // beta = 1, Megatron-LM's gradient accumulation fusion: reads and writes the gradient) or "autograd" (PyTorch's
+  // AccumulateGrad, as TeraPipe's code: the GEMM writes a new tensor, then grad += new).
+  std::string wgrad_accumulation = "fused";
 };
 
 // ---------------------------------------------------------------- simulation knobs

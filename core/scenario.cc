@@ -330,6 +330,10 @@ const auto& collective_models() {
   static const auto t = string_table({"ring", "aggregate", "analytic", "auto"});
   return t;
 }
+const auto& wgrad_accumulations() {
+  static const auto t = string_table({"fused", "autograd"});
+  return t;
+}
 const auto& p2p_modes() {
   static const auto t = string_table({"eager", "blocking"});
   return t;
@@ -710,6 +714,9 @@ void Validator::run() const {
              " has none: give cluster.device.peak_tflops_fp64 or a calibration profile of the CPU backend");
   if (!one_of(collective_models(), s_.sim.collectives))
     fail({"sim.collectives"}, unknown_value_message("value", s_.sim.collectives, names_of(collective_models())));
+  if (!one_of(wgrad_accumulations(), s_.training.wgrad_accumulation))
+    fail({"training.wgrad_accumulation"},
+         unknown_value_message("value", s_.training.wgrad_accumulation, names_of(wgrad_accumulations())));
   if (!one_of(p2p_modes(), s_.sim.p2p))
     fail({"sim.p2p"}, unknown_value_message("value", s_.sim.p2p, names_of(p2p_modes())));
   if (!one_of(placements(), s_.sim.placement))
@@ -804,11 +811,13 @@ Scenario parse_impl(const std::string& text, const std::string& source) {
   sch.get("recompute", s.schedule.recompute);
   sch.get("scatter_gather", s.schedule.scatter_gather);
 
-  const Section tr = root.sub("training", {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention"});
+  const Section tr = root.sub(
+      "training", {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention", "wgrad_accumulation"});
   tr.get_enum("dtype", dtypes(), s.training.dtype);
   tr.get("optimizer_bytes_per_param", Num::NonNegative, 1.0, s.training.optimizer_bytes_per_param);
   tr.get("grad_fp32", s.training.grad_fp32);
   tr.get("flash_attention", s.training.flash_attention);
+  tr.get_enum("wgrad_accumulation", wgrad_accumulations(), s.training.wgrad_accumulation);
 
   const Section sim = root.sub("sim", {"collectives", "placement", "profile", "p2p"});
   sim.get_enum("collectives", collective_models(), s.sim.collectives);

@@ -407,6 +407,13 @@ TEST(CostModel, WeightGradientAccumulationBoundsShortSliceBackward) {
   const Sums b32 = sums(fp32.layer_backward_kernels(1, 8, 0));
   EXPECT_NEAR(b32.bytes - b16.bytes, 2 * 2 * w, 1e-9 * b32.bytes);
   EXPECT_DOUBLE_EQ(b32.gemm_flops, b16.gemm_flops);
+  // PyTorch's AccumulateGrad (TeraPipe's code): the wgrad writes a new 2-byte tensor, then grad += new reads it again.
+  s.training.grad_fp32 = false;
+  s.training.wgrad_accumulation = "autograd";
+  const AnalyticCostModel autograd(s);
+  EXPECT_NEAR(sums(autograd.layer_backward_kernels(1, 8, 0)).bytes - b16.bytes, 2 * 2 * w, 1e-9 * b16.bytes);
+  EXPECT_GT(autograd.layer_backward_seconds(1, 8, 0), fp16.layer_backward_seconds(1, 8, 0));
+  EXPECT_DOUBLE_EQ(autograd.layer_backward_seconds(1, 2048, 0) / fp16.layer_backward_seconds(1, 2048, 0), 1.0);
 }
 
 }  // namespace

@@ -414,6 +414,8 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
   EXPECT_EQ(error_of(kBase + "sim: {placement: terapip}\n"),
             "t.yaml:4:18: sim.placement: unknown value \"terapip\" (did you mean \"terapipe\"?); valid: megatron, "
             "stage-major, replica-major, terapipe");
+  EXPECT_EQ(error_of(kBase + "training: {wgrad_accumulation: pytorch}\n"),
+            "t.yaml:4:32: training.wgrad_accumulation: unknown value \"pytorch\"; valid: fused, autograd");
   EXPECT_EQ(error_of(kBase + "sim: {p2p: block}\n"),
             "t.yaml:4:12: sim.p2p: unknown value \"block\" (did you mean \"blocking\"?); valid: eager, blocking");
   EXPECT_EQ(error_of(kBase + "sim: {collectives: tree}\n"),
