@@ -261,10 +261,6 @@ int run_validate(const ValidateOptions& vo) {
   } catch (const runtime::RuntimeError& e) {
     throw InputError(std::string("validate: ") + e.what());
   }
-  if (runtime::is_cuda_backend(o.backend) && s.parallel.tp > 1)
-    throw InputError(
-        "--backend " + o.backend + " with tp " + std::to_string(s.parallel.tp) +
-        ": the CUDA kernels do not shard layers (tensor parallelism runs on cpu-f64 / cpu-f32; pass --tp 1)");
   // The simulated twin runs in the measured backend's precision with the profile's device, links and tables
   // (a profile of this machine, `pipescope calibrate --backend <the same>`, closes the loop).
   const std::string profile = !vo.profile.empty() ? vo.profile : s.sim.profile;

@@ -185,7 +185,8 @@ class CudaKV final : public KVCache {
     shape.validate();
     state_ = KVState(batch, max_len);
     hidden = shape.hidden;
-    const std::size_t n = static_cast<std::size_t>(batch) * max_len * hidden;
+    width = shape.shard_width();
+    const std::size_t n = static_cast<std::size_t>(batch) * max_len * width;
     k.reserve(2 * n);
     v.reserve(2 * n);
     dk.reserve(4 * n);
@@ -196,7 +197,8 @@ class CudaKV final : public KVCache {
   }
   KVState& st() { return state_; }
   int hidden = 0;
-  DeviceBuffer k, v, dk, dv;  // [batch, max_len, hidden]: 16-bit K/V, fp32 dK/dV
+  int width = 0;              // the shard's attention width (hidden when tp = 1)
+  DeviceBuffer k, v, dk, dv;  // [batch, max_len, width]: 16-bit K/V, fp32 dK/dV
 
  private:
   std::shared_ptr<Ctx> ctx_;
@@ -293,19 +295,10 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<Tensor> tensor(int rows, int cols) override { return std::make_unique<CudaTensor>(ctx_, rows, cols); }
   std::unique_ptr<Params> params(ModuleKind kind, const ModelShape& shape) override {
-    refuse_tp(shape.layer, "params");
     return std::make_unique<CudaParams>(ctx_, kind, shape);
   }
   std::unique_ptr<KVCache> kv_cache(const LayerShape& shape, int batch, int max_len) override {
-    refuse_tp(shape, "kv_cache");
     return std::make_unique<CudaKV>(ctx_, shape, batch, max_len);
-  }
-  // The GEMM orchestration below assumes whole layers; sharded layers run on the CPU reference only.
-  static void refuse_tp(const LayerShape& s, const char* what) {
-    if (s.tp != 1)
-      throw KernelError(std::string("cuda backend ") + what +
-                        ": tensor-parallel layer shards (tp = " + std::to_string(s.tp) +
-                        ") are not implemented on CUDA; use the CPU backend (cpu-f64 / cpu-f32)");
   }
   std::unique_ptr<Record> record() override { return std::make_unique<CudaRecord>(); }
 
@@ -351,6 +344,28 @@ class CudaBackend final : public Backend {
   Operand lp(const void* p, int ld, long long stride = 0) const { return {p, cuda_type(ctx_->dt), ld, stride}; }
   cudaDataType lpt() const { return cuda_type(ctx_->dt); }
 
+  void require_tp_sum(const LayerShape& s, const char* what) const {
+    if (s.tp > 1 && !tp_all_reduce_)
+      throw KernelError(std::string(what) + ": a tensor-parallel shard (tp = " + std::to_string(s.tp) +
+                        ") needs the all-reduce over its shards (Backend::set_tp_all_reduce)");
+  }
+  // C [M x N] (16-bit, ld N) = A op(B) where, on a shard (tp > 1), the product is a partial sum over the shards
+  // (row-parallel W_o / fc2 outputs, column-parallel input gradients): it is computed in fp32, summed in place by
+  // the TP all-reduce (fp32, so the sum adds no 16-bit rounding), then rounded once to 16 bits as the unsharded
+  // product is. The callback gets the buffer with its GEMM enqueued on the stream, not finished: it orders itself
+  // after the stream (NcclTransport: an event) or synchronizes it, and returns once the sum is in place.
+  void gemm_tp_sum(const LayerShape& s, bool tb, int M, int N, int K, Operand A, Operand B, void* C) {
+    if (s.tp == 1) {
+      gemm(false, tb, M, N, K, 1.f, A, B, 0.f, C, lpt(), N);
+      return;
+    }
+    const std::size_t count = static_cast<std::size_t>(M) * N;
+    tsum_.reserve(sizeof(float) * count);
+    gemm(false, tb, M, N, K, 1.f, A, B, 0.f, tsum_.as(), CUDA_R_32F, N);
+    tp_all_reduce_(tsum_.as(), count, DType::kF32);
+    cuda::convert_from_f32(ctx_->dt, tsum_.as<float>(), C, count, ctx_->stream);
+  }
+
   template <class Q>
   static auto& module(Q& p, ModuleKind kind, const char* what) {
     using C = std::conditional_t<std::is_const_v<Q>, const CudaParams, CudaParams>;
@@ -388,8 +403,13 @@ class CudaBackend final : public Backend {
   std::string device_name_;
   // Workspaces (grow-only; operations on the one stream use them in order).
   DeviceBuffer scores_, ds_, tf_, t3h_, th1_, th2_, red_, logits_, ids_;
+  DeviceBuffer tsum_;  // fp32 partial sums of a shard for the TP all-reduce
 };
 
+// On a tensor-parallel shard (tp > 1) every step below is the unsharded one on the shard's heads (attention width
+// w = h / tp: QKV [n, 3w], K/V caches [b, max_len, w]) and MLP columns (f = ffn / tp), with the partial sums of
+// the row-parallel W_o / fc2 (forward) and of the column-parallel input gradients into LN2 / LN1 (backward)
+// summed by gemm_tp_sum, as in kernels/reference.cc. With tp = 1, w = h and f = ffn.
 void CudaBackend::layer_forward(const Params& layer, const Tensor& xt, const Slice& sl, KVCache& kvb, Record& recb,
                                 Tensor& yt) {
   const auto& P = module(layer, ModuleKind::kLayer, "layer_forward");
@@ -399,17 +419,20 @@ void CudaBackend::layer_forward(const Params& layer, const Tensor& xt, const Sli
   auto& y = as<CudaTensor>(yt, "layer_forward y");
   const LayerShape& s = P.shape().layer;
   const LayerLayout L = LayerLayout::of(s);
-  if (kv.hidden != s.hidden) throw KernelError("layer_forward: K/V cache of another hidden size");
+  require_tp_sum(s, "layer_forward");
+  if (kv.hidden != s.hidden || kv.width != s.shard_width())
+    throw KernelError("layer_forward: the K/V cache was made for another layer shape");
   kv.st().check_forward(sl);
-  const int h = s.hidden, f = s.ffn, nh = s.heads, dh = s.head_dim();
+  const int h = s.hidden, w = s.shard_width(), f = s.shard_ffn(), nh = s.shard_heads(), dh = s.head_dim();
   const int l = sl.len, c = sl.begin, nk = sl.end(), n = sl.rows(), max_len = kv.st().max_len();
   check_shape("layer_forward x", x, n, h);
   const DType dt = ctx_->dt;
   cudaStream_t st = ctx_->stream;
   const std::size_t nz = n;
 
-  for (DeviceBuffer* b : {&r.x, &r.a1, &r.ctx, &r.x1, &r.a2}) b->reserve(2 * nz * h);
-  r.qkv.reserve(2 * nz * 3 * h);
+  for (DeviceBuffer* b : {&r.x, &r.a1, &r.x1, &r.a2}) b->reserve(2 * nz * h);
+  r.ctx.reserve(2 * nz * w);
+  r.qkv.reserve(2 * nz * 3 * w);
   r.u.reserve(2 * nz * f);
   r.g.reserve(2 * nz * f);
   r.probs.reserve(2 * static_cast<std::size_t>(sl.batch) * nh * l * nk);
@@ -421,32 +444,33 @@ void CudaBackend::layer_forward(const Params& layer, const Tensor& xt, const Sli
   CUDA_CHECK(cudaMemcpyAsync(r.x.as(), x.data(), 2 * nz * h, cudaMemcpyDeviceToDevice, st));
   cuda::layer_norm_forward(dt, x.data(), P.f(L.ln1_g), P.f(L.ln1_b), r.a1.as(), r.mu1.as<float>(), r.rstd1.as<float>(),
                            n, h, st);
-  gemm(false, false, n, 3 * h, h, 1.f, lp(r.a1.as(), h), lp(P.w(L.w_qkv), 3 * h), 0.f, r.qkv.as(), lpt(), 3 * h);
-  cuda::add_bias(dt, r.qkv.as(), P.f(L.b_qkv), n, 3 * h, st);
-  cuda::kv_store(dt, r.qkv.as(), kv.k.as(), kv.v.as(), kv.dk.as<float>(), kv.dv.as<float>(), sl.batch, l, c, max_len, h,
+  gemm(false, false, n, 3 * w, h, 1.f, lp(r.a1.as(), h), lp(P.w(L.w_qkv), 3 * w), 0.f, r.qkv.as(), lpt(), 3 * w);
+  cuda::add_bias(dt, r.qkv.as(), P.f(L.b_qkv), n, 3 * w, st);
+  cuda::kv_store(dt, r.qkv.as(), kv.k.as(), kv.v.as(), kv.dk.as<float>(), kv.dv.as<float>(), sl.batch, l, c, max_len, w,
                  st);
 
   const float scale = 1.f / std::sqrt(static_cast<float>(dh));
   const long long pstride = static_cast<long long>(l) * nk;
   for (int q = 0; q < sl.batch; ++q) {
-    const void* Q = at(r.qkv.as(), static_cast<std::size_t>(q) * l * 3 * h);
-    const void* K = at(kv.k.as(), static_cast<std::size_t>(q) * max_len * h);
-    const void* V = at(kv.v.as(), static_cast<std::size_t>(q) * max_len * h);
+    const void* Q = at(r.qkv.as(), static_cast<std::size_t>(q) * l * 3 * w);
+    const void* K = at(kv.k.as(), static_cast<std::size_t>(q) * max_len * w);
+    const void* V = at(kv.v.as(), static_cast<std::size_t>(q) * max_len * w);
     void* Pq = at(r.probs.as(), static_cast<std::size_t>(q) * nh * pstride);
     // S = scale Q K^T over the prefix [0, nk), one [l, nk] block per head.
-    gemm(false, true, l, nk, dh, scale, lp(Q, 3 * h, dh), lp(K, h, dh), 0.f, scores_.as(), CUDA_R_32F, nk, pstride, nh);
+    gemm(false, true, l, nk, dh, scale, lp(Q, 3 * w, dh), lp(K, w, dh), 0.f, scores_.as(), CUDA_R_32F, nk, pstride, nh);
     cuda::softmax_forward(dt, scores_.as<float>(), Pq, nh * l, l, c, nk, st);
-    gemm(false, false, l, dh, nk, 1.f, lp(Pq, nk, pstride), lp(V, h, dh), 0.f,
-         at(r.ctx.as(), static_cast<std::size_t>(q) * l * h), lpt(), h, dh, nh);
+    gemm(false, false, l, dh, nk, 1.f, lp(Pq, nk, pstride), lp(V, w, dh), 0.f,
+         at(r.ctx.as(), static_cast<std::size_t>(q) * l * w), lpt(), w, dh, nh);
   }
 
-  gemm(false, false, n, h, h, 1.f, lp(r.ctx.as(), h), lp(P.w(L.w_o), h), 0.f, th1_.as(), lpt(), h);
+  // Row-parallel W_o and fc2: partial sums on a shard; the bias and the residual are added once, after the sum.
+  gemm_tp_sum(s, false, n, h, w, lp(r.ctx.as(), w), lp(P.w(L.w_o), h), th1_.as());
   cuda::bias_residual(dt, th1_.as(), P.f(L.b_o), x.data(), r.x1.as(), n, h, st);
   cuda::layer_norm_forward(dt, r.x1.as(), P.f(L.ln2_g), P.f(L.ln2_b), r.a2.as(), r.mu2.as<float>(), r.rstd2.as<float>(),
                            n, h, st);
   gemm(false, false, n, f, h, 1.f, lp(r.a2.as(), h), lp(P.w(L.w_fc1), f), 0.f, r.u.as(), lpt(), f);
   cuda::bias_gelu(dt, r.u.as(), P.f(L.b_fc1), r.g.as(), n, f, st);
-  gemm(false, false, n, h, f, 1.f, lp(r.g.as(), f), lp(P.w(L.w_fc2), h), 0.f, th1_.as(), lpt(), h);
+  gemm_tp_sum(s, false, n, h, f, lp(r.g.as(), f), lp(P.w(L.w_fc2), h), th1_.as());
   cuda::bias_residual(dt, th1_.as(), P.f(L.b_fc2), r.x1.as(), y.data(), n, h, st);
 
   r.slice = sl;
@@ -463,13 +487,15 @@ void CudaBackend::layer_backward(Params& layer, const Record& recb, KVCache& kvb
   auto& dx = as<CudaTensor>(dxt, "layer_backward dx");
   const LayerShape& s = P.shape().layer;
   const LayerLayout L = LayerLayout::of(s);
+  require_tp_sum(s, "layer_backward");
   if (!r.has_layer) throw KernelError("layer_backward: the activation record holds no forward");
-  if (r.shape.hidden != s.hidden || r.shape.heads != s.heads || r.shape.ffn != s.ffn)
+  if (r.shape.hidden != s.hidden || r.shape.heads != s.heads || r.shape.ffn != s.ffn || r.shape.tp != s.tp)
     throw KernelError("layer_backward: the record was made by a layer of another shape");
-  if (kv.hidden != s.hidden) throw KernelError("layer_backward: K/V cache of another hidden size");
+  if (kv.hidden != s.hidden || kv.width != s.shard_width())
+    throw KernelError("layer_backward: the K/V cache was made for another layer shape");
   const Slice& sl = r.slice;
   kv.st().check_backward(sl);
-  const int h = s.hidden, f = s.ffn, nh = s.heads, dh = s.head_dim();
+  const int h = s.hidden, w = s.shard_width(), f = s.shard_ffn(), nh = s.shard_heads(), dh = s.head_dim();
   const int l = sl.len, c = sl.begin, nk = sl.end(), n = sl.rows(), max_len = kv.st().max_len();
   check_shape("layer_backward dy", dy, n, h);
   const DType dt = ctx_->dt;
@@ -477,10 +503,10 @@ void CudaBackend::layer_backward(Params& layer, const Record& recb, KVCache& kvb
   const std::size_t nz = n;
 
   tf_.reserve(2 * nz * f);
-  t3h_.reserve(2 * nz * 3 * h);
+  t3h_.reserve(2 * nz * 3 * w);
   th1_.reserve(2 * nz * h);
   th2_.reserve(2 * nz * h);
-  red_.reserve(2 * sizeof(float) * cuda::reduce_workspace_floats(n, std::max(3 * h, f)));
+  red_.reserve(2 * sizeof(float) * cuda::reduce_workspace_floats(n, std::max({h, 3 * w, f})));
   scores_.reserve(4 * static_cast<std::size_t>(nh) * l * nk);
   ds_.reserve(2 * static_cast<std::size_t>(nh) * l * nk);
   dx.resize(n, h);
@@ -493,7 +519,8 @@ void CudaBackend::layer_backward(Params& layer, const Record& recb, KVCache& kvb
   cuda::gelu_backward(dt, tf_.as(), r.u.as(), tf_.as(), n, f, st);
   cuda::bias_grad(dt, tf_.as(), P.g(L.b_fc1), n, f, red, st);
   gemm(true, false, h, f, n, 1.f, lp(r.a2.as(), h), lp(tf_.as(), f), 1.f, P.g(L.w_fc1), CUDA_R_32F, f);
-  gemm(false, true, n, h, f, 1.f, lp(tf_.as(), f), lp(P.w(L.w_fc1), f), 0.f, th1_.as(), lpt(), h);  // dLN2 out
+  // Column-parallel fc1 (and QKV below): on a shard the gradient w.r.t. their input is a partial sum.
+  gemm_tp_sum(s, true, n, h, f, lp(tf_.as(), f), lp(P.w(L.w_fc1), f), th1_.as());  // dLN2 out
   cuda::layer_norm_backward_params(dt, r.x1.as(), r.mu2.as<float>(), r.rstd2.as<float>(), th1_.as(), P.g(L.ln2_g),
                                    P.g(L.ln2_b), n, h, red, st);
   cuda::layer_norm_backward_input(dt, r.x1.as(), r.mu2.as<float>(), r.rstd2.as<float>(), P.f(L.ln2_g), th1_.as(),
@@ -501,33 +528,33 @@ void CudaBackend::layer_backward(Params& layer, const Record& recb, KVCache& kvb
 
   // Output projection: x1 = x + ctx Wo + bo.
   cuda::bias_grad(dt, th2_.as(), P.g(L.b_o), n, h, red, st);
-  gemm(true, false, h, h, n, 1.f, lp(r.ctx.as(), h), lp(th2_.as(), h), 1.f, P.g(L.w_o), CUDA_R_32F, h);
-  gemm(false, true, n, h, h, 1.f, lp(th2_.as(), h), lp(P.w(L.w_o), h), 0.f, th1_.as(), lpt(), h);  // th1 = dctx
+  gemm(true, false, w, h, n, 1.f, lp(r.ctx.as(), w), lp(th2_.as(), h), 1.f, P.g(L.w_o), CUDA_R_32F, h);
+  gemm(false, true, n, w, h, 1.f, lp(th2_.as(), h), lp(P.w(L.w_o), h), 0.f, th1_.as(), lpt(), w);  // th1 = dctx
 
   // Attention over the prefix [0, nk): dK/dV of all earlier tokens accumulate (fp32) in the cache.
   const float scale = 1.f / std::sqrt(static_cast<float>(dh));
   const long long pstride = static_cast<long long>(l) * nk;
   for (int q = 0; q < sl.batch; ++q) {
-    const void* Q = at(r.qkv.as(), static_cast<std::size_t>(q) * l * 3 * h);
-    const void* K = at(kv.k.as(), static_cast<std::size_t>(q) * max_len * h);
-    const void* V = at(kv.v.as(), static_cast<std::size_t>(q) * max_len * h);
-    float* dK = kv.dk.as<float>() + static_cast<std::size_t>(q) * max_len * h;
-    float* dV = kv.dv.as<float>() + static_cast<std::size_t>(q) * max_len * h;
+    const void* Q = at(r.qkv.as(), static_cast<std::size_t>(q) * l * 3 * w);
+    const void* K = at(kv.k.as(), static_cast<std::size_t>(q) * max_len * w);
+    const void* V = at(kv.v.as(), static_cast<std::size_t>(q) * max_len * w);
+    float* dK = kv.dk.as<float>() + static_cast<std::size_t>(q) * max_len * w;
+    float* dV = kv.dv.as<float>() + static_cast<std::size_t>(q) * max_len * w;
     const void* Pq = at(r.probs.as(), static_cast<std::size_t>(q) * nh * pstride);
-    const void* dO = at(th1_.as(), static_cast<std::size_t>(q) * l * h);
-    gemm(false, true, l, nk, dh, 1.f, lp(dO, h, dh), lp(V, h, dh), 0.f, scores_.as(), CUDA_R_32F, nk, pstride, nh);
-    gemm(true, false, nk, dh, l, 1.f, lp(Pq, nk, pstride), lp(dO, h, dh), 1.f, dV, CUDA_R_32F, h, dh, nh);
+    const void* dO = at(th1_.as(), static_cast<std::size_t>(q) * l * w);
+    gemm(false, true, l, nk, dh, 1.f, lp(dO, w, dh), lp(V, w, dh), 0.f, scores_.as(), CUDA_R_32F, nk, pstride, nh);
+    gemm(true, false, nk, dh, l, 1.f, lp(Pq, nk, pstride), lp(dO, w, dh), 1.f, dV, CUDA_R_32F, w, dh, nh);
     cuda::softmax_backward(dt, scores_.as<float>(), Pq, ds_.as(), scale, nh * l, nk, st);
-    gemm(false, false, l, dh, nk, 1.f, lp(ds_.as(), nk, pstride), lp(K, h, dh), 0.f,
-         at(t3h_.as(), static_cast<std::size_t>(q) * l * 3 * h), lpt(), 3 * h, dh, nh);  // dQ
-    gemm(true, false, nk, dh, l, 1.f, lp(ds_.as(), nk, pstride), lp(Q, 3 * h, dh), 1.f, dK, CUDA_R_32F, h, dh, nh);
+    gemm(false, false, l, dh, nk, 1.f, lp(ds_.as(), nk, pstride), lp(K, w, dh), 0.f,
+         at(t3h_.as(), static_cast<std::size_t>(q) * l * 3 * w), lpt(), 3 * w, dh, nh);  // dQ
+    gemm(true, false, nk, dh, l, 1.f, lp(ds_.as(), nk, pstride), lp(Q, 3 * w, dh), 1.f, dK, CUDA_R_32F, w, dh, nh);
   }
   // The slice's own dK/dV are complete: every later slice's backward has already added its share.
-  cuda::kv_grad_gather(dt, kv.dk.as<float>(), kv.dv.as<float>(), t3h_.as(), sl.batch, l, c, max_len, h, st);
+  cuda::kv_grad_gather(dt, kv.dk.as<float>(), kv.dv.as<float>(), t3h_.as(), sl.batch, l, c, max_len, w, st);
 
-  cuda::bias_grad(dt, t3h_.as(), P.g(L.b_qkv), n, 3 * h, red, st);
-  gemm(true, false, h, 3 * h, n, 1.f, lp(r.a1.as(), h), lp(t3h_.as(), 3 * h), 1.f, P.g(L.w_qkv), CUDA_R_32F, 3 * h);
-  gemm(false, true, n, h, 3 * h, 1.f, lp(t3h_.as(), 3 * h), lp(P.w(L.w_qkv), 3 * h), 0.f, th1_.as(), lpt(), h);
+  cuda::bias_grad(dt, t3h_.as(), P.g(L.b_qkv), n, 3 * w, red, st);
+  gemm(true, false, h, 3 * w, n, 1.f, lp(r.a1.as(), h), lp(t3h_.as(), 3 * w), 1.f, P.g(L.w_qkv), CUDA_R_32F, 3 * w);
+  gemm_tp_sum(s, true, n, h, 3 * w, lp(t3h_.as(), 3 * w), lp(P.w(L.w_qkv), 3 * w), th1_.as());  // dLN1 out
   cuda::layer_norm_backward_params(dt, r.x.as(), r.mu1.as<float>(), r.rstd1.as<float>(), th1_.as(), P.g(L.ln1_g),
                                    P.g(L.ln1_b), n, h, red, st);
   cuda::layer_norm_backward_input(dt, r.x.as(), r.mu1.as<float>(), r.rstd1.as<float>(), P.f(L.ln1_g), th1_.as(),

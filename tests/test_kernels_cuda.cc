@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -140,6 +143,150 @@ TEST(KernelsCuda, LayerForwardBackwardMatchesReference) {
     std::printf("[ cuda ] %s layer h=256 slices [48,32,48] x 2: rel L2 err y %.2e, dx %.2e, grads %.2e (tol %.0e)\n",
                 gpu->name().c_str(), worst_y, worst_dx, worst_g, tol);
   }
+}
+
+#ifdef PIPESCOPE_HAVE_CUDA
+// In-process sum over the tp shards of a layer, each shard a CUDA backend on its own thread: a call waits for
+// the shard's stream, copies the fp32 device buffer to the host, waits for every shard, and writes the sum (in
+// rank order) back.
+class DeviceSumGroup {
+ public:
+  explicit DeviceSumGroup(int n) : n_(n), parts_(n) {}
+  void all_reduce(int rank, Backend& be, void* data, std::size_t count) {
+    be.synchronize();  // the backend enqueued the partial sum's GEMM; it must have run
+    std::vector<float> mine(count);
+    CUDA_CHECK(cudaMemcpy(mine.data(), data, count * sizeof(float), cudaMemcpyDeviceToHost));
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return taken_ == 0 || arrived_ < n_; });  // the previous call is fully consumed
+      parts_[rank] = std::move(mine);
+      const long gen = gen_;
+      if (++arrived_ == n_) {
+        sum_ = parts_[0];
+        for (int k = 1; k < n_; ++k)
+          for (std::size_t i = 0; i < count; ++i) sum_[i] += parts_[k][i];
+        gen_++;
+        cv_.notify_all();
+      } else {
+        cv_.wait(lk, [&] { return gen_ != gen; });
+      }
+      mine = sum_;
+      if (++taken_ == n_) {
+        arrived_ = taken_ = 0;
+        cv_.notify_all();
+      }
+    }
+    calls_[rank]++;
+    CUDA_CHECK(cudaMemcpy(data, mine.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  int calls(int rank) const { return calls_[rank]; }
+
+ private:
+  int n_, arrived_ = 0, taken_ = 0;
+  long gen_ = 0;
+  std::vector<std::vector<float>> parts_;
+  std::vector<float> sum_;
+  int calls_[8] = {};
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+#endif
+
+// Megatron tensor parallelism on CUDA: 2 shards of a layer (2 of 4 heads, ffn / 2 columns each), joined by an
+// fp32 sum, give the unsharded fp64 reference's outputs and input gradients, and each shard's parameter gradients
+// are the same cut of the reference's, over 2 slices with K/V context (dK/dV accumulated across them).
+TEST(KernelsCuda, TensorParallelShardsMatchUnshardedReference) {
+  SKIP_WITHOUT_GPU();
+#ifdef PIPESCOPE_HAVE_CUDA
+  constexpr int kTp = 2;
+  ModelShape m;
+  m.layer = {256, 4, 1024};
+  m.vocab = 64;
+  m.max_seq = 96;
+  const int b = 2;
+  const std::vector<int> lens{48, 48};
+  const std::vector<double> params = init_params(ModuleKind::kLayer, m, 5, 0.05, 0.1);
+  std::mt19937_64 rng(6);
+  std::vector<std::vector<double>> xs, dys;
+  for (int l : lens) {
+    xs.push_back(random_vec(static_cast<std::size_t>(b) * l * m.layer.hidden, rng));
+    dys.push_back(random_vec(static_cast<std::size_t>(b) * l * m.layer.hidden, rng));
+  }
+  ModelShape shard = m;
+  shard.layer.tp = kTp;
+  const LayerLayout L = LayerLayout::of(shard.layer);
+  const std::vector<std::pair<const char*, std::pair<std::size_t, std::size_t>>> tensors{
+      {"ln1", {L.ln1_g, L.w_qkv - L.ln1_g}},   {"w_qkv", {L.w_qkv, L.b_qkv - L.w_qkv}},
+      {"b_qkv", {L.b_qkv, L.w_o - L.b_qkv}},   {"w_o", {L.w_o, L.b_o - L.w_o}},
+      {"b_o", {L.b_o, L.ln2_g - L.b_o}},       {"ln2", {L.ln2_g, L.w_fc1 - L.ln2_g}},
+      {"w_fc1", {L.w_fc1, L.b_fc1 - L.w_fc1}}, {"b_fc1", {L.b_fc1, L.w_fc2 - L.b_fc1}},
+      {"w_fc2", {L.w_fc2, L.b_fc2 - L.w_fc2}}, {"b_fc2", {L.b_fc2, L.size - L.b_fc2}}};
+  auto cpu = make_cpu_backend(DType::kF64);
+  for (DType dt : gpu_dtypes()) {
+    {  // A shard cannot run without the all-reduce.
+      auto gpu = make_cuda_backend(dt);
+      auto p = gpu->params(ModuleKind::kLayer, shard);
+      p->set(shard_params(ModuleKind::kLayer, shard, 0, params));
+      auto kv = gpu->kv_cache(shard.layer, b, m.max_seq);
+      auto rec = gpu->record();
+      auto x = gpu->tensor(b * lens[0], m.layer.hidden), y = gpu->tensor(0, 0);
+      x->upload(xs[0]);
+      EXPECT_THROW(gpu->layer_forward(*p, *x, {b, 0, lens[0]}, *kv, *rec, *y), KernelError);
+      // A cache made for the unsharded layer does not fit the shard.
+      gpu->set_tp_all_reduce([](void*, std::size_t, DType) {});
+      auto whole_kv = gpu->kv_cache(m.layer, b, m.max_seq);
+      EXPECT_THROW(gpu->layer_forward(*p, *x, {b, 0, lens[0]}, *whole_kv, *rec, *y), KernelError);
+    }
+    DeviceSumGroup group(kTp);
+    std::vector<LayerRun> got(kTp);
+    std::vector<std::string> errors(kTp);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kTp; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          auto gpu = make_cuda_backend(dt);
+          Backend* be = gpu.get();
+          gpu->set_tp_all_reduce([&group, be, r](void* data, std::size_t n, DType t) {
+            if (t != DType::kF32) throw KernelError("the CUDA backend's TP all-reduce should be fp32");
+            group.all_reduce(r, *be, data, n);
+          });
+          got[r] = run_layer(*gpu, shard, shard_params(ModuleKind::kLayer, shard, r, params), xs, dys, lens, b);
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < kTp; ++r) {
+      ASSERT_TRUE(errors[r].empty()) << "shard " << r << ": " << errors[r];
+      EXPECT_EQ(group.calls(r), 4 * static_cast<int>(lens.size())) << "2 all-reduces per forward and per backward";
+    }
+    // The reference sees the 16-bit-rounded inputs the shards saw (both rounded the same host values).
+    const LayerRun want = run_layer(*cpu, m, params, got[0].x, got[0].dy, lens, b);
+    const double tol = tolerance(dt);
+    double worst_y = 0, worst_dx = 0, worst_g = 0;
+    for (int r = 0; r < kTp; ++r) {
+      for (std::size_t i = 0; i < lens.size(); ++i) {
+        const double ey = rel_l2(got[r].y[i], want.y[i]), edx = rel_l2(got[r].dx[i], want.dx[i]);
+        EXPECT_LE(ey, tol) << dtype_name(dt) << " shard " << r << " slice " << i << " y";
+        EXPECT_LE(edx, tol) << dtype_name(dt) << " shard " << r << " slice " << i << " dx";
+        worst_y = std::max(worst_y, ey);
+        worst_dx = std::max(worst_dx, edx);
+      }
+      const std::vector<double> cut = shard_params(ModuleKind::kLayer, shard, r, want.grads);
+      ASSERT_EQ(got[r].grads.size(), cut.size());
+      for (const auto& [name, span] : tensors) {
+        const double e =
+            rel_l2(slice_of(got[r].grads, span.first, span.second), slice_of(cut, span.first, span.second));
+        EXPECT_LE(e, tol) << dtype_name(dt) << " shard " << r << " grad " << name;
+        worst_g = std::max(worst_g, e);
+      }
+    }
+    std::printf(
+        "[ cuda ] %s tp 2 layer h=256 slices [48,48] x 2 vs unsharded f64: rel L2 err y %.2e, dx %.2e, grads %.2e "
+        "(tol %.0e)\n",
+        dtype_name(dt), worst_y, worst_dx, worst_g, tol);
+  }
+#endif
 }
 
 TEST(KernelsCuda, EmbeddingHeadAndLossMatchReference) {
