@@ -5,10 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <functional>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -16,6 +14,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/reference.h"
+#include "tests/tp_sum_group.h"
 
 namespace pipescope::kernels {
 namespace {
@@ -559,40 +558,7 @@ TEST(KernelsAdam, MatchesHandComputedSteps) {
   EXPECT_THROW(be->adam_step(*prm, c2, 0), KernelError);
 }
 
-// In-process sum over the tp shards of a layer: each call blocks until every shard contributed, then every
-// shard gets the sum in rank order (deterministic).
-class SumGroup {
- public:
-  explicit SumGroup(int n) : n_(n), parts_(n) {}
-  void all_reduce(int rank, double* data, std::size_t count) {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return taken_ == 0 || arrived_ < n_; });  // the previous call is fully consumed
-    parts_[rank].assign(data, data + count);
-    const long gen = gen_;
-    if (++arrived_ == n_) {
-      sum_ = parts_[0];
-      for (int k = 1; k < n_; ++k)
-        for (std::size_t i = 0; i < count; ++i) sum_[i] += parts_[k][i];
-      gen_++;
-      cv_.notify_all();
-    } else {
-      cv_.wait(l, [&] { return gen_ != gen; });
-    }
-    std::copy(sum_.begin(), sum_.end(), data);
-    if (++taken_ == n_) {
-      arrived_ = taken_ = 0;
-      cv_.notify_all();
-    }
-  }
-
- private:
-  int n_, arrived_ = 0, taken_ = 0;
-  long gen_ = 0;
-  std::vector<std::vector<double>> parts_;
-  std::vector<double> sum_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-};
+using SumGroup = pipescope::testing::TpSumGroup<double>;
 
 // What one layer gives on slices [5, 3, 4] of 2 sequences: every slice's output and input gradient, and the
 // parameter gradients. Forward in slice order, backward in reverse, so the earlier slices' dK/dV accumulate.

@@ -5,15 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "kernels/backend.h"
+#include "tests/tp_sum_group.h"
 #ifdef PIPESCOPE_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -151,44 +150,18 @@ TEST(KernelsCuda, LayerForwardBackwardMatchesReference) {
 // rank order) back.
 class DeviceSumGroup {
  public:
-  explicit DeviceSumGroup(int n) : n_(n), parts_(n) {}
+  explicit DeviceSumGroup(int n) : host_(n) {}
   void all_reduce(int rank, Backend& be, void* data, std::size_t count) {
     be.synchronize();  // the backend enqueued the partial sum's GEMM; it must have run
     std::vector<float> mine(count);
     CUDA_CHECK(cudaMemcpy(mine.data(), data, count * sizeof(float), cudaMemcpyDeviceToHost));
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return taken_ == 0 || arrived_ < n_; });  // the previous call is fully consumed
-      parts_[rank] = std::move(mine);
-      const long gen = gen_;
-      if (++arrived_ == n_) {
-        sum_ = parts_[0];
-        for (int k = 1; k < n_; ++k)
-          for (std::size_t i = 0; i < count; ++i) sum_[i] += parts_[k][i];
-        gen_++;
-        cv_.notify_all();
-      } else {
-        cv_.wait(lk, [&] { return gen_ != gen; });
-      }
-      mine = sum_;
-      if (++taken_ == n_) {
-        arrived_ = taken_ = 0;
-        cv_.notify_all();
-      }
-    }
-    calls_[rank]++;
+    host_.all_reduce(rank, mine.data(), count);
     CUDA_CHECK(cudaMemcpy(data, mine.data(), count * sizeof(float), cudaMemcpyHostToDevice));
   }
-  int calls(int rank) const { return calls_[rank]; }
+  int calls(int rank) const { return host_.calls(rank); }
 
  private:
-  int n_, arrived_ = 0, taken_ = 0;
-  long gen_ = 0;
-  std::vector<std::vector<float>> parts_;
-  std::vector<float> sum_;
-  int calls_[8] = {};
-  std::mutex mu_;
-  std::condition_variable cv_;
+  pipescope::testing::TpSumGroup<float> host_;
 };
 #endif
 
