@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -12,13 +13,37 @@
 #include <utility>
 
 #include "kernels/backend.h"
+#include "kernels/block_cache.h"
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_ops.h"
 
 namespace pipescope::kernels {
 namespace {
 
-// Owning device allocation that only grows; growing discards the contents.
+// Every buffer takes its blocks from its context's BlockCache (kernels/block_cache.h): no cudaFree, which
+// synchronises the device, while a rank runs. A block is reused only by buffers of the same context, whose kernels
+// all run on its one stream, so stream order makes reuse safe; the NCCL transport orders each operation after
+// everything the stream had enqueued (its `ready` event), and the executor keeps a send's buffer until the send
+// completes.
+DeviceAllocator cuda_allocator() {
+  DeviceAllocator a;
+  a.allocate = [](std::size_t bytes) -> void* {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky; clear it so the next check does not see it
+      return nullptr;
+    }
+    CUDA_CHECK(e);
+    return p;
+  };
+  a.free = [](void* p) { cudaFree(p); };  // from destructors too: an error here cannot be reported
+  a.synchronize = [] { CUDA_CHECK(cudaDeviceSynchronize()); };
+  return a;
+}
+
+// Owning device allocation that only grows; growing discards the contents. Blocks come from and go back to the
+// context's BlockCache it is bound to.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -26,16 +51,18 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
+  void bind(BlockCache* cache) {
+    release();
+    cache_ = cache;
+  }
   void reserve(std::size_t bytes) {
     if (bytes <= cap_) return;
-    // Queued work may still read the old buffer (any stream); growth is rare, so wait for it all.
-    if (p_) CUDA_CHECK(cudaDeviceSynchronize());
-    release();
-    CUDA_CHECK(cudaMalloc(&p_, bytes));
-    cap_ = bytes;
+    if (!cache_) throw KernelError("DeviceBuffer::reserve: buffer not bound to a context's cache");
+    release();  // back to the cache: the stream's queued work on it runs before any later reuse
+    p_ = cache_->take(bytes, &cap_);
   }
   void release() {
-    if (p_) cudaFree(p_);  // from destructors too: an error here cannot be reported
+    if (p_) cache_->give(p_, cap_);
     p_ = nullptr;
     cap_ = 0;
   }
@@ -47,6 +74,7 @@ class DeviceBuffer {
  private:
   void* p_ = nullptr;
   std::size_t cap_ = 0;
+  BlockCache* cache_ = nullptr;
 };
 
 // Offset a 16-bit array by elements.
@@ -72,7 +100,12 @@ struct Ctx {
   DType dt = DType::kBF16;
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  BlockCache cache{cuda_allocator()};  // every buffer of the objects below; outlives them (they hold the context)
   DeviceBuffer staging;  // fp32 staging for host <-> 16-bit conversions
+
+  Ctx() { staging.bind(&cache); }
+  Ctx(const Ctx&) = delete;
+  Ctx& operator=(const Ctx&) = delete;
 
   ~Ctx() {
     if (blas) cublasDestroy(blas);
@@ -105,6 +138,7 @@ To& as(From& obj, const char* what) {
 class CudaTensor final : public Tensor {
  public:
   CudaTensor(std::shared_ptr<Ctx> ctx, int rows, int cols) : ctx_(std::move(ctx)) {
+    buf_.bind(&ctx_->cache);
     dtype_ = ctx_->dt;
     resize(rows, cols);
   }
@@ -144,6 +178,7 @@ class CudaParams final : public Params {
     kind_ = kind;
     shape_ = shape;
     size_ = param_count(kind, shape);
+    for (DeviceBuffer* b : {&master_, &grad_, &m_, &v_, &lp_}) b->bind(&ctx_->cache);
     for (DeviceBuffer* b : {&master_, &grad_, &m_, &v_}) b->reserve(size_ * sizeof(float));
     lp_.reserve(size_ * 2);
     for (DeviceBuffer* b : {&master_, &grad_, &m_, &v_})
@@ -180,8 +215,11 @@ class CudaParams final : public Params {
 };
 
 class CudaKV final : public KVCache {
+  std::shared_ptr<Ctx> ctx_;  // first: the buffers below give their blocks back to its cache when destroyed
+
  public:
   CudaKV(std::shared_ptr<Ctx> ctx, const LayerShape& shape, int batch, int max_len) : ctx_(std::move(ctx)) {
+    for (DeviceBuffer* b : {&k, &v, &dk, &dv}) b->bind(&ctx_->cache);
     shape.validate();
     state_ = KVState(batch, max_len);
     hidden = shape.hidden;
@@ -199,17 +237,17 @@ class CudaKV final : public KVCache {
   int hidden = 0;
   int width = 0;              // the shard's attention width (hidden when tp = 1)
   DeviceBuffer k, v, dk, dv;  // [batch, max_len, width]: 16-bit K/V, fp32 dK/dV
-
- private:
-  std::shared_ptr<Ctx> ctx_;
 };
 
 class CudaRecord final : public Record {
+  std::shared_ptr<Ctx> ctx_;  // first: outlives the buffers, which give their blocks back to its cache
+
  public:
+  explicit CudaRecord(std::shared_ptr<Ctx> c) : ctx_(std::move(c)) {
+    for (DeviceBuffer* b : buffers()) b->bind(&ctx_->cache);
+  }
   void release() override {
-    for (DeviceBuffer* b : {&x,     &a1,  &qkv,   &ctx, &x1, &a2,      &u,   &g,     &probs,    &mu1,
-                            &rstd1, &mu2, &rstd2, &hx,  &ha, &dlogits, &hmu, &hrstd, &row_loss, &targets})
-      b->release();
+    for (DeviceBuffer* b : buffers()) b->release();
     has_layer = has_head = false;
   }
   // Layer forward.
@@ -223,6 +261,12 @@ class CudaRecord final : public Record {
   Slice head_slice;
   double loss_norm = 1;
   DeviceBuffer hx, ha, dlogits, hmu, hrstd, row_loss, targets;
+
+ private:
+  std::array<DeviceBuffer*, 20> buffers() {
+    return {&x,     &a1,  &qkv,   &ctx, &x1, &a2,      &u,   &g,     &probs,    &mu1,
+            &rstd1, &mu2, &rstd2, &hx,  &ha, &dlogits, &hmu, &hrstd, &row_loss, &targets};
+  }
 };
 
 // CUDA events on the backend's stream; one pool of events reused across iterations (created on demand).
@@ -286,6 +330,8 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&ctx_->blas));
     CUBLAS_CHECK(cublasSetStream(ctx_->blas, ctx_->stream));
+    for (DeviceBuffer* b : {&scores_, &ds_, &tf_, &t3h_, &th1_, &th2_, &red_, &logits_, &ids_, &tsum_})
+      b->bind(&ctx_->cache);
   }
 
   std::string name() const override {
@@ -300,7 +346,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<KVCache> kv_cache(const LayerShape& shape, int batch, int max_len) override {
     return std::make_unique<CudaKV>(ctx_, shape, batch, max_len);
   }
-  std::unique_ptr<Record> record() override { return std::make_unique<CudaRecord>(); }
+  std::unique_ptr<Record> record() override { return std::make_unique<CudaRecord>(ctx_); }
 
   void layer_forward(const Params& layer, const Tensor& xt, const Slice& sl, KVCache& kvb, Record& recb,
                      Tensor& yt) override;

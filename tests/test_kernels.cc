@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/block_cache.h"
 #include "kernels/reference.h"
 #include "tests/tp_sum_group.h"
 
@@ -707,3 +708,79 @@ TEST(KernelsTensorParallel, BadShardsAreRejected) {
 
 }  // namespace
 }  // namespace pipescope::kernels
+
+// The CUDA backend's block cache, on a fake device of 8 KiB: reuse without freeing, best fit within 2x,
+// and the one synchronising trim when the device is full.
+namespace {
+struct FakeDevice {
+  std::size_t capacity = 8192, used = 0;
+  int frees = 0, syncs = 0;
+  std::vector<std::pair<char*, std::size_t>> live;
+  pipescope::kernels::DeviceAllocator allocator() {
+    pipescope::kernels::DeviceAllocator a;
+    a.allocate = [this](std::size_t n) -> void* {
+      if (used + n > capacity) return nullptr;
+      used += n;
+      live.emplace_back(new char[n], n);
+      return live.back().first;
+    };
+    a.free = [this](void* p) {
+      frees++;
+      auto it = std::find_if(live.begin(), live.end(), [&](const auto& b) { return b.first == p; });
+      ASSERT_NE(it, live.end()) << "freed a block that was never allocated";
+      used -= it->second;
+      delete[] it->first;
+      live.erase(it);
+    };
+    a.synchronize = [this] { syncs++; };
+    return a;
+  }
+};
+}  // namespace
+
+TEST(KernelsBlockCache, ReusesBlocksWithoutFreeing) {
+  FakeDevice dev;
+  {
+    pipescope::kernels::BlockCache cache(dev.allocator());
+    std::size_t got = 0;
+    void* a = cache.take(1000, &got);
+    EXPECT_EQ(got, 1024u);  // rounded up to 512-byte bins
+    void* b = cache.take(3000, &got);
+    EXPECT_EQ(got, 3072u);
+    cache.give(a, 1024);
+    cache.give(b, 3072);
+    EXPECT_EQ(cache.cached_bytes(), 4096u);
+    // Best fit: 600 B (-> 1024) takes the 1 KiB block, not the 3 KiB one.
+    EXPECT_EQ(cache.take(600, &got), a);
+    EXPECT_EQ(got, 1024u);
+    // 1 KiB is not taken from 3 KiB (more than twice the request): a new block instead.
+    cache.give(a, 1024);
+    void* c = cache.take(1024, &got);
+    EXPECT_EQ(c, a);
+    void* d = cache.take(1024, &got);
+    EXPECT_NE(d, b);
+    EXPECT_EQ(cache.allocations(), 3);
+    EXPECT_EQ(cache.hits(), 2);
+    EXPECT_EQ(dev.frees, 0);
+    EXPECT_EQ(dev.syncs, 0);
+    // The device is full (1 + 3 + 1 KiB of 8 KiB; 4 KiB more does not fit): the cached 3 KiB block is freed
+    // after one synchronisation, then the allocation succeeds.
+    EXPECT_EQ(dev.used, 5120u);
+    void* e = cache.take(4000, &got);
+    EXPECT_NE(e, nullptr);
+    EXPECT_EQ(dev.syncs, 1);
+    EXPECT_EQ(dev.frees, 1);
+    EXPECT_EQ(cache.cached_bytes(), 0u);
+    EXPECT_EQ(cache.device_bytes(), 6144u);
+    // Nothing cached and still no room: a clear error, not a null pointer.
+    try {
+      cache.take(4096, &got);
+      FAIL() << "expected out of memory";
+    } catch (const std::runtime_error& err) {
+      EXPECT_NE(std::string(err.what()).find("out of memory allocating 4096 bytes"), std::string::npos) << err.what();
+    }
+    for (void* p : {c, d, e}) cache.give(p, p == e ? 4096 : 1024);
+  }
+  EXPECT_EQ(dev.used, 0u);  // the cache frees every block when destroyed
+  EXPECT_TRUE(dev.live.empty());
+}
