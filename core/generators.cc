@@ -14,8 +14,9 @@ namespace {
   throw std::invalid_argument(where + ": " + what);
 }
 
-// Common argument checks; returns the largest slice count.
-int validate(const char* where, int p, int v, const std::vector<MicroBatch>& mbs, int seq_len) {
+}  // namespace
+
+int check_generator_args(const char* where, int p, int v, const std::vector<MicroBatch>& mbs, int seq_len) {
   if (p < 1) invalid(where, "pipeline ranks p must be >= 1, got " + std::to_string(p));
   if (v < 1) invalid(where, "chunks per rank v must be >= 1, got " + std::to_string(v));
   if (mbs.empty()) invalid(where, "at least one micro-batch is needed");
@@ -37,6 +38,8 @@ int validate(const char* where, int p, int v, const std::vector<MicroBatch>& mbs
   }
   return kmax;
 }
+
+namespace {
 
 void require_unsliced(const char* where, const std::vector<MicroBatch>& mbs) {
   for (std::size_t i = 0; i < mbs.size(); i++)
@@ -89,7 +92,7 @@ std::vector<MicroBatch> sliced_microbatches(int m, int mbs, const std::vector<in
 }
 
 Schedule make_gpipe(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
-  const int kmax = validate("make_gpipe", p, 1, mbs, seq_len);
+  const int kmax = check_generator_args("make_gpipe", p, 1, mbs, seq_len);
   // With token slices this is exactly TeraPipe's schedule (spec/terapipe.md 6).
   Schedule s = schedule_skeleton(kmax > 1 ? "terapipe" : "gpipe", p, 1, mbs, seq_len);
   for (int r = 0; r < p; r++) {
@@ -105,7 +108,7 @@ Schedule make_gpipe(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
 int warmup_1f1b(int p, int m, int r) { return std::min(p - r - 1, m); }
 
 Schedule make_1f1b(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
-  validate("make_1f1b", p, 1, mbs, seq_len);
+  check_generator_args("make_1f1b", p, 1, mbs, seq_len);
   require_unsliced("make_1f1b", mbs);
   Schedule s = schedule_skeleton("1f1b", p, 1, mbs, seq_len);
   const int m = s.m;
@@ -129,7 +132,7 @@ int warmup_interleaved(int p, int m, int v, int r) {
 
 Schedule make_interleaved(int p, int v, const std::vector<MicroBatch>& mbs, int seq_len) {
   const char* where = "make_interleaved";
-  validate(where, p, v, mbs, seq_len);
+  check_generator_args(where, p, v, mbs, seq_len);
   require_unsliced(where, mbs);
   const int m = static_cast<int>(mbs.size());
   if (m % p != 0)

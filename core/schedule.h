@@ -114,6 +114,9 @@ std::vector<MicroBatch> sliced_microbatches(int m, int mbs, const std::vector<in
 // Building blocks shared by every generator: an empty schedule with its micro-batch table, and one op
 // with its virtual stage and token range filled in from that table.
 Schedule schedule_skeleton(const char* name, int p, int v, const std::vector<MicroBatch>& mbs, int seq_len);
+// Argument checks of every generator (p, v >= 1; micro-batches of >= 1 sequence whose slices start at token 0,
+// increase, and start before seq_len); throws std::invalid_argument naming `where`. Returns the most slices.
+int check_generator_args(const char* where, int p, int v, const std::vector<MicroBatch>& mbs, int seq_len);
 Op make_op(const Schedule& s, OpKind kind, int rank, int chunk, int mb, int slice);
 
 // GPipe: all forwards (micro-batch order, slices in order), then all backwards (slices reversed).

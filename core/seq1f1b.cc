@@ -15,25 +15,15 @@ namespace {
   throw std::invalid_argument(where + ": " + what);
 }
 
-// Checks shared by both generators; returns k (the same for every micro-batch).
+// The common checks, and the same k for every micro-batch (the partial queue pairs segment j of every one);
+// returns k.
 int validate(const char* where, int p, int v, const std::vector<MicroBatch>& mbs, int seq_len) {
-  if (p < 1) invalid(where, "pipeline ranks p must be >= 1, got " + std::to_string(p));
-  if (v < 1) invalid(where, "chunks per rank v must be >= 1, got " + std::to_string(v));
-  if (mbs.empty()) invalid(where, "at least one micro-batch is needed");
-  if (seq_len < 1) invalid(where, "seq_len must be >= 1, got " + std::to_string(seq_len));
+  check_generator_args(where, p, v, mbs, seq_len);
   const int k = static_cast<int>(mbs[0].slice_begin.size());
-  for (std::size_t i = 0; i < mbs.size(); i++) {
-    const auto& b = mbs[i].slice_begin;
-    const std::string which = "micro-batch " + std::to_string(i);
-    if (mbs[i].seq_count < 1) invalid(where, which + " has " + std::to_string(mbs[i].seq_count) + " sequences");
-    if (static_cast<int>(b.size()) != k)
-      invalid(where, which + " has " + std::to_string(b.size()) + " segments, micro-batch 0 has " + std::to_string(k) +
-                         " (Seq1F1B needs the same k for all)");
-    if (b.empty() || b[0] != 0) invalid(where, which + ": its first segment must start at token 0");
-    for (std::size_t j = 1; j < b.size(); j++)
-      if (b[j] <= b[j - 1]) invalid(where, which + ": segment " + std::to_string(j) + " is empty or out of order");
-    if (b.back() >= seq_len) invalid(where, which + ": the last segment starts beyond seq_len");
-  }
+  for (std::size_t i = 0; i < mbs.size(); i++)
+    if (static_cast<int>(mbs[i].slice_begin.size()) != k)
+      invalid(where, "micro-batch " + std::to_string(i) + " has " + std::to_string(mbs[i].slice_begin.size()) +
+                         " segments, micro-batch 0 has " + std::to_string(k) + " (Seq1F1B needs the same k for all)");
   return k;
 }
 
