@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/json_text.h"
+#include "core/trace_json.h"
 
 namespace pipescope::runtime {
 
@@ -71,41 +72,16 @@ void write_measured_trace(std::ostream& os, const LoweredSchedule& ls, const Pla
   for (const Event& e : events)
     tracks.emplace(std::make_pair(e.gpu, e.lane), "gpu" + std::to_string(e.gpu % gpn) +
                                                       (e.lane == 0 ? " compute" : " comm " + std::to_string(e.lane)));
-  char num[64];
-  std::snprintf(num, sizeof num, "%.9f", iteration_s);
-  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"schedule\":\"" << json_escape(ls.schedule.name)
-     << "\",\"source\":\"measured\",\"backend\":\"" << json_escape(r.backend) << "\",\"iteration_s\":" << num
-     << "},\"traceEvents\":[\n";
-  bool first = true;
-  auto sep = [&]() -> std::ostream& {
-    if (!first) os << ",\n";
-    first = false;
-    return os;
-  };
-  int last_node = -1;
-  for (const auto& [key, name] : tracks) {
-    const int node = key.first / gpn;
-    const int tid = (key.first % gpn) * 100 + key.second;
-    if (node != last_node) {
-      sep() << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << node << ",\"tid\":0,\"args\":{\"name\":\""
-            << json_escape(label) << "node" << node << "\"}}";
-      sep() << "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" << node
-            << ",\"tid\":0,\"args\":{\"sort_index\":" << node << "}}";
-      last_node = node;
-    }
-    sep() << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << node << ",\"tid\":" << tid << ",\"args\":{\"name\":\""
-          << name << "\"}}";
-    sep() << "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":" << node << ",\"tid\":" << tid
-          << ",\"args\":{\"sort_index\":" << tid << "}}";
-  }
-  char buf[200];
+  TraceJsonWriter tw(os, gpn,
+                     "\"schedule\":\"" + json_escape(ls.schedule.name) + "\",\"source\":\"measured\",\"backend\":\"" +
+                         json_escape(r.backend) + "\",\"iteration_s\":" + TraceJsonWriter::seconds_text(iteration_s));
+  tw.tracks(tracks, label);
   for (const Event& e : events) {
-    std::snprintf(buf, sizeof buf, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", e.gpu / gpn,
-                  (e.gpu % gpn) * 100 + e.lane, e.start * 1e6, std::max(0.0, e.end - e.start) * 1e6);
-    sep() << "{\"name\":\"" << json_escape(lowered_op_name(ls, e.worker, e.op)) << "\",\"cat\":\"" << e.cat << '"'
-          << buf << ",\"args\":{\"worker\":" << e.worker << ",\"op\":" << e.op << "}}";
+    tw.event(lowered_op_name(ls, e.worker, e.op), e.cat, e.gpu, e.lane, e.start, e.end)
+        << "\"worker\":" << e.worker << ",\"op\":" << e.op;
+    tw.close_event();
   }
-  os << "\n]}\n";
+  tw.finish();
 }
 
 std::string merge_traces(const std::string& simulated_json, const std::string& measured_json) {

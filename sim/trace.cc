@@ -14,6 +14,7 @@
 
 #include "core/dag.h"
 #include "core/json_text.h"
+#include "core/trace_json.h"
 #include "sim/report.h"
 
 namespace pipescope::sim {
@@ -66,7 +67,7 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
   }
 
   // Tracks in use: (gpu, lane) -> name; std::map keeps them ordered.
-  std::map<std::pair<std::int32_t, int>, std::string> tracks;
+  std::map<std::pair<int, int>, std::string> tracks;
   for (std::uint32_t i = 0; i < dag.size() && i < r.timing.size(); i++) {
     const DagNode& n = dag.nodes[i];
     if (n.kind == DagKind::Compute && n.gpu >= 0 && r.timing[i].end > r.timing[i].start)
@@ -76,50 +77,21 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
     tracks.emplace(std::make_pair(comms[k].gpu, lane[k]),
                    "gpu" + std::to_string(comms[k].gpu % gpn) + " comm " + std::to_string(lane[k]));
 
-  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"schedule\":\"" << json_escape(ls.schedule.name)
-     << "\",\"iteration_s\":" <<
-      [&] {
-        char b[40];
-        std::snprintf(b, sizeof b, "%.9f", r.iteration_s);
-        return std::string(b);
-      }()
-     << "},\"traceEvents\":[\n";
-  bool first = true;
-  auto sep = [&]() -> std::ostream& {
-    if (!first) os << ",\n";
-    first = false;
-    return os;
-  };
-  std::int32_t last_node = -1;
-  for (const auto& [key, name] : tracks) {
-    const std::int32_t node = key.first / gpn;
-    const int tid = (key.first % gpn) * 100 + key.second;
-    if (node != last_node) {
-      sep() << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << node << ",\"tid\":0,\"args\":{\"name\":\"node"
-            << node << "\"}}";
-      sep() << "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" << node
-            << ",\"tid\":0,\"args\":{\"sort_index\":" << node << "}}";
-      last_node = node;
-    }
-    sep() << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << node << ",\"tid\":" << tid << ",\"args\":{\"name\":\""
-          << name << "\"}}";
-    sep() << "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":" << node << ",\"tid\":" << tid
-          << ",\"args\":{\"sort_index\":" << tid << "}}";
-  }
-
-  char buf[160];
+  TraceJsonWriter w(os, gpn,
+                    "\"schedule\":\"" + json_escape(ls.schedule.name) +
+                        "\",\"iteration_s\":" + TraceJsonWriter::seconds_text(r.iteration_s));
+  w.tracks(tracks);
   auto event = [&](std::uint32_t i, const char* cat, std::int32_t gpu, int tid_lane, double start, double end) {
-    std::snprintf(buf, sizeof buf, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", gpu / gpn,
-                  (gpu % gpn) * 100 + tid_lane, start * 1e6, (end - start) * 1e6);
-    sep() << "{\"name\":\"" << json_escape(dag_node_text(dag, ls, i)) << "\",\"cat\":\"" << cat << '"' << buf
-          << ",\"args\":{\"node\":" << i;
+    std::ostream& o = w.event(dag_node_text(dag, ls, i), cat, gpu, tid_lane, start, end);
+    o << "\"node\":" << i;
     const DagNode& n = dag.nodes[i];
     if (n.kind != DagKind::Compute) {  // bytes per flow (transfers) or per call (collectives)
+      char buf[40];
       std::snprintf(buf, sizeof buf, ",\"bytes\":%.0f", n.amount);
-      os << buf;
-      if (n.kind == DagKind::Collective) os << ",\"calls\":" << n.count;
+      o << buf;
+      if (n.kind == DagKind::Collective) o << ",\"calls\":" << n.count;
     }
-    os << "}}";
+    w.close_event();
   };
   for (std::uint32_t i = 0; i < dag.size() && i < r.timing.size(); i++) {
     const DagNode& n = dag.nodes[i];
@@ -131,7 +103,7 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
     event(comms[k].node, n.kind == DagKind::Transfer ? "p2p" : "collective", comms[k].gpu, lane[k], comms[k].start,
           comms[k].end);
   }
-  os << "\n]}\n";
+  w.finish();
 }
 
 }  // namespace pipescope::sim
