@@ -8,6 +8,14 @@
 
 namespace pipescope::cli {
 
+// What the repro tables read from one simulation of a scenario. Each runs in a forked child (cli/fork_run.h):
+// SimGrid allows one engine per process. Throws std::runtime_error with the child's error.
+struct SimFigures {
+  double iteration_s = 0, tflops_per_gpu = 0, peak_mem_GB = 0;  // peak: the worst rank
+  bool oom = false;
+};
+SimFigures simulate_figures(const Scenario& s);  // cli/repro_cmd.cc
+
 Command add_repro_terapipe(CLI::App& repro);  // cli/repro_terapipe.cc
 Command add_repro_megatron(CLI::App& repro);  // cli/repro_megatron.cc
 Command add_repro_seq1f1b(CLI::App& repro);   // cli/repro_seq1f1b.cc

@@ -70,23 +70,6 @@ SimOut memory_of(const Scenario& s) {
   return o;
 }
 
-double simulate_in_child(const Scenario& s) {
-  const std::string out = run_in_child([&] {
-    auto prep = prepare(s);
-    CheckedSchedule cs = check(prep->lowered, prep->placement);
-    sim::EngineOptions eo;
-    eo.collectives = s.sim.collectives;
-    sim::SimResult r = sim::simulate(s.cluster, cs, eo);
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.17g", sim::make_report(s, cs, r).iteration_s);
-    return std::string(buf);
-  });
-  double t = 0;
-  if (std::sscanf(out.c_str(), "%lf", &t) != 1 || !(t > 0))
-    throw std::runtime_error("repro seq1f1b: malformed answer from the simulation process: " + out);
-  return t;
-}
-
 struct ReproOptions {
   std::string dir = "scenarios/seq1f1b";
   std::vector<std::string> models;
@@ -121,7 +104,7 @@ int run_repro(const ReproOptions& o) {
         row.r[i] = memory_of(s);
         if (!o.memory_only) {
           std::fprintf(stderr, "%s ...\n", f.c_str());
-          row.r[i].iteration_s = simulate_in_child(s);
+          row.r[i].iteration_s = simulate_figures(s).iteration_s;
           row.r[i].tflops = paper_tflops_per_gpu(s, row.r[i].iteration_s);
         }
       }

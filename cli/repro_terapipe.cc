@@ -110,21 +110,6 @@ void print_max_batch_table(const ReproOptions& o) {
         exact, n, lo, hi);
 }
 
-double simulate_in_child(const Scenario& s) {
-  const std::string out = run_in_child([&] {
-    auto prep = prepare(s);
-    CheckedSchedule cs = check(prep->lowered, prep->placement);
-    sim::EngineOptions eo;
-    eo.collectives = s.sim.collectives;
-    sim::SimResult r = sim::simulate(s.cluster, cs, eo);
-    sim::Report rep = sim::make_report(s, cs, r);
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.17g", rep.iteration_s);
-    return std::string(buf);
-  });
-  return std::stod(out);
-}
-
 // A slice-count miss costs what the model says the paper's scheme loses against the DP's: a flat optimum
 // makes the count fragile while the latency is not.
 void print_scheme_table(const std::vector<SchemeRow>& rows) {
@@ -140,12 +125,13 @@ void print_scheme_table(const std::vector<SchemeRow>& rows) {
     worst_sim = std::max(worst_sim, ls);
     ape += std::fabs(err);
     std::printf("%3d | %5d %5d | %10.4f %10.4f %+6.1f%% | %10.4f %10.4f %+6.1f%% | %8.3f %+6.1f%%\n", r.setting,
-                r.slices_paper, r.slices_dp, r.plan_paper_s, r.plan_dp_s, 100 * lp, r.sim_paper_s, r.sim_dp_s,
-                100 * ls, r.measured_s, 100 * err);
+                r.slices_paper, r.slices_dp, r.plan_paper_s, r.plan_dp_s, 100 * lp, r.sim_paper_s, r.sim_dp_s, 100 * ls,
+                r.measured_s, 100 * err);
   }
-  std::printf("the paper's schemes lose at most %.1f%% by the planner's formula and %.1f%% in simulation; simulated\n"
-              "with the paper's own schemes, the %zu TeraPipe latencies have a MAPE of %.1f%%\n",
-              100 * worst_plan, 100 * worst_sim, rows.size(), 100 * ape / static_cast<double>(rows.size()));
+  std::printf(
+      "the paper's schemes lose at most %.1f%% by the planner's formula and %.1f%% in simulation; simulated\n"
+      "with the paper's own schemes, the %zu TeraPipe latencies have a MAPE of %.1f%%\n",
+      100 * worst_plan, 100 * worst_sim, rows.size(), 100 * ape / static_cast<double>(rows.size()));
 }
 
 int run_repro(const ReproOptions& o) {
@@ -171,9 +157,9 @@ int run_repro(const ReproOptions& o) {
     const bool same_scheme = plan.groups.size() == 1 && plan.groups[0].slice_tokens == row.slice_tokens;
     double wo = 0, w = 0, w_paper = 0;
     try {
-      wo = simulate_in_child(without);
-      w = simulate_in_child(with);
-      w_paper = same_scheme ? w : simulate_in_child(paper);
+      wo = simulate_figures(without).iteration_s;
+      w = simulate_figures(with).iteration_s;
+      w_paper = same_scheme ? w : simulate_figures(paper).iteration_s;
     } catch (const std::exception& e) {
       std::printf("%3d %-9s | error: %s\n", row.setting, row.model, e.what());
       failed = true;
@@ -185,8 +171,8 @@ int run_repro(const ReproOptions& o) {
     const double e_sl = static_cast<double>(slices - row.slices()) / row.slices();
     const ScenarioSliceModel model = scenario_slice_model(with);
     const std::vector<MicroBatchGroup> paper_groups = {{1, model.batch, row.slice_tokens}};
-    schemes.push_back({row.setting, row.slices(), slices, row.with_s, scheme_seconds(model.t, paper_groups, model.K, model.fixed_s),
-                       plan.total_s, w_paper, w});
+    schemes.push_back({row.setting, row.slices(), slices, row.with_s,
+                       scheme_seconds(model.t, paper_groups, model.K, model.fixed_s), plan.total_s, w_paper, w});
     ape_sum += std::fabs(e_wo) + std::fabs(e_w);
     n_ape += 2;
     worst_speedup = std::max(worst_speedup, std::fabs(e_sp));

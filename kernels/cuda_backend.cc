@@ -101,7 +101,7 @@ struct Ctx {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   BlockCache cache{cuda_allocator()};  // every buffer of the objects below; outlives them (they hold the context)
-  DeviceBuffer staging;  // fp32 staging for host <-> 16-bit conversions
+  DeviceBuffer staging;                // fp32 staging for host <-> 16-bit conversions
 
   Ctx() { staging.bind(&cache); }
   Ctx(const Ctx&) = delete;
