@@ -272,7 +272,7 @@ int run_validate(const ValidateOptions& vo) {
   const CheckedSchedule cs = check(prep->lowered, prep->placement);
   const auto* pcm = dynamic_cast<const ProfileCostModel*>(prep->cost.get());
   const std::string cost_source = pcm ? pcm->describe() : std::string("analytic cost model");
-  const runtime::ModelConfig mc = runtime::ModelConfig::from(s.model);
+  const runtime::ModelConfig mc = runtime::ModelConfig::for_validation(s.model);
   const LoweredSchedule& ls = prep->lowered;
   const ParallelSpec& par = s.parallel;
   std::printf("validate %s (%s)\n", s.name.c_str(), s.source.c_str());

@@ -203,6 +203,7 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
   for (auto& [id, p] : modules_) p->zero_grads();
   // Device timing: per compute / optimizer op its two marks (-1: none), and the host time of the first event.
   std::vector<std::pair<int, int>> marks;
+  std::vector<double> tp_of(prog_.size(), 0.0);  // per compute op: its kernels' TP all-reduce time (host)
   double device_t0 = 0;
   if (device_timer_) {
     be_.synchronize();  // an idle stream: the first event fires when it is recorded
@@ -228,6 +229,7 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
           // The kernels' TP all-reduces ran inside timed backend calls: they are communication.
           stats.kernel_s -= tp_s_;
           stats.comm_s += tp_s_;
+          tp_of[i] = tp_s_;
           break;
         case LOpKind::Send:
           timed(stats.comm_s, [&] { send(l, i); });
@@ -303,9 +305,18 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
       if (static_cast<std::size_t>(std::max(a, b)) >= device_s.size())
         throw RuntimeError(who() + ": the device timer returned " + std::to_string(device_s.size()) + " marks");
       OpTiming& t = stats.ops[i];
+      // The events' interval also holds the time the stream sat idle while the host waited for the kernels' TP
+      // all-reduces (already counted as communication): take it out, and put the TP marker op right after.
+      const double kernels = std::max(0.0, device_s[b] - device_s[a] - tp_of[i]);
       t.start = device_t0 + device_s[a];
-      t.end = t.done = device_t0 + device_s[b];
-      stats.kernel_s += device_s[b] - device_s[a];
+      t.end = t.done = t.start + kernels;
+      stats.kernel_s += kernels;
+      if (tp_of[i] > 0 && i + 1 < prog_.size() && prog_[i + 1].kind == LOpKind::AllReduce &&
+          prog_[i + 1].tag == CollTag::TensorParallel) {
+        OpTiming& m = stats.ops[i + 1];
+        m.start = t.end;
+        m.end = m.done = t.end + tp_of[i];
+      }
     }
   }
 

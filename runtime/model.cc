@@ -30,6 +30,12 @@ ModelConfig ModelConfig::from(const ModelSpec& m) {
   return c;
 }
 
+ModelConfig ModelConfig::for_validation(const ModelSpec& m) {
+  ModelConfig c = from(m);
+  c.perturb = 0.1;
+  return c;
+}
+
 void ModelConfig::validate() const {
   try {
     shape.validate();

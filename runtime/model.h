@@ -34,6 +34,11 @@ struct ModelConfig {
 
   // From a scenario's model section. Throws RuntimeError on shapes the kernels cannot run.
   static ModelConfig from(const ModelSpec& m);
+  // The model `pipescope validate` trains and checks: from(m) with perturb 0.1. With all biases 0, the key
+  // bias's gradient is exactly 0 (softmax ignores a shift), so 16-bit backends' rounding noise there becomes
+  // +-lr Adam steps against a reference that stays at 0; perturbed biases keep the parameter comparison
+  // meaningful. Every rank and the reference must use the same one.
+  static ModelConfig for_validation(const ModelSpec& m);
   void validate() const;
 };
 

@@ -177,6 +177,7 @@ NcclTransport::NcclTransport(const LoweredSchedule& ls, int device) : control_(l
       }
   } catch (...) {
     MPI_Comm_free(&world);
+    release_all(true);  // no destructor runs for a constructor that throws
     throw;
   }
   MPI_Comm_free(&world);
@@ -213,6 +214,7 @@ void NcclTransport::init_comm(Comm& c, MPI_Comm members, const std::string& name
   check_mpi(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, members), "MPI_Bcast (NCCL id of " + name + ")");
   c.name = name;
   NCCL_CHECKED(ncclCommInitRank(&c.comm, n, id, r), nullptr, name);
+  created_.push_back(&c);
   CUDART_CHECKED(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), name);
   CUDART_CHECKED(cudaEventCreateWithFlags(&c.ready, cudaEventDisableTiming), name);
 }
@@ -229,31 +231,49 @@ void NcclTransport::init_pair(Comm& c, int sender, int receiver, MPI_Comm world,
   }
   c.name = name;
   NCCL_CHECKED(ncclCommInitRank(&c.comm, 2, id, rank_ == sender ? 0 : 1), nullptr, name);
+  created_.push_back(&c);
   CUDART_CHECKED(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), name);
   CUDART_CHECKED(cudaEventCreateWithFlags(&c.ready, cudaEventDisableTiming), name);
+  // Connect now, in the global pair order: NCCL sets up a pair's connection inside its first send / receive and
+  // blocks the host until the peer gets there too. Left to the run, two ranks whose first operations on their
+  // pairs are both sends (to each other) would wait forever, and the set-up would land in a measured p2p time.
+  void* scratch = nullptr;
+  CUDART_CHECKED(cudaMalloc(&scratch, 1), name);
+  const ncclResult_t r = rank_ == sender ? ncclSend(scratch, 1, ncclInt8, 1, c.comm, c.stream)
+                                         : ncclRecv(scratch, 1, ncclInt8, 0, c.comm, c.stream);
+  const cudaError_t e = r == ncclSuccess || r == ncclInProgress ? cudaStreamSynchronize(c.stream) : cudaSuccess;
+  cudaFree(scratch);  // constructor time: nothing else is queued on this device yet
+  if (r != ncclSuccess && r != ncclInProgress) throw_nccl(r, "connecting the pair", rank_, c.comm, c.name);
+  CUDART_CHECKED(e, name + " (connecting)");
 }
 
-NcclTransport::~NcclTransport() {
+NcclTransport::~NcclTransport() { release_all(false); }
+
+void NcclTransport::release_all(bool abort) {
   // An idle communicator is destroyed; one with work still queued (an error path: a peer failed) is aborted,
   // which does not wait for that work.
-  auto release = [](Comm& c) {
-    if (c.comm) {
-      ncclResult_t async = ncclSuccess;
-      const bool idle = c.stream && cudaStreamQuery(c.stream) == cudaSuccess &&
-                        ncclCommGetAsyncError(c.comm, &async) == ncclSuccess && async == ncclSuccess;
-      if (idle)
-        ncclCommDestroy(c.comm);
-      else
-        ncclCommAbort(c.comm);
-    }
+  for (Comm* c : created_) {
+    ncclResult_t async = ncclSuccess;
+    const bool idle = !abort && c->stream && cudaStreamQuery(c->stream) == cudaSuccess &&
+                      ncclCommGetAsyncError(c->comm, &async) == ncclSuccess && async == ncclSuccess;
+    if (idle)
+      ncclCommDestroy(c->comm);
+    else
+      ncclCommAbort(c->comm);
+    c->comm = nullptr;
+  }
+  created_.clear();
+  auto free_stream = [](Comm& c) {
     if (c.ready) cudaEventDestroy(c.ready);
     if (c.stream) cudaStreamDestroy(c.stream);
-    cudaGetLastError();  // clear what a failed query left behind
+    c.ready = nullptr;
+    c.stream = nullptr;
   };
-  for (Comm& c : groups_) release(c);
-  release(tp_);
-  for (auto& [peer, c] : send_to_) release(c);
-  for (auto& [peer, c] : recv_from_) release(c);
+  for (Comm& c : groups_) free_stream(c);
+  free_stream(tp_);
+  for (auto& [peer, c] : send_to_) free_stream(c);
+  for (auto& [peer, c] : recv_from_) free_stream(c);
+  cudaGetLastError();  // clear what a failed query left behind
 }
 
 std::unique_ptr<Request> NcclTransport::enqueue(Comm& c, const std::string& what,

@@ -77,6 +77,11 @@ class NcclTransport final : public Transport {
     std::size_t next = 0;
   };
   void init_comm(Comm& c, MPI_Comm members, const std::string& name);
+  // Destroys (or, with work still queued, aborts) every communicator in creation order, which is the same on
+  // every rank: ncclCommDestroy communicates with the other members (NCCL >= 2.23), so ranks destroying shared
+  // communicators in different orders would wait for each other forever. `abort` aborts them all (error paths:
+  // the peers may never destroy theirs).
+  void release_all(bool abort);
   void init_pair(Comm& c, int sender, int receiver, MPI_Comm world, const std::string& name);
   std::unique_ptr<Request> enqueue(Comm& c, const std::string& what,
                                    const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& op);
@@ -91,6 +96,7 @@ class NcclTransport final : public Transport {
   Comm tp_;                                  // this worker's TP group (tp > 1)
   std::map<int, Comm> send_to_, recv_from_;  // by peer worker
   std::map<int, Order> send_order_, recv_order_;
+  std::vector<Comm*> created_;  // in creation order (groups_ is sized before any init; map nodes do not move)
 };
 
 }  // namespace pipescope::runtime

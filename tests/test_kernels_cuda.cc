@@ -156,7 +156,11 @@ class DeviceSumGroup {
     std::vector<float> mine(count);
     CUDA_CHECK(cudaMemcpy(mine.data(), data, count * sizeof(float), cudaMemcpyDeviceToHost));
     host_.all_reduce(rank, mine.data(), count);
-    CUDA_CHECK(cudaMemcpy(data, mine.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+    // On the backend's non-blocking stream, which is not ordered after the legacy stream's cudaMemcpy (and a
+    // pageable copy may return before its DMA lands); the kernels that read the sum follow on that stream.
+    auto* st = static_cast<cudaStream_t>(be.stream());
+    CUDA_CHECK(cudaMemcpyAsync(data, mine.data(), count * sizeof(float), cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));  // `mine` is freed on return
   }
   int calls(int rank) const { return host_.calls(rank); }
 
@@ -351,7 +355,9 @@ TEST(KernelsCuda, AdamMatchesReference) {
       const std::vector<float> gf(g.begin(), g.end());
       std::copy(g.begin(), g.end(), static_cast<double*>(pc->grad_data()));
       gpu->synchronize();  // the previous step still reads the gradients on the backend's stream
-      CUDA_CHECK(cudaMemcpy(pg->grad_data(), gf.data(), gf.size() * sizeof(float), cudaMemcpyHostToDevice));
+      auto* st = static_cast<cudaStream_t>(gpu->stream());  // ordered before adam_step on the same stream
+      CUDA_CHECK(cudaMemcpyAsync(pg->grad_data(), gf.data(), gf.size() * sizeof(float), cudaMemcpyHostToDevice, st));
+      CUDA_CHECK(cudaStreamSynchronize(st));
       cpu->adam_step(*pc, cfg, step);
       gpu->adam_step(*pg, cfg, step);
     }

@@ -2,7 +2,8 @@
 // without a GPU):
 //   - 1 GPU: both ranks would share it, which NCCL forbids: the constructor must refuse, naming both ranks;
 //   - >= 2 GPUs (one per rank): pp2 p2p in both directions with every send posted before any receive (deadlocks
-//     on a single shared communicator, works on the per-direction ones), byte-exact payloads; an out-of-order
+//     on a single shared communicator, and on per-direction ones left to connect at their first send; works on
+//     the per-direction ones the transport connects when it is built), byte-exact payloads; an out-of-order
 //     tag is refused; dp2 gradient all-reduce in fp32 and fp64; tp2 all-reduce and in-place all-gather.
 //   mpirun -np 2 runtime_nccl_transport
 #include <cstdio>
@@ -50,7 +51,12 @@ template <class T>
 struct DeviceVec {
   explicit DeviceVec(std::size_t n) : n(n) { cuda(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc"); }
   ~DeviceVec() { cudaFree(p); }
-  void put(const std::vector<T>& v) { cuda(cudaMemcpy(p, v.data(), n * sizeof(T), cudaMemcpyHostToDevice), "put"); }
+  // A pageable cudaMemcpy may return before the DMA lands, and the transport's non-blocking streams are not
+  // ordered after the legacy stream: wait for the device. Call it before posting operations (they may be pending).
+  void put(const std::vector<T>& v) {
+    cuda(cudaMemcpy(p, v.data(), n * sizeof(T), cudaMemcpyHostToDevice), "put");
+    cuda(cudaDeviceSynchronize(), "put");
+  }
   std::vector<T> get() const {
     std::vector<T> v(n);
     cuda(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "get");
@@ -77,17 +83,17 @@ void p2p(int device, cudaStream_t stream) {
   const std::size_t n = 1000;  // floats per message
   std::vector<std::unique_ptr<DeviceVec<float>>> sbuf, rbuf;
   std::vector<std::unique_ptr<Request>> reqs;
+  // Every buffer first (allocation and uploads may wait for the device), then all sends before any receive:
+  // the pairs are connected when the transport is built, so the sends do not wait for the peer's receives.
   for (std::size_t k = 0; k < out.size(); k++) {
     sbuf.push_back(std::make_unique<DeviceVec<float>>(n));
     std::vector<float> v(n);
     for (std::size_t i = 0; i < n; i++) v[i] = static_cast<float>(tr.worker() * 100000 + out[k] * 1000 + i);
     sbuf.back()->put(v);
-    reqs.push_back(tr.isend(sbuf.back()->p, n * sizeof(float), peer, out[k]));
   }
-  for (std::size_t k = 0; k < in.size(); k++) {
-    rbuf.push_back(std::make_unique<DeviceVec<float>>(n));
-    reqs.push_back(tr.irecv(rbuf.back()->p, n * sizeof(float), peer, in[k]));
-  }
+  for (std::size_t k = 0; k < in.size(); k++) rbuf.push_back(std::make_unique<DeviceVec<float>>(n));
+  for (std::size_t k = 0; k < out.size(); k++) reqs.push_back(tr.isend(sbuf[k]->p, n * sizeof(float), peer, out[k]));
+  for (std::size_t k = 0; k < in.size(); k++) reqs.push_back(tr.irecv(rbuf[k]->p, n * sizeof(float), peer, in[k]));
   wait_all(reqs);
   for (std::size_t k = 0; k < in.size(); k++) {
     const auto v = rbuf[k]->get();
@@ -145,14 +151,14 @@ void tensor_parallel(int device, cudaStream_t stream) {
   DeviceVec<float> a(n);
   std::vector<float> av(n, static_cast<float>(tr.tp_rank() + 1));
   a.put(av);
-  std::vector<std::unique_ptr<Request>> reqs;
-  reqs.push_back(tr.tp_iallreduce_sum(a.p, n, ElemType::kF32));
   // All-gather in place: chunk t holds TP rank t's values; the other chunk is garbage before the call.
   const std::size_t chunk = 64;
   DeviceVec<float> g(2 * chunk);
   std::vector<float> gv(2 * chunk, -1.0f);
   for (std::size_t i = 0; i < chunk; i++) gv[tr.tp_rank() * chunk + i] = static_cast<float>(10 * tr.tp_rank() + i);
   g.put(gv);
+  std::vector<std::unique_ptr<Request>> reqs;
+  reqs.push_back(tr.tp_iallreduce_sum(a.p, n, ElemType::kF32));
   reqs.push_back(tr.tp_iallgather(g.p, chunk * sizeof(float)));
   wait_all(reqs);
   bool ok = true;
