@@ -430,7 +430,7 @@ void Executor::forward(const Op& op, IterationStats& st) {
     auto rec = st_->record(be_);
     const auto& head = *modules_.at({kernels::ModuleKind::kHead, 0});
     timed(st.kernel_s, [&] {
-      be_.head_forward(head, *x, targets, sl, data_.loss_norm(), 1.0, *rec);
+      be_.head_forward(head, *x, targets, sl, data_.loss_norm(), opt_.loss_scale, *rec);
       st.loss += be_.head_loss(*rec);
     });
     recs.push_back(std::move(rec));

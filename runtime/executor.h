@@ -64,7 +64,8 @@ struct IterationStats {
 };
 
 struct ExecutorOptions {
-  kernels::AdamConfig adam;
+  kernels::AdamConfig adam;  // its grad_scale must undo loss_scale (runtime/job.cc sets both)
+  double loss_scale = 1.0;   // passed to head_forward: gradients are those of loss_scale * loss
 };
 
 class Executor {

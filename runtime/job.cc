@@ -49,7 +49,9 @@ JobResult run(const LoweredSchedule& ls, const CheckedSchedule* cs, const ModelC
                        " memory (cuda backends run under pipescope-rank with the NCCL transport)");
   tr.set_stream(be->stream());
   ExecutorOptions eo;
+  eo.loss_scale = opt.loss_scale > 0 ? opt.loss_scale : be->dtype() == kernels::DType::kF16 ? 1024.0 : 1.0;
   eo.adam = opt.adam;
+  eo.adam.grad_scale = opt.adam.grad_scale / eo.loss_scale;
   std::unique_ptr<Executor> ex;
   if (cs)
     ex = std::make_unique<Executor>(*cs, w, mc, data, *be, tr, wd, eo);
@@ -69,7 +71,11 @@ JobResult run(const LoweredSchedule& ls, const CheckedSchedule* cs, const ModelC
     if (step > opt.warmup) mine.iterations.push_back(std::move(st));
   }
   if (opt.collect_modules)
-    for (const auto& [id, p] : ex->modules()) mine.modules.push_back({id, p->grads(), p->get()});
+    for (const auto& [id, p] : ex->modules()) {
+      std::vector<double> g = p->grads();
+      for (double& x : g) x /= eo.loss_scale;  // the gradients of the loss itself
+      mine.modules.push_back({id, std::move(g), p->get()});
+    }
 
   if (wd) wd->enter(Watchdog::kResults);
   const auto all = tr.gather(pack(mine));

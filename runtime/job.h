@@ -21,6 +21,10 @@ struct JobOptions {
   int warmup = 0;                   // untimed iterations first
   int iterations = 1;               // timed iterations
   kernels::AdamConfig adam;
+  // Static loss scale S: the loss is multiplied by S before backward, Adam and the collected gradients divide
+  // it out. 0 = the backend's default: 1024 for fp16 (whose gradients underflow at real vocabulary and batch
+  // sizes otherwise), 1 for the others.
+  double loss_scale = 0;
   bool collect_modules = true;  // gather the final gradients and parameters on worker 0
 };
 

@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   int iterations = 1;
   std::vector<int> slice_tokens;
   double tol = 1e-10, watchdog_s = 60;
+  double loss_scale = 0;  // 0: the backend's default (1024 for f16)
   app.add_option("--schedule", schedule);
   app.add_option("--dp", dp);
   app.add_option("--pp", pp);
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
   app.add_option("--backend", backend);
   app.add_option("--iterations", iterations);
   app.add_option("--tol", tol);
+  app.add_option("--loss-scale", loss_scale);
   app.add_option("--watchdog", watchdog_s);
   app.add_option("--mutate", mutation)->check(CLI::IsMember({"none", "swap-slices", "drop-send", "early-allreduce"}));
   app.add_option("--expect", expect)->check(CLI::IsMember({"exact", "mismatch"}));
@@ -160,6 +162,7 @@ int main(int argc, char** argv) {
     opt.backend = backend;
     opt.device = rt.device;
     opt.iterations = iterations;
+    opt.loss_scale = loss_scale;
     result = mutated ? run_job_unchecked_for_testing(ls, mc, tr, opt, &wd) : run_job(*cs, mc, tr, opt, &wd);
     if (rank == 0 && is_cuda_backend(backend))
       std::printf("transport %s, backend %s\n", tr.name().c_str(), result.backend.c_str());
