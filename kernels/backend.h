@@ -131,6 +131,15 @@ class Backend {
   virtual void head_forward(const Params& head, const Tensor& x, const std::vector<std::int32_t>& targets,
                             const Slice& slice, double loss_norm, double loss_scale, Record& rec) = 0;
   virtual double head_loss(const Record& rec) = 0;
+  // The same loss, added to a running sum without waiting for the device; take_loss() returns the sum of the
+  // slices since the last call, in the order they were added, and waits once. On a GPU, head_loss per slice
+  // would stall the host at every last-stage forward and stop it from queueing the next kernels.
+  virtual void accumulate_loss(const Record& rec) { pending_loss_ += head_loss(rec); }
+  virtual double take_loss() {
+    const double l = pending_loss_;
+    pending_loss_ = 0;
+    return l;
+  }
   virtual void head_backward(Params& head, const Record& rec, Tensor& dx) = 0;
 
   // One bias-corrected Adam step (step >= 1) on the module's accumulated gradients.
@@ -148,6 +157,7 @@ class Backend {
 
  protected:
   TpAllReduce tp_all_reduce_;
+  double pending_loss_ = 0;  // accumulate_loss's sum on backends that read the loss at once
 };
 
 // dtype kF64 or kF32.

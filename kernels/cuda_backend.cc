@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <deque>
 #include <numeric>
 #include <string>
 #include <type_traits>
@@ -358,6 +359,8 @@ class CudaBackend final : public Backend {
   void head_forward(const Params& head, const Tensor& xt, const std::vector<std::int32_t>& targets, const Slice& sl,
                     double loss_norm, double loss_scale, Record& recb) override;
   double head_loss(const Record& recb) override;
+  void accumulate_loss(const Record& recb) override;
+  double take_loss() override;
   void head_backward(Params& head, const Record& recb, Tensor& dxt) override;
   void adam_step(Params& p, const AdamConfig& cfg, int step) override;
 
@@ -450,6 +453,13 @@ class CudaBackend final : public Backend {
   // Workspaces (grow-only; operations on the one stream use them in order).
   DeviceBuffer scores_, ds_, tf_, t3h_, th1_, th2_, red_, logits_, ids_;
   DeviceBuffer tsum_;  // fp32 partial sums of a shard for the TP all-reduce
+  // accumulate_loss: each slice's per-row losses, copied on the stream (its record is reused before take_loss).
+  struct LossRows {
+    DeviceBuffer rows;
+    std::size_t n = 0;
+    double loss_norm = 1;
+  };
+  std::deque<LossRows> loss_rows_;  // a deque: DeviceBuffer does not move
 };
 
 // On a tensor-parallel shard (tp > 1) every step below is the unsharded one on the shard's heads (attention width
@@ -703,6 +713,30 @@ double CudaBackend::head_loss(const Record& recb) {
   double sum = 0;
   for (double v : rows) sum += v;  // fixed order: deterministic
   return sum / r.loss_norm;
+}
+
+void CudaBackend::accumulate_loss(const Record& recb) {
+  const auto& r = as<const CudaRecord>(recb, "accumulate_loss record");
+  if (!r.has_head) throw KernelError("accumulate_loss: the record holds no head forward");
+  LossRows& l = loss_rows_.emplace_back();
+  l.n = static_cast<std::size_t>(r.head_slice.rows());
+  l.loss_norm = r.loss_norm;
+  l.rows.bind(&ctx_->cache);
+  l.rows.reserve(l.n * sizeof(float));
+  CUDA_CHECK(
+      cudaMemcpyAsync(l.rows.as(), r.row_loss.as(), l.n * sizeof(float), cudaMemcpyDeviceToDevice, ctx_->stream));
+}
+
+double CudaBackend::take_loss() {
+  double total = 0;
+  for (const LossRows& l : loss_rows_) {  // as head_loss, slice by slice in order: deterministic
+    const std::vector<double> rows = ctx_->download_f32(l.rows.as<float>(), l.n);  // the first waits for the stream
+    double sum = 0;
+    for (double v : rows) sum += v;
+    total += sum / l.loss_norm;
+  }
+  loss_rows_.clear();  // blocks back to the cache
+  return total;
 }
 
 void CudaBackend::head_backward(Params& head, const Record& recb, Tensor& dxt) {

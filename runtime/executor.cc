@@ -201,6 +201,7 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
   IterationStats stats;
   stats.ops.assign(prog_.size(), OpTiming{});
   for (auto& [id, p] : modules_) p->zero_grads();
+  be_.take_loss();  // drops what an iteration that failed half-way left
   // Device timing: per compute / optimizer op its two marks (-1: none), and the host time of the first event.
   std::vector<std::pair<int, int>> marks;
   std::vector<double> tp_of(prog_.size(), 0.0);  // per compute op: its kernels' TP all-reduce time (host)
@@ -293,6 +294,7 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
       throw RuntimeError(who() + ": reading the device timers at the end of the iteration: " + e.what());
     }
   }
+  timed(stats.kernel_s, [&] { stats.loss = be_.take_loss(); });  // the last stage's slices (0 elsewhere)
   const auto last = Clock::now();
   stats.end_s = seconds(last - t0);
   // Host time outside backend and transport calls; on a device, kernel_s below becomes the kernels' device time.
@@ -431,7 +433,7 @@ void Executor::forward(const Op& op, IterationStats& st) {
     const auto& head = *modules_.at({kernels::ModuleKind::kHead, 0});
     timed(st.kernel_s, [&] {
       be_.head_forward(head, *x, targets, sl, data_.loss_norm(), opt_.loss_scale, *rec);
-      st.loss += be_.head_loss(*rec);
+      be_.accumulate_loss(*rec);  // read once, at the end of the iteration (no stall per slice on a GPU)
     });
     recs.push_back(std::move(rec));
   } else {

@@ -474,6 +474,7 @@ TEST(KernelsBackend, CpuBackendMatchesReference) {
       }
       be->head_forward(*head, *x, cut(d.targets, s0, mb, c, lens[i]), sl, norm, 1.0, *rec[i][kLayers]);
       loss += be->head_loss(*rec[i][kLayers]);
+      be->accumulate_loss(*rec[i][kLayers]);
       c += lens[i];
     }
     EXPECT_EQ(kv[0]->state().length(), kSeq);
@@ -490,6 +491,8 @@ TEST(KernelsBackend, CpuBackendMatchesReference) {
     EXPECT_EQ(kv[0]->state().backward_end(), 0);
   }
   EXPECT_NEAR(loss, want.loss, 1e-13);
+  EXPECT_EQ(be->take_loss(), loss);  // the same slices in the same order
+  EXPECT_EQ(be->take_loss(), 0.0);
   EXPECT_LE(rel_err(emb->grads(), to_double(want.emb)), 1e-13);
   EXPECT_LE(rel_err(head->grads(), to_double(want.head)), 1e-13);
   for (int k = 0; k < kLayers; ++k) EXPECT_LE(rel_err(layers[k]->grads(), to_double(want.layers[k])), 1e-13);

@@ -290,7 +290,7 @@ TEST(KernelsCuda, EmbeddingHeadAndLossMatchReference) {
   const std::vector<double> pe = init_params(ModuleKind::kEmbedding, m, 1, 0.5);
   const std::vector<double> ph = init_params(ModuleKind::kHead, m, 2, 0.1, 0.1);
   struct Out {
-    double loss = 0;
+    double loss = 0, accumulated = 0, after_take = 0;
     std::vector<double> ge, gh, dx;
   };
   auto run = [&](Backend& be) {
@@ -306,6 +306,7 @@ TEST(KernelsCuda, EmbeddingHeadAndLossMatchReference) {
       be.embedding_forward(*emb, cut(tokens, c, l), sl, *x);
       be.head_forward(*head, *x, cut(targets, c, l), sl, norm, 1.0, *rec);
       o.loss += be.head_loss(*rec);
+      be.accumulate_loss(*rec);  // read at the end, after this record is gone
       be.head_backward(*head, *rec, *dx);
       be.embedding_backward(*emb, cut(tokens, c, l), sl, *dx);
       const std::vector<double> d = dx->download();
@@ -314,6 +315,8 @@ TEST(KernelsCuda, EmbeddingHeadAndLossMatchReference) {
     }
     o.ge = emb->grads();
     o.gh = head->grads();
+    o.accumulated = be.take_loss();
+    o.after_take = be.take_loss();
     return o;
   };
   auto cpu = make_cpu_backend(DType::kF64);
@@ -323,6 +326,8 @@ TEST(KernelsCuda, EmbeddingHeadAndLossMatchReference) {
     const Out g = run(*gpu);
     const double tol = tolerance(dt);
     EXPECT_NEAR(g.loss, r.loss, tol * std::abs(r.loss)) << dtype_name(dt);
+    EXPECT_EQ(g.accumulated, g.loss) << dtype_name(dt) << ": accumulate_loss / take_loss sum as head_loss does";
+    EXPECT_EQ(g.after_take, 0.0) << dtype_name(dt);
     EXPECT_LE(rel_l2(g.dx, r.dx), tol) << dtype_name(dt) << " dx";
     EXPECT_LE(rel_l2(g.ge, r.ge), tol) << dtype_name(dt) << " embedding grads";
     EXPECT_LE(rel_l2(g.gh, r.gh), tol) << dtype_name(dt) << " head grads";
