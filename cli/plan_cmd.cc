@@ -1,6 +1,7 @@
-// `pipescope plan SCENARIO [--grain N] [--max-micro-batch N] [--epsilon-ms X] [--linear-scan]`: TeraPipe's
-// optimal slicing for a scenario (core/terapipe_planner.h), its predicted iteration time, the GPipe baseline
-// and the uniform-slicing curve under the same slice-time model.
+// `pipescope plan SCENARIO [--grain N] [--max-micro-batch N] [--epsilon-ms X] [--linear-scan] [--simulate]`:
+// TeraPipe's optimal slicing for a scenario (core/terapipe_planner.h), its predicted iteration time, the GPipe
+// baseline and the uniform-slicing curve under the same slice-time model; with --simulate, the simulated
+// iteration time of the DP's scheme and of each uniform slicing next to them.
 // `pipescope plan SCENARIO --max-batch [--memory-GB X]`: the largest batch whose GPipe baseline (micro-batches of
 // one sequence, whole mini-batch in flight) fits the device (core/memory_model.h max_batch_gpipe), the way
 // TeraPipe chose B (spec/terapipe.md 9.1): per replica (what the planner slices) and global (Table 1's B).
@@ -26,6 +27,7 @@ struct PlanOptions {
   bool linear_scan = false;
   bool max_batch = false;
   double memory_GB = 0;  // 0 = the device's memory
+  bool simulate = false;
 };
 
 int print_max_batch(const Scenario& s, double memory_GB) {
@@ -78,19 +80,37 @@ int run_plan(const PlanOptions& o) {
   std::printf("slices/sequence   %d\n", p.slices_per_sequence());
   std::printf("predicted         %.6f s  (stage busy %.6f s + (K-1) x slowest slice %.6f s + optimizer %.6f s)\n",
               p.total_s, p.sum_s, p.max_s, p.fixed_s);
+  // --simulate: the same schemes through the simulator, which overlaps transfers with compute and models the
+  // network's contention and the data-parallel all-reduce that the latency formula leaves out.
+  const bool dp_simulable = p.groups.size() == 1 && p.groups[0].b == 1;
+  const double dp_sim =
+      o.simulate && dp_simulable ? simulate_figures(with_token_slices(s, p.groups[0].slice_tokens)).iteration_s : 0;
+  if (o.simulate)
+    std::printf("simulated         %s\n",
+                dp_simulable ? (std::to_string(dp_sim) + " s").c_str() : "n/a (micro-batches of several sequences)");
   MicroBatchGroup whole{1, m.batch, {m.seq_len}};
   const double gpipe = scheme_seconds(m.t, {whole}, m.K, m.fixed_s);
   std::printf("gpipe baseline    %.6f s  %s  (predicted speedup %.3fx)\n", gpipe,
               ("[(1, [" + std::to_string(m.seq_len) + "])] * " + std::to_string(m.batch)).c_str(), gpipe / p.total_s);
   std::printf("planner           %s, %d of %d candidate t_max evaluated; tables %.1f ms, DP %.1f ms\n",
               o.linear_scan ? "linear scan" : "exact bisection", p.evaluated, p.candidates, ms(t0, t1), ms(t1, t2));
-  std::printf("\nuniform slicing (micro-batches of 1 sequence):\n%8s %10s %12s %12s\n", "slices", "tokens",
-              "predicted_s", "vs_dp");
+  std::printf("\nuniform slicing (micro-batches of 1 sequence):\n%8s %10s %12s %12s", "slices", "tokens", "predicted_s",
+              "vs_dp");
+  if (o.simulate) std::printf(" %12s %12s", "simulated_s", "vs_dp");
+  std::printf("\n");
   for (int k = 1; k <= m.seq_len; k *= 2) {
     MicroBatchGroup g{1, m.batch, {}};
     for (int i = 0; i < k; i++) g.slice_tokens.push_back(m.seq_len / k + (i < m.seq_len % k ? 1 : 0));
     const double t = scheme_seconds(m.t, {g}, m.K, m.fixed_s);
-    std::printf("%8d %10d %12.6f %12.3f\n", k, m.seq_len / k, t, t / p.total_s);
+    std::printf("%8d %10d %12.6f %12.3f", k, m.seq_len / k, t, t / p.total_s);
+    if (o.simulate) {
+      const double sim = simulate_figures(with_token_slices(s, g.slice_tokens)).iteration_s;
+      if (dp_simulable)
+        std::printf(" %12.6f %12.3f", sim, sim / dp_sim);
+      else
+        std::printf(" %12.6f %12s", sim, "-");
+    }
+    std::printf("\n");
     if (m.seq_len / k < 8) break;
   }
   return 0;
@@ -110,6 +130,8 @@ Command add_plan(CLI::App& app) {
   sub->add_flag("--max-batch", o->max_batch,
                 "Largest batch whose GPipe baseline fits the device (per replica and global), instead of planning");
   sub->add_option("--memory-GB", o->memory_GB, "With --max-batch: per-GPU capacity in GB (default: the device's)");
+  sub->add_flag("--simulate", o->simulate,
+                "Also simulate the DP's scheme and every uniform slicing (one simulation each, in child processes)");
   return {sub, [o] { return run_plan(*o); }};
 }
 

@@ -3,6 +3,8 @@
 // `Command add_repro_<paper>(CLI::App& repro)` that adds its subcommand under `repro`; cli/repro_cmd.cc lists
 // them.
 
+#include <vector>
+
 #include "cli/commands.h"
 #include "core/config.h"
 
@@ -15,6 +17,9 @@ struct SimFigures {
   bool oom = false;
 };
 SimFigures simulate_figures(const Scenario& s);  // cli/repro_cmd.cc
+// `s` run as TeraPipe with micro-batches of one sequence, each cut into `slice_tokens` (explicit slicing):
+// a plan's or a paper's scheme, to simulate.
+Scenario with_token_slices(Scenario s, const std::vector<int>& slice_tokens);  // cli/repro_cmd.cc
 
 Command add_repro_terapipe(CLI::App& repro);  // cli/repro_terapipe.cc
 Command add_repro_megatron(CLI::App& repro);  // cli/repro_megatron.cc

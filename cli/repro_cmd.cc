@@ -39,6 +39,15 @@ SimFigures simulate_figures(const Scenario& s) {
   return f;
 }
 
+Scenario with_token_slices(Scenario s, const std::vector<int>& slice_tokens) {
+  s.schedule.kind = ScheduleKind::TeraPipe;
+  s.schedule.slicing = "explicit";
+  s.schedule.slice_tokens = slice_tokens;
+  s.schedule.seq_slices = static_cast<int>(slice_tokens.size());
+  s.parallel.micro_batch_size = 1;
+  return s;
+}
+
 Command add_repro(CLI::App& app) {
   auto* sub = app.add_subcommand("repro", "Reproduce a paper's results table in simulation");
   sub->require_subcommand(1);

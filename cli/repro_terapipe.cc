@@ -51,14 +51,6 @@ const PaperRow kTable2[] = {
     {10, "GPT3-175B", 5.822, 1.160, rep({{128, 16}})},
 };
 
-// The paper's scheme in a scenario: the same run with explicit slices, micro-batches of 1 sequence.
-Scenario with_paper_scheme(Scenario s, const PaperRow& row) {
-  s.schedule.slicing = "explicit";
-  s.schedule.slice_tokens = row.slice_tokens;
-  s.schedule.seq_slices = row.slices();
-  return s;
-}
-
 // One row of the second table: where the paper's slice count and the DP's disagree, how much the model thinks
 // the paper's scheme loses, both by the planner's latency formula and in simulation.
 struct SchemeRow {
@@ -153,7 +145,7 @@ int run_repro(const ReproOptions& o) {
     const Scenario without = load_scenario(base + "-gpipe.yaml");
     std::fprintf(stderr, "setting %d: planning and simulating ...\n", row.setting);
     const SlicingPlan plan = plan_scenario(with, PlannerOptions{}, with.parallel.micro_batch_size);
-    const Scenario paper = with_paper_scheme(with, row);
+    const Scenario paper = with_token_slices(with, row.slice_tokens);
     const bool same_scheme = plan.groups.size() == 1 && plan.groups[0].slice_tokens == row.slice_tokens;
     double wo = 0, w = 0, w_paper = 0;
     try {
