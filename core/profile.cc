@@ -33,6 +33,12 @@ std::string where(const std::string& src, const YAML::Node& n) {
   throw ProfileError(where(src, n) + ": " + key + ": " + msg);
 }
 
+// A mapping key as text; complex keys (`? [a, b]`, a mapping) are errors, not yaml-cpp conversion exceptions.
+std::string key_text(const std::string& src, const YAML::Node& k, const std::string& path) {
+  if (!k.IsScalar()) fail(src, k, path.empty() ? "(key)" : path + ".(key)", "a key must be a plain scalar");
+  return k.Scalar();
+}
+
 // A mapping with a known set of keys: unknown keys are errors (typos must not be ignored silently).
 class Map {
  public:
@@ -40,7 +46,7 @@ class Map {
       : src_(src), n_(n), path_(path) {
     if (!n.IsMap()) fail(src, n, path, "expected a mapping");
     for (const auto& kv : n) {
-      const std::string k = kv.first.as<std::string>();
+      const std::string k = key_text(src, kv.first, path);
       if (!keys.count(k)) fail(src, kv.first, key(k), "unknown key");
     }
   }
@@ -355,9 +361,9 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
     const YAML::Node pv = m.node("provenance");
     if (!pv.IsMap()) fail(source, pv, "provenance", "expected a mapping");
     for (const auto& kv : pv) {
-      if (!kv.second.IsScalar())
-        fail(source, kv.second, "provenance." + kv.first.as<std::string>(), "expected a string");
-      p.provenance[kv.first.as<std::string>()] = kv.second.as<std::string>();
+      const std::string k = key_text(source, kv.first, "provenance");
+      if (!kv.second.IsScalar()) fail(source, kv.second, "provenance." + k, "expected a string");
+      p.provenance[k] = kv.second.Scalar();
     }
   }
   p.device = read_device(source, m.node("device"));

@@ -127,6 +127,13 @@ TEST(Profile, ErrorsNameLineAndKey) {
   EXPECT_NE(error_of("a: [").find("YAML syntax error"), std::string::npos);
   EXPECT_NE(error_of("").find("empty profile"), std::string::npos);
   EXPECT_NE(error_of(with("samples_us: [", "samples_us: [.nan, ")).find("must be finite"), std::string::npos);
+  // Complex keys (found by fuzz/fuzz_profile: yaml-cpp threw its own conversion error past the parser).
+  const std::string ck = error_of(with("  memory_GB: 16", "  memory_GB: 16\n  ? [a, b]\n  : 1"));
+  EXPECT_NE(ck.find("p.yaml:"), std::string::npos) << ck;
+  EXPECT_NE(ck.find("device.(key): a key must be a plain scalar"), std::string::npos) << ck;
+  EXPECT_NE(error_of(with("kind: measured", "kind: measured\nprovenance:\n  ? {x: 1}\n  : y"))
+                .find("provenance.(key): a key must be a plain scalar"),
+            std::string::npos);
 }
 
 TEST(ProfileCost, TablesInterpolateAndAddContext) {
