@@ -32,7 +32,9 @@ class BlockCache {
   ~BlockCache() { trim(); }
 
   // A block of at least `bytes`: the smallest cached block of at most twice the rounded size, else a new one.
-  // Out of memory with blocks cached: waits for the device, frees them all, and tries once more.
+  // Out of memory with blocks cached: waits for the device, frees them all, and tries once more. That wait
+  // includes pending NCCL operations, so at the memory limit a rank may stall until its peers progress (the
+  // watchdog reports it if they never do); below the limit nothing is freed while a backend lives.
   void* take(std::size_t bytes, std::size_t* got) {
     bytes = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
     auto it = free_.lower_bound(bytes);

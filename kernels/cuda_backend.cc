@@ -718,25 +718,32 @@ double CudaBackend::head_loss(const Record& recb) {
 void CudaBackend::accumulate_loss(const Record& recb) {
   const auto& r = as<const CudaRecord>(recb, "accumulate_loss record");
   if (!r.has_head) throw KernelError("accumulate_loss: the record holds no head forward");
+  const std::size_t n = static_cast<std::size_t>(r.head_slice.rows());
   LossRows& l = loss_rows_.emplace_back();
-  l.n = static_cast<std::size_t>(r.head_slice.rows());
+  try {  // an entry is complete or absent: take_loss must not read a half-made one
+    l.rows.bind(&ctx_->cache);
+    l.rows.reserve(n * sizeof(float));
+    CUDA_CHECK(
+        cudaMemcpyAsync(l.rows.as(), r.row_loss.as(), n * sizeof(float), cudaMemcpyDeviceToDevice, ctx_->stream));
+  } catch (...) {
+    loss_rows_.pop_back();
+    throw;
+  }
+  l.n = n;
   l.loss_norm = r.loss_norm;
-  l.rows.bind(&ctx_->cache);
-  l.rows.reserve(l.n * sizeof(float));
-  CUDA_CHECK(
-      cudaMemcpyAsync(l.rows.as(), r.row_loss.as(), l.n * sizeof(float), cudaMemcpyDeviceToDevice, ctx_->stream));
 }
 
 double CudaBackend::take_loss() {
+  std::deque<LossRows> rows_of_slices;
+  rows_of_slices.swap(loss_rows_);  // cleared whatever happens below
   double total = 0;
-  for (const LossRows& l : loss_rows_) {  // as head_loss, slice by slice in order: deterministic
+  for (const LossRows& l : rows_of_slices) {  // as head_loss, slice by slice in order: deterministic
     const std::vector<double> rows = ctx_->download_f32(l.rows.as<float>(), l.n);  // the first waits for the stream
     double sum = 0;
     for (double v : rows) sum += v;
     total += sum / l.loss_norm;
   }
-  loss_rows_.clear();  // blocks back to the cache
-  return total;
+  return total;  // the buffers go back to the cache
 }
 
 void CudaBackend::head_backward(Params& head, const Record& recb, Tensor& dxt) {

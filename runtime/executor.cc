@@ -352,6 +352,10 @@ void Executor::wait(Request& r, const char* what) {
 }
 
 void Executor::tp_all_reduce(void* data, std::size_t count, kernels::DType dtype) {
+  // On a device the backend hands over the partial sums with their GEMM (and the kernels before it) still queued,
+  // and the all-reduce waits for them: let them finish first, or the time below would count them as TP time. The
+  // host waits for the all-reduce anyway, so this costs one extra round trip per call.
+  if (device_timer_) be_.synchronize();
   const auto a = Clock::now();
   auto req = tr_.tp_iallreduce_sum(data, count, elem_type(dtype));
   wait(*req, "tensor-parallel all-reduce");
