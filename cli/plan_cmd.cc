@@ -55,9 +55,12 @@ int print_max_batch(const Scenario& s, double memory_GB) {
 int run_plan(const PlanOptions& o) {
   const Scenario s = load_scenario(o.scenario);
   if (o.memory_GB < 0) throw InputError("--memory-GB must be >= 0");
+  const bool seq1f1b = s.schedule.kind == ScheduleKind::Seq1F1B || s.schedule.kind == ScheduleKind::Seq1F1BInterleaved;
+  if (o.simulate && (o.max_batch || seq1f1b))
+    throw InputError(std::string("--simulate applies to TeraPipe slicing plans, not to ") +
+                     (o.max_batch ? "--max-batch" : "Seq1F1B scenarios (simulate them with `pipescope simulate`)"));
   if (o.max_batch) return print_max_batch(s, o.memory_GB);
-  if (s.schedule.kind == ScheduleKind::Seq1F1B || s.schedule.kind == ScheduleKind::Seq1F1BInterleaved)
-    return print_seq1f1b_plan(s);  // cli/repro.h
+  if (seq1f1b) return print_seq1f1b_plan(s);  // cli/repro.h
   if (o.grain < 1) throw InputError("--grain must be >= 1");
   if (o.max_micro_batch < 1) throw InputError("--max-micro-batch must be >= 1");
   if (o.epsilon_ms < 0) throw InputError("--epsilon-ms must be >= 0");
