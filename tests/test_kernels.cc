@@ -627,22 +627,14 @@ TEST(KernelsTensorParallel, ShardsEqualTheUnshardedLayer) {
     shard.layer.tp = tp;
     SumGroup group(tp);
     std::vector<LayerRun> got(tp);
-    std::vector<std::string> errors(tp);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < tp; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          auto be = make_cpu_backend(DType::kF64);
-          be->set_tp_all_reduce([&group, r](void* data, std::size_t n, DType dt) {
-            ASSERT_EQ(dt, DType::kF64);
-            group.all_reduce(r, static_cast<double*>(data), n);
-          });
-          got[r] = run_layer(*be, shard, shard_params(ModuleKind::kLayer, shard, r, params), lens, xs, dys);
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
+    const std::vector<std::string> errors = pipescope::testing::run_shards(tp, [&](int r) {
+      auto be = make_cpu_backend(DType::kF64);
+      be->set_tp_all_reduce([&group, r](void* data, std::size_t n, DType dt) {
+        ASSERT_EQ(dt, DType::kF64);
+        group.all_reduce(r, static_cast<double*>(data), n);
       });
-    for (auto& t : threads) t.join();
+      got[r] = run_layer(*be, shard, shard_params(ModuleKind::kLayer, shard, r, params), lens, xs, dys);
+    });
     double worst = 0;
     for (int r = 0; r < tp; ++r) {
       ASSERT_TRUE(errors[r].empty()) << errors[r];

@@ -216,23 +216,15 @@ TEST(KernelsCuda, TensorParallelShardsMatchUnshardedReference) {
     }
     DeviceSumGroup group(kTp);
     std::vector<LayerRun> got(kTp);
-    std::vector<std::string> errors(kTp);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kTp; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          auto gpu = make_cuda_backend(dt);
-          Backend* be = gpu.get();
-          gpu->set_tp_all_reduce([&group, be, r](void* data, std::size_t n, DType t) {
-            if (t != DType::kF32) throw KernelError("the CUDA backend's TP all-reduce should be fp32");
-            group.all_reduce(r, *be, data, n);
-          });
-          got[r] = run_layer(*gpu, shard, shard_params(ModuleKind::kLayer, shard, r, params), xs, dys, lens, b);
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
+    const std::vector<std::string> errors = pipescope::testing::run_shards(kTp, [&](int r) {
+      auto gpu = make_cuda_backend(dt);
+      Backend* be = gpu.get();
+      gpu->set_tp_all_reduce([&group, be, r](void* data, std::size_t n, DType t) {
+        if (t != DType::kF32) throw KernelError("the CUDA backend's TP all-reduce should be fp32");
+        group.all_reduce(r, *be, data, n);
       });
-    for (auto& t : threads) t.join();
+      got[r] = run_layer(*gpu, shard, shard_params(ModuleKind::kLayer, shard, r, params), xs, dys, lens, b);
+    });
     for (int r = 0; r < kTp; ++r) {
       ASSERT_TRUE(errors[r].empty()) << "shard " << r << ": " << errors[r];
       EXPECT_EQ(group.calls(r), 4 * static_cast<int>(lens.size())) << "2 all-reduces per forward and per backward";

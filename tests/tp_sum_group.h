@@ -1,10 +1,14 @@
 #pragma once
-// Test helper: an in-process sum over the tp shards of a layer, one thread per shard. Each call blocks until every
-// shard contributed, then every shard gets the sum, added in rank order (deterministic).
+// Test helpers: an in-process sum over the tp shards of a layer, one thread per shard (each call blocks until every
+// shard contributed, then every shard gets the sum, added in rank order: deterministic), and the threads.
 #include <algorithm>
 #include <condition_variable>
 #include <cstddef>
+#include <exception>
+#include <functional>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace pipescope::testing {
@@ -45,5 +49,21 @@ class TpSumGroup {
   std::mutex mu_;
   std::condition_variable cv_;
 };
+
+// Runs shard(r) for r = 0..n-1 on n threads and joins them; returns each shard's exception message ("" if none).
+inline std::vector<std::string> run_shards(int n, const std::function<void(int)>& shard) {
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        shard(r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
 
 }  // namespace pipescope::testing
