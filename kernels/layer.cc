@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 
 namespace pipescope::kernels {
 
@@ -162,6 +163,40 @@ std::size_t param_count(ModuleKind kind, const ModelShape& m) {
       return HeadLayout::of(m).size;
   }
   throw KernelError("param_count: unknown module kind");
+}
+
+std::vector<TensorSpan> module_tensor_spans(ModuleKind kind, const ModelShape& m) {
+  std::vector<std::pair<const char*, std::size_t>> at;  // name, offset; each tensor ends where the next begins
+  std::size_t size = 0;
+  switch (kind) {
+    case ModuleKind::kEmbedding: {
+      const auto L = EmbeddingLayout::of(m);
+      at = {{"tok", L.tok}, {"pos", L.pos}};
+      size = L.size;
+      break;
+    }
+    case ModuleKind::kHead: {
+      const auto L = HeadLayout::of(m);
+      at = {{"lnf_g", L.lnf_g}, {"lnf_b", L.lnf_b}, {"w_vocab", L.w_vocab}};
+      size = L.size;
+      break;
+    }
+    case ModuleKind::kLayer: {
+      const auto L = LayerLayout::of(m.layer);
+      at = {{"ln1_g", L.ln1_g}, {"ln1_b", L.ln1_b}, {"w_qkv", L.w_qkv}, {"b_qkv", L.b_qkv},
+            {"w_o", L.w_o},     {"b_o", L.b_o},     {"ln2_g", L.ln2_g}, {"ln2_b", L.ln2_b},
+            {"w_fc1", L.w_fc1}, {"b_fc1", L.b_fc1}, {"w_fc2", L.w_fc2}, {"b_fc2", L.b_fc2}};
+      size = L.size;
+      break;
+    }
+  }
+  if (at.empty()) throw KernelError("module_tensor_spans: unknown module kind");
+  std::vector<TensorSpan> out;
+  for (std::size_t i = 0; i < at.size(); i++) {
+    const std::size_t end = i + 1 < at.size() ? at[i + 1].second : size;
+    out.push_back({at[i].first, at[i].second, end - at[i].second});
+  }
+  return out;
 }
 
 namespace {

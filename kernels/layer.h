@@ -130,6 +130,13 @@ inline constexpr double kLayerNormEps = 1e-5;
 
 enum class ModuleKind : std::uint8_t { kLayer, kEmbedding, kHead };
 std::size_t param_count(ModuleKind kind, const ModelShape& m);
+// The named tensors of a module's flat buffer, in layout order, covering it (the shard's when m.layer.tp > 1):
+// for per-tensor error reports and checks.
+struct TensorSpan {
+  std::string name;
+  std::size_t offset = 0, size = 0;
+};
+std::vector<TensorSpan> module_tensor_spans(ModuleKind kind, const ModelShape& m);
 
 // Adam with bias correction; weight_decay is decoupled (AdamW) and 0 by default.
 struct AdamConfig {

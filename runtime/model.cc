@@ -142,36 +142,6 @@ std::vector<std::int32_t> SyntheticData::targets(int first, int count, int begin
   return slice(targets_, first, count, begin, end);
 }
 
-std::vector<TensorSpan> module_tensors(const kernels::ModelShape& shape, const ModuleId& id) {
-  using kernels::ModuleKind;
-  switch (id.kind) {
-    case ModuleKind::kEmbedding: {
-      const auto L = kernels::EmbeddingLayout::of(shape);
-      return {{"tok", L.tok, L.pos - L.tok}, {"pos", L.pos, L.size - L.pos}};
-    }
-    case ModuleKind::kHead: {
-      const auto L = kernels::HeadLayout::of(shape);
-      return {{"lnf_g", L.lnf_g, L.lnf_b - L.lnf_g},
-              {"lnf_b", L.lnf_b, L.w_vocab - L.lnf_b},
-              {"w_vocab", L.w_vocab, L.size - L.w_vocab}};
-    }
-    case ModuleKind::kLayer:
-      break;
-  }
-  const auto L = kernels::LayerLayout::of(shape.layer);
-  const std::pair<const char*, std::size_t> at[] = {{"ln1_g", L.ln1_g}, {"ln1_b", L.ln1_b}, {"w_qkv", L.w_qkv},
-                                                    {"b_qkv", L.b_qkv}, {"w_o", L.w_o},     {"b_o", L.b_o},
-                                                    {"ln2_g", L.ln2_g}, {"ln2_b", L.ln2_b}, {"w_fc1", L.w_fc1},
-                                                    {"b_fc1", L.b_fc1}, {"w_fc2", L.w_fc2}, {"b_fc2", L.b_fc2}};
-  std::vector<TensorSpan> out;
-  const std::size_t n = sizeof at / sizeof at[0];
-  for (std::size_t i = 0; i < n; i++) {
-    const std::size_t end = i + 1 < n ? at[i + 1].second : L.size;
-    out.push_back({at[i].first, at[i].second, end - at[i].second});
-  }
-  return out;
-}
-
 bool built_with_nccl() {
 #ifdef PIPESCOPE_HAVE_NCCL
   return true;

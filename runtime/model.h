@@ -86,12 +86,11 @@ class SyntheticData {
   std::size_t loss_norm_ = 0;
 };
 
-// Named sub-tensors of a module's flat buffer (kernels/layer.h layouts), for error reports.
-struct TensorSpan {
-  std::string name;
-  std::size_t offset = 0, size = 0;
-};
-std::vector<TensorSpan> module_tensors(const kernels::ModelShape& shape, const ModuleId& id);
+// Named sub-tensors of a module's flat buffer (kernels::module_tensor_spans), for error reports.
+using TensorSpan = kernels::TensorSpan;
+inline std::vector<TensorSpan> module_tensors(const kernels::ModelShape& shape, const ModuleId& id) {
+  return kernels::module_tensor_spans(id.kind, shape);
+}
 
 // Backend by name: "cpu-f64", "cpu-f32", "null" (no-op compute, for measuring the runtime's own overhead),
 // "cuda-bf16", "cuda-f16" on GPU `device` (only in a build with CUDA and NCCL, PIPESCOPE_HAVE_NCCL, and only with a

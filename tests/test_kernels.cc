@@ -200,24 +200,15 @@ constexpr double kFdEps = 1e-3;
 constexpr double kFdTol = 1e-6;
 
 // Named tensors of a layer, for precise failure messages.
-std::vector<std::pair<const char*, std::pair<std::size_t, std::size_t>>> layer_tensors(const LayerShape& s) {
-  const LayerLayout L = LayerLayout::of(s);
-  const std::size_t h = s.hidden, f = s.ffn;
-  return {{"ln1_g", {L.ln1_g, h}},     {"ln1_b", {L.ln1_b, h}},     {"w_qkv", {L.w_qkv, 3 * h * h}},
-          {"b_qkv", {L.b_qkv, 3 * h}}, {"w_o", {L.w_o, h * h}},     {"b_o", {L.b_o, h}},
-          {"ln2_g", {L.ln2_g, h}},     {"ln2_b", {L.ln2_b, h}},     {"w_fc1", {L.w_fc1, h * f}},
-          {"b_fc1", {L.b_fc1, f}},     {"w_fc2", {L.w_fc2, f * h}}, {"b_fc2", {L.b_fc2, h}}};
-}
-
 double check_tensors(const char* module, const std::vector<double>& fdg, const std::vector<double>& an,
-                     const std::vector<std::pair<const char*, std::pair<std::size_t, std::size_t>>>& tensors,
-                     double tol) {
+                     const std::vector<TensorSpan>& tensors, double tol) {
   double worst = 0;
-  for (const auto& [name, span] : tensors) {
-    const std::vector<double> a(fdg.begin() + span.first, fdg.begin() + span.first + span.second);
-    const std::vector<double> b(an.begin() + span.first, an.begin() + span.first + span.second);
+  for (const TensorSpan& t : tensors) {
+    const auto from = static_cast<std::ptrdiff_t>(t.offset), to = static_cast<std::ptrdiff_t>(t.offset + t.size);
+    const std::vector<double> a(fdg.begin() + from, fdg.begin() + to);
+    const std::vector<double> b(an.begin() + from, an.begin() + to);
     const double e = rel_err(a, b);
-    EXPECT_LE(e, tol) << module << "." << name;
+    EXPECT_LE(e, tol) << module << "." << t.name;
     worst = std::max(worst, e);
   }
   return worst;
@@ -272,7 +263,7 @@ TEST(KernelsGradCheck, LayerOverSlicesWithContext) {
 
   std::vector<double> G_fd(P.size());
   for (std::size_t j = 0; j < P.size(); ++j) G_fd[j] = fd(loss, P[j], kFdEps);
-  const double worst_p = check_tensors("layer", G_fd, G, layer_tensors(ls), kFdTol);
+  const double worst_p = check_tensors("layer", G_fd, G, module_tensor_spans(ModuleKind::kLayer, ms), kFdTol);
 
   double worst_x = 0;
   for (std::size_t i = 0; i < slices.size(); ++i) {
@@ -294,23 +285,18 @@ TEST(KernelsGradCheck, WholeModelWithEmbeddingHeadAndLoss) {
   EXPECT_NEAR(g.loss, loss_of(m, d), 1e-14);
   auto f = [&] { return loss_of(m, d); };
 
-  const EmbeddingLayout E = EmbeddingLayout::of(m.shape);
-  const HeadLayout H = HeadLayout::of(m.shape);
-  const std::size_t h = m.shape.layer.hidden, V = m.shape.vocab;
   auto fd_all = [&](std::vector<double>& p) {
     std::vector<double> out(p.size());
     for (std::size_t j = 0; j < p.size(); ++j) out[j] = fd(f, p[j], kFdEps);
     return out;
   };
-  double worst = check_tensors("embedding", fd_all(m.emb), g.emb,
-                               {{"tok", {E.tok, V * h}}, {"pos", {E.pos, m.shape.max_seq * h}}}, kFdTol);
+  double worst =
+      check_tensors("embedding", fd_all(m.emb), g.emb, module_tensor_spans(ModuleKind::kEmbedding, m.shape), kFdTol);
   for (int k = 0; k < kLayers; ++k)
-    worst =
-        std::max(worst, check_tensors("layer", fd_all(m.layers[k]), g.layers[k], layer_tensors(m.shape.layer), kFdTol));
-  worst =
-      std::max(worst, check_tensors("head", fd_all(m.head), g.head,
-                                    {{"lnf_g", {H.lnf_g, h}}, {"lnf_b", {H.lnf_b, h}}, {"w_vocab", {H.w_vocab, h * V}}},
-                                    kFdTol));
+    worst = std::max(worst, check_tensors("layer", fd_all(m.layers[k]), g.layers[k],
+                                          module_tensor_spans(ModuleKind::kLayer, m.shape), kFdTol));
+  worst = std::max(
+      worst, check_tensors("head", fd_all(m.head), g.head, module_tensor_spans(ModuleKind::kHead, m.shape), kFdTol));
   std::printf("[ gradcheck ] embedding + 2 layers + head + loss: worst tensor rel err %.2e (loss %.6f)\n", worst,
               g.loss);
 }
@@ -645,16 +631,11 @@ TEST(KernelsTensorParallel, ShardsEqualTheUnshardedLayer) {
       }
       const std::vector<double> cut_grads = shard_params(ModuleKind::kLayer, shard, r, want.grads);
       ASSERT_EQ(got[r].grads.size(), cut_grads.size());
-      const LayerLayout L = LayerLayout::of(shard.layer);
-      const std::vector<std::pair<const char*, std::pair<std::size_t, std::size_t>>> tensors{
-          {"ln1", {L.ln1_g, L.w_qkv - L.ln1_g}},   {"w_qkv", {L.w_qkv, L.b_qkv - L.w_qkv}},
-          {"b_qkv", {L.b_qkv, L.w_o - L.b_qkv}},   {"w_o", {L.w_o, L.b_o - L.w_o}},
-          {"b_o", {L.b_o, L.ln2_g - L.b_o}},       {"ln2", {L.ln2_g, L.w_fc1 - L.ln2_g}},
-          {"w_fc1", {L.w_fc1, L.b_fc1 - L.w_fc1}}, {"b_fc1", {L.b_fc1, L.w_fc2 - L.b_fc1}},
-          {"w_fc2", {L.w_fc2, L.b_fc2 - L.w_fc2}}, {"b_fc2", {L.b_fc2, L.size - L.b_fc2}}};
+      const std::vector<TensorSpan> tensors = module_tensor_spans(ModuleKind::kLayer, shard);
       worst = std::max(worst, check_tensors("shard", got[r].grads, cut_grads, tensors, 1e-12));
       // Replicated tensors (LayerNorms, b_o, b_fc2) get the same gradient on every shard.
       if (r > 0) {
+        const LayerLayout L = LayerLayout::of(shard.layer);
         for (std::size_t k : {L.ln1_g, L.b_o, L.ln2_g + 1, L.b_fc2})
           EXPECT_EQ(got[r].grads[k], got[0].grads[k]) << "tp " << tp << " rank " << r << " offset " << k;
       }

@@ -114,13 +114,7 @@ TEST(KernelsCuda, LayerForwardBackwardMatchesReference) {
     dys.push_back(random_vec(static_cast<std::size_t>(b) * l * m.layer.hidden, rng));
   }
   auto cpu = make_cpu_backend(DType::kF64);
-  const LayerLayout L = LayerLayout::of(m.layer);
-  const std::size_t h = m.layer.hidden, f = m.layer.ffn;
-  const std::vector<std::pair<const char*, std::pair<std::size_t, std::size_t>>> tensors{
-      {"ln1_g", {L.ln1_g, h}},     {"ln1_b", {L.ln1_b, h}},     {"w_qkv", {L.w_qkv, 3 * h * h}},
-      {"b_qkv", {L.b_qkv, 3 * h}}, {"w_o", {L.w_o, h * h}},     {"b_o", {L.b_o, h}},
-      {"ln2_g", {L.ln2_g, h}},     {"ln2_b", {L.ln2_b, h}},     {"w_fc1", {L.w_fc1, h * f}},
-      {"b_fc1", {L.b_fc1, f}},     {"w_fc2", {L.w_fc2, f * h}}, {"b_fc2", {L.b_fc2, h}}};
+  const std::vector<TensorSpan> tensors = module_tensor_spans(ModuleKind::kLayer, m);
   for (DType dt : gpu_dtypes()) {
     auto gpu = make_cuda_backend(dt);
     const LayerRun g = run_layer(*gpu, m, params, xs, dys, lens, b);
@@ -132,9 +126,9 @@ TEST(KernelsCuda, LayerForwardBackwardMatchesReference) {
       worst_y = std::max(worst_y, rel_l2(g.y[i], r.y[i]));
       worst_dx = std::max(worst_dx, rel_l2(g.dx[i], r.dx[i]));
     }
-    for (const auto& [name, span] : tensors) {
-      const double e = rel_l2(slice_of(g.grads, span.first, span.second), slice_of(r.grads, span.first, span.second));
-      EXPECT_LE(e, tol) << dtype_name(dt) << " grad " << name;
+    for (const TensorSpan& t : tensors) {
+      const double e = rel_l2(slice_of(g.grads, t.offset, t.size), slice_of(r.grads, t.offset, t.size));
+      EXPECT_LE(e, tol) << dtype_name(dt) << " grad " << t.name;
       worst_g = std::max(worst_g, e);
     }
     EXPECT_LE(worst_y, tol) << dtype_name(dt) << " y";
@@ -191,13 +185,7 @@ TEST(KernelsCuda, TensorParallelShardsMatchUnshardedReference) {
   }
   ModelShape shard = m;
   shard.layer.tp = kTp;
-  const LayerLayout L = LayerLayout::of(shard.layer);
-  const std::vector<std::pair<const char*, std::pair<std::size_t, std::size_t>>> tensors{
-      {"ln1", {L.ln1_g, L.w_qkv - L.ln1_g}},   {"w_qkv", {L.w_qkv, L.b_qkv - L.w_qkv}},
-      {"b_qkv", {L.b_qkv, L.w_o - L.b_qkv}},   {"w_o", {L.w_o, L.b_o - L.w_o}},
-      {"b_o", {L.b_o, L.ln2_g - L.b_o}},       {"ln2", {L.ln2_g, L.w_fc1 - L.ln2_g}},
-      {"w_fc1", {L.w_fc1, L.b_fc1 - L.w_fc1}}, {"b_fc1", {L.b_fc1, L.w_fc2 - L.b_fc1}},
-      {"w_fc2", {L.w_fc2, L.b_fc2 - L.w_fc2}}, {"b_fc2", {L.b_fc2, L.size - L.b_fc2}}};
+  const std::vector<TensorSpan> tensors = module_tensor_spans(ModuleKind::kLayer, shard);
   auto cpu = make_cpu_backend(DType::kF64);
   for (DType dt : gpu_dtypes()) {
     {  // A shard cannot run without the all-reduce.
@@ -243,10 +231,9 @@ TEST(KernelsCuda, TensorParallelShardsMatchUnshardedReference) {
       }
       const std::vector<double> cut = shard_params(ModuleKind::kLayer, shard, r, want.grads);
       ASSERT_EQ(got[r].grads.size(), cut.size());
-      for (const auto& [name, span] : tensors) {
-        const double e =
-            rel_l2(slice_of(got[r].grads, span.first, span.second), slice_of(cut, span.first, span.second));
-        EXPECT_LE(e, tol) << dtype_name(dt) << " shard " << r << " grad " << name;
+      for (const TensorSpan& t : tensors) {
+        const double e = rel_l2(slice_of(got[r].grads, t.offset, t.size), slice_of(cut, t.offset, t.size));
+        EXPECT_LE(e, tol) << dtype_name(dt) << " shard " << r << " grad " << t.name;
         worst_g = std::max(worst_g, e);
       }
     }
