@@ -172,9 +172,9 @@ void Executor::validate_program() const {
           if (ls_.groups[l.group].workers != std::vector<std::int32_t>{worker_}) bad("not this worker's TP group");
           if (i == 0 || prog_[i - 1].kind != LOpKind::Compute || !(key_of(prog_[i - 1].op) == key_of(l.op)))
             bad("a tensor-parallel all-reduce must directly follow its compute op (the layer kernels make the calls)");
-          // The kernels make 2 calls per layer; a larger count is the cost model's calls for parts the runtime
-          // replicates instead of sharding (vocab-parallel embedding / LM head) or recomputation.
-          const int calls = 2 * stage_layers(model_.layers, s.stages(), l.op.stage).count;
+          // A larger count is the cost model's calls for parts the runtime replicates instead of sharding
+          // (vocab-parallel embedding / LM head) or recomputation.
+          const int calls = layer_tp_calls(l.op);
           if (l.count < calls)
             bad("count " + std::to_string(l.count) + " is less than the " + std::to_string(calls) +
                 " all-reduces the layer kernels make (2 per layer)");
@@ -241,7 +241,7 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
         case LOpKind::AllReduce:
           if (l.tag == CollTag::TensorParallel) {
             // A marker: the calls happened inside the compute op just before it (validate_program).
-            const int calls = 2 * stage_layers(model_.layers, ls_.schedule.stages(), l.op.stage).count;
+            const int calls = layer_tp_calls(l.op);
             if (tp_calls_ != calls)
               throw RuntimeError("the layer kernels of " + op_text(l.op) + " made " + std::to_string(tp_calls_) +
                                  " tensor-parallel all-reduces, expected " + std::to_string(calls) + " (2 per layer)");
@@ -349,6 +349,10 @@ void Executor::wait(Request& r, const char* what) {
     // Ranks are often oversubscribed (CI: 4 ranks on 2 cores): give the core to whoever we are waiting for.
     std::this_thread::yield();
   }
+}
+
+int Executor::layer_tp_calls(const Op& op) const {
+  return 2 * stage_layers(model_.layers, ls_.schedule.stages(), op.stage).count;
 }
 
 void Executor::tp_all_reduce(void* data, std::size_t count, kernels::DType dtype) {

@@ -106,6 +106,7 @@ class Executor {
   void poll_sends(Clock::time_point t0, std::vector<OpTiming>& ops);
   void wait(Request& r, const char* what);
   void tp_all_reduce(void* data, std::size_t count, kernels::DType dtype);
+  int layer_tp_calls(const Op& op) const;  // TP all-reduces the layer kernels make for a compute op: 2 per layer
   std::shared_ptr<kernels::Tensor> take_input(const Op& consumer, const OpKey& producer);
   std::string op_name(std::size_t i) const;
   std::string who() const;  // "rank W" (MPI rank = worker); with tp > 1 "rank R (worker W, TP rank t)"

@@ -276,7 +276,7 @@ TEST(Runtime, WatchdogReportsTheBlockedOpInsteadOfHanging) {
 }
 
 // ------------------------------------------------------------ unsupported programs fail up front
-TEST(Runtime, RejectsTensorParallelAndTiedEmbeddingPrograms) {
+TEST(Runtime, RejectsTiedEmbeddingsAndTensorParallelismTheTransportLacks) {
   const Scenario s = tiny_scenario("1f1b", 1, 2, 1, 2, 2, 16, 2, 8, 29);
   auto p = prepare_with_constant_costs(s);
   const ModelConfig mc = model_of(s);
