@@ -1,6 +1,8 @@
 // pipescope: simulate, plan, calibrate and validate pipeline-parallel training schedules.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "cli/commands.h"
@@ -8,9 +10,46 @@
 #include "core/profile.h"
 #include "core/scenario.h"
 
+namespace {
+
+// Levenshtein distance, for "did you mean" on a mistyped subcommand.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The first positional word when it names no subcommand: "unknown subcommand 'simulat' (did you mean 'simulate'?)".
+std::string subcommand_hint(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return "";
+  const std::string word = argv[1];
+  std::string best;
+  std::size_t best_d = word.size();
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    if (sub->get_name() == word) return "";
+    const std::size_t d = edit_distance(word, sub->get_name());
+    if (d < best_d) best_d = d, best = sub->get_name();
+  }
+  std::string hint = "unknown subcommand '" + word + "'";
+  if (!best.empty() && best_d <= 3) hint += " (did you mean '" + best + "'?)";
+  return hint + "; `pipescope --help` lists them";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace pipescope;
   CLI::App app{"pipescope: pipeline-parallel LLM training schedules, simulated (SimGrid) and validated"};
+  app.set_version_flag("--version", std::string("pipescope ") + PIPESCOPE_VERSION);
   app.require_subcommand(1);
   std::vector<cli::Command> commands{cli::add_simulate(app), cli::add_show(app),     cli::add_plan(app),
                                      cli::add_repro(app),    cli::add_validate(app), cli::add_sweep(app),
@@ -18,7 +57,15 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every other parse error is bad input (1), not CLI11's own codes (105, 106, ...).
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    const std::string hint = subcommand_hint(app, argc, argv);
+    if (!hint.empty()) {
+      std::fprintf(stderr, "error: %s\n", hint.c_str());
+      return cli::kExitInput;
+    }
+    app.exit(e);
+    return cli::kExitInput;
   }
   try {
     for (auto& c : commands)
