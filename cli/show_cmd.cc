@@ -1,11 +1,14 @@
-// `pipescope show [SCENARIO] [--lowered]`: print the schedule (canonical op text per rank) and run the
-// static checker, without simulating.
+// `pipescope show [SCENARIO] [--lowered] [--csv FILE]`: print the schedule (canonical op text per rank) and run
+// the static checker, without simulating; --csv also writes the schedule in PyTorch pipelining's CSV format
+// (core/schedule_csv.h), which `schedule: {kind: file, file: FILE}` reads back.
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include "cli/commands.h"
 #include "core/pipeline.h"
+#include "core/schedule_csv.h"
 #include "core/scenario.h"
 
 namespace pipescope::cli {
@@ -14,6 +17,7 @@ struct ShowOptions {
   std::string scenario;
   bool lowered = false;
   int worker = -1;
+  std::string csv;
 };
 
 int run_show(const ShowOptions& o) {
@@ -31,6 +35,13 @@ int run_show(const ShowOptions& o) {
   }
   CheckedSchedule cs = check(prep->lowered, prep->placement);
   std::printf("check: ok (%zu DAG nodes)\n", cs.dag().size());
+  if (!o.csv.empty()) {
+    std::ofstream f(o.csv, std::ios::binary);
+    f << schedule_to_csv(prep->schedule);
+    if (!f.flush()) throw InputError("--csv " + o.csv + ": cannot write the file");
+    std::printf("wrote %s: %d rows (ranks), %zu actions\n", o.csv.c_str(), prep->schedule.p,
+                prep->schedule.op_count());
+  }
   return 0;
 }
 }  // namespace
@@ -41,6 +52,8 @@ Command add_show(CLI::App& app) {
   sub->add_option("scenario", o->scenario, "Scenario YAML file (default: built-in)");
   sub->add_flag("--lowered", o->lowered, "Print the lowered per-worker programs (sends, receives, collectives)");
   sub->add_option("--worker", o->worker, "Only this worker (with --lowered)");
+  sub->add_option("--csv", o->csv,
+                  "Also write the schedule as a PyTorch pipelining CSV (one row per rank; schedule kind file reads it)");
   return {sub, [o] { return run_show(*o); }};
 }
 }  // namespace pipescope::cli

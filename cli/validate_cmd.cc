@@ -272,12 +272,16 @@ int run_validate(const ValidateOptions& vo) {
   const CheckedSchedule cs = check(prep->lowered, prep->placement);
   const auto* pcm = dynamic_cast<const ProfileCostModel*>(prep->cost.get());
   const std::string cost_source = pcm ? pcm->describe() : std::string("analytic cost model");
-  const runtime::ModelConfig mc = runtime::ModelConfig::for_validation(s.model);
+  const runtime::ModelConfig mc = runtime::ModelConfig::for_validation(s.model, s.parallel.stage_layers);
   const LoweredSchedule& ls = prep->lowered;
   const ParallelSpec& par = s.parallel;
   std::printf("validate %s (%s)\n", s.name.c_str(), s.source.c_str());
-  std::printf("  model: %d layers, hidden %d, %d heads, ffn %d, vocab %d, seq_len %d (untied head)\n", s.model.layers,
-              s.model.hidden, s.model.heads, s.model.ffn_hidden, s.model.vocab, s.model.seq_len);
+  std::string layout;  // "layers 1,3 per stage" for an uneven layout
+  for (int g : par.stage_layers) layout += (layout.empty() ? ", layers " : ",") + std::to_string(g);
+  if (!layout.empty()) layout += par.v > 1 ? " per virtual stage" : " per stage";
+  std::printf("  model: %d layers%s, hidden %d, %d heads, ffn %d, vocab %d, seq_len %d (untied head)\n",
+              s.model.layers, layout.c_str(), s.model.hidden, s.model.heads, s.model.ffn_hidden, s.model.vocab,
+              s.model.seq_len);
   std::printf("  parallel: dp %d x pp %d (v %d), tp %d; schedule %s, %d micro-batches of %d, %zu slice(s)\n", par.dp,
               par.pp, par.v, par.tp, to_string(s.schedule.kind), par.micro_batches(), par.micro_batch_size,
               ls.schedule.microbatches.empty() ? 0 : ls.schedule.microbatches[0].slice_begin.size());
@@ -360,6 +364,7 @@ int run_validate(const ValidateOptions& vo) {
     j["tp"] = par.tp;
     j["v"] = par.v;
     j["m"] = par.micro_batches();
+    if (!par.stage_layers.empty()) j["stage_layers"] = par.stage_layers;
     j["model"] = {{"layers", s.model.layers},  {"hidden", s.model.hidden}, {"heads", s.model.heads},
                   {"ffn", s.model.ffn_hidden}, {"vocab", s.model.vocab},   {"seq_len", s.model.seq_len}};
     j["backend"] = mr.backend;

@@ -56,6 +56,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/placement.h"
+
 namespace pipescope {
 
 namespace {
@@ -132,7 +134,7 @@ double rank_parameter_count(const Scenario& s, int rank) {
     throw std::invalid_argument("rank_parameter_count: rank " + std::to_string(rank) + " outside 0.." +
                                 std::to_string(par.pp - 1));
   const double h = m.hidden, V = m.vocab;
-  const double layers_on_rank = static_cast<double>(m.layers) / par.pp;  // v chunks of layers/(pp*v)
+  const double layers_on_rank = rank_layer_count(s, rank);  // its v chunks
   double p = layers_on_rank * layer_parameter_count(m);
   if (rank == 0) p += (V + m.seq_len) * h;  // word + position embeddings (first virtual stage)
   if (rank == par.pp - 1) {
@@ -157,8 +159,11 @@ AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
   need(m.layers > 0 && m.hidden > 0 && m.heads > 0 && m.ffn_hidden > 0 && m.vocab > 0 && m.seq_len > 0,
        "model.layers, hidden, heads, ffn_hidden, vocab and seq_len must all be positive");
   need(par.pp >= 1 && par.tp >= 1 && par.v >= 1, "parallel.pp, tp and v must be >= 1");
-  need(m.layers % (par.pp * par.v) == 0, "model.layers = " + std::to_string(m.layers) +
-                                             " is not divisible by pp * v = " + std::to_string(par.pp * par.v));
+  try {
+    for (int g = 0; g < par.pp * par.v; g++) stage_layers_.push_back(stage_layer_range(s_, g).count);
+  } catch (const std::invalid_argument& e) {
+    invalid(src + e.what());
+  }
   need(m.heads % par.tp == 0,
        "model.heads = " + std::to_string(m.heads) + " is not divisible by tp = " + std::to_string(par.tp));
   const std::string& dt = s_.training.dtype;
@@ -183,7 +188,11 @@ AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
   need(s_.training.optimizer_bytes_per_param >= 0, "training.optimizer_bytes_per_param must be >= 0");
 }
 
-int AnalyticCostModel::layers_per_chunk() const { return s_.model.layers / (s_.parallel.pp * s_.parallel.v); }
+int AnalyticCostModel::layers_of_stage(int stage) const {
+  if (stage < 0 || stage >= static_cast<int>(stage_layers_.size()))
+    invalid("stage " + std::to_string(stage) + " outside 0.." + std::to_string(stage_layers_.size() - 1));
+  return stage_layers_[static_cast<std::size_t>(stage)];
+}
 
 double AnalyticCostModel::kernel_seconds(const KernelCost& k) const {
   const DeviceSpec& d = s_.cluster.device;
@@ -376,7 +385,7 @@ double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) con
               {T * h, (e + 8) * T * h, false}};       // embedding gradient scatter-add (fp32 rows)
     }
   }
-  return stream_seconds(times_of(*this, pre), layer, layers_per_chunk(), times_of(*this, post),
+  return stream_seconds(times_of(*this, pre), layer, layers_of_stage(op.stage), times_of(*this, post),
                         s_.cluster.device.kernel_launch_s);
 }
 
@@ -384,7 +393,7 @@ double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {
   check_op(op, microbatch_seqs);
   const ModelSpec& m = s_.model;
   const int b = microbatch_seqs, l = op.tokens(), c = op.tok_begin;
-  const double fwd = layer_forward_flops(m, s_.parallel.tp, b, l, c).total() * layers_per_chunk();
+  const double fwd = layer_forward_flops(m, s_.parallel.tp, b, l, c).total() * layers_of_stage(op.stage);
   const double logits = 2.0 * b * l * static_cast<double>(m.hidden) * m.vocab / s_.parallel.tp;
   const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
   if (op.kind == OpKind::Forward) return fwd + (last ? logits : 0.0);
@@ -399,7 +408,7 @@ double AnalyticCostModel::p2p_bytes(const Op& op, int microbatch_seqs) const {
 int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
   if (s_.parallel.tp == 1) return 0;
   const int per_layer = op.kind == OpKind::Forward ? 2 : (s_.schedule.recompute ? 4 : 2);
-  int calls = per_layer * layers_per_chunk();
+  int calls = per_layer * layers_of_stage(op.stage);
   if (op.kind == OpKind::Forward && op.stage == 0) calls += 1;  // vocab-parallel embedding output
   if (op.kind == OpKind::Backward && op.stage == s_.parallel.pp * s_.parallel.v - 1) calls += 1;  // LM-head input grad
   return calls;
@@ -423,7 +432,7 @@ double AnalyticCostModel::optimizer_seconds(int rank) const {
   const double gpu = params * bytes_per_param / (d.hbm_bw_Bps * d.memory_efficiency);
   // Three multi-tensor passes (unscale + inf check, grad norm, Adam), ~110 tensors per launch, 12 tensors per
   // layer plus embeddings.
-  const double tensors = 12.0 * s_.model.layers / s_.parallel.pp + 4.0;
+  const double tensors = 12.0 * rank_layer_count(s_, rank) + 4.0;
   const int launches = 3 * static_cast<int>(std::ceil(tensors / 110.0));
   std::vector<double> ks(static_cast<std::size_t>(launches), gpu / launches);
   return stream_seconds({}, ks, 1, {}, d.kernel_launch_s);

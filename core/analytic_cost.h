@@ -40,7 +40,7 @@ class AnalyticCostModel : public CostModel {
   // One transformer layer on one GPU: b sequences, l tokens after c tokens of context.
   double layer_forward_seconds(int b, int l, int c) const;
   double layer_backward_seconds(int b, int l, int c) const;  // includes the recomputed forward with recompute
-  int layers_per_chunk() const;
+  int layers_of_stage(int stage) const;  // stage_layer_range (core/placement.h), cached per virtual stage
 
   // Useful FLOPs of a compute op on one GPU (causal attention, backward 2x, + recomputed forward, logits
   // 2*b*l*h*V/t forward on the last virtual stage), for utilisation reports.
@@ -54,6 +54,7 @@ class AnalyticCostModel : public CostModel {
  protected:
   Scenario s_;
   double dtype_peak_flops_ = 0;
+  std::vector<int> stage_layers_;  // per virtual stage
 
  private:
   void check_op(const Op& op, int microbatch_seqs) const;

@@ -72,6 +72,9 @@ struct ParallelSpec {
   int micro_batch_size = 1;        // b (sequences per micro-batch)
   int global_batch = 1;            // B (sequences per iteration, all replicas)
   bool sequence_parallel = false;  // Megatron sequence parallelism: LayerNorm/dropout activations split t ways
+  // Transformer layers of each virtual stage 0..pp*v-1 (uneven layouts); empty = model.layers / (pp * v) each.
+  // Read it through stage_layer_range() (core/placement.h), never directly.
+  std::vector<int> stage_layers;
   // m = global_batch / (micro_batch_size * dp)
   int micro_batches() const { return global_batch / (micro_batch_size * dp); }
 };

@@ -19,6 +19,7 @@ ConstantCostModel::ConstantCostModel(ConstantCosts c) : c_(c) {
   require(c.v >= 1, "v must be >= 1, got " + std::to_string(c.v));
   require(c.seq_len >= 1, "seq_len must be >= 1, got " + std::to_string(c.seq_len));
   require(c.tp_calls_fwd >= 0, "tp_calls_fwd must be >= 0, got " + std::to_string(c.tp_calls_fwd));
+  for (int n : c.stage_tp_calls) require(n >= 0, "stage_tp_calls must be >= 0, got " + std::to_string(n));
   const double vals[] = {c.forward_s, c.backward_s, c.p2p_bytes, c.grad_bytes, c.optimizer_s, c.tp_bytes};
   for (double x : vals) require(std::isfinite(x) && x >= 0, "costs and sizes must be finite and >= 0");
 }
@@ -33,7 +34,12 @@ double ConstantCostModel::compute_seconds(const Op& op, int) const {
 // An activation (or its gradient) has the same size whichever chunk produced it.
 double ConstantCostModel::p2p_bytes(const Op& op, int) const { return c_.p2p_bytes * token_share(op); }
 
-int ConstantCostModel::tp_allreduce_calls(const Op&) const { return c_.tp_calls_fwd; }
+int ConstantCostModel::tp_allreduce_calls(const Op& op) const {
+  if (c_.stage_tp_calls.empty()) return c_.tp_calls_fwd;
+  if (op.stage < 0 || op.stage >= static_cast<int>(c_.stage_tp_calls.size()))
+    throw std::invalid_argument("ConstantCostModel: stage " + std::to_string(op.stage) + " has no stage_tp_calls entry");
+  return c_.stage_tp_calls[static_cast<std::size_t>(op.stage)];
+}
 
 double ConstantCostModel::tp_allreduce_bytes(const Op& op, int) const { return c_.tp_bytes * token_share(op); }
 

@@ -5,6 +5,7 @@
 // Costs are per GPU of a tensor-parallel group (the group's GEMMs are split t ways).
 
 #include <memory>
+#include <vector>
 
 #include "core/config.h"
 #include "core/schedule.h"
@@ -39,6 +40,7 @@ struct ConstantCosts {
   double optimizer_s = 0.0;
   double tp_bytes = 0.0;  // per TP all-reduce call (whole micro-batch)
   int tp_calls_fwd = 0;   // TP all-reduce calls per forward (backward uses the same count)
+  std::vector<int> stage_tp_calls;  // per virtual stage, instead of tp_calls_fwd when given (uneven layers)
   int v = 1;              // chunks per rank (a chunk costs 1/v of a stage)
   int seq_len = 1;        // tokens per sequence, to scale slices
 };

@@ -1,7 +1,7 @@
 // Memory model: static state per rank plus an activation peak walked from the rank's op list.
 //
-// Static state (per GPU of the rank's TP group): P_r = rank_parameter_count (its v chunks of layers/(pp*v)
-// layers, word + position embeddings on the first virtual stage, final LayerNorm and the tied-embedding copy
+// Static state (per GPU of the rank's TP group): P_r = rank_parameter_count (the layers of its v chunks,
+// stage_layer_range in core/placement.h, word + position embeddings on the first virtual stage, final LayerNorm and the tied-embedding copy
 // or output layer on the last, / t). Weights e B/param (2 for fp16/bf16), gradients 2 B (4 with grad_fp32),
 // optimizer state the rest of training.optimizer_bytes_per_param (16 = 2 + 2 + fp32 master 4 + Adam 8).
 //
@@ -33,7 +33,7 @@
 // Extras: the first virtual stage keeps the embedding dropout mask (b*l*h/r B); the last keeps the final
 // LayerNorm input and output (2*b*l*h*e/r) and the fp32 softmax of the vocab-parallel cross entropy (4*b*l*V/t).
 //
-// Walk: for each op of the rank in order, a forward adds its stored bytes (layers per chunk x per-layer bytes
+// Walk: for each op of the rank in order, a forward adds its stored bytes (the stage's layers x per-layer bytes
 // + extras + cache growth) and l/s * 1/v in-flight units (a whole stage-micro-batch = 1: a chunk is 1/v of the
 // rank's layers, a slice of l tokens l/s of the sequence); a backward is checked at live + transient, then frees
 // what its forward stored, swaps the dK/dV buffer and, for the first slice, the cache. The peak is the maximum
@@ -47,6 +47,7 @@
 #include <tuple>
 
 #include "core/analytic_cost.h"
+#include "core/placement.h"
 
 namespace pipescope {
 
@@ -97,8 +98,12 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
          " but the scenario has parallel.pp = " + std::to_string(par.pp) + ", parallel.v = " + std::to_string(par.v));
   if (sched.seq_len != m.seq_len)
     fail("schedule seq_len " + std::to_string(sched.seq_len) + " != model.seq_len " + std::to_string(m.seq_len));
-  if (par.pp < 1 || par.v < 1 || m.layers % (par.pp * par.v) != 0)
-    fail("model.layers = " + std::to_string(m.layers) + " is not divisible by pp * v");
+  std::vector<int> stage_layers;  // per virtual stage
+  try {
+    for (int g = 0; g < par.pp * par.v; g++) stage_layers.push_back(stage_layer_range(s, g).count);
+  } catch (const std::invalid_argument& e) {
+    fail(e.what());
+  }
   if (static_cast<int>(sched.per_rank.size()) != sched.p || static_cast<int>(sched.microbatches.size()) != sched.m)
     fail("malformed schedule (per-rank lists or micro-batch table of the wrong size)");
 
@@ -106,7 +111,6 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
   const int g = s.training.grad_fp32 ? 4 : e;
   const double h = m.hidden, t = par.tp, V = m.vocab;
   const double rep_tp = par.sequence_parallel ? t : 1.0;  // what TP does to the residual-stream tensors
-  const int layers = m.layers / (par.pp * par.v);
   const int last_stage = par.pp * par.v - 1;
   const bool recompute = s.schedule.recompute;
   const bool flash = s.training.flash_attention;
@@ -149,6 +153,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
       const auto key = std::make_tuple(op.stage, op.microbatch, op.slice);
       const auto mb_key = std::make_pair(op.stage, op.microbatch);
       const bool sliced = sched.slices(op.microbatch) > 1;
+      const int layers = stage_layers[static_cast<std::size_t>(op.stage)];
       const double full_layer = layer_activation_bytes(s, b, l, c);
       if (op.kind == OpKind::Forward) {
         double per_layer = full_layer, cache_growth = 0;

@@ -130,4 +130,50 @@ Placement make_placement(const std::string& layout, int dp, int p, int tp, const
   return pl;
 }
 
+// ---------------------------------------------------------------- layer placement
+
+void check_stage_layers(int layers, const std::vector<int>& stage_layers, int stages) {
+  if (stages < 1) throw std::invalid_argument("layer placement: pp * v = " + std::to_string(stages) + " stages");
+  if (stage_layers.empty()) {
+    if (layers < stages || layers % stages != 0)
+      throw std::invalid_argument("model.layers = " + std::to_string(layers) +
+                                  " cannot be split evenly over pp * v = " + std::to_string(stages) +
+                                  " virtual stages (give parallel.stage_layers for an uneven split)");
+    return;
+  }
+  if (static_cast<int>(stage_layers.size()) != stages)
+    throw std::invalid_argument("parallel.stage_layers lists " + std::to_string(stage_layers.size()) +
+                                " stages, but pp * v = " + std::to_string(stages) + " (one entry per virtual stage)");
+  long long sum = 0;
+  for (std::size_t g = 0; g < stage_layers.size(); g++) {
+    if (stage_layers[g] < 1)
+      throw std::invalid_argument("parallel.stage_layers[" + std::to_string(g) + "] = " +
+                                  std::to_string(stage_layers[g]) + "; every stage needs at least one layer");
+    sum += stage_layers[g];
+  }
+  if (sum != layers)
+    throw std::invalid_argument("parallel.stage_layers sums to " + std::to_string(sum) + " layers, but model.layers = " +
+                                std::to_string(layers));
+}
+
+LayerRange stage_layer_range(int layers, const std::vector<int>& stage_layers, int stages, int stage) {
+  check_stage_layers(layers, stage_layers, stages);
+  if (stage < 0 || stage >= stages)
+    throw std::invalid_argument("layer placement: stage " + std::to_string(stage) + " outside 0.." +
+                                std::to_string(stages - 1));
+  if (stage_layers.empty()) return {stage * (layers / stages), layers / stages};
+  const int first = std::accumulate(stage_layers.begin(), stage_layers.begin() + stage, 0);
+  return {first, stage_layers[static_cast<std::size_t>(stage)]};
+}
+
+LayerRange stage_layer_range(const Scenario& s, int stage) {
+  return stage_layer_range(s.model.layers, s.parallel.stage_layers, s.parallel.pp * s.parallel.v, stage);
+}
+
+int rank_layer_count(const Scenario& s, int rank) {
+  int n = 0;
+  for (int chunk = 0; chunk < s.parallel.v; chunk++) n += stage_layer_range(s, chunk * s.parallel.pp + rank).count;
+  return n;
+}
+
 }  // namespace pipescope

@@ -1,6 +1,7 @@
 #pragma once
-// Placement: which GPU runs (data-parallel replica d, pipeline rank r, tensor-parallel rank t).
-// GPU indices are global: gpu = node * gpus_per_node + local index. Pure data, no SimGrid.
+// Placement: which GPU runs (data-parallel replica d, pipeline rank r, tensor-parallel rank t), and which
+// transformer layers each virtual stage holds. GPU indices are global: gpu = node * gpus_per_node + local
+// index. Pure data, no SimGrid.
 
 #include <cstdint>
 #include <string>
@@ -26,5 +27,23 @@ struct Placement {
 // - "terapipe": TeraPipe's layout (TP inside a node, pipeline neighbours on NVLink-connected GPUs)
 // Throws std::invalid_argument when dp * p * tp exceeds the cluster or the name is unknown.
 Placement make_placement(const std::string& layout, int dp, int p, int tp, const ClusterSpec& cluster);
+
+// ---------------------------------------------------------------- layer placement
+// The one place that says which transformer layers virtual stage g (0 .. stages-1) holds: stage_layers[g]
+// layers when the list is given (parallel.stage_layers, uneven layouts), else layers / stages each; stage g
+// holds the global layers [first, first + count) after those of stages 0..g-1. The embedding stays on stage 0
+// and the LM head on the last stage. Every user of "layers per stage" (cost, memory, runtime) goes through
+// these. Throws std::invalid_argument when the list has the wrong length, a stage has no layer, the sum is not
+// `layers`, or (without a list) `layers` is not divisible by `stages`.
+struct LayerRange {
+  int first = 0, count = 0;
+};
+LayerRange stage_layer_range(int layers, const std::vector<int>& stage_layers, int stages, int stage);
+LayerRange stage_layer_range(const Scenario& s, int stage);  // model.layers, parallel.stage_layers, pp * v
+// Throws std::invalid_argument (the message names parallel.stage_layers / model.layers) on a layout that does
+// not fit; the scenario validator reports the same conditions with the file position.
+void check_stage_layers(int layers, const std::vector<int>& stage_layers, int stages);
+// Layers held by pipeline rank `rank`: its virtual stages g = chunk * pp + rank (chunk 0 .. v-1).
+int rank_layer_count(const Scenario& s, int rank);
 
 }  // namespace pipescope

@@ -100,7 +100,7 @@ double ProfileCostModel::compute_seconds(const Op& op, int b) const {
   const bool first = op.stage == 0, last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
   double layer = table_layer_seconds(fwd, b, l, c);
   if (!fwd && s_.schedule.recompute) layer += table_layer_seconds(true, b, l, c);
-  double t = layers_per_chunk() * layer + p_.op_overhead_s;
+  double t = layers_of_stage(op.stage) * layer + p_.op_overhead_s;
   if (first || last) {
     double ends = 0;
     bool measured = true;
@@ -113,7 +113,7 @@ double ProfileCostModel::compute_seconds(const Op& op, int b) const {
     if (!measured) {
       // No end-stage timings for this vocabulary: the analytic estimate of everything but the layers.
       const double layers_a =
-          layers_per_chunk() * (fwd ? layer_forward_seconds(b, l, c) : layer_backward_seconds(b, l, c));
+          layers_of_stage(op.stage) * (fwd ? layer_forward_seconds(b, l, c) : layer_backward_seconds(b, l, c));
       ends = std::max(0.0, AnalyticCostModel::compute_seconds(op, b) - layers_a);
     }
     t += ends;

@@ -523,6 +523,7 @@ class Validator {
   void run() const;
 
  private:
+  void check_stage_layers_key(const ModelSpec& m, const ParallelSpec& p) const;
   const Scenario& s_;
   const Marks* marks_;
 };
@@ -531,6 +532,27 @@ std::string num(double x) {
   std::ostringstream os;
   os << x;
   return os.str();
+}
+
+void Validator::check_stage_layers_key(const ModelSpec& m, const ParallelSpec& p) const {
+  if (p.stage_layers.empty()) return;
+  const long long stages = 1LL * p.pp * p.v;
+  const std::string per = p.v > 1 ? "one entry per virtual stage: pp * v = " + std::to_string(p.pp) + " * " +
+                                        std::to_string(p.v) + " = " + std::to_string(stages)
+                                  : "one entry per pipeline stage: pp = " + std::to_string(p.pp);
+  if (static_cast<long long>(p.stage_layers.size()) != stages)
+    fail({"parallel.stage_layers"},
+         "lists " + std::to_string(p.stage_layers.size()) + " stages, but needs " + per);
+  long long sum = 0;
+  for (std::size_t g = 0; g < p.stage_layers.size(); g++) {
+    if (p.stage_layers[g] < 1)
+      fail({"parallel.stage_layers"}, "entry " + std::to_string(g) + " is " + std::to_string(p.stage_layers[g]) +
+                                          "; every stage needs at least one layer");
+    sum += p.stage_layers[g];
+  }
+  if (sum != m.layers)
+    fail({"parallel.stage_layers", "model.layers"},
+         "the stages hold " + std::to_string(sum) + " layers in all, but model.layers = " + std::to_string(m.layers));
 }
 
 void Validator::run() const {
@@ -602,15 +624,17 @@ void Validator::run() const {
              " = " + std::to_string(used) + " GPUs, but the cluster has nodes * gpus_per_node = " +
              std::to_string(c.nodes) + " * " + std::to_string(c.gpus_per_node) + " = " + std::to_string(total));
 
-  // Model split.
+  // Model split: even (layers / (pp * v) per virtual stage) or parallel.stage_layers (core/placement.h).
   if (1LL * p.pp * p.v > m.layers)
     fail({"parallel.pp", "parallel.v", "model.layers"},
          "pp * v = " + std::to_string(p.pp * p.v) + " model chunks but the model has only " + std::to_string(m.layers) +
              " layers (every chunk needs at least one)");
-  if (m.layers % (p.pp * p.v) != 0)
+  if (p.stage_layers.empty() && m.layers % (p.pp * p.v) != 0)
     fail({"parallel.pp", "parallel.v", "model.layers"},
          "model.layers = " + std::to_string(m.layers) + " is not divisible by pp * v = " + std::to_string(p.pp) +
-             " * " + std::to_string(p.v) + " = " + std::to_string(p.pp * p.v));
+             " * " + std::to_string(p.v) + " = " + std::to_string(p.pp * p.v) +
+             " (give parallel.stage_layers for an uneven split)");
+  check_stage_layers_key(m, p);
   if (m.hidden % m.heads != 0)
     fail({"model.heads", "model.hidden"}, "model.hidden = " + std::to_string(m.hidden) +
                                               " is not divisible by model.heads = " + std::to_string(m.heads));
@@ -788,7 +812,8 @@ Scenario parse_impl(const std::string& text, const std::string& source) {
   s.cluster = parse_cluster(root);
 
   const Section par =
-      root.sub("parallel", {"dp", "pp", "tp", "v", "micro_batch_size", "global_batch", "sequence_parallel"});
+      root.sub("parallel",
+               {"dp", "pp", "tp", "v", "micro_batch_size", "global_batch", "sequence_parallel", "stage_layers"});
   par.get("dp", s.parallel.dp);
   par.get("pp", s.parallel.pp);
   par.get("tp", s.parallel.tp);
@@ -796,6 +821,7 @@ Scenario parse_impl(const std::string& text, const std::string& source) {
   par.get("micro_batch_size", s.parallel.micro_batch_size);
   par.get("global_batch", s.parallel.global_batch);
   par.get("sequence_parallel", s.parallel.sequence_parallel);
+  par.get("stage_layers", s.parallel.stage_layers);
 
   const Section sch =
       root.sub("schedule", {"kind", "seq_slices", "slice_tokens", "slicing", "recompute", "scatter_gather"});

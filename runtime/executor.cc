@@ -114,7 +114,7 @@ Executor::Executor(UncheckedForTesting, const LoweredSchedule& ls, int worker, c
     be_.set_tp_all_reduce([this](void* data, std::size_t n, kernels::DType t) { tp_all_reduce(data, n, t); });
   for (int c = 0; c < s.v; c++) {
     const int g = c * s.p + rank_;
-    const StageLayers L = stage_layers(model_.layers, stages, g);
+    const StageLayers L = stage_layers(model_, stages, g);
     if (g == 0) add({kernels::ModuleKind::kEmbedding, 0});
     for (int l = L.first; l < L.first + L.count; l++) add({kernels::ModuleKind::kLayer, l});
     if (g == stages - 1) add({kernels::ModuleKind::kHead, 0});
@@ -352,7 +352,7 @@ void Executor::wait(Request& r, const char* what) {
 }
 
 int Executor::layer_tp_calls(const Op& op) const {
-  return 2 * stage_layers(model_.layers, ls_.schedule.stages(), op.stage).count;
+  return 2 * stage_layers(model_, ls_.schedule.stages(), op.stage).count;
 }
 
 void Executor::tp_all_reduce(void* data, std::size_t count, kernels::DType dtype) {
@@ -407,7 +407,7 @@ void Executor::forward(const Op& op, IterationStats& st) {
   const kernels::Slice sl{mb.seq_count, op.tok_begin, op.tokens()};
   const int first_seq = replica_ * replica_seqs_ + mb.seq_begin;
   const int h = model_.shape.layer.hidden;
-  const StageLayers L = stage_layers(model_.layers, stages, op.stage);
+  const StageLayers L = stage_layers(model_, stages, op.stage);
   const std::int64_t slot = st_->slot(key_of(op), "forward");
   auto& recs = st_->records[slot];
   if (!recs.empty()) throw RuntimeError("forward already ran and its backward has not");
@@ -457,7 +457,7 @@ void Executor::backward(const Op& op, IterationStats& st) {
   const MicroBatch& mb = s.microbatches[op.microbatch];
   const kernels::Slice sl{mb.seq_count, op.tok_begin, op.tokens()};
   const int h = model_.shape.layer.hidden;
-  const StageLayers L = stage_layers(model_.layers, stages, op.stage);
+  const StageLayers L = stage_layers(model_, stages, op.stage);
   const bool last = op.stage == stages - 1;
   auto& recs = st_->records[st_->slot(OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice}, "backward")];
   if (recs.size() != static_cast<std::size_t>(L.count + (last ? 1 : 0)))

@@ -18,8 +18,9 @@ std::uint64_t mix(std::uint64_t x) {
 
 }  // namespace
 
-ModelConfig ModelConfig::from(const ModelSpec& m) {
+ModelConfig ModelConfig::from(const ModelSpec& m, const std::vector<int>& stage_layers) {
   ModelConfig c;
+  c.stage_layers = stage_layers;
   c.shape.layer.hidden = m.hidden;
   c.shape.layer.heads = m.heads;
   c.shape.layer.ffn = m.ffn_hidden;
@@ -30,8 +31,8 @@ ModelConfig ModelConfig::from(const ModelSpec& m) {
   return c;
 }
 
-ModelConfig ModelConfig::for_validation(const ModelSpec& m) {
-  ModelConfig c = from(m);
+ModelConfig ModelConfig::for_validation(const ModelSpec& m, const std::vector<int>& stage_layers) {
+  ModelConfig c = from(m, stage_layers);
   c.perturb = 0.1;
   return c;
 }
@@ -91,14 +92,12 @@ std::vector<double> initial_params(const ModelConfig& mc, const ModuleId& id) {
   return kernels::init_params(id.kind, mc.shape, seed, mc.init_std, mc.perturb);
 }
 
-StageLayers stage_layers(int layers, int stages, int stage) {
-  if (stages < 1 || layers % stages != 0)
-    throw RuntimeError("model: " + std::to_string(layers) + " layers cannot be split evenly over " +
-                       std::to_string(stages) + " virtual stages (pp * v)");
-  if (stage < 0 || stage >= stages)
-    throw RuntimeError("stage " + std::to_string(stage) + " out of range (" + std::to_string(stages) + " stages)");
-  const int per = layers / stages;
-  return {stage * per, per};
+StageLayers stage_layers(const ModelConfig& mc, int stages, int stage) {
+  try {
+    return stage_layer_range(mc.layers, mc.stage_layers, stages, stage);
+  } catch (const std::invalid_argument& e) {
+    throw RuntimeError(std::string("model: ") + e.what());
+  }
 }
 
 SyntheticData::SyntheticData(int sequences, int seq_len, int vocab, std::uint64_t seed, int ignore_every)

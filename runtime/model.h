@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/placement.h"
 #include "core/schedule.h"
 #include "kernels/backend.h"
 
@@ -26,19 +27,21 @@ class RuntimeError : public std::runtime_error {
 struct ModelConfig {
   kernels::ModelShape shape;  // hidden, heads, ffn, vocab, max_seq (= seq_len)
   int layers = 0;
+  std::vector<int> stage_layers;  // layers per virtual stage (parallel.stage_layers); empty = even split
   std::uint64_t seed = 20240611;  // parameter seed: module k draws from seed + k (see module_seed)
   double init_std = 0.02;
   // Adds N(0, perturb) to LayerNorm gammas / betas and biases so that every gradient path is exercised;
   // the exactness tests use 0.1, training-like runs 0.
   double perturb = 0.0;
 
-  // From a scenario's model section. Throws RuntimeError on shapes the kernels cannot run.
-  static ModelConfig from(const ModelSpec& m);
+  // From a scenario's model section and its parallel.stage_layers. Throws RuntimeError on shapes the kernels
+  // cannot run.
+  static ModelConfig from(const ModelSpec& m, const std::vector<int>& stage_layers = {});
   // The model `pipescope validate` trains and checks: from(m) with perturb 0.1. With all biases 0, the key
   // bias's gradient is exactly 0 (softmax ignores a shift), so 16-bit backends' rounding noise there becomes
   // +-lr Adam steps against a reference that stays at 0; perturbed biases keep the parameter comparison
   // meaningful. Every rank and the reference must use the same one.
-  static ModelConfig for_validation(const ModelSpec& m);
+  static ModelConfig for_validation(const ModelSpec& m, const std::vector<int>& stage_layers = {});
   void validate() const;
 };
 
@@ -57,11 +60,10 @@ struct ModuleId {
 // Deterministic initial parameters of a module (the same on every rank and in the reference).
 std::vector<double> initial_params(const ModelConfig& mc, const ModuleId& id);
 
-// Layers of virtual stage g of a pipeline of `stages` stages: [first, first + count). layers % stages == 0.
-struct StageLayers {
-  int first = 0, count = 0;
-};
-StageLayers stage_layers(int layers, int stages, int stage);
+// Layers of virtual stage g of a pipeline of `stages` stages: [first, first + count), mc.stage_layers or the
+// even split (core/placement.h stage_layer_range). Throws RuntimeError on a layout that does not fit.
+using StageLayers = LayerRange;
+StageLayers stage_layers(const ModelConfig& mc, int stages, int stage);
 
 // Synthetic training data of one global batch: `sequences` sequences of `seq_len` tokens with next-token
 // targets; about one target in `ignore_every` is -1 (ignored by the loss) so that the normalisation by the

@@ -74,7 +74,7 @@ int rank_main(int argc, char** argv) {
     const Scenario s = job.fitted_scenario();
     prep = prepare(s);
     cs = std::make_unique<CheckedSchedule>(check(prep->lowered, prep->placement));
-    mc = ModelConfig::for_validation(s.model);
+    mc = ModelConfig::for_validation(s.model, s.parallel.stage_layers);
     check_backend(job.backend);  // creates nothing (no CUDA context before the device is chosen)
   } catch (const CheckError& e) {
     if (rank == 0) std::fprintf(stderr, "error: schedule rejected by the static checker: %s\n", e.what());

@@ -27,6 +27,10 @@ void RankJob::add_shrink_options(CLI::App& app) {
   app.add_option("--v", v, "Model chunks per pipeline rank (interleaved)")->group(g);
   app.add_option("--slices", slices, "Uniform token slices per micro-batch (terapipe)")->group(g);
   app.add_option("--slice-tokens", slice_tokens, "Explicit slice lengths, e.g. 5,3,4")->delimiter(',')->group(g);
+  app.add_option("--stage-layers", stage_layers,
+                 "Layers per pipeline stage (per virtual stage with v > 1), e.g. 1,3: an uneven layout")
+      ->delimiter(',')
+      ->group(g);
 }
 
 void RankJob::add_run_options(CLI::App& app) {
@@ -66,6 +70,11 @@ std::vector<std::string> RankJob::args() const {
     for (int t : slice_tokens) s += (s.empty() ? "" : ",") + std::to_string(t);
     a.insert(a.end(), {"--slice-tokens", s});
   }
+  if (!stage_layers.empty()) {
+    std::string s;
+    for (int l : stage_layers) s += (s.empty() ? "" : ",") + std::to_string(l);
+    a.insert(a.end(), {"--stage-layers", s});
+  }
   char w[32];
   std::snprintf(w, sizeof w, "%.17g", watchdog_s);
   a.insert(a.end(), {"--backend", backend, "--iterations", std::to_string(iterations), "--warmup",
@@ -94,6 +103,7 @@ ScenarioOverrides RankJob::overrides() const {
   set(r.global_batch, global_batch);
   set(r.slices, slices);
   if (!slice_tokens.empty()) r.slice_tokens = slice_tokens;
+  if (!stage_layers.empty()) r.stage_layers = stage_layers;
   return r;
 }
 

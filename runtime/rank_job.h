@@ -20,6 +20,7 @@ struct RankJob {
   int layers = 0, hidden = 0, heads = 0, ffn = 0, vocab = 0, seq_len = 0;
   int dp = 0, pp = 0, tp = 0, v = 0, micro_batch_size = 0, global_batch = 0, slices = 0;
   std::vector<int> slice_tokens;
+  std::vector<int> stage_layers;  // layers per virtual stage (parallel.stage_layers); empty keeps the scenario's
   // The run.
   std::string backend = "cpu-f64";
   int iterations = 3, warmup = 1;

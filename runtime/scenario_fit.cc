@@ -1,5 +1,8 @@
 #include "runtime/scenario_fit.h"
 
+#include <numeric>
+
+#include "core/placement.h"
 #include "core/scenario.h"
 
 namespace pipescope::runtime {
@@ -43,6 +46,14 @@ Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o) {
                       sch.kind == ScheduleKind::Seq1F1BInterleaved;
   const bool interleaved = sch.kind == ScheduleKind::Interleaved || sch.kind == ScheduleKind::Seq1F1BInterleaved;
   if (o.schedule && !o.v) p.v = interleaved ? std::max(p.v, 2) : 1;
+  if (o.stage_layers) {
+    p.stage_layers = *o.stage_layers;
+  } else if (!p.stage_layers.empty() && (o.layers || o.pp || o.v || o.schedule) &&
+             (static_cast<int>(p.stage_layers.size()) != p.pp * p.v ||
+              std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), 0) != m.layers)) {
+    throw ScenarioError(s.source + ": parallel.stage_layers: the scenario's layout does not fit the changed layers, " +
+                        "pp or v; give --stage-layers");
+  }
   if (o.slices) {
     sch.seq_slices = *o.slices;
     sch.slice_tokens.clear();
@@ -80,7 +91,8 @@ Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o) {
 }
 
 Scenario tiny_scenario(const std::string& schedule, int dp, int pp, int v, int m, int layers, int hidden, int heads,
-                       int seq_len, int vocab, int slices, const std::vector<int>& slice_tokens, int tp) {
+                       int seq_len, int vocab, int slices, const std::vector<int>& slice_tokens, int tp,
+                       const std::vector<int>& stage_layers) {
   Scenario base = default_scenario();
   base.name = "tiny";
   base.source = "<tiny>";
@@ -98,6 +110,7 @@ Scenario tiny_scenario(const std::string& schedule, int dp, int pp, int v, int m
   o.v = v;
   o.micro_batch_size = 1;
   o.global_batch = m * dp;
+  if (!stage_layers.empty()) o.stage_layers = stage_layers;
   if (!slice_tokens.empty())
     o.slice_tokens = slice_tokens;
   else
@@ -119,7 +132,8 @@ std::unique_ptr<Prepared> prepare_with_constant_costs(const Scenario& s) {
   c.seq_len = s.model.seq_len;
   const int stages = s.parallel.pp * s.parallel.v;
   if (s.parallel.tp > 1 && stages > 0) {
-    c.tp_calls_fwd = 2 * s.model.layers / stages;  // what the sharded layer kernels do, forward and backward
+    // What the sharded layer kernels do, forward and backward: 2 per layer of the op's stage.
+    for (int g = 0; g < stages; g++) c.stage_tp_calls.push_back(2 * stage_layer_range(s, g).count);
     c.tp_bytes = 1e6;
   }
   p->cost = std::make_unique<ConstantCostModel>(c);

@@ -83,6 +83,8 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", vocab);
   app.add_option("--slices", slices);
   app.add_option("--slice-tokens", slice_tokens)->delimiter(',');
+  std::vector<int> stage_layers;
+  app.add_option("--stage-layers", stage_layers, "layers per virtual stage (uneven layout)")->delimiter(',');
   app.add_option("--backend", backend);
   app.add_option("--iterations", iterations);
   app.add_option("--tol", tol);
@@ -115,7 +117,8 @@ int main(int argc, char** argv) {
   LoweredSchedule bad;
   ModelConfig mc;
   try {
-    Scenario s = tiny_scenario(schedule, dp, pp, v, m, layers, hidden, heads, seq, vocab, slices, slice_tokens, tp);
+    Scenario s = tiny_scenario(schedule, dp, pp, v, m, layers, hidden, heads, seq, vocab, slices, slice_tokens, tp,
+                               stage_layers);
     s.schedule.scatter_gather = scatter_gather;
     if (mbs != 1) {
       ScenarioOverrides o;
@@ -124,7 +127,7 @@ int main(int argc, char** argv) {
       s = fit_scenario(s, o);
     }
     prep = prepare_with_constant_costs(s);
-    mc = ModelConfig::from(s.model);
+    mc = ModelConfig::from(s.model, s.parallel.stage_layers);
     mc.perturb = 0.1;
     bad = mutate(prep->lowered, mutation);
   } catch (const std::exception& e) {

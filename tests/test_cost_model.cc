@@ -229,7 +229,7 @@ TEST(CostModel, ChunkTimeAndEmbeddingStages) {
   const int p = 8;
   const Scenario s = scenario("gpt3-175b", "dgx-a100", p, 8, 2);
   const AnalyticCostModel cm(s);
-  ASSERT_EQ(cm.layers_per_chunk(), 6);
+  ASSERT_EQ(cm.layers_of_stage(5), 6);
   const double mid = cm.compute_seconds(op(OpKind::Forward, 5, 0, 2048, p), 1);
   // GPU-bound chunk: launch overhead hides, the chunk costs its layers.
   EXPECT_NEAR(mid, 6 * cm.layer_forward_seconds(1, 2048, 0), 0.01 * mid);

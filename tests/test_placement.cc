@@ -1,11 +1,19 @@
-// Placement layouts: Megatron (stage-major), replica-major and TeraPipe's cube-mesh-aware layout.
+// Placement layouts: Megatron (stage-major), replica-major and TeraPipe's cube-mesh-aware layout; layer
+// placement (even and parallel.stage_layers) and what the cost and memory models make of it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
+#include <string>
 
+#include "core/analytic_cost.h"
+#include "core/dag.h"
+#include "core/memory_model.h"
+#include "core/pipeline.h"
 #include "core/placement.h"
 #include "core/presets.h"
+#include "core/scenario.h"
 
 namespace pipescope {
 namespace {
@@ -151,6 +159,104 @@ TEST(Placement, Errors) {
   // TeraPipe keeps TP groups inside a node: tp 3 does not divide 8 GPUs.
   EXPECT_THROW(make_placement("terapipe", 1, 2, 3, c), std::invalid_argument);
   EXPECT_NO_THROW(make_placement("megatron", 1, 2, 3, c));
+}
+
+// ---------------------------------------------------------------- layer placement
+
+std::string layer_error(int layers, const std::vector<int>& stage_layers, int stages) {
+  try {
+    check_stage_layers(layers, stage_layers, stages);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(LayerPlacement, EvenSplitAndExplicitLayout) {
+  for (int g = 0; g < 4; g++) {
+    EXPECT_EQ(stage_layer_range(8, {}, 4, g).first, 2 * g);
+    EXPECT_EQ(stage_layer_range(8, {}, 4, g).count, 2);
+  }
+  const std::vector<int> uneven = {1, 3, 3, 1};
+  const int first[] = {0, 1, 4, 7};
+  for (int g = 0; g < 4; g++) {
+    EXPECT_EQ(stage_layer_range(8, uneven, 4, g).first, first[g]);
+    EXPECT_EQ(stage_layer_range(8, uneven, 4, g).count, uneven[g]);
+  }
+  // Seven layers: no even split, but any layout that sums to 7.
+  EXPECT_EQ(stage_layer_range(7, {2, 2, 2, 1}, 4, 3).first, 6);
+  EXPECT_THROW(stage_layer_range(8, uneven, 4, 4), std::invalid_argument);
+  EXPECT_THROW(stage_layer_range(8, uneven, 4, -1), std::invalid_argument);
+}
+
+TEST(LayerPlacement, ErrorsSayWhichCountOrSumIsWrong) {
+  EXPECT_EQ(layer_error(7, {}, 4),
+            "model.layers = 7 cannot be split evenly over pp * v = 4 virtual stages (give parallel.stage_layers for "
+            "an uneven split)");
+  EXPECT_EQ(layer_error(8, {4, 4}, 4),
+            "parallel.stage_layers lists 2 stages, but pp * v = 4 (one entry per virtual stage)");
+  EXPECT_EQ(layer_error(8, {2, 2, 2, 1}, 4), "parallel.stage_layers sums to 7 layers, but model.layers = 8");
+  EXPECT_EQ(layer_error(8, {4, 0, 2, 2}, 4),
+            "parallel.stage_layers[1] = 0; every stage needs at least one layer");
+  EXPECT_EQ(layer_error(8, {2, 2, 2, 2}, 4), "");
+}
+
+// 16 layers of gpt3-1b over pp 4 on 4 A100s, a 128k vocabulary: the LM head (2*T*h*V FLOPs forward) costs about
+// five layers, so the last stage of the even split is the bottleneck.
+Scenario head_heavy(const std::string& stage_layers) {
+  const std::string text = "model: {preset: gpt3-1b, layers: 16, vocab: 128000}\n"
+                           "cluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 4}\n"
+                           "parallel: {dp: 1, pp: 4, tp: 1, global_batch: 8" +
+                           (stage_layers.empty() ? std::string() : ", stage_layers: " + stage_layers) + "}\n";
+  return parse_scenario(text, "head-heavy.yaml");
+}
+
+TEST(LayerPlacement, CostAndMemoryFollowTheLayout) {
+  const Scenario even = head_heavy(""), uneven = head_heavy("[5, 5, 5, 1]");
+  EXPECT_EQ(uneven.parallel.stage_layers, (std::vector<int>{5, 5, 5, 1}));
+  EXPECT_EQ(rank_layer_count(uneven, 0), 5);
+  EXPECT_EQ(rank_layer_count(uneven, 3), 1);
+  const AnalyticCostModel ce(even), cu(uneven);
+  EXPECT_EQ(cu.layers_of_stage(1), 5);
+  EXPECT_EQ(cu.layers_of_stage(3), 1);
+  Op f;
+  f.kind = OpKind::Forward;
+  f.stage = f.rank = 1;
+  f.tok_end = even.model.seq_len;
+  // A middle stage is pure layers: 5 layers do 5/4 of the work of 4 and take about 5/4 of the time.
+  EXPECT_NEAR(cu.op_flops(f, 1), 1.25 * ce.op_flops(f, 1), 1e-9 * ce.op_flops(f, 1));
+  EXPECT_NEAR(cu.compute_seconds(f, 1), 1.25 * ce.compute_seconds(f, 1), 0.01 * ce.compute_seconds(f, 1));
+  f.stage = f.rank = 3;  // the head's stage: 3 layers fewer, the head unchanged
+  const double layer_flops = layer_forward_flops(even.model, 1, 1, f.tok_end, 0).total();
+  EXPECT_NEAR(ce.op_flops(f, 1) - cu.op_flops(f, 1), 3 * layer_flops, 1e-9 * ce.op_flops(f, 1));
+  EXPECT_NEAR(ce.compute_seconds(f, 1) - cu.compute_seconds(f, 1), 3 * ce.layer_forward_seconds(1, f.tok_end, 0),
+              0.05 * ce.compute_seconds(f, 1));
+  const double lp = layer_parameter_count(even.model);
+  EXPECT_DOUBLE_EQ(rank_parameter_count(uneven, 1) - rank_parameter_count(even, 1), lp);
+  EXPECT_DOUBLE_EQ(rank_parameter_count(even, 3) - rank_parameter_count(uneven, 3), 3 * lp);
+  // Memory: the rank with more layers stores more activations per micro-batch and more static state.
+  const MemoryReport me = memory_report(even, make_schedule(even)), mu = memory_report(uneven, make_schedule(uneven));
+  EXPECT_GT(mu.ranks[0].activation_peak_bytes, me.ranks[0].activation_peak_bytes);
+  EXPECT_LT(mu.ranks[3].activation_peak_bytes, me.ranks[3].activation_peak_bytes);
+  EXPECT_GT(mu.ranks[0].weights_bytes, me.ranks[0].weights_bytes);
+  EXPECT_LT(mu.ranks[3].weights_bytes, me.ranks[3].weights_bytes);
+  // 1F1B keeps p - r micro-batches in flight on rank r; rank 0 holds 4 of 5 layers' activations each.
+  EXPECT_NEAR(mu.ranks[0].activation_peak_bytes / me.ranks[0].activation_peak_bytes, 5.0 / 4.0, 0.02);
+}
+
+// The communication-free critical path of the scenario with its analytic costs (simulate --engine analytic).
+double makespan(const Scenario& s) {
+  const auto prep = prepare(s);
+  const CheckedSchedule cs = check(prep->lowered, prep->placement);
+  const auto f = earliest_finish(cs.dag());
+  return *std::max_element(f.begin(), f.end());
+}
+
+TEST(LayerPlacement, LighterLastStageIsFasterWhenTheHeadDominates) {
+  const double even = makespan(head_heavy("")), light_last = makespan(head_heavy("[5, 5, 5, 1]"));
+  const double heavy_last = makespan(head_heavy("[3, 3, 3, 7]"));
+  EXPECT_LT(light_last, 0.9 * even);
+  EXPECT_GT(heavy_last, even);
 }
 
 }  // namespace

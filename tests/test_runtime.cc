@@ -650,9 +650,17 @@ TEST(Runtime, SyntheticDataAndStageSplit) {
       EXPECT_EQ(d.targets()[i], d.tokens()[i + 1]);
     }
   EXPECT_THROW(d.tokens(3, 2, 0, 1), RuntimeError);
-  EXPECT_EQ(stage_layers(8, 4, 3).first, 6);
-  EXPECT_EQ(stage_layers(8, 4, 3).count, 2);
-  EXPECT_THROW(stage_layers(6, 4, 0), RuntimeError);
+  ModelConfig mc8;
+  mc8.layers = 8;
+  EXPECT_EQ(stage_layers(mc8, 4, 3).first, 6);
+  EXPECT_EQ(stage_layers(mc8, 4, 3).count, 2);
+  mc8.stage_layers = {1, 3, 3, 1};  // uneven: stage 2 holds layers 4..6
+  EXPECT_EQ(stage_layers(mc8, 4, 2).first, 4);
+  EXPECT_EQ(stage_layers(mc8, 4, 2).count, 3);
+  EXPECT_THROW(stage_layers(mc8, 2, 0), RuntimeError);  // 4 entries for 2 stages
+  ModelConfig mc6;
+  mc6.layers = 6;
+  EXPECT_THROW(stage_layers(mc6, 4, 0), RuntimeError);
   const SyntheticData same(4, 10, 13);
   EXPECT_EQ(same.tokens(), d.tokens());
 }

@@ -438,9 +438,11 @@ TEST(ScenarioErrors, ModelSplit) {
   const std::string two_nodes = kCluster;
   // 24 layers over pp 16: not divisible.
   EXPECT_EQ(error_of(kModel + two_nodes + "parallel: {dp: 1, pp: 16, tp: 1, global_batch: 32}\n"),
-            "t.yaml:3:23: parallel.pp: model.layers = 24 is not divisible by pp * v = 16 * 1 = 16");
+            "t.yaml:3:23: parallel.pp: model.layers = 24 is not divisible by pp * v = 16 * 1 = 16"
+            " (give parallel.stage_layers for an uneven split)");
   EXPECT_EQ(error_of("model: {preset: gpt3-1b, layers: 30}\n" + two_nodes + kParallel),
-            "t.yaml:3:23: parallel.pp: model.layers = 30 is not divisible by pp * v = 4 * 1 = 4");
+            "t.yaml:3:23: parallel.pp: model.layers = 30 is not divisible by pp * v = 4 * 1 = 4"
+            " (give parallel.stage_layers for an uneven split)");
   // More stages than layers.
   EXPECT_EQ(error_of("model: {preset: gpt3-1b, layers: 8}\n" + two_nodes +
                      "parallel: {dp: 1, pp: 16, tp: 1, global_batch: 32}\n"),
@@ -491,6 +493,49 @@ TEST(ScenarioErrors, SliceTokens) {
             "slicing: explicit)");
   EXPECT_EQ(error_of(kBase + "schedule: {kind: terapipe, slicing: explicit}\n"),
             "t.yaml:4:37: schedule.slicing: slicing explicit needs a non-empty schedule.slice_tokens");
+}
+
+TEST(ScenarioErrors, StageLayers) {
+  const std::string head = kModel + kCluster;
+  const Scenario s = parse_scenario(head + "parallel: {dp: 2, pp: 4, tp: 2, global_batch: 32, stage_layers: [5, 7, 7, 5]}\n",
+                                    "t.yaml");
+  EXPECT_EQ(s.parallel.stage_layers, (std::vector<int>{5, 7, 7, 5}));
+  // No entry: the even split, as before.
+  EXPECT_TRUE(parse_scenario(kBase, "t.yaml").parallel.stage_layers.empty());
+  // Uneven layouts lift the divisibility rule: 25 layers over 4 stages.
+  EXPECT_EQ(error_of("model: {preset: gpt3-1b, layers: 25}\n" + kCluster +
+                     "parallel: {dp: 2, pp: 4, tp: 2, global_batch: 32, stage_layers: [5, 7, 7, 6]}\n"),
+            "");
+  // The sum.
+  EXPECT_EQ(error_of(head + "parallel: {dp: 2, pp: 4, tp: 2, global_batch: 32, stage_layers: [5, 7, 7, 4]}\n"),
+            "t.yaml:3:65: parallel.stage_layers: the stages hold 23 layers in all, but model.layers = 24");
+  // The count, per pipeline stage and per virtual stage.
+  EXPECT_EQ(error_of(head + "parallel: {dp: 2, pp: 4, tp: 2, global_batch: 32, stage_layers: [12, 12]}\n"),
+            "t.yaml:3:65: parallel.stage_layers: lists 2 stages, but needs one entry per pipeline stage: pp = 4");
+  EXPECT_EQ(error_of(head + "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 32, stage_layers: [6, 6, 6, 6]}\n" +
+                     "schedule: {kind: interleaved}\n"),
+            "t.yaml:3:71: parallel.stage_layers: lists 4 stages, but needs one entry per virtual stage: pp * v = 4 "
+            "* 2 = 8");
+  EXPECT_EQ(error_of(head + "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 32, stage_layers: [2, 3, 3, 3, 3, 3, 3, 4]}\n" +
+                     "schedule: {kind: interleaved}\n"),
+            "");
+  // A stage without layers, and entries that are not positive integers, at the entry itself.
+  EXPECT_EQ(error_of(head + "parallel: {dp: 2, pp: 4, tp: 2, global_batch: 32, stage_layers: [0, 8, 8, 8]}\n"),
+            "t.yaml:3:66: parallel.stage_layers[0]: expected a positive integer, got \"0\"");
+  EXPECT_EQ(error_of(head + "parallel:\n  dp: 2\n  pp: 4\n  tp: 2\n  global_batch: 32\n  stage_layers: 6\n"),
+            "t.yaml:8:17: parallel.stage_layers: expected a list of positive integers, got \"6\"");
+  EXPECT_EQ(error_of(head + "parallel:\n  dp: 2\n  pp: 4\n  tp: 2\n  global_batch: 32\n  stage_layers:\n"
+                            "    - 6\n    - 6\n    - six\n    - 6\n"),
+            "t.yaml:11:7: parallel.stage_layers[2]: expected a positive integer, got \"six\"");
+  // Scenarios built in code get the same checks, without a position.
+  Scenario c = s;
+  c.parallel.stage_layers = {5, 7, 7, 6};
+  try {
+    validate_scenario(c);
+    FAIL() << "expected ScenarioError";
+  } catch (const ScenarioError& e) {
+    EXPECT_STREQ(e.what(), "t.yaml: parallel.stage_layers: the stages hold 25 layers in all, but model.layers = 24");
+  }
 }
 
 TEST(ScenarioErrors, Bf16OnV100) {
