@@ -118,10 +118,19 @@ class Backend {
   // Backward of the slice recorded in `rec` (slices of a micro-batch in reverse order): adds the layer's
   // parameter gradients, adds dK/dV of earlier tokens into `kv`, writes dx (resized).
   virtual void layer_backward(Params& layer, const Record& rec, KVCache& kv, const Tensor& dy, Tensor& dx) = 0;
+  // The same backward split in two (zero-bubble I and W). layer_backward_input is layer_backward without the
+  // parameter gradients: it writes dx and adds dK/dV into `kv` (making the same TP all-reduces) and keeps in `rec`
+  // the output gradients of the layer's weight GEMMs, freeing what only it needed (attention probabilities).
+  // layer_backward_weight then adds every parameter gradient of the layer (no TP communication) and frees the
+  // record's storage; the record then holds no forward. I then W adds the same gradients as layer_backward (bitwise
+  // on the CPU); a W may run any time after its I, but `rec` must not be reused in between.
+  virtual void layer_backward_input(const Params& layer, Record& rec, KVCache& kv, const Tensor& dy, Tensor& dx) = 0;
+  virtual void layer_backward_weight(Params& layer, Record& rec) = 0;
 
   // First stage: x = token embedding + position embedding (positions begin..end-1). tokens: [b * l].
   virtual void embedding_forward(const Params& emb, const std::vector<std::int32_t>& tokens, const Slice& slice,
                                  Tensor& x) = 0;
+  // All of it is weight gradient (no input gradient): a split backward runs it as the W half.
   virtual void embedding_backward(Params& emb, const std::vector<std::int32_t>& tokens, const Slice& slice,
                                   const Tensor& dx) = 0;
 
@@ -141,6 +150,10 @@ class Backend {
     return l;
   }
   virtual void head_backward(Params& head, const Record& rec, Tensor& dx) = 0;
+  // Split like the layer's: the input half writes dx (LM head and final LayerNorm backward to the input) and keeps
+  // the final LN's output gradient; the weight half adds the head's and the final LN's gradients and frees the record.
+  virtual void head_backward_input(const Params& head, Record& rec, Tensor& dx) = 0;
+  virtual void head_backward_weight(Params& head, Record& rec) = 0;
 
   // One bias-corrected Adam step (step >= 1) on the module's accumulated gradients.
   virtual void adam_step(Params& p, const AdamConfig& cfg, int step) = 0;

@@ -140,6 +140,22 @@ class CpuBackend final : public Backend {
     c.sync_state();
   }
 
+  void layer_backward_input(const Params& layer, Record& rec, KVCache& kv, const Tensor& dy, Tensor& dx) override {
+    const auto& P = module(layer, ModuleKind::kLayer, "layer_backward_input");
+    auto& c = as<CpuKVCache<T>>(kv, "layer_backward_input kv");
+    auto& DX = as<CpuTensor<T>>(dx, "layer_backward_input dx");
+    c.push_state();
+    ref::layer_backward_input(P.shape().layer, P.p.data(), as<CpuRecord<T>>(rec, "layer_backward_input record").layer,
+                              c.kv, as<const CpuTensor<T>>(dy, "layer_backward_input dy").m, DX.m, tp_sum(P));
+    DX.resize_view();
+    c.sync_state();
+  }
+  void layer_backward_weight(Params& layer, Record& rec) override {
+    auto& P = module(layer, ModuleKind::kLayer, "layer_backward_weight");
+    ref::layer_backward_weight(P.shape().layer, as<CpuRecord<T>>(rec, "layer_backward_weight record").layer,
+                               P.g.data());
+  }
+
   void embedding_forward(const Params& emb, const std::vector<std::int32_t>& tokens, const Slice& slice,
                          Tensor& x) override {
     const auto& P = module(emb, ModuleKind::kEmbedding, "embedding_forward");
@@ -172,6 +188,17 @@ class CpuBackend final : public Backend {
     ref::head_backward(P.shape(), P.p.data(), as<const CpuRecord<T>>(rec, "head_backward record").head, P.g.data(),
                        DX.m);
     DX.resize_view();
+  }
+
+  void head_backward_input(const Params& head, Record& rec, Tensor& dx) override {
+    const auto& P = module(head, ModuleKind::kHead, "head_backward_input");
+    auto& DX = as<CpuTensor<T>>(dx, "head_backward_input dx");
+    ref::head_backward_input(P.shape(), P.p.data(), as<CpuRecord<T>>(rec, "head_backward_input record").head, DX.m);
+    DX.resize_view();
+  }
+  void head_backward_weight(Params& head, Record& rec) override {
+    auto& P = module(head, ModuleKind::kHead, "head_backward_weight");
+    ref::head_backward_weight(P.shape(), as<CpuRecord<T>>(rec, "head_backward_weight record").head, P.g.data());
   }
 
   void adam_step(Params& p, const AdamConfig& cfg, int step) override {

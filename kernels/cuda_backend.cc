@@ -249,7 +249,7 @@ class CudaRecord final : public Record {
   }
   void release() override {
     for (DeviceBuffer* b : buffers()) b->release();
-    has_layer = has_head = false;
+    has_layer = has_head = has_grads = has_hda = false;
   }
   // Layer forward.
   bool has_layer = false;
@@ -257,16 +257,21 @@ class CudaRecord final : public Record {
   LayerShape shape;
   DeviceBuffer x, a1, qkv, ctx, x1, a2, u, g, probs;  // 16-bit
   DeviceBuffer mu1, rstd1, mu2, rstd2;                // fp32
+  // Layer backward for inputs (split backward): the output gradients the weight half needs (16-bit).
+  bool has_grads = false;
+  DeviceBuffer gdy, gdu, gda2, gdx1, gdqkv, gda1;
   // Head forward.
   bool has_head = false;
   Slice head_slice;
   double loss_norm = 1;
   DeviceBuffer hx, ha, dlogits, hmu, hrstd, row_loss, targets;
+  bool has_hda = false;  // head backward for inputs ran: hda = gradient w.r.t. the final LN's output
+  DeviceBuffer hda;
 
  private:
-  std::array<DeviceBuffer*, 20> buffers() {
-    return {&x,     &a1,  &qkv,   &ctx, &x1, &a2,      &u,   &g,     &probs,    &mu1,
-            &rstd1, &mu2, &rstd2, &hx,  &ha, &dlogits, &hmu, &hrstd, &row_loss, &targets};
+  std::array<DeviceBuffer*, 27> buffers() {
+    return {&x,     &a1,   &qkv,  &ctx,  &x1,    &a2,      &u,   &g,     &probs,    &mu1,     &rstd1, &mu2,  &rstd2, &hx,
+            &ha,    &dlogits, &hmu, &hrstd, &row_loss, &targets, &gdy, &gdu, &gda2, &gdx1, &gdqkv, &gda1, &hda};
   }
 };
 
@@ -331,7 +336,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&ctx_->blas));
     CUBLAS_CHECK(cublasSetStream(ctx_->blas, ctx_->stream));
-    for (DeviceBuffer* b : {&scores_, &ds_, &tf_, &t3h_, &th1_, &th2_, &red_, &logits_, &ids_, &tsum_})
+    for (DeviceBuffer* b : {&scores_, &ds_, &tf_, &t3h_, &th1_, &th2_, &red_, &logits_, &ids_, &tsum_, &ta2_, &ta1_})
       b->bind(&ctx_->cache);
   }
 
@@ -352,6 +357,8 @@ class CudaBackend final : public Backend {
   void layer_forward(const Params& layer, const Tensor& xt, const Slice& sl, KVCache& kvb, Record& recb,
                      Tensor& yt) override;
   void layer_backward(Params& layer, const Record& recb, KVCache& kvb, const Tensor& dyt, Tensor& dxt) override;
+  void layer_backward_input(const Params& layer, Record& recb, KVCache& kvb, const Tensor& dyt, Tensor& dxt) override;
+  void layer_backward_weight(Params& layer, Record& recb) override;
   void embedding_forward(const Params& emb, const std::vector<std::int32_t>& tokens, const Slice& sl,
                          Tensor& xt) override;
   void embedding_backward(Params& emb, const std::vector<std::int32_t>& tokens, const Slice& sl,
@@ -362,6 +369,8 @@ class CudaBackend final : public Backend {
   void accumulate_loss(const Record& recb) override;
   double take_loss() override;
   void head_backward(Params& head, const Record& recb, Tensor& dxt) override;
+  void head_backward_input(const Params& head, Record& recb, Tensor& dxt) override;
+  void head_backward_weight(Params& head, Record& recb) override;
   void adam_step(Params& p, const AdamConfig& cfg, int step) override;
 
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(ctx_->stream)); }
@@ -369,6 +378,20 @@ class CudaBackend final : public Backend {
   std::unique_ptr<OpTimer> op_timer() override { return std::make_unique<CudaOpTimer>(ctx_); }
 
  private:
+  // The output gradients of a layer's weight operations on a slice (16-bit; n = slice rows): dy [n, h] (fc2),
+  // du [n, f] (fc1, after GELU), da2 [n, h] (LN2 out), dx1 [n, h] (W_o), dqkv [n, 3w] (QKV), da1 [n, h] (LN1 out).
+  // The backward for inputs writes them (all but dy), the backward for weights reads them.
+  struct LayerOutGrads {
+    const void* dy;
+    void *du, *da2, *dx1, *dqkv, *da1;
+  };
+  void check_layer_backward(const CudaParams& P, const CudaRecord& r, CudaKV& kv, const CudaTensor& dy,
+                            const char* what) const;
+  void backward_input(const CudaParams& P, const CudaRecord& r, CudaKV& kv, const LayerOutGrads& d, CudaTensor& dx);
+  void backward_weight(CudaParams& P, const CudaRecord& r, const LayerOutGrads& d);
+  void head_input(const CudaParams& P, const CudaRecord& r, void* da, CudaTensor& dx);
+  void head_weight(CudaParams& P, const CudaRecord& r, const void* da);
+
   struct Operand {
     const void* p;
     cudaDataType t;
@@ -452,6 +475,7 @@ class CudaBackend final : public Backend {
   std::string device_name_;
   // Workspaces (grow-only; operations on the one stream use them in order).
   DeviceBuffer scores_, ds_, tf_, t3h_, th1_, th2_, red_, logits_, ids_;
+  DeviceBuffer ta2_, ta1_;  // the fused layer_backward's dLN2 / dLN1 outputs (LayerOutGrads da2, da1)
   DeviceBuffer tsum_;  // fp32 partial sums of a shard for the TP all-reduce
   // accumulate_loss: each slice's per-row losses, copied on the stream (its record is reused before take_loss).
   struct LossRows {
@@ -476,6 +500,8 @@ void CudaBackend::layer_forward(const Params& layer, const Tensor& xt, const Sli
   const LayerShape& s = P.shape().layer;
   const LayerLayout L = LayerLayout::of(s);
   require_tp_sum(s, "layer_forward");
+  if (r.has_grads)
+    throw KernelError("layer_forward: the record's weight gradients are pending (run layer_backward_weight first)");
   if (kv.hidden != s.hidden || kv.width != s.shard_width())
     throw KernelError("layer_forward: the K/V cache was made for another layer shape");
   kv.st().check_forward(sl);
@@ -535,57 +561,97 @@ void CudaBackend::layer_forward(const Params& layer, const Tensor& xt, const Sli
   kv.st().commit_forward(sl);
 }
 
+void CudaBackend::check_layer_backward(const CudaParams& P, const CudaRecord& r, CudaKV& kv, const CudaTensor& dy,
+                                       const char* what) const {
+  const LayerShape& s = P.shape().layer;
+  require_tp_sum(s, what);
+  if (!r.has_layer) throw KernelError(std::string(what) + ": the activation record holds no forward");
+  if (r.has_grads)
+    throw KernelError(std::string(what) + ": the record's backward for inputs already ran (its W is pending)");
+  if (r.shape.hidden != s.hidden || r.shape.heads != s.heads || r.shape.ffn != s.ffn || r.shape.tp != s.tp)
+    throw KernelError(std::string(what) + ": the record was made by a layer of another shape");
+  if (kv.hidden != s.hidden || kv.width != s.shard_width())
+    throw KernelError(std::string(what) + ": the K/V cache was made for another layer shape");
+  kv.st().check_backward(r.slice);
+  check_shape((std::string(what) + " dy").c_str(), dy, r.slice.rows(), s.hidden);
+}
+
 void CudaBackend::layer_backward(Params& layer, const Record& recb, KVCache& kvb, const Tensor& dyt, Tensor& dxt) {
   auto& P = module(layer, ModuleKind::kLayer, "layer_backward");
   auto& kv = as<CudaKV>(kvb, "layer_backward kv");
   const auto& r = as<const CudaRecord>(recb, "layer_backward record");
   const auto& dy = as<const CudaTensor>(dyt, "layer_backward dy");
   auto& dx = as<CudaTensor>(dxt, "layer_backward dx");
+  check_layer_backward(P, r, kv, dy, "layer_backward");
+  const LayerShape& s = P.shape().layer;
+  const std::size_t n = static_cast<std::size_t>(r.slice.rows());
+  tf_.reserve(2 * n * s.shard_ffn());
+  t3h_.reserve(2 * n * 3 * s.shard_width());
+  for (DeviceBuffer* b : {&ta2_, &th2_, &ta1_}) b->reserve(2 * n * s.hidden);
+  const LayerOutGrads d{dy.data(), tf_.as(), ta2_.as(), th2_.as(), t3h_.as(), ta1_.as()};
+  backward_input(P, r, kv, d, dx);
+  backward_weight(P, r, d);
+}
+
+void CudaBackend::layer_backward_input(const Params& layer, Record& recb, KVCache& kvb, const Tensor& dyt,
+                                       Tensor& dxt) {
+  const auto& P = module(layer, ModuleKind::kLayer, "layer_backward_input");
+  auto& kv = as<CudaKV>(kvb, "layer_backward_input kv");
+  auto& r = as<CudaRecord>(recb, "layer_backward_input record");
+  const auto& dy = as<const CudaTensor>(dyt, "layer_backward_input dy");
+  auto& dx = as<CudaTensor>(dxt, "layer_backward_input dx");
+  check_layer_backward(P, r, kv, dy, "layer_backward_input");
+  const LayerShape& s = P.shape().layer;
+  const std::size_t n = static_cast<std::size_t>(r.slice.rows());
+  r.gdu.reserve(2 * n * s.shard_ffn());
+  r.gdqkv.reserve(2 * n * 3 * s.shard_width());
+  for (DeviceBuffer* b : {&r.gdy, &r.gda2, &r.gdx1, &r.gda1}) b->reserve(2 * n * s.hidden);
+  CUDA_CHECK(cudaMemcpyAsync(r.gdy.as(), dy.data(), 2 * n * s.hidden, cudaMemcpyDeviceToDevice, ctx_->stream));
+  const LayerOutGrads d{r.gdy.as(), r.gdu.as(), r.gda2.as(), r.gdx1.as(), r.gdqkv.as(), r.gda1.as()};
+  backward_input(P, r, kv, d, dx);
+  // Only the input half reads these; the stream orders any reuse of their blocks after the kernels above.
+  for (DeviceBuffer* b : {&r.probs, &r.qkv, &r.u}) b->release();
+  r.has_grads = true;
+}
+
+void CudaBackend::layer_backward_weight(Params& layer, Record& recb) {
+  auto& P = module(layer, ModuleKind::kLayer, "layer_backward_weight");
+  auto& r = as<CudaRecord>(recb, "layer_backward_weight record");
+  const LayerShape& s = P.shape().layer;
+  if (!r.has_layer || !r.has_grads)
+    throw KernelError("layer_backward_weight: the record holds no backward for inputs (run layer_backward_input)");
+  if (r.shape.hidden != s.hidden || r.shape.heads != s.heads || r.shape.ffn != s.ffn || r.shape.tp != s.tp)
+    throw KernelError("layer_backward_weight: the record was made by a layer of another shape");
+  backward_weight(P, r, {r.gdy.as(), r.gdu.as(), r.gda2.as(), r.gdx1.as(), r.gdqkv.as(), r.gda1.as()});
+  r.release();  // consumed; its blocks go back to the cache, reused in stream order
+}
+
+// Writes d.du, d.da2, d.dx1, d.dqkv, d.da1 and dx; adds dK/dV into the cache; no parameter gradient.
+void CudaBackend::backward_input(const CudaParams& P, const CudaRecord& r, CudaKV& kv, const LayerOutGrads& d,
+                                 CudaTensor& dx) {
   const LayerShape& s = P.shape().layer;
   const LayerLayout L = LayerLayout::of(s);
-  require_tp_sum(s, "layer_backward");
-  if (!r.has_layer) throw KernelError("layer_backward: the activation record holds no forward");
-  if (r.shape.hidden != s.hidden || r.shape.heads != s.heads || r.shape.ffn != s.ffn || r.shape.tp != s.tp)
-    throw KernelError("layer_backward: the record was made by a layer of another shape");
-  if (kv.hidden != s.hidden || kv.width != s.shard_width())
-    throw KernelError("layer_backward: the K/V cache was made for another layer shape");
   const Slice& sl = r.slice;
-  kv.st().check_backward(sl);
   const int h = s.hidden, w = s.shard_width(), f = s.shard_ffn(), nh = s.shard_heads(), dh = s.head_dim();
   const int l = sl.len, c = sl.begin, nk = sl.end(), n = sl.rows(), max_len = kv.st().max_len();
-  check_shape("layer_backward dy", dy, n, h);
   const DType dt = ctx_->dt;
   cudaStream_t st = ctx_->stream;
   const std::size_t nz = n;
-
-  tf_.reserve(2 * nz * f);
-  t3h_.reserve(2 * nz * 3 * w);
-  th1_.reserve(2 * nz * h);
-  th2_.reserve(2 * nz * h);
-  red_.reserve(2 * sizeof(float) * cuda::reduce_workspace_floats(n, std::max({h, 3 * w, f})));
+  th1_.reserve(2 * nz * w);
   scores_.reserve(4 * static_cast<std::size_t>(nh) * l * nk);
   ds_.reserve(2 * static_cast<std::size_t>(nh) * l * nk);
   dx.resize(n, h);
-  float* red = red_.as<float>();
 
   // MLP: y = x1 + gelu(LN2(x1) W1 + b1) W2 + b2.
-  cuda::bias_grad(dt, dy.data(), P.g(L.b_fc2), n, h, red, st);
-  gemm(true, false, f, h, n, 1.f, lp(r.g.as(), f), lp(dy.data(), h), 1.f, P.g(L.w_fc2), CUDA_R_32F, h);
-  gemm(false, true, n, f, h, 1.f, lp(dy.data(), h), lp(P.w(L.w_fc2), h), 0.f, tf_.as(), lpt(), f);
-  cuda::gelu_backward(dt, tf_.as(), r.u.as(), tf_.as(), n, f, st);
-  cuda::bias_grad(dt, tf_.as(), P.g(L.b_fc1), n, f, red, st);
-  gemm(true, false, h, f, n, 1.f, lp(r.a2.as(), h), lp(tf_.as(), f), 1.f, P.g(L.w_fc1), CUDA_R_32F, f);
+  gemm(false, true, n, f, h, 1.f, lp(d.dy, h), lp(P.w(L.w_fc2), h), 0.f, d.du, lpt(), f);
+  cuda::gelu_backward(dt, d.du, r.u.as(), d.du, n, f, st);
   // Column-parallel fc1 (and QKV below): on a shard the gradient w.r.t. their input is a partial sum.
-  gemm_tp_sum(s, true, n, h, f, lp(tf_.as(), f), lp(P.w(L.w_fc1), f), th1_.as());  // dLN2 out
-  cuda::layer_norm_backward_params(dt, r.x1.as(), r.mu2.as<float>(), r.rstd2.as<float>(), th1_.as(), P.g(L.ln2_g),
-                                   P.g(L.ln2_b), n, h, red, st);
-  cuda::layer_norm_backward_input(dt, r.x1.as(), r.mu2.as<float>(), r.rstd2.as<float>(), P.f(L.ln2_g), th1_.as(),
-                                  dy.data(), th2_.as(), n, h, st);  // th2 = dx1
+  gemm_tp_sum(s, true, n, h, f, lp(d.du, f), lp(P.w(L.w_fc1), f), d.da2);  // dLN2 out
+  cuda::layer_norm_backward_input(dt, r.x1.as(), r.mu2.as<float>(), r.rstd2.as<float>(), P.f(L.ln2_g), d.da2, d.dy,
+                                  d.dx1, n, h, st);
 
   // Output projection: x1 = x + ctx Wo + bo.
-  cuda::bias_grad(dt, th2_.as(), P.g(L.b_o), n, h, red, st);
-  gemm(true, false, w, h, n, 1.f, lp(r.ctx.as(), w), lp(th2_.as(), h), 1.f, P.g(L.w_o), CUDA_R_32F, h);
-  gemm(false, true, n, w, h, 1.f, lp(th2_.as(), h), lp(P.w(L.w_o), h), 0.f, th1_.as(), lpt(), w);  // th1 = dctx
+  gemm(false, true, n, w, h, 1.f, lp(d.dx1, h), lp(P.w(L.w_o), h), 0.f, th1_.as(), lpt(), w);  // th1 = dctx
 
   // Attention over the prefix [0, nk): dK/dV of all earlier tokens accumulate (fp32) in the cache.
   const float scale = 1.f / std::sqrt(static_cast<float>(dh));
@@ -602,20 +668,39 @@ void CudaBackend::layer_backward(Params& layer, const Record& recb, KVCache& kvb
     gemm(true, false, nk, dh, l, 1.f, lp(Pq, nk, pstride), lp(dO, w, dh), 1.f, dV, CUDA_R_32F, w, dh, nh);
     cuda::softmax_backward(dt, scores_.as<float>(), Pq, ds_.as(), scale, nh * l, nk, st);
     gemm(false, false, l, dh, nk, 1.f, lp(ds_.as(), nk, pstride), lp(K, w, dh), 0.f,
-         at(t3h_.as(), static_cast<std::size_t>(q) * l * 3 * w), lpt(), 3 * w, dh, nh);  // dQ
+         at(d.dqkv, static_cast<std::size_t>(q) * l * 3 * w), lpt(), 3 * w, dh, nh);  // dQ
     gemm(true, false, nk, dh, l, 1.f, lp(ds_.as(), nk, pstride), lp(Q, 3 * w, dh), 1.f, dK, CUDA_R_32F, w, dh, nh);
   }
   // The slice's own dK/dV are complete: every later slice's backward has already added its share.
-  cuda::kv_grad_gather(dt, kv.dk.as<float>(), kv.dv.as<float>(), t3h_.as(), sl.batch, l, c, max_len, w, st);
+  cuda::kv_grad_gather(dt, kv.dk.as<float>(), kv.dv.as<float>(), d.dqkv, sl.batch, l, c, max_len, w, st);
 
-  cuda::bias_grad(dt, t3h_.as(), P.g(L.b_qkv), n, 3 * w, red, st);
-  gemm(true, false, h, 3 * w, n, 1.f, lp(r.a1.as(), h), lp(t3h_.as(), 3 * w), 1.f, P.g(L.w_qkv), CUDA_R_32F, 3 * w);
-  gemm_tp_sum(s, true, n, h, 3 * w, lp(t3h_.as(), 3 * w), lp(P.w(L.w_qkv), 3 * w), th1_.as());  // dLN1 out
-  cuda::layer_norm_backward_params(dt, r.x.as(), r.mu1.as<float>(), r.rstd1.as<float>(), th1_.as(), P.g(L.ln1_g),
-                                   P.g(L.ln1_b), n, h, red, st);
-  cuda::layer_norm_backward_input(dt, r.x.as(), r.mu1.as<float>(), r.rstd1.as<float>(), P.f(L.ln1_g), th1_.as(),
-                                  th2_.as(), dx.data(), n, h, st);
+  gemm_tp_sum(s, true, n, h, 3 * w, lp(d.dqkv, 3 * w), lp(P.w(L.w_qkv), 3 * w), d.da1);  // dLN1 out
+  cuda::layer_norm_backward_input(dt, r.x.as(), r.mu1.as<float>(), r.rstd1.as<float>(), P.f(L.ln1_g), d.da1, d.dx1,
+                                  dx.data(), n, h, st);
   kv.st().commit_backward(sl);
+}
+
+// Every parameter gradient of the layer (fp32, accumulated) from the record's activations and d.
+void CudaBackend::backward_weight(CudaParams& P, const CudaRecord& r, const LayerOutGrads& d) {
+  const LayerShape& s = P.shape().layer;
+  const LayerLayout L = LayerLayout::of(s);
+  const int h = s.hidden, w = s.shard_width(), f = s.shard_ffn(), n = r.slice.rows();
+  const DType dt = ctx_->dt;
+  cudaStream_t st = ctx_->stream;
+  red_.reserve(2 * sizeof(float) * cuda::reduce_workspace_floats(n, std::max({h, 3 * w, f})));
+  float* red = red_.as<float>();
+  cuda::bias_grad(dt, d.dy, P.g(L.b_fc2), n, h, red, st);
+  gemm(true, false, f, h, n, 1.f, lp(r.g.as(), f), lp(d.dy, h), 1.f, P.g(L.w_fc2), CUDA_R_32F, h);
+  cuda::bias_grad(dt, d.du, P.g(L.b_fc1), n, f, red, st);
+  gemm(true, false, h, f, n, 1.f, lp(r.a2.as(), h), lp(d.du, f), 1.f, P.g(L.w_fc1), CUDA_R_32F, f);
+  cuda::layer_norm_backward_params(dt, r.x1.as(), r.mu2.as<float>(), r.rstd2.as<float>(), d.da2, P.g(L.ln2_g),
+                                   P.g(L.ln2_b), n, h, red, st);
+  cuda::bias_grad(dt, d.dx1, P.g(L.b_o), n, h, red, st);
+  gemm(true, false, w, h, n, 1.f, lp(r.ctx.as(), w), lp(d.dx1, h), 1.f, P.g(L.w_o), CUDA_R_32F, h);
+  cuda::bias_grad(dt, d.dqkv, P.g(L.b_qkv), n, 3 * w, red, st);
+  gemm(true, false, h, 3 * w, n, 1.f, lp(r.a1.as(), h), lp(d.dqkv, 3 * w), 1.f, P.g(L.w_qkv), CUDA_R_32F, 3 * w);
+  cuda::layer_norm_backward_params(dt, r.x.as(), r.mu1.as<float>(), r.rstd1.as<float>(), d.da1, P.g(L.ln1_g),
+                                   P.g(L.ln1_b), n, h, red, st);
 }
 
 void CudaBackend::embedding_forward(const Params& emb, const std::vector<std::int32_t>& tokens, const Slice& sl,
@@ -685,6 +770,8 @@ void CudaBackend::head_forward(const Params& head, const Tensor& xt, const std::
   check_shape("head_forward x", x, n, h);
   check_ids("head_forward targets", targets, sl, -1, V);
   if (!(loss_norm > 0)) throw KernelError("head_forward: loss_norm must be positive (target count of the batch)");
+  if (r.has_hda)
+    throw KernelError("head_forward: the record's weight gradients are pending (run head_backward_weight first)");
   const DType dt = ctx_->dt;
   cudaStream_t st = ctx_->stream;
   const std::size_t nz = n;
@@ -751,20 +838,52 @@ void CudaBackend::head_backward(Params& head, const Record& recb, Tensor& dxt) {
   const auto& r = as<const CudaRecord>(recb, "head_backward record");
   auto& dx = as<CudaTensor>(dxt, "head_backward dx");
   if (!r.has_head) throw KernelError("head_backward: the record holds no head forward");
+  if (r.has_hda) throw KernelError("head_backward: the record's backward for inputs already ran (its W is pending)");
+  th1_.reserve(2 * static_cast<std::size_t>(r.head_slice.rows()) * P.shape().layer.hidden);
+  head_input(P, r, th1_.as(), dx);
+  head_weight(P, r, th1_.as());
+}
+
+void CudaBackend::head_backward_input(const Params& head, Record& recb, Tensor& dxt) {
+  const auto& P = module(head, ModuleKind::kHead, "head_backward_input");
+  auto& r = as<CudaRecord>(recb, "head_backward_input record");
+  auto& dx = as<CudaTensor>(dxt, "head_backward_input dx");
+  if (!r.has_head) throw KernelError("head_backward_input: the record holds no head forward");
+  if (r.has_hda) throw KernelError("head_backward_input: already ran for this record (its W is pending)");
+  r.hda.reserve(2 * static_cast<std::size_t>(r.head_slice.rows()) * P.shape().layer.hidden);
+  head_input(P, r, r.hda.as(), dx);
+  r.has_hda = true;
+}
+
+void CudaBackend::head_backward_weight(Params& head, Record& recb) {
+  auto& P = module(head, ModuleKind::kHead, "head_backward_weight");
+  auto& r = as<CudaRecord>(recb, "head_backward_weight record");
+  if (!r.has_head || !r.has_hda)
+    throw KernelError("head_backward_weight: the record holds no backward for inputs (run head_backward_input)");
+  head_weight(P, r, r.hda.as());
+  r.release();  // consumed (the slice's loss rows were copied by accumulate_loss at the forward)
+}
+
+// da (16-bit [n, h]) = dlogits W_vocab^T, the gradient w.r.t. the final LN's output; dx = its LN backward.
+void CudaBackend::head_input(const CudaParams& P, const CudaRecord& r, void* da, CudaTensor& dx) {
   const ModelShape& m = P.shape();
   const HeadLayout H = HeadLayout::of(m);
   const int h = m.layer.hidden, V = m.vocab, n = r.head_slice.rows();
-  const DType dt = ctx_->dt;
-  cudaStream_t st = ctx_->stream;
-  th1_.reserve(2 * static_cast<std::size_t>(n) * h);
-  red_.reserve(2 * sizeof(float) * cuda::reduce_workspace_floats(n, h));
   dx.resize(n, h);
+  gemm(false, true, n, h, V, 1.f, lp(r.dlogits.as(), V), lp(P.w(H.w_vocab), V), 0.f, da, lpt(), h);
+  cuda::layer_norm_backward_input(ctx_->dt, r.hx.as(), r.hmu.as<float>(), r.hrstd.as<float>(), P.f(H.lnf_g), da,
+                                  nullptr, dx.data(), n, h, ctx_->stream);
+}
+
+// The LM head's and the final LN's gradients from the record and da.
+void CudaBackend::head_weight(CudaParams& P, const CudaRecord& r, const void* da) {
+  const ModelShape& m = P.shape();
+  const HeadLayout H = HeadLayout::of(m);
+  const int h = m.layer.hidden, V = m.vocab, n = r.head_slice.rows();
+  red_.reserve(2 * sizeof(float) * cuda::reduce_workspace_floats(n, h));
   gemm(true, false, h, V, n, 1.f, lp(r.ha.as(), h), lp(r.dlogits.as(), V), 1.f, P.g(H.w_vocab), CUDA_R_32F, V);
-  gemm(false, true, n, h, V, 1.f, lp(r.dlogits.as(), V), lp(P.w(H.w_vocab), V), 0.f, th1_.as(), lpt(), h);
-  cuda::layer_norm_backward_params(dt, r.hx.as(), r.hmu.as<float>(), r.hrstd.as<float>(), th1_.as(), P.g(H.lnf_g),
-                                   P.g(H.lnf_b), n, h, red_.as<float>(), st);
-  cuda::layer_norm_backward_input(dt, r.hx.as(), r.hmu.as<float>(), r.hrstd.as<float>(), P.f(H.lnf_g), th1_.as(),
-                                  nullptr, dx.data(), n, h, st);
+  cuda::layer_norm_backward_params(ctx_->dt, r.hx.as(), r.hmu.as<float>(), r.hrstd.as<float>(), da, P.g(H.lnf_g),
+                                   P.g(H.lnf_b), n, h, red_.as<float>(), ctx_->stream);
 }
 
 void CudaBackend::adam_step(Params& p, const AdamConfig& cfg, int step) {

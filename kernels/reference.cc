@@ -42,18 +42,27 @@ void ln_forward(const Mat<T>& x, const T* g, const T* b, Mat<T>& y, Vec<T>& mu, 
   }
 }
 
-// dx += LN backward of da; dg, db accumulate.
+// LN backward, split like the layer's backward: the gain / shift gradients (dg, db accumulate) and dx += the
+// input gradient of da. Both recompute xhat the same way, so running both equals one fused pass bitwise.
 template <class T>
-void ln_backward(const Mat<T>& x, const Vec<T>& mu, const Vec<T>& rstd, const T* g, const Mat<T>& da, T* dg, T* db,
-                 Mat<T>& dx) {
+void ln_backward_params(const Mat<T>& x, const Vec<T>& mu, const Vec<T>& rstd, const Mat<T>& da, T* dg, T* db) {
   const long n = x.rows(), h = x.cols();
-  CRow<T> G(g, h);
   MRow<T> dG(dg, h), dB(db, h);
   for (long r = 0; r < n; ++r) {
     const RowVec<T> xhat = ((x.row(r).array() - mu(r)) * rstd(r)).matrix();
-    const RowVec<T> dxhat = da.row(r).cwiseProduct(G);
     dG += da.row(r).cwiseProduct(xhat);
     dB += da.row(r);
+  }
+}
+
+template <class T>
+void ln_backward_input(const Mat<T>& x, const Vec<T>& mu, const Vec<T>& rstd, const T* g, const Mat<T>& da,
+                       Mat<T>& dx) {
+  const long n = x.rows(), h = x.cols();
+  CRow<T> G(g, h);
+  for (long r = 0; r < n; ++r) {
+    const RowVec<T> xhat = ((x.row(r).array() - mu(r)) * rstd(r)).matrix();
+    const RowVec<T> dxhat = da.row(r).cwiseProduct(G);
     const T mean_d = dxhat.mean();
     const T mean_dx = dxhat.cwiseProduct(xhat).mean();
     dx.row(r).array() += rstd(r) * (dxhat.array() - mean_d - xhat.array() * mean_dx);
@@ -108,6 +117,8 @@ void layer_forward(const LayerShape& shape, const T* P, const Mat<T>& x, const S
             dh = shape.head_dim();
   const int b = sl.batch, l = sl.len, c = sl.begin, nk = sl.end(), n = sl.rows();
   require_tp_sum(shape, tp_sum, "layer_forward");
+  if (r.grads.filled)
+    throw KernelError("layer_forward: the record's weight gradients are pending (run layer_backward_weight first)");
   kv.state.check_forward(sl);
   check_rows("layer_forward x", x.rows(), x.cols(), n, h);
   if (kv.k.empty() || kv.k[0].cols() != w)
@@ -161,41 +172,41 @@ void layer_forward(const LayerShape& shape, const T* P, const Mat<T>& x, const S
   kv.state.commit_forward(sl);
 }
 
+namespace {
+
+// The backward for inputs of a layer (see layer_backward_input); d receives the weights' output gradients (all but
+// dy, which the caller keeps). Checks the record and the cache protocol.
 template <class T>
-void layer_backward(const LayerShape& shape, const T* P, const LayerRecord<T>& r, KVCache<T>& kv, const Mat<T>& dy,
-                    T* G, Mat<T>& dx, const TpSum<T>& tp_sum) {
+void backward_input(const LayerShape& shape, const T* P, const LayerRecord<T>& r, KVCache<T>& kv, const Mat<T>& dy,
+                    LayerGrads<T>& d, Mat<T>& dx, const TpSum<T>& tp_sum, const char* what) {
   const LayerLayout L = LayerLayout::of(shape);
   const int h = shape.hidden, w = shape.shard_width(), f = shape.shard_ffn(), nh = shape.shard_heads(),
             dh = shape.head_dim();
   const Slice& sl = r.slice;
   const int b = sl.batch, l = sl.len, c = sl.begin, nk = sl.end(), n = sl.rows();
-  require_tp_sum(shape, tp_sum, "layer_backward");
-  if (!r.filled) throw KernelError("layer_backward: the activation record holds no forward");
-  if (r.qkv.cols() != 3 * w) throw KernelError("layer_backward: the record was made for another layer shape");
+  require_tp_sum(shape, tp_sum, what);
+  if (!r.filled) throw KernelError(std::string(what) + ": the activation record holds no forward");
+  if (r.grads.filled)
+    throw KernelError(std::string(what) + ": the record's backward for inputs already ran (its W is pending)");
+  if (r.qkv.cols() != 3 * w) throw KernelError(std::string(what) + ": the record was made for another layer shape");
   kv.state.check_backward(sl);
-  check_rows("layer_backward dy", dy.rows(), dy.cols(), n, h);
+  check_rows((std::string(what) + " dy").c_str(), dy.rows(), dy.cols(), n, h);
 
   // MLP: y = x1 + gelu(LN2(x1) W1 + b1) W2 + b2.
-  MMap<T>(G + L.w_fc2, f, h).noalias() += r.g.transpose() * dy;
-  add_colsum(dy, G + L.b_fc2);
-  Mat<T> du = dy * CMap<T>(P + L.w_fc2, f, h).transpose();
-  du.array() *= r.u.unaryExpr([](T v) { return gelu_grad(v); }).array();
-  MMap<T>(G + L.w_fc1, h, f).noalias() += r.a2.transpose() * du;
-  add_colsum(du, G + L.b_fc1);
+  d.du.noalias() = dy * CMap<T>(P + L.w_fc2, f, h).transpose();
+  d.du.array() *= r.u.unaryExpr([](T v) { return gelu_grad(v); }).array();
   // Column-parallel fc1 (and QKV below): the gradient w.r.t. their input is a partial sum over the shards.
-  Mat<T> da2 = du * CMap<T>(P + L.w_fc1, h, f).transpose();
-  if (shape.tp > 1) tp_sum(da2);
-  Mat<T> dx1 = dy;
-  ln_backward(r.x1, r.mu2, r.rstd2, P + L.ln2_g, da2, G + L.ln2_g, G + L.ln2_b, dx1);
+  d.da2.noalias() = d.du * CMap<T>(P + L.w_fc1, h, f).transpose();
+  if (shape.tp > 1) tp_sum(d.da2);
+  d.dx1 = dy;
+  ln_backward_input(r.x1, r.mu2, r.rstd2, P + L.ln2_g, d.da2, d.dx1);
 
   // Attention output projection: x1 = x + ctx Wo + bo.
-  MMap<T>(G + L.w_o, w, h).noalias() += r.ctx.transpose() * dx1;
-  add_colsum(dx1, G + L.b_o);
-  const Mat<T> dctx = dx1 * CMap<T>(P + L.w_o, w, h).transpose();
+  const Mat<T> dctx = d.dx1 * CMap<T>(P + L.w_o, w, h).transpose();
 
   // Attention over the prefix [0, end): dK/dV of every earlier token go to the cache.
   const T scale = T(1) / std::sqrt(T(dh));
-  Mat<T> dqkv(n, 3 * w);
+  d.dqkv.resize(n, 3 * w);
   for (int s = 0; s < b; ++s) {
     for (int j = 0; j < nh; ++j) {
       const Mat<T>& p = r.probs[static_cast<std::size_t>(s) * nh + j];
@@ -204,21 +215,69 @@ void layer_backward(const LayerShape& shape, const T* P, const LayerRecord<T>& r
       kv.dv[s].block(0, j * dh, nk, dh).noalias() += p.transpose() * dO;
       const Vec<T> rowdot = dp.cwiseProduct(p).rowwise().sum();
       const Mat<T> ds = ((p.array() * (dp.colwise() - rowdot).array()) * scale).matrix();
-      dqkv.block(s * l, j * dh, l, dh).noalias() = ds * kv.k[s].block(0, j * dh, nk, dh);
+      d.dqkv.block(s * l, j * dh, l, dh).noalias() = ds * kv.k[s].block(0, j * dh, nk, dh);
       kv.dk[s].block(0, j * dh, nk, dh).noalias() += ds.transpose() * r.qkv.block(s * l, j * dh, l, dh);
     }
     // The slice's own dK/dV are now complete: later slices added theirs before this backward ran.
-    dqkv.block(s * l, w, l, w) = kv.dk[s].middleRows(c, l);
-    dqkv.block(s * l, 2 * w, l, w) = kv.dv[s].middleRows(c, l);
+    d.dqkv.block(s * l, w, l, w) = kv.dk[s].middleRows(c, l);
+    d.dqkv.block(s * l, 2 * w, l, w) = kv.dv[s].middleRows(c, l);
   }
 
-  MMap<T>(G + L.w_qkv, h, 3 * w).noalias() += r.a1.transpose() * dqkv;
-  add_colsum(dqkv, G + L.b_qkv);
-  Mat<T> da1 = dqkv * CMap<T>(P + L.w_qkv, h, 3 * w).transpose();
-  if (shape.tp > 1) tp_sum(da1);
-  dx = dx1;
-  ln_backward(r.x, r.mu1, r.rstd1, P + L.ln1_g, da1, G + L.ln1_g, G + L.ln1_b, dx);
+  d.da1.noalias() = d.dqkv * CMap<T>(P + L.w_qkv, h, 3 * w).transpose();
+  if (shape.tp > 1) tp_sum(d.da1);
+  dx = d.dx1;
+  ln_backward_input(r.x, r.mu1, r.rstd1, P + L.ln1_g, d.da1, dx);
   kv.state.commit_backward(sl);
+}
+
+// Every parameter gradient of the layer from the record's activations and the output gradients (dy and d).
+template <class T>
+void backward_weight(const LayerShape& shape, const LayerRecord<T>& r, const Mat<T>& dy, const LayerGrads<T>& d,
+                     T* G) {
+  const LayerLayout L = LayerLayout::of(shape);
+  const int h = shape.hidden, w = shape.shard_width(), f = shape.shard_ffn();
+  MMap<T>(G + L.w_fc2, f, h).noalias() += r.g.transpose() * dy;
+  add_colsum(dy, G + L.b_fc2);
+  MMap<T>(G + L.w_fc1, h, f).noalias() += r.a2.transpose() * d.du;
+  add_colsum(d.du, G + L.b_fc1);
+  ln_backward_params(r.x1, r.mu2, r.rstd2, d.da2, G + L.ln2_g, G + L.ln2_b);
+  MMap<T>(G + L.w_o, w, h).noalias() += r.ctx.transpose() * d.dx1;
+  add_colsum(d.dx1, G + L.b_o);
+  MMap<T>(G + L.w_qkv, h, 3 * w).noalias() += r.a1.transpose() * d.dqkv;
+  add_colsum(d.dqkv, G + L.b_qkv);
+  ln_backward_params(r.x, r.mu1, r.rstd1, d.da1, G + L.ln1_g, G + L.ln1_b);
+}
+
+}  // namespace
+
+template <class T>
+void layer_backward(const LayerShape& shape, const T* P, const LayerRecord<T>& r, KVCache<T>& kv, const Mat<T>& dy,
+                    T* G, Mat<T>& dx, const TpSum<T>& tp_sum) {
+  LayerGrads<T> d;
+  backward_input(shape, P, r, kv, dy, d, dx, tp_sum, "layer_backward");
+  backward_weight(shape, r, dy, d, G);
+}
+
+template <class T>
+void layer_backward_input(const LayerShape& shape, const T* P, LayerRecord<T>& r, KVCache<T>& kv, const Mat<T>& dy,
+                          Mat<T>& dx, const TpSum<T>& tp_sum) {
+  backward_input(shape, P, r, kv, dy, r.grads, dx, tp_sum, "layer_backward_input");
+  r.grads.dy = dy;
+  r.grads.filled = true;
+  // Only the input half needed these; W keeps the GEMM inputs (x, a1, ctx, x1, a2, g) and the LN statistics.
+  r.probs = {};
+  r.qkv = Mat<T>();
+  r.u = Mat<T>();
+}
+
+template <class T>
+void layer_backward_weight(const LayerShape& shape, LayerRecord<T>& r, T* G) {
+  if (!r.filled || !r.grads.filled)
+    throw KernelError("layer_backward_weight: the record holds no backward for inputs (run layer_backward_input)");
+  if (r.grads.dqkv.cols() != 3 * shape.shard_width() || r.grads.dy.cols() != shape.hidden)
+    throw KernelError("layer_backward_weight: the record was made for another layer shape");
+  backward_weight(shape, r, r.grads.dy, r.grads, G);
+  r = LayerRecord<T>();  // consumed: the activations and output gradients are freed
 }
 
 namespace {
@@ -278,6 +337,8 @@ double head_forward(const ModelShape& m, const T* P, const Mat<T>& x, const std:
   check_rows("head_forward x", x.rows(), x.cols(), n, h);
   check_ids("head_forward targets", targets, sl, -1, V);
   if (!(loss_norm > 0)) throw KernelError("head_forward: loss_norm must be positive (target count of the batch)");
+  if (r.has_da)
+    throw KernelError("head_forward: the record's weight gradients are pending (run head_backward_weight first)");
   r.slice = sl;
   r.x = x;
   ln_forward(x, P + H.lnf_g, P + H.lnf_b, r.a, r.mu, r.rstd);
@@ -307,7 +368,33 @@ void head_backward(const ModelShape& m, const T* P, const HeadRecord<T>& r, T* G
   MMap<T>(G + H.w_vocab, h, V).noalias() += r.a.transpose() * r.dlogits;
   const Mat<T> da = r.dlogits * CMap<T>(P + H.w_vocab, h, V).transpose();
   dx.setZero(r.x.rows(), h);
-  ln_backward(r.x, r.mu, r.rstd, P + H.lnf_g, da, G + H.lnf_g, G + H.lnf_b, dx);
+  ln_backward_params(r.x, r.mu, r.rstd, da, G + H.lnf_g, G + H.lnf_b);
+  ln_backward_input(r.x, r.mu, r.rstd, P + H.lnf_g, da, dx);
+}
+
+template <class T>
+void head_backward_input(const ModelShape& m, const T* P, HeadRecord<T>& r, Mat<T>& dx) {
+  const HeadLayout H = HeadLayout::of(m);
+  const int h = m.layer.hidden, V = m.vocab;
+  if (!r.filled) throw KernelError("head_backward_input: the record holds no forward");
+  if (r.has_da) throw KernelError("head_backward_input: already ran for this record (its W is pending)");
+  r.da.noalias() = r.dlogits * CMap<T>(P + H.w_vocab, h, V).transpose();
+  dx.setZero(r.x.rows(), h);
+  ln_backward_input(r.x, r.mu, r.rstd, P + H.lnf_g, r.da, dx);
+  r.has_da = true;
+}
+
+template <class T>
+void head_backward_weight(const ModelShape& m, HeadRecord<T>& r, T* G) {
+  const HeadLayout H = HeadLayout::of(m);
+  const int h = m.layer.hidden, V = m.vocab;
+  if (!r.filled || !r.has_da)
+    throw KernelError("head_backward_weight: the record holds no backward for inputs (run head_backward_input)");
+  if (r.dlogits.cols() != V || r.a.cols() != h)
+    throw KernelError("head_backward_weight: the record was made for another model shape");
+  MMap<T>(G + H.w_vocab, h, V).noalias() += r.a.transpose() * r.dlogits;
+  ln_backward_params(r.x, r.mu, r.rstd, r.da, G + H.lnf_g, G + H.lnf_b);
+  r = HeadRecord<T>();  // consumed
 }
 
 template <class T>
@@ -338,6 +425,11 @@ void adam_step(const AdamConfig& cfg, int step, std::size_t n, T* p, const T* g,
   template double head_forward<T>(const ModelShape&, const T*, const Mat<T>&, const std::vector<std::int32_t>&,       \
                                   const Slice&, double, double, HeadRecord<T>&);                                      \
   template void head_backward<T>(const ModelShape&, const T*, const HeadRecord<T>&, T*, Mat<T>&);                     \
+  template void layer_backward_input<T>(const LayerShape&, const T*, LayerRecord<T>&, KVCache<T>&, const Mat<T>&,      \
+                                        Mat<T>&, const TpSum<T>&);                                                    \
+  template void layer_backward_weight<T>(const LayerShape&, LayerRecord<T>&, T*);                                     \
+  template void head_backward_input<T>(const ModelShape&, const T*, HeadRecord<T>&, Mat<T>&);                         \
+  template void head_backward_weight<T>(const ModelShape&, HeadRecord<T>&, T*);                                       \
   template void adam_step<T>(const AdamConfig&, int, std::size_t, T*, const T*, T*, T*);
 
 PIPESCOPE_REF_INSTANTIATE(double)

@@ -32,7 +32,17 @@ struct KVCache {
   std::vector<Mat<T>> k, v, dk, dv;
 };
 
-// What a layer's backward needs from its forward on one slice.
+// The output gradients of a layer's parameterised operations on one slice, computed by the backward for
+// inputs (I) and consumed by the backward for weights (W): the GEMM / bias of fc2 (dy), fc1 (du, after GELU),
+// W_o (dx1), QKV (dqkv), and LN2 / LN1 (da2, da1: w.r.t. their outputs, TP-summed on a shard).
+template <class T>
+struct LayerGrads {
+  bool filled = false;
+  Mat<T> dy, du, da2, dx1, dqkv, da1;
+};
+
+// What a layer's backward needs from its forward on one slice; after a split backward's I, also what its W
+// needs (grads).
 template <class T>
 struct LayerRecord {
   Slice slice;
@@ -40,6 +50,7 @@ struct LayerRecord {
   Mat<T> x, a1, qkv, ctx, x1, a2, u, g;  // input, LN1 out, QKV, attention out, residual 1, LN2 out, FC1 out, GELU out
   Vec<T> mu1, rstd1, mu2, rstd2;
   std::vector<Mat<T>> probs;  // softmax of sequence s, head j at [s * heads + j]: [len, end]
+  LayerGrads<T> grads;        // set by layer_backward_input, consumed by layer_backward_weight
 };
 
 template <class T>
@@ -48,6 +59,8 @@ struct HeadRecord {
   bool filled = false;
   Mat<T> x, a, dlogits;  // input, final-LN out, d(scaled loss)/d(logits)
   Vec<T> mu, rstd;
+  bool has_da = false;  // set by head_backward_input: da (gradient w.r.t. the final LN's output) for the W half
+  Mat<T> da;
 };
 
 // y = layer(x) on a slice that attends to the cached K/V of tokens [0, slice.begin). Writes the slice's K/V
@@ -66,6 +79,18 @@ template <class T>
 void layer_backward(const LayerShape& shape, const T* params, const LayerRecord<T>& rec, KVCache<T>& kv,
                     const Mat<T>& dy, T* grads, Mat<T>& dx, const TpSum<T>& tp_sum = {});
 
+// The same backward split in two (zero-bubble I and W): layer_backward_input writes dx and the dK/dV of the
+// cache exactly as layer_backward does (with the same TP sums) but adds no parameter gradient; it keeps the
+// output gradients of the layer's weights in rec.grads and frees what only it needed (probs, qkv, u).
+// layer_backward_weight then adds every parameter gradient (GEMM weights, biases, LayerNorm gains and shifts;
+// no TP communication) and frees rec.grads; the record then holds no forward. I then W adds bitwise the same
+// gradients as layer_backward. W of different slices may run in any order after their I.
+template <class T>
+void layer_backward_input(const LayerShape& shape, const T* params, LayerRecord<T>& rec, KVCache<T>& kv,
+                          const Mat<T>& dy, Mat<T>& dx, const TpSum<T>& tp_sum = {});
+template <class T>
+void layer_backward_weight(const LayerShape& shape, LayerRecord<T>& rec, T* grads);
+
 // x[s * l + t] = tok[tokens[s * l + t]] + pos[begin + t]. tokens: [b * l].
 template <class T>
 void embedding_forward(const ModelShape& m, const T* params, const std::vector<std::int32_t>& tokens,
@@ -82,6 +107,12 @@ double head_forward(const ModelShape& m, const T* params, const Mat<T>& x, const
                     const Slice& slice, double loss_norm, double loss_scale, HeadRecord<T>& rec);
 template <class T>
 void head_backward(const ModelShape& m, const T* params, const HeadRecord<T>& rec, T* grads, Mat<T>& dx);
+// Split: the input half writes dx and keeps the final LN's output gradient; the weight half adds the LM head's and
+// the final LN's gradients (as head_backward, bitwise) and frees the record.
+template <class T>
+void head_backward_input(const ModelShape& m, const T* params, HeadRecord<T>& rec, Mat<T>& dx);
+template <class T>
+void head_backward_weight(const ModelShape& m, HeadRecord<T>& rec, T* grads);
 
 // One bias-corrected Adam step (step counts from 1) on n parameters.
 template <class T>

@@ -101,6 +101,16 @@ class NullBackend final : public kernels::Backend {
     dx.resize(dy.rows(), layer.shape().layer.hidden);
     tp_exchange(layer, dx);
   }
+  void layer_backward_input(const kernels::Params& layer, kernels::Record& rec, kernels::KVCache& kv,
+                            const kernels::Tensor& dy, kernels::Tensor& dx) override {
+    auto& st = static_cast<NullKVCache&>(kv).state();
+    const kernels::Slice& slice = static_cast<const NullRecord&>(rec).slice;
+    st.check_backward(slice);
+    st.commit_backward(slice);
+    dx.resize(dy.rows(), layer.shape().layer.hidden);
+    tp_exchange(layer, dx);
+  }
+  void layer_backward_weight(kernels::Params&, kernels::Record& rec) override { rec.release(); }
   void embedding_forward(const kernels::Params& emb, const std::vector<std::int32_t>&, const kernels::Slice& slice,
                          kernels::Tensor& x) override {
     x.resize(slice.rows(), emb.shape().layer.hidden);
@@ -116,6 +126,10 @@ class NullBackend final : public kernels::Backend {
   void head_backward(kernels::Params& head, const kernels::Record& rec, kernels::Tensor& dx) override {
     dx.resize(static_cast<const NullRecord&>(rec).slice.rows(), head.shape().layer.hidden);
   }
+  void head_backward_input(const kernels::Params& head, kernels::Record& rec, kernels::Tensor& dx) override {
+    dx.resize(static_cast<const NullRecord&>(rec).slice.rows(), head.shape().layer.hidden);
+  }
+  void head_backward_weight(kernels::Params&, kernels::Record& rec) override { rec.release(); }
   void adam_step(kernels::Params&, const kernels::AdamConfig&, int) override {}
   void synchronize() override {}
   void* stream() override { return nullptr; }

@@ -557,8 +557,24 @@ struct LayerRun {
   std::vector<double> grads;
 };
 
+// How a test runs each backward: fused (B); split into I with its W right after it; or split with every W
+// deferred until all the backwards for inputs ran, then in forward slice order (the reverse of the I order).
+enum class Bwd { kFused, kSplit, kSplitDeferred };
+const char* bwd_name(Bwd b) {
+  switch (b) {
+    case Bwd::kFused:
+      return "fused B";
+    case Bwd::kSplit:
+      return "I then W";
+    case Bwd::kSplitDeferred:
+      return "I..., then W...";
+  }
+  return "?";
+}
+
 LayerRun run_layer(Backend& be, const ModelShape& m, const std::vector<double>& params, const std::vector<int>& lens,
-                   const std::vector<std::vector<double>>& xs, const std::vector<std::vector<double>>& dys) {
+                   const std::vector<std::vector<double>>& xs, const std::vector<std::vector<double>>& dys,
+                   Bwd mode = Bwd::kFused) {
   auto P = be.params(ModuleKind::kLayer, m);
   P->set(params);
   auto kv = be.kv_cache(m.layer, kBatch, kSeq);
@@ -579,9 +595,16 @@ LayerRun run_layer(Backend& be, const ModelShape& m, const std::vector<double>& 
   for (int i = static_cast<int>(lens.size()) - 1; i >= 0; --i) {
     y->resize(kBatch * lens[i], m.layer.hidden);
     y->upload(dys[i]);
-    be.layer_backward(*P, *rec[i], *kv, *y, *x);
+    if (mode == Bwd::kFused) {
+      be.layer_backward(*P, *rec[i], *kv, *y, *x);
+    } else {
+      be.layer_backward_input(*P, *rec[i], *kv, *y, *x);
+      if (mode == Bwd::kSplit) be.layer_backward_weight(*P, *rec[i]);
+    }
     out.dx[i] = x->download();
   }
+  if (mode == Bwd::kSplitDeferred)
+    for (auto& r : rec) be.layer_backward_weight(*P, *r);
   out.grads = P->grads();
   return out;
 }
@@ -608,7 +631,10 @@ TEST(KernelsTensorParallel, ShardsEqualTheUnshardedLayer) {
   auto whole_be = make_cpu_backend(DType::kF64);
   const LayerRun want = run_layer(*whole_be, full, params, lens, xs, dys);
 
-  for (int tp : {2, 4}) {
+  // The split backward (I makes both backward TP all-reduces, W none) gives the same shards.
+  for (const std::pair<int, Bwd>& run_case : {std::pair{2, Bwd::kFused}, {4, Bwd::kFused}, {2, Bwd::kSplitDeferred}}) {
+    const int tp = run_case.first;
+    const Bwd mode = run_case.second;
     ModelShape shard = full;
     shard.layer.tp = tp;
     SumGroup group(tp);
@@ -619,7 +645,7 @@ TEST(KernelsTensorParallel, ShardsEqualTheUnshardedLayer) {
         ASSERT_EQ(dt, DType::kF64);
         group.all_reduce(r, static_cast<double*>(data), n);
       });
-      got[r] = run_layer(*be, shard, shard_params(ModuleKind::kLayer, shard, r, params), lens, xs, dys);
+      got[r] = run_layer(*be, shard, shard_params(ModuleKind::kLayer, shard, r, params), lens, xs, dys, mode);
     });
     double worst = 0;
     for (int r = 0; r < tp; ++r) {
@@ -640,7 +666,8 @@ TEST(KernelsTensorParallel, ShardsEqualTheUnshardedLayer) {
           EXPECT_EQ(got[r].grads[k], got[0].grads[k]) << "tp " << tp << " rank " << r << " offset " << k;
       }
     }
-    std::printf("[ tensor parallel ] tp %d: worst relative error vs the unsharded layer %.2e\n", tp, worst);
+    std::printf("[ tensor parallel ] tp %d, %s: worst relative error vs the unsharded layer %.2e\n", tp,
+                bwd_name(mode), worst);
   }
   // The cut follows head and column ownership: shard 1 of 2 holds the q columns of heads 2 and 3.
   ModelShape two = full;
@@ -680,6 +707,166 @@ TEST(KernelsTensorParallel, BadShardsAreRejected) {
   EXPECT_THROW(be->layer_forward(*P, *x, {1, 0, kSeq}, *whole_kv, *rec, *y), KernelError);
   be->layer_forward(*P, *x, {1, 0, kSeq}, *kv, *rec, *y);
   EXPECT_EQ(y->cols(), m.layer.hidden);
+}
+
+// One training step of the model through a Backend (micro-batches of mb sequences cut into `lens` slices), with
+// each backward run as `mode` says. Split: the head's and the layers' I, with the embedding's backward (all weight
+// gradient) as W; kSplitDeferred runs a micro-batch's W ops after all of its I ops, earliest slice first.
+Grads<double> backend_grads(Backend& be, const Model<double>& m, const Data& d, const std::vector<int>& lens, int mb,
+                            Bwd mode) {
+  auto emb = be.params(ModuleKind::kEmbedding, m.shape);
+  auto head = be.params(ModuleKind::kHead, m.shape);
+  emb->set(m.emb);
+  head->set(m.head);
+  std::vector<std::unique_ptr<Params>> layers;
+  for (int k = 0; k < kLayers; ++k) {
+    layers.push_back(be.params(ModuleKind::kLayer, m.shape));
+    layers.back()->set(m.layers[k]);
+  }
+  const double norm = static_cast<double>(count_targets(d.targets));
+  const int n = static_cast<int>(lens.size());
+  for (int s0 = 0; s0 < kBatch; s0 += mb) {
+    std::vector<std::unique_ptr<KVCache>> kv;
+    for (int k = 0; k < kLayers; ++k) kv.push_back(be.kv_cache(m.shape.layer, mb, kSeq));
+    std::vector<std::vector<std::unique_ptr<Record>>> rec(n);  // per slice: the layers', then the head's
+    std::vector<std::unique_ptr<Tensor>> demb(n);               // per slice: the embedding's output gradient
+    std::vector<Slice> sl;
+    for (int i = 0, c = 0; i < n; c += lens[i++]) sl.push_back({mb, c, lens[i]});
+    for (int i = 0; i < n; ++i) {
+      auto x = be.tensor(0, 0), y = be.tensor(0, 0);
+      be.embedding_forward(*emb, cut(d.tokens, s0, mb, sl[i].begin, sl[i].len), sl[i], *x);
+      for (int k = 0; k <= kLayers; ++k) rec[i].push_back(be.record());
+      for (int k = 0; k < kLayers; ++k) {
+        be.layer_forward(*layers[k], *x, sl[i], *kv[k], *rec[i][k], *y);
+        std::swap(x, y);
+      }
+      be.head_forward(*head, *x, cut(d.targets, s0, mb, sl[i].begin, sl[i].len), sl[i], norm, 1.0, *rec[i][kLayers]);
+      be.accumulate_loss(*rec[i][kLayers]);
+    }
+    auto weights = [&](int i) {
+      be.head_backward_weight(*head, *rec[i][kLayers]);
+      for (int k = kLayers - 1; k >= 0; --k) be.layer_backward_weight(*layers[k], *rec[i][k]);
+      be.embedding_backward(*emb, cut(d.tokens, s0, mb, sl[i].begin, sl[i].len), sl[i], *demb[i]);
+    };
+    for (int i = n - 1; i >= 0; --i) {
+      auto dx = be.tensor(0, 0), dy = be.tensor(0, 0);
+      if (mode == Bwd::kFused)
+        be.head_backward(*head, *rec[i][kLayers], *dy);
+      else
+        be.head_backward_input(*head, *rec[i][kLayers], *dy);
+      for (int k = kLayers - 1; k >= 0; --k) {
+        if (mode == Bwd::kFused)
+          be.layer_backward(*layers[k], *rec[i][k], *kv[k], *dy, *dx);
+        else
+          be.layer_backward_input(*layers[k], *rec[i][k], *kv[k], *dy, *dx);
+        std::swap(dx, dy);
+      }
+      demb[i] = std::move(dy);
+      if (mode == Bwd::kFused)
+        be.embedding_backward(*emb, cut(d.tokens, s0, mb, sl[i].begin, sl[i].len), sl[i], *demb[i]);
+      if (mode == Bwd::kSplit) weights(i);
+    }
+    if (mode == Bwd::kSplitDeferred)
+      for (int i = 0; i < n; ++i) weights(i);
+  }
+  Grads<double> g;
+  g.loss = be.take_loss();
+  g.emb = emb->grads();
+  g.head = head->grads();
+  for (auto& l : layers) g.layers.push_back(l->grads());
+  return g;
+}
+
+// (5) Split backward (zero-bubble I and W): I then W gives bitwise the fused backward's gradients and input
+// gradients, for sliced micro-batches (slices with context c > 0: dK/dV flow between them) and whole ones, in f64 and
+// f32; with every W deferred after the micro-batch's I ops (gradient sums in another order) within 1e-12.
+TEST(KernelsSplitBackward, LayerInputThenWeightEqualsFused) {
+  const ModelShape ms = tiny_model();
+  const std::vector<double> params = init_params(ModuleKind::kLayer, ms, 81, 0.3, 0.2);
+  std::mt19937_64 rng(82);
+  std::normal_distribution<double> nd;
+  for (const std::vector<int>& lens : {std::vector<int>{5, 3, 4}, std::vector<int>{kSeq}}) {
+    std::vector<std::vector<double>> xs, dys;
+    for (int l : lens) {
+      xs.emplace_back(static_cast<std::size_t>(kBatch) * l * ms.layer.hidden);
+      dys.emplace_back(xs.back().size());
+      for (double& v : xs.back()) v = nd(rng);
+      for (double& v : dys.back()) v = nd(rng);
+    }
+    for (DType dt : {DType::kF64, DType::kF32}) {
+      auto be = make_cpu_backend(dt);
+      const LayerRun fused = run_layer(*be, ms, params, lens, xs, dys, Bwd::kFused);
+      const LayerRun split = run_layer(*be, ms, params, lens, xs, dys, Bwd::kSplit);
+      const LayerRun deferred = run_layer(*be, ms, params, lens, xs, dys, Bwd::kSplitDeferred);
+      EXPECT_EQ(split.y, fused.y);
+      EXPECT_EQ(split.dx, fused.dx) << dtype_name(dt) << " " << lens.size() << " slices";
+      EXPECT_EQ(split.grads, fused.grads) << dtype_name(dt) << " " << lens.size() << " slices";
+      EXPECT_EQ(deferred.dx, fused.dx) << dtype_name(dt) << " " << lens.size() << " slices";
+      EXPECT_LE(rel_err(deferred.grads, fused.grads), dt == DType::kF64 ? 1e-12 : 1e-5) << dtype_name(dt);
+      std::vector<double> zero(fused.grads.size(), 0.0);
+      EXPECT_GT(rel_err(zero, fused.grads), 0.5);  // the gradients are not trivially equal
+    }
+  }
+}
+
+// The whole model (embedding, 2 layers, head + loss) through the CPU Backend: split backward equals fused B
+// bitwise (W right after I) and the reference at 1e-13 (W deferred), over slices and micro-batches.
+TEST(KernelsSplitBackward, WholeModelEqualsFusedAndReference) {
+  const Model<double> m = make_model<double>(91);
+  const Data d = make_data(m.shape, 92);
+  const std::vector<int> lens{5, 3, 4};
+  const int mb = 1;
+  const Grads<double> want = run(m, d, lens, mb);
+  auto be = make_cpu_backend(DType::kF64);
+  const Grads<double> fused = backend_grads(*be, m, d, lens, mb, Bwd::kFused);
+  const Grads<double> split = backend_grads(*be, m, d, lens, mb, Bwd::kSplit);
+  const Grads<double> deferred = backend_grads(*be, m, d, lens, mb, Bwd::kSplitDeferred);
+  EXPECT_EQ(split.loss, fused.loss);
+  EXPECT_EQ(split.emb, fused.emb);
+  EXPECT_EQ(split.head, fused.head);
+  EXPECT_EQ(split.layers, fused.layers);
+  EXPECT_LE(compare_runs(fused, want), 1e-13);
+  EXPECT_LE(compare_runs(deferred, want), 1e-13);
+  std::printf("[ split backward ] whole model, slices [5,3,4] x micro-batches 2 x 1: I then W %s fused B; "
+              "W deferred: worst rel err vs reference %.2e\n",
+              split.layers == fused.layers && split.head == fused.head ? "==" : "!=", compare_runs(deferred, want));
+}
+
+// The split's protocol: W needs its I first; I, W and a fused B each run once per forward; a record whose W is
+// pending cannot take a new forward; W frees the record (it then holds no forward).
+TEST(KernelsSplitBackward, ProtocolMisuseThrows) {
+  const ModelShape ms = tiny_model();
+  auto be = make_cpu_backend(DType::kF64);
+  auto P = be->params(ModuleKind::kLayer, ms);
+  P->set(init_params(ModuleKind::kLayer, ms, 5));
+  auto H = be->params(ModuleKind::kHead, ms);
+  H->set(init_params(ModuleKind::kHead, ms, 6));
+  auto kv = be->kv_cache(ms.layer, 1, kSeq);
+  auto rec = be->record(), hrec = be->record();
+  auto x = be->tensor(kSeq, ms.layer.hidden), y = be->tensor(0, 0), dx = be->tensor(0, 0);
+  x->upload(std::vector<double>(static_cast<std::size_t>(kSeq) * ms.layer.hidden, 0.25));
+  const Slice sl{1, 0, kSeq};
+  be->layer_forward(*P, *x, sl, *kv, *rec, *y);
+  EXPECT_THROW(be->layer_backward_weight(*P, *rec), KernelError);  // no I yet
+  be->layer_backward_input(*P, *rec, *kv, *y, *dx);
+  EXPECT_THROW(be->layer_backward_input(*P, *rec, *kv, *y, *dx), KernelError);  // twice
+  EXPECT_THROW(be->layer_backward(*P, *rec, *kv, *y, *dx), KernelError);        // fused after I
+  kv->reset();
+  EXPECT_THROW(be->layer_forward(*P, *x, sl, *kv, *rec, *y), KernelError);  // W pending
+  be->layer_backward_weight(*P, *rec);
+  EXPECT_THROW(be->layer_backward_weight(*P, *rec), KernelError);  // consumed
+  EXPECT_THROW(be->layer_backward_input(*P, *rec, *kv, *y, *dx), KernelError);
+  be->layer_forward(*P, *x, sl, *kv, *rec, *y);  // the record is reusable after W
+
+  const std::vector<std::int32_t> targets(kSeq, 1);
+  be->head_forward(*H, *x, targets, sl, kSeq, 1.0, *hrec);
+  EXPECT_THROW(be->head_backward_weight(*H, *hrec), KernelError);
+  be->head_backward_input(*H, *hrec, *dx);
+  EXPECT_EQ(dx->rows(), kSeq);
+  EXPECT_THROW(be->head_backward_input(*H, *hrec, *dx), KernelError);
+  EXPECT_THROW(be->head_forward(*H, *x, targets, sl, kSeq, 1.0, *hrec), KernelError);
+  be->head_backward_weight(*H, *hrec);
+  EXPECT_THROW(be->head_backward_weight(*H, *hrec), KernelError);
 }
 
 }  // namespace

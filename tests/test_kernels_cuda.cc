@@ -64,10 +64,11 @@ struct LayerRun {
   std::vector<double> grads;
 };
 
-// One layer over `lens` slices of b sequences: forward in order, backward in reverse.
+// One layer over `lens` slices of b sequences: forward in order, backward in reverse; with `split`, each backward
+// as I (backward for inputs) and every W (backward for weights) after the last I, earliest slice first.
 LayerRun run_layer(Backend& be, const ModelShape& m, const std::vector<double>& params,
                    const std::vector<std::vector<double>>& xs, const std::vector<std::vector<double>>& dys,
-                   const std::vector<int>& lens, int b) {
+                   const std::vector<int>& lens, int b, bool split = false) {
   auto p = be.params(ModuleKind::kLayer, m);
   p->set(params);
   auto kv = be.kv_cache(m.layer, b, m.max_seq);
@@ -89,10 +90,15 @@ LayerRun run_layer(Backend& be, const ModelShape& m, const std::vector<double>& 
   for (int i = static_cast<int>(lens.size()) - 1; i >= 0; --i) {
     auto dy = be.tensor(b * lens[i], m.layer.hidden), dx = be.tensor(0, 0);
     dy->upload(dys[i]);
-    be.layer_backward(*p, *rec[i], *kv, *dy, *dx);
+    if (split)
+      be.layer_backward_input(*p, *rec[i], *kv, *dy, *dx);
+    else
+      be.layer_backward(*p, *rec[i], *kv, *dy, *dx);
     out.dy[i] = dy->download();
     out.dx[i] = dx->download();
   }
+  if (split)
+    for (auto& r : rec) be.layer_backward_weight(*p, *r);
   EXPECT_EQ(kv->state().backward_end(), 0);
   out.grads = p->grads();
   return out;
@@ -135,6 +141,44 @@ TEST(KernelsCuda, LayerForwardBackwardMatchesReference) {
     EXPECT_LE(worst_dx, tol) << dtype_name(dt) << " dx";
     std::printf("[ cuda ] %s layer h=256 slices [48,32,48] x 2: rel L2 err y %.2e, dx %.2e, grads %.2e (tol %.0e)\n",
                 gpu->name().c_str(), worst_y, worst_dx, worst_g, tol);
+  }
+}
+
+// Split backward (zero-bubble I, then every W after the last I) on slices with context: the fused backward's input
+// and parameter gradients (the same operations on the same operands; only the fp32 gradient sums run in another
+// order), so also the reference's.
+TEST(KernelsCuda, SplitBackwardMatchesFusedAndReference) {
+  SKIP_WITHOUT_GPU();
+  ModelShape m;
+  m.layer = {128, 4, 512};
+  m.vocab = 64;
+  m.max_seq = 96;
+  const int b = 2;
+  const std::vector<int> lens{40, 24, 32};
+  const std::vector<double> params = init_params(ModuleKind::kLayer, m, 13, 0.05, 0.1);
+  std::mt19937_64 rng(14);
+  std::vector<std::vector<double>> xs, dys;
+  for (int l : lens) {
+    xs.push_back(random_vec(static_cast<std::size_t>(b) * l * m.layer.hidden, rng));
+    dys.push_back(random_vec(static_cast<std::size_t>(b) * l * m.layer.hidden, rng));
+  }
+  auto cpu = make_cpu_backend(DType::kF64);
+  for (DType dt : gpu_dtypes()) {
+    auto gpu = make_cuda_backend(dt);
+    const LayerRun fused = run_layer(*gpu, m, params, xs, dys, lens, b, false);
+    const LayerRun split = run_layer(*gpu, m, params, xs, dys, lens, b, true);
+    const LayerRun r = run_layer(*cpu, m, params, split.x, split.dy, lens, b, true);
+    double worst_dx = 0;
+    for (std::size_t i = 0; i < lens.size(); ++i) {
+      worst_dx = std::max(worst_dx, rel_l2(split.dx[i], fused.dx[i]));
+      EXPECT_LE(rel_l2(split.dx[i], r.dx[i]), tolerance(dt)) << dtype_name(dt) << " slice " << i;
+    }
+    EXPECT_LE(worst_dx, 1e-6) << dtype_name(dt) << " dx split vs fused";
+    const double eg = rel_l2(split.grads, fused.grads);
+    EXPECT_LE(eg, 1e-5) << dtype_name(dt) << " grads split vs fused";
+    EXPECT_LE(rel_l2(split.grads, r.grads), tolerance(dt)) << dtype_name(dt) << " grads vs reference";
+    std::printf("[ cuda ] %s split backward: rel L2 vs fused dx %.2e, grads %.2e\n", gpu->name().c_str(), worst_dx,
+                eg);
   }
 }
 
@@ -272,7 +316,7 @@ TEST(KernelsCuda, EmbeddingHeadAndLossMatchReference) {
     double loss = 0, accumulated = 0, after_take = 0;
     std::vector<double> ge, gh, dx;
   };
-  auto run = [&](Backend& be) {
+  auto run = [&](Backend& be, bool split) {
     auto emb = be.params(ModuleKind::kEmbedding, m), head = be.params(ModuleKind::kHead, m);
     emb->set(pe);
     head->set(ph);
@@ -286,8 +330,14 @@ TEST(KernelsCuda, EmbeddingHeadAndLossMatchReference) {
       be.head_forward(*head, *x, cut(targets, c, l), sl, norm, 1.0, *rec);
       o.loss += be.head_loss(*rec);
       be.accumulate_loss(*rec);  // read at the end, after this record is gone
-      be.head_backward(*head, *rec, *dx);
-      be.embedding_backward(*emb, cut(tokens, c, l), sl, *dx);
+      if (split) {  // I, then the W halves: the embedding's whole backward, the head's weight gradients
+        be.head_backward_input(*head, *rec, *dx);
+        be.embedding_backward(*emb, cut(tokens, c, l), sl, *dx);
+        be.head_backward_weight(*head, *rec);
+      } else {
+        be.head_backward(*head, *rec, *dx);
+        be.embedding_backward(*emb, cut(tokens, c, l), sl, *dx);
+      }
       const std::vector<double> d = dx->download();
       o.dx.insert(o.dx.end(), d.begin(), d.end());
       c += l;
@@ -299,10 +349,15 @@ TEST(KernelsCuda, EmbeddingHeadAndLossMatchReference) {
     return o;
   };
   auto cpu = make_cpu_backend(DType::kF64);
-  const Out r = run(*cpu);
+  const Out r = run(*cpu, false);
   for (DType dt : gpu_dtypes()) {
     auto gpu = make_cuda_backend(dt);
-    const Out g = run(*gpu);
+    const Out g = run(*gpu, false);
+    // The split backward (head I then W) does the fused one's operations on the same inputs.
+    const Out gs = run(*gpu, true);
+    EXPECT_LE(rel_l2(gs.dx, g.dx), 1e-6) << dtype_name(dt) << " split dx";
+    EXPECT_LE(rel_l2(gs.gh, g.gh), 1e-6) << dtype_name(dt) << " split head grads";
+    EXPECT_LE(rel_l2(gs.ge, g.ge), 1e-6) << dtype_name(dt) << " split embedding grads";
     const double tol = tolerance(dt);
     EXPECT_NEAR(g.loss, r.loss, tol * std::abs(r.loss)) << dtype_name(dt);
     EXPECT_EQ(g.accumulated, g.loss) << dtype_name(dt) << ": accumulate_loss / take_loss sum as head_loss does";

@@ -356,6 +356,11 @@ class FakeDeviceBackend final : public kernels::Backend {
                       kernels::Tensor& dx) override {
     be_->layer_backward(p, r, kv, dy, dx);
   }
+  void layer_backward_input(const kernels::Params& p, kernels::Record& r, kernels::KVCache& kv,
+                            const kernels::Tensor& dy, kernels::Tensor& dx) override {
+    be_->layer_backward_input(p, r, kv, dy, dx);
+  }
+  void layer_backward_weight(kernels::Params& p, kernels::Record& r) override { be_->layer_backward_weight(p, r); }
   void embedding_forward(const kernels::Params& e, const std::vector<std::int32_t>& t, const kernels::Slice& sl,
                          kernels::Tensor& x) override {
     be_->embedding_forward(e, t, sl, x);
@@ -372,6 +377,10 @@ class FakeDeviceBackend final : public kernels::Backend {
   void head_backward(kernels::Params& h, const kernels::Record& r, kernels::Tensor& dx) override {
     be_->head_backward(h, r, dx);
   }
+  void head_backward_input(const kernels::Params& h, kernels::Record& r, kernels::Tensor& dx) override {
+    be_->head_backward_input(h, r, dx);
+  }
+  void head_backward_weight(kernels::Params& h, kernels::Record& r) override { be_->head_backward_weight(h, r); }
   void adam_step(kernels::Params& p, const kernels::AdamConfig& c, int step) override { be_->adam_step(p, c, step); }
   void synchronize() override { synchronized++; }
   void* stream() override { return nullptr; }
