@@ -1,0 +1,382 @@
+#include "core/kernel_model.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace pipescope {
+
+const char* to_string(MemoryKernel k) {
+  switch (k) {
+    case MemoryKernel::LayerNorm:
+      return "layernorm";
+    case MemoryKernel::LayerNormBackward:
+      return "layernorm_backward";
+    case MemoryKernel::Gelu:
+      return "gelu";
+    case MemoryKernel::GeluBackward:
+      return "gelu_backward";
+    case MemoryKernel::Add:
+      return "add";
+    case MemoryKernel::ColumnSum:
+      return "column_sum";
+    case MemoryKernel::Copy:
+      return "copy";
+    case MemoryKernel::Softmax:
+      return "softmax";
+  }
+  return "?";
+}
+
+MemoryKernel memory_kernel_of(const std::string& name) {
+  for (int i = 0; i < kMemoryKernels; i++)
+    if (name == to_string(static_cast<MemoryKernel>(i))) return static_cast<MemoryKernel>(i);
+  throw std::invalid_argument("unknown memory kernel class '" + name +
+                              "' (layernorm, layernorm_backward, gelu, gelu_backward, add, column_sum, copy, softmax)");
+}
+
+double memory_bytes(MemoryKernel k, double rows, double cols, int e) {
+  const double x = rows * cols * e;
+  switch (k) {
+    case MemoryKernel::LayerNorm:
+    case MemoryKernel::Gelu:
+    case MemoryKernel::Copy:
+    case MemoryKernel::Softmax:
+      return 2 * x;  // read one, write one
+    case MemoryKernel::GeluBackward:
+    case MemoryKernel::Add:
+      return 3 * x;  // read two, write one
+    case MemoryKernel::LayerNormBackward:
+      return 4 * x;  // read x, dy, dx; write dx
+    case MemoryKernel::ColumnSum:
+      return x;  // read rows; the n sums stay in cache
+  }
+  return x;
+}
+
+double GemmModel::seconds(double m, double n, double k) const {
+  return fixed_s + 2.0 * (m + m0) * (n + n0) * (k + k0) / rate_flops;
+}
+
+// ---------------------------------------------------------------- decomposition
+
+namespace {
+
+KernelCall gemm(double m, double k, double n) {
+  KernelCall c;
+  c.kind = KernelCall::Kind::Gemm;
+  c.m = m;
+  c.n = n;
+  c.k = k;
+  return c;
+}
+KernelCall mem(MemoryKernel kind, double bytes) {
+  KernelCall c;
+  c.kind = KernelCall::Kind::Memory;
+  c.mem = kind;
+  c.bytes = bytes;
+  return c;
+}
+KernelCall attention(int reps, int l, int keys, int d, bool backward) {
+  KernelCall c;
+  c.kind = KernelCall::Kind::Attention;
+  c.reps = reps;
+  c.l = l;
+  c.keys = keys;
+  c.head_dim = d;
+  c.backward = backward;
+  return c;
+}
+
+struct Dims {
+  double T, h, w, f;  // token rows, hidden, attention width and MLP width on this device
+  int reps, d;        // (sequence, head) pairs on this device, head dimension
+};
+Dims dims(const ModelSpec& m, int t, int b, int l) {
+  if (t < 1 || b < 1 || l < 1 || m.hidden < 1 || m.heads < 1 || m.heads % t != 0 || m.hidden % m.heads != 0)
+    throw std::invalid_argument("kernel model: needs b, l >= 1, heads dividing hidden and t dividing heads");
+  return Dims{static_cast<double>(b) * l,   static_cast<double>(m.hidden), static_cast<double>(m.hidden) / t,
+              static_cast<double>(m.ffn_hidden) / t, b * (m.heads / t), m.hidden / m.heads};
+}
+
+}  // namespace
+
+std::vector<KernelCall> layer_forward_calls(const ModelSpec& m, int t, int e, int b, int l, int c) {
+  const Dims D = dims(m, t, b, l);
+  const double T = D.T, h = D.h, w = D.w, f = D.f;
+  using MK = MemoryKernel;
+  return {
+      mem(MK::Copy, memory_bytes(MK::Copy, T, h, e)),              // record of the input
+      mem(MK::LayerNorm, memory_bytes(MK::LayerNorm, T, h, e)),    // LN 1
+      gemm(T, h, 3 * w),                                           // QKV
+      mem(MK::Add, memory_bytes(MK::Copy, T, 3 * w, e)),           // bias (row broadcast: read + write)
+      mem(MK::Copy, memory_bytes(MK::Copy, T, 3 * w, e)),          // K/V into the cache, zeroed dK/dV, context
+      attention(D.reps, l, c + l, D.d, false),                     // scores, causal softmax, weighted sum
+      gemm(T, w, h),                                               // output projection
+      mem(MK::Add, memory_bytes(MK::Copy, T, h, e)),               // bias
+      mem(MK::Add, memory_bytes(MK::Add, T, h, e)),                // residual
+      mem(MK::LayerNorm, memory_bytes(MK::LayerNorm, T, h, e)),    // LN 2
+      gemm(T, h, f),                                               // MLP up
+      mem(MK::Add, memory_bytes(MK::Copy, T, f, e)),               // bias
+      mem(MK::Gelu, memory_bytes(MK::Gelu, T, f, e)),              // GeLU
+      gemm(T, f, h),                                               // MLP down
+      mem(MK::Add, memory_bytes(MK::Copy, T, h, e)),               // bias
+      mem(MK::Add, memory_bytes(MK::Add, T, h, e)),                // residual
+  };
+}
+
+std::vector<KernelCall> layer_backward_calls(const ModelSpec& m, int t, int e, int b, int l, int c) {
+  const Dims D = dims(m, t, b, l);
+  const double T = D.T, h = D.h, w = D.w, f = D.f;
+  using MK = MemoryKernel;
+  return {
+      gemm(f, T, h),                                                               // MLP down wgrad
+      mem(MK::ColumnSum, memory_bytes(MK::ColumnSum, T, h, e)),                    // its bias
+      gemm(T, h, f),                                                               // MLP down dgrad
+      mem(MK::GeluBackward, memory_bytes(MK::GeluBackward, T, f, e)),              // GeLU backward
+      gemm(h, T, f),                                                               // MLP up wgrad
+      mem(MK::ColumnSum, memory_bytes(MK::ColumnSum, T, f, e)),                    // its bias
+      gemm(T, f, h),                                                               // MLP up dgrad
+      mem(MK::Copy, memory_bytes(MK::Copy, T, h, e)),                              // residual gradient
+      mem(MK::LayerNormBackward, memory_bytes(MK::LayerNormBackward, T, h, e)),    // LN 2 backward
+      gemm(w, T, h),                                                               // projection wgrad
+      mem(MK::ColumnSum, memory_bytes(MK::ColumnSum, T, h, e)),                    // its bias
+      gemm(T, h, w),                                                               // projection dgrad
+      attention(D.reps, l, c + l, D.d, true),                                      // dV, dP, softmax bwd, dQ, dK
+      mem(MK::Copy, memory_bytes(MK::Copy, T, 2 * w, e)),                          // dK/dV out of the cache
+      gemm(h, T, 3 * w),                                                           // QKV wgrad
+      mem(MK::ColumnSum, memory_bytes(MK::ColumnSum, T, 3 * w, e)),                // its bias
+      gemm(T, 3 * w, h),                                                           // QKV dgrad
+      mem(MK::Copy, memory_bytes(MK::Copy, T, h, e)),                              // residual gradient
+      mem(MK::LayerNormBackward, memory_bytes(MK::LayerNormBackward, T, h, e)),    // LN 1 backward
+  };
+}
+
+std::vector<KernelCall> embedding_calls(const ModelSpec& m, int e, int b, int l, bool forward) {
+  const double T = static_cast<double>(b) * l, h = m.hidden;
+  using MK = MemoryKernel;
+  if (forward) return {mem(MK::Add, memory_bytes(MK::Add, T, h, e))};  // token row + position row
+  return {mem(MK::Add, 2 * memory_bytes(MK::Add, T, h, e))};           // scatter-add into both tables
+}
+
+std::vector<KernelCall> head_calls(const ModelSpec& m, int e, int b, int l, bool forward) {
+  const double T = static_cast<double>(b) * l, h = m.hidden, V = m.vocab;
+  using MK = MemoryKernel;
+  if (forward)
+    return {mem(MK::Copy, memory_bytes(MK::Copy, T, h, e)), mem(MK::LayerNorm, memory_bytes(MK::LayerNorm, T, h, e)),
+            gemm(T, h, V), mem(MK::Copy, memory_bytes(MK::Copy, T, V, e) / 2),
+            mem(MK::Softmax, memory_bytes(MK::Softmax, T, V, e))};
+  return {gemm(h, T, V), gemm(T, V, h), mem(MK::Copy, memory_bytes(MK::Copy, T, h, e) / 2),
+          mem(MK::LayerNormBackward, memory_bytes(MK::LayerNormBackward, T, h, e))};
+}
+
+// ---------------------------------------------------------------- model
+
+KernelModel::KernelModel(KernelFits f) : f_(std::move(f)) {
+  if (!(f_.gemm.rate_flops > 0)) throw std::invalid_argument("kernel model: no GEMM fit");
+  if (f_.attention.empty()) throw std::invalid_argument("kernel model: no attention fit");
+  for (const MemoryModel& mm : f_.memory) mem_[static_cast<std::size_t>(mm.kind)] = &mm;
+  for (int i = 0; i < kMemoryKernels; i++)
+    if (!mem_[static_cast<std::size_t>(i)])
+      throw std::invalid_argument(std::string("kernel model: no fit for memory kernel class ") +
+                                  to_string(static_cast<MemoryKernel>(i)));
+}
+
+double KernelModel::attention_seconds(const KernelCall& k) const {
+  const auto& fits = f_.attention;
+  auto eval = [&](const AttentionModel& a, double scale) {
+    const auto& c = k.backward ? a.bwd : a.fwd;
+    return c[0] + scale * (c[1] * k.l + c[2] * static_cast<double>(k.l) * k.keys);
+  };
+  const double d = k.head_dim;
+  if (d <= fits.front().head_dim) return eval(fits.front(), d / fits.front().head_dim);
+  if (d >= fits.back().head_dim) return eval(fits.back(), d / fits.back().head_dim);
+  for (std::size_t i = 1; i < fits.size(); i++)
+    if (d <= fits[i].head_dim) {
+      const double x = (d - fits[i - 1].head_dim) / (fits[i].head_dim - fits[i - 1].head_dim);
+      return (1 - x) * eval(fits[i - 1], 1.0) + x * eval(fits[i], 1.0);
+    }
+  return eval(fits.back(), 1.0);
+}
+
+double KernelModel::seconds(const KernelCall& k) const {
+  switch (k.kind) {
+    case KernelCall::Kind::Gemm:
+      return f_.gemm.seconds(k.m, k.n, k.k);
+    case KernelCall::Kind::Attention:
+      return k.reps * attention_seconds(k);
+    case KernelCall::Kind::Memory:
+      return mem_[static_cast<std::size_t>(k.mem)]->seconds(k.bytes);
+  }
+  return 0;
+}
+
+double KernelModel::seconds(const std::vector<KernelCall>& ks) const {
+  double s = 0;
+  for (const KernelCall& k : ks) s += seconds(k);
+  return s;
+}
+
+// ---------------------------------------------------------------- fits
+
+namespace {
+
+// min sum ((X b - y) / y)^2 over b >= 0: the best of the column subsets whose unconstrained solution is
+// non-negative (a handful of columns: exhaustive). Returns the coefficients (0 for dropped columns).
+Eigen::VectorXd nonneg_relative_lsq(const Eigen::MatrixXd& X, const Eigen::VectorXd& y) {
+  const int n = static_cast<int>(X.cols());
+  Eigen::MatrixXd Xw = X;
+  Eigen::VectorXd ones = Eigen::VectorXd::Ones(y.size());
+  for (int r = 0; r < X.rows(); r++) Xw.row(r) /= y(r);
+  double best_err = std::numeric_limits<double>::infinity();
+  Eigen::VectorXd best = Eigen::VectorXd::Zero(n);
+  for (int mask = 1; mask < (1 << n); mask++) {
+    std::vector<int> cols;
+    for (int j = 0; j < n; j++)
+      if (mask & (1 << j)) cols.push_back(j);
+    Eigen::MatrixXd A(X.rows(), static_cast<Eigen::Index>(cols.size()));
+    for (std::size_t j = 0; j < cols.size(); j++) A.col(static_cast<Eigen::Index>(j)) = Xw.col(cols[j]);
+    const Eigen::VectorXd b = A.colPivHouseholderQr().solve(ones);
+    if ((b.array() < 0).any() || !b.allFinite()) continue;
+    const double err = (A * b - ones).squaredNorm();
+    if (err < best_err) {
+      best_err = err;
+      best.setZero();
+      for (std::size_t j = 0; j < cols.size(); j++) best(cols[j]) = b(static_cast<Eigen::Index>(j));
+    }
+  }
+  return best;
+}
+
+template <class P>
+void split(const std::vector<P>& pts, int every, std::vector<P>& train, std::vector<P>& test) {
+  for (std::size_t i = 0; i < pts.size(); i++)
+    (every > 1 && pts.size() >= 8 && static_cast<int>(i % every) == every - 1 ? test : train).push_back(pts[i]);
+}
+
+double mean_abs_rel(const std::vector<std::pair<double, double>>& pred_meas) {
+  if (pred_meas.empty()) return 0;
+  double s = 0;
+  for (auto [p, m] : pred_meas) s += std::abs(p - m) / m;
+  return s / static_cast<double>(pred_meas.size());
+}
+
+void need_points(std::size_t n, std::size_t min, const std::string& what) {
+  if (n < min)
+    throw std::invalid_argument("kernel fit " + what + ": needs at least " + std::to_string(min) + " points, got " +
+                                std::to_string(n));
+}
+
+GemmModel fit_gemm_once(const std::vector<GemmSample>& pts) {
+  // Grid over the saturation sizes (powers of two and 0), least squares for (fixed, 2 / rate) at each.
+  std::vector<double> grid = {0};
+  for (double x = 1; x <= 1024; x *= 2) grid.push_back(x);
+  GemmModel best;
+  double best_err = std::numeric_limits<double>::infinity();
+  Eigen::MatrixXd X(static_cast<Eigen::Index>(pts.size()), 2);
+  Eigen::VectorXd y(static_cast<Eigen::Index>(pts.size()));
+  for (double m0 : grid)
+    for (double n0 : grid)
+      for (double k0 : grid) {
+        for (std::size_t i = 0; i < pts.size(); i++) {
+          const auto& p = pts[i];
+          X(static_cast<Eigen::Index>(i), 0) = 1;
+          X(static_cast<Eigen::Index>(i), 1) = 2.0 * (p.m + m0) * (p.n + n0) * (p.k + k0);
+          y(static_cast<Eigen::Index>(i)) = p.seconds;
+        }
+        const Eigen::VectorXd b = nonneg_relative_lsq(X, y);
+        if (!(b(1) > 0)) continue;
+        Eigen::VectorXd r = (X * b - y).cwiseQuotient(y);
+        const double err = r.squaredNorm();
+        if (err < best_err) {
+          best_err = err;
+          best.fixed_s = b(0);
+          best.rate_flops = 1.0 / b(1);
+          best.m0 = m0;
+          best.n0 = n0;
+          best.k0 = k0;
+        }
+      }
+  if (!(best.rate_flops > 0)) throw std::invalid_argument("kernel fit GEMM: no positive rate fits the points");
+  return best;
+}
+
+}  // namespace
+
+GemmModel fit_gemm_model(const std::vector<GemmSample>& pts, int holdout_every) {
+  need_points(pts.size(), 4, "GEMM");
+  std::vector<GemmSample> train, test;
+  split(pts, holdout_every, train, test);
+  GemmModel held = fit_gemm_once(train);
+  std::vector<std::pair<double, double>> pm;
+  for (const auto& p : test) pm.emplace_back(held.seconds(p.m, p.n, p.k), p.seconds);
+  GemmModel g = fit_gemm_once(pts);
+  g.holdout_rel_err = mean_abs_rel(pm);
+  g.train_points = static_cast<int>(train.size());
+  g.test_points = static_cast<int>(test.size());
+  return g;
+}
+
+AttentionModel fit_attention_model(int head_dim, const std::vector<AttentionSample>& pts, int holdout_every) {
+  need_points(pts.size(), 3, "attention");
+  auto fit = [](const std::vector<AttentionSample>& ps, bool bwd) {
+    Eigen::MatrixXd X(static_cast<Eigen::Index>(ps.size()), 3);
+    Eigen::VectorXd y(static_cast<Eigen::Index>(ps.size()));
+    for (std::size_t i = 0; i < ps.size(); i++) {
+      const auto r = static_cast<Eigen::Index>(i);
+      X(r, 0) = 1;
+      X(r, 1) = ps[i].l;
+      X(r, 2) = static_cast<double>(ps[i].l) * ps[i].keys;
+      y(r) = bwd ? ps[i].bwd_s : ps[i].fwd_s;
+    }
+    const Eigen::VectorXd b = nonneg_relative_lsq(X, y);
+    return std::array<double, 3>{b(0), b(1), b(2)};
+  };
+  std::vector<AttentionSample> train, test;
+  split(pts, holdout_every, train, test);
+  AttentionModel held{head_dim, fit(train, false), fit(train, true), 0};
+  std::vector<std::pair<double, double>> pm;
+  auto eval = [](const std::array<double, 3>& c, const AttentionSample& p) {
+    return c[0] + c[1] * p.l + c[2] * static_cast<double>(p.l) * p.keys;
+  };
+  for (const auto& p : test) {
+    pm.emplace_back(eval(held.fwd, p), p.fwd_s);
+    pm.emplace_back(eval(held.bwd, p), p.bwd_s);
+  }
+  AttentionModel a{head_dim, fit(pts, false), fit(pts, true), mean_abs_rel(pm)};
+  return a;
+}
+
+MemoryModel fit_memory_model(MemoryKernel kind, const std::vector<std::pair<double, double>>& pts, int holdout_every) {
+  need_points(pts.size(), 2, std::string("memory ") + to_string(kind));
+  auto fit = [&](const std::vector<std::pair<double, double>>& ps) {
+    Eigen::MatrixXd X(static_cast<Eigen::Index>(ps.size()), 2);
+    Eigen::VectorXd y(static_cast<Eigen::Index>(ps.size()));
+    for (std::size_t i = 0; i < ps.size(); i++) {
+      X(static_cast<Eigen::Index>(i), 0) = 1;
+      X(static_cast<Eigen::Index>(i), 1) = ps[i].first;
+      y(static_cast<Eigen::Index>(i)) = ps[i].second;
+    }
+    const Eigen::VectorXd b = nonneg_relative_lsq(X, y);
+    if (!(b(1) > 0))
+      throw std::invalid_argument(std::string("kernel fit memory ") + to_string(kind) +
+                                  ": time does not grow with bytes on the measured sizes");
+    MemoryModel m;
+    m.kind = kind;
+    m.fixed_s = b(0);
+    m.bw_Bps = 1.0 / b(1);
+    return m;
+  };
+  std::vector<std::pair<double, double>> train, test;
+  split(pts, holdout_every, train, test);
+  const MemoryModel held = fit(train);
+  std::vector<std::pair<double, double>> pm;
+  for (auto [bytes, s] : test) pm.emplace_back(held.seconds(bytes), s);
+  MemoryModel m = fit(pts);
+  m.holdout_rel_err = mean_abs_rel(pm);
+  return m;
+}
+
+}  // namespace pipescope
