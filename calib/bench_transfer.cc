@@ -114,8 +114,8 @@ std::string kernel_fit_report(const KernelFits& f) {
   char buf[240];
   const GemmModel& g = f.gemm;
   std::snprintf(buf, sizeof buf,
-                "  kernel model (%s): GEMM t = %.3g us + 2 (m + %g)(n + %g)(k + %g) / %.4g GFLOP/s, held-out error "
-                "%.1f%% (%d shapes held out)\n",
+                "  kernel model (%s): GEMM t = %.3g us + 2 mnk (1 + %.3g/m + %.3g/n + %.3g/k) / %.4g GFLOP/s, held-out "
+                "error %.1f%% (%d shapes held out)\n",
                 f.dtype.c_str(), g.fixed_s * 1e6, g.m0, g.n0, g.k0, g.rate_flops / 1e9, 100 * g.holdout_rel_err,
                 g.test_points);
   o += buf;

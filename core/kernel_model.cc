@@ -57,7 +57,7 @@ double memory_bytes(MemoryKernel k, double rows, double cols, int e) {
 }
 
 double GemmModel::seconds(double m, double n, double k) const {
-  return fixed_s + 2.0 * (m + m0) * (n + n0) * (k + k0) / rate_flops;
+  return fixed_s + 2.0 * (m * n * k + k0 * m * n + n0 * m * k + m0 * n * k) / rate_flops;
 }
 
 // ---------------------------------------------------------------- decomposition
@@ -270,37 +270,24 @@ void need_points(std::size_t n, std::size_t min, const std::string& what) {
 }
 
 GemmModel fit_gemm_once(const std::vector<GemmSample>& pts) {
-  // Grid over the saturation sizes (powers of two and 0), least squares for (fixed, 2 / rate) at each.
-  std::vector<double> grid = {0};
-  for (double x = 1; x <= 1024; x *= 2) grid.push_back(x);
-  GemmModel best;
-  double best_err = std::numeric_limits<double>::infinity();
-  Eigen::MatrixXd X(static_cast<Eigen::Index>(pts.size()), 2);
+  // t = fixed + (2 / R) (mnk + k0 mn + n0 mk + m0 nk): linear in (fixed, 2/R, 2 k0/R, 2 n0/R, 2 m0/R).
+  Eigen::MatrixXd X(static_cast<Eigen::Index>(pts.size()), 5);
   Eigen::VectorXd y(static_cast<Eigen::Index>(pts.size()));
-  for (double m0 : grid)
-    for (double n0 : grid)
-      for (double k0 : grid) {
-        for (std::size_t i = 0; i < pts.size(); i++) {
-          const auto& p = pts[i];
-          X(static_cast<Eigen::Index>(i), 0) = 1;
-          X(static_cast<Eigen::Index>(i), 1) = 2.0 * (p.m + m0) * (p.n + n0) * (p.k + k0);
-          y(static_cast<Eigen::Index>(i)) = p.seconds;
-        }
-        const Eigen::VectorXd b = nonneg_relative_lsq(X, y);
-        if (!(b(1) > 0)) continue;
-        Eigen::VectorXd r = (X * b - y).cwiseQuotient(y);
-        const double err = r.squaredNorm();
-        if (err < best_err) {
-          best_err = err;
-          best.fixed_s = b(0);
-          best.rate_flops = 1.0 / b(1);
-          best.m0 = m0;
-          best.n0 = n0;
-          best.k0 = k0;
-        }
-      }
-  if (!(best.rate_flops > 0)) throw std::invalid_argument("kernel fit GEMM: no positive rate fits the points");
-  return best;
+  for (std::size_t i = 0; i < pts.size(); i++) {
+    const auto r = static_cast<Eigen::Index>(i);
+    const double m = pts[i].m, n = pts[i].n, k = pts[i].k;
+    X.row(r) << 1, 2 * m * n * k, 2 * m * n, 2 * m * k, 2 * n * k;
+    y(r) = pts[i].seconds;
+  }
+  const Eigen::VectorXd b = nonneg_relative_lsq(X, y);
+  if (!(b(1) > 0)) throw std::invalid_argument("kernel fit GEMM: no positive rate fits the points");
+  GemmModel g;
+  g.fixed_s = b(0);
+  g.rate_flops = 1.0 / b(1);
+  g.k0 = b(2) / b(1);
+  g.n0 = b(3) / b(1);
+  g.m0 = b(4) / b(1);
+  return g;
 }
 
 }  // namespace

@@ -4,8 +4,9 @@
 // fit measured by `pipescope calibrate`. Unlike a layer table it transfers across model shapes: a scenario whose
 // hidden size, heads or ffn differ from the calibrated one is predicted kernel by kernel.
 //
-//   GEMM (m x k times k x n):       t = fixed + 2 (m + m0)(n + n0)(k + k0) / rate
-//       the rate saturates in each dimension (a dimension below its m0 / n0 / k0 wastes most of a tile);
+//   GEMM (m x k times k x n):       t = fixed + 2 (mnk + k0 mn + n0 mk + m0 nk) / rate
+//       i.e. the rate saturates in each dimension, rate / (1 + m0/m + n0/n + k0/k): a dimension below its
+//       saturation size wastes most of a tile (the operand packing and output terms of a blocked GEMM);
 //   attention of one (sequence, head) with head dimension d, l queries over K = c + l keys:
 //                                   t = a0 + a1 l + a2 l K     (fwd and bwd fits per measured d; linear in d
 //                                                               between, proportional to the per-pair term outside)

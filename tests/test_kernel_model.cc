@@ -42,7 +42,7 @@ TEST(KernelModel, GemmFlopsMatchTheAnalyticCount) {
     }
 }
 
-// Synthetic fits: GEMM 1 us + 2 (m + 8)(n + 16)(k + 4) / 10 GFLOP/s, attention a0 + a1 l + a2 l K, memory.
+// Synthetic fits: GEMM 1 us + 2 (mnk + 4 mn + 16 mk + 8 nk) / 10 GFLOP/s, attention a0 + a1 l + a2 l K, memory.
 KernelFits synthetic_fits() {
   KernelFits f;
   f.dtype = "fp64";
@@ -63,9 +63,10 @@ TEST(KernelModel, FitsRecoverSyntheticParameters) {
       for (int k : {16, 64, 256, 1024}) gs.push_back(GemmSample{m, n, k, g.seconds(m, n, k)});
   const GemmModel fg = fit_gemm_model(gs);
   EXPECT_NEAR(fg.rate_flops, g.rate_flops, 1e-3 * g.rate_flops);
-  EXPECT_EQ(fg.m0, 8);
-  EXPECT_EQ(fg.n0, 16);
-  EXPECT_EQ(fg.k0, 4);
+  EXPECT_NEAR(fg.m0, 8, 1e-6);
+  EXPECT_NEAR(fg.n0, 16, 1e-6);
+  EXPECT_NEAR(fg.k0, 4, 1e-6);
+  EXPECT_NEAR(fg.fixed_s, 1e-6, 1e-12);
   EXPECT_LT(fg.holdout_rel_err, 1e-6);
   EXPECT_GT(fg.test_points, 0);
 
