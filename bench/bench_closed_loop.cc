@@ -24,6 +24,7 @@ namespace {
 
 struct Config {
   std::string name, flags;
+  int ranks = 2;
 };
 
 // Shape A = the calibrated shape (hidden 128, 4 heads, ffn 512); shape B (hidden 64, 2 heads, ffn 256) has no
@@ -37,11 +38,11 @@ std::vector<Config> grid() {
       {"interleaved pp2 v2 A", "--schedule interleaved --pp 2 --v 2"},
       {"terapipe 128,64,64 pp2 A", "--schedule terapipe --pp 2 --slice-tokens 128,64,64"},
       {"seq1f1b 4 slices pp2 A", "--schedule seq1f1b --pp 2 --slices 4"},
-      {"1f1b pp2 dp2 A", "--schedule 1f1b --pp 2 --dp 2"},
+      {"1f1b pp2 dp2 A", "--schedule 1f1b --pp 2 --dp 2", 4},
       {"gpipe pp2 B", "--schedule gpipe --pp 2" + B},
-      {"1f1b pp2 tp2 B", "--schedule 1f1b --pp 2 --tp 2" + B},
-      {"terapipe 96,64,48,48 pp4 B", "--schedule terapipe --pp 4 --slice-tokens 96,64,48,48" + B},
-      {"interleaved pp2 v2 dp2 B", "--schedule interleaved --pp 2 --v 2 --dp 2" + B},
+      {"1f1b pp2 tp2 B", "--schedule 1f1b --pp 2 --tp 2 --dp 1" + B, 4},
+      {"terapipe 96,64,48,48 pp4 B", "--schedule terapipe --pp 4 --dp 1 --slice-tokens 96,64,48,48" + B, 4},
+      {"interleaved pp2 v2 dp2 B", "--schedule interleaved --pp 2 --v 2 --dp 2" + B, 4},
       {"seq1f1b 4 slices pp2 B", "--schedule seq1f1b --pp 2 --slices 4" + B},
   };
 }
@@ -93,6 +94,11 @@ int main(int argc, char** argv) {
     }
   }
   if (run("mkdir -p '" + dir + "'") != 0) return 1;
+  // The shipped scenario has 2 "GPUs" per node; the 4-rank configurations need all 4 on one node (the profile's
+  // intra link): a copy with 4 per node and dp 2 (their flags set dp).
+  const std::string scen4 = dir + "/cpu-4rank.yaml";
+  if (run("sed -e 's/gpus_per_node: 2/gpus_per_node: 4/' -e 's/^  dp: 1/  dp: 2/' '" + scen + "' > '" + scen4 + "'") != 0)
+    return 1;
   std::printf("closed loop: load average before %s (2-4 MPI ranks share this machine's cores)\n", load().c_str());
   if (profile.empty()) {
     profile = dir + "/cpu-f64.yaml";
@@ -113,7 +119,7 @@ int main(int argc, char** argv) {
     if (!only.empty() && c.name.find(only) == std::string::npos) continue;
     const std::string json = dir + "/validate-" + std::to_string(n) + ".json";
     const std::string log = dir + "/validate-" + std::to_string(n++) + ".log";
-    const int rc = run(bin + " validate " + scen + " " + c.flags + " --backend cpu-f64 --profile '" + profile +
+    const int rc = run(bin + " validate " + (c.ranks == 4 ? scen4 : scen) + " " + c.flags + " --backend cpu-f64 --profile '" + profile +
                        "' --iterations " + std::to_string(iterations) + " --warmup 1 --json '" + json + "' > '" +
                        log + "' 2>&1");
     if (rc != 0) {

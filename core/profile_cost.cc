@@ -181,4 +181,10 @@ double ProfileCostModel::optimizer_seconds(int rank) const {
   return AnalyticCostModel::optimizer_seconds(rank);
 }
 
+std::string cost_sources_text(const Scenario& s) {
+  const ProfileCostModel m(s, load_profile(s.sim.profile));
+  return std::string("cost sources: forward ops ") + to_string(m.source(OpKind::Forward)) + ", backward ops " +
+         to_string(m.source(OpKind::Backward)) + "; " + m.describe();
+}
+
 }  // namespace pipescope

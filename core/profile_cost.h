@@ -52,4 +52,8 @@ class ProfileCostModel final : public AnalyticCostModel {
   std::unique_ptr<KernelModel> kernels_;   // when no table matches and the fits' dtype is the scenario's
 };
 
+// One line for reports: which source times forward and backward ops under the scenario's profile (s.sim.profile,
+// loaded here), and the model's description. Throws like load_profile / ProfileCostModel.
+std::string cost_sources_text(const Scenario& s);
+
 }  // namespace pipescope
