@@ -269,7 +269,7 @@ void need_points(std::size_t n, std::size_t min, const std::string& what) {
                                 std::to_string(n));
 }
 
-GemmModel fit_gemm_once(const std::vector<GemmSample>& pts) {
+GemmModel fit_gemm_lsq(const std::vector<GemmSample>& pts) {
   // t = fixed + (2 / R) (mnk + k0 mn + n0 mk + m0 nk): linear in (fixed, 2/R, 2 k0/R, 2 n0/R, 2 m0/R).
   Eigen::MatrixXd X(static_cast<Eigen::Index>(pts.size()), 5);
   Eigen::VectorXd y(static_cast<Eigen::Index>(pts.size()));
@@ -288,6 +288,21 @@ GemmModel fit_gemm_once(const std::vector<GemmSample>& pts) {
   g.n0 = b(3) / b(1);
   g.m0 = b(4) / b(1);
   return g;
+}
+
+// One pass of outlier rejection: points more than max(25%, 3 x the median) off the first fit (a call preempted by
+// another process, a cache-unfriendly outlier shape) are dropped and the rest refitted.
+GemmModel fit_gemm_once(const std::vector<GemmSample>& pts) {
+  const GemmModel first = fit_gemm_lsq(pts);
+  std::vector<double> err;
+  for (const auto& p : pts) err.push_back(std::abs(first.seconds(p.m, p.n, p.k) - p.seconds) / p.seconds);
+  std::vector<double> sorted = err;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
+  const double bound = std::max(0.25, 3 * sorted[sorted.size() / 2]);
+  std::vector<GemmSample> kept;
+  for (std::size_t i = 0; i < pts.size(); i++)
+    if (err[i] <= bound) kept.push_back(pts[i]);
+  return kept.size() >= 4 && kept.size() < pts.size() ? fit_gemm_lsq(kept) : first;
 }
 
 }  // namespace

@@ -8,8 +8,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
+
+#include "core/profile.h"
 
 namespace {
 
@@ -48,6 +52,39 @@ TEST(ClosedLoop, CalibrateSimulateValidateCpu) {
   EXPECT_GT(sim, 0);
 #ifndef PIPESCOPE_SANITIZED
   EXPECT_LE(std::abs(err), kTolerance) << "measured " << meas << " s, simulated " << sim << " s";
+#endif
+}
+
+// The kernel model's transfer: calibrate a tiny shape (hidden 64, 2 heads, 64 tokens), which also times one layer at
+// a shape none of the kernel fits saw (hidden 32) and records the prediction next to the measurement. The issue's
+// target is 15% per op on a quiet machine (bench/bench_closed_loop and `pipescope calibrate` report it); the gate
+// here is the median of the four held-out layer timings within kTransferTolerance.
+constexpr double kTransferTolerance = 0.30;
+
+TEST(ClosedLoop, KernelModelTransfersToAnotherHiddenSize) {
+  const std::string bin = PIPESCOPE_BINARY_DIR "/pipescope";
+  const std::string scen = PIPESCOPE_SOURCE_DIR "/scenarios/calib/cpu-2rank.yaml";
+  const std::string dir = PIPESCOPE_BINARY_DIR "/closed_loop";
+  ASSERT_EQ(run("mkdir -p " + dir), 0);
+  const std::string profile = dir + "/tiny-f64.yaml";
+  ASSERT_EQ(run(bin + " calibrate " + scen + " --backend cpu-f64 --hidden 64 --heads 2 --seq-len 64 --vocab 128 " +
+                "--grain 16 --context-steps 4 --quick --no-links --no-progress --out " + profile + " > " + dir +
+                "/tiny.log 2>&1"),
+            0)
+      << "see " << dir << "/tiny.log";
+  const pipescope::DeviceProfile p = pipescope::load_profile(profile);
+  ASSERT_EQ(p.kernels.dtype, "fp64");
+  ASSERT_EQ(p.kernels.transfer.size(), 4u);
+  std::vector<double> errs;
+  for (const auto& t : p.kernels.transfer) {
+    EXPECT_NE(t.hidden, 64) << "the transfer check must use a shape other than the calibrated one";
+    std::printf("transfer %s hidden %d l %d c %d: measured %.1f us, predicted %.1f us (%+.1f%%)\n", t.op.c_str(),
+                t.hidden, t.l, t.c, t.measured_s * 1e6, t.predicted_s * 1e6, 100 * t.rel_err());
+    errs.push_back(std::abs(t.rel_err()));
+  }
+  std::sort(errs.begin(), errs.end());
+#ifndef PIPESCOPE_SANITIZED
+  EXPECT_LE(0.5 * (errs[1] + errs[2]), kTransferTolerance);
 #endif
 }
 
