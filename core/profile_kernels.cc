@@ -42,6 +42,7 @@ double number(const std::string& src, const YAML::Node& c, const std::string& ke
     fail(src, c, key, "expected a number, got '" + c.Scalar() + "'");
   }
   if (!std::isfinite(v)) fail(src, c, key, "must be finite, got '" + c.Scalar() + "'");
+  if (std::abs(v) > 1e12) fail(src, c, key, "implausibly large: " + c.Scalar());
   if (strict ? !(v > min) : v < min)
     fail(src, c, key, std::string("must be ") + (strict ? "> " : ">= ") + std::to_string(min) + ", got " + c.Scalar());
   return v;
@@ -89,7 +90,7 @@ KernelFits read_kernel_fits(const std::string& src, const YAML::Node& n) {
   const std::string G = P + ".gemm";
   const YAML::Node g = child(src, n, P, "gemm");
   check_keys(src, g, G, {"rate_gflops", "m0", "n0", "k0", "fixed_us", "holdout_rel_err", "train_points", "test_points"});
-  f.gemm.rate_flops = num(src, g, G, "rate_gflops", 0, true) * 1e9;
+  f.gemm.rate_flops = num(src, g, G, "rate_gflops", 1e-6, false) * 1e9;
   f.gemm.m0 = num(src, g, G, "m0", 0, false);
   f.gemm.n0 = num(src, g, G, "n0", 0, false);
   f.gemm.k0 = num(src, g, G, "k0", 0, false);
@@ -129,7 +130,7 @@ KernelFits read_kernel_fits(const std::string& src, const YAML::Node& n) {
     }
     if (!seen.insert(m.kind).second) fail(src, cl, M + ".class", "duplicate class");
     m.fixed_s = num(src, me[i], M, "fixed_us", 0, false) * kUs;
-    m.bw_Bps = num(src, me[i], M, "bw_GBps", 0, true) * 1e9;
+    m.bw_Bps = num(src, me[i], M, "bw_GBps", 1e-6, false) * 1e9;
     m.holdout_rel_err = num(src, me[i], M, "holdout_rel_err", 0, false, 0);
     f.memory.push_back(m);
   }

@@ -165,7 +165,9 @@ TEST(ProfileKernels, RoundTripAndErrors) {
   };
   std::string e = error_of(with("rate_gflops: 10", "rate_gflops: -1"));
   EXPECT_NE(e.find("k.yaml:"), std::string::npos) << e;
-  EXPECT_NE(e.find("kernels.gemm.rate_gflops: must be > 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("kernels.gemm.rate_gflops: must be >= "), std::string::npos) << e;
+  e = error_of(with("rate_gflops: 10", "rate_gflops: 1e300"));
+  EXPECT_NE(e.find("kernels.gemm.rate_gflops: implausibly large"), std::string::npos) << e;
   e = error_of(with("{class: copy", "{class: memcpy"));
   EXPECT_NE(e.find("kernels.memory[6].class: unknown memory kernel class 'memcpy'"), std::string::npos) << e;
   e = error_of(with("{class: copy", "{class: add"));
