@@ -1,6 +1,8 @@
 // The kernel model's transfer check: one layer, forward and backward, timed at a shape that none of the kernel
 // fits saw (half the calibrated width and heads, the same head dimension; double when that is too small), against
 // the model's prediction. Inputs are initialised noise of exactly the slice's size (no resize after upload).
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "calib/benches.h"
@@ -127,6 +129,13 @@ std::string kernel_fit_report(const KernelFits& f) {
   for (const auto& m : f.memory) {
     std::snprintf(buf, sizeof buf, "    %-18s %.3g us + bytes / %.3g GB/s, held-out error %.1f%%\n",
                   to_string(m.kind), m.fixed_s * 1e6, m.bw_Bps / 1e9, 100 * m.holdout_rel_err);
+    o += buf;
+  }
+  double worst = 0;
+  for (const auto& t : f.transfer) worst = std::max(worst, std::abs(t.rel_err()));
+  if (!f.transfer.empty()) {
+    std::snprintf(buf, sizeof buf, "    transfer to a shape outside the fits: worst |error| %.1f%% (target 15%%)%s\n",
+                  100 * worst, worst > 0.15 ? " -- above target (a loaded machine inflates long calls)" : "");
     o += buf;
   }
   for (const auto& t : f.transfer) {
