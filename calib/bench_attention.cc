@@ -77,4 +77,21 @@ void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b
   }
 }
 
+AttentionModel bench_attention_kernel(const std::string& backend, int head_dim, int max_seq,
+                                      const TimingPolicy& policy, bool progress) {
+  std::vector<std::pair<int, int>> grid;  // (l, c): l over powers of two, c = 0, a quarter and half the sequence
+  for (int l = 8; l <= max_seq; l *= 2)
+    for (int c : {0, max_seq / 4, max_seq / 2})
+      if (c + l <= max_seq && (c == 0 || c >= 8)) grid.emplace_back(l, c);
+  Progress prog("attention kernel, head_dim " + std::to_string(head_dim), static_cast<int>(grid.size()), progress);
+  std::vector<AttentionSample> pts;
+  for (auto [l, c] : grid) {
+    const auto [f, bw] = backend == "cpu-f64" ? time_attention<double>(1, 1, head_dim, l, c, policy)
+                                              : time_attention<float>(1, 1, head_dim, l, c, policy);
+    pts.push_back(AttentionSample{l, c + l, f, bw});
+    prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c));
+  }
+  return fit_attention_model(head_dim, pts);
+}
+
 }  // namespace pipescope::calib

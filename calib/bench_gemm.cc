@@ -49,4 +49,24 @@ std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfi
   return out;
 }
 
+std::vector<GemmSample> bench_gemm_spread(const std::string& backend, const TimingPolicy& policy, bool progress) {
+  if (backend != "cpu-f64" && backend != "cpu-f32") return {};
+  // A spread of shapes independent of any one model, so the fit transfers: m (token rows) and n, k (widths) over
+  // two decades each, capped at 0.07 GFLOP a call (the layers of the shapes a CPU runs; longer calls mostly measure
+  // the machine's other load).
+  std::vector<std::array<int, 3>> shapes;
+  for (int m : {8, 24, 64, 192, 512})
+    for (int n : {16, 48, 128, 384, 1024})
+      for (int k : {16, 64, 256, 1024})
+        if (2.0 * m * n * k <= 7e7) shapes.push_back({m, k, n});
+  Progress prog("GEMM spread", static_cast<int>(shapes.size()), progress);
+  std::vector<GemmSample> out;
+  for (const auto& [m, k, n] : shapes) {
+    const double t = backend == "cpu-f64" ? time_gemm<double>(m, k, n, policy) : time_gemm<float>(m, k, n, policy);
+    out.push_back(GemmSample{m, n, k, t});
+    prog.step(std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n));
+  }
+  return out;
+}
+
 }  // namespace pipescope::calib

@@ -47,10 +47,14 @@ struct LayerRig {
   // Times forward and backward of the slice [c, c + l).
   std::pair<TimeStats, TimeStats> time(Timer& timer, int l, int c) {
     kv->reset();
-    x->resize(b * std::max(c, 1), cfg.shape.layer.hidden);
+    const int h = cfg.shape.layer.hidden;  // resize discards the data: upload after every resize
+    x->resize(b * std::max(c, 1), h);
+    x->upload(noise(static_cast<std::size_t>(b) * std::max(c, 1) * h, 3));
     if (c > 0) be.layer_forward(*params, *x, kernels::Slice{b, 0, c}, *kv, *prefix_rec, *y);
-    x->resize(b * l, cfg.shape.layer.hidden);
-    dy->resize(b * l, cfg.shape.layer.hidden);
+    x->resize(b * l, h);
+    x->upload(noise(static_cast<std::size_t>(b) * l * h, 1));
+    dy->resize(b * l, h);
+    dy->upload(noise(static_cast<std::size_t>(b) * l * h, 2));
     const kernels::Slice s{b, c, l};
     const TimeStats f = time_calls(
         [&] {

@@ -1,4 +1,8 @@
 // Host memory bandwidth: a 64 MiB copy, counted as bytes read + bytes written (the roofline's HBM term on a CPU).
+// The memory-bound kernel classes of the kernel model (core/kernel_model.h), each as the CPU reference kernels
+// write it (kernels/reference.cc), over a range of sizes: t = fixed + bytes / bw per class.
+#include <Eigen/Dense>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -12,6 +16,121 @@ double bench_host_bandwidth(const TimingPolicy& p) {
   auto timer = steady_timer({});
   const TimeStats t = time_calls([&] { std::memcpy(b.data(), a.data(), n); }, *timer, p);
   return 2.0 * static_cast<double>(n) / t.median_s;
+}
+
+namespace {
+
+template <class T>
+using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using Row = Eigen::Matrix<T, 1, Eigen::Dynamic>;
+
+template <class T>
+T gelu(T u) {
+  const T k = T(0.7978845608028654), a = T(0.044715);
+  return T(0.5) * u * (T(1) + std::tanh(k * (u + a * u * u * u)));
+}
+template <class T>
+T gelu_grad(T u) {
+  const T k = T(0.7978845608028654), a = T(0.044715);
+  const T t = std::tanh(k * (u + a * u * u * u));
+  return T(0.5) * (T(1) + t) + T(0.5) * u * (T(1) - t * t) * k * (T(1) + T(3) * a * u * u);
+}
+
+// Seconds of one call of kernel class `k` on a rows x cols tensor (random data in [-1, 1]: no denormals).
+template <class T>
+double time_class(MemoryKernel k, int rows, int cols, const TimingPolicy& p) {
+  const Mat<T> x = Mat<T>::Random(rows, cols), dy = Mat<T>::Random(rows, cols);
+  Mat<T> y = Mat<T>::Random(rows, cols), dx = Mat<T>::Random(rows, cols);
+  Row<T> g = Row<T>::Random(cols), bias = Row<T>::Random(cols), dg = Row<T>::Zero(cols), db = Row<T>::Zero(cols);
+  Eigen::Matrix<T, Eigen::Dynamic, 1> mu(rows), rstd(rows);
+  for (int r = 0; r < rows; r++) {
+    mu(r) = x.row(r).mean();
+    rstd(r) = T(1) / std::sqrt((x.row(r).array() - mu(r)).square().mean() + T(1e-5));
+  }
+  std::function<void()> call;
+  switch (k) {
+    case MemoryKernel::LayerNorm:
+      call = [&] {
+        for (int r = 0; r < rows; ++r) {
+          const T m = x.row(r).mean();
+          const T var = (x.row(r).array() - m).square().mean();
+          const T rs = T(1) / std::sqrt(var + T(1e-5));
+          mu(r) = m;
+          rstd(r) = rs;
+          y.row(r) = (((x.row(r).array() - m) * rs) * g.array() + bias.array()).matrix();
+        }
+      };
+      break;
+    case MemoryKernel::LayerNormBackward:
+      call = [&] {
+        for (int r = 0; r < rows; ++r) {
+          const Row<T> xhat = ((x.row(r).array() - mu(r)) * rstd(r)).matrix();
+          const Row<T> dxhat = dy.row(r).cwiseProduct(g);
+          dg += dy.row(r).cwiseProduct(xhat);
+          db += dy.row(r);
+          const T mean_d = dxhat.mean();
+          const T mean_dx = dxhat.cwiseProduct(xhat).mean();
+          dx.row(r).array() += rstd(r) * (dxhat.array() - mean_d - xhat.array() * mean_dx);
+        }
+        dx *= T(0.5);  // keeps dx bounded over repeated calls
+      };
+      break;
+    case MemoryKernel::Gelu:
+      call = [&] { y = x.unaryExpr([](T v) { return gelu(v); }); };
+      break;
+    case MemoryKernel::GeluBackward:
+      call = [&] {
+        y = dy;
+        y.array() *= x.unaryExpr([](T v) { return gelu_grad(v); }).array();
+      };
+      break;
+    case MemoryKernel::Add:
+      call = [&] { y = x + dy; };
+      break;
+    case MemoryKernel::ColumnSum:
+      call = [&] { db = x.colwise().sum(); };
+      break;
+    case MemoryKernel::Copy:
+      call = [&] { y = x; };
+      break;
+    case MemoryKernel::Softmax:
+      call = [&] {
+        for (int i = 0; i < rows; ++i) {
+          const T mx = x.row(i).maxCoeff();
+          const Row<T> e = (x.row(i).array() - mx).exp().matrix();
+          y.row(i) = e / e.sum();
+        }
+      };
+      break;
+  }
+  auto timer = steady_timer({});
+  return time_calls(call, *timer, p).median_s;
+}
+
+}  // namespace
+
+std::vector<MemoryModel> bench_memory_kernels(const std::string& backend, int cols, int vocab,
+                                              const TimingPolicy& policy, bool progress) {
+  if (backend != "cpu-f64" && backend != "cpu-f32") return {};
+  const bool f64 = backend == "cpu-f64";
+  const int e = f64 ? 8 : 4;
+  // Sizes from a few rows to 1024 rows (the layer activations of the shapes a CPU runs: 256 tokens x 4h at h = 128).
+  const std::vector<int> rows = {4, 8, 16, 32, 64, 128, 256, 512, 1024};
+  Progress prog("memory-bound kernels", kMemoryKernels * static_cast<int>(rows.size()), progress);
+  std::vector<MemoryModel> out;
+  for (int i = 0; i < kMemoryKernels; i++) {
+    const auto k = static_cast<MemoryKernel>(i);
+    const int c = k == MemoryKernel::Softmax ? vocab : cols;
+    std::vector<std::pair<double, double>> pts;
+    for (int r : rows) {
+      const double t = f64 ? time_class<double>(k, r, c, policy) : time_class<float>(k, r, c, policy);
+      pts.emplace_back(memory_bytes(k, r, c, e), t);
+      prog.step(std::string(to_string(k)) + " " + std::to_string(r) + " x " + std::to_string(c));
+    }
+    out.push_back(fit_memory_model(k, pts));
+  }
+  return out;
 }
 
 }  // namespace pipescope::calib

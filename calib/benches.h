@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "calib/driver.h"
+#include "core/kernel_model.h"
 #include "core/profile.h"
 #include "kernels/backend.h"
 
@@ -44,6 +45,20 @@ std::vector<GemmPoint> bench_gemm_cuda(const std::string& backend, const Compute
                                        const std::vector<int>& bs);
 // CUDA events on the backend's stream (Backend::stream()); only in CUDA builds.
 std::unique_ptr<Timer> cuda_event_timer(void* stream);
+// Kernel-level benchmarks (core/kernel_model.h), CPU backends: GEMMs over a spread of shapes; attention of one
+// (sequence, head) of head dimension d on an (l, c) grid, fitted; each memory-bound kernel class over a range of
+// sizes (rows of `cols` elements), fitted; layers at a shape none of them saw, against the model's prediction.
+std::vector<GemmSample> bench_gemm_spread(const std::string& backend, const TimingPolicy& p, bool progress);
+AttentionModel bench_attention_kernel(const std::string& backend, int head_dim, int max_seq, const TimingPolicy& p,
+                                      bool progress);
+std::vector<MemoryModel> bench_memory_kernels(const std::string& backend, int cols, int vocab, const TimingPolicy& p,
+                                              bool progress);
+std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg,
+                                          const KernelModel& model);
+// All of the above and the fits: the profile's `kernels` section (empty for a GPU backend).
+KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::string& backend, const ComputeConfig& cfg);
+// The kernel fits' lines of `pipescope calibrate`'s report (empty without kernel fits).
+std::string kernel_fit_report(const KernelFits& f);
 // Host memory bandwidth (bytes read + written per second) of a large copy.
 double bench_host_bandwidth(const TimingPolicy& p);
 

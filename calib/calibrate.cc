@@ -75,6 +75,8 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
     bench_attention(o.backend, cfg, b, t);
     p.layers.push_back(std::move(t));
   }
+  // Kernel-level fits for shapes without a layer table, with their held-out transfer check (CPU backends).
+  p.kernels = calibrate_kernels(*be, *timer, o.backend, cfg);
   p.optimizer_s_per_param = bench_optimizer(*be, *timer, cfg);
   const double launch_s = bench_launch(*be, *timer, cfg.policy);
 
@@ -179,6 +181,7 @@ std::string fit_report(const DeviceProfile& p) {
       }
     }
   }
+  os << kernel_fit_report(p.kernels);
   if (p.optimizer_s_per_param > 0) os << "  Adam: " << p.optimizer_s_per_param * 1e9 << " ns per parameter\n";
   for (const auto& [cls, l] : p.links) {
     char buf[160];

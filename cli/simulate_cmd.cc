@@ -11,6 +11,7 @@
 #include "cli/fork_run.h"
 #include "core/pipeline.h"
 #include "core/profile.h"
+#include "core/profile_cost.h"
 #include "core/scenario.h"
 #include "sim/engine.h"
 #include "sim/report.h"
@@ -161,6 +162,7 @@ int run_simulate(const SimulateOptions& o) {
   if (!o.trace.empty()) trace = std::make_unique<std::ofstream>(open_output(o.trace, "--trace"));
   sim::Report rep = run_one(s, o, json.get(), trace.get(), timeline.get());
   sim::print_table(std::cout, rep);
+  if (!s.sim.profile.empty()) std::cout << cost_sources_text(s) << "\n";  // which profile part timed the ops
   if (json && !json->flush()) throw InputError("--json " + o.json + ": write failed");
   if (trace && !trace->flush()) throw InputError("--trace " + o.trace + ": write failed");
   if (timeline && !timeline->flush()) throw InputError("--timeline " + o.timeline + ": write failed");

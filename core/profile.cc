@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/profile_kernels.h"
 #include "core/scenario.h"
 #include "core/units.h"
 
@@ -345,7 +346,7 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
   if (!root || root.IsNull()) throw ProfileError(source + ": empty profile");
   const Map m(source, root, "",
               {"pipescope_profile", "kind", "name", "provenance", "device", "links", "collectives", "gemm", "layers",
-               "optimizer_us_per_mparam", "op_overhead_us"});
+               "optimizer_us_per_mparam", "op_overhead_us", "kernels"});
   const int version = m.integer("pipescope_profile", 1);
   if (version != kVersion)
     fail(source, m.node("pipescope_profile"), "pipescope_profile",
@@ -426,6 +427,7 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
   }
   p.optimizer_s_per_param = m.num("optimizer_us_per_mparam", false, 0.0) * kUs / 1e6;
   p.op_overhead_s = m.num("op_overhead_us", false, 0.0) * kUs;
+  if (m.has("kernels")) p.kernels = read_kernel_fits(source, m.node("kernels"));
   if (p.kind == "analytic" && !p.layers.empty())
     fail(source, m.node("layers"), "layers", "an analytic profile has no measured layer tables");
   check_profile(p);
@@ -540,6 +542,7 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
   }
   if (p.optimizer_s_per_param > 0) os << "optimizer_us_per_mparam: " << us(p.optimizer_s_per_param * 1e6) << "\n";
   if (p.op_overhead_s > 0) os << "op_overhead_us: " << us(p.op_overhead_s) << "\n";
+  if (!p.kernels.empty()) write_kernel_fits(p.kernels, os);
 }
 
 Scenario apply_profile(const Scenario& in, const DeviceProfile& p, const std::string& path) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/kernel_model.h"
 
 namespace pipescope {
 
@@ -108,6 +109,7 @@ struct DeviceProfile {
   std::vector<LayerTable> layers;
   double optimizer_s_per_param = 0;  // 0 = not measured (the analytic model's estimate is used)
   double op_overhead_s = 0;          // per compute op (dispatch and bookkeeping of the runtime)
+  KernelFits kernels;                // kernel-level fits for shapes without a layer table (core/kernel_model.h)
 };
 
 // Reads and checks a profile (throws ProfileError "file:line:col: key: message").

@@ -1,6 +1,8 @@
 #include "core/profile_cost.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -39,10 +41,60 @@ ProfileCostModel::ProfileCostModel(const Scenario& s, DeviceProfile p) : Analyti
   }
   std::sort(tables_.begin(), tables_.end(),
             [](const LayerTable* a, const LayerTable* b) { return a->micro_batch < b->micro_batch; });
+  if (tables_.empty() && !p_.kernels.empty() && p_.kernels.dtype == s.training.dtype) {
+    try {
+      kernels_ = std::make_unique<KernelModel>(p_.kernels);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(p_.source + ": kernels: " + e.what());
+    }
+  }
+}
+
+const char* to_string(CostSource s) {
+  switch (s) {
+    case CostSource::LayerTable:
+      return "layer table";
+    case CostSource::KernelModel:
+      return "kernel model";
+    case CostSource::Analytic:
+      return "analytic";
+  }
+  return "?";
+}
+
+CostSource ProfileCostModel::source(OpKind) const {
+  if (!tables_.empty()) return CostSource::LayerTable;
+  return kernels_ ? CostSource::KernelModel : CostSource::Analytic;
+}
+
+double ProfileCostModel::kernel_layer_seconds(bool forward, int b, int l, int c) const {
+  if (!kernels_) throw std::logic_error("ProfileCostModel: no kernel fits for " + s_.training.dtype);
+  const int t = s_.parallel.tp, e = s_.training.act_bytes_per_elem();
+  return kernels_->seconds(forward ? layer_forward_calls(s_.model, t, e, b, l, c)
+                                   : layer_backward_calls(s_.model, t, e, b, l, c));
+}
+
+double ProfileCostModel::kernel_op_seconds(const Op& op, int b) const {
+  const bool fwd = op.kind == OpKind::Forward;
+  const int l = op.tokens(), c = op.tok_begin, e = s_.training.act_bytes_per_elem();
+  double layer = kernel_layer_seconds(fwd, b, l, c);
+  if (!fwd && s_.schedule.recompute) layer += kernel_layer_seconds(true, b, l, c);
+  double t = layers_per_chunk() * layer + p_.op_overhead_s;
+  if (op.stage == 0) t += kernels_->seconds(embedding_calls(s_.model, e, b, l, fwd));
+  if (op.stage == s_.parallel.pp * s_.parallel.v - 1) t += kernels_->seconds(head_calls(s_.model, e, b, l, fwd));
+  return t;
 }
 
 std::string ProfileCostModel::describe() const {
   std::string d = "profile " + p_.source + " (" + p_.kind + ", " + p_.name + "): ";
+  if (tables_.empty() && kernels_) {
+    double worst = 0;
+    for (const TransferPoint& t : p_.kernels.transfer) worst = std::max(worst, std::abs(t.rel_err()));
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.1f%%", 100 * worst);
+    return d + "no layer table for this shape: kernel model (GEMM, attention, memory-bound kernel fits" +
+           (p_.kernels.transfer.empty() ? std::string(")") : ", held-out transfer error up to " + std::string(buf) + ")");
+  }
   if (tables_.empty()) return d + "no layer table for this shape, analytic model with the profile's device";
   d += "measured layer tables, micro_batch";
   for (const LayerTable* t : tables_) d += " " + std::to_string(t->micro_batch);
@@ -94,7 +146,10 @@ double ProfileCostModel::table_end_seconds(bool embedding, bool forward, int b, 
 }
 
 double ProfileCostModel::compute_seconds(const Op& op, int b) const {
-  if (tables_.empty()) return AnalyticCostModel::compute_seconds(op, b) + p_.op_overhead_s;
+  if (tables_.empty()) {
+    if (kernels_) return kernel_op_seconds(op, b);
+    return AnalyticCostModel::compute_seconds(op, b) + p_.op_overhead_s;
+  }
   const bool fwd = op.kind == OpKind::Forward;
   const int l = op.tokens(), c = op.tok_begin;
   const bool first = op.stage == 0, last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
@@ -124,6 +179,12 @@ double ProfileCostModel::compute_seconds(const Op& op, int b) const {
 double ProfileCostModel::optimizer_seconds(int rank) const {
   if (p_.optimizer_s_per_param > 0) return rank_parameter_count(s_, rank) * p_.optimizer_s_per_param;
   return AnalyticCostModel::optimizer_seconds(rank);
+}
+
+std::string cost_sources_text(const Scenario& s) {
+  const ProfileCostModel m(s, load_profile(s.sim.profile));
+  return std::string("cost sources: forward ops ") + to_string(m.source(OpKind::Forward)) + ", backward ops " +
+         to_string(m.source(OpKind::Backward)) + "; " + m.describe();
 }
 
 }  // namespace pipescope

@@ -1,21 +1,39 @@
 // The closed loop of issue 6 on a machine without a GPU: calibrate the CPU backend (quick grid), simulate the
 // 2-rank pipeline scenario with that profile and run it with the CPU runtime under mpirun
-// (`pipescope validate --profile`); the simulated iteration must be within kTolerance of the measured one.
+// (`pipescope validate --profile`); the simulated iteration must be within kTolerance of the measured one (when the
+// machine is not busier than its cores), and the kernel model must predict a layer at another hidden size.
 // Runs alone (RUN_SERIAL): timings taken while other tests load the cores would compare noise.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include "core/profile.h"
 
 namespace {
 
 // The issue's target is 10% on a quiet machine; CI machines are shared, so the gate is looser and the note
 // reports the figure measured on a quiet machine.
 constexpr double kTolerance = 0.20;
+
+// 1-minute load average per core. The runtime's ops are milliseconds long: on a machine busier than its cores
+// they are preempted and measure the other load, not the kernels (calibration medians of short calls are not),
+// so the timing gate only applies when the machine has room for the ranks.
+double load_per_core() {
+  std::ifstream f("/proc/loadavg");
+  double l = 0;
+  f >> l;
+  const unsigned n = std::thread::hardware_concurrency();
+  return l / (n ? n : 1);
+}
+constexpr double kMaxLoadPerCore = 1.0;
 
 int run(const std::string& cmd) {
   const int rc = std::system(cmd.c_str());
@@ -47,7 +65,45 @@ TEST(ClosedLoop, CalibrateSimulateValidateCpu) {
   EXPECT_GT(meas, 0);
   EXPECT_GT(sim, 0);
 #ifndef PIPESCOPE_SANITIZED
+  if (load_per_core() > kMaxLoadPerCore) {
+    std::printf("load average %.1f per core: the timing gate is not applied (see bench/bench_closed_loop)\n",
+                load_per_core());
+    return;
+  }
   EXPECT_LE(std::abs(err), kTolerance) << "measured " << meas << " s, simulated " << sim << " s";
+#endif
+}
+
+// The kernel model's transfer: calibrate a tiny shape (hidden 64, 2 heads, 64 tokens), which also times one layer at
+// a shape none of the kernel fits saw (hidden 32) and records the prediction next to the measurement. The issue's
+// target is 15% per op on a quiet machine (bench/bench_closed_loop and `pipescope calibrate` report it); the gate
+// here is the median of the four held-out layer timings within kTransferTolerance.
+constexpr double kTransferTolerance = 0.30;
+
+TEST(ClosedLoop, KernelModelTransfersToAnotherHiddenSize) {
+  const std::string bin = PIPESCOPE_BINARY_DIR "/pipescope";
+  const std::string scen = PIPESCOPE_SOURCE_DIR "/scenarios/calib/cpu-2rank.yaml";
+  const std::string dir = PIPESCOPE_BINARY_DIR "/closed_loop";
+  ASSERT_EQ(run("mkdir -p " + dir), 0);
+  const std::string profile = dir + "/tiny-f64.yaml";
+  ASSERT_EQ(run(bin + " calibrate " + scen + " --backend cpu-f64 --hidden 64 --heads 2 --seq-len 64 --vocab 128 " +
+                "--grain 16 --context-steps 4 --quick --no-links --no-progress --out " + profile + " > " + dir +
+                "/tiny.log 2>&1"),
+            0)
+      << "see " << dir << "/tiny.log";
+  const pipescope::DeviceProfile p = pipescope::load_profile(profile);
+  ASSERT_EQ(p.kernels.dtype, "fp64");
+  ASSERT_EQ(p.kernels.transfer.size(), 4u);
+  std::vector<double> errs;
+  for (const auto& t : p.kernels.transfer) {
+    EXPECT_NE(t.hidden, 64) << "the transfer check must use a shape other than the calibrated one";
+    std::printf("transfer %s hidden %d l %d c %d: measured %.1f us, predicted %.1f us (%+.1f%%)\n", t.op.c_str(),
+                t.hidden, t.l, t.c, t.measured_s * 1e6, t.predicted_s * 1e6, 100 * t.rel_err());
+    errs.push_back(std::abs(t.rel_err()));
+  }
+  std::sort(errs.begin(), errs.end());
+#ifndef PIPESCOPE_SANITIZED
+  EXPECT_LE(0.5 * (errs[1] + errs[2]), kTransferTolerance);
 #endif
 }
 

@@ -1,0 +1,152 @@
+// The kernel model's transfer check: one layer, forward and backward, timed at a shape that none of the kernel
+// fits saw (half the calibrated width and heads, the same head dimension; double when that is too small), against
+// the model's prediction. Inputs are initialised noise of exactly the slice's size (no resize after upload).
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "calib/benches.h"
+
+namespace pipescope::calib {
+namespace {
+
+std::vector<double> noise(std::size_t n, unsigned seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<double> d(0.0, 1.0);
+  std::vector<double> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+kernels::ModelShape held_out_shape(const kernels::ModelShape& s) {
+  kernels::ModelShape h = s;
+  const bool halve = s.layer.heads % 2 == 0 && s.layer.hidden / 2 >= 32 && s.layer.ffn % 2 == 0;
+  h.layer.hidden = halve ? s.layer.hidden / 2 : s.layer.hidden * 2;
+  h.layer.heads = halve ? s.layer.heads / 2 : s.layer.heads * 2;
+  h.layer.ffn = halve ? s.layer.ffn / 2 : s.layer.ffn * 2;
+  h.layer.tp = 1;
+  return h;
+}
+
+}  // namespace
+
+std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg,
+                                          const KernelModel& model) {
+  const kernels::ModelShape s = held_out_shape(cfg.shape);
+  const int L = s.max_seq, h = s.layer.hidden, b = 1;
+  const int e = static_cast<int>(kernels::dtype_bytes(be.dtype()));
+  auto params = be.params(kernels::ModuleKind::kLayer, s);
+  params->set(kernels::init_params(kernels::ModuleKind::kLayer, s, 23));
+  auto kv = be.kv_cache(s.layer, b, L);
+  auto prefix_rec = be.record(), rec = be.record();
+  auto y = be.tensor(1, h), dx = be.tensor(1, h);
+  ModelSpec m;
+  m.hidden = h;
+  m.heads = s.layer.heads;
+  m.ffn_hidden = s.layer.ffn;
+  m.vocab = s.vocab;
+  m.seq_len = L;
+  std::vector<TransferPoint> out;
+  const std::vector<std::pair<int, int>> points = {{L / 2, 0}, {std::max(1, L / 4), L / 2}};
+  Progress prog("kernel model transfer check (hidden " + std::to_string(h) + ")", 2 * static_cast<int>(points.size()),
+                cfg.progress);
+  for (auto [l, c] : points) {
+    auto x = be.tensor(b * l, h), dy = be.tensor(b * l, h);
+    x->upload(noise(static_cast<std::size_t>(b) * l * h, 5));
+    dy->upload(noise(static_cast<std::size_t>(b) * l * h, 6));
+    kv->reset();
+    if (c > 0) {
+      auto xc = be.tensor(b * c, h);
+      xc->upload(noise(static_cast<std::size_t>(b) * c * h, 7));
+      be.layer_forward(*params, *xc, kernels::Slice{b, 0, c}, *kv, *prefix_rec, *y);
+    }
+    const kernels::Slice sl{b, c, l};
+    const TimeStats f = time_calls(
+        [&] {
+          kv->rewind(c);
+          be.layer_forward(*params, *x, sl, *kv, *rec, *y);
+        },
+        timer, cfg.policy);
+    prog.step("forward l = " + std::to_string(l) + ", c = " + std::to_string(c));
+    const TimeStats bw = time_calls(
+        [&] {
+          kv->rewind(c + l);
+          be.layer_backward(*params, *rec, *kv, *dy, *dx);
+        },
+        timer, cfg.policy);
+    prog.step("backward l = " + std::to_string(l) + ", c = " + std::to_string(c));
+    for (bool fwd : {true, false}) {
+      TransferPoint t;
+      t.op = fwd ? "layer forward" : "layer backward";
+      t.hidden = h;
+      t.heads = m.heads;
+      t.ffn = m.ffn_hidden;
+      t.micro_batch = b;
+      t.l = l;
+      t.c = c;
+      t.measured_s = fwd ? f.median_s : bw.median_s;
+      t.predicted_s = model.seconds(fwd ? layer_forward_calls(m, 1, e, b, l, c) : layer_backward_calls(m, 1, e, b, l, c));
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
+KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::string& backend, const ComputeConfig& cfg) {
+  if (backend != "cpu-f64" && backend != "cpu-f32") return {};
+  KernelFits f;
+  f.dtype = dtype_of_backend(backend);
+  f.gemm = fit_gemm_model(bench_gemm_spread(backend, cfg.policy, cfg.progress));
+  const int d = cfg.shape.layer.head_dim(), L = cfg.shape.max_seq;
+  for (int hd : {d / 2, d, 2 * d})
+    if (hd >= 4) f.attention.push_back(bench_attention_kernel(backend, hd, L, cfg.policy, cfg.progress));
+  f.memory = bench_memory_kernels(backend, cfg.shape.layer.hidden, cfg.shape.vocab, cfg.policy, cfg.progress);
+  const KernelModel model(f);
+  f.transfer = bench_transfer(be, timer, cfg, model);
+  return f;
+}
+
+}  // namespace pipescope::calib
+
+namespace pipescope::calib {
+
+std::string kernel_fit_report(const KernelFits& f) {
+  if (f.empty()) return "";
+  std::string o;
+  char buf[240];
+  const GemmModel& g = f.gemm;
+  std::snprintf(buf, sizeof buf,
+                "  kernel model (%s): GEMM t = %.3g us + 2 mnk (1 + %.3g/m + %.3g/n + %.3g/k) / %.4g GFLOP/s, held-out "
+                "error %.1f%% (%d shapes held out)\n",
+                f.dtype.c_str(), g.fixed_s * 1e6, g.m0, g.n0, g.k0, g.rate_flops / 1e9, 100 * g.holdout_rel_err,
+                g.test_points);
+  o += buf;
+  for (const auto& a : f.attention) {
+    std::snprintf(buf, sizeof buf, "    attention head_dim %d: held-out error %.1f%%\n", a.head_dim,
+                  100 * a.holdout_rel_err);
+    o += buf;
+  }
+  for (const auto& m : f.memory) {
+    std::snprintf(buf, sizeof buf, "    %-18s %.3g us + bytes / %.3g GB/s, held-out error %.1f%%\n",
+                  to_string(m.kind), m.fixed_s * 1e6, m.bw_Bps / 1e9, 100 * m.holdout_rel_err);
+    o += buf;
+  }
+  double worst = 0;
+  for (const auto& t : f.transfer) worst = std::max(worst, std::abs(t.rel_err()));
+  if (!f.transfer.empty()) {
+    std::snprintf(buf, sizeof buf, "    transfer to a shape outside the fits: worst |error| %.1f%% (target 15%%)%s\n",
+                  100 * worst, worst > 0.15 ? " -- above target (a loaded machine inflates long calls)" : "");
+    o += buf;
+  }
+  for (const auto& t : f.transfer) {
+    std::snprintf(buf, sizeof buf,
+                  "    transfer %-14s hidden %d heads %d ffn %d, l = %d, c = %d: measured %.1f us, predicted %.1f "
+                  "us, error %+.1f%%\n",
+                  t.op.c_str(), t.hidden, t.heads, t.ffn, t.l, t.c, t.measured_s * 1e6, t.predicted_s * 1e6,
+                  100 * t.rel_err());
+    o += buf;
+  }
+  return o;
+}
+
+}  // namespace pipescope::calib
