@@ -7,6 +7,8 @@
 #include <tuple>
 #include <utility>
 
+#include "core/schedule_registry.h"
+
 namespace pipescope {
 namespace {
 
@@ -171,8 +173,11 @@ LayerRange stage_layer_range(const Scenario& s, int stage) {
 }
 
 int rank_layer_count(const Scenario& s, int rank) {
+  const StageStyle style = scenario_stage_style(s);
+  const int stages = s.parallel.pp * s.parallel.v;
   int n = 0;
-  for (int chunk = 0; chunk < s.parallel.v; chunk++) n += stage_layer_range(s, chunk * s.parallel.pp + rank).count;
+  for (int g = 0; g < stages; g++)
+    if (stage_rank(style, s.parallel.pp, g) == rank) n += stage_layer_range(s, g).count;
   return n;
 }
 

@@ -43,7 +43,7 @@ LayerRange stage_layer_range(const Scenario& s, int stage);  // model.layers, pa
 // Throws std::invalid_argument (the message names parallel.stage_layers / model.layers) on a layout that does
 // not fit; the scenario validator reports the same conditions with the file position.
 void check_stage_layers(int layers, const std::vector<int>& stage_layers, int stages);
-// Layers held by pipeline rank `rank`: its virtual stages g = chunk * pp + rank (chunk 0 .. v-1).
+// Layers held by pipeline rank `rank`: its v virtual stages (loop or V placement: scenario_stage_style).
 int rank_layer_count(const Scenario& s, int rank);
 
 }  // namespace pipescope
