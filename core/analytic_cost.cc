@@ -399,8 +399,8 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
 
 double AnalyticCostModel::fused_seconds(const Op& op, int microbatch_seqs, bool forward) const {
   const OpKernels k = op_kernels(op, microbatch_seqs, forward);
-  return stream_seconds(times_of(*this, k.pre), times_of(*this, k.layer), layers_of_stage(op.stage), times_of(*this, k.post),
-                        s_.cluster.device.kernel_launch_s);
+  return stream_seconds(times_of(*this, k.pre), times_of(*this, k.layer), layers_of_stage(op.stage),
+                        times_of(*this, k.post), s_.cluster.device.kernel_launch_s);
 }
 
 double AnalyticCostModel::backward_weight_share(const Op& op, int microbatch_seqs) const {
@@ -443,7 +443,8 @@ double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {
   const double logits = 2.0 * b * l * static_cast<double>(m.hidden) * m.vocab / s_.parallel.tp;
   const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
   // W is the weight-gradient GEMMs: as many FLOPs as the forward GEMMs (and the logits GEMM); I is the rest.
-  const double wgrad = layer_forward_flops(m, s_.parallel.tp, b, l, c).gemm() * layers_of_stage(op.stage) + (last ? logits : 0.0);
+  const double wgrad =
+      layer_forward_flops(m, s_.parallel.tp, b, l, c).gemm() * layers_of_stage(op.stage) + (last ? logits : 0.0);
   const double bwd = (s_.schedule.recompute ? 3.0 : 2.0) * fwd + (last ? 2.0 * logits : 0.0);
   switch (op.kind) {
     case OpKind::Forward:
@@ -466,7 +467,8 @@ double AnalyticCostModel::p2p_bytes(const Op& op, int microbatch_seqs) const {
 int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
   if (s_.parallel.tp == 1) return 0;
   const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
-  const int backward = (s_.schedule.recompute ? 4 : 2) * layers_of_stage(op.stage) + (last ? 1 : 0);  // + LM-head input grad
+  const int backward =
+      (s_.schedule.recompute ? 4 : 2) * layers_of_stage(op.stage) + (last ? 1 : 0);  // + LM-head input grad
   switch (op.kind) {
     case OpKind::Forward:
       return 2 * layers_of_stage(op.stage) + (op.stage == 0 ? 1 : 0);  // + vocab-parallel embedding output

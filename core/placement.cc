@@ -149,13 +149,13 @@ void check_stage_layers(int layers, const std::vector<int>& stage_layers, int st
   long long sum = 0;
   for (std::size_t g = 0; g < stage_layers.size(); g++) {
     if (stage_layers[g] < 1)
-      throw std::invalid_argument("parallel.stage_layers[" + std::to_string(g) + "] = " +
-                                  std::to_string(stage_layers[g]) + "; every stage needs at least one layer");
+      throw std::invalid_argument("parallel.stage_layers[" + std::to_string(g) +
+                                  "] = " + std::to_string(stage_layers[g]) + "; every stage needs at least one layer");
     sum += stage_layers[g];
   }
   if (sum != layers)
-    throw std::invalid_argument("parallel.stage_layers sums to " + std::to_string(sum) + " layers, but model.layers = " +
-                                std::to_string(layers));
+    throw std::invalid_argument("parallel.stage_layers sums to " + std::to_string(sum) +
+                                " layers, but model.layers = " + std::to_string(layers));
 }
 
 LayerRange stage_layer_range(int layers, const std::vector<int>& stage_layers, int stages, int stage) {

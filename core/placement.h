@@ -14,7 +14,7 @@ namespace pipescope {
 struct Placement {
   int dp = 1, p = 1, tp = 1;
   int gpus_per_node = 1;
-  std::vector<std::int32_t> gpu;   // index (d * p + r) * tp + t
+  std::vector<std::int32_t> gpu;  // index (d * p + r) * tp + t
 
   int gpu_of(int worker, int tp_rank = 0) const { return gpu[static_cast<std::size_t>(worker) * tp + tp_rank]; }
   int node_of_gpu(int g) const { return g / gpus_per_node; }

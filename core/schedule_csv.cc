@@ -43,8 +43,8 @@ bool is_compute(ActionType t) {
 
 // "rank 1 (row 2, column 5)"
 std::string cell(int row, int column) {
-  return "rank " + std::to_string(row) + " (row " + std::to_string(row + 1) + ", column " +
-         std::to_string(column + 1) + ")";
+  return "rank " + std::to_string(row) + " (row " + std::to_string(row + 1) + ", column " + std::to_string(column + 1) +
+         ")";
 }
 std::string cell(const Action& a) { return cell(a.row, a.column); }
 
@@ -111,7 +111,8 @@ std::optional<Action> Reader::parse_cell(std::string s, int row, int column) con
   bool found = false;
   for (const auto& [name, type] : kTypes) {
     const std::string n = name;
-    if (s.compare(i, n.size(), n) == 0 && (i + n.size() >= s.size() || !std::isalpha(static_cast<unsigned char>(s[i + n.size()])))) {
+    if (s.compare(i, n.size(), n) == 0 &&
+        (i + n.size() >= s.size() || !std::isalpha(static_cast<unsigned char>(s[i + n.size()])))) {
       a.type = type;
       i += n.size();
       found = true;
@@ -170,28 +171,6 @@ std::vector<std::vector<Action>> Reader::parse(const std::string& text) const {
   return rows;
 }
 
-const char* type_name(ActionType t) {
-  switch (t) {
-    case ActionType::F:
-      return "F";
-    case ActionType::B:
-      return "B";
-    case ActionType::I:
-      return "I";
-    case ActionType::W:
-      return "W";
-    case ActionType::SendF:
-      return "SEND_F";
-    case ActionType::RecvF:
-      return "RECV_F";
-    case ActionType::SendB:
-      return "SEND_B";
-    case ActionType::RecvB:
-      return "RECV_B";
-  }
-  return "?";
-}
-
 // The IR kind of a compute action; nullopt for sends and receives.
 std::optional<OpKind> kind_of(ActionType t) {
   switch (t) {
@@ -228,13 +207,12 @@ Schedule Reader::build(const std::vector<std::vector<Action>>& rows) const {
   for (int r = 0; r < p; r++)
     for (const Action& a : rows[r]) {
       if (a.stage >= stages)
-        input_error(cell(a) + ": \"" + a.text + "\": stage " + std::to_string(a.stage) +
-                    " outside 0.." + std::to_string(stages - 1) + " (pp * v = " + std::to_string(p) + " * " +
-                    std::to_string(shape_.v) + " virtual stages)");
+        input_error(cell(a) + ": \"" + a.text + "\": stage " + std::to_string(a.stage) + " outside 0.." +
+                    std::to_string(stages - 1) + " (pp * v = " + std::to_string(p) + " * " + std::to_string(shape_.v) +
+                    " virtual stages)");
       if (a.microbatch >= m)
-        input_error(cell(a) + ": \"" + a.text + "\": micro-batch " + std::to_string(a.microbatch) +
-                    " outside 0.." + std::to_string(m - 1) + " (the scenario has " + std::to_string(m) +
-                    " micro-batches per replica)");
+        input_error(cell(a) + ": \"" + a.text + "\": micro-batch " + std::to_string(a.microbatch) + " outside 0.." +
+                    std::to_string(m - 1) + " (the scenario has " + std::to_string(m) + " micro-batches per replica)");
       const int k = static_cast<int>(shape_.microbatches[a.microbatch].slice_begin.size());
       if (a.slice >= k)
         input_error(cell(a) + ": \"" + a.text + "\": slice " + std::to_string(a.slice) + " outside 0.." +
@@ -306,9 +284,8 @@ Schedule Reader::build(const std::vector<std::vector<Action>>& rows) const {
                  std::to_string(w) + " W (backward for weights) actions; each I needs its W",
              {});
     if (2 * b + i + w != 2 * units)
-      reject("stage " + std::to_string(g) + " has B + (I + W) / 2 = " + std::to_string(b) + " + (" +
-                 std::to_string(i) + " + " + std::to_string(w) + ") / 2 backwards, but the scenario has " +
-                 std::to_string(units) + what,
+      reject("stage " + std::to_string(g) + " has B + (I + W) / 2 = " + std::to_string(b) + " + (" + std::to_string(i) +
+                 " + " + std::to_string(w) + ") / 2 backwards, but the scenario has " + std::to_string(units) + what,
              {});
   }
   // Every op the grid needs, once (F everywhere; B, or I and W, for each backward): with the counts right, a
@@ -319,9 +296,8 @@ Schedule Reader::build(const std::vector<std::vector<Action>>& rows) const {
     if (index.expected(k) == (at.count(k) > 0)) continue;
     const Op op = op_of(s, k);
     if (at.count(k))
-      reject("\"" + at.at(k)->text + "\" at " + cell(*at.at(k)) + ": the backward of stage " +
-                 std::to_string(k.stage) + ", micro-batch " + std::to_string(k.microbatch) +
-                 " is written both as B and as I + W",
+      reject("\"" + at.at(k)->text + "\" at " + cell(*at.at(k)) + ": the backward of stage " + std::to_string(k.stage) +
+                 ", micro-batch " + std::to_string(k.microbatch) + " is written both as B and as I + W",
              {op_text(op)});
     reject("no action " + action_text(s, k) + " on rank " + std::to_string(op.rank), {op_text(op)});
   }
@@ -386,24 +362,25 @@ void Reader::check_comms(const std::vector<std::vector<Action>>& rows, const std
     const std::string peer_text =
         action_text(peer, send ? (fwd ? "RECV_F" : "RECV_B") : (fwd ? "SEND_F" : "SEND_B"), mb, slice, sliced(mb));
     if (peer < 0 || peer >= stages)
-      reject("\"" + a->text + "\" at " + cell(*a) + ": there is no stage " + std::to_string(peer) +
-                 " to " + (send ? "send to" : "receive from"),
+      reject("\"" + a->text + "\" at " + cell(*a) + ": there is no stage " + std::to_string(peer) + " to " +
+                 (send ? "send to" : "receive from"),
              {a->text});
     if (rank_of[peer] == rank_of[stage])
       reject("\"" + a->text + "\" at " + cell(*a) + ": stages " + std::to_string(stage) + " and " +
                  std::to_string(peer) + " are both on rank " + std::to_string(rank_of[stage]) +
                  " (no send or receive between them)",
              {a->text});
-    const ActionType peer_type = send ? (fwd ? ActionType::RecvF : ActionType::RecvB)
-                                      : (fwd ? ActionType::SendF : ActionType::SendB);
+    const ActionType peer_type =
+        send ? (fwd ? ActionType::RecvF : ActionType::RecvB) : (fwd ? ActionType::SendF : ActionType::SendB);
     if (!find(peer_type, peer, mb, slice))
       reject(std::string(send ? "send" : "receive") + " \"" + a->text + "\" at " + cell(*a) + " has no matching " +
                  peer_text + " on rank " + std::to_string(rank_of[peer]),
              {a->text, peer_text});
     const Action* local = fwd ? find(ActionType::F, stage, mb, slice) : grad_op(stage, mb, slice);
     if (local && local->row == a->row && (send ? local->column > a->column : local->column < a->column))
-      reject("\"" + a->text + "\" at " + cell(*a) + (send ? " comes before its producer \"" : " comes after its consumer \"") +
-                 local->text + "\" at " + cell(*local),
+      reject("\"" + a->text + "\" at " + cell(*a) +
+                 (send ? " comes before its producer \"" : " comes after its consumer \"") + local->text + "\" at " +
+                 cell(*local),
              {a->text, local->text});
   }
   // Every hop between ranks has its pair (checked from the sends; a receive without a send failed above).
@@ -414,8 +391,8 @@ void Reader::check_comms(const std::vector<std::vector<Action>>& rows, const std
       const bool f_hop = type == ActionType::F && stage == g;
       const bool b_hop = (type == ActionType::B || type == ActionType::I) && stage == g + 1;
       if (!f_hop && !b_hop) continue;
-      const std::string need = f_hop ? action_text(g, "SEND_F", mb, slice, sliced(mb))
-                                     : action_text(g + 1, "SEND_B", mb, slice, sliced(mb));
+      const std::string need =
+          f_hop ? action_text(g, "SEND_F", mb, slice, sliced(mb)) : action_text(g + 1, "SEND_B", mb, slice, sliced(mb));
       if (!find(f_hop ? ActionType::SendF : ActionType::SendB, f_hop ? g : g + 1, mb, slice))
         reject("the file has send and receive actions, but \"" + a->text + "\" at " + cell(*a) + " has no " + need,
                {a->text, need});

@@ -92,8 +92,9 @@ TEST(ScheduleCsv, MalformedFilesAreInputErrors) {
             "t.csv: rank 0 (row 1, column 2): \"0UNSHARD\": UNSHARD actions are not supported (pipescope model");
   EXPECT_EQ(input_error("0F\n", shape(1, 1, 1)).substr(0, 60),
             "t.csv: rank 0 (row 1, column 1): \"0F\": no micro-batch number");
-  EXPECT_EQ(input_error("0F0,0B0\n", sh), "t.csv: has 1 rows (ranks), but the scenario has parallel.pp = 2 (one row "
-                                          "per pipeline rank)");
+  EXPECT_EQ(input_error("0F0,0B0\n", sh),
+            "t.csv: has 1 rows (ranks), but the scenario has parallel.pp = 2 (one row "
+            "per pipeline rank)");
   EXPECT_EQ(input_error("0F0,0F1,0B0,0B1\n1F0,1B0,1F5,1B1\n", sh),
             "t.csv: rank 1 (row 2, column 3): \"1F5\": micro-batch 5 outside 0..1 (the scenario has 2 "
             "micro-batches per replica)");
@@ -134,7 +135,8 @@ TEST(ScheduleCsv, UnmatchedSendIsRejected) {
   const std::string ok =
       "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
       "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n";
-  EXPECT_EQ(schedule_text(schedule_from_csv(ok, "t.csv", shape(2, 1, 2))), "r0: 0F0 0F1 0B0 0B1\nr1: 1F0 1B0 1F1 1B1\n");
+  EXPECT_EQ(schedule_text(schedule_from_csv(ok, "t.csv", shape(2, 1, 2))),
+            "r0: 0F0 0F1 0B0 0B1\nr1: 1F0 1B0 1F1 1B1\n");
   // A receive after its consumer, a send before its producer.
   EXPECT_EQ(rejection("0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1RECV_F0,1B0,1SEND_B0\n", shape(2, 1, 1)),
             "t.csv: \"1RECV_F0\" at rank 1 (row 2, column 2) comes after its consumer \"1F0\" at rank 1 (row 2, "
@@ -161,7 +163,20 @@ TEST(ScheduleCsv, LayoutAndCountErrorsAreRejections) {
             "t.csv: stage 1 (rank 1) has 1 forwards, but the scenario has 2 micro-batches");
   EXPECT_EQ(rejection("0F0,0F1,0B0\n1F0,1B0,1F1,1B1\n", sh),
             "t.csv: stage 0 has B + (I + W) / 2 = 1 + (0 + 0) / 2 backwards, but the scenario has 2 micro-batches");
-  EXPECT_EQ(rejection("0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n", shape(2, 2, 2)), "t.csv: stage 2 has no action on any rank");
+  EXPECT_EQ(rejection("0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n", shape(2, 2, 2)),
+            "t.csv: stage 2 has no action on any rank");
+  // Split backward: PyTorch's I = W rule, and a backward written both ways.
+  EXPECT_EQ(rejection("0F0,0I0\n", shape(1, 1, 1)),
+            "t.csv: stage 0 has 1 I (backward for inputs) but 0 W (backward for weights) actions; each I needs its W");
+  EXPECT_EQ(rejection("0F0,0B0,0I0,0W0\n", shape(1, 1, 1)),
+            "t.csv: stage 0 has B + (I + W) / 2 = 1 + (1 + 1) / 2 backwards, but the scenario has 1 micro-batches");
+  EXPECT_EQ(rejection("0F0,0W0,0I0\n", shape(1, 1, 1)),
+            "t.csv: deadlock: the ranks' orders form a cycle: \"0W0\" at rank 0 (row 1, column 2) waits for \"0I0\" "
+            "at rank 0 (row 1, column 3)");
+  // A V placement (ZB-V's): rank 0 holds stages 0 and 3, rank 1 stages 1 and 2.
+  const Schedule v = schedule_from_csv("0F0,3F0,3I0,0I0,3W0,0W0\n1F0,2F0,2I0,1I0,2W0,1W0\n", "v.csv", shape(2, 2, 1));
+  EXPECT_EQ(v.style, StageStyle::V);
+  EXPECT_EQ(v.per_rank[0][1].chunk, 1);
 }
 
 // ---------------------------------------------------------------- through the pipescope binary
@@ -191,8 +206,11 @@ std::string scenario_text(const ScheduleEntry& e, const std::string& schedule) {
   const int v = e.traits.fit_v(1);
   return "model: {preset: gpt3-1b, layers: 8, seq_len: 1024}\n"
          "cluster: {preset: dgx-a100, nodes: 1}\n"
-         "parallel: {dp: 2, pp: 4, tp: 1, v: " + std::to_string(v) + ", global_batch: 16}\n"
-         "schedule: " + schedule + "\n";
+         "parallel: {dp: 2, pp: 4, tp: 1, v: " +
+         std::to_string(v) +
+         ", global_batch: 16}\n"
+         "schedule: " +
+         schedule + "\n";
 }
 
 // Export every generated schedule with `show --csv`, simulate it as kind file: the same JSON report apart from
@@ -209,8 +227,7 @@ TEST(ScheduleCsvCli, EveryRegisteredScheduleRoundTripsThroughAFile) {
     write(base + ".yaml", scenario_text(e, "{kind: " + std::string(e.name) + slices + "}"));
     ASSERT_EQ(pipescope("show " + base + ".yaml --csv " + base + ".csv", base + "_show").rc, 0);
     // The file kind with a path relative to the scenario file.
-    write(base + "-file.yaml",
-          scenario_text(e, "{kind: file, file: " + std::string(e.name) + ".csv" + slices + "}"));
+    write(base + "-file.yaml", scenario_text(e, "{kind: file, file: " + std::string(e.name) + ".csv" + slices + "}"));
     ASSERT_EQ(pipescope("simulate " + base + ".yaml --json " + base + ".json", base + "_a").rc, 0);
     const CliRun b = pipescope("simulate " + base + "-file.yaml --json " + base + "-file.json", base + "_b");
     ASSERT_EQ(b.rc, 0) << b.err;
