@@ -8,8 +8,8 @@
 
 #include "cli/commands.h"
 #include "core/pipeline.h"
-#include "core/schedule_csv.h"
 #include "core/scenario.h"
+#include "core/schedule_csv.h"
 
 namespace pipescope::cli {
 namespace {
@@ -39,8 +39,7 @@ int run_show(const ShowOptions& o) {
     std::ofstream f(o.csv, std::ios::binary);
     f << schedule_to_csv(prep->schedule);
     if (!f.flush()) throw InputError("--csv " + o.csv + ": cannot write the file");
-    std::printf("wrote %s: %d rows (ranks), %zu actions\n", o.csv.c_str(), prep->schedule.p,
-                prep->schedule.op_count());
+    std::printf("wrote %s: %d rows (ranks), %zu actions\n", o.csv.c_str(), prep->schedule.p, prep->schedule.op_count());
   }
   return 0;
 }
@@ -52,8 +51,9 @@ Command add_show(CLI::App& app) {
   sub->add_option("scenario", o->scenario, "Scenario YAML file (default: built-in)");
   sub->add_flag("--lowered", o->lowered, "Print the lowered per-worker programs (sends, receives, collectives)");
   sub->add_option("--worker", o->worker, "Only this worker (with --lowered)");
-  sub->add_option("--csv", o->csv,
-                  "Also write the schedule as a PyTorch pipelining CSV (one row per rank; schedule kind file reads it)");
+  sub->add_option(
+      "--csv", o->csv,
+      "Also write the schedule as a PyTorch pipelining CSV (one row per rank; schedule kind file reads it)");
   return {sub, [o] { return run_show(*o); }};
 }
 }  // namespace pipescope::cli

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/schedule.h"  // StageStyle
+
 namespace pipescope {
 
 // ---------------------------------------------------------------- model
@@ -80,7 +82,19 @@ struct ParallelSpec {
 };
 
 // ---------------------------------------------------------------- schedule
-enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved, TeraPipe, Seq1F1B, Seq1F1BInterleaved };
+// Names, traits and generators: core/schedule_registry.h (the one table of schedules).
+enum class ScheduleKind : std::uint8_t {
+  GPipe,
+  OneFOneB,
+  Interleaved,
+  TeraPipe,
+  Seq1F1B,
+  Seq1F1BInterleaved,
+  ZeroBubbleH1,
+  ZeroBubbleH2,
+  ZeroBubbleV,
+  File,  // read from schedule.file (core/schedule_csv.h)
+};
 
 struct ScheduleSpec {
   ScheduleKind kind = ScheduleKind::OneFOneB;
@@ -89,6 +103,10 @@ struct ScheduleSpec {
   std::string slicing = "uniform";  // uniform | dp (TeraPipe planner) | cwp (Seq1F1B equal-FLOPs) | explicit
   bool recompute = false;           // full activation recomputation
   bool scatter_gather = true;       // Megatron scatter/gather of cross-node p2p (tp > 1)
+  // kind file: the CSV (PyTorch pipelining's format), relative paths resolved against the scenario's directory
+  // when it is loaded, and where the file puts the virtual stages (read from the file then).
+  std::string file;
+  StageStyle file_style = StageStyle::Loop;
 };
 
 // ---------------------------------------------------------------- training numerics

@@ -7,6 +7,8 @@
 #include <tuple>
 #include <utility>
 
+#include "core/schedule_registry.h"
+
 namespace pipescope {
 namespace {
 
@@ -147,13 +149,13 @@ void check_stage_layers(int layers, const std::vector<int>& stage_layers, int st
   long long sum = 0;
   for (std::size_t g = 0; g < stage_layers.size(); g++) {
     if (stage_layers[g] < 1)
-      throw std::invalid_argument("parallel.stage_layers[" + std::to_string(g) + "] = " +
-                                  std::to_string(stage_layers[g]) + "; every stage needs at least one layer");
+      throw std::invalid_argument("parallel.stage_layers[" + std::to_string(g) +
+                                  "] = " + std::to_string(stage_layers[g]) + "; every stage needs at least one layer");
     sum += stage_layers[g];
   }
   if (sum != layers)
-    throw std::invalid_argument("parallel.stage_layers sums to " + std::to_string(sum) + " layers, but model.layers = " +
-                                std::to_string(layers));
+    throw std::invalid_argument("parallel.stage_layers sums to " + std::to_string(sum) +
+                                " layers, but model.layers = " + std::to_string(layers));
 }
 
 LayerRange stage_layer_range(int layers, const std::vector<int>& stage_layers, int stages, int stage) {
@@ -171,8 +173,11 @@ LayerRange stage_layer_range(const Scenario& s, int stage) {
 }
 
 int rank_layer_count(const Scenario& s, int rank) {
+  const StageStyle style = scenario_stage_style(s);
+  const int stages = s.parallel.pp * s.parallel.v;
   int n = 0;
-  for (int chunk = 0; chunk < s.parallel.v; chunk++) n += stage_layer_range(s, chunk * s.parallel.pp + rank).count;
+  for (int g = 0; g < stages; g++)
+    if (stage_rank(style, s.parallel.pp, g) == rank) n += stage_layer_range(s, g).count;
   return n;
 }
 

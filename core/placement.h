@@ -14,7 +14,7 @@ namespace pipescope {
 struct Placement {
   int dp = 1, p = 1, tp = 1;
   int gpus_per_node = 1;
-  std::vector<std::int32_t> gpu;   // index (d * p + r) * tp + t
+  std::vector<std::int32_t> gpu;  // index (d * p + r) * tp + t
 
   int gpu_of(int worker, int tp_rank = 0) const { return gpu[static_cast<std::size_t>(worker) * tp + tp_rank]; }
   int node_of_gpu(int g) const { return g / gpus_per_node; }
@@ -43,7 +43,7 @@ LayerRange stage_layer_range(const Scenario& s, int stage);  // model.layers, pa
 // Throws std::invalid_argument (the message names parallel.stage_layers / model.layers) on a layout that does
 // not fit; the scenario validator reports the same conditions with the file position.
 void check_stage_layers(int layers, const std::vector<int>& stage_layers, int stages);
-// Layers held by pipeline rank `rank`: its virtual stages g = chunk * pp + rank (chunk 0 .. v-1).
+// Layers held by pipeline rank `rank`: its v virtual stages (loop or V placement: scenario_stage_style).
 int rank_layer_count(const Scenario& s, int rank);
 
 }  // namespace pipescope

@@ -79,7 +79,7 @@ double ProfileCostModel::kernel_op_seconds(const Op& op, int b) const {
   const int l = op.tokens(), c = op.tok_begin, e = s_.training.act_bytes_per_elem();
   double layer = kernel_layer_seconds(fwd, b, l, c);
   if (!fwd && s_.schedule.recompute) layer += kernel_layer_seconds(true, b, l, c);
-  double t = layers_per_chunk() * layer + p_.op_overhead_s;
+  double t = layers_of_stage(op.stage) * layer + p_.op_overhead_s;
   if (op.stage == 0) t += kernels_->seconds(embedding_calls(s_.model, e, b, l, fwd));
   if (op.stage == s_.parallel.pp * s_.parallel.v - 1) t += kernels_->seconds(head_calls(s_.model, e, b, l, fwd));
   return t;
@@ -146,6 +146,18 @@ double ProfileCostModel::table_end_seconds(bool embedding, bool forward, int b, 
 }
 
 double ProfileCostModel::compute_seconds(const Op& op, int b) const {
+  switch (op.kind) {  // I and W: the measured fused backward split by the analytic model's ratio
+    case OpKind::Forward:
+    case OpKind::Backward:
+      break;
+    case OpKind::BackwardInput:
+    case OpKind::BackwardWeight: {
+      Op fused = op;
+      fused.kind = OpKind::Backward;
+      const double w = backward_weight_share(op, b);
+      return compute_seconds(fused, b) * (op.kind == OpKind::BackwardWeight ? w : 1 - w);
+    }
+  }
   if (tables_.empty()) {
     if (kernels_) return kernel_op_seconds(op, b);
     return AnalyticCostModel::compute_seconds(op, b) + p_.op_overhead_s;

@@ -20,6 +20,8 @@
 
 #include "core/presets.h"
 #include "core/profile.h"
+#include "core/schedule_csv.h"
+#include "core/schedule_registry.h"
 #include "core/units.h"
 
 namespace pipescope {
@@ -300,8 +302,11 @@ std::vector<std::pair<std::string, E>> enum_table(std::initializer_list<E> all) 
 }
 
 const std::vector<std::pair<std::string, ScheduleKind>>& schedule_kinds() {
-  static const auto t = enum_table({ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
-                                    ScheduleKind::TeraPipe, ScheduleKind::Seq1F1B, ScheduleKind::Seq1F1BInterleaved});
+  static const auto t = [] {
+    std::vector<std::pair<std::string, ScheduleKind>> v;
+    for (const ScheduleEntry& e : schedule_registry()) v.emplace_back(e.name, e.kind);
+    return v;
+  }();
   return t;
 }
 const std::vector<std::pair<std::string, IntraNodeFabric>>& fabrics() {
@@ -659,20 +664,28 @@ void Validator::run() const {
   const int mb = p.micro_batches();
 
   // Schedule constraints.
-  const char* kind = to_string(sch.kind);
-  const bool interleaved = sch.kind == ScheduleKind::Interleaved || sch.kind == ScheduleKind::Seq1F1BInterleaved;
-  const bool sliced = sch.kind == ScheduleKind::TeraPipe || sch.kind == ScheduleKind::Seq1F1B ||
-                      sch.kind == ScheduleKind::Seq1F1BInterleaved;
+  const ScheduleEntry& entry = schedule_entry(sch.kind);
+  const char* kind = entry.name;
+  const bool interleaved = entry.traits.interleaved;
+  const bool sliced = entry.traits.sliced();
   if (interleaved && p.v < 2)
     fail({"parallel.v", "schedule.kind"},
          std::string("schedule ") + kind + " needs v > 1 model chunks per rank, got v = " + std::to_string(p.v));
-  if (!interleaved && p.v > 1)
-    fail({"parallel.v", "schedule.kind"}, "v = " + std::to_string(p.v) +
-                                              " model chunks per rank needs schedule.kind "
-                                              "interleaved or seq1f1b-i, got " +
-                                              kind);
-  // Megatron's interleaved schedule asserts m % p == 0 (spec/megatron.md 2.4); Seq1F1B-I inherits it (seq1f1b.md 7.2).
-  if (interleaved && mb % p.pp != 0)
+  if (entry.traits.fixed_v > 0 && p.v != entry.traits.fixed_v)
+    fail({"parallel.v", "schedule.kind"}, std::string("schedule ") + kind + " needs exactly v = " +
+                                              std::to_string(entry.traits.fixed_v) +
+                                              " model chunks per rank, got v = " + std::to_string(p.v));
+  if (!interleaved && !entry.traits.from_file && p.v > 1)
+    fail({"parallel.v", "schedule.kind"},
+         "v = " + std::to_string(p.v) + " model chunks per rank needs schedule.kind " +
+             schedule_names_if([](const ScheduleTraits& t) { return t.interleaved; }) + ", got " + kind);
+  if (entry.traits.from_file && sch.file.empty())
+    fail({"schedule.kind"}, "schedule kind file needs schedule.file (a CSV in PyTorch pipelining's format)");
+  if (!entry.traits.from_file && !sch.file.empty())
+    fail({"schedule.file", "schedule.kind"},
+         std::string("schedule.file is read only with kind: file, got kind ") + kind);
+  // Megatron's interleaved schedule asserts m % p == 0; Seq1F1B-I inherits it.
+  if (entry.traits.m_multiple_of_p && mb % p.pp != 0)
     fail({"parallel.global_batch", "parallel.pp", "schedule.kind"},
          std::string("schedule ") + kind +
              " needs the micro-batch count m = global_batch / (micro_batch_size * dp) = " + std::to_string(mb) +
@@ -687,16 +700,14 @@ void Validator::run() const {
   if (!one_of(slicings(), sch.slicing))
     fail({"schedule.slicing"}, unknown_value_message("value", sch.slicing, names_of(slicings())));
   if (!sliced) {
+    const std::string slicers = schedule_names_if([](const ScheduleTraits& t) { return t.sliced(); });
     if (sch.seq_slices != 1)
       fail({"schedule.seq_slices", "schedule.kind"},
-           std::string("schedule ") + kind +
-               " runs whole sequences: seq_slices must be 1 (token slicing needs "
-               "terapipe, seq1f1b or seq1f1b-i), got " +
-               std::to_string(sch.seq_slices));
+           std::string("schedule ") + kind + " runs whole sequences: seq_slices must be 1 (token slicing needs " +
+               slicers + "), got " + std::to_string(sch.seq_slices));
     if (!sch.slice_tokens.empty())
-      fail(
-          {"schedule.slice_tokens", "schedule.kind"},
-          std::string("schedule ") + kind + " runs whole sequences: slice_tokens needs terapipe, seq1f1b or seq1f1b-i");
+      fail({"schedule.slice_tokens", "schedule.kind"},
+           std::string("schedule ") + kind + " runs whole sequences: slice_tokens needs " + slicers);
     if (sch.slicing != "uniform")
       fail({"schedule.slicing", "schedule.kind"},
            std::string("schedule ") + kind + " runs whole sequences: slicing must be uniform, got " + sch.slicing);
@@ -824,7 +835,7 @@ Scenario parse_impl(const std::string& text, const std::string& source) {
   par.get("stage_layers", s.parallel.stage_layers);
 
   const Section sch =
-      root.sub("schedule", {"kind", "seq_slices", "slice_tokens", "slicing", "recompute", "scatter_gather"});
+      root.sub("schedule", {"kind", "seq_slices", "slice_tokens", "slicing", "recompute", "scatter_gather", "file"});
   sch.get_enum("kind", schedule_kinds(), s.schedule.kind);
   const bool slices_given = sch.get("seq_slices", s.schedule.seq_slices);
   sch.get("slice_tokens", s.schedule.slice_tokens);
@@ -836,6 +847,17 @@ Scenario parse_impl(const std::string& text, const std::string& source) {
   }
   sch.get("recompute", s.schedule.recompute);
   sch.get("scatter_gather", s.schedule.scatter_gather);
+  if (sch.get("file", s.schedule.file) && !s.schedule.file.empty()) {
+    // Relative to the scenario file, like sim.profile; the stage placement is read now (core/schedule_csv.h).
+    std::string& path = s.schedule.file;
+    const auto slash = source.find_last_of('/');
+    if (path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
+    try {
+      s.schedule.file_style = csv_stage_style(path, s.parallel.pp);
+    } catch (const std::invalid_argument& e) {
+      fail_at(source, marks.at("schedule.file"), "schedule.file", e.what());
+    }
+  }
 
   const Section tr = root.sub(
       "training", {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention", "wgrad_accumulation"});

@@ -43,8 +43,8 @@ bool is_compute(ActionType t) {
 
 // "rank 1 (row 2, column 5)"
 std::string cell(int row, int column) {
-  return "rank " + std::to_string(row) + " (row " + std::to_string(row + 1) + ", column " +
-         std::to_string(column + 1) + ")";
+  return "rank " + std::to_string(row) + " (row " + std::to_string(row + 1) + ", column " + std::to_string(column + 1) +
+         ")";
 }
 std::string cell(const Action& a) { return cell(a.row, a.column); }
 
@@ -60,7 +60,8 @@ class Reader {
   std::vector<std::vector<Action>> parse(const std::string& text) const;
   Schedule build(const std::vector<std::vector<Action>>& rows) const;
   void check_comms(const std::vector<std::vector<Action>>& rows, const std::vector<int>& rank_of) const;
-  void check_deadlock(const Schedule& s, const std::vector<std::vector<const Action*>>& cells) const;
+  void check_deadlock(const Schedule& s, const OpKeyIndex& index,
+                      const std::vector<std::vector<const Action*>>& cells) const;
 
  private:
   std::optional<Action> parse_cell(std::string s, int row, int column) const;
@@ -110,7 +111,8 @@ std::optional<Action> Reader::parse_cell(std::string s, int row, int column) con
   bool found = false;
   for (const auto& [name, type] : kTypes) {
     const std::string n = name;
-    if (s.compare(i, n.size(), n) == 0 && (i + n.size() >= s.size() || !std::isalpha(static_cast<unsigned char>(s[i + n.size()])))) {
+    if (s.compare(i, n.size(), n) == 0 &&
+        (i + n.size() >= s.size() || !std::isalpha(static_cast<unsigned char>(s[i + n.size()])))) {
       a.type = type;
       i += n.size();
       found = true;
@@ -169,29 +171,7 @@ std::vector<std::vector<Action>> Reader::parse(const std::string& text) const {
   return rows;
 }
 
-const char* type_name(ActionType t) {
-  switch (t) {
-    case ActionType::F:
-      return "F";
-    case ActionType::B:
-      return "B";
-    case ActionType::I:
-      return "I";
-    case ActionType::W:
-      return "W";
-    case ActionType::SendF:
-      return "SEND_F";
-    case ActionType::RecvF:
-      return "RECV_F";
-    case ActionType::SendB:
-      return "SEND_B";
-    case ActionType::RecvB:
-      return "RECV_B";
-  }
-  return "?";
-}
-
-// The IR kind of a compute action; nullopt for the kinds this IR does not have.
+// The IR kind of a compute action; nullopt for sends and receives.
 std::optional<OpKind> kind_of(ActionType t) {
   switch (t) {
     case ActionType::F:
@@ -199,7 +179,9 @@ std::optional<OpKind> kind_of(ActionType t) {
     case ActionType::B:
       return OpKind::Backward;
     case ActionType::I:
+      return OpKind::BackwardInput;
     case ActionType::W:
+      return OpKind::BackwardWeight;
     case ActionType::SendF:
     case ActionType::RecvF:
     case ActionType::SendB:
@@ -209,8 +191,12 @@ std::optional<OpKind> kind_of(ActionType t) {
   return std::nullopt;
 }
 
-std::string action_text(int stage, const char* type, int mb, int slice, bool sliced) {
+std::string action_text(int stage, const std::string& type, int mb, int slice, bool sliced) {
   return std::to_string(stage) + type + std::to_string(mb) + (sliced ? "@" + std::to_string(slice) : "");
+}
+
+std::string action_text(const Schedule& s, const OpKey& k) {
+  return action_text(k.stage, std::string(1, kind_letter(k.kind)), k.microbatch, k.slice, s.slices(k.microbatch) > 1);
 }
 
 Schedule Reader::build(const std::vector<std::vector<Action>>& rows) const {
@@ -221,13 +207,12 @@ Schedule Reader::build(const std::vector<std::vector<Action>>& rows) const {
   for (int r = 0; r < p; r++)
     for (const Action& a : rows[r]) {
       if (a.stage >= stages)
-        input_error(cell(a) + ": \"" + a.text + "\": stage " + std::to_string(a.stage) +
-                    " outside 0.." + std::to_string(stages - 1) + " (pp * v = " + std::to_string(p) + " * " +
-                    std::to_string(shape_.v) + " virtual stages)");
+        input_error(cell(a) + ": \"" + a.text + "\": stage " + std::to_string(a.stage) + " outside 0.." +
+                    std::to_string(stages - 1) + " (pp * v = " + std::to_string(p) + " * " + std::to_string(shape_.v) +
+                    " virtual stages)");
       if (a.microbatch >= m)
-        input_error(cell(a) + ": \"" + a.text + "\": micro-batch " + std::to_string(a.microbatch) +
-                    " outside 0.." + std::to_string(m - 1) + " (the scenario has " + std::to_string(m) +
-                    " micro-batches per replica)");
+        input_error(cell(a) + ": \"" + a.text + "\": micro-batch " + std::to_string(a.microbatch) + " outside 0.." +
+                    std::to_string(m - 1) + " (the scenario has " + std::to_string(m) + " micro-batches per replica)");
       const int k = static_cast<int>(shape_.microbatches[a.microbatch].slice_begin.size());
       if (a.slice >= k)
         input_error(cell(a) + ": \"" + a.text + "\": slice " + std::to_string(a.slice) + " outside 0.." +
@@ -246,43 +231,50 @@ Schedule Reader::build(const std::vector<std::vector<Action>>& rows) const {
                {first_seen[a.stage]->text, a.text});
       }
     }
-  for (int g = 0; g < stages; g++) {
+  for (int g = 0; g < stages; g++)
     if (rank_of[g] < 0) reject("stage " + std::to_string(g) + " has no action on any rank", {});
-    if (rank_of[g] != g % p)
-      reject("stage " + std::to_string(g) + " is on rank " + std::to_string(rank_of[g]) + " (first at " +
-                 cell(*first_seen[g]) + "), but the IR places virtual stage g on rank g % pp = " +
-                 std::to_string(g % p),
-             {first_seen[g]->text});
+  // The IR's stage placements: loop (stage = chunk * pp + rank) or V (ZB-V's zigzag).
+  std::optional<StageStyle> style;
+  for (StageStyle st : {StageStyle::Loop, StageStyle::V}) {
+    bool fits = true;
+    for (int g = 0; g < stages && fits; g++) fits = rank_of[g] == stage_rank(st, p, g);
+    if (fits) {
+      style = st;
+      break;
+    }
+  }
+  if (!style) {
+    int g = 0;
+    while (rank_of[g] == stage_rank(StageStyle::Loop, p, g)) g++;
+    reject("stage " + std::to_string(g) + " is on rank " + std::to_string(rank_of[g]) + " (first at " +
+               cell(*first_seen[g]) + "): the stages follow neither the loop placement (stage g on rank g % pp) " +
+               "nor the V placement (rank r holds stages r and 2 pp - 1 - r)",
+           {first_seen[g]->text});
   }
 
   Schedule s = schedule_skeleton("file", p, shape_.v, shape_.microbatches, shape_.seq_len);
-  OpKeyIndex index(s);
-  std::vector<const Action*> at(index.size(), nullptr);  // slot -> the cell that holds it
-  // PyTorch's counts per stage first (their messages), then op by op.
+  s.style = *style;
+  std::map<OpKey, const Action*> at;  // op -> the cell that holds it
   std::map<std::pair<int, ActionType>, int> count;
   std::vector<std::vector<const Action*>> cells(static_cast<std::size_t>(p));  // per rank, aligned with per_rank
   for (int r = 0; r < p; r++)
     for (const Action& a : rows[r]) {
-      if (!is_compute(a.type)) continue;
       const auto kind = kind_of(a.type);
-      if (!kind)
-        input_error(cell(a) + ": \"" + a.text + "\": " + type_name(a.type) +
-                    " actions need a build whose IR has split backward ops");
+      if (!kind) continue;
       count[{a.stage, a.type}]++;
-      const Op op = make_op(s, *kind, r, a.stage / p, a.microbatch, a.slice);
-      const auto slot = static_cast<std::size_t>(index.slot(key_of(op)));
-      if (at[slot])
-        reject("\"" + a.text + "\" appears twice: " + cell(*at[slot]) + " and " + cell(a), {op_text(op)});
-      at[slot] = &a;
+      const Op op = make_op(s, *kind, r, s.chunk_of_stage(a.stage), a.microbatch, a.slice);
+      const auto [it, fresh] = at.emplace(key_of(op), &a);
+      if (!fresh) reject("\"" + a.text + "\" appears twice: " + cell(*it->second) + " and " + cell(a), {op_text(op)});
       s.per_rank[r].push_back(op);
       cells[r].push_back(&a);
     }
+  // PyTorch's counts per stage first (their rules), then op by op.
+  int units = 0;
+  for (const MicroBatch& mb : shape_.microbatches) units += static_cast<int>(mb.slice_begin.size());
+  const std::string what = units == m ? " micro-batches" : " (micro-batch, slice) units";
   for (int g = 0; g < stages; g++) {
-    int units = 0;
-    for (const MicroBatch& mb : shape_.microbatches) units += static_cast<int>(mb.slice_begin.size());
     const int f = count[{g, ActionType::F}], b = count[{g, ActionType::B}];
     const int i = count[{g, ActionType::I}], w = count[{g, ActionType::W}];
-    const std::string what = units == m ? " micro-batches" : " (micro-batch, slice) units";
     if (f != units)
       reject("stage " + std::to_string(g) + " (rank " + std::to_string(rank_of[g]) + ") has " + std::to_string(f) +
                  " forwards, but the scenario has " + std::to_string(units) + what,
@@ -292,24 +284,25 @@ Schedule Reader::build(const std::vector<std::vector<Action>>& rows) const {
                  std::to_string(w) + " W (backward for weights) actions; each I needs its W",
              {});
     if (2 * b + i + w != 2 * units)
-      reject("stage " + std::to_string(g) + " has B + (I + W) / 2 = " + std::to_string(b) + " + (" +
-                 std::to_string(i) + " + " + std::to_string(w) + ") / 2 backwards, but the scenario has " +
-                 std::to_string(units) + what,
+      reject("stage " + std::to_string(g) + " has B + (I + W) / 2 = " + std::to_string(b) + " + (" + std::to_string(i) +
+                 " + " + std::to_string(w) + ") / 2 backwards, but the scenario has " + std::to_string(units) + what,
              {});
   }
-  // Every op of the grid once: with the counts right, a missing op pairs with an op written twice under
-  // another key, already rejected, so this names what is left.
+  // Every op the grid needs, once (F everywhere; B, or I and W, for each backward): with the counts right, a
+  // missing op pairs with one written under another key.
+  const OpKeyIndex index(s);
   for (std::size_t slot = 0; slot < index.size(); slot++) {
     const OpKey k = index.key(slot);
-    if (at[slot]) continue;
+    if (index.expected(k) == (at.count(k) > 0)) continue;
     const Op op = op_of(s, k);
-    reject("no action " +
-               action_text(k.stage, k.kind == OpKind::Forward ? "F" : "B", k.microbatch, k.slice, s.slices(k.microbatch) > 1) +
-               " on rank " + std::to_string(op.rank),
-           {op_text(op)});
+    if (at.count(k))
+      reject("\"" + at.at(k)->text + "\" at " + cell(*at.at(k)) + ": the backward of stage " + std::to_string(k.stage) +
+                 ", micro-batch " + std::to_string(k.microbatch) + " is written both as B and as I + W",
+             {op_text(op)});
+    reject("no action " + action_text(s, k) + " on rank " + std::to_string(op.rank), {op_text(op)});
   }
   check_comms(rows, rank_of);
-  check_deadlock(s, cells);
+  check_deadlock(s, index, cells);
   return s;
 }
 
@@ -369,24 +362,25 @@ void Reader::check_comms(const std::vector<std::vector<Action>>& rows, const std
     const std::string peer_text =
         action_text(peer, send ? (fwd ? "RECV_F" : "RECV_B") : (fwd ? "SEND_F" : "SEND_B"), mb, slice, sliced(mb));
     if (peer < 0 || peer >= stages)
-      reject("\"" + a->text + "\" at " + cell(*a) + ": there is no stage " + std::to_string(peer) +
-                 " to " + (send ? "send to" : "receive from"),
+      reject("\"" + a->text + "\" at " + cell(*a) + ": there is no stage " + std::to_string(peer) + " to " +
+                 (send ? "send to" : "receive from"),
              {a->text});
     if (rank_of[peer] == rank_of[stage])
       reject("\"" + a->text + "\" at " + cell(*a) + ": stages " + std::to_string(stage) + " and " +
                  std::to_string(peer) + " are both on rank " + std::to_string(rank_of[stage]) +
                  " (no send or receive between them)",
              {a->text});
-    const ActionType peer_type = send ? (fwd ? ActionType::RecvF : ActionType::RecvB)
-                                      : (fwd ? ActionType::SendF : ActionType::SendB);
+    const ActionType peer_type =
+        send ? (fwd ? ActionType::RecvF : ActionType::RecvB) : (fwd ? ActionType::SendF : ActionType::SendB);
     if (!find(peer_type, peer, mb, slice))
       reject(std::string(send ? "send" : "receive") + " \"" + a->text + "\" at " + cell(*a) + " has no matching " +
                  peer_text + " on rank " + std::to_string(rank_of[peer]),
              {a->text, peer_text});
     const Action* local = fwd ? find(ActionType::F, stage, mb, slice) : grad_op(stage, mb, slice);
     if (local && local->row == a->row && (send ? local->column > a->column : local->column < a->column))
-      reject("\"" + a->text + "\" at " + cell(*a) + (send ? " comes before its producer \"" : " comes after its consumer \"") +
-                 local->text + "\" at " + cell(*local),
+      reject("\"" + a->text + "\" at " + cell(*a) +
+                 (send ? " comes before its producer \"" : " comes after its consumer \"") + local->text + "\" at " +
+                 cell(*local),
              {a->text, local->text});
   }
   // Every hop between ranks has its pair (checked from the sends; a receive without a send failed above).
@@ -397,8 +391,8 @@ void Reader::check_comms(const std::vector<std::vector<Action>>& rows, const std
       const bool f_hop = type == ActionType::F && stage == g;
       const bool b_hop = (type == ActionType::B || type == ActionType::I) && stage == g + 1;
       if (!f_hop && !b_hop) continue;
-      const std::string need = f_hop ? action_text(g, "SEND_F", mb, slice, sliced(mb))
-                                     : action_text(g + 1, "SEND_B", mb, slice, sliced(mb));
+      const std::string need =
+          f_hop ? action_text(g, "SEND_F", mb, slice, sliced(mb)) : action_text(g + 1, "SEND_B", mb, slice, sliced(mb));
       if (!find(f_hop ? ActionType::SendF : ActionType::SendB, f_hop ? g : g + 1, mb, slice))
         reject("the file has send and receive actions, but \"" + a->text + "\" at " + cell(*a) + " has no " + need,
                {a->text, need});
@@ -408,12 +402,12 @@ void Reader::check_comms(const std::vector<std::vector<Action>>& rows, const std
 
 // Runs the ranks' orders with the ops' data dependencies: an op runs once everything it needs ran. If the
 // ranks stop with ops left, follow "waits for" from a stuck rank until a rank repeats: that is the cycle.
-void Reader::check_deadlock(const Schedule& s, const std::vector<std::vector<const Action*>>& cells) const {
-  const OpKeyIndex index(s);
+void Reader::check_deadlock(const Schedule& s, const OpKeyIndex& index,
+                            const std::vector<std::vector<const Action*>>& cells) const {
   std::vector<char> done(index.size(), 0);
   std::vector<std::size_t> next(static_cast<std::size_t>(s.p), 0);
   auto blocker = [&](int r) -> std::optional<OpKey> {  // what rank r's next op waits for, if anything
-    for (const OpKey& d : op_dependencies(s, key_of(s.per_rank[r][next[r]])))
+    for (const OpKey& d : op_dependencies(index, key_of(s.per_rank[r][next[r]])))
       if (!done[static_cast<std::size_t>(index.slot(d))]) return d;
     return std::nullopt;
   };
@@ -471,6 +465,23 @@ Schedule load_schedule_csv(const std::string& path, const CsvScheduleShape& shap
   return schedule_from_csv(text.str(), path, shape);
 }
 
+StageStyle csv_stage_style(const std::string& path, int p) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::invalid_argument(path + ": cannot open the schedule file");
+  std::string line;
+  for (int row = 0; std::getline(f, line); row++) {
+    std::istringstream cells(line);
+    for (std::string c; std::getline(cells, c, ',');) {
+      c = trim(c);
+      std::size_t i = 0;
+      const auto stage = digits(c, i);
+      if (stage && *stage == p && i < c.size() && std::isalpha(static_cast<unsigned char>(c[i])))
+        return row == p - 1 && p > 1 ? StageStyle::V : StageStyle::Loop;
+    }
+  }
+  return StageStyle::Loop;
+}
+
 std::string schedule_to_csv(const Schedule& s) {
   std::string out;
   for (const auto& ops : s.per_rank) {
@@ -478,8 +489,7 @@ std::string schedule_to_csv(const Schedule& s) {
     for (const Op& op : ops) {
       if (!first) out += ',';
       first = false;
-      out += action_text(op.stage, op.kind == OpKind::Forward ? "F" : "B", op.microbatch, op.slice,
-                         s.slices(op.microbatch) > 1);
+      out += action_text(s, key_of(op));
     }
     out += '\n';
   }

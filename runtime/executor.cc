@@ -113,7 +113,7 @@ Executor::Executor(UncheckedForTesting, const LoweredSchedule& ls, int worker, c
   if (ls.tp > 1)
     be_.set_tp_all_reduce([this](void* data, std::size_t n, kernels::DType t) { tp_all_reduce(data, n, t); });
   for (int c = 0; c < s.v; c++) {
-    const int g = c * s.p + rank_;
+    const int g = s.stage_of(rank_, c);
     const StageLayers L = stage_layers(model_, stages, g);
     if (g == 0) add({kernels::ModuleKind::kEmbedding, 0});
     for (int l = L.first; l < L.first + L.count; l++) add({kernels::ModuleKind::kLayer, l});
@@ -147,7 +147,7 @@ void Executor::validate_program() const {
         if (l.op.stage < 0 || l.op.stage >= s.stages()) bad("stage out of range");
         if (l.op.tok_begin < 0 || l.op.tok_end <= l.op.tok_begin || l.op.tok_end > s.seq_len)
           bad("token range out of range");
-        if (l.kind == LOpKind::Compute && l.op.stage % s.p != rank_) bad("stage does not live on this pipeline rank");
+        if (l.kind == LOpKind::Compute && s.rank_of_stage(l.op.stage) != rank_) bad("stage does not live on this pipeline rank");
         if (l.kind == LOpKind::Compute && ls_.tp > 1 &&
             (i + 1 == prog_.size() || prog_[i + 1].kind != LOpKind::AllReduce ||
              prog_[i + 1].tag != CollTag::TensorParallel))
@@ -226,7 +226,17 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
         case LOpKind::Compute:
           tp_calls_ = 0;
           tp_s_ = 0;
-          l.op.kind == OpKind::Forward ? forward(l.op, stats) : backward(l.op, stats);
+          switch (l.op.kind) {
+            case OpKind::Forward:
+              forward(l.op, stats);
+              break;
+            case OpKind::Backward:
+              backward(l.op, stats);
+              break;
+            case OpKind::BackwardInput:
+            case OpKind::BackwardWeight:  // scenario_fit refuses split-backward schedules until these run
+              throw std::logic_error("runtime: op " + op_text(l.op) + ": split backward (I/W) is not executed yet");
+          }
           // The kernels' TP all-reduces ran inside timed backend calls: they are communication.
           stats.kernel_s -= tp_s_;
           stats.comm_s += tp_s_;

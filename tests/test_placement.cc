@@ -196,18 +196,18 @@ TEST(LayerPlacement, ErrorsSayWhichCountOrSumIsWrong) {
   EXPECT_EQ(layer_error(8, {4, 4}, 4),
             "parallel.stage_layers lists 2 stages, but pp * v = 4 (one entry per virtual stage)");
   EXPECT_EQ(layer_error(8, {2, 2, 2, 1}, 4), "parallel.stage_layers sums to 7 layers, but model.layers = 8");
-  EXPECT_EQ(layer_error(8, {4, 0, 2, 2}, 4),
-            "parallel.stage_layers[1] = 0; every stage needs at least one layer");
+  EXPECT_EQ(layer_error(8, {4, 0, 2, 2}, 4), "parallel.stage_layers[1] = 0; every stage needs at least one layer");
   EXPECT_EQ(layer_error(8, {2, 2, 2, 2}, 4), "");
 }
 
 // 16 layers of gpt3-1b over pp 4 on 4 A100s, a 128k vocabulary: the LM head (2*T*h*V FLOPs forward) costs about
 // five layers, so the last stage of the even split is the bottleneck.
 Scenario head_heavy(const std::string& stage_layers) {
-  const std::string text = "model: {preset: gpt3-1b, layers: 16, vocab: 128000}\n"
-                           "cluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 4}\n"
-                           "parallel: {dp: 1, pp: 4, tp: 1, global_batch: 8" +
-                           (stage_layers.empty() ? std::string() : ", stage_layers: " + stage_layers) + "}\n";
+  const std::string text =
+      "model: {preset: gpt3-1b, layers: 16, vocab: 128000}\n"
+      "cluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 4}\n"
+      "parallel: {dp: 1, pp: 4, tp: 1, global_batch: 8" +
+      (stage_layers.empty() ? std::string() : ", stage_layers: " + stage_layers) + "}\n";
   return parse_scenario(text, "head-heavy.yaml");
 }
 

@@ -402,7 +402,7 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM");
   EXPECT_EQ(error_of(kBase + "schedule:\n  kind: 1f1f\n"),
             "t.yaml:5:9: schedule.kind: unknown value \"1f1f\" (did you mean \"1f1b\"?); valid: gpipe, 1f1b, "
-            "interleaved, terapipe, seq1f1b, seq1f1b-i");
+            "interleaved, terapipe, seq1f1b, seq1f1b-i, zb-h1, zb-h2, zb-v, file");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, nodes: 2, intra_node: {fabric: nvlink}}\n" + kParallel),
             "t.yaml:2:60: cluster.intra_node.fabric: unknown value \"nvlink\"; valid: nvswitch, cube-mesh, pcie");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, nodes: 2, network: {topology: fattree}}\n" + kParallel),
@@ -465,7 +465,7 @@ TEST(ScenarioErrors, ScheduleConstraints) {
   EXPECT_EQ(error_of(kBase + "schedule: {kind: interleaved}\n"),
             "t.yaml:4:18: schedule.kind: schedule interleaved needs v > 1 model chunks per rank, got v = 1");
   EXPECT_EQ(error_of(kModel + kCluster + "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 32}\n"),
-            "t.yaml:3:36: parallel.v: v = 2 model chunks per rank needs schedule.kind interleaved or seq1f1b-i, got "
+            "t.yaml:3:36: parallel.v: v = 2 model chunks per rank needs schedule.kind interleaved, seq1f1b-i or zb-v, got "
             "1f1b");
   EXPECT_EQ(error_of(kModel + kCluster + "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 12}\n" +
                      "schedule: {kind: interleaved}\n"),
@@ -478,7 +478,7 @@ TEST(ScenarioErrors, ScheduleConstraints) {
             "t.yaml:4:39: schedule.seq_slices: seq_slices = 4096 exceeds seq_len = 2048");
   EXPECT_EQ(error_of(kBase + "schedule: {kind: 1f1b, seq_slices: 2}\n"),
             "t.yaml:4:36: schedule.seq_slices: schedule 1f1b runs whole sequences: seq_slices must be 1 (token "
-            "slicing needs terapipe, seq1f1b or seq1f1b-i), got 2");
+            "slicing needs terapipe, seq1f1b, seq1f1b-i or file), got 2");
   EXPECT_EQ(error_of(kBase + "schedule: {kind: gpipe, slicing: cwp}\n"),
             "t.yaml:4:34: schedule.slicing: schedule gpipe runs whole sequences: slicing must be uniform, got cwp");
 }
@@ -536,6 +536,17 @@ TEST(ScenarioErrors, StageLayers) {
   } catch (const ScenarioError& e) {
     EXPECT_STREQ(e.what(), "t.yaml: parallel.stage_layers: the stages hold 25 layers in all, but model.layers = 24");
   }
+}
+
+TEST(ScenarioErrors, ScheduleFile) {
+  EXPECT_EQ(error_of(kBase + "schedule: {kind: file}\n"),
+            "t.yaml:4:18: schedule.kind: schedule kind file needs schedule.file (a CSV in PyTorch pipelining's format)");
+  EXPECT_EQ(error_of(kBase + "schedule: {kind: 1f1b, file: a.csv}\n", "dir/t.yaml"),
+            "dir/t.yaml:4:30: schedule.file: dir/a.csv: cannot open the schedule file");
+  const std::string csv = ::testing::TempDir() + "/scenario_file_kind.csv";
+  std::ofstream(csv) << "0F0\n";
+  EXPECT_EQ(error_of(kBase + "schedule: {kind: 1f1b, file: " + csv + "}\n"),
+            "t.yaml:4:30: schedule.file: schedule.file is read only with kind: file, got kind 1f1b");
 }
 
 TEST(ScenarioErrors, Bf16OnV100) {

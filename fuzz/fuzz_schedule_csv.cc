@@ -1,0 +1,66 @@
+// Schedule files (core/schedule_csv.h schedule_from_csv), as `schedule: {kind: file}` reads them. Input: a first
+// line "p v m k" (clamped to small sizes: ranks, chunks, micro-batches, slices), then the CSV. Any input must be
+// rejected with std::invalid_argument or CheckError naming the file, or be accepted; an accepted schedule must
+// write back to CSV that loads to the same ops, and lower to a schedule the static checker accepts (the file's
+// checks must leave nothing for the checker to find).
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+#include "core/checks.h"
+#include "core/cost_model.h"
+#include "core/lowering.h"
+#include "core/placement.h"
+#include "core/presets.h"
+#include "core/schedule_csv.h"
+
+using namespace pipescope;
+
+namespace {
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "fuzz_schedule_csv: %s\n", what.c_str());
+  std::abort();
+}
+void located(const std::string& msg) {
+  if (msg.rfind("fuzz.csv: ", 0) != 0) die("unlocated error: " + msg);
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const auto nl = text.find('\n');
+  std::istringstream head(text.substr(0, nl));
+  int p = 1, v = 1, m = 1, k = 1;
+  head >> p >> v >> m >> k;
+  auto clamp = [](int x, int hi) { return x < 1 ? 1 : x > hi ? hi : x; };
+  p = clamp(p, 4), v = clamp(v, 2), m = clamp(m, 4), k = clamp(k, 3);
+  const int seq_len = 6;
+  const CsvScheduleShape shape{p, v, uniform_microbatches(m, 1, seq_len, k), seq_len};
+  Schedule s;
+  try {
+    s = schedule_from_csv(nl == std::string::npos ? "" : text.substr(nl + 1), "fuzz.csv", shape);
+  } catch (const CheckError& e) {
+    located(e.what());
+    return 0;
+  } catch (const std::invalid_argument& e) {
+    located(e.what());
+    return 0;
+  }
+  const std::string csv = schedule_to_csv(s);
+  const Schedule back = schedule_from_csv(csv, "fuzz.csv", shape);
+  if (back.per_rank != s.per_rank || schedule_to_csv(back) != csv) die("round trip differs:\n" + csv);
+  ConstantCostModel cost(ConstantCosts{});
+  const LoweredSchedule ls = lower(s, 1, 1, cost);
+  ClusterSpec c = *cluster_preset("dgx-a100");
+  c.nodes = 1;
+  const Placement pl = make_placement("megatron", 1, p, 1, c);
+  try {
+    check(ls, pl);
+  } catch (const CheckError& e) {
+    die(std::string("accepted file rejected by the checker: ") + e.what() + "\n" + csv);
+  }
+  return 0;
+}
