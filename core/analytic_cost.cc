@@ -383,8 +383,8 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
     k.layer.insert(k.layer.begin(), f.begin(), f.end());
   }
   if (first) {
-    k.post = {{Tr * h, (2 * e + 1) * Tr * h, false},     // dropout backward
-              {T * h, (e + 8) * T * h, false, true}};    // embedding gradient scatter-add (fp32 rows)
+    k.post = {{Tr * h, (2 * e + 1) * Tr * h, false},   // dropout backward
+              {T * h, (e + 8) * T * h, false, true}};  // embedding gradient scatter-add (fp32 rows)
   }
   return k;
 }
@@ -435,7 +435,8 @@ double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {
   const double logits = 2.0 * b * l * static_cast<double>(m.hidden) * m.vocab / s_.parallel.tp;
   const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
   // W is the weight-gradient GEMMs: as many FLOPs as the forward GEMMs (and the logits GEMM); I is the rest.
-  const double wgrad = layer_forward_flops(m, s_.parallel.tp, b, l, c).gemm() * layers_per_chunk() + (last ? logits : 0.0);
+  const double wgrad =
+      layer_forward_flops(m, s_.parallel.tp, b, l, c).gemm() * layers_per_chunk() + (last ? logits : 0.0);
   const double bwd = (s_.schedule.recompute ? 3.0 : 2.0) * fwd + (last ? 2.0 * logits : 0.0);
   switch (op.kind) {
     case OpKind::Forward:

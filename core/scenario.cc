@@ -647,13 +647,13 @@ void Validator::run() const {
     fail({"parallel.v", "schedule.kind"},
          std::string("schedule ") + kind + " needs v > 1 model chunks per rank, got v = " + std::to_string(p.v));
   if (entry.traits.fixed_v > 0 && p.v != entry.traits.fixed_v)
-    fail({"parallel.v", "schedule.kind"}, std::string("schedule ") + kind + " needs exactly v = " +
-                                              std::to_string(entry.traits.fixed_v) +
+    fail({"parallel.v", "schedule.kind"}, std::string("schedule ") + kind +
+                                              " needs exactly v = " + std::to_string(entry.traits.fixed_v) +
                                               " model chunks per rank, got v = " + std::to_string(p.v));
   if (!interleaved && p.v > 1)
-    fail({"parallel.v", "schedule.kind"},
-         "v = " + std::to_string(p.v) + " model chunks per rank needs schedule.kind " +
-             schedule_names_if([](const ScheduleTraits& t) { return t.interleaved; }) + ", got " + kind);
+    fail({"parallel.v", "schedule.kind"}, "v = " + std::to_string(p.v) + " model chunks per rank needs schedule.kind " +
+                                              schedule_names_if([](const ScheduleTraits& t) { return t.interleaved; }) +
+                                              ", got " + kind);
   // Megatron's interleaved schedule asserts m % p == 0; Seq1F1B-I inherits it.
   if (entry.traits.m_multiple_of_p && mb % p.pp != 0)
     fail({"parallel.global_batch", "parallel.pp", "schedule.kind"},

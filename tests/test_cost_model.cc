@@ -453,8 +453,8 @@ TEST(CostModel, ConstantSplitBackward) {
   c.tp_calls_fwd = 2;
   const ConstantCostModel cm(c);
   Op i = op(OpKind::BackwardInput, 0, 0, 8), w = op(OpKind::BackwardWeight, 0, 0, 4);
-  EXPECT_DOUBLE_EQ(cm.compute_seconds(i, 1), 1.0);        // 3 * 2/3 / v
-  EXPECT_DOUBLE_EQ(cm.compute_seconds(w, 1), 0.25);       // 3 * 1/3 / v * half the tokens
+  EXPECT_DOUBLE_EQ(cm.compute_seconds(i, 1), 1.0);   // 3 * 2/3 / v
+  EXPECT_DOUBLE_EQ(cm.compute_seconds(w, 1), 0.25);  // 3 * 1/3 / v * half the tokens
   EXPECT_EQ(cm.tp_allreduce_calls(i), 2);
   EXPECT_EQ(cm.tp_allreduce_calls(w), 0);
   c.weight_share = 1.5;
