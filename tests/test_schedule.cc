@@ -254,7 +254,7 @@ TEST(ScheduleGolden, PeakInFlightChunkMicrobatches) {
     std::vector<int> out;
     for (const auto& ops : s.per_rank) {
       int live = 0, peak = 0;
-      for (const Op& op : ops) peak = std::max(peak, live += op.kind == OpKind::Forward ? 1 : -1);
+      for (const Op& op : ops) peak = std::max(peak, live += is_backward(op.kind) ? -1 : 1);
       out.push_back(peak);
     }
     return out;
