@@ -478,5 +478,14 @@ TEST(Lowering, FuseAdjacentInputAndWeightBackward) {
   EXPECT_GT(span(s), 0.0);
   EXPECT_GE(span(f), span(s));  // a fused B sends its gradient only after its W part
 }
+TEST(Lowering, VShapeNeedsNoEmbeddingAllReduce) {
+  // ZB-V puts the first and the last virtual stage on rank 0: the tied embedding has one owner.
+  const EmbeddingCosts cost(5e5);
+  const LoweredSchedule v = lower(make_zb_v(2, uniform_microbatches(4, 1, 1, 1), 1), 1, 1, cost);
+  const LoweredSchedule loop = lower(make_1f1b(2, uniform_microbatches(4, 1, 1, 1), 1), 1, 1, cost);
+  EXPECT_EQ(count(v, 0, LOpKind::AllReduce), 0);
+  EXPECT_EQ(count(loop, 0, LOpKind::AllReduce), 1);
+  EXPECT_NO_THROW(check(v, flat_placement(1, 2, 1)));
+}
 }  // namespace
 }  // namespace pipescope
