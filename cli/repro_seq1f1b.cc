@@ -9,8 +9,8 @@
 // Memory is a property of the schedule alone (core/memory_model.h): --memory-only skips the simulations.
 #include <algorithm>
 #include <cstdio>
-#include <stdexcept>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 

@@ -14,7 +14,7 @@ namespace pipescope {
 struct KernelCost {
   double flops = 0;
   double bytes = 0;
-  bool gemm = false;  // tensor-core GEMM (saturating efficiency) vs bandwidth-bound kernel (plain roofline)
+  bool gemm = false;    // tensor-core GEMM (saturating efficiency) vs bandwidth-bound kernel (plain roofline)
   bool weight = false;  // part of the weight-gradient pass W (wgrad GEMMs, bias and embedding gradients)
 };
 

@@ -109,8 +109,8 @@ bool valid_op(const Schedule& s, const Op& op) {
 
 // A B of a (stage, micro-batch, slice) whose backward the schedule also splits into I and W.
 std::string mixed_backward(const Schedule& s, const Op& op, int where, std::size_t i) {
-  return op_text(op) + " (rank/worker " + std::to_string(where) + ", position " + std::to_string(i) +
-         "): schedule '" + s.name + "' runs the backward of stage " + std::to_string(op.stage) + ", micro-batch " +
+  return op_text(op) + " (rank/worker " + std::to_string(where) + ", position " + std::to_string(i) + "): schedule '" +
+         s.name + "' runs the backward of stage " + std::to_string(op.stage) + ", micro-batch " +
          std::to_string(op.microbatch) + ", slice " + std::to_string(op.slice) +
          " both fused (B) and split (I and W); use one form";
 }

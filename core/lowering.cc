@@ -303,8 +303,8 @@ LoweredSchedule grad_sync_pass(LoweredSchedule in, const CostModel& cost) {
   const int r_first = in.schedule.rank_of_stage(0), r_last = in.schedule.rank_of_stage(in.schedule.stages() - 1);
   if (emb > 0 && r_first != r_last) {
     for (int d = 0; d < in.dp; d++) {
-      out.groups.push_back(CollGroup{
-          CollTag::Embedding, {LoweredSchedule::worker(d, r_first, p), LoweredSchedule::worker(d, r_last, p)}});
+      out.groups.push_back(CollGroup{CollTag::Embedding,
+                                     {LoweredSchedule::worker(d, r_first, p), LoweredSchedule::worker(d, r_last, p)}});
       append(static_cast<std::int32_t>(out.groups.size() - 1), CollTag::Embedding, emb);
     }
   }

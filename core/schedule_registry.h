@@ -23,10 +23,10 @@ enum class SlicePlan : std::uint8_t {
 };
 
 struct ScheduleTraits {
-  bool interleaved = false;     // more than one model chunk per rank (needs parallel.v > 1)
-  int fixed_v = 0;              // chunks per rank the generator requires (0: any v >= 2 when interleaved)
+  bool interleaved = false;  // more than one model chunk per rank (needs parallel.v > 1)
+  int fixed_v = 0;           // chunks per rank the generator requires (0: any v >= 2 when interleaved)
   SlicePlan slicing = SlicePlan::Whole;
-  bool split_backward = false;  // backward as I + W ops
+  bool split_backward = false;   // backward as I + W ops
   bool m_multiple_of_p = false;  // the micro-batch count must be a multiple of pp
   StageStyle style = StageStyle::Loop;
   // Read from schedule.file (kind file), not generated: v, the stage placement and the backward form are the

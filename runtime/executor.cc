@@ -147,7 +147,8 @@ void Executor::validate_program() const {
         if (l.op.stage < 0 || l.op.stage >= s.stages()) bad("stage out of range");
         if (l.op.tok_begin < 0 || l.op.tok_end <= l.op.tok_begin || l.op.tok_end > s.seq_len)
           bad("token range out of range");
-        if (l.kind == LOpKind::Compute && s.rank_of_stage(l.op.stage) != rank_) bad("stage does not live on this pipeline rank");
+        if (l.kind == LOpKind::Compute && s.rank_of_stage(l.op.stage) != rank_)
+          bad("stage does not live on this pipeline rank");
         if (l.kind == LOpKind::Compute && ls_.tp > 1 &&
             (i + 1 == prog_.size() || prog_[i + 1].kind != LOpKind::AllReduce ||
              prog_[i + 1].tag != CollTag::TensorParallel))

@@ -93,37 +93,44 @@ using MakespanForm = std::function<std::optional<double>(const Shape&, int v, co
 // The closed forms of the header comment; nullopt where the form's conditions do not hold.
 const std::map<std::string, MakespanForm>& makespan_forms() {
   static const std::map<std::string, MakespanForm> forms = {
-      {"gpipe", [](const Shape& s, int, const Costs& c) -> std::optional<double> {
-         return (s.m + s.p - 1) * (c.tF + c.tB());
-       }},
-      {"1f1b", [](const Shape& s, int, const Costs& c) -> std::optional<double> {
+      {"gpipe",
+       [](const Shape& s, int, const Costs& c) -> std::optional<double> { return (s.m + s.p - 1) * (c.tF + c.tB()); }},
+      {"1f1b",
+       [](const Shape& s, int, const Costs& c) -> std::optional<double> {
          if (s.m < s.p) return std::nullopt;
          return (s.m + s.p - 1) * (c.tF + c.tB());
        }},
-      {"interleaved", [](const Shape& s, int v, const Costs& c) -> std::optional<double> {
+      {"interleaved",
+       [](const Shape& s, int v, const Costs& c) -> std::optional<double> {
          if (s.m % s.p != 0 || s.m == s.p) return std::nullopt;
          return (s.m + (s.p - 1.0) / v) * (c.tF + c.tB());
        }},
-      {"terapipe", [](const Shape& s, int, const Costs& c) -> std::optional<double> {
+      {"terapipe",
+       [](const Shape& s, int, const Costs& c) -> std::optional<double> {
          return (s.m * s.k + s.p - 1.0) * (c.tF + c.tB()) / s.k;
        }},
-      {"seq1f1b", [](const Shape& s, int, const Costs& c) -> std::optional<double> {
+      {"seq1f1b",
+       [](const Shape& s, int, const Costs& c) -> std::optional<double> {
          if (s.m < s.p) return std::nullopt;
          return (s.m + (s.p - 1.0) / s.k) * (c.tF + c.tB());
        }},
-      {"seq1f1b-i", [](const Shape& s, int v, const Costs& c) -> std::optional<double> {
+      {"seq1f1b-i",
+       [](const Shape& s, int v, const Costs& c) -> std::optional<double> {
          if (s.m % s.p != 0 || s.m == s.p || s.p % s.k != 0) return std::nullopt;
          return (s.m + (s.p - 1.0) / (v * s.k)) * (c.tF + c.tB());
        }},
-      {"zb-h1", [](const Shape& s, int, const Costs& c) -> std::optional<double> {
+      {"zb-h1",
+       [](const Shape& s, int, const Costs& c) -> std::optional<double> {
          if (s.m < s.p || c.tW > std::min(c.tF, c.tI)) return std::nullopt;
          return s.m * (c.tF + c.tI + c.tW) + (s.p - 1) * (c.tF + c.tI - c.tW);
        }},
-      {"zb-h2", [](const Shape& s, int, const Costs& c) -> std::optional<double> {
+      {"zb-h2",
+       [](const Shape& s, int, const Costs& c) -> std::optional<double> {
          if (s.m < s.p || c.tI > std::min(c.tF, c.tW)) return std::nullopt;
          return s.m * (c.tF + c.tI + c.tW) + (s.p - 1) * c.tF;
        }},
-      {"zb-v", [](const Shape& s, int, const Costs& c) -> std::optional<double> {
+      {"zb-v",
+       [](const Shape& s, int, const Costs& c) -> std::optional<double> {
          if (s.m < 2 * s.p - 1 || c.tF != c.tI || c.tI != c.tW) return std::nullopt;
          return 3 * s.m * c.tF + (s.p - 1) * c.tF / 2;
        }},
@@ -140,8 +147,7 @@ const std::map<std::string, PeakForm>& peak_forms() {
       {"interleaved", [](const Shape& s, int v) { return (2.0 * (s.p - 1) + (v - 1) * s.p + 1) / v; }},
       {"terapipe", [](const Shape& s, int) { return double(s.m); }},
       {"seq1f1b", [](const Shape& s, int) { return (s.p + s.k - 1.0) / s.k; }},
-      {"seq1f1b-i",
-       [](const Shape& s, int v) { return ((v - 1.0) * s.p + 2.0 * (s.p - 1) + s.k) / (v * s.k); }},
+      {"seq1f1b-i", [](const Shape& s, int v) { return ((v - 1.0) * s.p + 2.0 * (s.p - 1) + s.k) / (v * s.k); }},
       {"zb-h1", [](const Shape& s, int) { return double(std::min(s.p, s.m)); }},
       {"zb-h2", [](const Shape& s, int) { return double(std::min(2 * s.p - 1, s.m)); }},
       {"zb-v", [](const Shape& s, int) { return double(s.p); }},
@@ -193,9 +199,8 @@ TEST_P(Conformance, MakespanMatchesClosedForm) {
       const std::optional<double> want = it->second(sh, s.v, c);
       if (!want) continue;
       checked++;
-      EXPECT_NEAR(makespan(s, c), *want, 1e-9)
-          << GetParam() << " p=" << sh.p << " m=" << sh.m << " k=" << sh.k << " tF=" << c.tF << " tI=" << c.tI
-          << " tW=" << c.tW;
+      EXPECT_NEAR(makespan(s, c), *want, 1e-9) << GetParam() << " p=" << sh.p << " m=" << sh.m << " k=" << sh.k
+                                               << " tF=" << c.tF << " tI=" << c.tI << " tW=" << c.tW;
     }
   EXPECT_GT(checked, 0) << "the closed form of " << GetParam() << " applies to none of the test shapes";
 }

@@ -453,12 +453,24 @@ TEST(CostModel, ConstantSplitBackward) {
   c.tp_calls_fwd = 2;
   const ConstantCostModel cm(c);
   Op i = op(OpKind::BackwardInput, 0, 0, 8), w = op(OpKind::BackwardWeight, 0, 0, 4);
-  EXPECT_DOUBLE_EQ(cm.compute_seconds(i, 1), 1.0);        // 3 * 2/3 / v
-  EXPECT_DOUBLE_EQ(cm.compute_seconds(w, 1), 0.25);       // 3 * 1/3 / v * half the tokens
+  EXPECT_DOUBLE_EQ(cm.compute_seconds(i, 1), 1.0);   // 3 * 2/3 / v
+  EXPECT_DOUBLE_EQ(cm.compute_seconds(w, 1), 0.25);  // 3 * 1/3 / v * half the tokens
   EXPECT_EQ(cm.tp_allreduce_calls(i), 2);
   EXPECT_EQ(cm.tp_allreduce_calls(w), 0);
   c.weight_share = 1.5;
   EXPECT_THROW(ConstantCostModel{c}, std::invalid_argument);
+}
+TEST(CostModel, VShapeHoldsEmbeddingAndHeadOnRankZero) {
+  Scenario loop = scenario("megatron-1.7b", "dgx-a100", 4, 2, 2), v = loop;
+  loop.schedule.kind = ScheduleKind::Interleaved;
+  v.schedule.kind = ScheduleKind::ZeroBubbleV;
+  const double h = loop.model.hidden, t = 2;
+  ASSERT_TRUE(loop.model.tied_embeddings);
+  // Loop style: rank 3 holds the last stage with a copy of the tied embedding; V style: rank 0 holds both ends,
+  // one embedding, plus the final LayerNorm.
+  EXPECT_NEAR(rank_parameter_count(v, 0) - rank_parameter_count(loop, 0), 2 * h / t, 1e-6);
+  EXPECT_NEAR(rank_parameter_count(v, 3), rank_parameter_count(loop, 1), 1e-6);
+  EXPECT_GT(rank_parameter_count(loop, 3), rank_parameter_count(loop, 1));
 }
 }  // namespace
 }  // namespace pipescope
