@@ -14,6 +14,7 @@
 #include "cli/repro.h"
 #include "core/memory_model.h"
 #include "core/scenario.h"
+#include "core/schedule_registry.h"
 #include "core/terapipe_planner.h"
 
 namespace pipescope::cli {
@@ -55,7 +56,7 @@ int print_max_batch(const Scenario& s, double memory_GB) {
 int run_plan(const PlanOptions& o) {
   const Scenario s = load_scenario(o.scenario);
   if (o.memory_GB < 0) throw InputError("--memory-GB must be >= 0");
-  const bool seq1f1b = s.schedule.kind == ScheduleKind::Seq1F1B || s.schedule.kind == ScheduleKind::Seq1F1BInterleaved;
+  const bool seq1f1b = schedule_entry(s.schedule.kind).traits.slicing == SlicePlan::Seq1F1B;
   if (o.simulate && (o.max_batch || seq1f1b))
     throw InputError(std::string("--simulate applies to TeraPipe slicing plans, not to ") +
                      (o.max_batch ? "--max-batch" : "Seq1F1B scenarios (simulate them with `pipescope simulate`)"));

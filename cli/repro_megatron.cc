@@ -63,7 +63,8 @@ Scenario gpt3_175b(int batch, bool interleaved, bool scatter_gather) {
                 "schedule: {kind: %s, scatter_gather: %s, recompute: true}\n"
                 "training: {dtype: fp16}\n"
                 "sim: {p2p: blocking}\n",
-                interleaved ? 2 : 1, batch, interleaved ? "interleaved" : "1f1b", scatter_gather ? "true" : "false");
+                interleaved ? 2 : 1, batch, to_string(interleaved ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB),
+                scatter_gather ? "true" : "false");
   return parse_scenario(yaml, "<repro megatron: GPT-3 175B, B = " + std::to_string(batch) + ">");
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "core/memory_model.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
+#include "core/schedule_registry.h"
 #include "core/seq1f1b.h"
 #include "sim/engine.h"
 #include "sim/report.h"
@@ -182,15 +184,11 @@ int print_seq1f1b_plan(const Scenario& s) {
   std::printf("%-12s %10s %10s %10s  %s\n", "method", "peak_GB", "act_GB", "in_flight", "oom");
   for (const char* kind : kMethods) {
     Scenario v = s;
-    const std::string k = kind;
-    const bool inter = k == "interleaved" || k == "seq1f1b-i";
-    const bool seq = k == "seq1f1b" || k == "seq1f1b-i";
-    v.schedule.kind = k == "1f1b"          ? ScheduleKind::OneFOneB
-                      : k == "interleaved" ? ScheduleKind::Interleaved
-                      : k == "seq1f1b"     ? ScheduleKind::Seq1F1B
-                                           : ScheduleKind::Seq1F1BInterleaved;
-    v.parallel.v = inter ? (s.parallel.v > 1 ? s.parallel.v : 2) : 1;
-    if (!seq) {
+    const ScheduleEntry* e = find_schedule(kind);
+    if (e == nullptr) throw std::logic_error(std::string("repro seq1f1b: unregistered schedule ") + kind);
+    v.schedule.kind = e->kind;
+    v.parallel.v = e->traits.fit_v(s.parallel.v);
+    if (!e->traits.sliced()) {
       v.schedule.seq_slices = 1;
       v.schedule.slicing = "uniform";
       v.schedule.slice_tokens.clear();

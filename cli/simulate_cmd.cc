@@ -12,6 +12,7 @@
 #include "core/pipeline.h"
 #include "core/profile.h"
 #include "core/scenario.h"
+#include "core/schedule_registry.h"
 #include "sim/engine.h"
 #include "sim/report.h"
 #include "sim/timeline_svg.h"
@@ -23,6 +24,8 @@ struct SimulateOptions {
   std::string scenario;
   std::string json, trace;
   std::vector<std::string> compare;
+  std::string schedule;         // --schedule NAME: the scenario with another registered schedule
+  bool list_schedules = false;  // --list-schedules: the registry, one schedule per line
   std::string collectives;
   std::string profile;   // --profile FILE: a calibration profile in place of the scenario's device
   std::string timeline;  // --timeline FILE.svg
@@ -36,30 +39,23 @@ std::ofstream open_output(const std::string& path, const char* flag) {
   return f;
 }
 
-ScheduleKind kind_from_string(const std::string& name) {
-  const ScheduleKind all[] = {ScheduleKind::GPipe,    ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
-                              ScheduleKind::TeraPipe, ScheduleKind::Seq1F1B,  ScheduleKind::Seq1F1BInterleaved};
-  std::string valid;
-  for (ScheduleKind k : all) {
-    if (name == to_string(k)) return k;
-    valid += (valid.empty() ? "" : ", ") + std::string(to_string(k));
-  }
-  throw InputError("--compare: unknown schedule '" + name + "' (valid: " + valid + ")");
+const ScheduleEntry& kind_from_string(const std::string& name, const char* flag = "--compare") {
+  if (const ScheduleEntry* e = find_schedule(name)) return *e;
+  throw InputError(std::string(flag) + ": unknown schedule '" + name + "' (valid: " + schedule_names() + ")");
 }
 
-// The same scenario with another schedule kind; interleaving gets v = 2 when the scenario has v = 1.
-Scenario variant(const Scenario& base, ScheduleKind kind) {
+// The same scenario with another schedule kind; interleaving gets v = 2 when the scenario has v = 1 (or the
+// schedule's fixed v), schedules of whole sequences drop the token slicing.
+Scenario variant(const Scenario& base, const ScheduleEntry& e) {
   Scenario s = base;
-  s.schedule.kind = kind;
-  const bool interleaved = kind == ScheduleKind::Interleaved || kind == ScheduleKind::Seq1F1BInterleaved;
-  if (interleaved && s.parallel.v == 1) s.parallel.v = 2;
-  if (!interleaved) s.parallel.v = 1;
-  if (kind == ScheduleKind::GPipe || kind == ScheduleKind::OneFOneB || kind == ScheduleKind::Interleaved) {
+  s.schedule.kind = e.kind;
+  s.parallel.v = e.traits.fit_v(base.parallel.v);
+  if (!e.traits.sliced()) {
     s.schedule.seq_slices = 1;
     s.schedule.slice_tokens.clear();
     s.schedule.slicing = "uniform";
   }
-  s.name = base.name + "/" + to_string(kind);
+  s.name = base.name + "/" + e.name;
   validate_scenario(s);
   return s;
 }
@@ -149,8 +145,33 @@ int run_compare(const Scenario& base, const SimulateOptions& o) {
   return rc;
 }
 
+// One line per registered schedule: name, traits, help (scripts loop over the first column).
+int list_schedules() {
+  for (const ScheduleEntry& e : schedule_registry()) {
+    const ScheduleTraits& t = e.traits;
+    std::string traits = t.fixed_v > 0 ? "v=" + std::to_string(t.fixed_v) : t.interleaved ? "v>1" : "v=1";
+    if (t.sliced()) traits += ",sliced";
+    if (t.split_backward) traits += ",split-backward";
+    if (t.m_multiple_of_p) traits += ",m%pp==0";
+    switch (t.style) {
+      case StageStyle::Loop:
+        break;
+      case StageStyle::V:
+        traits += ",v-shape";
+        break;
+    }
+    std::printf("%-12s %-32s %s\n", e.name, traits.c_str(), e.help);
+  }
+  return 0;
+}
+
 int run_simulate(const SimulateOptions& o) {
+  if (o.list_schedules) return list_schedules();
   Scenario s = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario);
+  if (!o.schedule.empty()) {
+    if (!o.compare.empty()) throw InputError("--schedule picks one schedule; --compare runs several: give one");
+    s = variant(s, kind_from_string(o.schedule, "--schedule"));
+  }
   if (!o.profile.empty()) s = use_profile(s, o.profile);
   if (!o.compare.empty() && !o.timeline.empty())
     throw InputError("--timeline draws one run; it cannot be combined with --compare");
@@ -177,6 +198,9 @@ Command add_simulate(CLI::App& app) {
   sub->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace-event file (one track per GPU)");
   sub->add_option("--compare", o->compare, "Run schedule variants side by side, e.g. gpipe,1f1b,interleaved")
       ->delimiter(',');
+  sub->add_option("--schedule", o->schedule,
+                  "Simulate the scenario with this registered schedule instead (see --list-schedules)");
+  sub->add_flag("--list-schedules", o->list_schedules, "List the registered schedules (name, traits, help) and exit");
   sub->add_option("--profile", o->profile,
                   "Device profile (pipescope calibrate, or calib/profiles/*.yaml) in place of the scenario's device");
   sub->add_option("--collectives", o->collectives, "Collective model: ring | aggregate | analytic | auto")

@@ -136,7 +136,15 @@ struct Comparison {
 int kind_of(const LoweredOp& l) {
   switch (l.kind) {
     case LOpKind::Compute:
-      return l.op.kind == OpKind::Forward ? kF : kB;
+      switch (l.op.kind) {
+        case OpKind::Forward:
+          return kF;
+        case OpKind::Backward:
+        case OpKind::BackwardInput:
+        case OpKind::BackwardWeight:
+          return kB;
+      }
+      return kB;
     case LOpKind::Send:
     case LOpKind::Recv:
       return kP2P;

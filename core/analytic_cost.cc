@@ -35,6 +35,11 @@
 // parallelism replicates (split t ways along the sequence with parallel.sequence_parallel); everything inside
 // attention and the MLP is split t ways.
 //
+// Split backward (zero-bubble schedules): W = the weight-gradient kernels (every wgrad GEMM, the bias gradients,
+// the logits wgrad, the embedding-gradient scatter-add); I = everything else, including attention backward and
+// the recomputed forward. I and W take the fused backward's time in the ratio of their kernels' times, so
+// I + W = B exactly; FLOPs split the same way (W = the forward GEMM FLOPs). The TP all-reduces are I's.
+//
 // Kernel stream: the host issues kernel j of an op at (j+1)*kernel_launch_s (PyTorch eager dispatch cost,
 // one per kernel); the GPU runs kernels in order, each starting when it is issued and its predecessor has
 // finished. The op takes max_j [issue_j + sum of kernel times from j to the end]. Launch cost therefore
@@ -55,6 +60,8 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+
+#include "core/schedule_registry.h"
 
 namespace pipescope {
 
@@ -134,12 +141,15 @@ double rank_parameter_count(const Scenario& s, int rank) {
   const double h = m.hidden, V = m.vocab;
   const double layers_on_rank = static_cast<double>(m.layers) / par.pp;  // v chunks of layers/(pp*v)
   double p = layers_on_rank * layer_parameter_count(m);
-  if (rank == 0) p += (V + m.seq_len) * h;  // word + position embeddings (first virtual stage)
-  if (rank == par.pp - 1) {
+  // The ranks of the first and last virtual stage (both rank 0 in a V-shaped schedule).
+  const StageStyle style = schedule_entry(s.schedule.kind).traits.style;
+  const int first = stage_rank(style, par.pp, 0), last = stage_rank(style, par.pp, par.pp * par.v - 1);
+  if (rank == first) p += (V + m.seq_len) * h;  // word + position embeddings (first virtual stage)
+  if (rank == last) {
     p += 2.0 * h;  // final LayerNorm
-    // Megatron keeps a copy of the tied word embedding on the last stage when pp > 1; untied models have
-    // their own output layer.
-    if (!m.tied_embeddings || par.pp > 1) p += V * h;
+    // Megatron keeps a copy of the tied word embedding on the last stage when it is on another rank; untied
+    // models have their own output layer.
+    if (!m.tied_embeddings || first != last) p += V * h;
   }
   return p / par.tp;
 }
@@ -243,14 +253,14 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   auto gemm = [&](double M, double Kd, double N) {
     return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
   };
-  auto bias_grad = [&](double rows, double n) { return KernelCost{rows * n, e * (rows * n + n), false}; };
+  auto bias_grad = [&](double rows, double n) { return KernelCost{rows * n, e * (rows * n + n), false, true}; };
   // Weight gradients accumulate over the micro-batches and slices of an iteration (cuBLAS beta = 1 into the
   // gradient buffer): each wgrad reads and writes the whole weight gradient. Small slices pay it per slice.
   const double g = s_.training.grad_fp32 ? 4.0 : 2.0;
   // fused: read + write of the gradient; autograd: the GEMM's own output, then grad += new reads both, writes one.
   const double acc = s_.training.wgrad_accumulation == "autograd" ? 2 * e + 2 * g : 2 * g;
   auto wgrad = [&](double M, double Kd, double N) {
-    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true};
+    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true};
   };
   std::vector<KernelCost> k = {
       {3 * Tr * h, (2 * e + 1) * Tr * h, false},  // dropout + add backward (MLP)
@@ -334,8 +344,7 @@ void AnalyticCostModel::check_op(const Op& op, int microbatch_seqs) const {
     invalid("op " + op_text(op) + ": micro-batch of " + std::to_string(microbatch_seqs) + " sequences");
 }
 
-double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) const {
-  check_op(op, microbatch_seqs);
+AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int microbatch_seqs, bool forward) const {
   const ModelSpec& m = s_.model;
   const int b = microbatch_seqs, l = op.tokens(), c = op.tok_begin;
   const double t = s_.parallel.tp, e = elem_bytes();
@@ -345,39 +354,77 @@ double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) con
   auto gemm = [&](double M, double Kd, double N) {
     return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
   };
-  std::vector<KernelCost> pre, post;
-  std::vector<double> layer;
-  if (op.kind == OpKind::Forward) {
+  OpKernels k;
+  if (forward) {
     if (first) {
-      pre = {{0, 2 * e * T * h, false},                   // word-embedding gather (vocab-parallel)
-             {2 * Tr * h, (3 * e + 1) * Tr * h, false}};  // + position embedding, dropout
+      k.pre = {{0, 2 * e * T * h, false},                   // word-embedding gather (vocab-parallel)
+               {2 * Tr * h, (3 * e + 1) * Tr * h, false}};  // + position embedding, dropout
     }
-    layer = times_of(*this, layer_forward_kernels(b, l, c));
+    k.layer = layer_forward_kernels(b, l, c);
     if (last) {
-      post = {{8 * Tr * h, 2 * e * Tr * h, false},           // final LayerNorm
-              gemm(T, h, V / t),                             // logits
-              {T * V / t, e * T * V / t, false},             // cross entropy: max
-              {3 * T * V / t, (e + 4) * T * V / t, false}};  // exp, sum, softmax kept in fp32
+      k.post = {{8 * Tr * h, 2 * e * Tr * h, false},           // final LayerNorm
+                gemm(T, h, V / t),                             // logits
+                {T * V / t, e * T * V / t, false},             // cross entropy: max
+                {3 * T * V / t, (e + 4) * T * V / t, false}};  // exp, sum, softmax kept in fp32
     }
-  } else {
-    if (last) {
-      pre = {{2 * T * V / t, (4 + e) * T * V / t, false},  // cross-entropy backward
-             gemm(T, V / t, h),                            // logits dgrad
-             gemm(h, T, V / t),                            // logits wgrad
-             {10 * Tr * h, 4 * e * Tr * h, false}};        // final LayerNorm backward
-    }
-    layer = times_of(*this, layer_backward_kernels(b, l, c));
-    if (s_.schedule.recompute) {  // Megatron recomputes each checkpointed layer just before its backward
-      std::vector<double> f = times_of(*this, layer_forward_kernels(b, l, c));
-      layer.insert(layer.begin(), f.begin(), f.end());
-    }
-    if (first) {
-      post = {{Tr * h, (2 * e + 1) * Tr * h, false},  // dropout backward
-              {T * h, (e + 8) * T * h, false}};       // embedding gradient scatter-add (fp32 rows)
-    }
+    return k;
   }
-  return stream_seconds(times_of(*this, pre), layer, layers_per_chunk(), times_of(*this, post),
+  if (last) {
+    KernelCost logits_wgrad = gemm(h, T, V / t);
+    logits_wgrad.weight = true;
+    k.pre = {{2 * T * V / t, (4 + e) * T * V / t, false},  // cross-entropy backward
+             gemm(T, V / t, h),                            // logits dgrad
+             logits_wgrad,                                 // logits wgrad
+             {10 * Tr * h, 4 * e * Tr * h, false}};        // final LayerNorm backward
+  }
+  k.layer = layer_backward_kernels(b, l, c);
+  if (s_.schedule.recompute) {  // Megatron recomputes each checkpointed layer just before its backward
+    const std::vector<KernelCost> f = layer_forward_kernels(b, l, c);
+    k.layer.insert(k.layer.begin(), f.begin(), f.end());
+  }
+  if (first) {
+    k.post = {{Tr * h, (2 * e + 1) * Tr * h, false},   // dropout backward
+              {T * h, (e + 8) * T * h, false, true}};  // embedding gradient scatter-add (fp32 rows)
+  }
+  return k;
+}
+
+double AnalyticCostModel::fused_seconds(const Op& op, int microbatch_seqs, bool forward) const {
+  const OpKernels k = op_kernels(op, microbatch_seqs, forward);
+  return stream_seconds(times_of(*this, k.pre), times_of(*this, k.layer), layers_per_chunk(), times_of(*this, k.post),
                         s_.cluster.device.kernel_launch_s);
+}
+
+double AnalyticCostModel::backward_weight_share(const Op& op, int microbatch_seqs) const {
+  check_op(op, microbatch_seqs);
+  const OpKernels k = op_kernels(op, microbatch_seqs, false);
+  double all = 0, weight = 0;
+  auto add = [&](const std::vector<KernelCost>& ks, double reps) {
+    for (const KernelCost& x : ks) {
+      const double sec = reps * kernel_seconds(x);
+      all += sec;
+      if (x.weight) weight += sec;
+    }
+  };
+  add(k.pre, 1);
+  add(k.layer, layers_per_chunk());
+  add(k.post, 1);
+  return all > 0 ? weight / all : 0.0;
+}
+
+double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) const {
+  check_op(op, microbatch_seqs);
+  switch (op.kind) {
+    case OpKind::Forward:
+      return fused_seconds(op, microbatch_seqs, true);
+    case OpKind::Backward:
+      return fused_seconds(op, microbatch_seqs, false);
+    case OpKind::BackwardInput:
+      return fused_seconds(op, microbatch_seqs, false) * (1 - backward_weight_share(op, microbatch_seqs));
+    case OpKind::BackwardWeight:
+      return fused_seconds(op, microbatch_seqs, false) * backward_weight_share(op, microbatch_seqs);
+  }
+  return 0.0;
 }
 
 double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {
@@ -387,8 +434,21 @@ double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {
   const double fwd = layer_forward_flops(m, s_.parallel.tp, b, l, c).total() * layers_per_chunk();
   const double logits = 2.0 * b * l * static_cast<double>(m.hidden) * m.vocab / s_.parallel.tp;
   const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
-  if (op.kind == OpKind::Forward) return fwd + (last ? logits : 0.0);
-  return (s_.schedule.recompute ? 3.0 : 2.0) * fwd + (last ? 2.0 * logits : 0.0);
+  // W is the weight-gradient GEMMs: as many FLOPs as the forward GEMMs (and the logits GEMM); I is the rest.
+  const double wgrad =
+      layer_forward_flops(m, s_.parallel.tp, b, l, c).gemm() * layers_per_chunk() + (last ? logits : 0.0);
+  const double bwd = (s_.schedule.recompute ? 3.0 : 2.0) * fwd + (last ? 2.0 * logits : 0.0);
+  switch (op.kind) {
+    case OpKind::Forward:
+      return fwd + (last ? logits : 0.0);
+    case OpKind::Backward:
+      return bwd;
+    case OpKind::BackwardInput:
+      return bwd - wgrad;
+    case OpKind::BackwardWeight:
+      return wgrad;
+  }
+  return 0.0;
 }
 
 double AnalyticCostModel::p2p_bytes(const Op& op, int microbatch_seqs) const {
@@ -398,11 +458,18 @@ double AnalyticCostModel::p2p_bytes(const Op& op, int microbatch_seqs) const {
 
 int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
   if (s_.parallel.tp == 1) return 0;
-  const int per_layer = op.kind == OpKind::Forward ? 2 : (s_.schedule.recompute ? 4 : 2);
-  int calls = per_layer * layers_per_chunk();
-  if (op.kind == OpKind::Forward && op.stage == 0) calls += 1;  // vocab-parallel embedding output
-  if (op.kind == OpKind::Backward && op.stage == s_.parallel.pp * s_.parallel.v - 1) calls += 1;  // LM-head input grad
-  return calls;
+  const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
+  const int backward = (s_.schedule.recompute ? 4 : 2) * layers_per_chunk() + (last ? 1 : 0);  // + LM-head input grad
+  switch (op.kind) {
+    case OpKind::Forward:
+      return 2 * layers_per_chunk() + (op.stage == 0 ? 1 : 0);  // + vocab-parallel embedding output
+    case OpKind::Backward:
+    case OpKind::BackwardInput:  // the all-reduces of the input gradients (and the recomputed forward)
+      return backward;
+    case OpKind::BackwardWeight:  // weight gradients stay on their GPU
+      return 0;
+  }
+  return 0;
 }
 
 double AnalyticCostModel::tp_allreduce_bytes(const Op& op, int microbatch_seqs) const {
@@ -430,7 +497,7 @@ double AnalyticCostModel::optimizer_seconds(int rank) const {
 }
 
 double AnalyticCostModel::embedding_grad_bytes() const {
-  if (!s_.model.tied_embeddings || s_.parallel.pp == 1) return 0.0;
+  if (!s_.model.tied_embeddings || s_.parallel.pp == 1) return 0.0;  // (lowering skips it when one rank holds both)
   return static_cast<double>(s_.model.vocab) * s_.model.hidden / s_.parallel.tp * grad_elem_bytes();
 }
 

@@ -14,7 +14,8 @@ namespace pipescope {
 struct KernelCost {
   double flops = 0;
   double bytes = 0;
-  bool gemm = false;  // tensor-core GEMM (saturating efficiency) vs bandwidth-bound kernel (plain roofline)
+  bool gemm = false;    // tensor-core GEMM (saturating efficiency) vs bandwidth-bound kernel (plain roofline)
+  bool weight = false;  // part of the weight-gradient pass W (wgrad GEMMs, bias and embedding gradients)
 };
 
 // Forward FLOPs of one transformer layer for b sequences, l tokens after c context tokens, per GPU of a
@@ -42,6 +43,10 @@ class AnalyticCostModel : public CostModel {
   double layer_backward_seconds(int b, int l, int c) const;  // includes the recomputed forward with recompute
   int layers_per_chunk() const;
 
+  // Share of a fused backward B that its W part takes: the weight-gradient kernels' time over all the kernels'
+  // time of the op (kernel launch costs split in the same ratio). I takes the rest, so I + W = B exactly.
+  double backward_weight_share(const Op& op, int microbatch_seqs) const;
+
   // Useful FLOPs of a compute op on one GPU (causal attention, backward 2x, + recomputed forward, logits
   // 2*b*l*h*V/t forward on the last virtual stage), for utilisation reports.
   double op_flops(const Op& op, int microbatch_seqs) const;
@@ -57,6 +62,12 @@ class AnalyticCostModel : public CostModel {
 
  private:
   void check_op(const Op& op, int microbatch_seqs) const;
+  struct OpKernels {
+    std::vector<KernelCost> pre, layer, post;  // layer runs layers_per_chunk() times
+  };
+  // The kernels of a forward (forward = true) or a fused backward (with the recomputed forward) of `op`.
+  OpKernels op_kernels(const Op& op, int microbatch_seqs, bool forward) const;
+  double fused_seconds(const Op& op, int microbatch_seqs, bool forward) const;
   int elem_bytes() const { return s_.training.act_bytes_per_elem(); }
   int grad_elem_bytes() const { return s_.training.grad_fp32 ? 4 : elem_bytes(); }
 };

@@ -101,10 +101,18 @@ void check_microbatches(const Schedule& s) {
 }
 
 bool valid_op(const Schedule& s, const Op& op) {
-  if (op.chunk < 0 || op.chunk >= s.v || op.stage != op.chunk * s.p + op.rank || op.microbatch < 0 ||
+  if (op.chunk < 0 || op.chunk >= s.v || op.stage != s.stage_of(op.rank, op.chunk) || op.microbatch < 0 ||
       op.microbatch >= s.m || op.slice < 0 || op.slice >= s.slices(op.microbatch))
     return false;
   return op == op_of(s, key_of(op));
+}
+
+// A B of a (stage, micro-batch, slice) whose backward the schedule also splits into I and W.
+std::string mixed_backward(const Schedule& s, const Op& op, int where, std::size_t i) {
+  return op_text(op) + " (rank/worker " + std::to_string(where) + ", position " + std::to_string(i) + "): schedule '" +
+         s.name + "' runs the backward of stage " + std::to_string(op.stage) + ", micro-batch " +
+         std::to_string(op.microbatch) + ", slice " + std::to_string(op.slice) +
+         " both fused (B) and split (I and W); use one form";
 }
 
 }  // namespace
@@ -127,6 +135,7 @@ void check_schedule(const Schedule& s) {
                  "' (chunk, stage, micro-batch, slice or token range out of place)",
              {op_text(op)});
       const auto slot = static_cast<std::size_t>(index.slot(key_of(op)));
+      if (!index.expected(key_of(op))) fail(mixed_backward(s, op, r, i), {op_text(op)});
       if (rank_of[slot] != kNone)
         fail(op_text(op) + " appears twice: " + on_rank(op, rank_of[slot], pos_of[slot]) + " and " + on_rank(op, r, i),
              {op_text(op)});
@@ -135,7 +144,7 @@ void check_schedule(const Schedule& s) {
     }
   }
   for (std::size_t slot = 0; slot < index.size(); slot++)
-    if (rank_of[slot] == kNone) {
+    if (rank_of[slot] == kNone && index.expected(index.key(slot))) {
       const Op op = op_of(s, index.key(slot));
       fail(op_text(op) + " is missing from rank " + std::to_string(op.rank), {op_text(op)});
     }
@@ -148,13 +157,13 @@ void check_schedule(const Schedule& s) {
     for (std::size_t i = 0; i < s.per_rank[r].size(); i++) {
       const Op& op = s.per_rank[r][i];
       if (i > 0) edges.emplace_back(offset[r] + i - 1, offset[r] + i);
-      if (op.kind == OpKind::Backward) {
+      if (is_backward(op.kind)) {
         const auto f = static_cast<std::size_t>(index.slot(OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice}));
         if (pos_of[f] > static_cast<std::int32_t>(i))
           fail(on_rank(op, r, i) + " runs before its forward " + on_rank(s.per_rank[r][pos_of[f]], r, pos_of[f]),
                {op_text(op), op_text(s.per_rank[r][pos_of[f]])});
       }
-      for (const OpKey& dep : op_dependencies(s, key_of(op))) {
+      for (const OpKey& dep : op_dependencies(index, key_of(op))) {
         const auto d = static_cast<std::size_t>(index.slot(dep));
         const int dr = rank_of[d];
         const Op& dop = s.per_rank[dr][pos_of[d]];
@@ -215,6 +224,7 @@ CheckedSchedule check(const LoweredSchedule& ls, const Placement& placement) {
           fail(on_worker(ls, w, i) + " is not an op of rank " + std::to_string(r) + " of schedule '" + s.name + "'",
                {lowered_op_name(ls, w, i)});
         const auto slot = static_cast<std::size_t>(index.slot(key_of(l.op)));
+        if (!index.expected(key_of(l.op))) fail(mixed_backward(s, l.op, w, i), {lowered_op_name(ls, w, i)});
         if (at_worker[slot] >= 0)
           fail(op_text(l.op) + " runs twice: " + on_worker(ls, at_worker[slot], at_pos[slot]) + " and " +
                    on_worker(ls, w, i),
@@ -224,7 +234,7 @@ CheckedSchedule check(const LoweredSchedule& ls, const Placement& placement) {
       }
     }
     for (std::size_t slot = 0; slot < index.size(); slot++)
-      if (at_worker[slot] < 0) {
+      if (at_worker[slot] < 0 && index.expected(index.key(slot))) {
         const Op op = op_of(s, index.key(slot));
         fail(op_text(op) + " is missing from worker " + std::to_string(LoweredSchedule::worker(d, op.rank, p)) +
                  " (replica " + std::to_string(d) + ")",
@@ -232,7 +242,7 @@ CheckedSchedule check(const LoweredSchedule& ls, const Placement& placement) {
       }
     for (std::size_t slot = 0; slot < index.size(); slot++) {
       const OpKey k = index.key(slot);
-      if (k.kind != OpKind::Backward) continue;
+      if (!is_backward(k.kind) || at_worker[slot] < 0) continue;
       const auto f = static_cast<std::size_t>(index.slot(OpKey{OpKind::Forward, k.stage, k.microbatch, k.slice}));
       if (at_pos[f] > at_pos[slot])
         fail(on_worker(ls, at_worker[slot], at_pos[slot]) + " runs before its forward " +
@@ -299,7 +309,7 @@ CheckedSchedule check(const LoweredSchedule& ls, const Placement& placement) {
                  {lowered_op_name(ls, w, i)});
         }
         if (l.kind != LOpKind::Compute) continue;
-        for (const OpKey& dep : op_dependencies(s, key_of(l.op))) {
+        for (const OpKey& dep : op_dependencies(index, key_of(l.op))) {
           const std::int64_t slot = index.slot(dep);
           const int pw = at_worker[slot];
           const int pp = at_pos[slot];

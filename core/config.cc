@@ -1,25 +1,11 @@
 #include "core/config.h"
 
+#include "core/schedule_registry.h"
+
 namespace pipescope {
 
-// These spellings are the YAML values (core/scenario.cc parses them) and the CLI's --compare names.
-const char* to_string(ScheduleKind k) {
-  switch (k) {
-    case ScheduleKind::GPipe:
-      return "gpipe";
-    case ScheduleKind::OneFOneB:
-      return "1f1b";
-    case ScheduleKind::Interleaved:
-      return "interleaved";
-    case ScheduleKind::TeraPipe:
-      return "terapipe";
-    case ScheduleKind::Seq1F1B:
-      return "seq1f1b";
-    case ScheduleKind::Seq1F1BInterleaved:
-      return "seq1f1b-i";
-  }
-  return "?";
-}
+// The YAML values and the CLI's names: the registry's (core/schedule_registry.h).
+const char* to_string(ScheduleKind k) { return schedule_entry(k).name; }
 
 const char* to_string(IntraNodeFabric f) {
   switch (f) {

@@ -77,7 +77,18 @@ struct ParallelSpec {
 };
 
 // ---------------------------------------------------------------- schedule
-enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved, TeraPipe, Seq1F1B, Seq1F1BInterleaved };
+// Names, traits and generators: core/schedule_registry.h (the one table of schedules).
+enum class ScheduleKind : std::uint8_t {
+  GPipe,
+  OneFOneB,
+  Interleaved,
+  TeraPipe,
+  Seq1F1B,
+  Seq1F1BInterleaved,
+  ZeroBubbleH1,
+  ZeroBubbleH2,
+  ZeroBubbleV,
+};
 
 struct ScheduleSpec {
   ScheduleKind kind = ScheduleKind::OneFOneB;

@@ -21,19 +21,44 @@ ConstantCostModel::ConstantCostModel(ConstantCosts c) : c_(c) {
   require(c.tp_calls_fwd >= 0, "tp_calls_fwd must be >= 0, got " + std::to_string(c.tp_calls_fwd));
   const double vals[] = {c.forward_s, c.backward_s, c.p2p_bytes, c.grad_bytes, c.optimizer_s, c.tp_bytes};
   for (double x : vals) require(std::isfinite(x) && x >= 0, "costs and sizes must be finite and >= 0");
+  require(c.weight_share >= 0 && c.weight_share <= 1, "weight_share must be in [0, 1]");
 }
 
 double ConstantCostModel::token_share(const Op& op) const { return static_cast<double>(op.tokens()) / c_.seq_len; }
 
 double ConstantCostModel::compute_seconds(const Op& op, int) const {
-  const double stage_s = op.kind == OpKind::Forward ? c_.forward_s : c_.backward_s;
+  double stage_s = 0;
+  switch (op.kind) {
+    case OpKind::Forward:
+      stage_s = c_.forward_s;
+      break;
+    case OpKind::Backward:
+      stage_s = c_.backward_s;
+      break;
+    case OpKind::BackwardInput:
+      stage_s = c_.backward_s * (1 - c_.weight_share);
+      break;
+    case OpKind::BackwardWeight:
+      stage_s = c_.backward_s * c_.weight_share;
+      break;
+  }
   return stage_s / c_.v * token_share(op);
 }
 
 // An activation (or its gradient) has the same size whichever chunk produced it.
 double ConstantCostModel::p2p_bytes(const Op& op, int) const { return c_.p2p_bytes * token_share(op); }
 
-int ConstantCostModel::tp_allreduce_calls(const Op&) const { return c_.tp_calls_fwd; }
+int ConstantCostModel::tp_allreduce_calls(const Op& op) const {
+  switch (op.kind) {
+    case OpKind::Forward:
+    case OpKind::Backward:
+    case OpKind::BackwardInput:
+      return c_.tp_calls_fwd;
+    case OpKind::BackwardWeight:  // weight gradients stay on their GPU
+      return 0;
+  }
+  return 0;
+}
 
 double ConstantCostModel::tp_allreduce_bytes(const Op& op, int) const { return c_.tp_bytes * token_share(op); }
 

@@ -34,6 +34,10 @@ class CostModel {
 struct ConstantCosts {
   double forward_s = 1.0;   // forward of one whole micro-batch on one virtual stage... see note
   double backward_s = 2.0;  // ... costs are per rank-stage; divided by v for a chunk
+  // Split backward: W (weight gradients) takes this share of backward_s, I (input gradients) the rest, so
+  // I + W = B. The default 1/2 is the transformer's: the weight-gradient GEMMs are as many FLOPs as the
+  // input-gradient GEMMs (attention backward is ignored here), giving tF = tI = tW at backward_s = 2 forward_s.
+  double weight_share = 0.5;
   double p2p_bytes = 0.0;   // per whole micro-batch; slices get their token share
   double grad_bytes = 0.0;  // per rank
   double optimizer_s = 0.0;

@@ -39,16 +39,12 @@ int check_generator_args(const char* where, int p, int v, const std::vector<Micr
   return kmax;
 }
 
-namespace {
-
 void require_unsliced(const char* where, const std::vector<MicroBatch>& mbs) {
   for (std::size_t i = 0; i < mbs.size(); i++)
     if (mbs[i].slice_begin.size() != 1)
       invalid(where, "micro-batch " + std::to_string(i) + " has " + std::to_string(mbs[i].slice_begin.size()) +
                          " token slices; this generator needs unsliced micro-batches (sliced 1F1B is Seq1F1B)");
 }
-
-}  // namespace
 
 std::vector<MicroBatch> uniform_microbatches(int m, int mbs, int seq_len, int k) {
   const char* where = "uniform_microbatches";

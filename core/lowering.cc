@@ -185,7 +185,7 @@ LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
       const auto& prog = in.per_worker[w];
       for (std::size_t i = 0; i < prog.size(); i++) {
         if (prog[i].kind != LOpKind::Compute) continue;
-        for (const OpKey& dep : op_dependencies(s, key_of(prog[i].op))) {
+        for (const OpKey& dep : op_dependencies(index, key_of(prog[i].op))) {
           const std::int64_t slot = index.slot(dep);
           // A producer missing from the schedule is left for the checker to report by name.
           if (slot < 0 || at_worker[slot] < 0 || at_worker[slot] == w || received_on[slot] == w) continue;
@@ -299,10 +299,12 @@ LoweredSchedule grad_sync_pass(LoweredSchedule in, const CostModel& cost) {
     }
   }
   const double emb = cost.embedding_grad_bytes();
-  if (emb > 0 && p > 1) {
+  // The ranks of the first and the last virtual stage (the same rank in a V-shaped schedule: nothing to sync).
+  const int r_first = in.schedule.rank_of_stage(0), r_last = in.schedule.rank_of_stage(in.schedule.stages() - 1);
+  if (emb > 0 && r_first != r_last) {
     for (int d = 0; d < in.dp; d++) {
-      out.groups.push_back(
-          CollGroup{CollTag::Embedding, {LoweredSchedule::worker(d, 0, p), LoweredSchedule::worker(d, p - 1, p)}});
+      out.groups.push_back(CollGroup{CollTag::Embedding,
+                                     {LoweredSchedule::worker(d, r_first, p), LoweredSchedule::worker(d, r_last, p)}});
       append(static_cast<std::int32_t>(out.groups.size() - 1), CollTag::Embedding, emb);
     }
   }
@@ -328,6 +330,25 @@ LoweredSchedule add_scatter_gather(const LoweredSchedule& in) { return scatter_g
 LoweredSchedule add_tp_allreduce(const LoweredSchedule& in, const CostModel& cost) { return tp_pass(in, cost); }
 LoweredSchedule add_grad_sync(const LoweredSchedule& in, const CostModel& cost) { return grad_sync_pass(in, cost); }
 LoweredSchedule add_optimizer(const LoweredSchedule& in, const CostModel& cost) { return optimizer_pass(in, cost); }
+
+Schedule fuse_adjacent_iw(const Schedule& s) {
+  Schedule out = s;
+  for (auto& ops : out.per_rank) {
+    std::vector<Op> next;
+    next.reserve(ops.size());
+    for (std::size_t i = 0; i < ops.size(); i++) {
+      Op w = ops[i];
+      w.kind = OpKind::BackwardWeight;
+      const bool pair = ops[i].kind == OpKind::BackwardInput && i + 1 < ops.size() && ops[i + 1] == w;
+      next.push_back(ops[i]);
+      if (!pair) continue;
+      next.back().kind = OpKind::Backward;
+      i++;
+    }
+    ops = std::move(next);
+  }
+  return out;
+}
 
 LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost, bool scatter_gather) {
   LoweredSchedule ls = lower_compute(s, dp, tp, cost);

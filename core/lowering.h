@@ -102,6 +102,11 @@ LoweredSchedule add_grad_sync(const LoweredSchedule& in, const CostModel& cost);
 // 5. Optimizer step at the end of every worker.
 LoweredSchedule add_optimizer(const LoweredSchedule& in, const CostModel& cost);
 
+// 0. (Optional, on the compute schedule.) Every I immediately followed on its rank by the W of the same
+//    (stage, micro-batch, slice) becomes one B: the same work as one op (the runtime's cheaper form). Not part
+//    of lower(): it moves the input-gradient send from after I to after W.
+Schedule fuse_adjacent_iw(const Schedule& s);
+
 // All passes in order: what `simulate` and `validate` run.
 // scatter_gather: run pass 2b (Scenario::schedule.scatter_gather).
 LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost, bool scatter_gather = false);

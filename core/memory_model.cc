@@ -37,7 +37,10 @@
 // + extras + cache growth) and l/s * 1/v in-flight units (a whole stage-micro-batch = 1: a chunk is 1/v of the
 // rank's layers, a slice of l tokens l/s of the sequence); a backward is checked at live + transient, then frees
 // what its forward stored, swaps the dK/dV buffer and, for the first slice, the cache. The peak is the maximum
-// of those points; peak_in_flight is the unit count there.
+// of those points; peak_in_flight is the unit count there. A split backward does the check and the dK/dV /
+// cache swap at I and frees the forward's activations (and its in-flight units) only at W: W reads the GEMM
+// inputs, and holding all of them until W is the zero-bubble schedules' memory cost (ZB-H2's 2p-1 in flight).
+// With recompute, I is charged the transient recomputed layer; W is modelled as needing only the checkpoints.
 #include "core/memory_model.h"
 
 #include <algorithm>
@@ -150,7 +153,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
       const auto mb_key = std::make_pair(op.stage, op.microbatch);
       const bool sliced = sched.slices(op.microbatch) > 1;
       const double full_layer = layer_activation_bytes(s, b, l, c);
-      if (op.kind == OpKind::Forward) {
+      auto forward = [&] {
         double per_layer = full_layer, cache_growth = 0;
         if (recompute) {
           per_layer = bl * h * e / rep_tp;
@@ -170,27 +173,48 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
         live += bytes + cache_growth;
         units += l;
         consider(live);
-      } else {
+      };
+      // B and I: check the peak with the transient recomputed layer, then pass the dK/dV buffer along the slices.
+      auto input_gradient = [&] {
+        if (live_ops.find(key) == live_ops.end())
+          fail("rank " + std::to_string(r) + ": backward " + op_text(op) + " comes before its forward");
+        consider(live + (recompute ? full_layer : 0.0));
+        if (!sliced) return;
+        // This backward consumed the dK/dV buffer of the later slices and hands one over its prefix down.
+        auto d = dkv.find(mb_key);
+        if (d != dkv.end()) live -= d->second, dkv.erase(d);
+        if (c > 0) {
+          const double buf = layers * layer_kv_bytes(s, b, c);
+          dkv[mb_key] = buf;
+          live += buf;
+        } else {
+          auto kc = kv_cache.find(mb_key);
+          if (kc != kv_cache.end()) live -= kc->second, kv_cache.erase(kc);
+        }
+      };
+      // B and W: the forward's stored activations are freed (W needs the GEMM inputs, so they live until it).
+      auto release = [&] {
         auto it = live_ops.find(key);
         if (it == live_ops.end())
           fail("rank " + std::to_string(r) + ": backward " + op_text(op) + " comes before its forward");
-        consider(live + (recompute ? full_layer : 0.0));
         live -= it->second.bytes;
         units -= it->second.tokens;
         live_ops.erase(it);
-        if (sliced) {
-          // This backward consumed the dK/dV buffer of the later slices and hands one over its prefix down.
-          auto d = dkv.find(mb_key);
-          if (d != dkv.end()) live -= d->second, dkv.erase(d);
-          if (c > 0) {
-            const double buf = layers * layer_kv_bytes(s, b, c);
-            dkv[mb_key] = buf;
-            live += buf;
-          } else {
-            auto kc = kv_cache.find(mb_key);
-            if (kc != kv_cache.end()) live -= kc->second, kv_cache.erase(kc);
-          }
-        }
+      };
+      switch (op.kind) {
+        case OpKind::Forward:
+          forward();
+          break;
+        case OpKind::Backward:
+          input_gradient();
+          release();
+          break;
+        case OpKind::BackwardInput:
+          input_gradient();
+          break;
+        case OpKind::BackwardWeight:
+          release();
+          break;
       }
     }
     rm.activation_peak_bytes = peak;

@@ -4,6 +4,7 @@
 
 #include "core/analytic_cost.h"
 #include "core/profile_cost.h"
+#include "core/schedule_registry.h"
 #include "core/seq1f1b.h"
 #include "core/terapipe_planner.h"
 
@@ -12,9 +13,10 @@ namespace pipescope {
 Schedule make_schedule(const Scenario& s) {
   const ParallelSpec& par = s.parallel;
   const ScheduleSpec& sch = s.schedule;
+  const ScheduleEntry& entry = schedule_entry(sch.kind);
   const int m = par.micro_batches();
   std::vector<MicroBatch> mbs;
-  if (sch.kind == ScheduleKind::TeraPipe && sch.slicing == "dp") {
+  if (entry.traits.slicing == SlicePlan::TeraPipe && sch.slicing == "dp") {
     // TeraPipe's planner (core/terapipe_planner.h): joint micro-batch / token split, exact, 8-token grain.
     const SlicingPlan plan = plan_scenario(s, PlannerOptions{}, par.micro_batch_size);
     int seq = 0;
@@ -28,35 +30,18 @@ Schedule make_schedule(const Scenario& s) {
         mbs.push_back(std::move(mb));
         seq += g.b;
       }
-  } else if (sch.kind == ScheduleKind::Seq1F1B || sch.kind == ScheduleKind::Seq1F1BInterleaved) {
+  } else if (entry.traits.slicing == SlicePlan::Seq1F1B) {
     // Seq1F1B segments: cwp (equal causal FLOPs, TP-rounded), uniform or explicit (core/seq1f1b.h).
     mbs = sliced_microbatches(m, par.micro_batch_size, seq1f1b_split_lengths(s));
   } else if (!sch.slice_tokens.empty())
     mbs = sliced_microbatches(m, par.micro_batch_size, sch.slice_tokens);
   else
     mbs = uniform_microbatches(m, par.micro_batch_size, s.model.seq_len, sch.seq_slices);
-  switch (sch.kind) {
-    case ScheduleKind::GPipe:
-    case ScheduleKind::TeraPipe:
-      return make_gpipe(par.pp, mbs, s.model.seq_len);
-    case ScheduleKind::OneFOneB:
-      return make_1f1b(par.pp, mbs, s.model.seq_len);
-    case ScheduleKind::Interleaved:
-      return make_interleaved(par.pp, par.v, mbs, s.model.seq_len);
-    case ScheduleKind::Seq1F1B:
-    case ScheduleKind::Seq1F1BInterleaved:
-      try {
-        if (sch.kind == ScheduleKind::Seq1F1B) return make_seq1f1b(par.pp, mbs, s.model.seq_len);
-        // Eq. 6 / the authors' code grouping (spec/seq1f1b.md 7.3); make_seq1f1b_interleaved also offers the figure's.
-        return make_seq1f1b_interleaved(par.pp, par.v, mbs, s.model.seq_len, Seq1F1BGrouping::Code);
-      } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument(s.source + ": schedule: " + e.what());
-      }
-    default:
-      break;
+  try {
+    return entry.generate(par.pp, par.v, mbs, s.model.seq_len);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(s.source + ": schedule: " + e.what());
   }
-  throw std::invalid_argument(s.source + ": schedule.kind: '" + to_string(sch.kind) +
-                              "' is not supported by this build yet");
 }
 
 std::unique_ptr<CostModel> make_cost_model(const Scenario& s) {

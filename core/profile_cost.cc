@@ -94,6 +94,18 @@ double ProfileCostModel::table_end_seconds(bool embedding, bool forward, int b, 
 }
 
 double ProfileCostModel::compute_seconds(const Op& op, int b) const {
+  switch (op.kind) {  // I and W: the measured fused backward split by the analytic model's ratio
+    case OpKind::Forward:
+    case OpKind::Backward:
+      break;
+    case OpKind::BackwardInput:
+    case OpKind::BackwardWeight: {
+      Op fused = op;
+      fused.kind = OpKind::Backward;
+      const double w = backward_weight_share(op, b);
+      return compute_seconds(fused, b) * (op.kind == OpKind::BackwardWeight ? w : 1 - w);
+    }
+  }
   if (tables_.empty()) return AnalyticCostModel::compute_seconds(op, b) + p_.op_overhead_s;
   const bool fwd = op.kind == OpKind::Forward;
   const int l = op.tokens(), c = op.tok_begin;

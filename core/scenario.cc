@@ -20,6 +20,7 @@
 
 #include "core/presets.h"
 #include "core/profile.h"
+#include "core/schedule_registry.h"
 #include "core/units.h"
 
 namespace pipescope {
@@ -300,8 +301,11 @@ std::vector<std::pair<std::string, E>> enum_table(std::initializer_list<E> all) 
 }
 
 const std::vector<std::pair<std::string, ScheduleKind>>& schedule_kinds() {
-  static const auto t = enum_table({ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
-                                    ScheduleKind::TeraPipe, ScheduleKind::Seq1F1B, ScheduleKind::Seq1F1BInterleaved});
+  static const auto t = [] {
+    std::vector<std::pair<std::string, ScheduleKind>> v;
+    for (const ScheduleEntry& e : schedule_registry()) v.emplace_back(e.name, e.kind);
+    return v;
+  }();
   return t;
 }
 const std::vector<std::pair<std::string, IntraNodeFabric>>& fabrics() {
@@ -635,20 +639,23 @@ void Validator::run() const {
   const int mb = p.micro_batches();
 
   // Schedule constraints.
-  const char* kind = to_string(sch.kind);
-  const bool interleaved = sch.kind == ScheduleKind::Interleaved || sch.kind == ScheduleKind::Seq1F1BInterleaved;
-  const bool sliced = sch.kind == ScheduleKind::TeraPipe || sch.kind == ScheduleKind::Seq1F1B ||
-                      sch.kind == ScheduleKind::Seq1F1BInterleaved;
+  const ScheduleEntry& entry = schedule_entry(sch.kind);
+  const char* kind = entry.name;
+  const bool interleaved = entry.traits.interleaved;
+  const bool sliced = entry.traits.sliced();
   if (interleaved && p.v < 2)
     fail({"parallel.v", "schedule.kind"},
          std::string("schedule ") + kind + " needs v > 1 model chunks per rank, got v = " + std::to_string(p.v));
+  if (entry.traits.fixed_v > 0 && p.v != entry.traits.fixed_v)
+    fail({"parallel.v", "schedule.kind"}, std::string("schedule ") + kind +
+                                              " needs exactly v = " + std::to_string(entry.traits.fixed_v) +
+                                              " model chunks per rank, got v = " + std::to_string(p.v));
   if (!interleaved && p.v > 1)
-    fail({"parallel.v", "schedule.kind"}, "v = " + std::to_string(p.v) +
-                                              " model chunks per rank needs schedule.kind "
-                                              "interleaved or seq1f1b-i, got " +
-                                              kind);
-  // Megatron's interleaved schedule asserts m % p == 0 (spec/megatron.md 2.4); Seq1F1B-I inherits it (seq1f1b.md 7.2).
-  if (interleaved && mb % p.pp != 0)
+    fail({"parallel.v", "schedule.kind"}, "v = " + std::to_string(p.v) + " model chunks per rank needs schedule.kind " +
+                                              schedule_names_if([](const ScheduleTraits& t) { return t.interleaved; }) +
+                                              ", got " + kind);
+  // Megatron's interleaved schedule asserts m % p == 0; Seq1F1B-I inherits it.
+  if (entry.traits.m_multiple_of_p && mb % p.pp != 0)
     fail({"parallel.global_batch", "parallel.pp", "schedule.kind"},
          std::string("schedule ") + kind +
              " needs the micro-batch count m = global_batch / (micro_batch_size * dp) = " + std::to_string(mb) +
@@ -663,16 +670,14 @@ void Validator::run() const {
   if (!one_of(slicings(), sch.slicing))
     fail({"schedule.slicing"}, unknown_value_message("value", sch.slicing, names_of(slicings())));
   if (!sliced) {
+    const std::string slicers = schedule_names_if([](const ScheduleTraits& t) { return t.sliced(); });
     if (sch.seq_slices != 1)
       fail({"schedule.seq_slices", "schedule.kind"},
-           std::string("schedule ") + kind +
-               " runs whole sequences: seq_slices must be 1 (token slicing needs "
-               "terapipe, seq1f1b or seq1f1b-i), got " +
-               std::to_string(sch.seq_slices));
+           std::string("schedule ") + kind + " runs whole sequences: seq_slices must be 1 (token slicing needs " +
+               slicers + "), got " + std::to_string(sch.seq_slices));
     if (!sch.slice_tokens.empty())
-      fail(
-          {"schedule.slice_tokens", "schedule.kind"},
-          std::string("schedule ") + kind + " runs whole sequences: slice_tokens needs terapipe, seq1f1b or seq1f1b-i");
+      fail({"schedule.slice_tokens", "schedule.kind"},
+           std::string("schedule ") + kind + " runs whole sequences: slice_tokens needs " + slicers);
     if (sch.slicing != "uniform")
       fail({"schedule.slicing", "schedule.kind"},
            std::string("schedule ") + kind + " runs whole sequences: slicing must be uniform, got " + sch.slicing);

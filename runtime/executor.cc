@@ -123,7 +123,7 @@ Executor::Executor(UncheckedForTesting, const LoweredSchedule& ls, int worker, c
   if (ls.tp > 1)
     be_.set_tp_all_reduce([this](void* data, std::size_t n, kernels::DType t) { tp_all_reduce(data, n, t); });
   for (int c = 0; c < s.v; c++) {
-    const int g = c * s.p + rank_;
+    const int g = s.stage_of(rank_, c);
     const StageLayers L = stage_layers(model_.layers, stages, g);
     if (g == 0) add({kernels::ModuleKind::kEmbedding, 0});
     for (int l = L.first; l < L.first + L.count; l++) add({kernels::ModuleKind::kLayer, l});
@@ -157,7 +157,8 @@ void Executor::validate_program() const {
         if (l.op.stage < 0 || l.op.stage >= s.stages()) bad("stage out of range");
         if (l.op.tok_begin < 0 || l.op.tok_end <= l.op.tok_begin || l.op.tok_end > s.seq_len)
           bad("token range out of range");
-        if (l.kind == LOpKind::Compute && l.op.stage % s.p != rank_) bad("stage does not live on this pipeline rank");
+        if (l.kind == LOpKind::Compute && s.rank_of_stage(l.op.stage) != rank_)
+          bad("stage does not live on this pipeline rank");
         if (l.kind == LOpKind::Compute && ls_.tp > 1 && layer_tp_calls(l.op) > 0 &&
             (i + 1 == prog_.size() || prog_[i + 1].kind != LOpKind::AllReduce ||
              prog_[i + 1].tag != CollTag::TensorParallel))

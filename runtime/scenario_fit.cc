@@ -1,17 +1,15 @@
 #include "runtime/scenario_fit.h"
 
 #include "core/scenario.h"
+#include "core/schedule_registry.h"
 
 namespace pipescope::runtime {
 
 namespace {
 
 ScheduleKind kind_of(const std::string& name, const std::string& source) {
-  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved, ScheduleKind::TeraPipe,
-                         ScheduleKind::Seq1F1B, ScheduleKind::Seq1F1BInterleaved})
-    if (name == to_string(k)) return k;
-  throw ScenarioError(source + ": schedule.kind: unknown schedule '" + name +
-                      "' (valid: gpipe, 1f1b, interleaved, terapipe, seq1f1b, seq1f1b-i)");
+  if (const ScheduleEntry* e = find_schedule(name)) return e->kind;
+  throw ScenarioError(source + ": schedule.kind: unknown schedule '" + name + "' (valid: " + schedule_names() + ")");
 }
 
 }  // namespace
@@ -39,10 +37,9 @@ Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o) {
 
   ScheduleSpec& sch = s.schedule;
   if (o.schedule) sch.kind = kind_of(*o.schedule, s.source);
-  const bool sliced = sch.kind == ScheduleKind::TeraPipe || sch.kind == ScheduleKind::Seq1F1B ||
-                      sch.kind == ScheduleKind::Seq1F1BInterleaved;
-  const bool interleaved = sch.kind == ScheduleKind::Interleaved || sch.kind == ScheduleKind::Seq1F1BInterleaved;
-  if (o.schedule && !o.v) p.v = interleaved ? std::max(p.v, 2) : 1;
+  const ScheduleTraits& traits = schedule_entry(sch.kind).traits;
+  const bool sliced = traits.sliced();
+  if (o.schedule && !o.v) p.v = traits.fit_v(p.v);
   if (o.slices) {
     sch.seq_slices = *o.slices;
     sch.slice_tokens.clear();

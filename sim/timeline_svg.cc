@@ -382,7 +382,18 @@ TimelinePanel timeline_panel(const LoweredSchedule& ls, const Placement& pl, con
       iv.end_s = s.end;
       switch (l.kind) {
         case LOpKind::Compute:
-          iv.kind = l.op.kind == OpKind::Forward ? BlockKind::Forward : BlockKind::Backward;
+          switch (l.op.kind) {
+            case OpKind::Forward:
+              iv.kind = BlockKind::Forward;
+              break;
+            case OpKind::Backward:
+            case OpKind::BackwardInput:
+              iv.kind = BlockKind::Backward;
+              break;
+            case OpKind::BackwardWeight:
+              iv.kind = BlockKind::WeightGrad;
+              break;
+          }
           iv.microbatch = l.op.microbatch;
           iv.label = std::to_string(l.op.microbatch);
           if (sliced) iv.label += "." + std::to_string(l.op.slice);

@@ -29,6 +29,7 @@
 #include "core/lowering.h"
 #include "core/placement.h"
 #include "core/schedule.h"
+#include "core/schedule_registry.h"
 #include "sim/engine.h"
 #include "sim/platform.h"
 #include "sim/report.h"
@@ -255,9 +256,9 @@ int run_schedule(const Args& a) {
   cc.seq_len = seq;
   const ConstantCostModel cost(cc);
   const auto mbs = uniform_microbatches(m, 1, seq, 1);
-  Schedule s = kind == "gpipe"         ? make_gpipe(p, mbs, seq)
-               : kind == "interleaved" ? make_interleaved(p, v, mbs, seq)
-                                       : make_1f1b(p, mbs, seq);
+  const ScheduleEntry* entry = find_schedule(kind);
+  if (entry == nullptr) throw std::invalid_argument("--schedule " + kind + ": unknown (" + schedule_names() + ")");
+  Schedule s = entry->generate(p, v, mbs, seq);
   LoweredSchedule ls = lower(s, dp, tp, cost, a.has("sg"));
   ls.blocking_sends = a.has("blocking");
   const Placement pl = make_placement(a.str("layout", "megatron"), dp, p, tp, cluster);

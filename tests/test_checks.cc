@@ -302,6 +302,29 @@ TEST(CheckSchedule, RejectsBrokenOrders) {
   expect_schedule_rejected(s, {"micro-batches for m = 3"});
 }
 
+TEST(CheckSchedule, SplitBackward) {
+  // r0 of ZB-H1 p=2 m=2: 0F0 0F1 0I0 0W0 0I1 0W1; r1: 1F0 1I0 1F1 1I1 1W0 1W1.
+  EXPECT_NO_THROW(check_schedule(make_zb_h1(2, uniform_microbatches(2, 1, 1, 1), 1)));
+  EXPECT_NO_THROW(check_schedule(make_zb_v(3, uniform_microbatches(6, 1, 1, 1), 1)));
+  Schedule s = make_zb_h1(2, uniform_microbatches(2, 1, 1, 1), 1);
+  auto at = [&](int r, const std::string& text) {
+    const auto& ops = s.per_rank[r];
+    return static_cast<std::size_t>(
+        std::find_if(ops.begin(), ops.end(), [&](const Op& o) { return op_text(o) == text; }) - ops.begin());
+  };
+  std::swap(s.per_rank[0][at(0, "0I0")], s.per_rank[0][at(0, "0W0")]);  // W before its I
+  expect_schedule_rejected(s, {"0W0", "needs 0I0", "runs later on the same rank"});
+  s = make_zb_h1(2, uniform_microbatches(2, 1, 1, 1), 1);
+  s.per_rank[1].erase(s.per_rank[1].begin() + static_cast<std::ptrdiff_t>(at(1, "1W1")));
+  expect_schedule_rejected(s, {"1W1 is missing from rank 1"});
+  s = make_zb_h1(2, uniform_microbatches(2, 1, 1, 1), 1);
+  s.per_rank[1][at(1, "1I0")].kind = OpKind::Backward;  // B and W of the same key: both forms at once
+  expect_schedule_rejected(s, {"1B0", "both fused (B) and split (I and W)"});
+  s = make_zb_h1(2, uniform_microbatches(2, 1, 1, 1), 1);
+  std::swap(s.per_rank[1][at(1, "1I0")], s.per_rank[1][at(1, "1W1")]);  // 1W1 ahead of its forward
+  expect_schedule_rejected(s, {"1W1", "runs before its forward 1F1"});
+}
+
 TEST(CheckSchedule, CrossRankDeadlock) {
   // r0: F0 B0 F1 B1, r1: F1 B1 F0 B0: 1F1 waits for 0F1, which waits behind 0B0, which needs 1B0, which
   // runs after 1F1 on rank 1.

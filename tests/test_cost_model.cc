@@ -416,5 +416,49 @@ TEST(CostModel, WeightGradientAccumulationBoundsShortSliceBackward) {
   EXPECT_DOUBLE_EQ(autograd.layer_backward_seconds(1, 2048, 0) / fp16.layer_backward_seconds(1, 2048, 0), 1.0);
 }
 
+// ---------------------------------------------------------------- split backward (I / W)
+
+TEST(CostModel, SplitBackwardAddsUpToTheFusedBackward) {
+  for (bool recompute : {false, true})
+    for (int tp : {1, 8}) {
+      const Scenario s = scenario("megatron-145.6b", "dgx-a100", 8, tp, 1, recompute);
+      const AnalyticCostModel cm(s);
+      for (int stage : {0, 3, 7})
+        for (int b : {1, 4}) {
+          const Op fused = op(OpKind::Backward, stage, 0, 2048, 8);
+          const Op i = op(OpKind::BackwardInput, stage, 0, 2048, 8), w = op(OpKind::BackwardWeight, stage, 0, 2048, 8);
+          const double tb = cm.compute_seconds(fused, b), ti = cm.compute_seconds(i, b), tw = cm.compute_seconds(w, b);
+          EXPECT_NEAR(ti + tw, tb, 1e-12 * tb) << stage << " " << b;
+          // W is the weight-gradient GEMMs: about a third of a plain backward (half of the GEMM work, which
+          // dominates at this size), less with the recomputed forward charged to I.
+          EXPECT_GT(tw, 0.25 * tb);
+          EXPECT_LT(tw, 0.5 * tb);
+          EXPECT_GT(ti, tw);
+          // FLOPs: W = the forward's GEMM FLOPs; I + W = B.
+          EXPECT_NEAR(cm.op_flops(i, b) + cm.op_flops(w, b), cm.op_flops(fused, b), 1e-6 * cm.op_flops(fused, b));
+          // The TP all-reduces are the input gradients': all on I, none on W.
+          EXPECT_EQ(cm.tp_allreduce_calls(i), cm.tp_allreduce_calls(fused));
+          EXPECT_EQ(cm.tp_allreduce_calls(w), 0);
+        }
+    }
+}
+
+TEST(CostModel, ConstantSplitBackward) {
+  ConstantCosts c;
+  c.forward_s = 1;
+  c.backward_s = 3;
+  c.weight_share = 1.0 / 3;
+  c.v = 2;
+  c.seq_len = 8;
+  c.tp_calls_fwd = 2;
+  const ConstantCostModel cm(c);
+  Op i = op(OpKind::BackwardInput, 0, 0, 8), w = op(OpKind::BackwardWeight, 0, 0, 4);
+  EXPECT_DOUBLE_EQ(cm.compute_seconds(i, 1), 1.0);   // 3 * 2/3 / v
+  EXPECT_DOUBLE_EQ(cm.compute_seconds(w, 1), 0.25);  // 3 * 1/3 / v * half the tokens
+  EXPECT_EQ(cm.tp_allreduce_calls(i), 2);
+  EXPECT_EQ(cm.tp_allreduce_calls(w), 0);
+  c.weight_share = 1.5;
+  EXPECT_THROW(ConstantCostModel{c}, std::invalid_argument);
+}
 }  // namespace
 }  // namespace pipescope

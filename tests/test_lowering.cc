@@ -452,5 +452,31 @@ TEST(LoweringDag, PlacementMustFit) {
   EXPECT_THROW(build_dag(ls, flat_placement(1, 2, 2)), CheckError);
 }
 
+// ---------------------------------------------------------------- split backward
+
+TEST(Lowering, InputGradientIsSentAfterTheInputBackward) {
+  // ZB-H1 p=2 m=2, r1: 1F0 1I0 1F1 1I1 1W0 1W1: the gradient of stage 1 goes to rank 0 right after each I.
+  const Schedule s = make_zb_h1(2, uniform_microbatches(2, 1, 1, 1), 1);
+  const LoweredSchedule ls = lower(s, 1, 1, ConstantCostModel(costs()));
+  EXPECT_EQ(program(ls, 1), "recv(0F0<-0) 1F0 1I0 send(1I0->0) recv(0F1<-0) 1F1 1I1 send(1I1->0) 1W0 1W1 opt");
+  EXPECT_NO_THROW(check(ls, flat_placement(1, 2, 1)));
+}
+
+TEST(Lowering, FuseAdjacentInputAndWeightBackward) {
+  const Schedule s = make_zb_h1(2, uniform_microbatches(2, 1, 1, 1), 1);
+  const Schedule f = fuse_adjacent_iw(s);
+  // r0: 0F0 0F1 0I0 0W0 0I1 0W1 -> both pairs adjacent; r1: 1F0 1I0 1F1 1I1 1W0 1W1 -> none.
+  EXPECT_EQ(schedule_text(f), "r0: 0F0 0F1 0B0 0B1\nr1: 1F0 1I0 1F1 1I1 1W0 1W1\n");
+  EXPECT_NO_THROW(check_schedule(f));
+  const ConstantCostModel cost(costs());
+  const auto span = [&](const Schedule& x) {
+    const LoweredSchedule ls = lower(x, 1, 1, cost);
+    const CheckedSchedule cs = check(ls, flat_placement(1, 2, 1));
+    const auto fin = earliest_finish(cs.dag());
+    return *std::max_element(fin.begin(), fin.end());
+  };
+  EXPECT_GT(span(s), 0.0);
+  EXPECT_GE(span(f), span(s));  // a fused B sends its gradient only after its W part
+}
 }  // namespace
 }  // namespace pipescope

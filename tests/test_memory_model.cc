@@ -424,5 +424,32 @@ TEST(MemoryModel, TeraPipeTable1BatchesFit) {
   }
 }
 
+// ---------------------------------------------------------------- split backward
+
+TEST(MemoryModel, WeightBackwardHoldsTheActivations) {
+  // Same op order with B replaced by I (W at the very end): nothing is freed until the W ops run.
+  const Scenario s = scenario("megatron-1.7b", "dgx-a100", 2, 1);
+  const auto mbs = uniform_microbatches(4, 1, 2048, 1);
+  Schedule split = make_1f1b(2, mbs, 2048);
+  for (auto& ops : split.per_rank) {
+    std::vector<Op> ws;
+    for (Op& o : ops)
+      if (o.kind == OpKind::Backward) {
+        o.kind = OpKind::BackwardInput;
+        ws.push_back(o);
+        ws.back().kind = OpKind::BackwardWeight;
+      }
+    ops.insert(ops.end(), ws.begin(), ws.end());
+  }
+  const MemoryReport fused = memory_report(s, make_1f1b(2, mbs, 2048)), held = memory_report(s, split);
+  EXPECT_DOUBLE_EQ(fused.ranks[0].max_in_flight, 2);
+  EXPECT_DOUBLE_EQ(held.ranks[0].max_in_flight, 4);  // every micro-batch in flight until the W ops
+  EXPECT_NEAR(held.ranks[0].activation_peak_bytes, 2 * fused.ranks[0].activation_peak_bytes,
+              1e-9 * fused.ranks[0].activation_peak_bytes);
+  // ZB-H1 keeps 1F1B's worst-rank peak; ZB-H2 allows 2p - 1.
+  const MemoryReport h1 = memory_report(s, make_zb_h1(2, mbs, 2048)), h2 = memory_report(s, make_zb_h2(2, mbs, 2048));
+  EXPECT_DOUBLE_EQ(std::max(h1.ranks[0].max_in_flight, h1.ranks[1].max_in_flight), 2);
+  EXPECT_DOUBLE_EQ(h2.ranks[0].max_in_flight, 3);
+}
 }  // namespace
 }  // namespace pipescope

@@ -219,6 +219,7 @@ TEST_F(Mutations, DuplicateSend) {
 TEST_F(Mutations, SwapDependentOps) {
   expect_all_rejected("swap two dependent ops", [](const LoweredSchedule& ls) {
     std::vector<LoweredSchedule> out;
+    const OpKeyIndex index(ls.schedule);
     for (int w = 0; w < ls.workers(); w++) {
       const auto& prog = ls.per_worker[w];
       std::map<OpKey, std::size_t> where;
@@ -226,7 +227,7 @@ TEST_F(Mutations, SwapDependentOps) {
         if (is_compute(prog[i])) where[key_of(prog[i].op)] = i;
       for (std::size_t j = 0; j < prog.size(); j++) {
         if (!is_compute(prog[j])) continue;
-        for (const OpKey& dep : op_dependencies(ls.schedule, key_of(prog[j].op))) {
+        for (const OpKey& dep : op_dependencies(index, key_of(prog[j].op))) {
           auto it = where.find(dep);
           if (it == where.end()) continue;  // produced on another rank
           LoweredSchedule m = ls;

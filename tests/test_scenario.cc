@@ -402,7 +402,7 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM");
   EXPECT_EQ(error_of(kBase + "schedule:\n  kind: 1f1f\n"),
             "t.yaml:5:9: schedule.kind: unknown value \"1f1f\" (did you mean \"1f1b\"?); valid: gpipe, 1f1b, "
-            "interleaved, terapipe, seq1f1b, seq1f1b-i");
+            "interleaved, terapipe, seq1f1b, seq1f1b-i, zb-h1, zb-h2, zb-v");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, nodes: 2, intra_node: {fabric: nvlink}}\n" + kParallel),
             "t.yaml:2:60: cluster.intra_node.fabric: unknown value \"nvlink\"; valid: nvswitch, cube-mesh, pcie");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, nodes: 2, network: {topology: fattree}}\n" + kParallel),
@@ -462,9 +462,10 @@ TEST(ScenarioErrors, BatchDivisibility) {
 TEST(ScenarioErrors, ScheduleConstraints) {
   EXPECT_EQ(error_of(kBase + "schedule: {kind: interleaved}\n"),
             "t.yaml:4:18: schedule.kind: schedule interleaved needs v > 1 model chunks per rank, got v = 1");
-  EXPECT_EQ(error_of(kModel + kCluster + "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 32}\n"),
-            "t.yaml:3:36: parallel.v: v = 2 model chunks per rank needs schedule.kind interleaved or seq1f1b-i, got "
-            "1f1b");
+  EXPECT_EQ(
+      error_of(kModel + kCluster + "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 32}\n"),
+      "t.yaml:3:36: parallel.v: v = 2 model chunks per rank needs schedule.kind interleaved, seq1f1b-i or zb-v, got "
+      "1f1b");
   EXPECT_EQ(error_of(kModel + kCluster + "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 12}\n" +
                      "schedule: {kind: interleaved}\n"),
             "t.yaml:3:53: parallel.global_batch: schedule interleaved needs the micro-batch count m = global_batch / "

@@ -66,7 +66,7 @@ ConstantCosts unit_costs(int v = 1, int seq_len = 1) {
 
 TEST(ScheduleText, RoundTrip) {
   std::vector<Op> ops;
-  for (OpKind kind : {OpKind::Forward, OpKind::Backward})
+  for (OpKind kind : {OpKind::Forward, OpKind::Backward, OpKind::BackwardInput, OpKind::BackwardWeight})
     for (int rank : {0, 3, 17})
       for (int chunk : {0, 1, 3})
         for (int mb : {0, 7, 123})
@@ -109,6 +109,27 @@ TEST(ScheduleText, Examples) {
   EXPECT_EQ(e.slice, 0);
   EXPECT_EQ(parse_op("0F5s2").slice, 2);
   EXPECT_EQ(parse_op("0F5s2").stage, 0);
+  EXPECT_EQ(parse_op("1I2").kind, OpKind::BackwardInput);
+  EXPECT_EQ(parse_op("1W2c1").kind, OpKind::BackwardWeight);
+  op.kind = OpKind::BackwardWeight;
+  EXPECT_EQ(op_text(op), "1W3c1s2");
+  for (OpKind k : {OpKind::Forward, OpKind::Backward, OpKind::BackwardInput, OpKind::BackwardWeight})
+    EXPECT_EQ(std::string(1, kind_letter(k)), std::string("FBIW").substr(static_cast<std::size_t>(kind_index(k)), 1));
+}
+
+TEST(ScheduleText, VStyleStagesRoundTrip) {
+  // ZB-V: rank r holds stages r (chunk 0) and 2p-1-r (chunk 1).
+  const Schedule s = make_zb_v(4, uniform_microbatches(8, 1, 64, 1), 64);
+  EXPECT_EQ(s.style, StageStyle::V);
+  for (int g = 0; g < s.stages(); g++) {
+    const int r = s.rank_of_stage(g), c = s.chunk_of_stage(g);
+    EXPECT_EQ(r, g < 4 ? g : 7 - g) << g;
+    EXPECT_EQ(s.stage_of(r, c), g);
+  }
+  EXPECT_EQ(parse_op("1I3c1", s).stage, 6);
+  EXPECT_EQ(parse_op("0W0c1", s).stage, 7);
+  for (const auto& ops : s.per_rank)
+    for (const Op& op : ops) EXPECT_EQ(parse_op(op_text(op), s), op) << op_text(op);
 }
 
 TEST(ScheduleText, MalformedTextIsRejected) {
@@ -378,6 +399,33 @@ TEST(ScheduleProperties, DependenciesFollowTheSpec) {
   EXPECT_EQ(deps(OpKind::Backward, 0, 1),
             (std::vector<OpKey>{{OpKind::Forward, 0, 0, 1}, {OpKind::Backward, 1, 0, 1}, {OpKind::Backward, 0, 0, 2}}));
   EXPECT_EQ(deps(OpKind::Backward, 1, 3), (std::vector<OpKey>{{OpKind::Forward, 1, 0, 3}}));
+  // Split backward: I(g) needs F(g) and the input gradient of stage g+1 from whichever op produces it there; W
+  // needs its I. A mixed schedule (stage 1 fused, stage 0 split) takes stage 1's B.
+  Schedule z = make_zb_h1(3, uniform_microbatches(3, 1, 8, 1), 8);
+  const OpKeyIndex zi(z);
+  EXPECT_EQ(op_dependencies(zi, OpKey{OpKind::BackwardInput, 1, 2, 0}),
+            (std::vector<OpKey>{{OpKind::Forward, 1, 2, 0}, {OpKind::BackwardInput, 2, 2, 0}}));
+  EXPECT_EQ(op_dependencies(zi, OpKey{OpKind::BackwardWeight, 1, 2, 0}),
+            (std::vector<OpKey>{{OpKind::BackwardInput, 1, 2, 0}}));
+  for (auto& ops : z.per_rank)  // stage 2 back to fused B: drop its W ops, its I ops become B
+    if (ops.front().stage == 2) {
+      std::vector<Op> keep;
+      for (Op o : ops) {
+        if (o.kind == OpKind::BackwardWeight) continue;
+        if (o.kind == OpKind::BackwardInput) o.kind = OpKind::Backward;
+        keep.push_back(o);
+      }
+      ops = keep;
+    }
+  const OpKeyIndex mixed(z);
+  EXPECT_FALSE(mixed.split(2, 0, 0));
+  EXPECT_TRUE(mixed.split(1, 0, 0));
+  EXPECT_EQ(op_dependencies(mixed, OpKey{OpKind::BackwardInput, 1, 0, 0}),
+            (std::vector<OpKey>{{OpKind::Forward, 1, 0, 0}, {OpKind::Backward, 2, 0, 0}}));
+  EXPECT_NO_THROW(check_schedule(z));
+  // Every slot maps back to its key.
+  for (std::size_t slot = 0; slot < mixed.size(); slot++)
+    EXPECT_EQ(mixed.slot(mixed.key(slot)), static_cast<std::int64_t>(slot));
   OpKey a{OpKind::Forward, 1, 0, 0}, b{OpKind::Forward, 1, 0, 1};
   EXPECT_TRUE(a < b);
   EXPECT_FALSE(b < a);
