@@ -68,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     s = apply_profile(s, p, "fuzz.yaml");
     validate_scenario(s);
     const ProfileCostModel m(s, p);
-    for (OpKind k : {OpKind::Forward, OpKind::Backward})
+    for (OpKind k : {OpKind::Forward, OpKind::Backward, OpKind::BackwardInput, OpKind::BackwardWeight})
       for (int stage : {0, 1}) {
         Op op;
         op.kind = k;

@@ -460,5 +460,17 @@ TEST(CostModel, ConstantSplitBackward) {
   c.weight_share = 1.5;
   EXPECT_THROW(ConstantCostModel{c}, std::invalid_argument);
 }
+TEST(CostModel, VShapeHoldsEmbeddingAndHeadOnRankZero) {
+  Scenario loop = scenario("megatron-1.7b", "dgx-a100", 4, 2, 2), v = loop;
+  loop.schedule.kind = ScheduleKind::Interleaved;
+  v.schedule.kind = ScheduleKind::ZeroBubbleV;
+  const double h = loop.model.hidden, t = 2;
+  ASSERT_TRUE(loop.model.tied_embeddings);
+  // Loop style: rank 3 holds the last stage with a copy of the tied embedding; V style: rank 0 holds both ends,
+  // one embedding, plus the final LayerNorm.
+  EXPECT_NEAR(rank_parameter_count(v, 0) - rank_parameter_count(loop, 0), 2 * h / t, 1e-6);
+  EXPECT_NEAR(rank_parameter_count(v, 3), rank_parameter_count(loop, 1), 1e-6);
+  EXPECT_GT(rank_parameter_count(loop, 3), rank_parameter_count(loop, 1));
+}
 }  // namespace
 }  // namespace pipescope

@@ -115,7 +115,7 @@ TEST(LoweringPasses, ComputeReplicatesWithDurations) {
       for (std::size_t i = 0; i < prog.size(); i++) {
         EXPECT_EQ(prog[i].kind, LOpKind::Compute);
         EXPECT_EQ(prog[i].op, s.per_rank[r][i]);
-        EXPECT_DOUBLE_EQ(prog[i].seconds, prog[i].op.kind == OpKind::Forward ? 0.5 : 1.0);
+        EXPECT_DOUBLE_EQ(prog[i].seconds, is_backward(prog[i].op.kind) ? 1.0 : 0.5);
       }
     }
   EXPECT_TRUE(ls.groups.empty());
@@ -154,14 +154,14 @@ TEST(LoweringPasses, P2PCountsAndAdjacency) {
           ASSERT_GT(j, 0u);
           EXPECT_EQ(prog[j - 1].op, o.op);
           EXPECT_EQ(o.peer / p, w / p) << "sends stay in the replica";
-          EXPECT_EQ(o.peer % p, o.op.kind == OpKind::Forward ? r + 1 : r - 1);
+          EXPECT_EQ(o.peer % p, is_backward(o.op.kind) ? r - 1 : r + 1);
         }
         if (o.kind == LOpKind::Recv) {  // right before the op that consumes it
           ASSERT_LT(i + 1, prog.size());
           EXPECT_EQ(prog[i + 1].kind, LOpKind::Compute);
           EXPECT_EQ(prog[i + 1].op.microbatch, o.op.microbatch);
           EXPECT_EQ(prog[i + 1].op.kind, o.op.kind);
-          EXPECT_EQ(o.peer, w + (o.op.kind == OpKind::Forward ? -1 : 1));
+          EXPECT_EQ(o.peer, w + (is_backward(o.op.kind) ? 1 : -1));
         }
       }
     }
@@ -477,6 +477,15 @@ TEST(Lowering, FuseAdjacentInputAndWeightBackward) {
   };
   EXPECT_GT(span(s), 0.0);
   EXPECT_GE(span(f), span(s));  // a fused B sends its gradient only after its W part
+}
+TEST(Lowering, VShapeNeedsNoEmbeddingAllReduce) {
+  // ZB-V puts the first and the last virtual stage on rank 0: the tied embedding has one owner.
+  const EmbeddingCosts cost(5e5);
+  const LoweredSchedule v = lower(make_zb_v(2, uniform_microbatches(4, 1, 1, 1), 1), 1, 1, cost);
+  const LoweredSchedule loop = lower(make_1f1b(2, uniform_microbatches(4, 1, 1, 1), 1), 1, 1, cost);
+  EXPECT_EQ(count(v, 0, LOpKind::AllReduce), 0);
+  EXPECT_EQ(count(loop, 0, LOpKind::AllReduce), 1);
+  EXPECT_NO_THROW(check(v, flat_placement(1, 2, 1)));
 }
 }  // namespace
 }  // namespace pipescope

@@ -254,7 +254,7 @@ TEST(ScheduleGolden, PeakInFlightChunkMicrobatches) {
     std::vector<int> out;
     for (const auto& ops : s.per_rank) {
       int live = 0, peak = 0;
-      for (const Op& op : ops) peak = std::max(peak, live += op.kind == OpKind::Forward ? 1 : -1);
+      for (const Op& op : ops) peak = std::max(peak, live += is_backward(op.kind) ? -1 : 1);
       out.push_back(peak);
     }
     return out;
@@ -493,5 +493,34 @@ TEST(ScheduleClosedForm, DataParallelReplicasAndOptimizerWithFreeCommunication) 
   EXPECT_NEAR(makespan(make_1f1b(4, uniform_microbatches(8, 1, 1, 1), 1), cc, 3), 33.25, 1e-9);
 }
 
+// ------------------------------------------------------------------------------------------ zero bubble
+
+TEST(ZeroBubble, EveryShapeIsAcceptedAndLowers) {
+  // Including m < p and m < 2p - 1 (ZB-V plans for 2p - 1 micro-batches and drops the missing ones).
+  for (int p = 1; p <= 6; p++)
+    for (int m = 1; m <= 3 * p; m++) {
+      const auto mbs = uniform_microbatches(m, 1, 1, 1);
+      for (const Schedule& s : {make_zb_h1(p, mbs, 1), make_zb_h2(p, mbs, 1), make_zb_v(p, mbs, 1)}) {
+        EXPECT_NO_THROW(check_schedule(s)) << s.name << " p=" << p << " m=" << m;
+        EXPECT_EQ(s.op_count(), static_cast<std::size_t>(3 * s.stages() * m)) << s.name;
+        EXPECT_GT(makespan(s, unit_costs(s.v)), 0.0);
+      }
+    }
+  EXPECT_THROW(make_zb_h1(2, uniform_microbatches(2, 1, 8, 2), 8), std::invalid_argument);  // no token slices
+  EXPECT_THROW(make_zb_v(0, uniform_microbatches(2, 1, 1, 1), 1), std::invalid_argument);
+}
+
+TEST(ZeroBubble, GoldenOrders) {
+  const Schedule h1 = make_zb_h1(4, uniform_microbatches(8, 1, 1, 1), 1);
+  // Rank r: 1F1B's warm-up, then F I per step, W from step r on (the first r W ops wait for the cool-down).
+  EXPECT_EQ(schedule_text(h1).substr(0, schedule_text(h1).find('\n')),
+            "r0: 0F0 0F1 0F2 0F3 0I0 0W0 0F4 0I1 0W1 0F5 0I2 0W2 0F6 0I3 0W3 0F7 0I4 0W4 0I5 0W5 0I6 0W6 0I7 0W7");
+  EXPECT_EQ(schedule_text(h1).substr(schedule_text(h1).rfind("r3:")),
+            "r3: 3F0 3I0 3F1 3I1 3F2 3I2 3F3 3I3 3W0 3F4 3I4 3W1 3F5 3I5 3W2 3F6 3I6 3W3 3F7 3I7 3W4 3W5 3W6 3W7\n");
+  const Schedule v = make_zb_v(2, uniform_microbatches(3, 1, 1, 1), 1);
+  EXPECT_EQ(schedule_text(v),
+            "r0: 0F0 0F1 0F2 0F0c1 0I0c1 0W0c1 0F1c1 0I1c1 0W1c1 0I0 0W0 0F2c1 0I2c1 0W2c1 0I1 0W1 0I2 0W2\n"
+            "r1: 1F0 1F0c1 1F1 1F1c1 1I0c1 1W0c1 1F2 1I0 1W0 1F2c1 1I1c1 1W1c1 1I1 1I2c1 1I2 1W1 1W2c1 1W2\n");
+}
 }  // namespace
 }  // namespace pipescope
