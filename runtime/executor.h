@@ -105,10 +105,10 @@ class Executor {
   void run_op(std::size_t i, IterationStats& st, Clock::time_point t0);
   void forward(const Op& op, IterationStats& st);
   using Records = std::vector<std::unique_ptr<kernels::Record>>;
-  void backward(const Op& op, IterationStats& st);        // B
-  void backward_input(const Op& op, IterationStats& st);  // I
+  void backward(const Op& op, IterationStats& st);         // B
+  void backward_input(const Op& op, IterationStats& st);   // I
   void backward_weight(const Op& op, IterationStats& st);  // W
-  Records& forward_records(const Op& op);  // the records of op's forward, checked to be there
+  Records& forward_records(const Op& op);                  // the records of op's forward, checked to be there
   // B or I: the head's backward (last stage) or the next stage's input gradient, back through the stage's layers;
   // returns the gradient w.r.t. the stage's input. split: the kernels' input halves, the records stay for W.
   std::shared_ptr<kernels::Tensor> backward_through(const Op& op, Records& recs, bool split, IterationStats& st);

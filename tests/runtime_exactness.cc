@@ -77,8 +77,8 @@ int run_case(MpiSession& mpi, const Options& o) {
   LoweredSchedule bad;
   ModelConfig mc;
   try {
-    Scenario s = tiny_scenario(o.schedule, o.dp, o.pp, o.v, o.m, o.layers, o.hidden, o.heads, o.seq, o.vocab,
-                               o.slices, o.slice_tokens, o.tp);
+    Scenario s = tiny_scenario(o.schedule, o.dp, o.pp, o.v, o.m, o.layers, o.hidden, o.heads, o.seq, o.vocab, o.slices,
+                               o.slice_tokens, o.tp);
     s.schedule.scatter_gather = o.scatter_gather;
     if (o.mbs != 1) {
       ScenarioOverrides ov;
