@@ -116,8 +116,8 @@ int run_measured(const ValidateOptions& o, const runtime::RankJob& job, const Lo
 }
 
 // ---------------------------------------------------------------- comparison
-enum Kind { kF, kB, kP2P, kAllReduce, kOptimizer, kKinds };
-const char* const kKindNames[kKinds] = {"F", "B", "p2p", "allreduce", "optimizer"};
+enum Kind { kF, kB, kI, kW, kP2P, kAllReduce, kOptimizer, kKinds };  // rows without ops are not printed
+const char* const kKindNames[kKinds] = {"F", "B", "I", "W", "p2p", "allreduce", "optimizer"};
 
 struct KindStats {
   double measured_sum = 0, simulated_sum = 0;
@@ -140,9 +140,11 @@ int kind_of(const LoweredOp& l) {
         case OpKind::Forward:
           return kF;
         case OpKind::Backward:
-        case OpKind::BackwardInput:
-        case OpKind::BackwardWeight:
           return kB;
+        case OpKind::BackwardInput:
+          return kI;
+        case OpKind::BackwardWeight:
+          return kW;
       }
       return kB;
     case LOpKind::Send:

@@ -270,8 +270,8 @@ class CudaRecord final : public Record {
 
  private:
   std::array<DeviceBuffer*, 27> buffers() {
-    return {&x,     &a1,   &qkv,  &ctx,  &x1,    &a2,      &u,   &g,     &probs,    &mu1,     &rstd1, &mu2,  &rstd2, &hx,
-            &ha,    &dlogits, &hmu, &hrstd, &row_loss, &targets, &gdy, &gdu, &gda2, &gdx1, &gdqkv, &gda1, &hda};
+    return {&x,  &a1,      &qkv, &ctx,   &x1,       &a2,      &u,   &g,   &probs, &mu1,  &rstd1, &mu2,  &rstd2, &hx,
+            &ha, &dlogits, &hmu, &hrstd, &row_loss, &targets, &gdy, &gdu, &gda2,  &gdx1, &gdqkv, &gda1, &hda};
   }
 };
 
@@ -476,7 +476,7 @@ class CudaBackend final : public Backend {
   // Workspaces (grow-only; operations on the one stream use them in order).
   DeviceBuffer scores_, ds_, tf_, t3h_, th1_, th2_, red_, logits_, ids_;
   DeviceBuffer ta2_, ta1_;  // the fused layer_backward's dLN2 / dLN1 outputs (LayerOutGrads da2, da1)
-  DeviceBuffer tsum_;  // fp32 partial sums of a shard for the TP all-reduce
+  DeviceBuffer tsum_;       // fp32 partial sums of a shard for the TP all-reduce
   // accumulate_loss: each slice's per-row losses, copied on the stream (its record is reused before take_loss).
   struct LossRows {
     DeviceBuffer rows;

@@ -232,8 +232,7 @@ void backward_input(const LayerShape& shape, const T* P, const LayerRecord<T>& r
 
 // Every parameter gradient of the layer from the record's activations and the output gradients (dy and d).
 template <class T>
-void backward_weight(const LayerShape& shape, const LayerRecord<T>& r, const Mat<T>& dy, const LayerGrads<T>& d,
-                     T* G) {
+void backward_weight(const LayerShape& shape, const LayerRecord<T>& r, const Mat<T>& dy, const LayerGrads<T>& d, T* G) {
   const LayerLayout L = LayerLayout::of(shape);
   const int h = shape.hidden, w = shape.shard_width(), f = shape.shard_ffn();
   MMap<T>(G + L.w_fc2, f, h).noalias() += r.g.transpose() * dy;
@@ -425,7 +424,7 @@ void adam_step(const AdamConfig& cfg, int step, std::size_t n, T* p, const T* g,
   template double head_forward<T>(const ModelShape&, const T*, const Mat<T>&, const std::vector<std::int32_t>&,       \
                                   const Slice&, double, double, HeadRecord<T>&);                                      \
   template void head_backward<T>(const ModelShape&, const T*, const HeadRecord<T>&, T*, Mat<T>&);                     \
-  template void layer_backward_input<T>(const LayerShape&, const T*, LayerRecord<T>&, KVCache<T>&, const Mat<T>&,      \
+  template void layer_backward_input<T>(const LayerShape&, const T*, LayerRecord<T>&, KVCache<T>&, const Mat<T>&,     \
                                         Mat<T>&, const TpSum<T>&);                                                    \
   template void layer_backward_weight<T>(const LayerShape&, LayerRecord<T>&, T*);                                     \
   template void head_backward_input<T>(const ModelShape&, const T*, HeadRecord<T>&, Mat<T>&);                         \

@@ -26,13 +26,23 @@ void timed(double& acc, F&& f) {
 
 struct Executor::State {
   explicit State(const Schedule& s)
-      : index(s), outputs(index.size()), inbox(index.size()), ungathered(index.size(), 0), records(index.size()) {}
+      : index(s),
+        outputs(index.size()),
+        inbox(index.size()),
+        ungathered(index.size(), 0),
+        records(index.size()),
+        input_done(index.size(), 0),
+        emb_grads(index.size()) {}
   OpKeyIndex index;
   std::vector<std::shared_ptr<kernels::Tensor>> outputs;  // by producer slot: computed here, not yet sent / consumed
   std::vector<std::shared_ptr<kernels::Tensor>> inbox;    // by producer slot: received, not yet consumed
   std::vector<char> ungathered;  // by producer slot: only this TP rank's chunk arrived (scatter/gather)
-  // By forward slot: the records of the stage's layers (then the head's) until the matching backward.
+  // By forward slot: the records of the stage's layers (then the head's) until the matching B, or W (split).
   std::vector<std::vector<std::unique_ptr<kernels::Record>>> records;
+  std::vector<char> input_done;  // by forward slot: its I ran, its W has not (the records hold what W needs)
+  // By forward slot, stage 0 only: the gradient w.r.t. the embedding's output that an I computed, for its W (the
+  // embedding's backward is all weight gradient).
+  std::vector<std::shared_ptr<kernels::Tensor>> emb_grads;
   std::map<std::pair<int, int>, std::unique_ptr<kernels::KVCache>> kv;  // (micro-batch, layer)
   std::vector<std::unique_ptr<kernels::Record>> free_records;           // reused: a forward overwrites a record
   struct PendingSend {
@@ -149,7 +159,7 @@ void Executor::validate_program() const {
           bad("token range out of range");
         if (l.kind == LOpKind::Compute && s.rank_of_stage(l.op.stage) != rank_)
           bad("stage does not live on this pipeline rank");
-        if (l.kind == LOpKind::Compute && ls_.tp > 1 &&
+        if (l.kind == LOpKind::Compute && ls_.tp > 1 && layer_tp_calls(l.op) > 0 &&
             (i + 1 == prog_.size() || prog_[i + 1].kind != LOpKind::AllReduce ||
              prog_[i + 1].tag != CollTag::TensorParallel))
           bad("tp = " + std::to_string(ls_.tp) +
@@ -235,8 +245,12 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
               backward(l.op, stats);
               break;
             case OpKind::BackwardInput:
-            case OpKind::BackwardWeight:  // scenario_fit refuses split-backward schedules until these run
-              throw std::logic_error("runtime: op " + op_text(l.op) + ": split backward (I/W) is not executed yet");
+              backward_input(l.op, stats);
+              break;
+            case OpKind::BackwardWeight:
+              backward_weight(l.op, stats);
+              if (tp_calls_ != 0) throw RuntimeError("a backward for weights made tensor-parallel all-reduces");
+              break;
           }
           // The kernels' TP all-reduces ran inside timed backend calls: they are communication.
           stats.kernel_s -= tp_s_;
@@ -363,7 +377,18 @@ void Executor::wait(Request& r, const char* what) {
 }
 
 int Executor::layer_tp_calls(const Op& op) const {
-  return 2 * stage_layers(model_, ls_.schedule.stages(), op.stage).count;
+  const int per_layer = [&] {
+    switch (op.kind) {
+      case OpKind::Forward:
+      case OpKind::Backward:
+      case OpKind::BackwardInput:  // the two input-gradient sums
+        return 2;
+      case OpKind::BackwardWeight:  // weight gradients stay on their shard
+        return 0;
+    }
+    return 0;
+  }();
+  return per_layer * stage_layers(model_, ls_.schedule.stages(), op.stage).count;
 }
 
 void Executor::tp_all_reduce(void* data, std::size_t count, kernels::DType dtype) {
@@ -462,29 +487,40 @@ void Executor::forward(const Op& op, IterationStats& st) {
   st_->live_records++;
 }
 
-void Executor::backward(const Op& op, IterationStats& st) {
+std::vector<std::unique_ptr<kernels::Record>>& Executor::forward_records(const Op& op) {
+  const Schedule& s = ls_.schedule;
+  const OpKey fwd{OpKind::Forward, op.stage, op.microbatch, op.slice};
+  auto& recs = st_->records[st_->slot(fwd, "backward")];
+  const bool last = op.stage == s.stages() - 1;
+  if (recs.size() != static_cast<std::size_t>(stage_layers(model_, s.stages(), op.stage).count + (last ? 1 : 0)))
+    throw RuntimeError("backward before its forward " + op_text(op_of(s, fwd)) + " ran on this worker");
+  return recs;
+}
+
+std::shared_ptr<kernels::Tensor> Executor::backward_through(const Op& op, Records& recs, bool split,
+                                                            IterationStats& st) {
   const Schedule& s = ls_.schedule;
   const int stages = s.stages();
-  const MicroBatch& mb = s.microbatches[op.microbatch];
-  const kernels::Slice sl{mb.seq_count, op.tok_begin, op.tokens()};
+  const kernels::Slice sl{s.microbatches[op.microbatch].seq_count, op.tok_begin, op.tokens()};
   const int h = model_.shape.layer.hidden;
   const StageLayers L = stage_layers(model_, stages, op.stage);
-  const bool last = op.stage == stages - 1;
-  auto& recs = st_->records[st_->slot(OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice}, "backward")];
-  if (recs.size() != static_cast<std::size_t>(L.count + (last ? 1 : 0)))
-    throw RuntimeError("backward before its forward " +
-                       op_text(op_of(s, OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice})) +
-                       " ran on this worker");
-
+  // Fused B: a record is done once its backward ran. Split I: the record keeps what W needs.
+  auto done = [&](std::unique_ptr<kernels::Record>& r) {
+    if (!split) st_->free_records.push_back(std::move(r));
+  };
   std::shared_ptr<kernels::Tensor> dy;
-  if (last) {
+  if (op.stage == stages - 1) {
     dy = share(be_.tensor(sl.rows(), h));
     auto& head = *modules_.at({kernels::ModuleKind::kHead, 0});
-    timed(st.kernel_s, [&] { be_.head_backward(head, *recs.back(), *dy); });
-    st_->free_records.push_back(std::move(recs.back()));
-    recs.pop_back();
+    timed(st.kernel_s, [&] {
+      if (split)
+        be_.head_backward_input(head, *recs.back(), *dy);
+      else
+        be_.head_backward(head, *recs.back(), *dy);
+    });
+    done(recs.back());
   } else {
-    dy = take_input(op, OpKey{OpKind::Backward, op.stage + 1, op.microbatch, op.slice});
+    dy = take_input(op, st_->index.grad_producer(op.stage + 1, op.microbatch, op.slice));
   }
   if (dy->rows() != sl.rows() || dy->cols() != h)
     throw RuntimeError("output gradient has shape [" + std::to_string(dy->rows()) + ", " + std::to_string(dy->cols()) +
@@ -495,25 +531,83 @@ void Executor::backward(const Op& op, IterationStats& st) {
     auto it = st_->kv.find({op.microbatch, layer});
     if (it == st_->kv.end()) throw RuntimeError("no K/V cache for layer " + std::to_string(layer));
     auto& P = *modules_.at({kernels::ModuleKind::kLayer, layer});
-    timed(st.kernel_s, [&] { be_.layer_backward(P, *recs[j], *it->second, *dy, *dx); });
-    st_->free_records.push_back(std::move(recs[j]));
+    timed(st.kernel_s, [&] {
+      if (split)
+        be_.layer_backward_input(P, *recs[j], *it->second, *dy, *dx);
+      else
+        be_.layer_backward(P, *recs[j], *it->second, *dy, *dx);
+    });
+    done(recs[j]);
     std::swap(dx, dy);
   }
-  recs.clear();
-  st_->live_records--;
-  if (op.stage == 0) {
-    const int first_seq = replica_ * replica_seqs_ + mb.seq_begin;
-    const auto tokens = data_.tokens(first_seq, mb.seq_count, op.tok_begin, op.tok_end);
-    auto& emb = *modules_.at({kernels::ModuleKind::kEmbedding, 0});
-    timed(st.kernel_s, [&] { be_.embedding_backward(emb, tokens, sl, *dy); });
-  } else {
-    const std::int64_t slot = st_->slot(key_of(op), "backward");
-    st_->outputs[slot] = std::move(dy);
-    st_->live_outputs++;
-  }
-  // The slice at token 0 is a micro-batch's last backward (slices run in reverse): its K/V caches are done.
+  if (!split) recs.clear();
+  // The slice at token 0 is a micro-batch's last backward (slices run in reverse): its K/V caches are done (W does
+  // not read them).
   if (op.tok_begin == 0)
     for (int j = 0; j < L.count; j++) st_->kv.erase({op.microbatch, L.first + j});
+  return dy;
+}
+
+void Executor::embedding_backward(const Op& op, const kernels::Tensor& dx, IterationStats& st) {
+  const MicroBatch& mb = ls_.schedule.microbatches[op.microbatch];
+  const kernels::Slice sl{mb.seq_count, op.tok_begin, op.tokens()};
+  const int first_seq = replica_ * replica_seqs_ + mb.seq_begin;
+  const auto tokens = data_.tokens(first_seq, mb.seq_count, op.tok_begin, op.tok_end);
+  auto& emb = *modules_.at({kernels::ModuleKind::kEmbedding, 0});
+  timed(st.kernel_s, [&] { be_.embedding_backward(emb, tokens, sl, dx); });
+}
+
+void Executor::put_output(const Op& op, std::shared_ptr<kernels::Tensor> t) {
+  st_->outputs[st_->slot(key_of(op), "output")] = std::move(t);
+  st_->live_outputs++;
+}
+
+void Executor::backward(const Op& op, IterationStats& st) {
+  auto& recs = forward_records(op);
+  if (st_->input_done[st_->slot(OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice}, "backward")])
+    throw RuntimeError("a fused backward after the backward for inputs of the same forward");
+  auto dx = backward_through(op, recs, false, st);
+  st_->live_records--;
+  if (op.stage == 0)
+    embedding_backward(op, *dx, st);
+  else
+    put_output(op, std::move(dx));
+}
+
+void Executor::backward_input(const Op& op, IterationStats& st) {
+  auto& recs = forward_records(op);
+  const std::int64_t f = st_->slot(OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice}, "backward");
+  if (st_->input_done[f]) throw RuntimeError("the backward for inputs already ran; its W has not");
+  auto dx = backward_through(op, recs, true, st);
+  st_->input_done[f] = 1;
+  if (op.stage == 0)
+    st_->emb_grads[f] = std::move(dx);  // the embedding's backward is all weight gradient: W runs it
+  else
+    put_output(op, std::move(dx));  // the previous stage's gradient: sent (or consumed) after I, not W
+}
+
+void Executor::backward_weight(const Op& op, IterationStats& st) {
+  const Schedule& s = ls_.schedule;
+  auto& recs = forward_records(op);
+  const std::int64_t f = st_->slot(OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice}, "backward");
+  if (!st_->input_done[f]) throw RuntimeError("backward for weights before its backward for inputs");
+  const StageLayers L = stage_layers(model_, s.stages(), op.stage);
+  if (op.stage == s.stages() - 1) {
+    auto& head = *modules_.at({kernels::ModuleKind::kHead, 0});
+    timed(st.kernel_s, [&] { be_.head_backward_weight(head, *recs.back()); });
+  }
+  for (int j = L.count - 1; j >= 0; j--) {
+    auto& P = *modules_.at({kernels::ModuleKind::kLayer, L.first + j});
+    timed(st.kernel_s, [&] { be_.layer_backward_weight(P, *recs[j]); });
+  }
+  if (op.stage == 0) {
+    embedding_backward(op, *st_->emb_grads[f], st);
+    st_->emb_grads[f].reset();
+  }
+  for (auto& r : recs) st_->free_records.push_back(std::move(r));  // W released their storage
+  recs.clear();
+  st_->input_done[f] = 0;
+  st_->live_records--;
 }
 
 void Executor::send(const LoweredOp& l, std::size_t i) {

@@ -10,8 +10,13 @@
 //   - F(g, mb, i): stage g's layers on slice i of micro-batch mb; the input is the embedding of the slice's
 //     tokens (g = 0) or the output of F(g-1, mb, i) (received, or computed on this worker); the last stage
 //     runs the head and the loss (normalised by the global batch's target count).
-//   - B(g, mb, i): the reverse, starting from the head's gradient (last stage) or the output of B(g+1, mb, i).
-//   - Send / Recv of a producer op carry its output (F: activation, B: gradient), MPI tag = the producer's
+//   - B(g, mb, i): the reverse, starting from the head's gradient (last stage) or the input gradient of stage g+1
+//     (the output of its B or, split, its I: OpKeyIndex::grad_producer).
+//   - Split backward (zero-bubble): I(g, mb, i) is B without parameter gradients (the kernels' backward for inputs):
+//     its output, the gradient for stage g-1, is sent right after it; the records of the forward keep what W
+//     needs. W(g, mb, i) then adds the parameter gradients of the stage's layers, of the head (last stage) and of
+//     the embedding (stage 0: its backward is all weight gradient, from the gradient its I kept), and frees them.
+//   - Send / Recv of a producer op carry its output (F: activation, B / I: gradient), MPI tag = the producer's
 //     OpKeyIndex slot.
 //   - AllReduce[dp]: in-place sum of every parameter gradient of the worker over the DP group, module by
 //     module in a fixed order (with tp > 1: among the processes of the same TP rank). Embedding collectives
@@ -20,7 +25,8 @@
 //     layer (kernels/layer.h LayerShape::tp); embedding, head and activations are replicated. The layer
 //     kernels make the TP all-reduces themselves (through Transport::tp_iallreduce_sum), so AllReduce[tp]
 //     ops are markers: each must follow its compute op, and its count must cover the 2 calls per layer the
-//     kernels made (checked); their time is taken out of the compute op and shown on the marker.
+//     kernels made (checked); their time is taken out of the compute op and shown on the marker. F, B and I
+//     make them (I: the input-gradient sums); W makes none and has no marker.
 //   - Megatron scatter/gather (the lowering's AllGather after each Recv, schedule.scatter_gather): each TP rank
 //     sends only its 1/tp chunk of the message (flat, bytes [t B/tp, (t+1) B/tp)) to the same TP rank of the
 //     peer, and the AllGather rebuilds the whole tensor in the receiving worker's TP group before any use.
@@ -98,7 +104,16 @@ class Executor {
   void validate_program() const;
   void run_op(std::size_t i, IterationStats& st, Clock::time_point t0);
   void forward(const Op& op, IterationStats& st);
-  void backward(const Op& op, IterationStats& st);
+  using Records = std::vector<std::unique_ptr<kernels::Record>>;
+  void backward(const Op& op, IterationStats& st);         // B
+  void backward_input(const Op& op, IterationStats& st);   // I
+  void backward_weight(const Op& op, IterationStats& st);  // W
+  Records& forward_records(const Op& op);                  // the records of op's forward, checked to be there
+  // B or I: the head's backward (last stage) or the next stage's input gradient, back through the stage's layers;
+  // returns the gradient w.r.t. the stage's input. split: the kernels' input halves, the records stay for W.
+  std::shared_ptr<kernels::Tensor> backward_through(const Op& op, Records& recs, bool split, IterationStats& st);
+  void embedding_backward(const Op& op, const kernels::Tensor& dx, IterationStats& st);
+  void put_output(const Op& op, std::shared_ptr<kernels::Tensor> t);  // for a Send or a consumer on this worker
   void send(const LoweredOp& l, std::size_t i);
   void recv(const LoweredOp& l, IterationStats& st);
   void allreduce(const LoweredOp& l, IterationStats& st);

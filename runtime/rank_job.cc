@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/scenario.h"
+#include "core/schedule_registry.h"
 
 namespace pipescope::runtime {
 
@@ -12,7 +13,7 @@ void RankJob::add_scenario_option(CLI::App& app) {
 
 void RankJob::add_shrink_options(CLI::App& app) {
   const char* g = "Shrinking (keep the scenario's value when not given)";
-  app.add_option("--schedule", schedule, "Schedule kind: gpipe | 1f1b | interleaved | terapipe")->group(g);
+  app.add_option("--schedule", schedule, "Schedule kind, one of the registry's: " + schedule_names())->group(g);
   app.add_option("--layers", layers, "Transformer layers")->group(g);
   app.add_option("--hidden", hidden, "Hidden size (ffn follows in the scenario's ratio)")->group(g);
   app.add_option("--heads", heads, "Attention heads")->group(g);

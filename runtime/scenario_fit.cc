@@ -84,12 +84,6 @@ Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o) {
     }
   }
   validate_scenario(s);
-  // The executor has no I / W kernels yet (runtime/executor.cc): refuse here, as bad input, not mid-run.
-  if (schedule_entry(sch.kind).traits.split_backward)
-    throw ScenarioError(s.source +
-                        ": schedule.kind: the validation runtime does not run split-backward (I/W) "
-                        "schedules such as " +
-                        to_string(sch.kind) + " yet");
   return s;
 }
 

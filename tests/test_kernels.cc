@@ -666,8 +666,8 @@ TEST(KernelsTensorParallel, ShardsEqualTheUnshardedLayer) {
           EXPECT_EQ(got[r].grads[k], got[0].grads[k]) << "tp " << tp << " rank " << r << " offset " << k;
       }
     }
-    std::printf("[ tensor parallel ] tp %d, %s: worst relative error vs the unsharded layer %.2e\n", tp,
-                bwd_name(mode), worst);
+    std::printf("[ tensor parallel ] tp %d, %s: worst relative error vs the unsharded layer %.2e\n", tp, bwd_name(mode),
+                worst);
   }
   // The cut follows head and column ownership: shard 1 of 2 holds the q columns of heads 2 and 3.
   ModelShape two = full;
@@ -729,7 +729,7 @@ Grads<double> backend_grads(Backend& be, const Model<double>& m, const Data& d, 
     std::vector<std::unique_ptr<KVCache>> kv;
     for (int k = 0; k < kLayers; ++k) kv.push_back(be.kv_cache(m.shape.layer, mb, kSeq));
     std::vector<std::vector<std::unique_ptr<Record>>> rec(n);  // per slice: the layers', then the head's
-    std::vector<std::unique_ptr<Tensor>> demb(n);               // per slice: the embedding's output gradient
+    std::vector<std::unique_ptr<Tensor>> demb(n);              // per slice: the embedding's output gradient
     std::vector<Slice> sl;
     for (int i = 0, c = 0; i < n; c += lens[i++]) sl.push_back({mb, c, lens[i]});
     for (int i = 0; i < n; ++i) {
@@ -827,9 +827,10 @@ TEST(KernelsSplitBackward, WholeModelEqualsFusedAndReference) {
   EXPECT_EQ(split.layers, fused.layers);
   EXPECT_LE(compare_runs(fused, want), 1e-13);
   EXPECT_LE(compare_runs(deferred, want), 1e-13);
-  std::printf("[ split backward ] whole model, slices [5,3,4] x micro-batches 2 x 1: I then W %s fused B; "
-              "W deferred: worst rel err vs reference %.2e\n",
-              split.layers == fused.layers && split.head == fused.head ? "==" : "!=", compare_runs(deferred, want));
+  std::printf(
+      "[ split backward ] whole model, slices [5,3,4] x micro-batches 2 x 1: I then W %s fused B; "
+      "W deferred: worst rel err vs reference %.2e\n",
+      split.layers == fused.layers && split.head == fused.head ? "==" : "!=", compare_runs(deferred, want));
 }
 
 // The split's protocol: W needs its I first; I, W and a fused B each run once per forward; a record whose W is

@@ -177,8 +177,7 @@ TEST(KernelsCuda, SplitBackwardMatchesFusedAndReference) {
     const double eg = rel_l2(split.grads, fused.grads);
     EXPECT_LE(eg, 1e-5) << dtype_name(dt) << " grads split vs fused";
     EXPECT_LE(rel_l2(split.grads, r.grads), tolerance(dt)) << dtype_name(dt) << " grads vs reference";
-    std::printf("[ cuda ] %s split backward: rel L2 vs fused dx %.2e, grads %.2e\n", gpu->name().c_str(), worst_dx,
-                eg);
+    std::printf("[ cuda ] %s split backward: rel L2 vs fused dx %.2e, grads %.2e\n", gpu->name().c_str(), worst_dx, eg);
   }
 }
 
@@ -330,7 +329,7 @@ TEST(KernelsCuda, EmbeddingHeadAndLossMatchReference) {
       be.head_forward(*head, *x, cut(targets, c, l), sl, norm, 1.0, *rec);
       o.loss += be.head_loss(*rec);
       be.accumulate_loss(*rec);  // read at the end, after this record is gone
-      if (split) {  // I, then the W halves: the embedding's whole backward, the head's weight gradients
+      if (split) {               // I, then the W halves: the embedding's whole backward, the head's weight gradients
         be.head_backward_input(*head, *rec, *dx);
         be.embedding_backward(*emb, cut(tokens, c, l), sl, *dx);
         be.head_backward_weight(*head, *rec);

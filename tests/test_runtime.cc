@@ -14,6 +14,7 @@
 
 #include "core/checks.h"
 #include "core/scenario.h"
+#include "core/schedule_registry.h"
 #include "runtime/exactness.h"
 #include "runtime/job.h"
 #include "runtime/local_transport.h"
@@ -130,6 +131,14 @@ TEST_P(RuntimeExactness, LossAndGradientsEqualUnslicedReference) {
   EXPECT_LE(e.grad_rel_err, kTol) << e.grad_worst;
   EXPECT_LE(e.param_rel_err, kTol) << e.param_worst;
   EXPECT_GT(e.loss, 1.0);  // ~ln(29) for an untrained model: the loss really was computed
+  // A split-backward schedule really ran I and W ops.
+  const bool split = schedule_entry(s.schedule.kind).traits.split_backward;
+  int iw = 0;
+  for (const auto& prog : p->lowered.per_worker)
+    iw += static_cast<int>(std::count_if(prog.begin(), prog.end(), [](const LoweredOp& l) {
+      return l.kind == LOpKind::Compute && (l.op.kind == OpKind::BackwardInput || l.op.kind == OpKind::BackwardWeight);
+    }));
+  EXPECT_EQ(iw > 0, split);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -147,7 +156,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"terapipe_pp2_tp2_slices_5_3_4", "terapipe", 1, 2, 1, 2, 4, 3, {5, 3, 4}, 1, 2},
                       Case{"seq1f1b_tp4_k2", "seq1f1b", 1, 1, 1, 2, 2, 2, {}, 1, 4},
                       Case{"interleaved_pp2_v2_tp2_scatter_gather", "interleaved", 1, 2, 2, 4, 4, 1, {}, 1, 2, true},
-                      Case{"seq1f1b_pp2_dp2_tp2_scatter_gather", "seq1f1b", 2, 2, 1, 2, 2, 2, {}, 1, 2, true}),
+                      Case{"seq1f1b_pp2_dp2_tp2_scatter_gather", "seq1f1b", 2, 2, 1, 2, 2, 2, {}, 1, 2, true},
+                      // Split backward (I and W ops): zero-bubble schedules.
+                      Case{"zb_h1_pp2", "zb-h1", 1, 2, 1, 4, 4}, Case{"zb_h1_pp4", "zb-h1", 1, 4, 1, 6, 4},
+                      Case{"zb_h2_pp4", "zb-h2", 1, 4, 1, 6, 4}, Case{"zb_h1_pp2_dp2", "zb-h1", 2, 2, 1, 4, 4},
+                      Case{"zb_v_pp2", "zb-v", 1, 2, 2, 4, 4}, Case{"zb_v_pp1_local_handoff", "zb-v", 1, 1, 2, 2, 2},
+                      Case{"zb_h1_pp2_tp2", "zb-h1", 1, 2, 1, 4, 4, 1, {}, 1, 2},
+                      Case{"zb_v_pp2_tp2_scatter_gather", "zb-v", 1, 2, 2, 4, 4, 1, {}, 1, 2, true}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // Several steps: the loss and gradients of step 3 still match (Adam moments carried along identically).
@@ -224,6 +239,47 @@ TEST(Runtime, RecvAfterItsConsumerIsRejectedByCheckerAndFailsUnchecked) {
   const LocalRun run = run_local(bad, nullptr, model_of(s), JobOptions{});
   ASSERT_FALSE(run.errors.empty());
   EXPECT_NE(run.errors.front().find("input of 1F0 is missing"), std::string::npos) << run.errors.front();
+}
+
+// A schedule mixing split and fused backwards (ZB-H1 with every adjacent I + W of rank 0 merged into a B): stage 0's
+// B takes its gradient from stage 1's I; exact, with both forms present.
+TEST(Runtime, MixedSplitAndFusedBackwardIsExact) {
+  const Scenario s = tiny_scenario("zb-h1", 1, 2, 1, 4, 4, 16, 2, 12, 29);
+  auto p = prepare_with_constant_costs(s);
+  p->schedule = fuse_adjacent_iw(p->schedule);
+  p->lowered = lower(p->schedule, 1, 1, *p->cost);
+  int fused = 0, split = 0;
+  for (const auto& ops : p->schedule.per_rank)
+    for (const Op& op : ops) (op.kind == OpKind::Backward ? fused : split) += op.kind != OpKind::Forward;
+  EXPECT_GT(fused, 0);
+  EXPECT_GT(split, 0);
+  const CheckedSchedule cs = check(p->lowered, p->placement);
+  const ModelConfig mc = model_of(s);
+  const LocalRun run = run_local(p->lowered, &cs, mc, JobOptions{});
+  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  const Exactness e = exactness_of(run, *p, mc, JobOptions{});
+  EXPECT_LE(e.grad_rel_err, kTol) << e.grad_worst;
+  EXPECT_LE(e.loss_rel_err, kTol);
+}
+
+// W before its I: the checker rejects it; run unchecked, the executor names the op instead of computing garbage.
+TEST(Runtime, WeightBackwardBeforeItsInputBackwardFailsUnchecked) {
+  const Scenario s = tiny_scenario("zb-h1", 1, 2, 1, 4, 4, 16, 2, 12, 29);
+  auto p = prepare_with_constant_costs(s);
+  LoweredSchedule bad = p->lowered;
+  auto& prog = bad.per_worker[1];
+  const int i = find_op(prog, LOpKind::Compute, "1I0"), w = find_op(prog, LOpKind::Compute, "1W0");
+  ASSERT_GE(i, 0);
+  ASSERT_GT(w, i);
+  std::swap(prog[i], prog[w]);
+  EXPECT_THROW(check(bad, p->placement), CheckError);
+  const LocalRun run = run_local(bad, nullptr, model_of(s), JobOptions{}, 5);
+  ASSERT_FALSE(run.errors.empty());
+  bool named = false;
+  for (const auto& e : run.errors)
+    named = named || (e.find("op 1W0") != std::string::npos &&
+                      e.find("backward for weights before its backward for inputs") != std::string::npos);
+  EXPECT_TRUE(named) << run.errors.front();
 }
 
 // Moving the data-parallel all-reduce before the last backward: caught by the checker, or else the
