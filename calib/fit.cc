@@ -115,6 +115,19 @@ AlphaBeta fit_alpha_beta(std::vector<std::pair<double, double>> pts) {
   return ab;
 }
 
+PiecewiseFit fit_piecewise(const std::vector<std::pair<double, double>>& pts) {
+  PiecewiseFit f;
+  double sum = 0;
+  for (std::size_t i = 1; i + 1 < pts.size(); i += 2) {
+    const std::vector<std::pair<double, double>> nb{pts[i - 1], pts[i + 1]};
+    const double e = std::abs(piecewise_seconds(nb, pts[i].first) - pts[i].second) / pts[i].second;
+    f.errors.emplace_back(pts[i].first, e);
+    sum += e;
+  }
+  f.holdout_rel_err = f.errors.empty() ? 0.0 : sum / f.errors.size();
+  return f;
+}
+
 GemmFit fit_gemm(const std::vector<GemmPoint>& gemms) {
   std::vector<const GemmPoint*> train, test;
   for (std::size_t i = 0; i < gemms.size(); i++) (i % 4 == 3 ? test : train).push_back(&gemms[i]);

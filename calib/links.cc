@@ -1,5 +1,6 @@
 #include "calib/links.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -50,8 +51,10 @@ LinkRun read_link_results(const std::string& path) {
 void fit_links(const LinkRun& run, const std::string& link_class, DeviceProfile& p) {
   std::map<std::pair<std::string, int>, std::vector<std::pair<double, double>>> by;
   for (const auto& r : run.results) by[{r.op, r.ranks}].emplace_back(r.bytes, r.time_s);
-  for (const auto& [key, pts] : by) {
+  for (auto& [key, pts] : by) {
     const auto& [op, n] = key;
+    std::sort(pts.begin(), pts.end());
+    const PiecewiseFit pw = fit_piecewise(pts);
     // t = alpha + S f / busbw: fit alpha-beta on (S f, t), so bw is the bus bandwidth.
     std::vector<std::pair<double, double>> scaled;
     const double f = bus_factor(op, n);
@@ -63,14 +66,16 @@ void fit_links(const LinkRun& run, const std::string& link_class, DeviceProfile&
     c.link_class = link_class;
     c.alpha_s = ab.alpha_s;
     c.busbw_Bps = ab.bw_Bps;
-    c.holdout_rel_err = ab.holdout_rel_err;
+    c.holdout_rel_err = pw.holdout_rel_err;
+    c.model = "piecewise";
     c.points = pts;
     p.collectives.push_back(c);
     if (op == "sendrecv" && n == 2) {
       LinkFit l;
       l.latency_s = ab.alpha_s;
       l.bw_Bps = ab.bw_Bps;
-      l.holdout_rel_err = ab.holdout_rel_err;
+      l.holdout_rel_err = pw.holdout_rel_err;
+      l.model = "piecewise";
       l.points = pts;
       p.links[link_class] = l;
     }
