@@ -246,8 +246,8 @@ DeviceProfile analytic_profile(const std::string& preset, const std::string& com
       "efficiency parameters of the '" +
       preset + "' preset (core/presets.cc); nothing measured";
   p.provenance["command"] = command;
-  p.links["intra"] = LinkFit{c->nvlink_latency_s, c->nvlink_bw_Bps, 0, {}};
-  p.links["inter"] = LinkFit{c->nic_latency_s, c->nic_bw_Bps, 0, {}};
+  p.links["intra"] = LinkFit{c->nvlink_latency_s, c->nvlink_bw_Bps, 0, {}, "alpha-beta", {}};
+  p.links["inter"] = LinkFit{c->nic_latency_s, c->nic_bw_Bps, 0, {}, "alpha-beta", {}};
   p.source = "<analytic>";
   check_profile(p);
   return p;

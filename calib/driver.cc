@@ -49,15 +49,16 @@ class ThreadCpuTimer final : public Timer {
 std::unique_ptr<Timer> thread_cpu_timer() { return std::make_unique<ThreadCpuTimer>(); }
 
 std::string TimingPolicy::describe() const {
-  char buf[400];
+  char buf[512];
   std::snprintf(buf, sizeof buf,
-                "warm-up >= %d calls and >= %g ms; >= %d samples and >= %g ms, then until the median's 95%% confidence interval "
-                "(order statistics) is within %g%% of it (at most %d samples or %g s); outliers beyond median +- 3 IQR measured again; calls under %g "
-                "ms timed as a back-to-back batch; median with p10/p90; %s",
+                "warm-up >= %d calls and >= %g ms; >= %d samples and >= %g ms, then until the median's 95%% "
+                "confidence interval (order statistics) is within %g%% of it (at most %d samples or %g s); outliers "
+                "beyond median +- 3 IQR measured again; calls under %g ms timed as a back-to-back batch; median "
+                "with p10/p90; ",
                 warmup_calls, warmup_s * 1e3, min_samples, min_time_s * 1e3, 100 * target_rel_spread, max_samples,
-                max_time_s, min_sample_s * 1e3,
-                cold ? "cold cache (256 MiB written before every sample, one call per sample)" : "hot cache");
-  return buf;
+                max_time_s, min_sample_s * 1e3);
+  return buf + std::string(cold ? "cold cache (256 MiB written before every sample, one call per sample)"
+                                : "hot cache");
 }
 
 TimingPolicy quick_policy() {

@@ -128,6 +128,19 @@ PiecewiseFit fit_piecewise(const std::vector<std::pair<double, double>>& pts) {
   return f;
 }
 
+PiecewiseFit holdout_piecewise(const std::vector<std::pair<double, double>>& pts,
+                               const std::vector<std::pair<double, double>>& held) {
+  PiecewiseFit f;
+  double sum = 0;
+  for (const auto& [bytes, t] : held) {
+    const double e = std::abs(piecewise_seconds(pts, bytes) - t) / t;
+    f.errors.emplace_back(bytes, e);
+    sum += e;
+  }
+  f.holdout_rel_err = f.errors.empty() ? 0.0 : sum / f.errors.size();
+  return f;
+}
+
 GemmFit fit_gemm(const std::vector<GemmPoint>& gemms) {
   std::vector<const GemmPoint*> train, test;
   for (std::size_t i = 0; i < gemms.size(); i++) (i % 4 == 3 ? test : train).push_back(&gemms[i]);

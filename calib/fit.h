@@ -36,6 +36,9 @@ struct PiecewiseFit {
 };
 // points: (bytes, seconds), sorted by bytes, at least 3 sizes for a held-out error (fewer: error 0).
 PiecewiseFit fit_piecewise(const std::vector<std::pair<double, double>>& points);
+// The error of the table `points` (all used) at separately measured held-out sizes.
+PiecewiseFit holdout_piecewise(const std::vector<std::pair<double, double>>& points,
+                               const std::vector<std::pair<double, double>>& held_out);
 
 struct GemmFit {
   double rate_flops = 0;      // asymptotic FLOP/s (R)

@@ -57,9 +57,10 @@ void holdout(const std::string& table, double err, double bound, const std::stri
 }
 
 // The held-out sizes of a link table whose own error is above the bound.
-std::string worst_sizes(const std::vector<std::pair<double, double>>& pts, const GateBounds& b) {
+std::string worst_sizes(const std::vector<std::pair<double, double>>& pts,
+                        const std::vector<std::pair<double, double>>& held, const GateBounds& b) {
   std::string s;
-  for (const auto& [bytes, e] : fit_piecewise(pts).errors)
+  for (const auto& [bytes, e] : (held.empty() ? fit_piecewise(pts) : holdout_piecewise(pts, held)).errors)
     if (e > b.link_holdout) {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%s%.0f B (%.1f%%)", s.empty() ? "" : ", ", bytes, 100 * e);
@@ -111,11 +112,11 @@ std::vector<GateFailure> check_gates(const DeviceProfile& p, double gemm_holdout
   }
   if (gemm_holdout >= 0) holdout("gemm fit", gemm_holdout, b.fit_holdout, "", out);
   for (const auto& [cls, l] : p.links)
-    holdout("links." + cls, l.holdout_rel_err, b.link_holdout, l.model + worst_sizes(l.points, b), out);
+    holdout("links." + cls, l.holdout_rel_err, b.link_holdout, l.model + worst_sizes(l.points, l.holdout_points, b), out);
   for (std::size_t i = 0; i < p.collectives.size(); i++) {
     const CollectiveFit& c = p.collectives[i];
     holdout("collectives[" + std::to_string(i) + "] (" + c.op + ", " + std::to_string(c.ranks) + " ranks)",
-            c.holdout_rel_err, b.link_holdout, c.model + worst_sizes(c.points, b), out);
+            c.holdout_rel_err, b.link_holdout, c.model + worst_sizes(c.points, c.holdout_points, b), out);
   }
   return out;
 }

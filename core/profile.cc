@@ -432,13 +432,15 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
     const Map l(source, m.node("links"), "links", {"intra", "inter"});
     for (const char* cls : {"intra", "inter"}) {
       if (!l.has(cls)) continue;
-      const Map f(source, l.node(cls), l.key(cls), {"latency_us", "bw_GBps", "holdout_rel_err", "points", "model"});
+      const Map f(source, l.node(cls), l.key(cls), {"latency_us", "bw_GBps", "holdout_rel_err", "points", "model", "holdout_points"});
       LinkFit lf;
       lf.model = read_model(source, f);
       lf.latency_s = f.num("latency_us") * kUs;
       lf.bw_Bps = f.num("bw_GBps", true) * kGBps;
       lf.holdout_rel_err = f.num("holdout_rel_err", false, 0.0);
       if (f.has("points")) lf.points = read_points(source, f.node("points"), f.key("points"));
+      if (f.has("holdout_points"))
+        lf.holdout_points = read_points(source, f.node("holdout_points"), f.key("holdout_points"));
       if (lf.model == "piecewise") check_piecewise(source, f, lf.points);
       p.links[cls] = lf;
     }
@@ -448,7 +450,7 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
     for (std::size_t i = 0; i < c.size(); i++) {
       const std::string k = "collectives[" + std::to_string(i) + "]";
       const Map f(source, c[i], k,
-                  {"op", "ranks", "class", "alpha_us", "busbw_GBps", "holdout_rel_err", "points", "model"});
+                  {"op", "ranks", "class", "alpha_us", "busbw_GBps", "holdout_rel_err", "points", "model", "holdout_points"});
       CollectiveFit cf;
       cf.model = read_model(source, f);
       cf.op = f.str("op");
@@ -462,6 +464,8 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
       cf.busbw_Bps = f.num("busbw_GBps", true) * kGBps;
       cf.holdout_rel_err = f.num("holdout_rel_err", false, 0.0);
       if (f.has("points")) cf.points = read_points(source, f.node("points"), f.key("points"));
+      if (f.has("holdout_points"))
+        cf.holdout_points = read_points(source, f.node("holdout_points"), f.key("holdout_points"));
       if (cf.model == "piecewise") check_piecewise(source, f, cf.points);
       p.collectives.push_back(std::move(cf));
     }
@@ -553,6 +557,7 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
          << ", holdout_rel_err: " << num(l.holdout_rel_err);
       if (l.model != "alpha-beta") os << ", model: " << l.model;
       if (!l.points.empty()) os << ",\n    points: ", write_points(os, l.points);
+      if (!l.holdout_points.empty()) os << ",\n    holdout_points: ", write_points(os, l.holdout_points);
       os << "}\n";
     }
   }
@@ -564,6 +569,7 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
          << ", holdout_rel_err: " << num(c.holdout_rel_err);
       if (c.model != "alpha-beta") os << ", model: " << c.model;
       if (!c.points.empty()) os << ",\n     points: ", write_points(os, c.points);
+      if (!c.holdout_points.empty()) os << ",\n     holdout_points: ", write_points(os, c.holdout_points);
       os << "}\n";
     }
   }
@@ -616,7 +622,7 @@ std::string device_class(const std::string& name) {
   for (const char* gpu : {"H100", "A100", "V100"})
     if (name.find(gpu) != std::string::npos) return gpu;
   if (name.find("(cpu-") != std::string::npos) return "CPU";
-  return name;
+  return name == "custom" ? "" : name;  // a scenario's own device description: no class to match
 }
 
 std::string profile_dtype(const DeviceProfile& p) {
@@ -664,6 +670,7 @@ ProfileStamp profile_stamp(const std::string& path) {
   text << f.rdbuf();
   const DeviceProfile p = parse_profile(text.str(), path);
   st.path = path;
+  st.kind = p.kind;
   st.name = p.name;
   st.device = p.device.name;
   auto prov = [&](const char* k) {
@@ -691,6 +698,14 @@ std::string describe_stamp(const ProfileStamp& st) {
   if (!st.gate_failures.empty())
     d += " ACCEPTED WITH " + std::to_string(st.gate_failures.size()) + " FAILED QUALITY GATE(S)";
   return d;
+}
+
+std::map<std::string, std::vector<std::pair<double, double>>> piecewise_link_tables(const std::string& path) {
+  std::map<std::string, std::vector<std::pair<double, double>>> out;
+  if (path.empty()) return out;
+  for (const auto& [cls, l] : load_profile(path).links)
+    if (l.model == "piecewise" && l.points.size() >= 2) out[cls] = l.points;
+  return out;
 }
 
 Scenario apply_profile(const Scenario& in, const DeviceProfile& p, const std::string& path) {

@@ -89,6 +89,7 @@ struct LinkFit {
   double holdout_rel_err = 0;
   std::vector<std::pair<double, double>> points;  // (bytes, median seconds), sorted by bytes
   std::string model = "alpha-beta";               // alpha-beta | piecewise
+  std::vector<std::pair<double, double>> holdout_points;  // measured sizes the model was tested on, not fitted
   double seconds(double bytes) const;
 };
 
@@ -102,6 +103,7 @@ struct CollectiveFit {
   double holdout_rel_err = 0;
   std::vector<std::pair<double, double>> points;  // (bytes as nccl-tests counts them, median seconds)
   std::string model = "alpha-beta";               // alpha-beta | piecewise
+  std::vector<std::pair<double, double>> holdout_points;  // measured sizes the model was tested on, not fitted
   double seconds(double bytes) const;
 };
 
@@ -136,7 +138,7 @@ void write_profile(const DeviceProfile& p, std::ostream& os);
 void check_profile(const DeviceProfile& p);
 
 // The device class of a device name: "H100", "A100", "V100", "CPU" (a CPU backend's profile), or the name
-// itself; "" for an unnamed (custom) device.
+// itself; "" for an unnamed or "custom" device (a scenario that describes its own device).
 std::string device_class(const std::string& device_name);
 // The dtype a measured profile was taken in (its layer tables' / backend's), "" for an analytic profile.
 std::string profile_dtype(const DeviceProfile& p);
@@ -145,11 +147,15 @@ std::string profile_dtype(const DeviceProfile& p);
 void check_profile_serves(const DeviceProfile& p, const Scenario& s);
 // One line naming a profile for reports: path, device, backend, dtype, date, content hash.
 struct ProfileStamp {
-  std::string path, name, device, backend, dtype, date, hash;  // hash: FNV-1a 64 of the file's bytes, hex
+  std::string path, kind, name, device, backend, dtype, date, hash;  // hash: FNV-1a 64 of the file's bytes, hex
   std::vector<std::string> gate_failures;                      // accepted with --accept-poor-fit
 };
 ProfileStamp profile_stamp(const std::string& path);  // "" = analytic: every field empty
 std::string describe_stamp(const ProfileStamp& st);    // "analytic (no profile)" or "PATH (device ..., ...)"
+
+// The piecewise p2p link tables ("intra", "inter" -> (bytes, seconds)) of the profile at `path` ("" or a profile
+// without piecewise links: empty), for the simulator's size-dependent link times (sim EngineOptions::link_tables).
+std::map<std::string, std::vector<std::pair<double, double>>> piecewise_link_tables(const std::string& path);
 
 // The scenario with the profile's device in place of the cluster's (and its link classes in place of the
 // cluster's intra-node / network links where the profile has them); sim.profile is set to `path`.
