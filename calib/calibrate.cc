@@ -124,11 +124,13 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
   p.provenance = base_provenance(o.command);
   p.provenance["backend"] = be->name();
   p.provenance["statistics"] = cfg.policy.describe();
-  std::unique_ptr<Timer> timer = cpu ? thread_cpu_timer() : steady_timer([&] { be->synchronize(); });
+  if (o.clock != "cpu" && o.clock != "wall") throw std::invalid_argument("--clock: cpu or wall, got '" + o.clock + "'");
+  const bool cpu_clock = cpu && o.clock == "cpu";
+  std::unique_ptr<Timer> timer = cpu_clock ? thread_cpu_timer() : steady_timer([&] { be->synchronize(); });
   p.provenance["timer"] =
-      cpu ? "thread CPU time (the CPU kernels are single-threaded; time spent descheduled by other processes "
-            "excluded)"
-          : "steady clock";
+      cpu_clock ? "thread CPU time (the CPU kernels are single-threaded; time spent descheduled by other processes "
+                  "excluded)"
+                : "steady clock";
 #ifdef PIPESCOPE_HAVE_CUDA
   if (!cpu) {
     timer = cuda_event_timer(be->stream());
@@ -227,7 +229,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
   if (!failed.empty()) {
     if (!o.accept_poor_fit) throw CalibrationRefused(failed);
     std::string all;
-    for (const auto& f : failed) all += (all.empty() ? "" : "; ") + f.text();
+    for (const auto& f : failed) all += (all.empty() ? "" : " | ") + f.text();
     p.provenance["gate_failures"] = all;
   }
   return p;

@@ -23,6 +23,7 @@ struct CalibrateOptions {
   double budget_s = 0;               // > 0: lower the longest measured length until the estimate fits (quick)
   bool accept_poor_fit = false;      // write the profile even when a quality gate fails (calib/gates.h)
   GateBounds gates;
+  std::string clock = "cpu";  // CPU backends: cpu (thread CPU time) | wall (steady clock, what validate measures)
   double timer_noise = 0;  // test hook: sigma of log-normal noise on every compute reading (noisy_timer)
 };
 

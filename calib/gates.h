@@ -7,7 +7,7 @@
 //   - every measured point's spread (the width of its median's 95% confidence interval over the median,
 //     TimeStats::rel_spread) <= 25%, after sampling up to the policy's time cap.
 // A failure names the table and the points. `pipescope calibrate` exits 4 and writes nothing, unless
-// --accept-poor-fit, which writes the profile with the failures in provenance.gate_failures.
+// --accept-poor-fit, which writes the profile with the failures in provenance.gate_failures (joined by " | ").
 
 #include <stdexcept>
 #include <string>

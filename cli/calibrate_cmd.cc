@@ -30,6 +30,7 @@ struct CalibrateCli {
   bool cold = false;
   bool quick = false, no_links = false, no_progress = false, accept_poor_fit = false;
   double budget_s = -1;  // -1: 150 s with --quick, none otherwise
+  std::string clock = "cpu";
   int link_ranks = 2;
   std::string launcher = "mpirun --oversubscribe", link_class = "intra";
   std::string min_bytes = "8", max_bytes = "32M", step_factor = "2";
@@ -116,6 +117,7 @@ int run(const CalibrateCli& c) {
   }
   o.budget_s = c.budget_s >= 0 ? c.budget_s : (c.quick ? 150.0 : 0.0);
   o.accept_poor_fit = c.accept_poor_fit;
+  o.clock = c.clock;
   // Test hook (calib/README.md): noise on every compute reading, to show that the gates refuse it.
   if (const char* noise = std::getenv("PIPESCOPE_CALIB_INJECT_NOISE"); noise && *noise) {
     char* end = nullptr;
@@ -189,6 +191,10 @@ Command add_calibrate(CLI::App& app) {
   sub->add_option("--budget", o->budget_s,
                   "Seconds the compute benchmarks may take: the longest measured length is halved until the "
                   "estimate fits (default 150 with --quick, none otherwise)");
+  sub->add_option("--clock", o->clock,
+                  "CPU backends: cpu = thread CPU time (robust on a shared machine; a quiet machine's times), wall = "
+                  "steady clock (what validate's measured run sees, load included)")
+      ->capture_default_str();
   sub->add_flag("--accept-poor-fit", o->accept_poor_fit,
                 "Write the profile even when a quality gate fails, with the failures in its provenance");
   sub->add_flag("--cold", o->cold, "Cold cache: flush 256 MiB before every sample (default: hot)");

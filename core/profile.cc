@@ -683,9 +683,9 @@ ProfileStamp profile_stamp(const std::string& path) {
   st.hash = fnv1a_hex(text.str());
   const std::string gates = prov("gate_failures");
   for (std::size_t a = 0; !gates.empty() && a <= gates.size();) {
-    const std::size_t b = std::min(gates.find("; ", a), gates.size());
+    const std::size_t b = std::min(gates.find(" | ", a), gates.size());
     st.gate_failures.push_back(gates.substr(a, b - a));
-    a = b + 2;
+    a = b + 3;
   }
   return st;
 }

@@ -202,7 +202,7 @@ TEST(ProfileFormat, NewFieldsRoundTrip) {
   DeviceProfile p = clean();
   p.layers[0].context_grid = {ContextPoint{8, 0, 1e-3, 2e-3, 0.01, 0.02}, ContextPoint{8, 8, 1.5e-3, 3e-3, 0.03, 0}};
   p.layers[0].embedding = {EndPoint{8, 1e-6, 2e-6, 0.05, 0.06}};
-  p.provenance["gate_failures"] = "a: x; b: y";
+  p.provenance["gate_failures"] = "a: x | b: y";
   std::ostringstream a, b;
   write_profile(p, a);
   const DeviceProfile q = parse_profile(a.str(), "q.yaml");
@@ -267,7 +267,7 @@ TEST(ProfileStamps, NameThePathDeviceAndHash) {
   EXPECT_EQ(describe_stamp(profile_stamp("")), "analytic (no profile)");
   DeviceProfile p = clean();
   p.provenance["date"] = "2026-11-24T00:00:00Z";
-  p.provenance["gate_failures"] = "links.intra: off; layers[0]: noisy";
+  p.provenance["gate_failures"] = "links.intra: off; sizes 8 B | layers[0]: noisy";
   const std::string path = write_tmp(p, "stamp.yaml");
   const ProfileStamp st = profile_stamp(path);
   EXPECT_EQ(st.dtype, "fp64");
