@@ -29,7 +29,9 @@ AlphaBeta fit_alpha_beta(std::vector<std::pair<double, double>> points);
 
 // Piecewise model of a link table (core/profile.h piecewise_seconds): every second interior size is held out,
 // predicted by interpolating its neighbours, so the error is that of the table at a size between two measured
-// ones (sweeps step by a factor 2). `errors`: (bytes, rel. error) of each held-out size.
+// ones (sweeps step by a factor 2). `errors`: (bytes, rel. error) of each held-out size; holdout_rel_err is their
+// median (a protocol switch between two sweep sizes makes the one size between them a coin toss for any table;
+// the gates name every held-out size above the bound).
 struct PiecewiseFit {
   double holdout_rel_err = 0;
   std::vector<std::pair<double, double>> errors;

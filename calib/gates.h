@@ -2,7 +2,7 @@
 // Quality gates of a calibration: a profile is written only when every fit predicts the points it did not use
 // and every measured point is stable. Bounds (documented in calib/README.md):
 //   - layer context fits and the GEMM fit: held-out error <= 15%;
-//   - link and collective models: held-out error <= 10%;
+//   - link and collective models: held-out error (median over the held-out sizes) <= 10%;
 //   - forward and backward t(l, 0) increase with l (a point more than 3% below an earlier one fails);
 //   - every measured point's spread (the width of its median's 95% confidence interval over the median,
 //     TimeStats::rel_spread) <= 25%, after sampling up to the policy's time cap.

@@ -4,6 +4,7 @@
 // writes a device profile that `simulate --profile FILE` (or `calibration: FILE` in a scenario) reads.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -29,11 +30,12 @@ struct CalibrateCli {
   int grain = 8, context_steps = 8, tp = 1;
   bool cold = false;
   bool quick = false, no_links = false, no_progress = false, accept_poor_fit = false;
-  double budget_s = -1;  // -1: 150 s with --quick, none otherwise
+  double budget_s = -1;  // -1: 100 s with --quick, none otherwise
   std::string clock = "cpu";
   int link_ranks = 2;
   std::string launcher = "mpirun --oversubscribe", link_class = "intra";
-  std::string min_bytes = "8", max_bytes = "32M", step_factor = "2";
+  std::string min_bytes = "8", max_bytes = "", step_factor = "2";  // max: 32M, with --quick 4M
+  bool context_steps_given = false;
   int iters = 20, warmup = 5;
 };
 
@@ -111,11 +113,12 @@ int run(const CalibrateCli& c) {
     throw InputError("--tp " + std::to_string(c.tp) + ": must divide hidden, ffn and vocab");
   o.compute.progress = !c.no_progress;
   if (c.quick) {
+    if (!c.context_steps_given) o.compute.context_steps = std::min(o.compute.context_steps, 4);
     o.compute.policy = calib::quick_policy();
     o.compute.policy.cold = c.cold;
     o.compute.sparse_lengths = true;
   }
-  o.budget_s = c.budget_s >= 0 ? c.budget_s : (c.quick ? 150.0 : 0.0);
+  o.budget_s = c.budget_s >= 0 ? c.budget_s : (c.quick ? 100.0 : 0.0);
   o.accept_poor_fit = c.accept_poor_fit;
   o.clock = c.clock;
   // Test hook (calib/README.md): noise on every compute reading, to show that the gates refuse it.
@@ -128,10 +131,11 @@ int run(const CalibrateCli& c) {
   o.micro_batches = c.micro_batches.empty() ? std::vector<int>{s.parallel.micro_batch_size} : c.micro_batches;
   if (c.link_class != "intra" && c.link_class != "inter") throw InputError("--link-class: intra or inter");
 
+  const std::string max_bytes = !c.max_bytes.empty() ? c.max_bytes : (c.quick ? "4M" : "32M");
   std::unique_ptr<TempDir> dir;
   if (!c.no_links) {
     if (c.link_ranks < 2) throw InputError("--link-ranks: at least 2");
-    for (const auto* v : {&c.min_bytes, &c.max_bytes}) {
+    for (const auto* v : {&c.min_bytes, &max_bytes}) {
       try {
         calib::parse_size(*v);
       } catch (const std::invalid_argument& e) {
@@ -145,7 +149,7 @@ int run(const CalibrateCli& c) {
     const std::string exe = sibling_exe("pipescope-linkbench");
     if (access(exe.c_str(), X_OK) != 0) throw InputError(exe + ": not an executable (build pipescope-linkbench)");
     argv.insert(argv.end(),
-                {"-n", std::to_string(c.link_ranks), exe, "-b", c.min_bytes, "-e", c.max_bytes, "-f", c.step_factor,
+                {"-n", std::to_string(c.link_ranks), exe, "-b", c.min_bytes, "-e", max_bytes, "-f", c.step_factor,
                  "-n", std::to_string(c.iters), "-w", std::to_string(c.warmup), "--out", o.link_results});
     std::fprintf(stderr, "calibrate: link benchmarks, %d ranks (%s)\n", c.link_ranks, c.launcher.c_str());
     const int rc = launch(argv);
@@ -184,13 +188,15 @@ Command add_calibrate(CLI::App& app) {
   sub->add_option("--micro-batch", o->micro_batches, "Micro-batch sizes to measure (default: the scenario's)")
       ->delimiter(',');
   sub->add_option("--grain", o->grain, "Slice-length grid step in tokens")->capture_default_str();
-  sub->add_option("--context-steps", o->context_steps, "Context grid: steps of seq_len / N for (l, c)")
-      ->capture_default_str();
+  sub->add_option("--context-steps", o->context_steps,
+                  "Context grid: steps of seq_len / N for (l, c); 0 = none (default 8, with --quick 4)")
+      ->each([o](const std::string&) { o->context_steps_given = true; });
   sub->add_flag("--quick", o->quick,
-                "Fewer samples per point, about two lengths per octave, and a time budget (--budget, 150 s)");
+                "Fewer samples per point, about two lengths per octave, 4 context steps, a link sweep to 4M and a "
+                "time budget (--budget, 100 s)");
   sub->add_option("--budget", o->budget_s,
                   "Seconds the compute benchmarks may take: the longest measured length is halved until the "
-                  "estimate fits (default 150 with --quick, none otherwise)");
+                  "estimate fits (default 100 with --quick, none otherwise)");
   sub->add_option("--clock", o->clock,
                   "CPU backends: cpu = thread CPU time (robust on a shared machine; a quiet machine's times), wall = "
                   "steady clock (what validate's measured run sees, load included)")
@@ -208,7 +214,7 @@ Command add_calibrate(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--launcher", o->launcher, "MPI launcher for the link job")->capture_default_str();
   sub->add_option("-b,--minbytes", o->min_bytes, "Link sweep: smallest size (nccl-tests -b)")->capture_default_str();
-  sub->add_option("-e,--maxbytes", o->max_bytes, "Link sweep: largest size (nccl-tests -e)")->capture_default_str();
+  sub->add_option("-e,--maxbytes", o->max_bytes, "Link sweep: largest size (nccl-tests -e; default 32M, --quick 4M)");
   sub->add_option("-f,--stepfactor", o->step_factor, "Link sweep: size factor (nccl-tests -f)")->capture_default_str();
   sub->add_option("-n,--iters", o->iters, "Link sweep: timed operations per size (nccl-tests -n)")
       ->capture_default_str();
