@@ -12,7 +12,7 @@ namespace pipescope::calib {
 namespace {
 
 template <class T>
-std::pair<double, double> time_attention(int b, int heads, int dh, int l, int c, const TimingPolicy& p) {
+std::pair<TimeStats, TimeStats> time_attention(int b, int heads, int dh, int l, int c, const TimingPolicy& p) {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const int n = c + l;
   const Mat q = Mat::Random(l, dh), k = Mat::Random(n, dh), v = Mat::Random(n, dh), dout = Mat::Random(l, dh);
@@ -39,31 +39,30 @@ std::pair<double, double> time_attention(int b, int heads, int dh, int l, int c,
     dq.noalias() = ds * k;
     dk.noalias() = ds.transpose() * q;
   };
-  auto timer = steady_timer({});
+  auto timer = thread_cpu_timer();
   const int reps = b * heads;
-  const double f = time_calls(
-                       [&] {
-                         for (int r = 0; r < reps; r++) forward();
-                       },
-                       *timer, p)
-                       .median_s;
+  const TimeStats f = time_calls(
+      [&] {
+        for (int r = 0; r < reps; r++) forward();
+      },
+      *timer, p);
   forward();
-  const double bw = time_calls(
-                        [&] {
-                          for (int r = 0; r < reps; r++) backward();
-                        },
-                        *timer, p)
-                        .median_s;
+  const TimeStats bw = time_calls(
+      [&] {
+        for (int r = 0; r < reps; r++) backward();
+      },
+      *timer, p);
   return {f, bw};
 }
 
 }  // namespace
 
-void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b, LayerTable& t) {
+void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b, LayerTable& t, double flop_s) {
   if (backend != "cpu-f64" && backend != "cpu-f32") return;
   const auto& s = cfg.shape;
-  const int dh = s.layer.head_dim(), heads = s.layer.heads, L = s.max_seq;
-  const int step = std::max(cfg.grain, (L / cfg.context_steps) / cfg.grain * cfg.grain);
+  const int dh = s.layer.head_dim(), heads = s.layer.heads, L = cfg.longest();
+  const int step = context_step(cfg);
+  if (step == 0) return;
   std::vector<std::pair<int, int>> grid;
   for (int l = step; l <= L; l += step)
     for (int c = 0; c + l <= L; c += step) grid.emplace_back(l, c);
@@ -72,8 +71,10 @@ void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b
   for (auto [l, c] : grid) {
     const auto [f, bw] = backend == "cpu-f64" ? time_attention<double>(b, heads, dh, l, c, cfg.policy)
                                               : time_attention<float>(b, heads, dh, l, c, cfg.policy);
-    t.attention.push_back(ContextPoint{l, c, f, bw});
-    prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c));
+    t.attention.push_back(ContextPoint{l, c, f.median_s, bw.median_s, f.rel_spread(), bw.rel_spread()});
+    const double call = attention_flops(cfg, b, l, c) / flop_s;
+    prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c),
+              estimated_point_s(call, cfg.policy) + estimated_point_s(2 * call, cfg.policy));
   }
 }
 

@@ -14,7 +14,7 @@ double time_gemm(int m, int k, int n, const TimingPolicy& p) {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const Mat a = Mat::Random(m, k), b = Mat::Random(k, n);
   Mat c(m, n);
-  auto timer = steady_timer({});
+  auto timer = thread_cpu_timer();
   return time_calls([&] { c.noalias() = a * b; }, *timer, p).median_s;
 }
 
@@ -25,7 +25,7 @@ std::vector<std::array<int, 3>> gemm_shapes(const ComputeConfig& cfg, const std:
   const int h = s.layer.hidden, f = s.layer.ffn / cfg.tp, V = s.vocab / cfg.tp, ht = h / cfg.tp;
   std::vector<int> tokens;
   for (int b : bs)
-    for (int l = 16; l <= s.max_seq; l *= 2) tokens.push_back(b * l);
+    for (int l = 16; l <= cfg.longest(); l *= 2) tokens.push_back(b * l);
   std::sort(tokens.begin(), tokens.end());
   tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
   std::vector<std::array<int, 3>> shapes;  // (M, K, N)
@@ -35,7 +35,8 @@ std::vector<std::array<int, 3>> gemm_shapes(const ComputeConfig& cfg, const std:
   return shapes;
 }
 
-std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs) {
+std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs,
+                                  double flop_s) {
   if (backend != "cpu-f64" && backend != "cpu-f32") return {};
   const auto shapes = gemm_shapes(cfg, bs);
   Progress prog("GEMM", static_cast<int>(shapes.size()), cfg.progress);
@@ -44,7 +45,8 @@ std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfi
   for (const auto& [m, k, n] : shapes) {
     const double t = dt == "fp64" ? time_gemm<double>(m, k, n, cfg.policy) : time_gemm<float>(m, k, n, cfg.policy);
     out.push_back(GemmPoint{m, n, k, dt, t});
-    prog.step(std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n));
+    prog.step(std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n),
+              estimated_point_s(2.0 * m * n * k / flop_s, cfg.policy));
   }
   return out;
 }

@@ -1,8 +1,9 @@
-// t(l, c) of one transformer layer, forward and backward (spec/calibration.md 4.1): the forward of a slice of l
-// tokens after c tokens of context is timed by rewinding the K/V cache to c before every call; the backward by
-// rewinding to c + l (its dK/dV keep accumulating into the context's buffers, which costs the same).
+// t(l, c) of one transformer layer, forward and backward: the forward of a slice of l tokens after c tokens of
+// context is timed by rewinding the K/V cache to c before every call; the backward by rewinding to c + l (its
+// dK/dV keep accumulating into the context's buffers, which costs the same). Every input is created at the size
+// the call reads and filled in the same step (filled_tensor), so no kernel ever runs on stale or uninitialised
+// memory.
 #include <algorithm>
-#include <random>
 #include <tuple>
 
 #include "calib/benches.h"
@@ -12,14 +13,6 @@
 namespace pipescope::calib {
 namespace {
 
-std::vector<double> noise(std::size_t n, unsigned seed) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<double> d(0.0, 1.0);
-  std::vector<double> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
-
 struct LayerRig {
   kernels::Backend& be;
   const ComputeConfig& cfg;
@@ -27,7 +20,7 @@ struct LayerRig {
   std::unique_ptr<kernels::Params> params;
   std::unique_ptr<kernels::KVCache> kv;
   std::unique_ptr<kernels::Record> prefix_rec, rec;
-  std::unique_ptr<kernels::Tensor> x, y, dy, dx;
+  std::unique_ptr<kernels::Tensor> y, dx;
 
   LayerRig(kernels::Backend& backend, const ComputeConfig& c, int batch) : be(backend), cfg(c), b(batch) {
     const auto& s = cfg.shape;
@@ -36,25 +29,20 @@ struct LayerRig {
     kv = be.kv_cache(s.layer, b, s.max_seq);
     prefix_rec = be.record();
     rec = be.record();
-    x = be.tensor(b * s.max_seq, s.layer.hidden);
-    x->upload(noise(static_cast<std::size_t>(b) * s.max_seq * s.layer.hidden, 1));
-    dy = be.tensor(b * s.max_seq, s.layer.hidden);
-    dy->upload(noise(static_cast<std::size_t>(b) * s.max_seq * s.layer.hidden, 2));
-    y = be.tensor(1, s.layer.hidden);
+    y = be.tensor(1, s.layer.hidden);   // outputs: the kernels size them
     dx = be.tensor(1, s.layer.hidden);
   }
 
   // Times forward and backward of the slice [c, c + l).
   std::pair<TimeStats, TimeStats> time(Timer& timer, int l, int c) {
+    const int h = cfg.shape.layer.hidden;
     kv->reset();
-    const int h = cfg.shape.layer.hidden;  // resize discards the data: upload after every resize
-    x->resize(b * std::max(c, 1), h);
-    x->upload(noise(static_cast<std::size_t>(b) * std::max(c, 1) * h, 3));
-    if (c > 0) be.layer_forward(*params, *x, kernels::Slice{b, 0, c}, *kv, *prefix_rec, *y);
-    x->resize(b * l, h);
-    x->upload(noise(static_cast<std::size_t>(b) * l * h, 1));
-    dy->resize(b * l, h);
-    dy->upload(noise(static_cast<std::size_t>(b) * l * h, 2));
+    if (c > 0) {
+      const auto prefix = filled_tensor(be, b * c, h, 1000u + static_cast<unsigned>(c));
+      be.layer_forward(*params, *prefix, kernels::Slice{b, 0, c}, *kv, *prefix_rec, *y);
+    }
+    const auto x = filled_tensor(be, b * l, h, 2000u + static_cast<unsigned>(l));
+    const auto dy = filled_tensor(be, b * l, h, 3000u + static_cast<unsigned>(l));
     const kernels::Slice s{b, c, l};
     const TimeStats f = time_calls(
         [&] {
@@ -74,7 +62,7 @@ struct LayerRig {
 
 }  // namespace
 
-LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b) {
+LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b, double flop_s) {
   const auto& s = cfg.shape;
   LayerTable t;
   t.hidden = s.layer.hidden;
@@ -82,23 +70,22 @@ LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& 
   t.ffn = s.layer.ffn;
   t.tp = 1;
   t.micro_batch = b;
-  t.seq_len = s.max_seq;
+  t.seq_len = cfg.longest();
   t.dtype = dtype_of_backend(be.name().substr(0, be.name().find(' ')));
   LayerRig rig(be, cfg, b);
 
-  std::vector<int> ls;
-  for (int l = cfg.grain; l <= s.max_seq; l += cfg.grain) ls.push_back(l);
-  const int step = std::max(cfg.grain, (s.max_seq / cfg.context_steps) / cfg.grain * cfg.grain);
-  std::vector<std::pair<int, int>> grid;
-  for (int l = step; l <= s.max_seq; l += step)
-    for (int c = step; c + l <= s.max_seq; c += step) grid.emplace_back(l, c);
-
+  const std::vector<int> ls = slice_lengths(cfg);
+  const std::vector<std::pair<int, int>> grid = context_points(cfg);
+  auto est = [&](int l, int c) {
+    const double call = layer_flops(cfg, b, l, c) / flop_s;
+    return estimated_point_s(call, cfg.policy) + estimated_point_s(2 * call, cfg.policy);
+  };
   Progress prog("layer t(l, c), micro-batch " + std::to_string(b), static_cast<int>(ls.size() + grid.size()),
                 cfg.progress);
   for (int l : ls) {
     auto [f, bw] = rig.time(timer, l, 0);
     t.slices.push_back(SlicePoint{l, std::move(f), std::move(bw)});
-    prog.step("l = " + std::to_string(l) + ", c = 0");
+    prog.step("l = " + std::to_string(l) + ", c = 0", est(l, 0));
   }
   auto t0 = [&](bool fwd) {
     return [&t, fwd](int l) {
@@ -107,14 +94,16 @@ LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& 
       return 0.0;
     };
   };
-  for (int l = step; l <= s.max_seq; l += step) {
-    const double f = t0(true)(l), bw = t0(false)(l);
-    t.context_grid.push_back(ContextPoint{l, 0, f, bw});
-  }
+  const int step = context_step(cfg);
+  for (int l = step; step > 0 && l <= t.seq_len; l += step)
+    for (const auto& p : t.slices)
+      if (p.l == l)
+        t.context_grid.push_back(
+            ContextPoint{l, 0, p.fwd.median_s, p.bwd.median_s, p.fwd.rel_spread(), p.bwd.rel_spread()});
   for (auto [l, c] : grid) {
     auto [f, bw] = rig.time(timer, l, c);
-    t.context_grid.push_back(ContextPoint{l, c, f.median_s, bw.median_s});
-    prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c));
+    t.context_grid.push_back(ContextPoint{l, c, f.median_s, bw.median_s, f.rel_spread(), bw.rel_spread()});
+    prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c), est(l, c));
   }
   std::sort(t.context_grid.begin(), t.context_grid.end(),
             [](const ContextPoint& a, const ContextPoint& b) { return std::tie(a.l, a.c) < std::tie(b.l, b.c); });

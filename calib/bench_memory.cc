@@ -13,7 +13,7 @@ namespace pipescope::calib {
 double bench_host_bandwidth(const TimingPolicy& p) {
   const std::size_t n = 64u << 20;
   std::vector<char> a(n, 1), b(n, 2);
-  auto timer = steady_timer({});
+  auto timer = thread_cpu_timer();
   const TimeStats t = time_calls([&] { std::memcpy(b.data(), a.data(), n); }, *timer, p);
   return 2.0 * static_cast<double>(n) / t.median_s;
 }

@@ -3,6 +3,8 @@
 // (so the CPU reference and CUDA run the same code path the validation runtime runs) and the shared driver.
 
 #include <array>
+#include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -15,29 +17,52 @@ namespace pipescope::calib {
 
 struct ComputeConfig {
   kernels::ModelShape shape;  // hidden, heads, ffn, vocab, max_seq = longest slice + context
-  int grain = 8;              // t(l, 0) for l = grain, 2 grain, ..., max_seq
-  int context_steps = 8;      // (l, c) grid in steps of max_seq / context_steps (TeraPipe: 16)
+  int grain = 8;              // t(l, 0) for l = grain, 2 grain, ..., max_len
+  int context_steps = 8;      // (l, c) grid in steps of max_len / context_steps (TeraPipe: 16); 0 = none
   int tp = 1;                 // tensor-parallel degree of the GEMM shapes (QKV 3h/t, projection h/t, ...)
+  int max_len = 0;            // longest l + c measured (0 = shape.max_seq); a quick budget may lower it
+  bool sparse_lengths = false;  // l on grain x {1, 2, 3, 4, 6, 8, 12, ...} instead of every multiple (quick)
   TimingPolicy policy;
   bool progress = true;
+  int longest() const { return max_len > 0 ? max_len : shape.max_seq; }
 };
+
+// The grids every benchmark uses: slice lengths l at context 0, and the (l, c > 0) context grid.
+std::vector<int> slice_lengths(const ComputeConfig& cfg);
+int context_step(const ComputeConfig& cfg);
+std::vector<std::pair<int, int>> context_points(const ComputeConfig& cfg);
+
+// Estimated FLOPs of one call (forward; a backward is about twice), for progress and the quick budget.
+double layer_flops(const ComputeConfig& cfg, int b, int l, int c);
+double head_flops(const ComputeConfig& cfg, int b, int l);
+double attention_flops(const ComputeConfig& cfg, int b, int l, int c);
+
+// Inputs right by construction (inputs.cc): created at their final size and filled in one call with N(0, 1)
+// values; debug builds assert that the backend holds finite values.
+std::vector<double> normal_values(std::size_t n, unsigned seed);
+std::unique_ptr<kernels::Tensor> filled_tensor(kernels::Backend& be, int rows, int cols, unsigned seed);
+bool all_finite(const kernels::Tensor& t);
 
 // t(l, 0) for every l on the grain grid and t(l, c) on the context grid, forward and backward, for micro-batch
 // size b, with the context fits; the shape keys (hidden ... dtype) filled in.
-LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b);
+// `flop_s`: the speed the progress estimates assume (calibrate measures it first).
+LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b, double flop_s = 1e10);
 // Embedding (first stage) and final LayerNorm + LM head + loss (last stage) on l tokens, forward and backward,
 // on the same l grid as the layer table (added to `t`).
-void bench_ends(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b, LayerTable& t);
+void bench_ends(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b, LayerTable& t,
+                double flop_s = 1e10);
 // Attention alone (scores, causal softmax, weighted sum and their backward) of all heads of b sequences on the
 // (l, c) context grid (added to `t.attention`); CPU backends only.
-void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b, LayerTable& t);
+void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b, LayerTable& t,
+                     double flop_s = 1e10);
 // Adam step time per parameter (on one layer's parameters).
 double bench_optimizer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg);
 // Time of the smallest operation the backend runs (an Adam step of a 16-wide layer): the per-kernel fixed cost.
 double bench_launch(kernels::Backend& be, Timer& timer, const TimingPolicy& p);
 // GEMMs at the model's layer shapes (QKV, output projection, MLP up and down, logits) for token counts
 // b * l, l a power of two up to max_seq; CPU backends only (Eigen, the kernels' own GEMM), empty otherwise.
-std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs);
+std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs,
+                                  double flop_s = 1e10);
 // The (M, K, N) shapes both GEMM benchmarks time: QKV, projection, MLP up and down, logits at tp for b * l tokens.
 std::vector<std::array<int, 3>> gemm_shapes(const ComputeConfig& cfg, const std::vector<int>& bs);
 // The same on the GPU with cuBLAS (cuda-bf16 / cuda-f16), CUDA-event timed; only in CUDA builds.

@@ -44,49 +44,141 @@ std::string pct(double x) {
   return b;
 }
 
-}  // namespace
 
-DeviceProfile calibrate(const CalibrateOptions& o) {
-  const bool cpu = o.backend.rfind("cpu-", 0) == 0;
-  auto be = backend_of(o.backend);
-  const ComputeConfig& cfg = o.compute;
+// Speed of this machine on the layer (FLOP/s), from one forward at a short length after a warm-up call: the
+// scale of every estimate (progress, budget). Short slices run below the large-GEMM rate, so estimates err long.
+double probe_flop_s(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg) {
+  const auto& s = cfg.shape;
+  const int l = std::min(cfg.longest(), 4 * cfg.grain);
+  auto params = be.params(kernels::ModuleKind::kLayer, s);
+  params->set(kernels::init_params(kernels::ModuleKind::kLayer, s, 11));
+  auto kv = be.kv_cache(s.layer, 1, s.max_seq);
+  auto rec = be.record();
+  auto y = be.tensor(1, s.layer.hidden);
+  const auto x = filled_tensor(be, l, s.layer.hidden, 99);
+  double t = 0;
+  for (int i = 0; i < 2; i++) {
+    kv->reset();
+    timer.start();
+    be.layer_forward(*params, *x, kernels::Slice{1, 0, l}, *kv, *rec, *y);
+    t = timer.stop();
+  }
+  return layer_flops(cfg, 1, l, 0) / std::max(t, 1e-9);
+}
+
+void check_config(const ComputeConfig& cfg) {
   cfg.shape.validate();
   if (cfg.grain < 1 || cfg.shape.max_seq % cfg.grain != 0)
     throw std::invalid_argument("--grain " + std::to_string(cfg.grain) + " must divide the sequence length " +
                                 std::to_string(cfg.shape.max_seq));
+  if (cfg.context_steps < 0)
+    throw std::invalid_argument("--context-steps must be >= 0 (0: no context grid), got " +
+                                std::to_string(cfg.context_steps));
+}
+
+// The longest length (a multiple of the grain, halving from the sequence length) whose estimate fits.
+int budget_length(const CalibrateOptions& o, ComputeConfig cfg, double flop_s) {
+  int L = cfg.shape.max_seq;
+  for (;;) {
+    cfg.max_len = L;
+    const int next = L / 2 / cfg.grain * cfg.grain;
+    if (estimate_compute_s(o, cfg, flop_s) <= o.budget_s || next < cfg.grain) return L;
+    L = next;
+  }
+}
+
+}  // namespace
+
+double estimate_compute_s(const CalibrateOptions& o, const ComputeConfig& cfg, double flop_s) {
+  const bool cpu = o.backend.rfind("cpu-", 0) == 0;
+  const TimingPolicy& p = cfg.policy;
+  auto pair = [&](double flops) {
+    return estimated_point_s(flops / flop_s, p) + estimated_point_s(2 * flops / flop_s, p);
+  };
+  double est = 0;
+  for (int b : o.micro_batches) {
+    for (int l : slice_lengths(cfg)) {
+      est += pair(layer_flops(cfg, b, l, 0));
+      est += pair(head_flops(cfg, b, l)) + 2 * estimated_point_s(0, p);
+    }
+    for (auto [l, c] : context_points(cfg)) est += pair(layer_flops(cfg, b, l, c));
+    if (cpu)
+      for (int l = context_step(cfg); l > 0 && l <= cfg.longest(); l += context_step(cfg))
+        for (int c = 0; c + l <= cfg.longest(); c += context_step(cfg)) est += pair(attention_flops(cfg, b, l, c));
+  }
+  if (cpu && o.gemm)
+    for (const auto& [m, k, n] : gemm_shapes(cfg, o.micro_batches))
+      est += estimated_point_s(2.0 * m * n * k / flop_s, p);
+  return est + 3 * estimated_point_s(1e-3, p);  // Adam, launch, host bandwidth
+}
+
+DeviceProfile calibrate(const CalibrateOptions& o) {
+  const bool cpu = o.backend.rfind("cpu-", 0) == 0;
+  check_config(o.compute);
+  for (int b : o.micro_batches)
+    if (b < 1) throw std::invalid_argument("--micro-batch: sizes must be >= 1");
+  auto be = backend_of(o.backend);
+  ComputeConfig cfg = o.compute;
   DeviceProfile p;
   p.kind = "measured";
   p.provenance = base_provenance(o.command);
   p.provenance["backend"] = be->name();
   p.provenance["statistics"] = cfg.policy.describe();
-  std::unique_ptr<Timer> timer = steady_timer([&] { be->synchronize(); });
-  p.provenance["timer"] = "steady clock";
+  if (o.clock != "cpu" && o.clock != "wall") throw std::invalid_argument("--clock: cpu or wall, got '" + o.clock + "'");
+  const bool cpu_clock = cpu && o.clock == "cpu";
+  std::unique_ptr<Timer> timer = cpu_clock ? thread_cpu_timer() : steady_timer([&] { be->synchronize(); });
+  p.provenance["timer"] =
+      cpu_clock ? "thread CPU time (the CPU kernels are single-threaded; time spent descheduled by other processes "
+                  "excluded)"
+                : "steady clock";
 #ifdef PIPESCOPE_HAVE_CUDA
   if (!cpu) {
     timer = cuda_event_timer(be->stream());
     p.provenance["timer"] = "CUDA events on the backend's stream";
   }
 #endif
+  if (o.timer_noise > 0) {
+    timer = noisy_timer(std::move(timer), o.timer_noise);
+    p.provenance["timer"] += " WITH INJECTED NOISE (test hook, sigma " + std::to_string(o.timer_noise) + ")";
+  }
+
+  reset_work_plan();
+  const double flop_s = probe_flop_s(*be, *timer, cfg);
+  if (o.budget_s > 0) {
+    cfg.max_len = budget_length(o, cfg, flop_s);
+    if (cfg.max_len < cfg.shape.max_seq) {
+      p.provenance["budget"] = "quick budget " + std::to_string(static_cast<int>(o.budget_s)) +
+                               " s: lengths up to " + std::to_string(cfg.max_len) + " of " +
+                               std::to_string(cfg.shape.max_seq) + " measured";
+      if (cfg.progress) std::fprintf(stderr, "calibrate: %s\n", p.provenance["budget"].c_str());
+    }
+  }
+  const double est = estimate_compute_s(o, cfg, flop_s);
+  plan_work(est);
+  if (cfg.progress)
+    std::fprintf(stderr, "calibrate: probe %.3g GFLOP/s; compute benchmarks estimated at ~%.0f s\n", flop_s / 1e9,
+                 est);
 
   for (int b : o.micro_batches) {
-    if (b < 1) throw std::invalid_argument("--micro-batch: sizes must be >= 1");
-    LayerTable t = bench_layer(*be, *timer, cfg, b);
-    bench_ends(*be, *timer, cfg, b, t);
-    bench_attention(o.backend, cfg, b, t);
+    LayerTable t = bench_layer(*be, *timer, cfg, b, flop_s);
+    bench_ends(*be, *timer, cfg, b, t, flop_s);
+    bench_attention(o.backend, cfg, b, t, flop_s);
     p.layers.push_back(std::move(t));
   }
   // Kernel-level fits for shapes without a layer table, with their held-out transfer check (CPU backends).
   p.kernels = calibrate_kernels(*be, *timer, o.backend, cfg);
   p.optimizer_s_per_param = bench_optimizer(*be, *timer, cfg);
   const double launch_s = bench_launch(*be, *timer, cfg.policy);
+  double gemm_holdout = -1;
 
   if (cpu) {
     DeviceSpec& d = p.device;
     d.name = cpu_model() + " (" + o.backend + ")";
     double rate = 0, half = 0;
     if (o.gemm) {
-      p.gemms = bench_gemm(o.backend, cfg, o.micro_batches);
+      p.gemms = bench_gemm(o.backend, cfg, o.micro_batches, flop_s);
       const GemmFit g = fit_gemm(p.gemms);
+      gemm_holdout = g.holdout_rel_err;
       rate = g.rate_flops;
       half = g.half_sat_flops;
       char buf[160];
@@ -115,6 +207,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
       // Efficiency against the public peak, saturation size from the fit (the analytic model's form).
       p.gemms = bench_gemm_cuda(o.backend, cfg, o.micro_batches);
       const GemmFit g = fit_gemm(p.gemms);
+      gemm_holdout = g.holdout_rel_err;
       const double peak = o.backend == "cuda-bf16" ? p.device.peak_flops_bf16 : p.device.peak_flops_fp16;
       p.device.gemm_efficiency = std::min(1.0, g.rate_flops / peak);
       p.device.gemm_half_sat_flops = g.half_sat_flops;
@@ -134,6 +227,13 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
   }
   p.source = "<calibration>";
   check_profile(p);
+  const std::vector<GateFailure> failed = check_gates(p, gemm_holdout, o.gates);
+  if (!failed.empty()) {
+    if (!o.accept_poor_fit) throw CalibrationRefused(failed);
+    std::string all;
+    for (const auto& f : failed) all += (all.empty() ? "" : " | ") + f.text();
+    p.provenance["gate_failures"] = all;
+  }
   return p;
 }
 
@@ -150,8 +250,8 @@ DeviceProfile analytic_profile(const std::string& preset, const std::string& com
       "efficiency parameters of the '" +
       preset + "' preset (core/presets.cc); nothing measured";
   p.provenance["command"] = command;
-  p.links["intra"] = LinkFit{c->nvlink_latency_s, c->nvlink_bw_Bps, 0, {}};
-  p.links["inter"] = LinkFit{c->nic_latency_s, c->nic_bw_Bps, 0, {}};
+  p.links["intra"] = LinkFit{c->nvlink_latency_s, c->nvlink_bw_Bps, 0, {}, "alpha-beta", {}};
+  p.links["inter"] = LinkFit{c->nic_latency_s, c->nic_bw_Bps, 0, {}, "alpha-beta", {}};
   p.source = "<analytic>";
   check_profile(p);
   return p;
@@ -184,17 +284,23 @@ std::string fit_report(const DeviceProfile& p) {
   os << kernel_fit_report(p.kernels);
   if (p.optimizer_s_per_param > 0) os << "  Adam: " << p.optimizer_s_per_param * 1e9 << " ns per parameter\n";
   for (const auto& [cls, l] : p.links) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "  link %s: latency %.2f us, %.3f GB/s, held-out error %s\n", cls.c_str(),
-                  l.latency_s * 1e6, l.bw_Bps / 1e9, pct(l.holdout_rel_err).c_str());
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "  link %s: %s model of %zu sizes (large messages: latency %.2f us, %.3f GB/s), held-out error %s\n",
+                  cls.c_str(), l.model.c_str(), l.points.size(), l.latency_s * 1e6, l.bw_Bps / 1e9,
+                  pct(l.holdout_rel_err).c_str());
     os << buf;
   }
   for (const auto& c : p.collectives) {
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "  %-13s n=%d %s: alpha %.2f us, busbw %.3f GB/s, held-out error %s\n", c.op.c_str(),
-                  c.ranks, c.link_class.c_str(), c.alpha_s * 1e6, c.busbw_Bps / 1e9, pct(c.holdout_rel_err).c_str());
+    char buf[220];
+    std::snprintf(buf, sizeof buf,
+                  "  %-13s n=%d %s: %s model of %zu sizes (alpha %.2f us, busbw %.3f GB/s), held-out error %s\n",
+                  c.op.c_str(), c.ranks, c.link_class.c_str(), c.model.c_str(), c.points.size(), c.alpha_s * 1e6,
+                  c.busbw_Bps / 1e9, pct(c.holdout_rel_err).c_str());
     os << buf;
   }
+  if (auto it = p.provenance.find("gate_failures"); it != p.provenance.end())
+    os << "  ACCEPTED WITH FAILED QUALITY GATES (--accept-poor-fit): " << it->second << "\n";
   return os.str();
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "calib/benches.h"
+#include "calib/gates.h"
 #include "core/profile.h"
 
 namespace pipescope::calib {
@@ -19,8 +20,17 @@ struct CalibrateOptions {
   std::string link_results;          // pipescope-linkbench JSON; empty = no link section
   std::string link_class = "intra";  // intra | inter
   std::string command;               // the exact command line, for the provenance
+  double budget_s = 0;               // > 0: lower the longest measured length until the estimate fits (quick)
+  bool accept_poor_fit = false;      // write the profile even when a quality gate fails (calib/gates.h)
+  GateBounds gates;
+  std::string clock = "cpu";  // CPU backends: cpu (thread CPU time) | wall (steady clock, what validate measures)
+  double timer_noise = 0;  // test hook: sigma of log-normal noise on every compute reading (noisy_timer)
 };
 
+// Estimated seconds of the compute benchmarks of `o` with `cfg` on a machine doing `flop_s`.
+double estimate_compute_s(const CalibrateOptions& o, const ComputeConfig& cfg, double flop_s);
+
+// Throws CalibrationRefused (calib/gates.h) when a quality gate fails and !accept_poor_fit.
 DeviceProfile calibrate(const CalibrateOptions& o);
 
 // An analytic profile (kind: analytic) of a cluster preset: its device from public peak specs with the analytic

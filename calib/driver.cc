@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <ctime>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -28,20 +30,76 @@ class SteadyTimer final : public Timer {
   Clock::time_point t0_;
 };
 
+class ThreadCpuTimer final : public Timer {
+ public:
+  void start() override { t0_ = now(); }
+  double stop() override { return now() - t0_; }
+
+ private:
+  static double now() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  double t0_ = 0;
+};
+
 }  // namespace
 
+std::unique_ptr<Timer> thread_cpu_timer() { return std::make_unique<ThreadCpuTimer>(); }
+
 std::string TimingPolicy::describe() const {
-  char buf[256];
+  char buf[512];
   std::snprintf(buf, sizeof buf,
-                "warm-up >= %d calls and >= %g ms; >= %d samples and >= %g ms (at most %d); calls under %g ms timed "
-                "as a back-to-back batch; median with p10/p90; %s",
-                warmup_calls, warmup_s * 1e3, min_samples, min_time_s * 1e3, max_samples, min_sample_s * 1e3,
-                cold ? "cold cache (256 MiB written before every sample, one call per sample)" : "hot cache");
-  return buf;
+                "warm-up >= %d calls and >= %g ms; >= %d samples and >= %g ms, then until the median's 95%% "
+                "confidence interval (order statistics) is within %g%% of it (at most %d samples or %g s); outliers "
+                "beyond median +- 3 IQR measured again; calls under %g ms timed as a back-to-back batch; median "
+                "with p10/p90; ",
+                warmup_calls, warmup_s * 1e3, min_samples, min_time_s * 1e3, 100 * target_rel_spread, max_samples,
+                max_time_s, min_sample_s * 1e3);
+  return buf + std::string(cold ? "cold cache (256 MiB written before every sample, one call per sample)"
+                                : "hot cache");
+}
+
+TimingPolicy quick_policy() {
+  TimingPolicy p;
+  p.warmup_calls = 1;
+  p.warmup_s = 0.005;
+  p.min_samples = 5;
+  p.min_time_s = 0.02;
+  p.max_time_s = 0.4;
+  p.target_rel_spread = 0.10;
+  return p;
 }
 
 std::unique_ptr<Timer> steady_timer(std::function<void()> sync) {
   return std::make_unique<SteadyTimer>(std::move(sync));
+}
+
+namespace {
+
+class NoisyTimer final : public Timer {
+ public:
+  NoisyTimer(std::unique_ptr<Timer> inner, double sigma, unsigned seed)
+      : inner_(std::move(inner)), gen_(seed), noise_(0.0, sigma) {}
+  void start() override { inner_->start(); }
+  double stop() override { return inner_->stop() * std::exp(noise_(gen_)); }
+
+ private:
+  std::unique_ptr<Timer> inner_;
+  std::mt19937_64 gen_;
+  std::normal_distribution<double> noise_;
+};
+
+double quantile(const std::vector<double>& sorted, double f) {
+  const auto i = static_cast<std::size_t>(std::lround(f * (sorted.size() - 1)));
+  return sorted[i];
+}
+
+}  // namespace
+
+std::unique_ptr<Timer> noisy_timer(std::unique_ptr<Timer> inner, double sigma, unsigned seed) {
+  return std::make_unique<NoisyTimer>(std::move(inner), sigma, seed);
 }
 
 TimeStats stats_of(std::vector<double> samples) {
@@ -49,14 +107,10 @@ TimeStats stats_of(std::vector<double> samples) {
   TimeStats t;
   t.samples_s = samples;
   std::sort(samples.begin(), samples.end());
-  auto q = [&](double f) {
-    const auto i = static_cast<std::size_t>(std::lround(f * (samples.size() - 1)));
-    return samples[i];
-  };
   const std::size_t n = samples.size();
   t.median_s = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-  t.p10_s = q(0.1);
-  t.p90_s = q(0.9);
+  t.p10_s = quantile(samples, 0.1);
+  t.p90_s = quantile(samples, 0.9);
   return t;
 }
 
@@ -64,7 +118,7 @@ TimeStats time_calls(const std::function<void()>& call, Timer& timer, const Timi
   // Warm-up, which also estimates the cost of one call.
   int calls = 0;
   double spent = 0;
-  while (calls < p.warmup_calls || spent < p.warmup_s) {
+  while (calls < std::max(1, p.warmup_calls) || spent < p.warmup_s) {
     timer.start();
     call();
     spent += timer.stop();
@@ -76,30 +130,86 @@ TimeStats time_calls(const std::function<void()>& call, Timer& timer, const Timi
       per_call >= p.min_sample_s || p.cold ? 1 : static_cast<int>(std::ceil(p.min_sample_s / std::max(per_call, 1e-9)));
   static std::vector<char> flush;
   if (p.cold && flush.empty()) flush.resize(256u << 20);
+  auto sample = [&](std::size_t i) {
+    if (p.cold) std::memset(flush.data(), static_cast<int>(i & 0xff), flush.size());
+    timer.start();
+    for (int k = 0; k < batch; k++) call();
+    return timer.stop();
+  };
   std::vector<double> samples;
   double total = 0;
-  while ((static_cast<int>(samples.size()) < p.min_samples || total < p.min_time_s) &&
-         static_cast<int>(samples.size()) < p.max_samples) {
-    if (p.cold) std::memset(flush.data(), static_cast<int>(samples.size() & 0xff), flush.size());
-    timer.start();
-    for (int i = 0; i < batch; i++) call();
-    const double t = timer.stop();
+  auto spread = [&] { return stats_of(samples).rel_spread(); };
+  const int min_samples = std::max(1, p.min_samples);
+  while (static_cast<int>(samples.size()) < p.max_samples) {
+    const double t = sample(samples.size());
     total += t;
     samples.push_back(t / batch);
+    if (static_cast<int>(samples.size()) < min_samples || total < p.min_time_s) continue;
+    if (total >= p.max_time_s || spread() <= p.target_rel_spread) break;
+  }
+  // Outliers (a preemption, a page fault storm): each is measured again once and replaced.
+  if (samples.size() >= 4) {
+    std::vector<double> sorted = samples;
+    std::sort(sorted.begin(), sorted.end());
+    const double q1 = quantile(sorted, 0.25), q3 = quantile(sorted, 0.75), med = stats_of(samples).median_s;
+    const double lo = med - 3 * (q3 - q1), hi = med + 3 * (q3 - q1);
+    for (std::size_t i = 0; i < samples.size(); i++)
+      for (int tries = 0; tries < 3 && (samples[i] < lo || samples[i] > hi); tries++) samples[i] = sample(i) / batch;
   }
   return stats_of(std::move(samples));
 }
 
-Progress::Progress(std::string what, int total, bool enabled)
-    : what_(std::move(what)), total_(total), enabled_(enabled), last_(Clock::now() - std::chrono::seconds(1)) {}
+double estimated_point_s(double call_s, const TimingPolicy& p) {
+  const double warm = std::max(std::max(1, p.warmup_calls) * call_s, p.warmup_s);
+  const double meas = std::min(std::max(std::max(1, p.min_samples) * call_s, p.min_time_s),
+                               std::max(p.max_time_s, std::max(1, p.min_samples) * call_s));
+  return warm + meas;
+}
 
-void Progress::step(const std::string& detail) {
+namespace {
+struct WorkPlan {
+  double planned_s = 0, done_s = 0;
+  Clock::time_point start = Clock::now();
+};
+WorkPlan& work_plan() {
+  static WorkPlan w;
+  return w;
+}
+}  // namespace
+
+void plan_work(double est_s) {
+  if (work_plan().planned_s == 0) work_plan().start = Clock::now();
+  work_plan().planned_s += est_s;
+}
+void reset_work_plan() { work_plan() = WorkPlan{}; }
+double planned_work() { return work_plan().planned_s; }
+
+Progress::Progress(std::string what, int total, bool enabled)
+    : what_(std::move(what)),
+      total_(total),
+      enabled_(enabled),
+      start_(Clock::now()),
+      last_(Clock::now() - std::chrono::seconds(1)) {}
+
+void Progress::step(const std::string& detail, double est_s) {
   done_++;
+  WorkPlan& w = work_plan();
+  w.done_s += est_s;
   if (!enabled_) return;
   const auto now = Clock::now();
   if (done_ < total_ && now - last_ < std::chrono::milliseconds(500)) return;
   last_ = now;
-  std::fprintf(stderr, "calibrate: %s [%d/%d] %s\n", what_.c_str(), done_, total_, detail.c_str());
+  // Time left: the whole plan when there is one, this phase otherwise; scaled by the speed seen so far.
+  double left = 0;
+  if (w.planned_s > 0 && w.done_s > 0) {
+    const double el = std::chrono::duration<double>(now - w.start).count();
+    left = el * std::max(0.0, w.planned_s - w.done_s) / w.done_s;
+  } else {
+    const double el = std::chrono::duration<double>(now - start_).count();
+    left = el * (total_ - done_) / done_;
+  }
+  std::fprintf(stderr, "calibrate: %s [%d/%d] %s, ~%.0f s left\n", what_.c_str(), done_, total_, detail.c_str(),
+               left);
 }
 
 double parse_size(const std::string& s) {

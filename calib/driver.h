@@ -1,9 +1,11 @@
 #pragma once
 // The shared driver of the calibration benchmarks (the nccl-tests shape: one small file per benchmark, this one
-// driver). Timing policy (spec/calibration.md 3): warm-up of >= warmup_calls calls and >= warmup_s, then samples
-// until >= min_samples and >= min_time_s (at most max_samples); calls shorter than min_sample_s are timed as a
-// batch of back-to-back calls and divided. Hot cache (operands stay resident), recorded in the provenance.
-// A Timer abstracts the clock: steady clock + device synchronisation on the CPU, CUDA events on a GPU.
+// driver). Timing policy: a warm-up of >= warmup_calls calls and >= warmup_s; then samples until there are
+// >= min_samples covering >= min_time_s AND the relative spread (p90 - p10) / median is <= target_rel_spread,
+// or a cap is hit (max_samples, max_time_s); calls shorter than min_sample_s are timed as a batch of
+// back-to-back calls and divided. Outliers (samples beyond median +- 3 x the interquartile range) are measured
+// again once each. Hot cache (operands stay resident), recorded in the provenance. A Timer abstracts the
+// clock: steady clock + device synchronisation on the CPU, CUDA events on a GPU.
 
 #include <chrono>
 #include <cstdio>
@@ -22,12 +24,17 @@ struct TimingPolicy {
   int min_samples = 10;
   double min_time_s = 0.1;
   int max_samples = 200;
+  double max_time_s = 3.0;          // sampling stops here even when the spread is still above the target
+  double target_rel_spread = 0.05;  // (p90 - p10) / median at which sampling may stop
   double min_sample_s = 1e-3;
   // Cold cache: before every sample, write a buffer larger than the CPU's last-level cache (256 MiB) so the
   // operands come from DRAM; each sample is then one call (no batching).
   bool cold = false;
   std::string describe() const;  // for the provenance
 };
+
+// The policy of `calibrate --quick`: fewer samples and a shorter cap per point.
+TimingPolicy quick_policy();
 
 // Starts and stops one measurement; stop() returns seconds and waits for the device.
 class Timer {
@@ -38,24 +45,42 @@ class Timer {
 };
 // Steady clock; `sync` (may be empty) waits for outstanding work before each reading.
 std::unique_ptr<Timer> steady_timer(std::function<void()> sync);
+// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID): what the CPU backends' single-threaded kernels
+// cost on a core they have to themselves, without the time the thread waits while other processes run (this
+// machine is shared; the wall clock would time the neighbours' load as well).
+std::unique_ptr<Timer> thread_cpu_timer();
+// A test hook: multiplies every reading of `inner` by exp(N(0, sigma)) (seeded, deterministic), so that the
+// calibration gates can be shown to refuse a noisy measurement. Never used unless asked for.
+std::unique_ptr<Timer> noisy_timer(std::unique_ptr<Timer> inner, double sigma, unsigned seed = 1);
 
 TimeStats time_calls(const std::function<void()>& call, Timer& timer, const TimingPolicy& p);
 // Median, p10 and p90 of samples (nearest rank), keeping the samples in order.
 TimeStats stats_of(std::vector<double> samples);
 
-// One progress line per step on stderr ("calibrate: layer t(l, 0) [12/40] l = 96"), at most every 0.5 s
-// unless it is the last step; silent when disabled.
+// Whole-run progress: calibrate() announces the estimated cost of every phase (plan_work, in estimated
+// seconds) before it starts; each Progress step reports its own estimate as done; the time left printed is
+// the elapsed time scaled by (planned - done) / done, so it corrects itself for the machine's real speed.
+void plan_work(double est_s);
+void reset_work_plan();
+double planned_work();
+
+// One progress line per step on stderr ("calibrate: layer t(l, 0) [12/40] l = 96, ~35 s left"), at most every
+// 0.5 s unless it is the last step; silent when disabled.
 class Progress {
  public:
   Progress(std::string what, int total, bool enabled);
-  void step(const std::string& detail);
+  // `est_s`: this step's share of the announced plan (0: unplanned, counts for the phase's own estimate only).
+  void step(const std::string& detail, double est_s = 0);
 
  private:
   std::string what_;
   int total_, done_ = 0;
   bool enabled_;
-  std::chrono::steady_clock::time_point last_;
+  std::chrono::steady_clock::time_point start_, last_;
 };
+
+// Estimated seconds of one time_calls on a call of `call_s` seconds under policy p (for progress and budgets).
+double estimated_point_s(double call_s, const TimingPolicy& p);
 
 // nccl-tests sizes: "8", "64K", "128M", "1G" (binary suffixes). Throws std::invalid_argument.
 double parse_size(const std::string& s);

@@ -19,6 +19,18 @@ Eigen::VectorXd relative_lsq(const Eigen::MatrixXd& X, const Eigen::VectorXd& y)
   return A.colPivHouseholderQr().solve(b);
 }
 
+// The median of the held-out sizes' errors: a protocol switch (MPI eager -> rendezvous, NCCL LL -> Simple)
+// between two sweep sizes leaves the one held-out size between them unpredictable by any table (its regime is
+// a coin toss), which a mean would let dominate; the gates list every size above the bound by name.
+double median_error(const std::vector<std::pair<double, double>>& errors) {
+  if (errors.empty()) return 0.0;
+  std::vector<double> e;
+  for (const auto& x : errors) e.push_back(x.second);
+  std::sort(e.begin(), e.end());
+  const std::size_t n = e.size();
+  return n % 2 ? e[n / 2] : 0.5 * (e[n / 2 - 1] + e[n / 2]);
+}
+
 }  // namespace
 
 ContextFit fit_context(const std::vector<ContextPoint>& grid, bool forward, const std::function<double(int)>& t0) {
@@ -113,6 +125,34 @@ AlphaBeta fit_alpha_beta(std::vector<std::pair<double, double>> pts) {
   ab.holdout_points = static_cast<int>(rest.size());
   ab.holdout_rel_err = rest.empty() ? 0.0 : err / rest.size();
   return ab;
+}
+
+PiecewiseFit fit_piecewise(const std::vector<std::pair<double, double>>& pts) {
+  PiecewiseFit f;
+  double sum = 0;
+  for (std::size_t i = 1; i + 1 < pts.size(); i += 2) {
+    const std::vector<std::pair<double, double>> nb{pts[i - 1], pts[i + 1]};
+    const double e = std::abs(piecewise_seconds(nb, pts[i].first) - pts[i].second) / pts[i].second;
+    f.errors.emplace_back(pts[i].first, e);
+    sum += e;
+  }
+  f.holdout_rel_err = median_error(f.errors);
+  (void)sum;
+  return f;
+}
+
+PiecewiseFit holdout_piecewise(const std::vector<std::pair<double, double>>& pts,
+                               const std::vector<std::pair<double, double>>& held) {
+  PiecewiseFit f;
+  double sum = 0;
+  for (const auto& [bytes, t] : held) {
+    const double e = std::abs(piecewise_seconds(pts, bytes) - t) / t;
+    f.errors.emplace_back(bytes, e);
+    sum += e;
+  }
+  f.holdout_rel_err = median_error(f.errors);
+  (void)sum;
+  return f;
 }
 
 GemmFit fit_gemm(const std::vector<GemmPoint>& gemms) {

@@ -27,6 +27,21 @@ struct AlphaBeta {
 // points: (bytes, seconds), any order. Needs >= 2 distinct sizes.
 AlphaBeta fit_alpha_beta(std::vector<std::pair<double, double>> points);
 
+// Piecewise model of a link table (core/profile.h piecewise_seconds): every second interior size is held out,
+// predicted by interpolating its neighbours, so the error is that of the table at a size between two measured
+// ones (sweeps step by a factor 2). `errors`: (bytes, rel. error) of each held-out size; holdout_rel_err is their
+// median (a protocol switch between two sweep sizes makes the one size between them a coin toss for any table;
+// the gates name every held-out size above the bound).
+struct PiecewiseFit {
+  double holdout_rel_err = 0;
+  std::vector<std::pair<double, double>> errors;
+};
+// points: (bytes, seconds), sorted by bytes, at least 3 sizes for a held-out error (fewer: error 0).
+PiecewiseFit fit_piecewise(const std::vector<std::pair<double, double>>& points);
+// The error of the table `points` (all used) at separately measured held-out sizes.
+PiecewiseFit holdout_piecewise(const std::vector<std::pair<double, double>>& points,
+                               const std::vector<std::pair<double, double>>& held_out);
+
 struct GemmFit {
   double rate_flops = 0;      // asymptotic FLOP/s (R)
   double half_sat_flops = 0;  // F_half: GEMM size at half the asymptotic rate

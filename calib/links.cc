@@ -1,5 +1,6 @@
 #include "calib/links.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -35,6 +36,7 @@ LinkRun read_link_results(const std::string& path) {
       x.time_s = r.at("time_us").get<double>() * 1e-6;
       x.algbw_Bps = r.at("algbw_GBps").get<double>() * 1e9;
       x.busbw_Bps = r.at("busbw_GBps").get<double>() * 1e9;
+      x.holdout = r.contains("holdout") && r.at("holdout").get<bool>();
       if (!known_link_op(x.op) || x.ranks < 2 || !(x.bytes > 0) || !(x.time_s > 0))
         throw std::runtime_error("implausible entry for op '" + x.op + "'");
       run.results.push_back(x);
@@ -48,10 +50,13 @@ LinkRun read_link_results(const std::string& path) {
 }
 
 void fit_links(const LinkRun& run, const std::string& link_class, DeviceProfile& p) {
-  std::map<std::pair<std::string, int>, std::vector<std::pair<double, double>>> by;
-  for (const auto& r : run.results) by[{r.op, r.ranks}].emplace_back(r.bytes, r.time_s);
-  for (const auto& [key, pts] : by) {
+  std::map<std::pair<std::string, int>, std::vector<std::pair<double, double>>> by, held;
+  for (const auto& r : run.results) (r.holdout ? held : by)[{r.op, r.ranks}].emplace_back(r.bytes, r.time_s);
+  for (auto& [key, pts] : by) {
     const auto& [op, n] = key;
+    std::sort(pts.begin(), pts.end());
+    const auto h = held.find(key);
+    const PiecewiseFit pw = h == held.end() ? fit_piecewise(pts) : holdout_piecewise(pts, h->second);
     // t = alpha + S f / busbw: fit alpha-beta on (S f, t), so bw is the bus bandwidth.
     std::vector<std::pair<double, double>> scaled;
     const double f = bus_factor(op, n);
@@ -63,15 +68,19 @@ void fit_links(const LinkRun& run, const std::string& link_class, DeviceProfile&
     c.link_class = link_class;
     c.alpha_s = ab.alpha_s;
     c.busbw_Bps = ab.bw_Bps;
-    c.holdout_rel_err = ab.holdout_rel_err;
+    c.holdout_rel_err = pw.holdout_rel_err;
+    c.model = "piecewise";
     c.points = pts;
+    if (h != held.end()) c.holdout_points = h->second;
     p.collectives.push_back(c);
     if (op == "sendrecv" && n == 2) {
       LinkFit l;
       l.latency_s = ab.alpha_s;
       l.bw_Bps = ab.bw_Bps;
-      l.holdout_rel_err = ab.holdout_rel_err;
+      l.holdout_rel_err = pw.holdout_rel_err;
+      l.model = "piecewise";
       l.points = pts;
+      l.holdout_points = c.holdout_points;
       p.links[link_class] = l;
     }
   }

@@ -30,6 +30,7 @@ struct LinkResult {
   double bytes = 0;   // S as nccl-tests counts it
   double time_s = 0;  // back-to-back mean, averaged over ranks
   double algbw_Bps = 0, busbw_Bps = 0;
+  bool holdout = false;  // a size between two sweep sizes, measured to test the fitted model only
 };
 
 double bus_factor(const std::string& op, int ranks);  // throws std::invalid_argument on an unknown op
@@ -43,7 +44,9 @@ struct LinkRun {
 // Reads pipescope-linkbench's JSON (throws std::runtime_error naming the file).
 LinkRun read_link_results(const std::string& path);
 
-// alpha-beta fits: the p2p link class from sendrecv, one CollectiveFit per collective.
+// Piecewise models (the sweep's table, linear between sizes) with their error on the held-out sizes (without
+// any: every second interior size held out, fit_piecewise) and the large-message alpha-beta line: the p2p
+// link class from sendrecv, one CollectiveFit per collective.
 void fit_links(const LinkRun& run, const std::string& link_class, DeviceProfile& p);
 
 }  // namespace pipescope::calib

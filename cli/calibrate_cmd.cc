@@ -4,7 +4,9 @@
 // writes a device profile that `simulate --profile FILE` (or `calibration: FILE` in a scenario) reads.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -23,14 +25,17 @@ namespace {
 
 struct CalibrateCli {
   std::string scenario, backend = "cpu-f64", out, device_preset, analytic;
-  int hidden = 0, heads = 0, ffn = 0, seq_len = 0, vocab = 0;
+  int hidden = -1, heads = -1, ffn = -1, seq_len = -1, vocab = -1;  // -1: the scenario's
   std::vector<int> micro_batches;
   int grain = 8, context_steps = 8, tp = 1;
   bool cold = false;
-  bool quick = false, no_links = false, no_progress = false;
+  bool quick = false, no_links = false, no_progress = false, accept_poor_fit = false;
+  double budget_s = -1;  // -1: 100 s with --quick, none otherwise
+  std::string clock = "cpu";
   int link_ranks = 2;
   std::string launcher = "mpirun --oversubscribe", link_class = "intra";
-  std::string min_bytes = "8", max_bytes = "32M", step_factor = "2";
+  std::string min_bytes = "8", max_bytes = "", step_factor = "2";  // max: 32M, with --quick 4M
+  bool context_steps_given = false;
   int iters = 20, warmup = 5;
 };
 
@@ -42,18 +47,36 @@ std::string command_line() {
   return out;
 }
 
+// Atomically: a temporary file next to `out`, renamed over it once complete, so an interrupted run never leaves a
+// partial profile (and an existing one stays intact until the new one is whole).
 int write_out(const DeviceProfile& p, const std::string& out) {
   std::ostringstream text;
   write_profile(p, text);
   parse_profile(text.str(), out);  // what we write must read back
-  std::ofstream f(out, std::ios::binary);
-  if (!f) throw InputError("--out " + out + ": cannot write");
-  f << text.str();
-  f.close();
-  if (!f) throw InputError("--out " + out + ": write failed");
+  const std::string tmp = out + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) throw InputError("--out " + out + ": cannot write " + tmp);
+    f << text.str();
+    f.close();
+    if (!f) {
+      std::remove(tmp.c_str());
+      throw InputError("--out " + out + ": write failed");
+    }
+  }
+  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw InputError("--out " + out + ": cannot rename " + tmp + " into place");
+  }
   std::printf("%s", calib::fit_report(p).c_str());
   std::printf("wrote %s\n", out.c_str());
   return 0;
+}
+
+int positive_override(int v, int scenario_value, const char* flag) {
+  if (v == -1) return scenario_value;
+  if (v < 1) throw InputError(std::string(flag) + ": must be >= 1, got " + std::to_string(v));
+  return v;
 }
 
 int run(const CalibrateCli& c) {
@@ -70,11 +93,13 @@ int run(const CalibrateCli& c) {
   o.link_class = c.link_class;
   o.command = command_line();
   auto& sh = o.compute.shape;
-  sh.layer.hidden = c.hidden ? c.hidden : s.model.hidden;
-  sh.layer.heads = c.heads ? c.heads : s.model.heads;
-  sh.layer.ffn = c.ffn ? c.ffn : (c.hidden ? 4 * c.hidden : s.model.ffn_hidden);
-  sh.vocab = c.vocab ? c.vocab : s.model.vocab;
-  sh.max_seq = c.seq_len ? c.seq_len : s.model.seq_len;
+  sh.layer.hidden = positive_override(c.hidden, s.model.hidden, "--hidden");
+  sh.layer.heads = positive_override(c.heads, s.model.heads, "--heads");
+  sh.layer.ffn = positive_override(c.ffn, c.hidden != -1 ? 4 * sh.layer.hidden : s.model.ffn_hidden, "--ffn");
+  sh.vocab = positive_override(c.vocab, s.model.vocab, "--vocab");
+  sh.max_seq = positive_override(c.seq_len, s.model.seq_len, "--seq-len");
+  if (c.grain < 1) throw InputError("--grain: must be >= 1, got " + std::to_string(c.grain));
+  if (c.context_steps < 0) throw InputError("--context-steps: must be >= 0 (0: no context grid)");
   try {
     sh.validate();
   } catch (const std::exception& e) {
@@ -88,18 +113,29 @@ int run(const CalibrateCli& c) {
     throw InputError("--tp " + std::to_string(c.tp) + ": must divide hidden, ffn and vocab");
   o.compute.progress = !c.no_progress;
   if (c.quick) {
-    o.compute.policy.warmup_calls = 2;
-    o.compute.policy.warmup_s = 0.005;
-    o.compute.policy.min_samples = 5;
-    o.compute.policy.min_time_s = 0.02;
+    if (!c.context_steps_given) o.compute.context_steps = std::min(o.compute.context_steps, 4);
+    o.compute.policy = calib::quick_policy();
+    o.compute.policy.cold = c.cold;
+    o.compute.sparse_lengths = true;
+  }
+  o.budget_s = c.budget_s >= 0 ? c.budget_s : (c.quick ? 100.0 : 0.0);
+  o.accept_poor_fit = c.accept_poor_fit;
+  o.clock = c.clock;
+  // Test hook (calib/README.md): noise on every compute reading, to show that the gates refuse it.
+  if (const char* noise = std::getenv("PIPESCOPE_CALIB_INJECT_NOISE"); noise && *noise) {
+    char* end = nullptr;
+    o.timer_noise = std::strtod(noise, &end);
+    if (end == noise || *end || !(o.timer_noise >= 0))
+      throw InputError(std::string("PIPESCOPE_CALIB_INJECT_NOISE: expected a number >= 0, got '") + noise + "'");
   }
   o.micro_batches = c.micro_batches.empty() ? std::vector<int>{s.parallel.micro_batch_size} : c.micro_batches;
   if (c.link_class != "intra" && c.link_class != "inter") throw InputError("--link-class: intra or inter");
 
+  const std::string max_bytes = !c.max_bytes.empty() ? c.max_bytes : (c.quick ? "4M" : "32M");
   std::unique_ptr<TempDir> dir;
   if (!c.no_links) {
     if (c.link_ranks < 2) throw InputError("--link-ranks: at least 2");
-    for (const auto* v : {&c.min_bytes, &c.max_bytes}) {
+    for (const auto* v : {&c.min_bytes, &max_bytes}) {
       try {
         calib::parse_size(*v);
       } catch (const std::invalid_argument& e) {
@@ -113,7 +149,7 @@ int run(const CalibrateCli& c) {
     const std::string exe = sibling_exe("pipescope-linkbench");
     if (access(exe.c_str(), X_OK) != 0) throw InputError(exe + ": not an executable (build pipescope-linkbench)");
     argv.insert(argv.end(),
-                {"-n", std::to_string(c.link_ranks), exe, "-b", c.min_bytes, "-e", c.max_bytes, "-f", c.step_factor,
+                {"-n", std::to_string(c.link_ranks), exe, "-b", c.min_bytes, "-e", max_bytes, "-f", c.step_factor,
                  "-n", std::to_string(c.iters), "-w", std::to_string(c.warmup), "--out", o.link_results});
     std::fprintf(stderr, "calibrate: link benchmarks, %d ranks (%s)\n", c.link_ranks, c.launcher.c_str());
     const int rc = launch(argv);
@@ -123,7 +159,14 @@ int run(const CalibrateCli& c) {
   }
   std::fprintf(stderr, "calibrate: compute benchmarks on %s, h=%d heads=%d ffn=%d vocab=%d, l up to %d\n",
                c.backend.c_str(), sh.layer.hidden, sh.layer.heads, sh.layer.ffn, sh.vocab, sh.max_seq);
-  DeviceProfile p = calib::calibrate(o);
+  DeviceProfile p;
+  try {
+    p = calib::calibrate(o);
+  } catch (const calib::CalibrationRefused& e) {
+    std::fprintf(stderr, "error: %s\nno profile written (--accept-poor-fit writes it with the failures recorded)\n",
+                 e.what());
+    return kExitPoorFit;
+  }
   p.source = c.out;
   return write_out(p, c.out);
 }
@@ -145,9 +188,21 @@ Command add_calibrate(CLI::App& app) {
   sub->add_option("--micro-batch", o->micro_batches, "Micro-batch sizes to measure (default: the scenario's)")
       ->delimiter(',');
   sub->add_option("--grain", o->grain, "Slice-length grid step in tokens")->capture_default_str();
-  sub->add_option("--context-steps", o->context_steps, "Context grid: steps of seq_len / N for (l, c)")
+  sub->add_option("--context-steps", o->context_steps,
+                  "Context grid: steps of seq_len / N for (l, c); 0 = none (default 8, with --quick 4)")
+      ->each([o](const std::string&) { o->context_steps_given = true; });
+  sub->add_flag("--quick", o->quick,
+                "Fewer samples per point, about two lengths per octave, 4 context steps, a link sweep to 4M and a "
+                "time budget (--budget, 100 s)");
+  sub->add_option("--budget", o->budget_s,
+                  "Seconds the compute benchmarks may take: the longest measured length is halved until the "
+                  "estimate fits (default 100 with --quick, none otherwise)");
+  sub->add_option("--clock", o->clock,
+                  "CPU backends: cpu = thread CPU time (robust on a shared machine; a quiet machine's times), wall = "
+                  "steady clock (what validate's measured run sees, load included)")
       ->capture_default_str();
-  sub->add_flag("--quick", o->quick, "Fewer samples per point (CI, smoke tests)");
+  sub->add_flag("--accept-poor-fit", o->accept_poor_fit,
+                "Write the profile even when a quality gate fails, with the failures in its provenance");
   sub->add_flag("--cold", o->cold, "Cold cache: flush 256 MiB before every sample (default: hot)");
   sub->add_option("--tp", o->tp, "Tensor-parallel degree of the GEMM shapes")->capture_default_str();
   sub->add_option("--analytic", o->analytic,
@@ -159,7 +214,7 @@ Command add_calibrate(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--launcher", o->launcher, "MPI launcher for the link job")->capture_default_str();
   sub->add_option("-b,--minbytes", o->min_bytes, "Link sweep: smallest size (nccl-tests -b)")->capture_default_str();
-  sub->add_option("-e,--maxbytes", o->max_bytes, "Link sweep: largest size (nccl-tests -e)")->capture_default_str();
+  sub->add_option("-e,--maxbytes", o->max_bytes, "Link sweep: largest size (nccl-tests -e; default 32M, --quick 4M)");
   sub->add_option("-f,--stepfactor", o->step_factor, "Link sweep: size factor (nccl-tests -f)")->capture_default_str();
   sub->add_option("-n,--iters", o->iters, "Link sweep: timed operations per size (nccl-tests -n)")
       ->capture_default_str();

@@ -7,10 +7,12 @@
 
 namespace pipescope::cli {
 
-// Exit codes: 0 ok, 1 bad input (scenario, flags, files), 2 schedule rejected or deadlocked, 3 internal.
+// Exit codes: 0 ok, 1 bad input (scenario, flags, files), 2 schedule rejected or deadlocked, 3 internal,
+// 4 calibration refused by a quality gate (calib/gates.h; no profile written).
 inline constexpr int kExitInput = 1;
 inline constexpr int kExitSchedule = 2;
 inline constexpr int kExitInternal = 3;
+inline constexpr int kExitPoorFit = 4;
 
 // Thrown for user errors detected in cli/ (bad flag values, unwritable files).
 struct InputError : std::runtime_error {

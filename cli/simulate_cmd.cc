@@ -67,10 +67,11 @@ sim::Report run_one(const Scenario& s, const SimulateOptions& o, std::ostream* j
   CheckedSchedule cs = check(prep->lowered, prep->placement);
   sim::EngineOptions eo;
   eo.collectives = o.collectives.empty() ? s.sim.collectives : o.collectives;
+  eo.link_tables = piecewise_link_tables(s.sim.profile);
   sim::SimResult r = sim::simulate(s.cluster, cs, eo);
   sim::Report rep = sim::make_report(s, cs, r);
   if (json) sim::write_json(*json, rep);
-  if (trace) sim::write_trace(*trace, cs, r);
+  if (trace) sim::write_trace(*trace, cs, r, rep.profile);
   if (timeline) {
     const std::string title = sim::timeline_title("simulated", s.name, cs.schedule(), r.iteration_s);
     sim::PanelOptions po;

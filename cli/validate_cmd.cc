@@ -66,6 +66,7 @@ sim::SimResult simulate_forked(const Scenario& s, const CheckedSchedule& cs, con
   const std::string got = run_in_child([&] {
     sim::EngineOptions eo;
     eo.collectives = collectives.empty() ? s.sim.collectives : collectives;
+    eo.link_tables = piecewise_link_tables(s.sim.profile);
     const sim::SimResult r = sim::simulate(s.cluster, cs, eo);
     std::vector<double> v{r.iteration_s, r.pipeline_end_s, static_cast<double>(r.timing.size())};
     for (const auto& t : r.timing) v.insert(v.end(), {t.start, t.end});
@@ -282,6 +283,7 @@ int run_validate(const ValidateOptions& vo) {
   const CheckedSchedule cs = check(prep->lowered, prep->placement);
   const auto* pcm = dynamic_cast<const ProfileCostModel*>(prep->cost.get());
   const std::string cost_source = pcm ? pcm->describe() : std::string("analytic cost model");
+  const ProfileStamp stamp = profile_stamp(s.sim.profile);
   const runtime::ModelConfig mc = runtime::ModelConfig::for_validation(s.model, s.parallel.stage_layers);
   const LoweredSchedule& ls = prep->lowered;
   const ParallelSpec& par = s.parallel;
@@ -297,6 +299,8 @@ int run_validate(const ValidateOptions& vo) {
               ls.schedule.microbatches.empty() ? 0 : ls.schedule.microbatches[0].slice_begin.size());
   std::printf("  simulated: %d x %s (%s), %s\n", s.cluster.total_gpus(), s.cluster.device.name.c_str(),
               s.cluster.preset.empty() ? "custom cluster" : s.cluster.preset.c_str(), cost_source.c_str());
+  std::printf("  profile: %s\n", describe_stamp(stamp).c_str());
+  for (const std::string& g : stamp.gate_failures) std::printf("    failed gate: %s\n", g.c_str());
   std::printf("  measured: backend %s, %d MPI ranks%s, %d timed iteration(s) after %d warm-up\n", o.backend.c_str(),
               ls.workers() * ls.tp, ls.tp > 1 ? " (tp ranks innermost; Megatron-sharded layers)" : "", o.iterations,
               o.warmup);
@@ -368,6 +372,7 @@ int run_validate(const ValidateOptions& vo) {
     j["scenario"] = s.name;
     j["source"] = s.source;
     j["cost_model"] = cost_source;
+    j["profile"] = nlohmann::ordered_json::parse(sim::profile_json(stamp));
     j["schedule"] = to_string(s.schedule.kind);
     j["dp"] = par.dp;
     j["pp"] = par.pp;
@@ -399,7 +404,7 @@ int run_validate(const ValidateOptions& vo) {
   }
   if (!vo.trace.empty()) {
     std::ostringstream simulated, measured;
-    sim::write_trace(simulated, cs, sr);
+    sim::write_trace(simulated, cs, sr, stamp);
     runtime::write_measured_trace(measured, ls, prep->placement, mr);
     std::ofstream f(vo.trace, std::ios::binary);
     if (!f) throw InputError("--trace " + vo.trace + ": cannot open for writing");

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -174,12 +175,17 @@ std::vector<ContextPoint> read_grid(const std::string& src, const Map& m, const 
   std::vector<ContextPoint> out;
   for (std::size_t i = 0; i < g.size(); i++) {
     const std::string k = m.key(key) + "[" + std::to_string(i) + "]";
-    if (!g[i].IsSequence() || g[i].size() != 4) fail(src, g[i], k, "expected [l, c, forward_us, backward_us]");
+    if (!g[i].IsSequence() || (g[i].size() != 4 && g[i].size() != 6))
+      fail(src, g[i], k, "expected [l, c, forward_us, backward_us] or [..., forward_spread, backward_spread]");
     ContextPoint c;
     c.l = static_cast<int>(Map::number(src, g[i][0], k + ".l", true));
     c.c = static_cast<int>(Map::number(src, g[i][1], k + ".c", false));
     c.fwd_s = Map::number(src, g[i][2], k + ".forward_us", true) * kUs;
     c.bwd_s = Map::number(src, g[i][3], k + ".backward_us", true) * kUs;
+    if (g[i].size() == 6) {
+      c.fwd_spread = Map::number(src, g[i][4], k + ".forward_spread", false);
+      c.bwd_spread = Map::number(src, g[i][5], k + ".backward_spread", false);
+    }
     out.push_back(c);
   }
   return out;
@@ -226,11 +232,16 @@ LayerTable read_layer(const std::string& src, const YAML::Node& n, const std::st
     auto& out = std::string(end) == "embedding" ? t.embedding : t.head;
     for (std::size_t i = 0; i < e.size(); i++) {
       const std::string k = m.key(end) + "[" + std::to_string(i) + "]";
-      if (!e[i].IsSequence() || e[i].size() != 3) fail(src, e[i], k, "expected [l, forward_us, backward_us]");
+      if (!e[i].IsSequence() || (e[i].size() != 3 && e[i].size() != 5))
+        fail(src, e[i], k, "expected [l, forward_us, backward_us] or [..., forward_spread, backward_spread]");
       EndPoint p;
       p.l = static_cast<int>(Map::number(src, e[i][0], k + ".l", true));
       p.fwd_s = Map::number(src, e[i][1], k + ".forward_us", true) * kUs;
       p.bwd_s = Map::number(src, e[i][2], k + ".backward_us", true) * kUs;
+      if (e[i].size() == 5) {
+        p.fwd_spread = Map::number(src, e[i][3], k + ".forward_spread", false);
+        p.bwd_spread = Map::number(src, e[i][4], k + ".backward_spread", false);
+      }
       if (!out.empty() && p.l <= out.back().l) fail(src, e[i], k, "lengths must increase strictly");
       out.push_back(p);
     }
@@ -259,6 +270,21 @@ DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
   d.memory_efficiency = m.num("memory_efficiency", true);
   if (d.memory_efficiency > 1) fail(src, m.node("memory_efficiency"), "device.memory_efficiency", "must be <= 1");
   return d;
+}
+
+std::string read_model(const std::string& src, const Map& f) {
+  const std::string m = f.str("model", std::string("alpha-beta"));
+  if (m != "alpha-beta" && m != "piecewise")
+    fail(src, f.node("model"), f.key("model"), "expected alpha-beta or piecewise, got '" + m + "'");
+  return m;
+}
+
+// A piecewise model is its table: at least two sizes, strictly increasing.
+void check_piecewise(const std::string& src, const Map& f, const std::vector<std::pair<double, double>>& pts) {
+  if (pts.size() < 2) fail(src, f.node("model"), f.key("points"), "a piecewise model needs at least 2 points");
+  for (std::size_t i = 1; i < pts.size(); i++)
+    if (!(pts[i].first > pts[i - 1].first))
+      fail(src, f.node("points"), f.key("points"), "sizes must increase strictly for a piecewise model");
 }
 
 // ---------------------------------------------------------------- writing
@@ -305,6 +331,13 @@ void write_fit(std::ostream& os, const char* key, const ContextFit& f) {
      << ", test_points: " << f.test_points << "}\n";
 }
 
+// [l, c, forward_us, backward_us] and the spreads when they were recorded.
+void write_grid_row(std::ostream& os, const ContextPoint& c) {
+  os << "      - [" << c.l << ", " << c.c << ", " << us(c.fwd_s) << ", " << us(c.bwd_s);
+  if (c.fwd_spread > 0 || c.bwd_spread > 0) os << ", " << num(c.fwd_spread) << ", " << num(c.bwd_spread);
+  os << "]\n";
+}
+
 void write_points(std::ostream& os, const std::vector<std::pair<double, double>>& pts) {
   os << "[";
   for (std::size_t i = 0; i < pts.size(); i++)
@@ -323,7 +356,35 @@ void check_fit(const std::string& src, const std::string& key, const ContextFit&
 
 }  // namespace
 
+double TimeStats::rel_spread() const {
+  if (!(median_s > 0)) return 0.0;
+  if (samples_s.size() < 3) return (p90_s - p10_s) / median_s;
+  std::vector<double> x = samples_s;
+  std::sort(x.begin(), x.end());
+  const double n = static_cast<double>(x.size()), half = 0.98 * std::sqrt(n);
+  const auto lo = static_cast<std::size_t>(std::max(0.0, std::floor(n / 2 - half)));
+  const auto hi = static_cast<std::size_t>(std::min(n - 1, std::ceil(n / 2 + half - 1)));
+  return (x[hi] - x[lo]) / median_s;
+}
+
+double piecewise_seconds(const std::vector<std::pair<double, double>>& pts, double bytes) {
+  if (pts.empty()) throw std::invalid_argument("piecewise_seconds: empty table");
+  if (pts.size() == 1 || bytes <= pts.front().first) return pts.front().second;
+  std::size_t i = 1;
+  while (i + 1 < pts.size() && bytes > pts[i].first) i++;
+  const auto& [s0, t0] = pts[i - 1];
+  const auto& [s1, t1] = pts[i];
+  const double t = t0 + (t1 - t0) * (bytes - s0) / (s1 - s0);
+  return bytes > s1 ? std::max(t, t1) : t;  // a noisy last segment must not make larger messages cheaper
+}
+
+double LinkFit::seconds(double bytes) const {
+  if (model == "piecewise" && points.size() >= 2) return piecewise_seconds(points, bytes);
+  return latency_s + bytes / bw_Bps;
+}
+
 double CollectiveFit::seconds(double bytes) const {
+  if (model == "piecewise" && points.size() >= 2) return piecewise_seconds(points, bytes);
   double factor = 1.0;
   const double n = ranks;
   if (op == "allreduce") factor = 2.0 * (n - 1) / n;
@@ -372,12 +433,16 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
     const Map l(source, m.node("links"), "links", {"intra", "inter"});
     for (const char* cls : {"intra", "inter"}) {
       if (!l.has(cls)) continue;
-      const Map f(source, l.node(cls), l.key(cls), {"latency_us", "bw_GBps", "holdout_rel_err", "points"});
+      const Map f(source, l.node(cls), l.key(cls), {"latency_us", "bw_GBps", "holdout_rel_err", "points", "model", "holdout_points"});
       LinkFit lf;
+      lf.model = read_model(source, f);
       lf.latency_s = f.num("latency_us") * kUs;
       lf.bw_Bps = f.num("bw_GBps", true) * kGBps;
       lf.holdout_rel_err = f.num("holdout_rel_err", false, 0.0);
       if (f.has("points")) lf.points = read_points(source, f.node("points"), f.key("points"));
+      if (f.has("holdout_points"))
+        lf.holdout_points = read_points(source, f.node("holdout_points"), f.key("holdout_points"));
+      if (lf.model == "piecewise") check_piecewise(source, f, lf.points);
       p.links[cls] = lf;
     }
   }
@@ -385,8 +450,10 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
     const YAML::Node c = seq(source, m, "collectives");
     for (std::size_t i = 0; i < c.size(); i++) {
       const std::string k = "collectives[" + std::to_string(i) + "]";
-      const Map f(source, c[i], k, {"op", "ranks", "class", "alpha_us", "busbw_GBps", "holdout_rel_err", "points"});
+      const Map f(source, c[i], k,
+                  {"op", "ranks", "class", "alpha_us", "busbw_GBps", "holdout_rel_err", "points", "model", "holdout_points"});
       CollectiveFit cf;
+      cf.model = read_model(source, f);
       cf.op = f.str("op");
       if (cf.op != "allreduce" && cf.op != "allgather" && cf.op != "reducescatter" && cf.op != "sendrecv")
         fail(source, f.node("op"), f.key("op"), "expected allreduce, allgather, reducescatter or sendrecv");
@@ -398,6 +465,9 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
       cf.busbw_Bps = f.num("busbw_GBps", true) * kGBps;
       cf.holdout_rel_err = f.num("holdout_rel_err", false, 0.0);
       if (f.has("points")) cf.points = read_points(source, f.node("points"), f.key("points"));
+      if (f.has("holdout_points"))
+        cf.holdout_points = read_points(source, f.node("holdout_points"), f.key("holdout_points"));
+      if (cf.model == "piecewise") check_piecewise(source, f, cf.points);
       p.collectives.push_back(std::move(cf));
     }
   }
@@ -487,7 +557,9 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
     for (const auto& [cls, l] : p.links) {
       os << "  " << cls << ": {latency_us: " << us(l.latency_s) << ", bw_GBps: " << num(l.bw_Bps / kGBps)
          << ", holdout_rel_err: " << num(l.holdout_rel_err);
+      if (l.model != "alpha-beta") os << ", model: " << l.model;
       if (!l.points.empty()) os << ",\n    points: ", write_points(os, l.points);
+      if (!l.holdout_points.empty()) os << ",\n    holdout_points: ", write_points(os, l.holdout_points);
       os << "}\n";
     }
   }
@@ -497,7 +569,9 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
       os << "  - {op: " << c.op << ", ranks: " << c.ranks << ", class: " << c.link_class
          << ", alpha_us: " << us(c.alpha_s) << ", busbw_GBps: " << num(c.busbw_Bps / kGBps)
          << ", holdout_rel_err: " << num(c.holdout_rel_err);
+      if (c.model != "alpha-beta") os << ", model: " << c.model;
       if (!c.points.empty()) os << ",\n     points: ", write_points(os, c.points);
+      if (!c.holdout_points.empty()) os << ",\n     holdout_points: ", write_points(os, c.holdout_points);
       os << "}\n";
     }
   }
@@ -521,22 +595,24 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
         os << "\n";
       }
       if (!t.context_grid.empty()) {
-        os << "    context_grid:  # [l, c, forward_us, backward_us]\n";
-        for (const auto& c : t.context_grid)
-          os << "      - [" << c.l << ", " << c.c << ", " << us(c.fwd_s) << ", " << us(c.bwd_s) << "]\n";
+        os << "    context_grid:  # [l, c, forward_us, backward_us, forward_spread, backward_spread]\n";
+        for (const auto& c : t.context_grid) write_grid_row(os, c);
         write_fit(os, "context_fit_forward", t.ctx_fwd);
         write_fit(os, "context_fit_backward", t.ctx_bwd);
       }
       if (!t.attention.empty()) {
-        os << "    attention:  # [l, c, forward_us, backward_us], all heads of the micro-batch\n";
-        for (const auto& c : t.attention)
-          os << "      - [" << c.l << ", " << c.c << ", " << us(c.fwd_s) << ", " << us(c.bwd_s) << "]\n";
+        os << "    attention:  # [l, c, forward_us, backward_us, forward_spread, backward_spread], all heads\n";
+        for (const auto& c : t.attention) write_grid_row(os, c);
       }
       for (const char* end : {"embedding", "head"}) {
         const auto& v = std::string(end) == "embedding" ? t.embedding : t.head;
         if (v.empty()) continue;
-        os << "    " << end << ":  # [l, forward_us, backward_us]\n";
-        for (const auto& e : v) os << "      - [" << e.l << ", " << us(e.fwd_s) << ", " << us(e.bwd_s) << "]\n";
+        os << "    " << end << ":  # [l, forward_us, backward_us, forward_spread, backward_spread]\n";
+        for (const auto& e : v) {
+          os << "      - [" << e.l << ", " << us(e.fwd_s) << ", " << us(e.bwd_s);
+          if (e.fwd_spread > 0 || e.bwd_spread > 0) os << ", " << num(e.fwd_spread) << ", " << num(e.bwd_spread);
+          os << "]\n";
+        }
       }
     }
   }
@@ -545,7 +621,98 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
   if (!p.kernels.empty()) write_kernel_fits(p.kernels, os);
 }
 
+std::string device_class(const std::string& name) {
+  for (const char* gpu : {"H100", "A100", "V100"})
+    if (name.find(gpu) != std::string::npos) return gpu;
+  if (name.find("(cpu-") != std::string::npos) return "CPU";
+  return name == "custom" ? "" : name;  // a scenario's own device description: no class to match
+}
+
+std::string profile_dtype(const DeviceProfile& p) {
+  if (p.kind == "analytic") return "";
+  if (!p.layers.empty()) return p.layers.front().dtype;
+  if (auto it = p.provenance.find("backend"); it != p.provenance.end()) {
+    try {
+      return dtype_of_backend(it->second.substr(0, it->second.find(' ')));
+    } catch (const ProfileError&) {
+    }
+  }
+  return p.gemms.empty() ? "" : p.gemms.front().dtype;
+}
+
+void check_profile_serves(const DeviceProfile& p, const Scenario& s) {
+  const std::string src = p.source.empty() ? std::string("<profile>") : p.source;
+  const std::string dt = profile_dtype(p);
+  if (!dt.empty() && dt != s.training.dtype)
+    throw ProfileError(src + ": this " + dt + " profile cannot serve " + s.source + " (training.dtype " +
+                       s.training.dtype + "): calibrate with a backend of that precision, or set training.dtype: " +
+                       dt);
+  const std::string want = device_class(s.cluster.device.name), have = device_class(p.device.name);
+  if (!want.empty() && want != have)
+    throw ProfileError(src + ": a profile of device class " + have + " ('" + p.device.name + "') cannot serve " +
+                       s.source + ", whose cluster has " + want + " devices ('" + s.cluster.device.name +
+                       "'): calibrate on that device, or use a scenario without a device preset");
+}
+
+namespace {
+std::string fnv1a_hex(const std::string& bytes) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+}  // namespace
+
+ProfileStamp profile_stamp(const std::string& path) {
+  ProfileStamp st;
+  if (path.empty()) return st;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw ProfileError(path + ": cannot open profile: " + std::strerror(errno));
+  std::ostringstream text;
+  text << f.rdbuf();
+  const DeviceProfile p = parse_profile(text.str(), path);
+  st.path = path;
+  st.kind = p.kind;
+  st.name = p.name;
+  st.device = p.device.name;
+  auto prov = [&](const char* k) {
+    const auto it = p.provenance.find(k);
+    return it == p.provenance.end() ? std::string() : it->second;
+  };
+  st.backend = p.kind == "analytic" ? "analytic" : prov("backend");
+  st.dtype = profile_dtype(p);
+  st.date = prov("date");
+  st.hash = fnv1a_hex(text.str());
+  const std::string gates = prov("gate_failures");
+  for (std::size_t a = 0; !gates.empty() && a <= gates.size();) {
+    const std::size_t b = std::min(gates.find(" | ", a), gates.size());
+    st.gate_failures.push_back(gates.substr(a, b - a));
+    a = b + 3;
+  }
+  return st;
+}
+
+std::string describe_stamp(const ProfileStamp& st) {
+  if (st.path.empty()) return "analytic (no profile)";
+  std::string d = st.path + " (device " + st.device + ", backend " + (st.backend.empty() ? "?" : st.backend) +
+                  ", dtype " + (st.dtype.empty() ? "any" : st.dtype) + ", date " +
+                  (st.date.empty() ? "?" : st.date) + ", fnv1a64 " + st.hash + ")";
+  if (!st.gate_failures.empty())
+    d += " ACCEPTED WITH " + std::to_string(st.gate_failures.size()) + " FAILED QUALITY GATE(S)";
+  return d;
+}
+
+std::map<std::string, std::vector<std::pair<double, double>>> piecewise_link_tables(const std::string& path) {
+  std::map<std::string, std::vector<std::pair<double, double>>> out;
+  if (path.empty()) return out;
+  for (const auto& [cls, l] : load_profile(path).links)
+    if (l.model == "piecewise" && l.points.size() >= 2) out[cls] = l.points;
+  return out;
+}
+
 Scenario apply_profile(const Scenario& in, const DeviceProfile& p, const std::string& path) {
+  check_profile_serves(p, in);
   Scenario s = in;
   s.sim.profile = path;
   s.cluster.device = p.device;

@@ -34,6 +34,9 @@ class ProfileError : public std::runtime_error {
 struct TimeStats {
   double median_s = 0, p10_s = 0, p90_s = 0;
   std::vector<double> samples_s;  // raw, in measurement order
+  // Relative width of the median's 95% confidence interval (order statistics n/2 -+ 0.98 sqrt(n)) over the
+  // median: the "spread" the calibration gates and tables use; (p90 - p10) / median without samples.
+  double rel_spread() const;
 };
 
 // Least-squares fit t = a0 + a1 l + a2 c + a3 l c (seconds; l, c in tokens) of the context term.
@@ -48,13 +51,15 @@ struct SlicePoint {  // one slice length at context 0
   int l = 0;
   TimeStats fwd, bwd;
 };
-struct ContextPoint {  // one (l, c) grid point, medians only
+struct ContextPoint {  // one (l, c) grid point: medians and their relative spread (p90 - p10) / median
   int l = 0, c = 0;
   double fwd_s = 0, bwd_s = 0;
+  double fwd_spread = 0, bwd_spread = 0;  // 0 = not recorded
 };
 struct EndPoint {  // embedding (first stage) or final LayerNorm + LM head + loss (last stage) on l tokens
   int l = 0;
   double fwd_s = 0, bwd_s = 0;
+  double fwd_spread = 0, bwd_spread = 0;  // 0 = not recorded
 };
 
 // Layer timings of one model shape. Times are per layer on one device (its tensor-parallel share).
@@ -72,14 +77,25 @@ struct LayerTable {
   bool same_shape(const LayerTable& o) const;  // every key but micro_batch
 };
 
-// Alpha-beta fit of point-to-point transfers of one link class: t(S) = alpha + S / bw.
+// Time of a message of `bytes` from a measured (bytes, seconds) table, sorted by size: linear between
+// neighbouring sizes (a piecewise alpha-beta: each segment has its own latency and bandwidth, which follows
+// MPI's / NCCL's protocol switches), the first time below the table, the last segment's line above it.
+double piecewise_seconds(const std::vector<std::pair<double, double>>& points, double bytes);
+
+// Point-to-point transfers of one link class. model "alpha-beta": t(S) = alpha + S / bw; model "piecewise":
+// the measured table (piecewise_seconds), with alpha / bw the large-message line (what a single SimGrid link
+// carries when the simulator has no size model).
 struct LinkFit {
   double latency_s = 0, bw_Bps = 0;
   double holdout_rel_err = 0;
-  std::vector<std::pair<double, double>> points;  // (bytes, median seconds)
+  std::vector<std::pair<double, double>> points;  // (bytes, median seconds), sorted by bytes
+  std::string model = "alpha-beta";               // alpha-beta | piecewise
+  std::vector<std::pair<double, double>> holdout_points;  // measured sizes the model was tested on, not fitted
+  double seconds(double bytes) const;
 };
 
-// Alpha-beta fit of a collective (nccl-tests bus bandwidth): t(S) = alpha + S * factor(op, n) / busbw.
+// A collective (nccl-tests bus bandwidth): alpha-beta t(S) = alpha + S * factor(op, n) / busbw, or the
+// piecewise table of its measured points.
 struct CollectiveFit {
   std::string op;  // allreduce | allgather | reducescatter | sendrecv
   int ranks = 0;
@@ -87,6 +103,8 @@ struct CollectiveFit {
   double alpha_s = 0, busbw_Bps = 0;
   double holdout_rel_err = 0;
   std::vector<std::pair<double, double>> points;  // (bytes as nccl-tests counts them, median seconds)
+  std::string model = "alpha-beta";               // alpha-beta | piecewise
+  std::vector<std::pair<double, double>> holdout_points;  // measured sizes the model was tested on, not fitted
   double seconds(double bytes) const;
 };
 
@@ -120,6 +138,26 @@ void write_profile(const DeviceProfile& p, std::ostream& os);
 // Throws ProfileError for implausible content: non-positive or non-finite times, sizes and bandwidths, fitted
 // context terms that go negative or shrink with context on the measured range, unsorted tables.
 void check_profile(const DeviceProfile& p);
+
+// The device class of a device name: "H100", "A100", "V100", "CPU" (a CPU backend's profile), or the name
+// itself; "" for an unnamed or "custom" device (a scenario that describes its own device).
+std::string device_class(const std::string& device_name);
+// The dtype a measured profile was taken in (its layer tables' / backend's), "" for an analytic profile.
+std::string profile_dtype(const DeviceProfile& p);
+// Throws ProfileError when the profile cannot serve the scenario: a measured profile of another dtype than
+// training.dtype, or a device class other than the cluster's (an unnamed custom device accepts any).
+void check_profile_serves(const DeviceProfile& p, const Scenario& s);
+// One line naming a profile for reports: path, device, backend, dtype, date, content hash.
+struct ProfileStamp {
+  std::string path, kind, name, device, backend, dtype, date, hash;  // hash: FNV-1a 64 of the file's bytes, hex
+  std::vector<std::string> gate_failures;                      // accepted with --accept-poor-fit
+};
+ProfileStamp profile_stamp(const std::string& path);  // "" = analytic: every field empty
+std::string describe_stamp(const ProfileStamp& st);    // "analytic (no profile)" or "PATH (device ..., ...)"
+
+// The piecewise p2p link tables ("intra", "inter" -> (bytes, seconds)) of the profile at `path` ("" or a profile
+// without piecewise links: empty), for the simulator's size-dependent link times (sim EngineOptions::link_tables).
+std::map<std::string, std::vector<std::pair<double, double>>> piecewise_link_tables(const std::string& path);
 
 // The scenario with the profile's device in place of the cluster's (and its link classes in place of the
 // cluster's intra-node / network links where the profile has them); sim.profile is set to `path`.

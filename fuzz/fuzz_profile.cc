@@ -47,6 +47,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     die(std::string("an accepted profile does not read back: ") + e.what());
   }
   if (text_of(q) != once) die("write -> read -> write is not stable");
+  // Link models (piecewise tables or alpha-beta lines) give finite, non-negative times at every size; spreads
+  // and the profile's dtype are defined.
+  for (const auto& [cls, l] : p.links)
+    for (double bytes : {0.0, 1.0, 4096.0, 1e6, 1e12}) {
+      const double t = l.seconds(bytes);
+      if (!std::isfinite(t) || t < 0) die("link " + cls + ": time " + std::to_string(t) + " at " + std::to_string(bytes));
+    }
+  for (const auto& c : p.collectives)
+    if (c.model == "piecewise" && !std::isfinite(c.seconds(1e6))) die("collective " + c.op + ": non-finite time");
+  for (const auto& t : p.layers)
+    for (const auto& sp : t.slices)
+      if (!std::isfinite(sp.fwd.rel_spread()) || !std::isfinite(sp.bwd.rel_spread())) die("non-finite spread");
+  (void)profile_dtype(p);
   // Costs on a small scenario of the profile's first layer shape (or a fixed one).
   Scenario s = default_scenario();
   s.parallel = ParallelSpec{};
@@ -64,7 +77,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     s.model.vocab = t.vocab > 0 ? t.vocab : 64;
     s.training.dtype = t.dtype;
   }
+  s.cluster.device.name = "custom";  // a scenario that describes its own device takes any device class
   try {
+    try {
+      check_profile_serves(p, s);
+    } catch (const ProfileError& e) {  // a dtype the profile cannot serve: refused, naming the profile
+      if (std::string(e.what()).rfind("fuzz.yaml", 0) != 0) die(std::string("unlocated refusal: ") + e.what());
+      return 0;
+    }
     s = apply_profile(s, p, "fuzz.yaml");
     validate_scenario(s);
     const ProfileCostModel m(s, p);

@@ -1299,6 +1299,7 @@ SimResult simulate_dag(const ClusterSpec& cluster, const Dag& dag, const DagAnno
   sg4::Engine engine(&argc, argv.data());
   configure_network_model(opt.simgrid_args);
   Platform pf = build_platform_open(cluster);
+  install_link_tables(opt.link_tables);
 
   // Planning: collectives on the whole DAG, then the fold (or not), then the routes the run will use. Both
   // rest on the plain network model (configure_network_model); a user's own network or host model (another

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ struct EngineOptions {
   bool fold_replicas = true;
   // Resolve each GPU pair's route once (platform.h add_route_zone) instead of on every comm.
   bool route_cache = true;
+  // Measured time by message size of a link class ("intra", "inter"; (bytes, seconds) sorted by size, from a
+  // calibration profile's piecewise link models): every comm on a route of that class then takes the table's
+  // time for its size (a SimGrid latency / bandwidth factor per comm; platform.h install_link_tables). Routes
+  // crossing a NIC are "inter". Ring steps use it too; the closed-form collective algorithms do not.
+  std::map<std::string, std::vector<std::pair<double, double>>> link_tables;
 };
 
 SimResult simulate(const ClusterSpec& cluster, const CheckedSchedule& cs, const EngineOptions& opt);

@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <simgrid/kernel/resource/NetworkModelIntf.hpp>
 #include <simgrid/s4u.hpp>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <vector>
+
+#include "core/profile.h"
 
 namespace pipescope::sim {
 namespace sg4 = simgrid::s4u;
@@ -131,6 +135,41 @@ void configure_network_model(const std::vector<std::string>& user_args) {
   if (!user_sets(user_args, "network/model")) sg4::Engine::set_config("network/model:CM02");
   if (!user_sets(user_args, "network/TCP-gamma")) sg4::Engine::set_config("network/TCP-gamma:0");
   if (!user_sets(user_args, "network/crosstraffic")) sg4::Engine::set_config("network/crosstraffic:0");
+}
+
+void install_link_tables(const std::map<std::string, std::vector<std::pair<double, double>>>& tables) {
+  if (tables.empty()) return;
+  auto* nm = sg4::Engine::get_instance()->get_netzone_root()->get_network_model();
+  // Per comm: (latency part, transfer part) of the table's time for its route class and size.
+  auto split = [tables](double size, const std::vector<sg4::Link*>& links) -> std::pair<double, double> {
+    bool inter = false;
+    for (const auto* l : links) inter = inter || l->get_name().find("-nic") != std::string::npos;
+    const auto it = tables.find(inter ? "inter" : "intra");
+    if (it == tables.end() || it->second.size() < 2) return {-1, -1};
+    const auto& pts = it->second;
+    const double t = piecewise_seconds(pts, size);
+    // The segment's intercept is the latency (never negative, never above t); the rest moves the bytes.
+    std::size_t i = 1;
+    while (i + 1 < pts.size() && size > pts[i].first) i++;
+    const double slope = (pts[i].second - pts[i - 1].second) / (pts[i].first - pts[i - 1].first);
+    const double alpha = std::clamp(pts[i - 1].second - slope * pts[i - 1].first, 0.0, t);
+    return {alpha, t - alpha};
+  };
+  nm->set_lat_factor_cb([split](double size, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& links,
+                                const std::unordered_set<sg4::NetZone*>&) {
+    const auto [alpha, rest] = split(size, links);
+    if (alpha < 0) return 1.0;
+    const double lat = summed_latency(links);
+    return lat > 0 ? alpha / lat : 1.0;
+  });
+  nm->set_bw_factor_cb([split](double size, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& links,
+                               const std::unordered_set<sg4::NetZone*>&) {
+    const auto [alpha, rest] = split(size, links);
+    if (alpha < 0 || !(size > 0) || !(rest > 0)) return 1.0;
+    double bw = std::numeric_limits<double>::infinity();
+    for (const auto* l : links) bw = std::min(bw, l->get_bandwidth());
+    return (size / rest) / bw;
+  });
 }
 
 void validate_cluster(const ClusterSpec& c) {

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,12 @@ struct Platform {
 // set through --cfg= arguments (`user_args`, as passed to the Engine) are left alone.
 void configure_network_model();
 void configure_network_model(const std::vector<std::string>& user_args);
+
+// Piecewise link times by message size (EngineOptions::link_tables): installs SimGrid latency and bandwidth
+// factor callbacks so that a comm of S bytes on a route of class c (inter if it crosses a NIC) takes
+// piecewise_seconds(tables[c], S): the segment's intercept as latency, the rest as transfer time. Call after
+// the root zone exists. No-op for an empty map.
+void install_link_tables(const std::map<std::string, std::vector<std::pair<double, double>>>& tables);
 
 // Throws std::invalid_argument on an impossible cluster (no nodes, cube mesh without 8 GPUs, bandwidth 0).
 Platform build_platform(const ClusterSpec& c);

@@ -65,7 +65,26 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   rep.worker_busy_s.resize(static_cast<std::size_t>(workers), 0.0);
   for (double b : rep.worker_busy_s) rep.worker_idle_s.push_back(r.iteration_s - b);
   rep.memory = memory_report(s, ls.schedule);
+  rep.profile = profile_stamp(s.sim.profile);
   return rep;
+}
+
+std::string profile_json(const ProfileStamp& p) {
+  nlohmann::ordered_json j;
+  if (p.path.empty()) {
+    j["kind"] = "analytic (no profile)";
+    return j.dump();
+  }
+  j["path"] = p.path;
+  j["kind"] = p.kind;
+  j["name"] = p.name;
+  j["device"] = p.device;
+  j["backend"] = p.backend;
+  j["dtype"] = p.dtype;
+  j["date"] = p.date;
+  j["fnv1a64"] = p.hash;
+  j["gate_failures"] = p.gate_failures;
+  return j.dump();
 }
 
 void print_table(std::ostream& os, const Report& r) {
@@ -78,6 +97,8 @@ void print_table(std::ostream& os, const Report& r) {
   line("schedule", r.schedule + " (p " + std::to_string(r.pp) + ", v " + std::to_string(r.v) + ", m " +
                        std::to_string(r.m) + "; dp " + std::to_string(r.dp) + ", tp " + std::to_string(r.tp) + "; " +
                        std::to_string(r.gpus) + " GPUs)");
+  line("profile", describe_stamp(r.profile));
+  for (const std::string& g : r.profile.gate_failures) line("", "failed gate: " + g);
   line("iteration time", fmt("%.9f s", r.iteration_s));
   line("pipeline end", fmt("%.9f s", r.pipeline_end_s) + " (last forward/backward op)");
   line("bubble idle fraction", fmt("phi  = %.6f", r.bubble_idle_fraction) + " (mean worker idle / pipeline end)");
@@ -126,6 +147,7 @@ void write_json(std::ostream& os, const Report& r) {
   j["tp"] = r.tp;
   j["v"] = r.v;
   j["m"] = r.m;
+  j["profile"] = nlohmann::ordered_json::parse(profile_json(r.profile));
   j["iteration_s"] = r.iteration_s;
   j["pipeline_end_s"] = r.pipeline_end_s;
   j["bubble_idle_fraction"] = r.bubble_idle_fraction;

@@ -10,6 +10,7 @@
 #include "core/checks.h"
 #include "core/config.h"
 #include "core/memory_model.h"
+#include "core/profile.h"
 
 namespace pipescope::sim {
 
@@ -39,12 +40,17 @@ struct Report {
   double model_tflops_per_gpu = 0;  // without recomputation
   std::vector<double> worker_busy_s, worker_idle_s;
   MemoryReport memory;
+  ProfileStamp profile;  // the calibration profile that timed the run (sim.profile); empty path: analytic
 };
 
 Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult& r);
 void print_table(std::ostream& os, const Report& r);
 void write_json(std::ostream& os, const Report& r);
 // Chrome trace-event JSON: one track per GPU (compute), comm tracks per GPU, ops named by canonical text.
-void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r);
+// `profile` names the calibration profile in the trace's metadata (otherData.profile).
+void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r, const ProfileStamp& profile = {});
+// The profile as a JSON object: {"kind": "analytic (no profile)"} or path, kind, device, backend, dtype, date,
+// fnv1a64 and gate_failures.
+std::string profile_json(const ProfileStamp& p);
 
 }  // namespace pipescope::sim

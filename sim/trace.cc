@@ -30,7 +30,7 @@ struct CommEvent {
 
 }  // namespace
 
-void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r) {
+void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r, const ProfileStamp& profile) {
   const Dag& dag = cs.dag();
   const LoweredSchedule& ls = cs.schedule();
   const int gpn = std::max(1, cs.placement().gpus_per_node);
@@ -79,7 +79,8 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
 
   TraceJsonWriter w(os, gpn,
                     "\"schedule\":\"" + json_escape(ls.schedule.name) +
-                        "\",\"iteration_s\":" + TraceJsonWriter::seconds_text(r.iteration_s));
+                        "\",\"iteration_s\":" + TraceJsonWriter::seconds_text(r.iteration_s) +
+                        ",\"profile\":" + profile_json(profile));
   w.tracks(tracks);
   auto event = [&](std::uint32_t i, const char* cat, std::int32_t gpu, int tid_lane, double start, double end) {
     std::ostream& o = w.event(dag_node_text(dag, ls, i), cat, gpu, tid_lane, start, end);

@@ -34,7 +34,7 @@ DeviceProfile synthetic(int hidden = 128) {
   p.device.gemm_half_sat_flops = 1e5;
   p.device.kernel_launch_s = 1e-6;
   p.device.memory_efficiency = 1;
-  p.links["intra"] = LinkFit{2e-6, 5e9, 0.01, {{8, 2e-6}, {1e6, 2.02e-4}}};
+  p.links["intra"] = LinkFit{2e-6, 5e9, 0.01, {{8, 2e-6}, {1e6, 2.02e-4}}, "alpha-beta", {}};
   for (int b : {1, 2}) {
     LayerTable t;
     t.hidden = hidden;

@@ -1,0 +1,286 @@
+// Calibration you can trust (calib/gates.h, calib/driver.h, core/profile.h): every gate refuses what it must and
+// names the table and the points; the noise test hook is refused end to end; piecewise link tables; profile
+// stamps; check_profile_serves.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "calib/calibrate.h"
+#include "calib/fit.h"
+#include "calib/gates.h"
+#include "calib/links.h"
+#include "core/profile.h"
+#include "core/scenario.h"
+
+namespace pipescope {
+namespace {
+
+// A clean measured profile: linear t(l, 0), tight samples, exact context fit, a piecewise link.
+DeviceProfile clean() {
+  DeviceProfile p;
+  p.source = "clean.yaml";
+  p.kind = "measured";
+  p.name = "clean";
+  p.provenance = {{"backend", "cpu-f64 (test)"}};
+  p.device.name = "Test CPU (cpu-f64)";
+  p.device.peak_flops_fp16 = p.device.peak_flops_bf16 = p.device.peak_flops_fp32 = p.device.peak_flops_fp64 = 1e10;
+  p.device.memory_bytes = 16e9;
+  p.device.hbm_bw_Bps = 10e9;
+  p.device.gemm_efficiency = 1;
+  p.device.kernel_launch_s = 1e-6;
+  p.device.memory_efficiency = 1;
+  LinkFit lf;
+  lf.latency_s = 1e-6;
+  lf.bw_Bps = 1e9;
+  lf.model = "piecewise";
+  for (double s = 8; s <= 1 << 20; s *= 2) lf.points.emplace_back(s, 1e-6 + s / 1e9);
+  for (double s = 12; s <= 1 << 19; s *= 2) lf.holdout_points.emplace_back(s, 1e-6 + s / 1e9);
+  lf.holdout_rel_err = calib::holdout_piecewise(lf.points, lf.holdout_points).holdout_rel_err;
+  p.links["intra"] = lf;
+  LayerTable t;
+  t.hidden = 64;
+  t.heads = 4;
+  t.ffn = 256;
+  t.seq_len = 64;
+  t.dtype = "fp64";
+  for (int l = 8; l <= 64; l += 8) {
+    SlicePoint s;
+    s.l = l;
+    for (int i = 0; i < 20; i++) {
+      s.fwd.samples_s.push_back((100 + 2.0 * l) * 1e-6 * (1 + 0.001 * (i % 3)));
+      s.bwd.samples_s.push_back(2 * (100 + 2.0 * l) * 1e-6 * (1 + 0.001 * (i % 3)));
+    }
+    s.fwd.median_s = s.fwd.p10_s = s.fwd.p90_s = (100 + 2.0 * l) * 1e-6;
+    s.bwd.median_s = s.bwd.p10_s = s.bwd.p90_s = 2 * (100 + 2.0 * l) * 1e-6;
+    t.slices.push_back(s);
+  }
+  p.layers.push_back(t);
+  return p;
+}
+
+std::string all_text(const std::vector<calib::GateFailure>& f) {
+  std::string s;
+  for (const auto& x : f) s += x.text() + "\n";
+  return s;
+}
+
+TEST(CalibGates, CleanProfilePasses) {
+  EXPECT_EQ(all_text(calib::check_gates(clean(), 0.02)), "");
+  EXPECT_NEAR(clean().links.at("intra").holdout_rel_err, 0.0, 1e-12);  // exact alpha-beta: interpolation exact
+}
+
+TEST(CalibGates, NonMonotoneForwardNamesTableAndPoint) {
+  DeviceProfile p = clean();
+  for (auto& s : p.layers[0].slices)
+    if (s.l == 40) s.fwd.median_s *= 0.5;
+  const std::string f = all_text(calib::check_gates(p, 0.02));
+  EXPECT_NE(f.find("layers[0] (hidden 64, micro_batch 1, fp64) forward t(l, 0): does not increase with l"),
+            std::string::npos)
+      << f;
+  EXPECT_NE(f.find("l = 40"), std::string::npos) << f;
+  EXPECT_EQ(f.find("backward t(l, 0)"), std::string::npos) << f;
+}
+
+TEST(CalibGates, WideSpreadNamesThePoint) {
+  DeviceProfile p = clean();
+  auto& s = p.layers[0].slices[2].bwd;  // l = 24
+  for (std::size_t i = 0; i < s.samples_s.size(); i++) s.samples_s[i] *= (i % 2 ? 3.0 : 1.0);
+  const std::string f = all_text(calib::check_gates(p, 0.02));
+  EXPECT_NE(f.find("backward t(l, c): spread"), std::string::npos) << f;
+  EXPECT_NE(f.find("l = 24"), std::string::npos) << f;
+}
+
+TEST(CalibGates, HeldOutErrorsAboveTheBounds) {
+  DeviceProfile p = clean();
+  p.layers[0].context_grid = {ContextPoint{8, 0, 1, 1}, ContextPoint{8, 8, 1, 1}};
+  p.layers[0].ctx_fwd.holdout_rel_err = 0.2;
+  p.links["intra"].holdout_points[3].second *= 1.5;
+  p.links["intra"].holdout_rel_err = 0.11;
+  const std::string f = all_text(calib::check_gates(p, 0.16));
+  EXPECT_NE(f.find("context fit forward: held-out error 20.0% above 15.0%"), std::string::npos) << f;
+  EXPECT_EQ(f.find("context fit backward"), std::string::npos) << f;
+  EXPECT_NE(f.find("gemm fit: held-out error 16.0% above 15.0%"), std::string::npos) << f;
+  EXPECT_NE(f.find("links.intra: held-out error 11.0% above 10.0%"), std::string::npos) << f;
+  EXPECT_NE(f.find("96 B (33.3%)"), std::string::npos) << f;  // the held-out size that is off, by name
+}
+
+// The test hook: log-normal noise on every reading of a real (tiny) calibration is refused, naming the table
+// and its points; --accept-poor-fit writes the failures into the provenance instead.
+calib::CalibrateOptions tiny(double noise) {
+  calib::CalibrateOptions o;
+  o.backend = "cpu-f64";
+  auto& sh = o.compute.shape;
+  sh.layer = {32, 4, 128};
+  sh.vocab = 64;
+  sh.max_seq = 16;
+  o.compute.grain = 8;
+  o.compute.context_steps = 0;
+  o.compute.policy = calib::quick_policy();
+  o.compute.policy.max_time_s = 0.05;
+  o.compute.progress = false;
+  o.timer_noise = noise;
+  return o;
+}
+
+TEST(CalibGates, InjectedNoiseIsRefusedWithTableAndPoints) {
+  try {
+    calib::calibrate(tiny(1.0));
+    FAIL() << "a calibration with injected noise was accepted";
+  } catch (const calib::CalibrationRefused& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("layers[0] (hidden 32, micro_batch 1, fp64) forward t(l, c): spread"), std::string::npos) << m;
+    EXPECT_NE(m.find("l = 8"), std::string::npos) << m;
+    EXPECT_NE(m.find("l = 16"), std::string::npos) << m;
+  }
+  calib::CalibrateOptions o = tiny(1.0);
+  o.accept_poor_fit = true;
+  const DeviceProfile p = calib::calibrate(o);
+  ASSERT_TRUE(p.provenance.count("gate_failures"));
+  EXPECT_NE(p.provenance.at("gate_failures").find("spread"), std::string::npos);
+  EXPECT_NE(p.provenance.at("timer").find("INJECTED NOISE"), std::string::npos);
+}
+
+TEST(CalibGates, ForwardGrowsWithLengthOnRealKernels) {
+  calib::CalibrateOptions o = tiny(0.0);
+  o.compute.shape.max_seq = 64;
+  o.compute.shape.layer = {64, 4, 256};
+  o.accept_poor_fit = true;  // this test is about the table, not about this machine's noise
+  const DeviceProfile p = calib::calibrate(o);
+  const auto& sl = p.layers.at(0).slices;
+  ASSERT_GE(sl.size(), 4u);
+  // Inputs are filled at their final size: a long slice costs clearly more than a short one.
+  EXPECT_GT(sl.back().fwd.median_s, 2.0 * sl.front().fwd.median_s);
+  EXPECT_GT(sl.back().bwd.median_s, 2.0 * sl.front().bwd.median_s);
+}
+
+TEST(CalibDriver, SpreadIsTheMedianConfidenceInterval) {
+  TimeStats t;
+  t.samples_s = {1, 1, 1, 1, 1, 1, 1, 1, 1, 100};
+  t.median_s = 1;
+  t.p10_s = 1;
+  t.p90_s = 100;
+  EXPECT_DOUBLE_EQ(t.rel_spread(), 0.0);  // one outlier does not move the median's interval
+  t.samples_s = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  t.median_s = 5.5;
+  EXPECT_GT(t.rel_spread(), 0.5);
+}
+
+TEST(PiecewiseLinks, InterpolatesAndExtrapolates) {
+  const std::vector<std::pair<double, double>> pts{{8, 1e-6}, {4096, 1e-6}, {8192, 3e-6}, {16384, 4e-6}};
+  EXPECT_DOUBLE_EQ(piecewise_seconds(pts, 2), 1e-6);
+  EXPECT_DOUBLE_EQ(piecewise_seconds(pts, 6144), 2e-6);
+  EXPECT_DOUBLE_EQ(piecewise_seconds(pts, 32768), 6e-6);  // the last segment's line
+  LinkFit lf;
+  lf.model = "piecewise";
+  lf.points = pts;
+  lf.latency_s = 5e-6;
+  lf.bw_Bps = 1e6;
+  EXPECT_DOUBLE_EQ(lf.seconds(6144), 2e-6);
+  lf.model = "alpha-beta";
+  EXPECT_DOUBLE_EQ(lf.seconds(1e6), 5e-6 + 1.0);
+}
+
+TEST(PiecewiseLinks, LinkResultsWithHeldOutSizes) {
+  calib::LinkRun run;
+  for (double s = 8; s <= 1 << 16; s *= 2) {
+    run.results.push_back({"sendrecv", 2, s, 1e-6 + s / 1e9, 0, 0, false});
+    run.results.push_back({"sendrecv", 2, 1.5 * s, 1e-6 + 1.5 * s / 1e9 * 1.2, 0, 0, true});
+  }
+  DeviceProfile p;
+  calib::fit_links(run, "intra", p);
+  const LinkFit& l = p.links.at("intra");
+  EXPECT_EQ(l.model, "piecewise");
+  EXPECT_EQ(l.points.size(), 14u);
+  EXPECT_EQ(l.holdout_points.size(), 14u);
+  EXPECT_GT(l.holdout_rel_err, 0.01);  // the held-out sizes are 20% slower in their byte term
+  EXPECT_LT(l.holdout_rel_err, 0.2);
+}
+
+TEST(ProfileFormat, NewFieldsRoundTrip) {
+  DeviceProfile p = clean();
+  p.layers[0].context_grid = {ContextPoint{8, 0, 1e-3, 2e-3, 0.01, 0.02}, ContextPoint{8, 8, 1.5e-3, 3e-3, 0.03, 0}};
+  p.layers[0].embedding = {EndPoint{8, 1e-6, 2e-6, 0.05, 0.06}};
+  p.provenance["gate_failures"] = "a: x | b: y";
+  std::ostringstream a, b;
+  write_profile(p, a);
+  const DeviceProfile q = parse_profile(a.str(), "q.yaml");
+  write_profile(q, b);
+  EXPECT_EQ(a.str(), b.str());
+  EXPECT_EQ(q.links.at("intra").model, "piecewise");
+  EXPECT_EQ(q.links.at("intra").holdout_points.size(), p.links.at("intra").holdout_points.size());
+  EXPECT_DOUBLE_EQ(q.layers[0].context_grid[1].fwd_spread, 0.03);
+  EXPECT_DOUBLE_EQ(q.layers[0].embedding[0].bwd_spread, 0.06);
+  // A piecewise model without a table is an error naming the key.
+  std::string text = a.str();
+  const auto at = text.find("points: [");
+  const auto end = text.find("]]", at);
+  text.replace(at, end + 2 - at, "points: [[8, 1]]");
+  try {
+    parse_profile(text, "bad.yaml");
+    FAIL();
+  } catch (const ProfileError& e) {
+    EXPECT_NE(std::string(e.what()).find("links.intra.points: a piecewise model needs at least 2 points"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+std::string write_tmp(const DeviceProfile& p, const std::string& name) {
+  const std::string path = testing::TempDir() + name;
+  std::ofstream f(path, std::ios::binary);
+  write_profile(p, f);
+  return path;
+}
+
+TEST(ProfileServes, WrongDtypeOrDeviceIsAClearError) {
+  Scenario cpu = load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/calib/cpu-2rank.yaml");
+  DeviceProfile p = clean();  // fp64, CPU
+  cpu.training.dtype = "fp64";
+  EXPECT_NO_THROW(check_profile_serves(p, cpu));  // a custom (unnamed) device takes any device class
+  cpu.training.dtype = "bf16";
+  try {
+    check_profile_serves(p, cpu);
+    FAIL();
+  } catch (const ProfileError& e) {
+    EXPECT_NE(std::string(e.what()).find("this fp64 profile cannot serve"), std::string::npos) << e.what();
+  }
+  Scenario a100 = default_scenario();  // dgx-a100, fp16
+  p.layers.clear();
+  p.provenance["backend"] = "cuda-f16 (H100)";
+  p.device.name = "H100-SXM";
+  try {
+    check_profile_serves(p, a100);
+    FAIL();
+  } catch (const ProfileError& e) {
+    EXPECT_NE(std::string(e.what()).find("device class H100"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("A100"), std::string::npos) << e.what();
+  }
+  // The shipped analytic profile of the same cluster serves it, and use_profile applies the check.
+  EXPECT_NO_THROW(use_profile(a100, std::string(PIPESCOPE_SOURCE_DIR) + "/calib/profiles/dgx-a100.analytic.yaml"));
+  EXPECT_THROW(use_profile(a100, std::string(PIPESCOPE_SOURCE_DIR) + "/calib/profiles/dgx-h100.analytic.yaml"),
+               ProfileError);
+}
+
+TEST(ProfileStamps, NameThePathDeviceAndHash) {
+  EXPECT_EQ(describe_stamp(profile_stamp("")), "analytic (no profile)");
+  DeviceProfile p = clean();
+  p.provenance["date"] = "2026-11-24T00:00:00Z";
+  p.provenance["gate_failures"] = "links.intra: off; sizes 8 B | layers[0]: noisy";
+  const std::string path = write_tmp(p, "stamp.yaml");
+  const ProfileStamp st = profile_stamp(path);
+  EXPECT_EQ(st.dtype, "fp64");
+  EXPECT_EQ(st.device, "Test CPU (cpu-f64)");
+  EXPECT_EQ(st.hash.size(), 16u);
+  EXPECT_EQ(st.gate_failures.size(), 2u);
+  const std::string d = describe_stamp(st);
+  EXPECT_NE(d.find(path), std::string::npos);
+  EXPECT_NE(d.find("2026-11-24"), std::string::npos);
+  EXPECT_NE(d.find("FAILED QUALITY GATE"), std::string::npos);
+  EXPECT_EQ(profile_stamp(path).hash, st.hash);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace pipescope
