@@ -37,8 +37,6 @@ struct EngineOptions {
   // Simulate one data-parallel replica instead of all of them when that provably gives the same result
   // (sim/README.md "Replica folding"); the other replicas take its times. false always runs every replica.
   bool fold_replicas = true;
-  // Resolve each GPU pair's route once (platform.h add_route_zone) instead of on every comm.
-  bool route_cache = true;
 };
 
 SimResult simulate(const ClusterSpec& cluster, const CheckedSchedule& cs, const EngineOptions& opt);

@@ -407,7 +407,7 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "t.yaml:2:60: cluster.intra_node.fabric: unknown value \"nvlink\"; valid: nvswitch, cube-mesh, pcie");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, nodes: 2, network: {topology: fattree}}\n" + kParallel),
             "t.yaml:2:59: cluster.network.topology: unknown value \"fattree\" (did you mean \"fat-tree\"?); valid: "
-            "star, fat-tree");
+            "star, fat-tree, rail");
   EXPECT_EQ(
       error_of(kBase + "training: {dtype: fp8}\n"),
       "t.yaml:4:19: training.dtype: unknown value \"fp8\" (did you mean \"fp16\"?); valid: fp16, bf16, fp32, fp64");
@@ -422,6 +422,30 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "t.yaml:4:20: sim.collectives: unknown value \"tree\"; valid: ring, aggregate, analytic, auto");
   EXPECT_EQ(error_of(kBase + "schedule: {slicing: even}\n"),
             "t.yaml:4:21: schedule.slicing: unknown value \"even\"; valid: uniform, dp, cwp, explicit");
+}
+
+// Topology keys: oversubscription > 0, nodes a multiple of nodes_per_leaf, both only for fat-tree / rail;
+// every error names file:line:col and the key.
+TEST(ScenarioErrors, BadTopology) {
+  const std::string net = "cluster: {preset: dgx-a100, nodes: 2, network: ";
+  EXPECT_EQ(error_of(kModel + net + "{oversubscription: 0}}\n" + kParallel),
+            "t.yaml:2:67: cluster.network.oversubscription: expected a positive number, got \"0\"");
+  EXPECT_EQ(error_of(kModel + net + "{oversubscription: -2}}\n" + kParallel),
+            "t.yaml:2:67: cluster.network.oversubscription: expected a positive number, got \"-2\"");
+  EXPECT_EQ(error_of(kModel + net + "{topology: rail, nodes_per_leaf: 3}}\n" + kParallel),
+            "t.yaml:2:81: cluster.network.nodes_per_leaf: cluster.nodes = 2 is not a multiple of nodes_per_leaf = 3 "
+            "(every leaf switch holds the same number of nodes)");
+  EXPECT_EQ(error_of(kModel + net + "{topology: star, oversubscription: 2}}\n" + kParallel),
+            "t.yaml:2:83: cluster.network.oversubscription: applies to topology fat-tree or rail only (this "
+            "cluster's topology is star)");
+  EXPECT_EQ(error_of(kModel + net + "{topology: ring}}\n" + kParallel),
+            "t.yaml:2:59: cluster.network.topology: unknown value \"ring\"; valid: star, fat-tree, rail");
+  EXPECT_EQ(error_of(kModel + net + "{topology: rail, nodes_per_leaf: 2, oversubscription: 1.5}}\n" + kParallel), "");
+  const Scenario s =
+      parse_scenario(kModel + net + "{topology: rail, nodes_per_leaf: 2, oversubscription: 1.5}}\n" + kParallel, "t");
+  EXPECT_EQ(s.cluster.topology, InterNodeTopology::Rail);
+  EXPECT_EQ(s.cluster.nodes_per_leaf, 2);
+  EXPECT_DOUBLE_EQ(s.cluster.oversubscription, 1.5);
 }
 
 TEST(ScenarioErrors, GpuCountMismatch) {
