@@ -25,6 +25,8 @@ const char* to_string(InterNodeTopology t) {
       return "star";
     case InterNodeTopology::FatTree:
       return "fat-tree";
+    case InterNodeTopology::Rail:
+      return "rail";
   }
   return "?";
 }

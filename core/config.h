@@ -30,7 +30,8 @@ enum class IntraNodeFabric : std::uint8_t {
 };
 enum class InterNodeTopology : std::uint8_t {
   Star,     // one non-blocking switch
-  FatTree,  // SimGrid fat-tree zone
+  FatTree,  // leaf switches of nodes_per_leaf nodes (all their NICs) under a spine; leaf uplink = downlink / R
+  Rail,     // rail-optimised: NIC k of the nodes_per_leaf nodes of a group on leaf k of that group, spine above
 };
 
 struct DeviceSpec {
@@ -58,10 +59,20 @@ struct ClusterSpec {
   double nvlink_latency_s = 0;
   double pcie_bw_Bps = 0;  // host path for GPU pairs without NVLink (cube mesh "SYS")
   double pcie_latency_s = 0;
-  int nics_per_node = 1;  // >1 = one rail per GPU group (DGX A100: 8)
+  int nics_per_node = 1;  // each NIC its own link; GPU i uses NIC i mod nics_per_node (DGX: 8, one per GPU)
   double nic_bw_Bps = 0;  // per NIC per direction
   double nic_latency_s = 0;
   InterNodeTopology topology = InterNodeTopology::Star;
+  int nodes_per_leaf = 0;         // fat-tree / rail: nodes under one leaf switch (0 = auto: leaf_nodes())
+  double oversubscription = 1.0;  // fat-tree / rail: leaf downlink / uplink bandwidth (1 = full bisection)
+  // Nodes per leaf switch: nodes_per_leaf, or by default the largest divisor of `nodes` that is at most 32
+  // (a 64-port leaf with 32 ports down and 32 up, as in a DGX SuperPOD scalable unit).
+  int leaf_nodes() const {
+    if (nodes_per_leaf > 0) return nodes_per_leaf;
+    for (int k = nodes < 32 ? nodes : 32; k > 1; k--)
+      if (nodes % k == 0) return k;
+    return 1;
+  }
   int total_gpus() const { return nodes * gpus_per_node; }
 };
 

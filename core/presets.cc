@@ -128,6 +128,22 @@ ClusterSpec dgx_node(const char* preset, const char* device_name, double nvlink_
   return c;
 }
 
+// A DGX H100 SuperPOD as built (public sources, scenarios/README.md "Cluster presets"):
+// - 8 x H100 SXM5 80 GB per DGX H100 node, all on NVSwitch (4 third-generation NVSwitch chips): NVLink4 900 GB/s
+//   per GPU bidirectional = 450 GB/s per direction (NVIDIA DGX H100 datasheet; H100 datasheet).
+// - 8 ConnectX-7 NICs per node for the compute fabric, one per GPU, 400 Gb/s NDR InfiniBand each (DGX H100
+//   datasheet; DGX SuperPOD reference architecture, "compute fabric").
+// - Rail-optimised compute fabric: NIC k of every node of a 32-node scalable unit on leaf switch k of that unit
+//   (QM9700, 64 NDR ports: 32 down, 32 up), spine above at full bisection (SuperPOD reference architecture).
+// - PCIe gen5 x16 host path (~50 GB/s per direction), NIC/NVLink port latencies as the dgx-h100 preset.
+ClusterSpec dgx_h100_superpod() {
+  ClusterSpec c = dgx_node("dgx-h100-superpod", "H100-SXM", 450, 50, 400);
+  c.topology = InterNodeTopology::Rail;
+  c.nodes_per_leaf = 0;  // auto: 32-node scalable units (the largest divisor of nodes <= 32)
+  c.oversubscription = 1.0;
+  return c;
+}
+
 const std::vector<ClusterSpec>& clusters() {
   static const std::vector<ClusterSpec> kClusters = {
       // TeraPipe's cluster: 8 x V100-SXM2-16GB, 25 Gbps per instance (calibration.md 8.1, terapipe.md 9.1).
@@ -138,6 +154,7 @@ const std::vector<ClusterSpec>& clusters() {
       dgx_node("dgx-a100", "A100-SXM4-80GB", 300, 25, 200),
       // NVLink4 450 GB/s per direction per GPU (calibration.md 7), 8 x 400 Gb/s NDR IB, PCIe gen5 host path.
       dgx_node("dgx-h100", "H100-SXM", 450, 50, 400),
+      dgx_h100_superpod(),
   };
   return kClusters;
 }

@@ -14,7 +14,7 @@ namespace pipescope {
 std::optional<ModelSpec> model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 
-// aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, dgx-h100 (nodes default to 1)
+// aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, dgx-h100, dgx-h100-superpod (nodes default to 1)
 std::optional<ClusterSpec> cluster_preset(const std::string& name);
 std::vector<std::string> cluster_preset_names();
 

@@ -314,7 +314,7 @@ const std::vector<std::pair<std::string, IntraNodeFabric>>& fabrics() {
   return t;
 }
 const std::vector<std::pair<std::string, InterNodeTopology>>& topologies() {
-  static const auto t = enum_table({InterNodeTopology::Star, InterNodeTopology::FatTree});
+  static const auto t = enum_table({InterNodeTopology::Star, InterNodeTopology::FatTree, InterNodeTopology::Rail});
   return t;
 }
 
@@ -490,11 +490,17 @@ ClusterSpec parse_cluster(const Section& root) {
     *value = 0;
   }
 
-  const Section net = c.sub("network", {"nics_per_node", "nic_bw_Gbps", "nic_latency_us", "topology"});
+  const Section net = c.sub("network", {"nics_per_node", "nic_bw_Gbps", "nic_latency_us", "topology",
+                                       "nodes_per_leaf", "oversubscription"});
   net.get("nics_per_node", cl.nics_per_node);
   net.get("nic_bw_Gbps", Num::Positive, kGbps, cl.nic_bw_Bps);
   net.get("nic_latency_us", Num::NonNegative, kUs, cl.nic_latency_s);
   net.get_enum("topology", topologies(), cl.topology);
+  net.get("nodes_per_leaf", cl.nodes_per_leaf);
+  net.get("oversubscription", Num::Positive, 1.0, cl.oversubscription);
+  for (const char* key : {"nodes_per_leaf", "oversubscription"})
+    if (net.has(key) && cl.topology == InterNodeTopology::Star)
+      net.fail(key, "applies to topology fat-tree or rail only (this cluster's topology is star)");
   for (auto [key, value] : {std::pair<const char*, double*>{"nic_bw_Gbps", &cl.nic_bw_Bps},
                             std::pair<const char*, double*>{"nic_latency_us", &cl.nic_latency_s}}) {
     if (!std::isnan(*value)) continue;
@@ -615,6 +621,13 @@ void Validator::run() const {
          std::string("must be > 0 for fabric ") + to_string(c.fabric));
   if (c.nodes > 1 && !positive(c.nic_bw_Bps))
     fail({"cluster.network.nic_bw_Gbps", "cluster.nodes"}, "must be > 0 with more than one node");
+  if (!(std::isfinite(c.oversubscription) && c.oversubscription > 0))
+    fail({"cluster.network.oversubscription"}, "must be > 0, got " + num(c.oversubscription));
+  if (c.nodes_per_leaf < 0) fail({"cluster.network.nodes_per_leaf"}, "must be a positive integer");
+  if (c.nodes_per_leaf > 0 && c.nodes % c.nodes_per_leaf != 0)
+    fail({"cluster.network.nodes_per_leaf", "cluster.nodes"},
+         "cluster.nodes = " + std::to_string(c.nodes) + " is not a multiple of nodes_per_leaf = " +
+             std::to_string(c.nodes_per_leaf) + " (every leaf switch holds the same number of nodes)");
   if (c.fabric == IntraNodeFabric::CubeMesh && c.gpus_per_node > 8)
     fail({"cluster.gpus_per_node", "cluster.intra_node.fabric", "cluster.preset"},
          "the cube-mesh fabric has at most 8 GPUs per node, got " + std::to_string(c.gpus_per_node));

@@ -175,10 +175,7 @@ struct FoldPlan {
   std::vector<std::uint32_t> rep;   // per node of the full DAG: the folded node whose times it has
   std::vector<std::uint32_t> orig;  // per folded node: its node in the full DAG
   std::vector<int> qranks;          // per group: dp for a data-parallel group run as its quotient, else 0
-  std::vector<ZoneRoute> mirrors;   // x -> mirror(x) for the first GPU x of every quotient ring
-  // Every GPU pair the full run can start a flow between (the route cache covers them all, so the full run
-  // can still follow when the temporal check below fails).
-  std::vector<std::pair<std::int32_t, std::int32_t>> pairs;
+  std::vector<MirrorRoute> mirrors;  // x -> mirror(x) for the first GPU x of every quotient ring
   // Fabric links shared by flows of several nodes ("temporal" links): exact only if, at every moment, the
   // flows active on each of them all leave one node or all enter one node (then a link of that node
   // dominates it). Checked on the folded run's times (TemporalCheck); per link, the flows through it and,
@@ -463,6 +460,11 @@ class Folder {
       }
       std::sort(node_parts[i].begin(), node_parts[i].end());
     }
+    // A fabric link l never binds when the node links of its flows cap them together: some set S of shared node
+    // links that every flow through l crosses, with total bandwidth <= l's (then the flows through l never
+    // exceed it, whatever else shares S). Candidates for S: one link common to all flows, or each flow's
+    // narrowest link on its source side, or on its destination side (a leaf uplink over the NICs below it).
+    auto shared = [](const sg4::Link* n) { return n->get_sharing_policy() == sg4::Link::SharingPolicy::SHARED; };
     auto dominated = [&](const sg4::Link* l, const std::vector<std::uint32_t>& fs) {
       std::vector<sg4::Link*> common = node_parts[fs[0]];
       for (std::size_t k = 1; k < fs.size() && !common.empty(); k++) {
@@ -471,9 +473,34 @@ class Folder {
                               std::back_inserter(keep));
         common = std::move(keep);
       }
-      return std::any_of(common.begin(), common.end(), [&](const sg4::Link* n) {
-        return n->get_sharing_policy() == sg4::Link::SharingPolicy::SHARED && n->get_bandwidth() <= l->get_bandwidth();
-      });
+      if (std::any_of(common.begin(), common.end(),
+                      [&](const sg4::Link* n) { return shared(n) && n->get_bandwidth() <= l->get_bandwidth(); }))
+        return true;
+      for (int end = 0; end < 2; end++) {
+        std::vector<const sg4::Link*> cap;  // per flow: its narrowest shared link in that end's node
+        bool all = true;
+        for (std::uint32_t i : fs) {
+          const std::int32_t node = (end == 0 ? flows_[i].a : flows_[i].b) / gpn;
+          const sg4::Link* best = nullptr;
+          for (const sg4::Link* n : flows_[i].links) {
+            auto it = owner_of_.find(n);
+            if (it == owner_of_.end() || it->second.node != node || !shared(n)) continue;
+            if (best == nullptr || n->get_bandwidth() < best->get_bandwidth()) best = n;
+          }
+          if (best == nullptr) {
+            all = false;
+            break;
+          }
+          cap.push_back(best);
+        }
+        if (!all) continue;
+        std::sort(cap.begin(), cap.end());
+        cap.erase(std::unique(cap.begin(), cap.end()), cap.end());
+        double total = 0;
+        for (const sg4::Link* n : cap) total += n->get_bandwidth();
+        if (total <= l->get_bandwidth()) return true;
+      }
+      return false;
     };
     for (const sg4::Link* l : fabric) {
       const std::vector<std::uint32_t>& fs = through.at(l);
@@ -511,9 +538,8 @@ class Folder {
         const std::int32_t x = ring[0];
         const FlowRoute* first = find(ring[0], ring[1]);
         if (first == nullptr) refuse("a data-parallel ring flow has no route");
-        ZoneRoute m;
-        m.src = m.dst = x;
-        m.mirror = true;
+        MirrorRoute m;
+        m.gpu = x;
         for (sg4::Link* l : first->links) {
           auto it = owner_of_.find(l);
           if (it == owner_of_.end()) continue;  // fabric: dominated (checked above)
@@ -577,7 +603,6 @@ class Folder {
       if (fp.rep[n] == kNo) fp.rep[n] = fp.rep[rep_[n]];
     fp.qranks = qranks_;
     fp.mirrors = std::move(mirrors_);
-    fp.pairs = pairs_;
     if (temporal_.empty()) return;
     // The flows of temporal links and the nodes that run them: transfers (by channel and lane), collectives.
     const int gpn = c_.gpus_per_node;
@@ -638,58 +663,25 @@ class Folder {
   std::vector<std::vector<std::uint32_t>> temporal_;  // per temporal fabric link: indices into flows_
   std::vector<FlowRoute> flows_;
   std::unordered_map<const sg4::Link*, LinkOwner> owner_of_;
-  std::vector<ZoneRoute> mirrors_;
+  std::vector<MirrorRoute> mirrors_;
 };
 
 // ------------------------------------------------------------------------------------------------------
-// Hosts of every flow the run starts: the route cache's stand-ins where the route was cached, else the GPU
-// hosts themselves.
+// Hosts of every flow the run starts: the GPUs' own hosts (their routes are computed by the platform's
+// zone), and a quotient ring's first GPU and its mirror.
 class Endpoints {
  public:
-  // Every (source, destination) GPU pair the run can start, plus the mirror routes; builds the route zone.
-  Endpoints(Platform& pf, const std::vector<std::pair<std::int32_t, std::int32_t>>& pairs,
-            const std::vector<ZoneRoute>& mirrors, bool cache)
-      : pf_(pf) {
-    std::vector<ZoneRoute> routes;
-    if (cache) {
-      routes.reserve(pairs.size() + mirrors.size());
-      for (const auto& [a, b] : pairs) {
-        ZoneRoute r;
-        r.src = a;
-        r.dst = b;
-        double lat = 0;
-        r.links = route_links(pf.gpus[a], pf.gpus[b], &lat);
-        // Same links in the same order; the Full zone sums latencies in that order, so only a bit-identical
-        // sum keeps the flow's latency (and its latency-weighted share) unchanged.
-        if (r.links.empty() || summed_latency(r.links) != lat) continue;
-        routes.push_back(std::move(r));
-      }
-    }
-    std::vector<std::int32_t> mirrored;
-    for (const ZoneRoute& m : mirrors)
-      if (std::find(mirrored.begin(), mirrored.end(), m.src) == mirrored.end()) {
-        mirrored.push_back(m.src);
-        routes.push_back(m);
-      }
-    zone_ = add_route_zone(pf, routes);
-    for (const ZoneRoute& r : routes)
-      if (!r.mirror) cached_.emplace_back(r.src, r.dst);
-    std::sort(cached_.begin(), cached_.end());
-  }
+  Endpoints(Platform& pf, const std::vector<MirrorRoute>& mirrors) : pf_(pf), mirror_(add_mirrors(pf, mirrors)) {}
 
-  HostPair pair(std::int32_t a, std::int32_t b) const {
-    if (std::binary_search(cached_.begin(), cached_.end(), std::make_pair(a, b))) return {zone_.host[a], zone_.host[b]};
-    return {pf_.gpus[a], pf_.gpus[b]};
-  }
+  HostPair pair(std::int32_t a, std::int32_t b) const { return {pf_.gpus[a], pf_.gpus[b]}; }
   HostPair mirror(std::int32_t a) const {
-    if (zone_.mirror[a] == nullptr) throw std::logic_error("simulate: no mirror route for GPU " + std::to_string(a));
-    return {zone_.host[a], zone_.mirror[a]};
+    if (mirror_[a] == nullptr) throw std::logic_error("simulate: no mirror route for GPU " + std::to_string(a));
+    return {pf_.gpus[a], mirror_[a]};
   }
 
  private:
   const Platform& pf_;
-  RouteZone zone_;
-  std::vector<std::pair<std::int32_t, std::int32_t>> cached_;
+  std::vector<sg4::Host*> mirror_;
 };
 
 // ------------------------------------------------------------------------------------------------------
@@ -729,36 +721,6 @@ class Driver {
     if (timer_mode_) gpu_running_.assign(pf.gpus.size(), kNone);
     ready_.reserve(1024);
     graveyard_.reserve(64);
-  }
-
-  // Every GPU pair (and mirror) this run can start a comm between.
-  void flow_pairs(std::vector<std::pair<std::int32_t, std::int32_t>>& pairs,
-                  std::vector<std::int32_t>& mirrored) const {
-    for (const Channel& ch : channels_) {
-      if (laned(ann_, ch.src, ch.dst)) {
-        const auto& a = ann_.lanes[ch.src];
-        const auto& b = ann_.lanes[ch.dst];
-        for (std::size_t t = 0; t < a.size() && t < b.size(); t++) pairs.emplace_back(a[t], b[t]);
-      } else {
-        pairs.emplace_back(ch.src, ch.dst);
-      }
-    }
-    std::vector<std::uint8_t> used(exec_rings_.size(), 0);
-    for (const DagNode& n : dag_.nodes)
-      if (n.kind == DagKind::Collective && n.amount > 0) used[n.group] = 1;
-    for (std::size_t g = 0; g < exec_rings_.size(); g++) {
-      if (!used[g] || cp_.algo[g] == CollAlgo::Analytic) continue;
-      for (const Ring& ring : exec_rings_[g]) {
-        if (qranks_[g] != 0) {
-          mirrored.push_back(ring[0]);
-          continue;
-        }
-        for (std::size_t i = 0; ring.size() > 1 && i < ring.size(); i++)
-          pairs.emplace_back(ring[i], ring[(i + 1) % ring.size()]);
-      }
-    }
-    std::sort(pairs.begin(), pairs.end());
-    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
   }
 
   // Resolves the hosts of every channel lane and ring edge (call once, after the route zone exists).
@@ -1312,22 +1274,13 @@ SimResult simulate_dag(const ClusterSpec& cluster, const Dag& dag, const DagAnno
   if (plain && opt.fold_replicas && ann.replicas > 1) fold = Folder(cluster, dag, ann, cp, pf).plan();
   const std::vector<int> no_quotient(cp.rings.size(), 0);
 
-  // The driver of the run (folded or full); with temporal links the full run stays possible, so the route
-  // cache covers every flow of the full run too.
+  // The driver of the run (folded or full); mirror hosts for the folded run's quotient rings.
   std::unique_ptr<Driver> driver;
   if (fold.on)
     driver = std::make_unique<Driver>(fold.dag, ann, fold.allgather, opt, pf, cp, fold.qranks);
   else
     driver = std::make_unique<Driver>(dag, ann, ann.allgather, opt, pf, cp, no_quotient);
-  std::vector<std::pair<std::int32_t, std::int32_t>> pairs;
-  std::vector<std::int32_t> mirrored;
-  driver->flow_pairs(pairs, mirrored);
-  if (fold.on && !fold.temporal.empty()) {
-    pairs.insert(pairs.end(), fold.pairs.begin(), fold.pairs.end());
-    std::sort(pairs.begin(), pairs.end());
-    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
-  }
-  const Endpoints endpoints(pf, pairs, fold.on ? fold.mirrors : std::vector<ZoneRoute>{}, plain && opt.route_cache);
+  const Endpoints endpoints(pf, fold.on ? fold.mirrors : std::vector<MirrorRoute>{});
   seal_platform(pf);
   driver->bind_hosts(endpoints);
 

@@ -38,8 +38,6 @@ struct EngineOptions {
   // Simulate one data-parallel replica instead of all of them when that provably gives the same result
   // (sim/README.md "Replica folding"); the other replicas take its times. false always runs every replica.
   bool fold_replicas = true;
-  // Resolve each GPU pair's route once (platform.h add_route_zone) instead of on every comm.
-  bool route_cache = true;
   // Measured time by message size of a link class ("intra", "inter"; (bytes, seconds) sorted by size, from a
   // calibration profile's piecewise link models): every comm on a route of that class then takes the table's
   // time for its size (a SimGrid latency / bandwidth factor per comm; platform.h install_link_tables). Routes

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <simgrid/kernel/resource/NetworkModelIntf.hpp>
+#include <simgrid/kernel/routing/NetPoint.hpp>
+#include <simgrid/kernel/routing/NetZoneImpl.hpp>
 #include <simgrid/s4u.hpp>
 #include <stdexcept>
 #include <string>
@@ -14,7 +16,6 @@
 
 namespace pipescope::sim {
 namespace sg4 = simgrid::s4u;
-using Dir = sg4::LinkInRoute::Direction;
 
 namespace {
 
@@ -26,94 +27,185 @@ constexpr int kCubeMesh[8][8] = {
 
 std::string gpu_name(int node, int g) { return "node" + std::to_string(node) + "-gpu" + std::to_string(g); }
 
-// A node zone: its GPUs (appended to `gpus` at their global index), a gateway router, and the node's NIC
-// as the gateway's link (so star and fat-tree fabrics see the same node). Returns {zone netpoint, gateway}.
-std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoint*> make_node_zone(
-    const sg4::NetZone* parent, const ClusterSpec& c, int node, double speed, std::vector<sg4::Host*>& gpus,
-    std::vector<sg4::Link*>& links) {
-  auto keep = [&links](sg4::SplitDuplexLink* l) {
+}  // namespace
+
+// One half of a link as a route element: SimGrid's link and its latency (read once: the kernel link type is
+// not part of SimGrid's installed headers).
+struct Hop {
+  simgrid::kernel::resource::StandardLinkImpl* impl = nullptr;
+  double latency_s = 0;
+  sg4::Link* link = nullptr;
+};
+
+// The flat zone of the whole cluster. Hosts: every GPU (netpoint id = GPU index), then mirror hosts. Routes
+// are computed from the topology when SimGrid asks for them (route()): the GPU's port (NVLink or PCIe), its
+// NIC, the fabric between the two NICs' leaves, the peer's NIC and port. Cube-mesh and PCIe nodes keep their
+// per-pair paths. No route table: memory is O(GPUs) however many GPU pairs talk.
+class FabricZone : public simgrid::kernel::routing::NetZoneImpl {
+ public:
+  explicit FabricZone(const ClusterSpec& c) : NetZoneImpl("cluster"), c_(c), leaf_nodes_(c.leaf_nodes()) {}
+
+  // Build-time tables, filled by build_platform_open.
+  std::vector<Hop> port_up, port_down;  // per GPU: NVLink port (NVSwitch) or PCIe port, UP = leaving the GPU
+  std::vector<Hop> nic_up, nic_down;    // per node * nics + k: UP = leaving the node
+  std::vector<Hop> bridge;              // per node (PCIe host bridge; cube mesh / PCIe nodes)
+  std::vector<Hop> pair;                // per (node * G + a) * G + b: cube-mesh NVLink a -> b (impl null = SYS)
+  std::vector<Hop> leaf_up, leaf_down;  // per leaf: uplink to the spine (UP) and back (DOWN)
+  std::vector<std::vector<Hop>> mirror;  // per mirror host (netpoint id - GPUs): its route from its GPU
+  std::vector<std::int32_t> mirror_gpu;  // per mirror host: the GPU it mirrors
+
+  // The leaf switch of a node's NIC k (fat tree: one leaf per group of nodes; rail: one per group and rail).
+  std::size_t leaf_of(int node, int k) const {
+    const std::size_t group = static_cast<std::size_t>(node / leaf_nodes_);
+    switch (c_.topology) {
+      case InterNodeTopology::Star:
+        return 0;
+      case InterNodeTopology::FatTree:
+        return group;
+      case InterNodeTopology::Rail:
+        return group * static_cast<std::size_t>(c_.nics_per_node) + static_cast<std::size_t>(k);
+    }
+    return 0;
+  }
+
+  template <typename Out>
+  void route(std::int32_t a, std::int32_t b, Out&& out) const {
+    const int G = c_.gpus_per_node;
+    const int na = a / G, nb = b / G;
+    if (a == b) return;
+    if (na == nb) {
+      if (c_.fabric == IntraNodeFabric::NVSwitch) {
+        out(port_up[a]);
+        out(port_down[b]);
+        return;
+      }
+      const Hop& p = pair[(static_cast<std::size_t>(na) * G + a % G) * G + b % G];
+      if (p.impl != nullptr) {
+        out(p);
+        return;
+      }
+      out(port_up[a]);
+      out(bridge[na]);
+      out(port_down[b]);
+      return;
+    }
+    const int nics = c_.nics_per_node;
+    const int ka = (a % G) % nics, kb = (b % G) % nics;
+    out(port_up[a]);
+    out(nic_up[static_cast<std::size_t>(na) * nics + ka]);
+    if (c_.topology != InterNodeTopology::Star) {
+      const std::size_t la = leaf_of(na, ka), lb = leaf_of(nb, kb);
+      if (la != lb) {
+        out(leaf_up[la]);
+        out(leaf_down[lb]);
+      }
+    }
+    out(nic_down[static_cast<std::size_t>(nb) * nics + kb]);
+    out(port_down[b]);
+  }
+
+ protected:
+  void get_local_route(const simgrid::kernel::routing::NetPoint* src, const simgrid::kernel::routing::NetPoint* dst,
+                       simgrid::kernel::routing::Route* into, double* latency) override {
+    const auto gpus = static_cast<unsigned long>(port_up.size());
+    auto add = [&](const Hop& h) {
+      into->link_list_.push_back(h.impl);
+      if (latency != nullptr) *latency += h.latency_s;
+    };
+    const unsigned long s = src->id(), d = dst->id();
+    if (s < gpus && d < gpus) {
+      route(static_cast<std::int32_t>(s), static_cast<std::int32_t>(d), add);
+      return;
+    }
+    if (s < gpus && d >= gpus && d - gpus < mirror.size() && mirror_gpu[d - gpus] == static_cast<std::int32_t>(s)) {
+      for (const Hop& h : mirror[d - gpus]) add(h);
+      return;
+    }
+    throw std::logic_error(std::string("pipescope platform: no route from ") + src->get_cname() + " to " +
+                           dst->get_cname());
+  }
+
+ private:
+  ClusterSpec c_;
+  int leaf_nodes_;
+};
+
+namespace {
+
+Hop hop(sg4::Link* l) { return Hop{l->get_impl(), l->get_latency(), l}; }
+
+// A node's GPUs (appended at their global index) and links, in the same order on every node: NICs, then
+// NVLink ports (NVSwitch) or PCIe ports, bridge and cube-mesh pairs.
+void make_node(FabricZone& z, const ClusterSpec& c, int node, double speed, Platform& pf) {
+  sg4::NetZone* nz = z.get_iface();
+  std::vector<sg4::Link*>& links = pf.node_links[node];
+  auto split = [&](const std::string& name, double bw, double lat) {
+    auto* l = nz->create_split_duplex_link(name, bw);
+    l->set_latency(lat)->seal();
     links.push_back(l->get_link_up());
     links.push_back(l->get_link_down());
+    return l;
   };
   const std::string nname = "node" + std::to_string(node);
   const int G = c.gpus_per_node;
-  // NVSwitch: star zone, the centre is the switch. Cube mesh and PCIe need per-pair routes: full zone.
-  sg4::NetZone* nz =
-      c.fabric == IntraNodeFabric::NVSwitch ? sg4::create_star_zone(nname) : sg4::create_full_zone(nname);
-  nz->set_parent(parent);  // before any resource is created in it
-  std::vector<sg4::Host*> local(G);
+  for (int g = 0; g < G; g++)
+    pf.gpus[static_cast<std::size_t>(node) * G + g] = nz->create_host(gpu_name(node, g), speed)->seal();
+  for (int k = 0; k < c.nics_per_node; k++) {
+    auto* nic = split(nname + "-nic" + std::to_string(k), c.nic_bw_Bps, c.nic_latency_s);
+    z.nic_up.push_back(hop(nic->get_link_up()));
+    z.nic_down.push_back(hop(nic->get_link_down()));
+  }
+  // NVSwitch: one NVLink port per GPU (the switch is non-blocking). Cube mesh / PCIe: each GPU's PCIe port
+  // (also its path to the NICs: GPUDirect RDMA), one shared host bridge (CPU root complexes + inter-socket
+  // link) for GPU pairs without NVLink ("SYS"), one link per NVLink-connected cube-mesh pair (NV2 = 2 links).
+  const bool nvswitch = c.fabric == IntraNodeFabric::NVSwitch;
   for (int g = 0; g < G; g++) {
-    local[g] = nz->create_host(gpu_name(node, g), speed)->seal();
-    gpus[static_cast<std::size_t>(node) * G + g] = local[g];
+    auto* port = nvswitch ? split(gpu_name(node, g) + "-nvl", c.nvlink_bw_Bps, c.nvlink_latency_s)
+                          : split(gpu_name(node, g) + "-pcie", c.pcie_bw_Bps, c.pcie_latency_s);
+    z.port_up.push_back(hop(port->get_link_up()));
+    z.port_down.push_back(hop(port->get_link_down()));
   }
-  auto* gw = nz->create_router(nname + "-gw");
-  // All NICs of a node as one aggregate split-duplex link: UP = leaving the node, DOWN = entering it.
-  auto* nic = nz->create_split_duplex_link(nname + "-nic", c.nics_per_node * c.nic_bw_Bps);
-  nic->set_latency(c.nic_latency_s)->seal();
-  keep(nic);
-
-  if (c.fabric == IntraNodeFabric::NVSwitch) {
-    for (int g = 0; g < G; g++) {
-      auto* nvl = nz->create_split_duplex_link(gpu_name(node, g) + "-nvl", c.nvlink_bw_Bps);
-      nvl->set_latency(c.nvlink_latency_s)->seal();
-      keep(nvl);
-      // GPU -> centre uses UP; symmetrical: centre -> GPU uses DOWN.
-      nz->add_route(local[g]->get_netpoint(), nullptr, nullptr, nullptr, {{nvl, Dir::UP}}, true);
-    }
-    // Gateway -> centre is traffic entering the node (nic DOWN); centre -> gateway leaves it (nic UP).
-    nz->add_route(gw, nullptr, nullptr, nullptr, {{nic, Dir::DOWN}}, true);
-  } else {
-    // Each GPU's PCIe port and one shared host bridge (CPU root complexes + inter-socket link): the path
-    // of GPU pairs without NVLink ("SYS") and of every pair on a PCIe-only node. GPU <-> NIC traffic
-    // takes the GPU's PCIe port.
-    std::vector<sg4::SplitDuplexLink*> pcie(G);
-    for (int g = 0; g < G; g++) {
-      pcie[g] = nz->create_split_duplex_link(gpu_name(node, g) + "-pcie", c.pcie_bw_Bps);
-      pcie[g]->set_latency(c.pcie_latency_s)->seal();
-      keep(pcie[g]);
-    }
-    sg4::Link* bridge = nullptr;
-    if (G > 1) {
-      bridge = nz->create_link(nname + "-bridge", c.pcie_bw_Bps)->seal();
-      links.push_back(bridge);
-    }
-    // Cube mesh: one split-duplex link per NVLink-connected pair; an NV2 pair is one link of twice the
-    // bandwidth. UP = from the lower-numbered GPU to the higher one. Latency = two NVLink ports.
-    std::vector<std::vector<sg4::SplitDuplexLink*>> pair(G, std::vector<sg4::SplitDuplexLink*>(G, nullptr));
-    if (c.fabric == IntraNodeFabric::CubeMesh)
-      for (int a = 0; a < G; a++)
-        for (int b = a + 1; b < G; b++)
-          if (int k = cube_mesh_links(a, b); k > 0) {
-            auto* l = nz->create_split_duplex_link(gpu_name(node, a) + "-nv-" + std::to_string(b), k * c.nvlink_bw_Bps);
-            l->set_latency(2 * c.nvlink_latency_s)->seal();
-            keep(l);
-            pair[a][b] = pair[b][a] = l;
-          }
-    for (int a = 0; a < G; a++) {
-      nz->add_route(local[a]->get_netpoint(), gw, nullptr, nullptr, {{pcie[a], Dir::UP}, {nic, Dir::UP}}, false);
-      nz->add_route(gw, local[a]->get_netpoint(), nullptr, nullptr, {{nic, Dir::DOWN}, {pcie[a], Dir::DOWN}}, false);
-      for (int b = 0; b < G; b++) {
-        if (a == b) continue;
-        if (pair[a][b] != nullptr) {
-          nz->add_route(local[a]->get_netpoint(), local[b]->get_netpoint(), nullptr, nullptr,
-                        {{pair[a][b], a < b ? Dir::UP : Dir::DOWN}}, false);
-        } else {
-          nz->add_route(local[a]->get_netpoint(), local[b]->get_netpoint(), nullptr, nullptr,
-                        {{pcie[a], Dir::UP}, {bridge, Dir::NONE}, {pcie[b], Dir::DOWN}}, false);
-        }
+  if (nvswitch) return;
+  z.bridge.emplace_back();
+  if (G > 1) {
+    sg4::Link* bridge = nz->create_link(nname + "-bridge", c.pcie_bw_Bps)->seal();
+    links.push_back(bridge);
+    z.bridge.back() = hop(bridge);
+  }
+  const std::size_t base = static_cast<std::size_t>(node) * G * G;
+  z.pair.resize(base + static_cast<std::size_t>(G) * G);
+  if (c.fabric != IntraNodeFabric::CubeMesh) return;
+  for (int a = 0; a < G; a++)
+    for (int b = a + 1; b < G; b++)
+      if (int k = cube_mesh_links(a, b); k > 0) {
+        auto* l = split(gpu_name(node, a) + "-nv-" + std::to_string(b), k * c.nvlink_bw_Bps, 2 * c.nvlink_latency_s);
+        z.pair[base + static_cast<std::size_t>(a) * G + b] = hop(l->get_link_up());
+        z.pair[base + static_cast<std::size_t>(b) * G + a] = hop(l->get_link_down());
       }
-    }
-  }
-  nz->seal();
-  return {nz->get_netpoint(), gw};
 }
 
-// Leaves per first-level switch of the 2-level fat tree: the largest divisor of the node count that is
-// at most 16 (a 32-port switch with 16 down- and 16 uplinks), so any node count is buildable.
-unsigned fat_tree_leaf_group(int nodes) {
-  for (int k = std::min(nodes, 16); k > 1; k--)
-    if (nodes % k == 0) return static_cast<unsigned>(k);
-  return 1;
+// Leaf uplinks: a fat-tree leaf carries all NICs of its nodes, a rail leaf NIC k of its nodes; the uplink
+// has the leaf's total downlink bandwidth divided by the oversubscription R. The spine is non-blocking and
+// the uplink stands for all of a leaf's uplink ports together (traffic spread evenly over the spine, no
+// hash collisions). No latency: switch hops are inside the NIC alpha.
+void make_fabric(FabricZone& z, const ClusterSpec& c, Platform& pf) {
+  if (c.topology == InterNodeTopology::Star) return;
+  const int per_leaf = c.leaf_nodes();
+  const int groups = c.nodes / per_leaf;
+  const bool rail = c.topology == InterNodeTopology::Rail;
+  const int leaves_per_group = rail ? c.nics_per_node : 1;
+  const double down_Bps = per_leaf * c.nic_bw_Bps * (rail ? 1 : c.nics_per_node);
+  for (int s = 0; s < groups; s++)
+    for (int k = 0; k < leaves_per_group; k++) {
+      const std::string name =
+          "leaf" + std::to_string(s) + (rail ? "-rail" + std::to_string(k) : std::string()) + "-up";
+      auto* l = z.get_iface()->create_split_duplex_link(name, down_Bps / c.oversubscription);
+      l->set_latency(0)->seal();
+      z.leaf_up.push_back(hop(l->get_link_up()));
+      z.leaf_down.push_back(hop(l->get_link_down()));
+      pf.fabric_links.push_back(l->get_link_up());
+      pf.fabric_links.push_back(l->get_link_down());
+    }
 }
 
 bool user_sets(const std::vector<std::string>& args, const std::string& item) {
@@ -189,6 +281,11 @@ void validate_cluster(const ClusterSpec& c) {
   if (c.nodes > 1 && !positive(c.nic_bw_Bps)) fail("nic bandwidth must be > 0 with more than one node");
   if (!non_negative(c.nvlink_latency_s) || !non_negative(c.pcie_latency_s) || !non_negative(c.nic_latency_s))
     fail("latencies must be >= 0");
+  if (!positive(c.oversubscription)) fail("oversubscription must be > 0");
+  if (c.nodes_per_leaf < 0) fail("nodes_per_leaf must be >= 1");
+  if (c.nodes_per_leaf > 0 && c.nodes % c.nodes_per_leaf != 0)
+    fail("nodes = " + std::to_string(c.nodes) + " is not a multiple of nodes_per_leaf = " +
+         std::to_string(c.nodes_per_leaf));
 }
 
 Platform build_platform(const ClusterSpec& c) {
@@ -212,37 +309,23 @@ Platform build_platform_open(const ClusterSpec& c) {
   pf.node_links.assign(static_cast<std::size_t>(c.nodes), {});
   auto* root = sg4::create_star_zone("pipescope");
   pf.root = root;
-  if (c.topology == InterNodeTopology::Star) {
-    // One non-blocking switch: node zones hang off a star with empty routes (the NIC is in the node zone).
-    auto* cluster = sg4::create_star_zone("cluster");
-    cluster->set_parent(root);
-    for (int n = 0; n < c.nodes; n++) {
-      auto [np, gw] = make_node_zone(cluster, cc, n, speed, pf.gpus, pf.node_links[n]);
-      cluster->add_route(np, nullptr, gw, nullptr, {}, true);
-    }
-    cluster->seal();
-  } else {
-    // 2-level fat tree with full bisection: k nodes per first-level switch, k second-level switches, every
-    // fabric link at the node's aggregate NIC bandwidth, no extra latency (switch hops are in the NIC alpha).
-    const unsigned k = fat_tree_leaf_group(c.nodes);
-    const unsigned groups = static_cast<unsigned>(c.nodes) / k;
-    sg4::ClusterCallbacks cbs(
-        [&cc, &pf, speed](sg4::NetZone* zone, const std::vector<unsigned long>&, unsigned long id) {
-          return make_node_zone(zone, cc, static_cast<int>(id), speed, pf.gpus, pf.node_links[id]);
-        });
-    sg4::create_fatTree_zone("cluster", root, {2, {k, groups}, {1, k}, {1, 1}}, cbs, cc.nics_per_node * cc.nic_bw_Bps,
-                             0.0, sg4::Link::SharingPolicy::SPLITDUPLEX)
-        ->seal();
-  }
+  auto* zone = new FabricZone(cc);  // owned by SimGrid's zone tree (as create_*_zone's zones are)
+  zone->set_parent(root->get_impl());
+  pf.zone = zone;
+  for (int n = 0; n < c.nodes; n++) make_node(*zone, cc, n, speed, pf);
+  make_fabric(*zone, cc, pf);
   // Pure delays (collective alpha terms, analytic collectives): one exec per delay at 1 flop/s.
   pf.timer = root->create_host("timer", 1.0)->set_core_count(1000000)->seal();
-  for (auto* h : pf.gpus)
-    if (h == nullptr) throw std::logic_error("build_platform: a GPU host was not created");
+  for (std::size_t g = 0; g < pf.gpus.size(); g++)
+    if (pf.gpus[g] == nullptr || pf.gpus[g]->get_netpoint()->id() != g)
+      throw std::logic_error("build_platform: GPU host " + std::to_string(g) + " is not the zone's vertex " +
+                             std::to_string(g));
   return pf;
 }
 
 void seal_platform(Platform& pf) {
   if (pf.root == nullptr) throw std::logic_error("seal_platform: the platform is already sealed");
+  pf.zone->get_iface()->seal();
   pf.root->seal();
   pf.root = nullptr;
 }
@@ -256,41 +339,26 @@ std::vector<sg4::Link*> route_links(const sg4::Host* src, const sg4::Host* dst, 
 }
 
 double summed_latency(const std::vector<sg4::Link*>& links) {
-  double lat = 0;  // FullZone::get_local_route: += link latency, in route order, from the caller's 0
+  double lat = 0;  // FabricZone::get_local_route: += link latency, in route order, from the caller's 0
   for (const auto* l : links) lat += l->get_latency();
   return lat;
 }
 
-RouteZone add_route_zone(Platform& pf, const std::vector<ZoneRoute>& routes) {
-  if (pf.root == nullptr) throw std::logic_error("add_route_zone: needs an open platform (build_platform_open)");
-  RouteZone rz;
-  rz.host.assign(pf.gpus.size(), nullptr);
-  rz.mirror.assign(pf.gpus.size(), nullptr);
-  if (routes.empty()) return rz;
-  auto* zone = sg4::create_full_zone("routes");
-  zone->set_parent(pf.root);
-  auto stand_in = [&](std::int32_t g) {
-    if (rz.host[g] == nullptr) rz.host[g] = zone->create_host("route-gpu" + std::to_string(g), 1.0)->seal();
-    return rz.host[g];
-  };
-  for (const ZoneRoute& r : routes) {
-    sg4::Host* a = stand_in(r.src);
-    sg4::Host* b = nullptr;
-    if (r.mirror) {
-      if (rz.mirror[r.src] == nullptr)
-        rz.mirror[r.src] = zone->create_host("route-mirror" + std::to_string(r.src), 1.0)->seal();
-      b = rz.mirror[r.src];
-    } else {
-      b = stand_in(r.dst);
-    }
-    std::vector<sg4::LinkInRoute> list;
-    list.reserve(r.links.size());
-    for (auto* l : r.links) list.emplace_back(l);
-    zone->add_route(a->get_netpoint(), b->get_netpoint(), nullptr, nullptr, list, false);
-    rz.routes++;
+std::vector<sg4::Host*> add_mirrors(Platform& pf, const std::vector<MirrorRoute>& mirrors) {
+  if (pf.root == nullptr) throw std::logic_error("add_mirrors: needs an open platform (build_platform_open)");
+  std::vector<sg4::Host*> host(pf.gpus.size(), nullptr);
+  FabricZone& z = *pf.zone;
+  for (const MirrorRoute& m : mirrors) {
+    if (host.at(m.gpu) != nullptr) throw std::logic_error("add_mirrors: GPU " + std::to_string(m.gpu) + " twice");
+    host[m.gpu] = z.get_iface()->create_host("mirror-gpu" + std::to_string(m.gpu), 1.0)->seal();
+    if (host[m.gpu]->get_netpoint()->id() != pf.gpus.size() + z.mirror.size())
+      throw std::logic_error("add_mirrors: unexpected host numbering");
+    std::vector<Hop> hops;
+    for (sg4::Link* l : m.links) hops.push_back(hop(l));
+    z.mirror.push_back(std::move(hops));
+    z.mirror_gpu.push_back(m.gpu);
   }
-  zone->seal();
-  return rz;
+  return host;
 }
 
 RouteInfo route_info(const sg4::Host* src, const sg4::Host* dst) {

@@ -10,9 +10,9 @@
 //   sim_runner schedule CLUSTER --schedule=gpipe|1f1b|interleaved --p --m [--v --dp --tp --tf --tb
 //                       --p2p-bytes --grad-bytes --opt --tp-bytes --tp-calls --sg --blocking --layout --json=F
 //                       --trace=F]
-// CLUSTER: --nodes --gpn --fabric=nvswitch|cubemesh|pcie --topology=star|fattree --nvlink-bw --nvlink-lat
+// CLUSTER: --nodes --gpn --fabric=nvswitch|cubemesh|pcie --topology=star|fattree|rail --nvlink-bw --nvlink-lat
 //          --pcie-bw --pcie-lat --nic-bw --nic-lat --nics (SI units), --compute=exec|timer, --fifo=0|1,
-//          --fold=0|1 (replica folding), --route-cache=0|1.
+//          --fold=0|1 (replica folding), --npl (nodes per leaf), --oversub (leaf oversubscription R).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -79,7 +79,10 @@ ClusterSpec cluster_from(const Args& a) {
   c.fabric = f == "cubemesh" ? IntraNodeFabric::CubeMesh
              : f == "pcie"   ? IntraNodeFabric::PCIe
                              : IntraNodeFabric::NVSwitch;
-  c.topology = a.str("topology", "star") == "fattree" ? InterNodeTopology::FatTree : InterNodeTopology::Star;
+  const std::string t = a.str("topology", "star");
+  c.topology = t == "fattree" ? InterNodeTopology::FatTree : t == "rail" ? InterNodeTopology::Rail : InterNodeTopology::Star;
+  c.nodes_per_leaf = a.integer("npl", 0);
+  c.oversubscription = a.num("oversub", 1.0);
   c.nvlink_bw_Bps = a.num("nvlink-bw", 150e9);
   c.nvlink_latency_s = a.num("nvlink-lat", 1e-6);
   c.pcie_bw_Bps = a.num("pcie-bw", 10e9);
@@ -96,7 +99,6 @@ sim::EngineOptions options_from(const Args& a) {
   o.compute = a.str("compute", "exec");
   o.p2p_fifo = a.integer("fifo", 1) != 0;
   o.fold_replicas = a.integer("fold", 1) != 0;
-  o.route_cache = a.integer("route-cache", 1) != 0;
   return o;
 }
 

@@ -203,7 +203,7 @@ TEST(Scenario, EveryModelPresetLoads) {
 }
 
 TEST(Scenario, EveryClusterAndDevicePresetLoads) {
-  ASSERT_EQ(cluster_preset_names().size(), 4u);
+  ASSERT_EQ(cluster_preset_names().size(), 5u);
   for (const auto& name : cluster_preset_names()) {
     SCOPED_TRACE(name);
     const std::string text = kModel + "cluster: {preset: " + name +
@@ -239,6 +239,15 @@ TEST(Scenario, EveryClusterAndDevicePresetLoads) {
   EXPECT_EQ(p3.nics_per_node, 1);
   EXPECT_DOUBLE_EQ(cluster_preset("aws-p3dn.24xlarge")->nic_bw_Bps, 12.5e9);
   EXPECT_EQ(cluster_preset("aws-p3dn.24xlarge")->device.name, "V100-SXM2-32GB");
+  // DGX H100 SuperPOD as built: 8 GPUs on NVSwitch (450 GB/s per direction), 8 x 400 Gb/s NICs, rail fabric.
+  const ClusterSpec pod = *cluster_preset("dgx-h100-superpod");
+  EXPECT_EQ(pod.gpus_per_node, 8);
+  EXPECT_EQ(pod.fabric, IntraNodeFabric::NVSwitch);
+  EXPECT_DOUBLE_EQ(pod.nvlink_bw_Bps, 450e9);
+  EXPECT_EQ(pod.nics_per_node, 8);
+  EXPECT_DOUBLE_EQ(pod.nic_bw_Bps, 50e9);
+  EXPECT_EQ(pod.topology, InterNodeTopology::Rail);
+  EXPECT_DOUBLE_EQ(pod.oversubscription, 1.0);
   const ClusterSpec h100 = *cluster_preset("dgx-h100");
   EXPECT_DOUBLE_EQ(h100.nvlink_bw_Bps, 450e9);
   EXPECT_DOUBLE_EQ(h100.nic_bw_Bps, 50e9);
@@ -396,7 +405,7 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "seq1f1b-2.7b, seq1f1b-7b, seq1f1b-13b, seq1f1b-30b");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-z100}\n" + kParallel),
             "t.yaml:2:19: cluster.preset: unknown cluster preset \"dgx-z100\" (did you mean \"dgx-a100\"?); valid: "
-            "aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, dgx-h100");
+            "aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, dgx-h100, dgx-h100-superpod");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, device: {preset: TPUv4}}\n" + kParallel),
             "t.yaml:2:46: cluster.device.preset: unknown device preset \"TPUv4\"; valid: V100-SXM2-16GB, "
             "V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM");
@@ -407,7 +416,7 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "t.yaml:2:60: cluster.intra_node.fabric: unknown value \"nvlink\"; valid: nvswitch, cube-mesh, pcie");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, nodes: 2, network: {topology: fattree}}\n" + kParallel),
             "t.yaml:2:59: cluster.network.topology: unknown value \"fattree\" (did you mean \"fat-tree\"?); valid: "
-            "star, fat-tree");
+            "star, fat-tree, rail");
   EXPECT_EQ(
       error_of(kBase + "training: {dtype: fp8}\n"),
       "t.yaml:4:19: training.dtype: unknown value \"fp8\" (did you mean \"fp16\"?); valid: fp16, bf16, fp32, fp64");
@@ -422,6 +431,30 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "t.yaml:4:20: sim.collectives: unknown value \"tree\"; valid: ring, aggregate, analytic, auto");
   EXPECT_EQ(error_of(kBase + "schedule: {slicing: even}\n"),
             "t.yaml:4:21: schedule.slicing: unknown value \"even\"; valid: uniform, dp, cwp, explicit");
+}
+
+// Topology keys: oversubscription > 0, nodes a multiple of nodes_per_leaf, both only for fat-tree / rail;
+// every error names file:line:col and the key.
+TEST(ScenarioErrors, BadTopology) {
+  const std::string net = "cluster: {preset: dgx-a100, nodes: 2, network: ";
+  EXPECT_EQ(error_of(kModel + net + "{oversubscription: 0}}\n" + kParallel),
+            "t.yaml:2:67: cluster.network.oversubscription: expected a positive number, got \"0\"");
+  EXPECT_EQ(error_of(kModel + net + "{oversubscription: -2}}\n" + kParallel),
+            "t.yaml:2:67: cluster.network.oversubscription: expected a positive number, got \"-2\"");
+  EXPECT_EQ(error_of(kModel + net + "{topology: rail, nodes_per_leaf: 3}}\n" + kParallel),
+            "t.yaml:2:81: cluster.network.nodes_per_leaf: cluster.nodes = 2 is not a multiple of nodes_per_leaf = 3 "
+            "(every leaf switch holds the same number of nodes)");
+  EXPECT_EQ(error_of(kModel + net + "{topology: star, oversubscription: 2}}\n" + kParallel),
+            "t.yaml:2:83: cluster.network.oversubscription: applies to topology fat-tree or rail only (this "
+            "cluster's topology is star)");
+  EXPECT_EQ(error_of(kModel + net + "{topology: ring}}\n" + kParallel),
+            "t.yaml:2:59: cluster.network.topology: unknown value \"ring\"; valid: star, fat-tree, rail");
+  EXPECT_EQ(error_of(kModel + net + "{topology: rail, nodes_per_leaf: 2, oversubscription: 1.5}}\n" + kParallel), "");
+  const Scenario s =
+      parse_scenario(kModel + net + "{topology: rail, nodes_per_leaf: 2, oversubscription: 1.5}}\n" + kParallel, "t");
+  EXPECT_EQ(s.cluster.topology, InterNodeTopology::Rail);
+  EXPECT_EQ(s.cluster.nodes_per_leaf, 2);
+  EXPECT_DOUBLE_EQ(s.cluster.oversubscription, 1.5);
 }
 
 TEST(ScenarioErrors, GpuCountMismatch) {

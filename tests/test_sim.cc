@@ -251,13 +251,15 @@ TEST(SimPlatform, NvSwitchStarRoutes) {
   EXPECT_DOUBLE_EQ(route(r, 0, 1).second, 150e9);
   EXPECT_DOUBLE_EQ(route(r, 0, 8).first, 12e-6);  // + two NIC ports
   EXPECT_DOUBLE_EQ(route(r, 0, 8).second, 12.5e9);
-  EXPECT_NE(r.kv.at("route0_8").find("node0-gpu0-nvl_UP node0-nic_UP node1-nic_DOWN node1-gpu0-nvl_DOWN"),
+  EXPECT_NE(r.kv.at("route0_8").find("node0-gpu0-nvl_UP node0-nic0_UP node1-nic0_DOWN node1-gpu0-nvl_DOWN"),
             std::string::npos)
       << r.out;
-  EXPECT_NE(r.kv.at("route15_0").find("node1-nic_UP node0-nic_DOWN"), std::string::npos) << r.out;
-  // 8 NICs of 25 GB/s aggregate to 200 GB/s: the NVLink port becomes the bottleneck.
-  const Proc r8 = ok("routes --nodes=2 --gpn=8 --nics=8 --nic-bw=25e9 --pairs=0:8");
-  EXPECT_DOUBLE_EQ(route(r8, 0, 8).second, 150e9);
+  EXPECT_NE(r.kv.at("route15_0").find("node1-nic0_UP node0-nic0_DOWN"), std::string::npos) << r.out;
+  // 8 NICs: each GPU has its own (GPU i -> NIC i mod 8), one NIC's bandwidth per flow.
+  const Proc r8 = ok("routes --nodes=2 --gpn=8 --nics=8 --nic-bw=25e9 --pairs=0:8,3:12,11:2");
+  EXPECT_DOUBLE_EQ(route(r8, 0, 8).second, 25e9);
+  EXPECT_NE(r8.kv.at("route3_12").find("node0-nic3_UP node1-nic4_DOWN"), std::string::npos) << r8.out;
+  EXPECT_NE(r8.kv.at("route11_2").find("node1-nic3_UP node0-nic2_DOWN"), std::string::npos) << r8.out;
 }
 
 TEST(SimPlatform, CubeMeshRoutesFollowTheNvlinkMatrix) {
@@ -291,14 +293,64 @@ TEST(SimPlatform, FatTreeScalesTo384Nodes) {
          "--pairs=0:3071,0:8,17:400");
   EXPECT_EQ(r.num("hosts"), 3072);
   EXPECT_LT(r.num("build_s"), 10.0);
-  EXPECT_DOUBLE_EQ(route(r, 0, 3071).second, 200e9);
+  EXPECT_DOUBLE_EQ(route(r, 0, 3071).second, 25e9);  // one NIC
   EXPECT_DOUBLE_EQ(route(r, 0, 3071).first, 12e-6);  // fabric links add no latency
-  EXPECT_NE(r.kv.at("route0_3071").find("node383-nic_DOWN"), std::string::npos);
+  EXPECT_NE(r.kv.at("route0_3071").find("node0-nic0_UP leaf0-up_UP leaf11-up_DOWN node383-nic7_DOWN"),
+            std::string::npos)
+      << r.out;  // 32 nodes per leaf by default, uplink = 32 nodes x 8 NICs
   for (int nodes : {1, 3, 7, 48}) {
     const Proc s = ok("routes --topology=fattree --gpn=2 --nodes=" + std::to_string(nodes) +
                       " --pairs=0:" + std::to_string(2 * nodes - 1));
     EXPECT_EQ(s.num("hosts"), 2 * nodes);
   }
+}
+
+// Per-NIC links: GPU i sends through NIC i mod nics. Two 12.5 GB/s NICs are not one 25 GB/s NIC: one flow gets
+// one NIC, and two GPUs on the same NIC share it, while two GPUs on different NICs each have their own.
+TEST(SimNetwork, PerNicLinksMatterWhenNicsAreTheBottleneck) {
+  auto t = [](const std::string& args) { return ok("flows --nodes=2 --gpn=8 " + args).num("iteration_s"); };
+  const double alpha = 12e-6;
+  EXPECT_NEAR(t("--nics=1 --nic-bw=25e9 --flows=0:8:1e9"), alpha + 0.04, 1e-9);
+  EXPECT_NEAR(t("--nics=2 --nic-bw=12.5e9 --flows=0:8:1e9"), alpha + 0.08, 1e-9);
+  EXPECT_NEAR(t("--nics=2 --nic-bw=12.5e9 --flows=0:8:1e9,1:9:1e9"), alpha + 0.08, 1e-9);   // NICs 0 and 1
+  EXPECT_NEAR(t("--nics=2 --nic-bw=12.5e9 --flows=0:8:1e9,2:10:1e9"), alpha + 0.16, 1e-9);  // both on NIC 0
+  EXPECT_NEAR(t("--nics=1 --nic-bw=25e9 --flows=0:8:1e9,2:10:1e9"), alpha + 0.08, 1e-9);
+}
+
+// A data-parallel all-reduce (8 rings of 4 GPUs, one per GPU index, 4 nodes of 8 GPUs and 8 NICs): full
+// bisection fat tree = star = rail within a rail; an oversubscribed tree (R = 4, one node per leaf) and
+// cross-rail rings on an oversubscribed rail fabric take the spine and run R times longer (bandwidth term).
+TEST(SimNetwork, TopologiesOrderAsBuiltOnADataParallelAllReduce) {
+  std::string same_rail, cross_rail;
+  for (int k = 0; k < 8; k++) {
+    same_rail += (k ? "/" : "") + std::to_string(k) + "," + std::to_string(8 + k) + "," + std::to_string(16 + k) +
+                 "," + std::to_string(24 + k);
+    cross_rail += (k ? "/" : "") + std::to_string(k) + "," + std::to_string(8 + (k + 1) % 8) + "," +
+                  std::to_string(16 + (k + 2) % 8) + "," + std::to_string(24 + (k + 3) % 8);
+  }
+  auto t = [](const std::string& args) {
+    return ok("ring --nodes=4 --gpn=8 --nics=8 --nic-bw=25e9 --nvlink-bw=450e9 --bytes=1e9 " + args)
+        .num("iteration_s");
+  };
+  const double alpha = 6 * 12e-6, beta = 6 * (1e9 / 4) / 25e9;  // 2(n-1) steps of S/n at one NIC
+  const double star = t("--topology=star --rings=" + same_rail);
+  EXPECT_NEAR(star, alpha + beta, 1e-9);
+  EXPECT_EQ(t("--topology=fattree --npl=1 --rings=" + same_rail), star);
+  EXPECT_EQ(t("--topology=rail --npl=4 --oversub=4 --rings=" + same_rail), star);  // never leaves its rail leaf
+  EXPECT_EQ(t("--topology=rail --npl=4 --rings=" + cross_rail), star);            // spine at full bisection
+  EXPECT_NEAR(t("--topology=fattree --npl=1 --oversub=4 --rings=" + same_rail), alpha + 4 * beta, 1e-9);
+  EXPECT_NEAR(t("--topology=rail --npl=4 --oversub=4 --rings=" + cross_rail), alpha + 4 * beta, 1e-9);
+  // Two nodes per leaf: half of the ring hops stay under their leaf; the leaf's uplink carries 8 flows at R = 4.
+  EXPECT_NEAR(t("--topology=fattree --npl=2 --oversub=4 --rings=" + same_rail), alpha + 2 * beta, 1e-9);
+}
+
+TEST(SimNetwork, BadTopologyIsRejectedBeforeSimGrid) {
+  const Proc r = runner("flows --nodes=3 --topology=fattree --npl=2 --flows=0:9:1e6");
+  EXPECT_EQ(r.rc, 3);
+  EXPECT_NE(r.out.find("nodes = 3 is not a multiple of nodes_per_leaf = 2"), std::string::npos) << r.out;
+  const Proc o = runner("flows --nodes=2 --topology=rail --oversub=0 --flows=0:9:1e6");
+  EXPECT_EQ(o.rc, 3);
+  EXPECT_NE(o.out.find("oversubscription must be > 0"), std::string::npos) << o.out;
 }
 
 TEST(SimPlatform, BadClusterIsRejectedBeforeSimGrid) {
@@ -590,18 +642,25 @@ TEST(SimFold, FoldedReplicasGiveByteIdenticalReportsAndTraces) {
 // nodes (a backward hop of stage 1, a forward hop of stage 2). Folding is exact only if those flows never
 // overlap; the folded run's times decide, and the full run follows when they do overlap. Either way the
 // output is the full run's.
-TEST(SimFold, SpineLinksSharedAcrossNodesFoldOnlyWhenTheirFlowsNeverOverlap) {
+// Leaf uplinks carry flows of many nodes. At full bisection (R = 1) an uplink has the bandwidth of all NICs
+// below it, so it never binds and the replicas fold; oversubscribed (R = 12: one NIC's bandwidth for 12 nodes)
+// it does bind, and the fold must refuse (or its temporal check fail): full run. Same bytes either way.
+TEST(SimFold, LeafUplinksFoldAtFullBisectionAndRefuseWhenOversubscribed) {
   const std::string base =
-      "schedule --nodes=36 --gpn=1 --topology=fattree --nic-bw=25e9 --tp=1 --dp=9 --p=4 --m=8 --schedule=1f1b "
-      "--tf=0.01 --tb=0.02 --grad-bytes=3e8 --compute=timer --collectives=ring";
-  for (const char* bytes : {"2e7", "2e8"}) {
-    const std::string args = base + " --p2p-bytes=" + bytes;
+      "schedule --nodes=36 --gpn=1 --topology=fattree --npl=12 --nic-bw=25e9 --tp=1 --dp=9 --p=4 --m=8 "
+      "--schedule=1f1b --tf=0.01 --tb=0.02 --grad-bytes=3e8 --compute=timer --collectives=ring --p2p-bytes=2e7";
+  double t_full_bisection = 0;
+  for (const char* oversub : {"1", "12"}) {
+    const std::string args = base + " --oversub=" + oversub;
     const Proc full = ok(args + " --fold=0 --json=" + tmp("full.json") + " --trace=" + tmp("full.trace.json"));
     const Proc fold = ok(args + " --fold=1 --json=" + tmp("fold.json") + " --trace=" + tmp("fold.trace.json"));
-    if (std::string(bytes) == "2e7")
-      EXPECT_LT(fold.num("activities"), full.num("activities")) << args << ": short hops never overlap: folded";
-    else
-      EXPECT_EQ(fold.num("activities"), full.num("activities")) << args << ": long hops overlap: full run";
+    if (std::string(oversub) == "1") {
+      EXPECT_LT(fold.num("activities"), full.num("activities")) << args << ": uplinks never bind: folded";
+      t_full_bisection = full.num("iteration_s");
+    } else {
+      EXPECT_EQ(fold.num("activities"), full.num("activities")) << args << ": uplinks bind: full run";
+      EXPECT_GT(full.num("iteration_s"), t_full_bisection * 1.02) << args;
+    }
     EXPECT_EQ(full.kv.at("iteration_s"), fold.kv.at("iteration_s")) << args;
     EXPECT_EQ(slurp(tmp("full.json")), slurp(tmp("fold.json"))) << args;
     EXPECT_EQ(slurp(tmp("full.trace.json")), slurp(tmp("fold.trace.json"))) << args;
@@ -616,21 +675,6 @@ TEST(SimFold, ReplicasSharingANodeAreNotFolded) {
   const Proc full = ok(base + " --fold=0"), fold = ok(base + " --fold=1");
   EXPECT_EQ(full.num("activities"), fold.num("activities"));
   EXPECT_EQ(full.kv.at("iteration_s"), fold.kv.at("iteration_s"));
-}
-
-// Cached routes are the resolved routes, link for link: every flow and ring times exactly as without cache.
-TEST(SimRouteCache, SameTimesWithAndWithoutCache) {
-  const std::string runs[] = {
-      "flows --nodes=32 --gpn=8 --topology=fattree --flows=0:8:1e8,1:200:2e8,9:255:5e7,17:16:3e8,3:5:1e9",
-      "flows --nodes=2 --gpn=8 --fabric=cubemesh --nvlink-bw=25e9 --flows=0:5:1e8,1:2:1e8,0:9:2e8",
-      "ring --nodes=4 --gpn=8 --topology=fattree --rings=0,8,16,24/1,9,17,25 --bytes=1e9 --count=2",
-      "schedule --nodes=8 --gpn=2 --topology=fattree --tp=2 --dp=2 --p=4 --m=8 --tf=0.01 --tb=0.02 "
-      "--p2p-bytes=2e7 --grad-bytes=3e8 --fold=0",
-  };
-  for (const std::string& args : runs) {
-    const Proc a = ok(args + " --route-cache=0"), b = ok(args + " --route-cache=1");
-    EXPECT_EQ(a.kv, b.kv) << args;
-  }
 }
 
 // ---------------------------------------------------------------- blocking sends (Megatron-LM p2p)

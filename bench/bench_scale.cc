@@ -1,0 +1,204 @@
+// Scaling benchmark (issue 19): one training iteration simulated end to end (scenario, schedule, lowering,
+// checks, platform, simulation, report), as `pipescope simulate` does, on clusters of 2,048 to 131,072 GPUs.
+//
+//  - dense405b/<GPUs>: a dense 405B-class model (hidden 16384, 128 heads, FFN 53248, vocab 128256, seq 8192;
+//    128 layers: Llama 3 405B's 126 do not split into pp * v = 32 equal chunks) with tp 8, pp 16, interleaved
+//    v = 2, sequence parallelism, recomputation, bf16, on a DGX H100 SuperPOD (rail-optimised, 8 x 400 Gb/s
+//    NICs per node); dp = GPUs / 128 and 16 micro-batches per replica (weak scaling: global batch 16 * dp).
+//  - megatron1t/dp<d>: scenarios/megatron/1t.yaml with only parallel.dp, cluster.nodes and global_batch scaled
+//    (the table of issue 19).
+//
+// Each iteration runs in a forked child whose address space is capped (RLIMIT_AS, kCapGB) so that a case that
+// would not fit fails instead of exhausting the shared machine. Counters: wall_s (child, end to end),
+// peak_rss_MB (child ru_maxrss), activities and activities_per_s (SimGrid activities per second of simulation
+// wall time), dag_nodes, gpus, simulated_iteration_s, within_target (issue 19's targets: 16,384 GPUs under
+// 10 s and 2 GB, 131,072 under 60 s and 8 GB, the 1T row under 3 s).
+//
+//   bench_scale                                   all cases (several minutes on a 2-core machine)
+//   bench_scale --benchmark_filter=dense405b
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "core/checks.h"
+#include "core/pipeline.h"
+#include "core/scenario.h"
+#include "sim/engine.h"
+#include "sim/report.h"
+
+using namespace pipescope;
+
+namespace {
+
+constexpr double kCapGB = 8.0;
+
+struct Figures {
+  double wall_s = 0, sim_wall_s = 0, iteration_s = 0, activities = 0, dag_nodes = 0, peak_rss_kb = 0;
+  char error[256] = {0};
+};
+
+std::string dense405b(int gpus) {
+  const int dp = gpus / 128;
+  std::ostringstream y;
+  y << "name: dense-405b-" << gpus << "\n"
+    << "model: {layers: 128, hidden: 16384, heads: 128, ffn_hidden: 53248, vocab: 128256, seq_len: 8192, "
+       "tied_embeddings: false}\n"
+    << "cluster: {preset: dgx-h100-superpod, nodes: " << gpus / 8 << "}\n"
+    << "parallel: {dp: " << dp << ", pp: 16, tp: 8, v: 2, micro_batch_size: 1, global_batch: " << 16 * dp
+    << ", sequence_parallel: true}\n"
+    << "schedule: {kind: interleaved, scatter_gather: true, recompute: true}\n"
+    << "training: {dtype: bf16, flash_attention: true}\n";
+  return y.str();
+}
+
+// scenarios/megatron/1t.yaml with dp, nodes and the global batch scaled by dp / 6.
+std::string megatron1t(int dp) {
+  std::ifstream f(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/megatron/1t.yaml");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string t = ss.str();
+  auto sub = [&t](const std::string& from, const std::string& to) {
+    const auto at = t.find(from);
+    if (at == std::string::npos) throw std::runtime_error("1t.yaml: '" + from + "' not found");
+    t.replace(at, from.size(), to);
+  };
+  sub("nodes: 384", "nodes: " + std::to_string(64 * dp));
+  sub("dp: 6,", "dp: " + std::to_string(dp) + ",");
+  sub("global_batch: 3072", "global_batch: " + std::to_string(512 * dp));
+  return t;
+}
+
+Figures simulate_text(const std::string& text) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Scenario s = parse_scenario(text, "<bench>");
+  auto prep = prepare(s);
+  const CheckedSchedule cs = check(prep->lowered, prep->placement);
+  sim::EngineOptions o;
+  o.collectives = s.sim.collectives;
+  const sim::SimResult r = sim::simulate(s.cluster, cs, o);
+  const sim::Report rep = sim::make_report(s, cs, r);
+  Figures f;
+  f.sim_wall_s = r.wall_s;
+  f.iteration_s = rep.iteration_s;
+  f.activities = static_cast<double>(r.activities);
+  f.dag_nodes = static_cast<double>(r.total);
+  f.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  f.peak_rss_kb = static_cast<double>(ru.ru_maxrss);
+  return f;
+}
+
+Figures in_child(const std::string& text) {
+  int fd[2];
+  if (pipe(fd) != 0) throw std::runtime_error("pipe() failed");
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork() failed");
+  if (pid == 0) {
+    close(fd[0]);
+    const rlim_t cap = static_cast<rlim_t>(kCapGB * (1ull << 30));
+    const rlimit lim{cap, cap};
+    setrlimit(RLIMIT_AS, &lim);
+    Figures f;
+    try {
+      f = simulate_text(text);
+    } catch (const std::exception& e) {
+      std::snprintf(f.error, sizeof f.error, "%s", e.what());
+    }
+    const ssize_t n = write(fd[1], &f, sizeof f);
+    _exit(n == static_cast<ssize_t>(sizeof f) ? 0 : 1);
+  }
+  close(fd[1]);
+  Figures f;
+  std::size_t got = 0;
+  ssize_t n;
+  while (got < sizeof f && (n = read(fd[0], reinterpret_cast<char*>(&f) + got, sizeof f - got)) > 0) got += n;
+  close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (got != sizeof f)
+    std::snprintf(f.error, sizeof f.error, "child died (status %d; over the %.0f GB address-space cap?)", status,
+                  kCapGB);
+  return f;
+}
+
+void run_case(benchmark::State& state, const std::string& text, double gpus, double target_s, double target_MB) {
+  Figures worst;
+  double sim = 0, acts = 0;
+  int runs = 0;
+  for (auto _ : state) {
+    const Figures f = in_child(text);
+    if (f.error[0] != 0) {
+      state.SkipWithError(f.error);
+      return;
+    }
+    state.SetIterationTime(f.wall_s);
+    worst.wall_s = std::max(worst.wall_s, f.wall_s);
+    worst.peak_rss_kb = std::max(worst.peak_rss_kb, f.peak_rss_kb);
+    worst.iteration_s = f.iteration_s;
+    worst.dag_nodes = f.dag_nodes;
+    sim += f.sim_wall_s;
+    acts += f.activities;
+    worst.activities = f.activities;
+    runs++;
+  }
+  if (runs == 0) return;
+  const double rss_MB = worst.peak_rss_kb / 1024.0;
+  state.counters["gpus"] = gpus;
+  state.counters["wall_s"] = worst.wall_s;
+  state.counters["peak_rss_MB"] = rss_MB;
+  state.counters["activities"] = worst.activities;
+  state.counters["activities_per_s"] = sim > 0 ? acts / sim : 0;
+  state.counters["dag_nodes"] = worst.dag_nodes;
+  state.counters["simulated_iteration_s"] = worst.iteration_s;
+  if (target_s > 0) state.counters["within_target"] = worst.wall_s < target_s && rss_MB < target_MB ? 1 : 0;
+}
+
+void BM_Dense405B(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  const double target_s = gpus == 16384 ? 10 : gpus == 131072 ? 60 : 0;
+  const double target_MB = gpus == 16384 ? 2048 : 8192;
+  run_case(state, dense405b(gpus), gpus, target_s, target_MB);
+}
+
+void BM_Megatron1T(benchmark::State& state) {
+  const int dp = static_cast<int>(state.range(0));
+  run_case(state, megatron1t(dp), 512.0 * dp, dp == 6 ? 3.0 : 0, 1e9);
+}
+
+}  // namespace
+
+BENCHMARK(BM_Dense405B)
+    ->Name("dense405b")
+    ->ArgName("gpus")
+    ->Arg(2048)
+    ->Arg(8192)
+    ->Arg(16384)
+    ->Arg(65536)
+    ->Arg(131072)
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Megatron1T)
+    ->Name("megatron1t")
+    ->ArgName("dp")
+    ->Arg(6)
+    ->Arg(8)
+    ->Arg(12)
+    ->Arg(24)
+    ->Arg(48)
+    ->Arg(96)
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
+BENCHMARK_MAIN();
