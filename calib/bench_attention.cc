@@ -89,7 +89,7 @@ AttentionModel bench_attention_kernel(const std::string& backend, int head_dim, 
   for (auto [l, c] : grid) {
     const auto [f, bw] = backend == "cpu-f64" ? time_attention<double>(1, 1, head_dim, l, c, policy)
                                               : time_attention<float>(1, 1, head_dim, l, c, policy);
-    pts.push_back(AttentionSample{l, c + l, f, bw});
+    pts.push_back(AttentionSample{l, c + l, f.median_s, bw.median_s});
     prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c));
   }
   return fit_attention_model(head_dim, pts);
