@@ -1,0 +1,31 @@
+# `pipescope calibrate` input errors and output handling (issue 14), run by ctest:
+#   cmake -DBIN=<pipescope> -DDIR=<scratch> -P calib_cli.cmake
+# --hidden 0 is a bad-input error (exit 1); a tiny shape with --context-steps 0 runs to a profile or a refusal
+# (exit 0 or 4), never a signal; a refused calibration (injected noise) writes nothing, and no temporary file is
+# left next to --out either way.
+file(REMOVE_RECURSE ${DIR})
+file(MAKE_DIRECTORY ${DIR})
+execute_process(COMMAND ${BIN} calibrate --hidden 0 --no-links --out ${DIR}/h0.yaml RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "--hidden: must be >= 1, got 0")
+  message(FATAL_ERROR "--hidden 0: exit ${rc}, stderr: ${err}")
+endif()
+execute_process(COMMAND ${BIN} calibrate --hidden 32 --heads 4 --seq-len 16 --vocab 64 --quick --no-links
+                        --context-steps 0 --no-progress --out ${DIR}/tiny.yaml RESULT_VARIABLE rc ERROR_VARIABLE err
+                        OUTPUT_QUIET)
+if(NOT (rc EQUAL 0 OR rc EQUAL 4))
+  message(FATAL_ERROR "tiny shape, --context-steps 0: exit ${rc} (a signal?), stderr: ${err}")
+endif()
+if(rc EQUAL 0 AND NOT EXISTS ${DIR}/tiny.yaml)
+  message(FATAL_ERROR "exit 0 but no profile")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -E env PIPESCOPE_CALIB_INJECT_NOISE=1.5
+                        ${BIN} calibrate --hidden 32 --heads 4 --seq-len 16 --vocab 64 --quick --no-links
+                        --context-steps 0 --no-progress --out ${DIR}/noisy.yaml
+                RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
+if(NOT rc EQUAL 4 OR NOT err MATCHES "calibration refused" OR NOT err MATCHES "layers\\[0\\]" OR EXISTS ${DIR}/noisy.yaml)
+  message(FATAL_ERROR "injected noise: exit ${rc}, stderr: ${err}")
+endif()
+file(GLOB left ${DIR}/*.tmp.*)
+if(left)
+  message(FATAL_ERROR "temporary files left: ${left}")
+endif()
