@@ -15,11 +15,16 @@
 // 0F1: rank 1 blocks, the watchdog fires), early-allreduce (the data-parallel all-reduce moved before the
 // last backward on every worker).
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "core/checks.h"
+#include "core/schedule_csv.h"
 #include "core/schedule_registry.h"
 #include "runtime/exactness.h"
 #include "runtime/job.h"
@@ -69,7 +74,22 @@ struct Options {
   double tol = 1e-10, watchdog_s = 60;
   double loss_scale = 0;  // 0: the backend's default (1024 for f16)
   bool scatter_gather = false;
+  bool via_csv = false;  // run the generated schedule after a round trip through a PyTorch-format CSV file
 };
+
+// The scenario's schedule exported to CSV and read back as kind `file` (one file per rank and process).
+Scenario as_file_schedule(const Scenario& s, int rank) {
+  const auto gen = prepare_with_constant_costs(s);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("pipescope-conf-" + std::to_string(::getpid()) + "-" + std::to_string(rank) + ".csv"))
+                               .string();
+  std::ofstream(path) << schedule_to_csv(gen->schedule);
+  Scenario f = s;
+  f.schedule.kind = ScheduleKind::File;
+  f.schedule.file = path;
+  f.schedule.file_style = csv_stage_style(path, s.parallel.pp);
+  return f;
+}
 
 // One schedule: prepare, check, run, compare on rank 0. Returns the exit code (rank 0's verdict; 0 elsewhere).
 int run_case(MpiSession& mpi, const Options& o) {
@@ -87,7 +107,9 @@ int run_case(MpiSession& mpi, const Options& o) {
       ov.global_batch = o.m * o.mbs * o.dp;
       s = fit_scenario(s, ov);
     }
+    if (o.via_csv) s = as_file_schedule(s, rank);
     prep = prepare_with_constant_costs(s);
+    if (o.via_csv) std::filesystem::remove(s.schedule.file);
     mc = ModelConfig::from(s.model, s.parallel.stage_layers);
     mc.perturb = 0.1;
     bad = mutate(prep->lowered, o.mutation);
@@ -160,6 +182,8 @@ int run_conformance(MpiSession& mpi, const Options& o) {
   std::vector<std::string> failed;
   const auto& all = schedule_registry();
   for (const ScheduleEntry& e : all) {
+    // The file kind has no generator of its own: every generated schedule also runs from its exported CSV.
+    if (e.traits.from_file) continue;
     Options c = o;
     c.schedule = e.name;
     c.v = e.traits.fit_v(o.v);
@@ -169,12 +193,16 @@ int run_conformance(MpiSession& mpi, const Options& o) {
       c.slices = 1;
       c.slice_tokens.clear();
     }
-    if (mpi.rank() == 0) std::printf("=== conformance: %s\n", e.name);
-    if (run_case(mpi, c) != 0) failed.push_back(e.name);
+    for (bool csv : {false, true}) {
+      c.via_csv = csv;
+      const std::string label = std::string(e.name) + (csv ? " (from its CSV file)" : "");
+      if (mpi.rank() == 0) std::printf("=== conformance: %s\n", label.c_str());
+      if (run_case(mpi, c) != 0) failed.push_back(label);
+    }
   }
   if (mpi.rank() != 0) return 0;
   if (failed.empty()) {
-    std::printf("conformance: all %zu registered schedules exact (tolerance %.1e)\n", all.size(), o.tol);
+    std::printf("conformance: every registered schedule exact, generated and from its CSV file (tolerance %.1e)\n", o.tol);
     return 0;
   }
   std::string names;
