@@ -4,8 +4,8 @@
 // tagged integer stored in the activity's data pointer; collective state lives in recycled records.
 //
 // Before the run, a planning stage fixes what does not change while it runs: ring orders and collective
-// algorithms, the replica fold (one data-parallel replica simulated for all when that is exact) and the
-// route cache (every GPU pair's route resolved once). sim/README.md documents both.
+// algorithms and the replica fold (one data-parallel replica simulated for all when that is exact; its mirror
+// hosts join the platform's flat zone). sim/README.md documents it.
 #include "sim/engine.h"
 
 #include <sys/wait.h>
@@ -723,7 +723,7 @@ class Driver {
     graveyard_.reserve(64);
   }
 
-  // Resolves the hosts of every channel lane and ring edge (call once, after the route zone exists).
+  // Resolves the hosts of every channel lane and ring edge (call once, after the mirror hosts exist).
   void bind_hosts(const Endpoints& ep) {
     for (Channel& ch : channels_) {
       ch.hosts.clear();
@@ -1263,9 +1263,9 @@ SimResult simulate_dag(const ClusterSpec& cluster, const Dag& dag, const DagAnno
   Platform pf = build_platform_open(cluster);
   install_link_tables(opt.link_tables);
 
-  // Planning: collectives on the whole DAG, then the fold (or not), then the routes the run will use. Both
-  // rest on the plain network model (configure_network_model); a user's own network or host model (another
-  // model, cross traffic's reverse routes, per-host penalties) turns them off.
+  // Planning: collectives on the whole DAG, then the fold (or not). The fold rests on the plain network model
+  // (configure_network_model); a user's own network or host model (another model, cross traffic's reverse
+  // routes, per-host penalties) turns it off.
   const bool plain = std::none_of(opt.simgrid_args.begin(), opt.simgrid_args.end(), [](const std::string& a) {
     return a.rfind("--cfg=network/", 0) == 0 || a.rfind("--cfg=host/", 0) == 0;
   });

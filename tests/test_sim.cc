@@ -605,7 +605,7 @@ TEST(SimSchedule, JsonAndTraceAreByteIdenticalAcrossRuns) {
   EXPECT_GE(names, 8);
 }
 
-// ---------------------------------------------------------------- replica folding, route cache
+// ---------------------------------------------------------------- replica folding
 
 // Whole-node workers (tp = GPUs per node) on a fat tree: the replicas are translates of each other, so the
 // engine simulates replica 0 only (fewer activities) and must give byte-identical reports and traces.
