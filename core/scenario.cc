@@ -797,7 +797,7 @@ class DocumentStart : public YAML::EventHandler {
   void OnMapEnd() override {}
 };
 
-Scenario parse_impl(const std::string& text, const std::string& source) {
+Scenario parse_impl(const std::string& text, const std::string& source, const std::string& profile_override = "") {
   // YAML::LoadAll loops forever (allocating empty documents) on a ',' outside a flow collection
   // (yaml-cpp 0.7, found by fuzz_scenario), so load the first document only and look for a second one with
   // the event parser, which stops after two documents whatever follows.
@@ -891,7 +891,13 @@ Scenario parse_impl(const std::string& text, const std::string& source) {
       fail_at(source, marks.at("calibration"), "calibration", "give either calibration or sim.profile, not both");
     s.sim.profile = calibration;
   }
-  if (!s.sim.profile.empty()) {
+  if (!profile_override.empty()) {
+    try {
+      s = apply_profile(s, load_profile(profile_override), profile_override);
+    } catch (const ProfileError& e) {
+      throw ScenarioError(source + ": --profile " + e.what());
+    }
+  } else if (!s.sim.profile.empty()) {
     // The profile's device (and measured link classes) replace the cluster's before validation. A relative
     // path is relative to the scenario file, so scenarios can be run from anywhere.
     const std::string key = marks.count("calibration") ? "calibration" : "sim.profile";
@@ -915,13 +921,13 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source)
   return parse_impl(yaml_text, source);
 }
 
-Scenario load_scenario(const std::string& path) {
+Scenario load_scenario(const std::string& path, const std::string& profile) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw ScenarioError(path + ": cannot open scenario file: " + std::strerror(errno));
   std::ostringstream text;
   text << f.rdbuf();
   if (f.bad()) throw ScenarioError(path + ": read error");
-  return parse_impl(text.str(), path);
+  return parse_impl(text.str(), path, profile);
 }
 
 const char* default_scenario_yaml() {

@@ -16,8 +16,10 @@ class ScenarioError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Load a scenario file. Throws ScenarioError.
-Scenario load_scenario(const std::string& path);
+// Load a scenario file. Throws ScenarioError. A non-empty `profile` (a path as the user gave it, e.g. from
+// `--profile`) takes the place of the file's sim.profile before validation, so that settings only a profile can
+// serve (training.dtype fp64 on a CPU profile) load.
+Scenario load_scenario(const std::string& path, const std::string& profile = "");
 // Parse YAML text; `source` is the name used in messages.
 Scenario parse_scenario(const std::string& yaml_text, const std::string& source);
 // The built-in default scenario (`pipescope simulate` with no argument).
