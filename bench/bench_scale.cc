@@ -28,22 +28,15 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/checks.h"
-#include "core/pipeline.h"
+#include "bench/sim_child.h"
 #include "core/scenario.h"
-#include "sim/engine.h"
-#include "sim/report.h"
 
 using namespace pipescope;
+using bench::Figures;
 
 namespace {
 
 constexpr double kCapGB = 8.0;
-
-struct Figures {
-  double wall_s = 0, sim_wall_s = 0, iteration_s = 0, activities = 0, dag_nodes = 0, peak_rss_kb = 0;
-  char error[256] = {0};
-};
 
 std::string dense405b(int gpus) {
   const int dp = gpus / 128;
@@ -76,59 +69,13 @@ std::string megatron1t(int dp) {
   return t;
 }
 
-Figures simulate_text(const std::string& text) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const Scenario s = parse_scenario(text, "<bench>");
-  auto prep = prepare(s);
-  const CheckedSchedule cs = check(prep->lowered, prep->placement);
-  sim::EngineOptions o;
-  o.collectives = s.sim.collectives;
-  const sim::SimResult r = sim::simulate(s.cluster, cs, o);
-  const sim::Report rep = sim::make_report(s, cs, r);
-  Figures f;
-  f.sim_wall_s = r.wall_s;
-  f.iteration_s = rep.iteration_s;
-  f.activities = static_cast<double>(r.activities);
-  f.dag_nodes = static_cast<double>(r.total);
-  f.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  f.peak_rss_kb = static_cast<double>(ru.ru_maxrss);
-  return f;
-}
-
 Figures in_child(const std::string& text) {
-  int fd[2];
-  if (pipe(fd) != 0) throw std::runtime_error("pipe() failed");
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork() failed");
-  if (pid == 0) {
-    close(fd[0]);
-    const rlim_t cap = static_cast<rlim_t>(kCapGB * (1ull << 30));
-    const rlimit lim{cap, cap};
-    setrlimit(RLIMIT_AS, &lim);
-    Figures f;
-    try {
-      f = simulate_text(text);
-    } catch (const std::exception& e) {
-      std::snprintf(f.error, sizeof f.error, "%s", e.what());
-    }
-    const ssize_t n = write(fd[1], &f, sizeof f);
-    _exit(n == static_cast<ssize_t>(sizeof f) ? 0 : 1);
-  }
-  close(fd[1]);
-  Figures f;
-  std::size_t got = 0;
-  ssize_t n;
-  while (got < sizeof f && (n = read(fd[0], reinterpret_cast<char*>(&f) + got, sizeof f - got)) > 0) got += n;
-  close(fd[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (got != sizeof f)
-    std::snprintf(f.error, sizeof f.error, "child died (status %d; over the %.0f GB address-space cap?)", status,
-                  kCapGB);
-  return f;
+  return bench::in_child(
+      [&] {
+        const auto t0 = std::chrono::steady_clock::now();
+        return bench::simulate_scenario(parse_scenario(text, "<bench>"), t0);
+      },
+      kCapGB);
 }
 
 void run_case(benchmark::State& state, const std::string& text, double gpus, double target_s, double target_MB) {

@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "bench/sim_child.h"
 #include "core/checks.h"
 #include "core/cost_model.h"
 #include "core/lowering.h"
@@ -35,6 +36,7 @@
 #include "sim/report.h"
 
 using namespace pipescope;
+using bench::Figures;
 
 namespace {
 
@@ -62,12 +64,6 @@ ClusterSpec cluster(Fabric f) {
   return c;
 }
 
-struct Figures {
-  double sim_wall_s = 0, child_wall_s = 0, iteration_s = 0;
-  double activities = 0, dag_nodes = 0, peak_rss_kb = 0;
-  char error[256] = {0};
-};
-
 Figures simulate_once(Fabric fabric, const char* compute) {
   const auto t0 = std::chrono::steady_clock::now();
   const ClusterSpec c = cluster(fabric);
@@ -87,72 +83,17 @@ Figures simulate_once(Fabric fabric, const char* compute) {
   o.collectives = "ring";
   o.compute = compute;
   const sim::SimResult r = sim::simulate(c, cs, o);
-  Figures f;
-  f.sim_wall_s = r.wall_s;
-  f.iteration_s = r.iteration_s;
-  f.activities = static_cast<double>(r.activities);
-  f.dag_nodes = static_cast<double>(r.total);
-  f.child_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  f.peak_rss_kb = static_cast<double>(ru.ru_maxrss);
-  return f;
+  return bench::figures_of(r, r.iteration_s, t0);
 }
 
 // `pipescope simulate FILE` in process: what the command does, timed from loading the file to the report.
 Figures simulate_scenario(const char* file) {
   const auto t0 = std::chrono::steady_clock::now();
-  const Scenario s = load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/" + file);
-  auto prep = prepare(s);
-  const CheckedSchedule cs = check(prep->lowered, prep->placement);
-  sim::EngineOptions o;
-  o.collectives = s.sim.collectives;
-  const sim::SimResult r = sim::simulate(s.cluster, cs, o);
-  const sim::Report rep = sim::make_report(s, cs, r);
-  Figures f;
-  f.sim_wall_s = r.wall_s;
-  f.iteration_s = rep.iteration_s;
-  f.activities = static_cast<double>(r.activities);
-  f.dag_nodes = static_cast<double>(r.total);
-  f.child_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  f.peak_rss_kb = static_cast<double>(ru.ru_maxrss);
-  return f;
-}
-
-template <class Run>
-Figures in_child(Run run) {
-  int fd[2];
-  if (pipe(fd) != 0) throw std::runtime_error("pipe() failed");
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork() failed");
-  if (pid == 0) {
-    close(fd[0]);
-    Figures f;
-    try {
-      f = run();
-    } catch (const std::exception& e) {
-      std::snprintf(f.error, sizeof f.error, "%s", e.what());
-    }
-    const ssize_t n = write(fd[1], &f, sizeof f);
-    _exit(n == static_cast<ssize_t>(sizeof f) ? 0 : 1);
-  }
-  close(fd[1]);
-  Figures f;
-  std::size_t got = 0;
-  ssize_t n;
-  while (got < sizeof f && (n = read(fd[0], reinterpret_cast<char*>(&f) + got, sizeof f - got)) > 0) got += n;
-  close(fd[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (got != sizeof f) std::snprintf(f.error, sizeof f.error, "child died (status %d)", status);
-  return f;
+  return bench::simulate_scenario(load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/" + file), t0);
 }
 
 Figures run_child(Fabric fabric, const char* compute) {
-  return in_child([&] { return simulate_once(fabric, compute); });
+  return bench::in_child([&] { return simulate_once(fabric, compute); });
 }
 
 void BM_Sim1F1B_48x8(benchmark::State& state, Fabric fabric, const char* compute) {
@@ -166,7 +107,7 @@ void BM_Sim1F1B_48x8(benchmark::State& state, Fabric fabric, const char* compute
     }
     state.SetIterationTime(f.sim_wall_s);
     sum.sim_wall_s += f.sim_wall_s;
-    sum.child_wall_s += f.child_wall_s;
+    sum.wall_s += f.wall_s;
     sum.peak_rss_kb = std::max(sum.peak_rss_kb, f.peak_rss_kb);
     sum.activities = f.activities;
     sum.dag_nodes = f.dag_nodes;
@@ -178,7 +119,7 @@ void BM_Sim1F1B_48x8(benchmark::State& state, Fabric fabric, const char* compute
   state.counters["dag_nodes"] = sum.dag_nodes;
   state.counters["activities_per_s"] = sum.activities * runs / sum.sim_wall_s;
   state.counters["sim_wall_s"] = sum.sim_wall_s / runs;
-  state.counters["child_wall_s"] = sum.child_wall_s / runs;
+  state.counters["child_wall_s"] = sum.wall_s / runs;
   state.counters["peak_rss_MB"] = sum.peak_rss_kb / 1024.0;
   state.counters["simulated_iteration_s"] = sum.iteration_s;
 }
@@ -190,13 +131,13 @@ void BM_SimScenario(benchmark::State& state, const char* file, double target_s, 
   Figures last;
   int runs = 0;
   for (auto _ : state) {
-    const Figures f = in_child([&] { return simulate_scenario(file); });
+    const Figures f = bench::in_child([&] { return simulate_scenario(file); });
     if (f.error[0] != 0) {
       state.SkipWithError(f.error);
       return;
     }
-    state.SetIterationTime(f.child_wall_s);
-    wall = std::max(wall, f.child_wall_s);
+    state.SetIterationTime(f.wall_s);
+    wall = std::max(wall, f.wall_s);
     sim += f.sim_wall_s;
     rss_kb = std::max(rss_kb, f.peak_rss_kb);
     last = f;
