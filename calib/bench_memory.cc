@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "calib/benches.h"
+#include "kernels/reference.h"
 
 namespace pipescope::calib {
 
@@ -25,17 +26,8 @@ using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class T>
 using Row = Eigen::Matrix<T, 1, Eigen::Dynamic>;
 
-template <class T>
-T gelu(T u) {
-  const T k = T(0.7978845608028654), a = T(0.044715);
-  return T(0.5) * u * (T(1) + std::tanh(k * (u + a * u * u * u)));
-}
-template <class T>
-T gelu_grad(T u) {
-  const T k = T(0.7978845608028654), a = T(0.044715);
-  const T t = std::tanh(k * (u + a * u * u * u));
-  return T(0.5) * (T(1) + t) + T(0.5) * u * (T(1) - t * t) * k * (T(1) + T(3) * a * u * u);
-}
+using kernels::ref::gelu;
+using kernels::ref::gelu_grad;
 
 // Seconds of one call of kernel class `k` on a rows x cols tensor (random data in [-1, 1]: no denormals).
 template <class T>

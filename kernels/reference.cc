@@ -69,20 +69,6 @@ void ln_backward_input(const Mat<T>& x, const Vec<T>& mu, const Vec<T>& rstd, co
   }
 }
 
-// GELU, tanh approximation (GPT-2, Megatron's bias_gelu).
-template <class T>
-T gelu(T u) {
-  const T k = T(0.7978845608028654), a = T(0.044715);
-  return T(0.5) * u * (T(1) + std::tanh(k * (u + a * u * u * u)));
-}
-
-template <class T>
-T gelu_grad(T u) {
-  const T k = T(0.7978845608028654), a = T(0.044715);
-  const T t = std::tanh(k * (u + a * u * u * u));
-  return T(0.5) * (T(1) + t) + T(0.5) * u * (T(1) - t * t) * k * (T(1) + T(3) * a * u * u);
-}
-
 template <class T>
 void add_bias(Mat<T>& y, const T* b) {
   y.rowwise() += CRow<T>(b, y.cols());

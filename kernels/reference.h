@@ -4,6 +4,7 @@
 // runs the exactness tests in double. Conventions: kernels/layer.h; protocol: kernels/README.md.
 
 #include <Eigen/Dense>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -11,6 +12,20 @@
 #include "kernels/layer.h"
 
 namespace pipescope::kernels::ref {
+
+// GELU, tanh approximation (GPT-2, Megatron's bias_gelu), and its derivative: the reference kernels and the
+// calibration's memory-bound benchmark compute the same function.
+template <class T>
+T gelu(T u) {
+  const T k = T(0.7978845608028654), a = T(0.044715);
+  return T(0.5) * u * (T(1) + std::tanh(k * (u + a * u * u * u)));
+}
+template <class T>
+T gelu_grad(T u) {
+  const T k = T(0.7978845608028654), a = T(0.044715);
+  const T t = std::tanh(k * (u + a * u * u * u));
+  return T(0.5) * (T(1) + t) + T(0.5) * u * (T(1) - t * t) * k * (T(1) + T(3) * a * u * u);
+}
 
 template <class T>
 using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
