@@ -3,20 +3,11 @@
 // the model's prediction. Inputs are initialised noise of exactly the slice's size (no resize after upload).
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "calib/benches.h"
 
 namespace pipescope::calib {
 namespace {
-
-std::vector<double> noise(std::size_t n, unsigned seed) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<double> d(0.0, 1.0);
-  std::vector<double> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
 
 kernels::ModelShape held_out_shape(const kernels::ModelShape& s) {
   kernels::ModelShape h = s;
@@ -52,12 +43,12 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
                 cfg.progress);
   for (auto [l, c] : points) {
     auto x = be.tensor(b * l, h), dy = be.tensor(b * l, h);
-    x->upload(noise(static_cast<std::size_t>(b) * l * h, 5));
-    dy->upload(noise(static_cast<std::size_t>(b) * l * h, 6));
+    x->upload(normal_values(static_cast<std::size_t>(b) * l * h, 5));
+    dy->upload(normal_values(static_cast<std::size_t>(b) * l * h, 6));
     kv->reset();
     if (c > 0) {
       auto xc = be.tensor(b * c, h);
-      xc->upload(noise(static_cast<std::size_t>(b) * c * h, 7));
+      xc->upload(normal_values(static_cast<std::size_t>(b) * c * h, 7));
       be.layer_forward(*params, *xc, kernels::Slice{b, 0, c}, *kv, *prefix_rec, *y);
     }
     const kernels::Slice sl{b, c, l};
