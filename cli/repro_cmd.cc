@@ -11,6 +11,7 @@
 #include "cli/repro.h"
 #include "core/pipeline.h"
 #include "sim/engine.h"
+#include "sim/scenario_options.h"
 #include "sim/report.h"
 
 namespace pipescope::cli {
@@ -19,9 +20,7 @@ SimFigures simulate_figures(const Scenario& s) {
   const std::string out = run_in_child([&] {
     auto prep = prepare(s);
     CheckedSchedule cs = check(prep->lowered, prep->placement);
-    sim::EngineOptions eo;
-    eo.collectives = s.sim.collectives;
-    const sim::SimResult r = sim::simulate(s.cluster, cs, eo);
+    const sim::SimResult r = sim::simulate(s.cluster, cs, sim::engine_options_for(s));
     const sim::Report rep = sim::make_report(s, cs, r);
     double peak = 0;
     for (const auto& rm : rep.memory.ranks) peak = std::max(peak, rm.peak_bytes);

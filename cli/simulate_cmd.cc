@@ -15,6 +15,7 @@
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
 #include "sim/engine.h"
+#include "sim/scenario_options.h"
 #include "sim/report.h"
 #include "sim/timeline_svg.h"
 
@@ -65,10 +66,7 @@ sim::Report run_one(const Scenario& s, const SimulateOptions& o, std::ostream* j
                     std::ostream* timeline = nullptr) {
   auto prep = prepare(s);
   CheckedSchedule cs = check(prep->lowered, prep->placement);
-  sim::EngineOptions eo;
-  eo.collectives = o.collectives.empty() ? s.sim.collectives : o.collectives;
-  eo.link_tables = piecewise_link_tables(s.sim.profile);
-  sim::SimResult r = sim::simulate(s.cluster, cs, eo);
+  sim::SimResult r = sim::simulate(s.cluster, cs, sim::engine_options_for(s, o.collectives));
   sim::Report rep = sim::make_report(s, cs, r);
   if (json) sim::write_json(*json, rep);
   if (trace) sim::write_trace(*trace, cs, r, rep.profile);

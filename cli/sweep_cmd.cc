@@ -22,6 +22,7 @@
 #include "core/pipeline.h"
 #include "core/scenario.h"
 #include "sim/engine.h"
+#include "sim/scenario_options.h"
 #include "sim/report.h"
 
 namespace pipescope::cli {
@@ -204,9 +205,7 @@ constexpr int kResultFields = 22;
 std::string simulate_row(const Scenario& s, const std::string& collectives) {
   auto prep = prepare(s);
   CheckedSchedule cs = check(prep->lowered, prep->placement);
-  sim::EngineOptions eo;
-  eo.collectives = collectives.empty() ? s.sim.collectives : collectives;
-  const sim::SimResult r = sim::simulate(s.cluster, cs, eo);
+  const sim::SimResult r = sim::simulate(s.cluster, cs, sim::engine_options_for(s, collectives));
   const sim::Report rep = sim::make_report(s, cs, r);
   const Schedule& sch = prep->schedule;
   int slices = 0;

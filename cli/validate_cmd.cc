@@ -42,6 +42,7 @@
 #include "runtime/scenario_fit.h"
 #include "runtime/trace.h"
 #include "sim/engine.h"
+#include "sim/scenario_options.h"
 #include "sim/report.h"
 #include "sim/timeline_svg.h"
 
@@ -64,10 +65,7 @@ struct ValidateOptions {
 sim::SimResult simulate_forked(const Scenario& s, const CheckedSchedule& cs, const std::string& collectives) {
   // The child answers with the raw doubles: iteration, pipeline end, node count, then start/end per node.
   const std::string got = run_in_child([&] {
-    sim::EngineOptions eo;
-    eo.collectives = collectives.empty() ? s.sim.collectives : collectives;
-    eo.link_tables = piecewise_link_tables(s.sim.profile);
-    const sim::SimResult r = sim::simulate(s.cluster, cs, eo);
+    const sim::SimResult r = sim::simulate(s.cluster, cs, sim::engine_options_for(s, collectives));
     std::vector<double> v{r.iteration_s, r.pipeline_end_s, static_cast<double>(r.timing.size())};
     for (const auto& t : r.timing) v.insert(v.end(), {t.start, t.end});
     return "OK" + std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));

@@ -30,13 +30,19 @@ struct WeightQueue {
   }
 };
 
+// The three generators' shared start: checked arguments (zero-bubble splits whole micro-batches only) and an
+// empty schedule.
+Schedule zb_skeleton(const char* where, const char* name, int p, int v, const std::vector<MicroBatch>& mbs,
+                     int seq_len) {
+  check_generator_args(where, p, v, mbs, seq_len);
+  require_unsliced(where, mbs);
+  return schedule_skeleton(name, p, v, mbs, seq_len);
+}
+
 }  // namespace
 
 Schedule make_zb_h1(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
-  const char* where = "make_zb_h1";
-  check_generator_args(where, p, 1, mbs, seq_len);
-  require_unsliced(where, mbs);
-  Schedule s = schedule_skeleton("zb-h1", p, 1, mbs, seq_len);
+  Schedule s = zb_skeleton("make_zb_h1", "zb-h1", p, 1, mbs, seq_len);
   const int m = s.m;
   for (int r = 0; r < p; r++) {
     auto& ops = s.per_rank[r];
@@ -57,10 +63,7 @@ Schedule make_zb_h1(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
 }
 
 Schedule make_zb_h2(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
-  const char* where = "make_zb_h2";
-  check_generator_args(where, p, 1, mbs, seq_len);
-  require_unsliced(where, mbs);
-  Schedule s = schedule_skeleton("zb-h2", p, 1, mbs, seq_len);
+  Schedule s = zb_skeleton("make_zb_h2", "zb-h2", p, 1, mbs, seq_len);
   const int m = s.m;
   for (int r = 0; r < p; r++) {
     auto& ops = s.per_rank[r];
@@ -83,10 +86,7 @@ Schedule make_zb_h2(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
 }
 
 Schedule make_zb_v(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
-  const char* where = "make_zb_v";
-  check_generator_args(where, p, 2, mbs, seq_len);
-  require_unsliced(where, mbs);
-  Schedule s = schedule_skeleton("zb-v", p, 2, mbs, seq_len);
+  Schedule s = zb_skeleton("make_zb_v", "zb-v", p, 2, mbs, seq_len);
   s.style = StageStyle::V;
   const int m = s.m;
   // The order is planned for n = max(m, 2p-1) micro-batches (the fewest that fill the V) and the ops of

@@ -13,6 +13,7 @@
 #include "calib/links.h"
 #include "core/profile.h"
 #include "core/scenario.h"
+#include "sim/scenario_options.h"
 
 namespace pipescope {
 namespace {
@@ -232,6 +233,27 @@ std::string write_tmp(const DeviceProfile& p, const std::string& name) {
   std::ofstream f(path, std::ios::binary);
   write_profile(p, f);
   return path;
+}
+
+// Every simulating command (simulate, validate, sweep, repro) builds its engine options here, so the profile's
+// piecewise link tables reach the engine from all of them (sweep and repro used to drop them).
+TEST(PiecewiseLinks, EngineOptionsCarryTheProfilesTables) {
+  Scenario s = default_scenario();
+  EXPECT_TRUE(sim::engine_options_for(s).link_tables.empty());
+  const DeviceProfile p = clean();
+  s.sim.profile = write_tmp(p, "piecewise_engine_options.yaml");
+  const sim::EngineOptions eo = sim::engine_options_for(s, "ring");
+  ASSERT_EQ(eo.link_tables.count("intra"), 1u);
+  const auto& got = eo.link_tables.at("intra");
+  const auto& want = p.links.at("intra").points;
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); i++) {
+    EXPECT_DOUBLE_EQ(got[i].first, want[i].first);
+    EXPECT_NEAR(got[i].second, want[i].second, 1e-9 * want[i].second);  // the profile is text
+  }
+  EXPECT_EQ(eo.collectives, "ring");
+  EXPECT_EQ(sim::engine_options_for(s).collectives, s.sim.collectives);
+  std::remove(s.sim.profile.c_str());
 }
 
 TEST(ProfileServes, WrongDtypeOrDeviceIsAClearError) {
