@@ -25,13 +25,13 @@ ModelSpec gpt(const char* name, int layers, int hidden, int heads, int vocab = 5
 
 const std::vector<ModelSpec>& models() {
   static const std::vector<ModelSpec> kModels = {
-      // spec/terapipe.md 9.2 (heads = H/128 from the authors' code). TeraPipe times only the transformer
+      // docs/reproductions.md#terapipe (heads = H/128 from the authors' code). TeraPipe times only the transformer
       // stack; V and s are the shared defaults.
       gpt("gpt3-1b", 24, 2048, 16),
       gpt("gpt3-13b", 40, 5120, 40),
       gpt("gpt3-44b", 96, 6144, 48),
       gpt("gpt3-175b", 96, 12288, 96),
-      // spec/megatron.md 8.1, Table 1 (weak scaling): V = 51200, s = 2048, tied embeddings.
+      // docs/reproductions.md#megatron-lm, Table 1 (weak scaling): V = 51200, s = 2048, tied embeddings.
       gpt("megatron-1.7b", 24, 2304, 24),
       gpt("megatron-3.6b", 30, 3072, 32),
       gpt("megatron-7.5b", 36, 4096, 32),
@@ -42,7 +42,7 @@ const std::vector<ModelSpec>& models() {
       gpt("megatron-310.1b", 96, 16384, 128),
       gpt("megatron-529.6b", 105, 20480, 128),
       gpt("megatron-1t", 128, 25600, 160),
-      // spec/seq1f1b.md 11.3: untied embeddings (11.2), V = 32000 as the spec's FLOP accounting assumes;
+      // docs/reproductions.md#seq1f1b: untied embeddings (11.2), V = 32000 as the spec's FLOP accounting assumes;
       // s = 32768 is the one length that the result grid (11.4) uses for every model.
       gpt("seq1f1b-2.7b", 32, 2560, 32, 32000, 32768, false),
       gpt("seq1f1b-7b", 32, 4096, 32, 32000, 32768, false),
@@ -53,7 +53,7 @@ const std::vector<ModelSpec>& models() {
 }
 
 // ---------------------------------------------------------------- devices
-// Vendor peaks from spec/calibration.md 7 (dense tensor-core rates). HBM capacity is binary (an
+// Vendor peaks from docs/calibration.md (dense tensor-core rates). HBM capacity is binary (an
 // "80 GB" part has 80 GiB; nvidia-smi prints 81920 MiB); bandwidths are decimal GB/s.
 DeviceSpec device(const char* name, double fp16_tflops, double bf16_tflops, double fp32_tflops, double mem_GiB,
                   double hbm_GBps, double gemm_eff, double half_sat_flops) {
@@ -64,7 +64,7 @@ DeviceSpec device(const char* name, double fp16_tflops, double bf16_tflops, doub
   d.peak_flops_fp32 = fp32_tflops * kTflops;
   d.memory_bytes = mem_GiB * kGiB;
   d.hbm_bw_Bps = hbm_GBps * kGBps;
-  // Initial analytic-model parameters (spec/calibration.md 5.4/5.5); calibration profiles replace them.
+  // Initial analytic-model parameters (docs/calibration.md/5.5); calibration profiles replace them.
   d.gemm_efficiency = gemm_eff;
   d.gemm_half_sat_flops = half_sat_flops;
   d.kernel_launch_s = 32 * kUs;  // host dispatch per kernel; hides behind long kernels (core/analytic_cost.cc)
@@ -84,7 +84,7 @@ const std::vector<DeviceSpec>& devices() {
 }
 
 // ---------------------------------------------------------------- clusters
-// spec/calibration.md 8.2: p3.16xlarge / DGX-1V hybrid cube mesh. nvlink_bw is one NVLink2 link (NV1 =
+// docs/calibration.md: p3.16xlarge / DGX-1V hybrid cube mesh. nvlink_bw is one NVLink2 link (NV1 =
 // 25 GB/s per direction; NV2 pairs get two), GPU pairs without NVLink ("SYS") go over PCIe and the CPU
 // interconnect at about 10 GB/s.
 ClusterSpec cube_mesh_node(const char* preset, const char* device_name, double nic_Gbps) {

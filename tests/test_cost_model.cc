@@ -1,5 +1,5 @@
-// AnalyticCostModel and the Megatron accounting: FLOP formulas against spec/megatron.md 6 / 8.1 and
-// spec/calibration.md 6, the short-slice behaviour of spec/terapipe.md 1 (V100), the A100 efficiency
+// AnalyticCostModel and the Megatron accounting: FLOP formulas against docs/reproductions.md#megatron-lm / 8.1 and
+// docs/calibration.md, the short-slice behaviour of docs/reproductions.md#terapipe (V100), the A100 efficiency
 // range of the Megatron weak-scaling shapes, and the sizes the lowering passes consume.
 #include <gtest/gtest.h>
 
@@ -127,7 +127,7 @@ TEST(CostModel, SliceFlopsSumToFullSequence) {
 
 // ---------------------------------------------------------------- time model
 
-// spec/terapipe.md 1 / calibration.md 5.4: on a V100 a GPT3-1B layer's forward takes about as long for
+// docs/reproductions.md#terapipe / calibration.md 5.4: on a V100 a GPT3-1B layer's forward takes about as long for
 // 1 token as for 256, and grows about linearly beyond ~512.
 TEST(CostModel, V100ShortSlicesUnderUseTheGpu) {
   const AnalyticCostModel cm(scenario("gpt3-1b", "aws-p3.16xlarge", 1, 1));
