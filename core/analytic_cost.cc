@@ -294,7 +294,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     // dK, dV over the whole prefix and accumulates dQ in fp32.
     k.push_back({10 * b * h * pairs / t, e * (3 * T * h / t + 4 * b * K * h / t) + 8 * T * h / t + 2 * lse, true});
     k.push_back({0, (4 + e) * T * h / t, false});  // dQ fp32 -> 16 bit
-    // dK/dV of this slice's keys plus the context add up with what the later slices left (seq1f1b.md 10.2).
+    // dK/dV of this slice's keys plus the context add up with what the later slices left (docs/reproductions.md#seq1f1b).
     if (c + l < m.seq_len) k.push_back({2 * b * K * h / t, 6 * e * b * K * h / t, false});
   } else {
     k.push_back({qk, e * (T * h / t + b * K * h / t + S), true});  // dP = dO.V^T

@@ -24,8 +24,8 @@
 //     cache (a new contiguous copy), on top of the K/V the segment saved itself, so the cache grows by the
 //     segment's K/V at each forward.
 //   Either cache lives until the micro-batch's first slice has run its backward. Backward hands a dK/dV buffer
-//   over the prefix before slice j (2*b*c_j*(h/t)*e per layer) from slice j to slice j - 1 (terapipe.md 3,
-//   seq1f1b.md 10.2); it is held between the two backwards.
+//   over the prefix before slice j (2*b*c_j*(h/t)*e per layer) from slice j to slice j - 1 (docs/reproductions.md#terapipe,
+//   docs/reproductions.md#seq1f1b); it is held between the two backwards.
 // With full recomputation only each layer's input survives the forward: b*l*h*e per layer (replicated over
 // TP unless sequence parallel), plus for token-sliced schedules the slice's K and V (2*b*l*h*e/t per layer),
 // which later slices' recomputed forwards need (they are the cache); during a backward one layer's full

@@ -103,7 +103,7 @@ Placement make_placement(const std::string& layout, int dp, int p, int tp, const
                                 std::to_string(tp) + " does not divide gpus_per_node = " + std::to_string(G));
   // With NVSwitch or PCIe-only nodes every GPU pair is alike, so the rank order is the placement. On a cube
   // mesh the ranks of each node are permuted onto its GPUs so that TP groups and pipeline neighbours sit on
-  // NVLink pairs (calibration.md 8.2: e.g. GPU0 -> GPU5 has no NVLink): with 8 stages per node this is the
+  // NVLink pairs (docs/calibration.md: e.g. GPU0 -> GPU5 has no NVLink): with 8 stages per node this is the
   // all-NV2 ring 0-3-2-1-5-6-7-4. Nodes with the same pair pattern share one search.
   if (cluster.fabric != IntraNodeFabric::CubeMesh || G == 1) return pl;
   if (G > 8) throw std::invalid_argument("placement terapipe: a cube-mesh node has at most 8 GPUs");

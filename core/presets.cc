@@ -98,7 +98,7 @@ ClusterSpec cube_mesh_node(const char* preset, const char* device_name, double n
   c.nvlink_latency_s = 1 * kUs;
   c.pcie_bw_Bps = 10 * kGBps;
   c.pcie_latency_s = 5 * kUs;
-  // One ENA interface per instance, shared by all 8 GPUs (calibration.md 8.1/8.2); TCP-level latency.
+  // One ENA interface per instance, shared by all 8 GPUs (docs/calibration.md/8.2); TCP-level latency.
   c.nics_per_node = 1;
   c.nic_bw_Bps = nic_Gbps * kGbps;
   c.nic_latency_s = 10 * kUs;
@@ -106,8 +106,8 @@ ClusterSpec cube_mesh_node(const char* preset, const char* device_name, double n
   return c;
 }
 
-// DGX nodes: NVSwitch, every GPU pair at the full per-GPU NVLink rate (per direction, calibration.md 9);
-// one InfiniBand HCA per GPU (calibration.md 8.1, megatron.md 7) in a fat tree. PCIe figures describe
+// DGX nodes: NVSwitch, every GPU pair at the full per-GPU NVLink rate (per direction, docs/calibration.md);
+// one InfiniBand HCA per GPU (docs/calibration.md, docs/reproductions.md#megatron-lm) in a fat tree. PCIe figures describe
 // the host path only (unused by NVSwitch routes).
 ClusterSpec dgx_node(const char* preset, const char* device_name, double nvlink_GBps, double pcie_GBps,
                      double nic_Gbps) {
@@ -146,13 +146,13 @@ ClusterSpec dgx_h100_superpod() {
 
 const std::vector<ClusterSpec>& clusters() {
   static const std::vector<ClusterSpec> kClusters = {
-      // TeraPipe's cluster: 8 x V100-SXM2-16GB, 25 Gbps per instance (calibration.md 8.1, terapipe.md 9.1).
+      // TeraPipe's cluster: 8 x V100-SXM2-16GB, 25 Gbps per instance (docs/calibration.md, docs/reproductions.md#terapipe).
       cube_mesh_node("aws-p3.16xlarge", "V100-SXM2-16GB", 25),
-      // Faster-network V100 variant: 8 x V100-SXM2-32GB, 100 Gbps (calibration.md 8.1; cube mesh presumed).
+      // Faster-network V100 variant: 8 x V100-SXM2-32GB, 100 Gbps (docs/calibration.md; cube mesh presumed).
       cube_mesh_node("aws-p3dn.24xlarge", "V100-SXM2-32GB", 100),
       // Selene node: NVLink3 300 GB/s per direction per GPU, 8 x 200 Gb/s HDR IB, PCIe gen4 host path.
       dgx_node("dgx-a100", "A100-SXM4-80GB", 300, 25, 200),
-      // NVLink4 450 GB/s per direction per GPU (calibration.md 7), 8 x 400 Gb/s NDR IB, PCIe gen5 host path.
+      // NVLink4 450 GB/s per direction per GPU (docs/calibration.md), 8 x 400 Gb/s NDR IB, PCIe gen5 host path.
       dgx_node("dgx-h100", "H100-SXM", 450, 50, 400),
       dgx_h100_superpod(),
   };

@@ -84,7 +84,7 @@ TEST(MemoryModel, OneFOneBHoldsPMinusR) {
   EXPECT_NEAR(rep.ranks[3].activation_peak_bytes, last, 1e-6 * last);
 }
 
-// megatron.md 2.4 memory / 2.6: rank r peaks at min(W_r + 1, m*v) chunk-micro-batches, each 1/v of a stage.
+// docs/reproductions.md#megatron-lm memory / 2.6: rank r peaks at min(W_r + 1, m*v) chunk-micro-batches, each 1/v of a stage.
 TEST(MemoryModel, InterleavedClosedForm) {
   struct Case {
     int p, m, v;

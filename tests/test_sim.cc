@@ -226,7 +226,7 @@ TEST(SimPlatform, CubeMeshMatrixIsTheP3Topology) {
     EXPECT_EQ(peers, 4);
     EXPECT_EQ(nv2, 2);
   }
-  EXPECT_EQ(cube_mesh_links(0, 5), 0);  // calibration.md 8.2: GPU0 -> GPU5 has no NVLink
+  EXPECT_EQ(cube_mesh_links(0, 5), 0);  // docs/calibration.md: GPU0 -> GPU5 has no NVLink
   EXPECT_EQ(cube_mesh_links(0, 3), 2);
   EXPECT_EQ(cube_mesh_links(0, 1), 1);
   EXPECT_THROW(cube_mesh_links(0, 8), std::out_of_range);
