@@ -75,7 +75,7 @@ Placement make_placement(const std::string& layout, int dp, int p, int tp, const
   auto index = [&](int d, int r, int t) { return (static_cast<std::size_t>(d) * p + r) * tp + t; };
 
   if (layout == "megatron" || layout == "stage-major") {
-    // docs/reproductions.md#megatron-lm: TP innermost, then DP; pipeline neighbours n/p ranks apart (other nodes).
+    // docs/papers.md#megatron: TP innermost, then DP; pipeline neighbours n/p ranks apart (other nodes).
     const long long block = n / p;
     for (int d = 0; d < dp; d++)
       for (int r = 0; r < p; r++)
@@ -86,7 +86,7 @@ Placement make_placement(const std::string& layout, int dp, int p, int tp, const
     throw std::invalid_argument("placement: unknown layout \"" + layout +
                                 "\"; valid: megatron, stage-major, replica-major, terapipe");
 
-  // replica-major, and TeraPipe's rank order (docs/reproductions.md#terapipe): rank = d * (p * tp) + r * tp + t.
+  // replica-major, and TeraPipe's rank order (docs/papers.md#terapipe): rank = d * (p * tp) + r * tp + t.
   std::vector<int> rank_d(n), rank_r(n), rank_t(n);
   for (int d = 0; d < dp; d++)
     for (int r = 0; r < p; r++)

@@ -25,13 +25,13 @@ ModelSpec gpt(const char* name, int layers, int hidden, int heads, int vocab = 5
 
 const std::vector<ModelSpec>& models() {
   static const std::vector<ModelSpec> kModels = {
-      // docs/reproductions.md#terapipe (heads = H/128 from the authors' code). TeraPipe times only the transformer
+      // docs/papers.md#terapipe (heads = H/128 from the authors' code). TeraPipe times only the transformer
       // stack; V and s are the shared defaults.
       gpt("gpt3-1b", 24, 2048, 16),
       gpt("gpt3-13b", 40, 5120, 40),
       gpt("gpt3-44b", 96, 6144, 48),
       gpt("gpt3-175b", 96, 12288, 96),
-      // docs/reproductions.md#megatron-lm, Table 1 (weak scaling): V = 51200, s = 2048, tied embeddings.
+      // docs/papers.md#megatron, Table 1 (weak scaling): V = 51200, s = 2048, tied embeddings.
       gpt("megatron-1.7b", 24, 2304, 24),
       gpt("megatron-3.6b", 30, 3072, 32),
       gpt("megatron-7.5b", 36, 4096, 32),
@@ -42,7 +42,7 @@ const std::vector<ModelSpec>& models() {
       gpt("megatron-310.1b", 96, 16384, 128),
       gpt("megatron-529.6b", 105, 20480, 128),
       gpt("megatron-1t", 128, 25600, 160),
-      // docs/reproductions.md#seq1f1b: untied embeddings (11.2), V = 32000 as the spec's FLOP accounting assumes;
+      // docs/papers.md#seq1f1b: untied embeddings (11.2), V = 32000 as the spec's FLOP accounting assumes;
       // s = 32768 is the one length that the result grid (11.4) uses for every model.
       gpt("seq1f1b-2.7b", 32, 2560, 32, 32000, 32768, false),
       gpt("seq1f1b-7b", 32, 4096, 32, 32000, 32768, false),
@@ -107,7 +107,7 @@ ClusterSpec cube_mesh_node(const char* preset, const char* device_name, double n
 }
 
 // DGX nodes: NVSwitch, every GPU pair at the full per-GPU NVLink rate (per direction, docs/calibration.md);
-// one InfiniBand HCA per GPU (docs/calibration.md, docs/reproductions.md#megatron-lm) in a fat tree. PCIe figures describe
+// one InfiniBand HCA per GPU (docs/calibration.md, docs/papers.md#megatron) in a fat tree. PCIe figures describe
 // the host path only (unused by NVSwitch routes).
 ClusterSpec dgx_node(const char* preset, const char* device_name, double nvlink_GBps, double pcie_GBps,
                      double nic_Gbps) {
@@ -146,7 +146,7 @@ ClusterSpec dgx_h100_superpod() {
 
 const std::vector<ClusterSpec>& clusters() {
   static const std::vector<ClusterSpec> kClusters = {
-      // TeraPipe's cluster: 8 x V100-SXM2-16GB, 25 Gbps per instance (docs/calibration.md, docs/reproductions.md#terapipe).
+      // TeraPipe's cluster: 8 x V100-SXM2-16GB, 25 Gbps per instance (docs/calibration.md, docs/papers.md#terapipe).
       cube_mesh_node("aws-p3.16xlarge", "V100-SXM2-16GB", 25),
       // Faster-network V100 variant: 8 x V100-SXM2-32GB, 100 Gbps (docs/calibration.md; cube mesh presumed).
       cube_mesh_node("aws-p3dn.24xlarge", "V100-SXM2-32GB", 100),

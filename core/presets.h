@@ -1,6 +1,6 @@
 #pragma once
 // Built-in model and cluster presets. Numbers come from docs/calibration.md (vendor peaks)
-// and the papers' model tables (docs/reproductions.md#terapipe, docs/reproductions.md#megatron-lm).
+// and the papers' model tables (docs/papers.md).
 
 #include <optional>
 #include <string>

@@ -29,7 +29,7 @@ const char* dtype_name(DType t);
 std::size_t dtype_bytes(DType t);
 
 // One transformer layer. heads must divide hidden.
-// tp > 1: the shape of one of tp Megatron tensor-parallel shards of that layer (docs/reproductions.md#megatron-lm): heads / tp
+// tp > 1: the shape of one of tp Megatron tensor-parallel shards of that layer (docs/papers.md#megatron): heads / tp
 // attention heads (column-parallel fused QKV: the q, k and v columns of its heads; row-parallel W_o: the rows of
 // its heads), ffn / tp MLP columns (column-parallel fc1 + bias, row-parallel fc2), replicated LayerNorms and
 // row-parallel biases b_o, b_fc2. Parameters, K/V caches and records of such a shape hold the shard only.

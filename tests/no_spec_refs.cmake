@@ -5,7 +5,8 @@ if(NOT GIT OR NOT EXISTS "${SRC}/.git")
   message("SKIP: no git checkout at ${SRC}")
   cmake_language(EXIT 77)
 endif()
-execute_process(COMMAND "${GIT}" -C "${SRC}" grep -n -I -e "spec/" -- . ":(exclude)docs" ":(exclude)tests/no_spec_refs.cmake"
+execute_process(COMMAND "${GIT}" -C "${SRC}" grep -n -I -e "spec/" --
+                        . ":(exclude)docs" ":(exclude)tests/no_spec_refs.cmake"
                 RESULT_VARIABLE rc OUTPUT_VARIABLE hits ERROR_VARIABLE err)
 if(rc EQUAL 1)
   return()  # git grep: nothing found

@@ -1,5 +1,5 @@
-// AnalyticCostModel and the Megatron accounting: FLOP formulas against docs/reproductions.md#megatron-lm / 8.1 and
-// docs/calibration.md, the short-slice behaviour of docs/reproductions.md#terapipe (V100), the A100 efficiency
+// AnalyticCostModel and the Megatron accounting: FLOP formulas against docs/papers.md#megatron and
+// docs/calibration.md, the short-slice behaviour of docs/papers.md#terapipe (V100), the A100 efficiency
 // range of the Megatron weak-scaling shapes, and the sizes the lowering passes consume.
 #include <gtest/gtest.h>
 
@@ -40,7 +40,7 @@ Op op(OpKind kind, int stage, int tok_begin, int tok_end, int p = 1) {
   return o;
 }
 
-// ---------------------------------------------------------------- accounting (docs/reproductions.md#megatron-lm)
+// ---------------------------------------------------------------- accounting (docs/papers.md#megatron)
 
 struct TableRow {
   const char* preset;
@@ -127,7 +127,7 @@ TEST(CostModel, SliceFlopsSumToFullSequence) {
 
 // ---------------------------------------------------------------- time model
 
-// docs/reproductions.md#terapipe / docs/calibration.md: on a V100 a GPT3-1B layer's forward takes about as long for
+// docs/papers.md#terapipe / docs/calibration.md: on a V100 a GPT3-1B layer's forward takes about as long for
 // 1 token as for 256, and grows about linearly beyond ~512.
 TEST(CostModel, V100ShortSlicesUnderUseTheGpu) {
   const AnalyticCostModel cm(scenario("gpt3-1b", "aws-p3.16xlarge", 1, 1));
@@ -146,7 +146,7 @@ TEST(CostModel, V100ShortSlicesUnderUseTheGpu) {
   EXPECT_LT(t2048 / 2048, t1 / 50);
 }
 
-// Megatron weak-scaling shapes (docs/reproductions.md#megatron-lm), b = 1, full 2048-token layer, forward: about 45-55% of
+// Megatron weak-scaling shapes (docs/papers.md#megatron), b = 1, full 2048-token layer, forward: about 45-55% of
 // the A100's 312 TFLOP/s for h >= 12288 at t = 8 (Megatron's own FLOP count), lower for small h.
 TEST(CostModel, A100LayerEfficiencyFollowsMegatronShapes) {
   auto efficiency = [](const char* preset, int tp) {

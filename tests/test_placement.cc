@@ -48,7 +48,7 @@ int links(const Placement& pl, int ga, int gb) {
 }
 
 TEST(Placement, MegatronFormula) {
-  // docs/reproductions.md#megatron-lm: rank = r * (n / p) + d * tp + t.
+  // docs/papers.md#megatron: rank = r * (n / p) + d * tp + t.
   const int dp = 2, p = 4, tp = 2, n = 16;
   for (const char* layout : {"megatron", "stage-major"}) {
     Placement pl = make_placement(layout, dp, p, tp, cluster("dgx-a100", 2));

@@ -509,7 +509,7 @@ TEST(SimEngine, BadInputsAreRejectedBeforeSimGrid) {
 struct Closed {
   const char* schedule;
   int p, m, v;
-  double expected;  // t_f = 1, t_b = 2 (docs/reproductions.md#megatron-lm)
+  double expected;  // t_f = 1, t_b = 2 (docs/papers.md#megatron)
 };
 
 TEST(SimSchedule, FreeCommunicationMatchesClosedForms) {
