@@ -1,5 +1,5 @@
 // Simulator throughput: one 1F1B iteration of a 48-node x 8-GPU cluster, pipeline 16 x data-parallel 24,
-// 64 micro-batches, ring all-reduce of the gradients, optimizer step (the large case of spec/simgrid.md 11).
+// 64 micro-batches, ring all-reduce of the gradients, optimizer step (the large case of docs/simulator.md).
 // Scenario cases: `pipescope simulate` of a scenario file end to end (load, schedule, lowering, checks,
 // simulation, report), e.g. the 1T row of the Megatron weak-scaling table (3072 GPUs; issue 4's target: under
 // 10 s wall and 1 GB peak RSS, reported as the within_target counter).
@@ -46,7 +46,7 @@ ClusterSpec cluster(Fabric f) {
   ClusterSpec c;
   c.nodes = 48;
   c.gpus_per_node = 8;
-  if (f == Fabric::P3CubeMesh) {  // AWS p3.16xlarge (spec/calibration.md 8): NVLink2 cube mesh, 25 Gbps NIC
+  if (f == Fabric::P3CubeMesh) {  // AWS p3.16xlarge (docs/calibration.md): NVLink2 cube mesh, 25 Gbps NIC
     c.preset = "p3.16xlarge-like";
     c.fabric = IntraNodeFabric::CubeMesh;
     c.nvlink_bw_Bps = 25e9;

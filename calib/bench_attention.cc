@@ -1,4 +1,4 @@
-// Attention with K/V context on its own (spec/calibration.md 1, "attention with context"): for each head of
+// Attention with K/V context on its own (docs/calibration.md, "attention with context"): for each head of
 // b sequences, S = Q K^T / sqrt(dh) over the c + l keys with the causal mask, P = softmax(S), O = P V, and the
 // backward (dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dP P)), dQ = dS K, dK = dS^T Q): the plain attention
 // with a materialised l x (c + l) score matrix that the CPU reference kernels run. CPU backends (Eigen).

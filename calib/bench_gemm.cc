@@ -1,4 +1,4 @@
-// GEMMs at the shapes one layer and the LM head issue (spec/calibration.md 5.4), forward orientation, on the CPU
+// GEMMs at the shapes one layer and the LM head issue (docs/calibration.md), forward orientation, on the CPU
 // with Eigen (the CPU reference kernels' GEMM) in the backend's precision.
 #include <Eigen/Dense>
 #include <algorithm>

@@ -1,5 +1,5 @@
 // GEMMs on the GPU (cuBLAS, fp16 / bf16 inputs, fp32 accumulation: what the CUDA backend issues), timed with
-// CUDA events around a batch of back-to-back launches (spec/calibration.md 3). Built only with CUDA.
+// CUDA events around a batch of back-to-back launches (docs/calibration.md). Built only with CUDA.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 

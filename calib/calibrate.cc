@@ -246,7 +246,7 @@ DeviceProfile analytic_profile(const std::string& preset, const std::string& com
   p.device = c->device;
   // Provenance of an analytic profile: where its numbers come from, not a measurement.
   p.provenance["source"] =
-      "public peak specifications (spec/calibration.md 7) and the analytic model's "
+      "public peak specifications (docs/calibration.md) and the analytic model's "
       "efficiency parameters of the '" +
       preset + "' preset (core/presets.cc); nothing measured";
   p.provenance["command"] = command;

@@ -3,7 +3,7 @@
 //   - context term (TeraPipe): t(l, c) - t(l, 0) = a0 + a1 l + a2 c + a3 l c on the (l, c) grid, 75/25 split
 //     (every fourth point held out); the error reported is that of the prediction the cost model makes,
 //     t(l, 0) + c (a2 + a3 l), against the measured t(l, c);
-//   - alpha-beta (spec/calibration.md 5.1): alpha = median time over the small-size plateau (S <= 64 KiB), the
+//   - alpha-beta (docs/calibration.md): alpha = median time over the small-size plateau (S <= 64 KiB), the
 //     bandwidth by least squares over S >= 8 MiB (the upper half of the sizes when fewer than 4 are that large),
 //     every third of those held out; the error is measured on the held-out and the in-between sizes;
 //   - GEMMs: t = (F + F_half) / R, the analytic model's saturating form, fitted on 3 of 4 shapes.

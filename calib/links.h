@@ -1,5 +1,5 @@
 #pragma once
-// Link benchmarks, nccl-tests conventions (spec/calibration.md 2): sizes -b .. -e by factor -f, -w warm-up and
+// Link benchmarks, nccl-tests conventions (docs/calibration.md): sizes -b .. -e by factor -f, -w warm-up and
 // -n timed operations per size, time = host wall clock around the n operations / n, averaged over ranks;
 // algbw = S / t and busbw = algbw * factor with nccl-tests' S and factors:
 //   allreduce      S = per-rank buffer bytes            factor 2 (n - 1) / n

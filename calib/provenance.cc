@@ -1,4 +1,4 @@
-// Where and how a profile was measured (spec/calibration.md 1): host, date, git commit, CPU or GPU, library
+// Where and how a profile was measured (docs/calibration.md): host, date, git commit, CPU or GPU, library
 // versions, the command and the statistics policy.
 #include "calib/provenance.h"
 

@@ -4,7 +4,7 @@
 // iteration time of the DP's scheme and of each uniform slicing next to them.
 // `pipescope plan SCENARIO --max-batch [--memory-GB X]`: the largest batch whose GPipe baseline (micro-batches of
 // one sequence, whole mini-batch in flight) fits the device (core/memory_model.h max_batch_gpipe), the way
-// TeraPipe chose B (spec/terapipe.md 9.1): per replica (what the planner slices) and global (Table 1's B).
+// TeraPipe chose B (docs/papers.md#terapipe): per replica (what the planner slices) and global (Table 1's B).
 #include <chrono>
 #include <cstdio>
 #include <memory>

@@ -1,11 +1,11 @@
-// `pipescope repro megatron [--dir D] [--rows 1,5,...] [--no-ablation]`: Megatron-LM PTD-P (spec/megatron.md 8)
+// `pipescope repro megatron [--dir D] [--rows 1,5,...] [--no-ablation]`: Megatron-LM PTD-P (docs/papers.md#megatron)
 // in simulation. Table 1 (weak scaling): every scenarios/megatron/<row>.yaml simulated in its own process,
 // paper vs simulated TFLOP/s per GPU (Eq. 3 F/(T n)) and the MAPE. Ablations on the paper's Figure 12/18 set-up
 // (GPT-3 175B, 96 GPUs, t = 8, p = 12, b = 1, several batch sizes): interleaved (v = 2) vs the default 1F1B
 // schedule, and scatter/gather on vs off, next to the paper's quoted gains (up to 10% and up to 11%, 8.4).
 // Every run models Megatron-LM's point-to-point calls as blocking (`sim.p2p: blocking` in the scenario files and the
-// ablation set-up; LoweredSchedule::blocking_sends): a stage's next op waits for its sends (spec/megatron.md 2.4: the
-// sends and receives of a step are one call; spec/seq1f1b.md 10.4: blocking calls, overlap_p2p_comm off). With sends
+// ablation set-up; LoweredSchedule::blocking_sends): a stage's next op waits for its sends (docs/papers.md: the
+// sends and receives of a step are one call; Seq1F1B: blocking calls, overlap_p2p_comm off). With sends
 // overlapped with compute instead, the 8x redundant cross-node traffic of a run without scatter/gather stayed hidden
 // and its gain read about 0%.
 #include <algorithm>
@@ -44,7 +44,7 @@ struct ReproOptions {
   bool ablation = true;
 };
 
-// Megatron-LM's p2p calls block (spec/megatron.md 2.4); the scenarios say so, and a copy that does not is flagged.
+// Megatron-LM's p2p calls block (docs/papers.md#megatron); the scenarios say so, and a copy that does not is flagged.
 SimFigures simulate_in_child(const Scenario& s) {
   if (s.sim.p2p != "blocking")
     std::fprintf(stderr, "repro megatron: warning: %s has sim.p2p: %s; Megatron-LM's p2p calls block\n",
@@ -69,9 +69,9 @@ Scenario gpt3_175b(int batch, bool interleaved, bool scatter_gather) {
 }
 
 int run_repro(const ReproOptions& o) {
-  std::printf("Megatron-LM Table 1 (spec/megatron.md 8.1) on simulated DGX A100 (fat tree); scenarios from %s/\n",
+  std::printf("Megatron-LM Table 1 (docs/papers.md#megatron) on simulated DGX A100 (fat tree); scenarios from %s/\n",
               o.dir.c_str());
-  std::printf("p2p calls block the sending stage, as Megatron-LM's do (spec/megatron.md 2.4)\n");
+  std::printf("p2p calls block the sending stage, as Megatron-LM's do (docs/papers.md#megatron)\n");
   std::printf("%-7s %5s %4s %3s %3s %5s %4s | %7s %7s %7s | %9s %8s\n", "params", "GPUs", "t", "p", "v", "b", "m",
               "paper", "sim", "err", "iter_s", "peak_GB");
   double ape_sum = 0;

@@ -1,9 +1,9 @@
 // `pipescope repro seq1f1b [--dir D] [--models 2.7b,7b,...] [--memory-only]`: the Seq1F1B paper's grid
-// (spec/seq1f1b.md 11) in simulation. For every model, sequence length and micro-batch count it simulates the four
+// (docs/papers.md#seq1f1b) in simulation. For every model, sequence length and micro-batch count it simulates the four
 // methods (1F1B, 1F1B-I, Seq1F1B, Seq1F1B-I; scenarios/seq1f1b/<model>-s<s>-m<M>-<method>.yaml), each in its own
-// process, and prints TFLOP/s per GPU with the paper's formula (spec/seq1f1b.md 11.5), the Seq1F1B speedups over
+// process, and prints TFLOP/s per GPU with the paper's formula (docs/papers.md#seq1f1b), the Seq1F1B speedups over
 // 1F1B, and then the peak memory per GPU (worst stage) with the stage-0 in-flight activation units, flagging OOM
-// on the 80 GB A100. spec/seq1f1b.md gives the set-up but no measured values, so there is no error column: the
+// on the 80 GB A100. The paper gives the set-up but no measured values, so there is no error column: the
 // memory table checks the paper's qualitative claims instead (Seq1F1B below 1F1B; Seq1F1B-I a little above
 // Seq1F1B and well below 1F1B-I) and counts the cells where 1F1B / 1F1B-I run out of memory and Seq1F1B fits.
 // Memory is a property of the schedule alone (core/memory_model.h): --memory-only skips the simulations.
@@ -54,7 +54,7 @@ struct SimOut {
   bool oom = false;
 };
 
-// spec/seq1f1b.md 11.5: 3 * M * F_fwd(s) / T / world, F_fwd(s) = c_lin * s + c_att * s^2 / 2 with the authors'
+// docs/papers.md#seq1f1b: 3 * M * F_fwd(s) / T / world, F_fwd(s) = c_lin * s + c_att * s^2 / 2 with the authors'
 // forward-FLOP model of 8.2 (causal attention at half, (4*dh + 3) per pair, embedding + LM head 4*s*h*V).
 double paper_tflops_per_gpu(const Scenario& s, double iteration_s) {
   const CausalCost c = seq1f1b_flop_cost(s.model);
@@ -86,10 +86,10 @@ struct Row {
 
 int run_repro(const ReproOptions& o) {
   std::printf(
-      "Seq1F1B grid (spec/seq1f1b.md 11), k = 4, n = 2, cwp, FlashAttention, sequence parallelism; "
+      "Seq1F1B grid (docs/papers.md#seq1f1b), k = 4, n = 2, cwp, FlashAttention, sequence parallelism; "
       "scenarios from %s/\n",
       o.dir.c_str());
-  std::printf("spec/seq1f1b.md holds the set-up only (no measured values): simulated figures, no error column.\n");
+  std::printf("The Seq1F1B paper gives the set-up but no measured values: simulated figures, no error column.\n");
   bool failed = false;
   std::vector<Row> rows;
   for (const Cell& c : grid()) {
@@ -119,7 +119,7 @@ int run_repro(const ReproOptions& o) {
   }
 
   if (!o.memory_only) {
-    std::printf("\nTFLOP/s per GPU (spec/seq1f1b.md 11.5: 3*M*F_fwd(s)/T/GPUs, causal) | speedup over 1F1B\n");
+    std::printf("\nTFLOP/s per GPU (docs/papers.md#seq1f1b: 3*M*F_fwd(s)/T/GPUs, causal) | speedup over 1F1B\n");
     std::printf("%-5s %6s %3s | %6s %6s %6s %6s | %5s %5s | cwp splits\n", "model", "s", "M", "1f1b", "1f1b-i", "seq",
                 "seq-i", "seq", "seq-i");
     for (const Row& w : rows)
@@ -128,10 +128,10 @@ int run_repro(const ReproOptions& o) {
                   w.r[0].iteration_s / w.r[3].iteration_s, w.splits.c_str());
   }
 
-  // The paper's memory claims (spec/seq1f1b.md 1 and 7.2), checked per cell.
+  // The paper's memory claims (docs/papers.md#seq1f1b), checked per cell.
   std::printf(
       "\nPeak memory per GPU, GB, worst stage (stage-0 in-flight micro-batch units), * = OOM on the 80 GB A100.\n"
-      "Paper's claims (spec/seq1f1b.md 1, 7.2): [a] Seq1F1B < 1F1B; [b] Seq1F1B-I < 1F1B-I, by far;\n"
+      "Paper's claims (docs/papers.md#seq1f1b): [a] Seq1F1B < 1F1B; [b] Seq1F1B-I < 1F1B-I, by far;\n"
       "[c] Seq1F1B-I slightly above Seq1F1B (ratio seq-i / seq shown).\n");
   std::printf("%-5s %6s %3s | %-14s %-14s %-14s %-14s | %3s %3s %6s\n", "model", "s", "M", "1f1b", "1f1b-i", "seq",
               "seq-i", "[a]", "[b]", "[c]");

@@ -1,5 +1,5 @@
 // `pipescope repro terapipe [--dir D] [--settings 1,5,...] [--max-batch]`: Table 2 of the TeraPipe paper
-// (spec/terapipe.md 10) in simulation. For every setting of Table 1 it simulates
+// (docs/papers.md#terapipe) in simulation. For every setting of Table 1 it simulates
 // scenarios/terapipe/setting-N-gpipe.yaml (without TeraPipe) and setting-N.yaml (with the planner's slicing), each
 // in its own process, and prints paper vs simulated latency, relative error, speedups, the MAPE, and the DP's slice
 // count vs the paper's scheme. Then Table 1's batch against the largest batch the memory model fits on a 16 GB
@@ -23,7 +23,7 @@
 namespace pipescope::cli {
 namespace {
 
-// Measured reference values of Table 2 (paper, spec/terapipe.md 10): latency in s, and the DP scheme the
+// Measured reference values of Table 2 (paper, docs/papers.md#terapipe): latency in s, and the DP scheme the
 // authors ran, as one sequence's token slices (every reported scheme uses micro-batches of 1 sequence).
 struct PaperRow {
   int setting;
@@ -70,8 +70,8 @@ bool selected(const ReproOptions& o, int setting) {
 }
 
 // Table 1's batch (global B, per replica B_r = B / #Data) against the largest batch whose GPipe baseline fits
-// (spec/terapipe.md 9.1: "each configuration uses the largest batch that fits in memory"), at the device's
-// 16 GiB and at the authors' 14 GiB memory filter (spec/terapipe.md 8).
+// (docs/papers.md#terapipe: "each configuration uses the largest batch that fits in memory"), at the device's
+// 16 GiB and at the authors' 14 GiB memory filter (docs/papers.md#terapipe).
 void print_max_batch_table(const ReproOptions& o) {
   std::printf(
       "\nTable 1 batch vs the largest batch that fits (GPipe baseline, whole per-replica mini-batch in flight)\n");
@@ -131,7 +131,8 @@ int run_repro(const ReproOptions& o) {
     print_max_batch_table(o);
     return 0;
   }
-  std::printf("TeraPipe Table 2 (spec/terapipe.md 10) on simulated p3.16xlarge; scenarios from %s/\n", o.dir.c_str());
+  std::printf("TeraPipe Table 2 (docs/papers.md#terapipe) on simulated p3.16xlarge; scenarios from %s/\n",
+              o.dir.c_str());
   std::printf("%3s %-9s | %8s %8s %7s | %8s %8s %7s | %6s %6s %7s | %5s %5s | %s\n", "set", "model", "paper_wo",
               "sim_wo", "err", "paper_w", "sim_w", "err", "spd_p", "spd_s", "err", "sl_p", "sl_s", "DP scheme");
   double ape_sum = 0, worst_speedup = 0, worst_slices = 0;

@@ -5,7 +5,7 @@
 // f ffn_hidden, a heads, V vocabulary, t TP degree, e bytes per activation element (2 for fp16/bf16),
 // T = b*l token rows, S = b*(a/t)*l*K attention-score elements on this GPU.
 //
-// FLOPs (useful, forward, per GPU; spec/calibration.md 6, spec/megatron.md 6):
+// FLOPs (useful, forward, per GPU; docs/calibration.md, docs/papers.md#megatron):
 //   QKV 6*T*h^2/t, output projection 2*T*h^2/t, MLP 4*T*h*f/t (= 16*T*h^2/t at f = 4h),
 //   attention (causal) 4*b*h*(l*c + l*(l+1)/2)/t; backward = 2x forward; recompute adds one forward;
 //   logits 2*T*h*V/t forward, 4*T*h*V/t backward, on the last virtual stage (never recomputed).
@@ -22,7 +22,7 @@
 //                 in backward, by the row-sum preprocessing, one fused kernel of 10*b*h*pairs/t FLOPs (it
 //                 recomputes the scores: 5 matmuls) and the fp32 dQ conversion. Token slices with context also
 //                 pay, with flash, the K/V cache concatenation in forward and the dK/dV accumulation over the
-//                 prefix in backward (Seq1F1B's code, spec/seq1f1b.md 10.1-10.2).
+//                 prefix in backward (Seq1F1B's code, docs/papers.md#seq1f1b).
 //   other kernel: max(F / peak, bytes / (hbm_bw * memory_efficiency)) (LayerNorm, softmax, dropout, GeLU,
 //                 residual adds, copies, cross entropy).
 // Kernels per layer forward (14): LN, QKV, Q.K^T, scale+mask+softmax, dropout, P.V, context transpose,
@@ -44,7 +44,7 @@
 // one per kernel); the GPU runs kernels in order, each starting when it is issued and its predecessor has
 // finished. The op takes max_j [issue_j + sum of kernel times from j to the end]. Launch cost therefore
 // hides behind long kernels and dominates short ones: a short slice costs about kernels * kernel_launch_s
-// whatever its length (spec/terapipe.md 1: a GPT3-1B layer's forward on a V100 is flat from 1 to about 256
+// whatever its length (docs/papers.md#terapipe: a GPT3-1B layer's forward on a V100 is flat from 1 to about 256
 // tokens), a long one costs its GPU time.
 //
 // Sizes: p2p b*l*h*e; TP all-reduce b*l*h*e per call, 2 per layer forward, 2 per layer backward (+2 with
@@ -294,7 +294,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     // dK, dV over the whole prefix and accumulates dQ in fp32.
     k.push_back({10 * b * h * pairs / t, e * (3 * T * h / t + 4 * b * K * h / t) + 8 * T * h / t + 2 * lse, true});
     k.push_back({0, (4 + e) * T * h / t, false});  // dQ fp32 -> 16 bit
-    // dK/dV of this slice's keys plus the context add up with what the later slices left (seq1f1b.md 10.2).
+    // dK/dV of this slice's keys plus the context add up with what the later slices left (docs/papers.md#seq1f1b).
     if (c + l < m.seq_len) k.push_back({2 * b * K * h / t, 6 * e * b * K * h / t, false});
   } else {
     k.push_back({qk, e * (T * h / t + b * K * h / t + S), true});  // dP = dO.V^T

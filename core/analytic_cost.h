@@ -73,7 +73,7 @@ class AnalyticCostModel : public CostModel {
   int grad_elem_bytes() const { return s_.training.grad_fp32 ? 4 : elem_bytes(); }
 };
 
-// Model accounting (spec/megatron.md section 6).
+// Model accounting (docs/papers.md#megatron).
 double layer_parameter_count(const ModelSpec& m);  // 4h^2 + 2hf + f + 9h (12h^2 + 13h at f = 4h)
 double parameter_count(const ModelSpec& m);        // Eq. 2 (+ V*h output layer when untied)
 double megatron_flops_per_iteration(const ModelSpec& m, int global_batch, bool recompute);  // Eq. 3

@@ -42,7 +42,7 @@ struct DeviceSpec {
   double peak_flops_fp64 = 0;  // 0 = unknown (fp64 runs need a calibration profile, e.g. of a CPU)
   double memory_bytes = 0;
   double hbm_bw_Bps = 0;
-  // Analytic efficiency parameters (roofline with efficiency; spec/calibration.md 5.4/5.5).
+  // Analytic efficiency parameters (roofline with efficiency; docs/calibration.md/5.5).
   double gemm_efficiency = 0.0;      // large-GEMM share of peak reached
   double gemm_half_sat_flops = 0.0;  // GEMM FLOPs at which efficiency reaches half of gemm_efficiency
   double kernel_launch_s = 0.0;      // per-kernel launch / fixed overhead

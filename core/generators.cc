@@ -1,5 +1,5 @@
 // Schedule generators: GPipe / TeraPipe, 1F1B (PipeDream-Flush), Megatron interleaved 1F1B.
-// Pure functions returning data (spec/megatron.md 2, spec/terapipe.md 6, spec/style.md 3.1).
+// Pure functions returning data (docs/papers.md).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -89,7 +89,7 @@ std::vector<MicroBatch> sliced_microbatches(int m, int mbs, const std::vector<in
 
 Schedule make_gpipe(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
   const int kmax = check_generator_args("make_gpipe", p, 1, mbs, seq_len);
-  // With token slices this is exactly TeraPipe's schedule (spec/terapipe.md 6).
+  // With token slices this is exactly TeraPipe's schedule (docs/papers.md#terapipe).
   Schedule s = schedule_skeleton(kmax > 1 ? "terapipe" : "gpipe", p, 1, mbs, seq_len);
   for (int r = 0; r < p; r++) {
     auto& ops = s.per_rank[r];
@@ -138,7 +138,7 @@ Schedule make_interleaved(int p, int v, const std::vector<MicroBatch>& mbs, int 
                 std::to_string(m) + ", p = " + std::to_string(p));
   Schedule s = schedule_skeleton("interleaved", p, v, mbs, seq_len);
   const int total = m * v;  // chunk-micro-batches per rank
-  // Megatron's table (spec/megatron.md 2.4): index k -> (micro-batch, chunk), in groups of p micro-batches.
+  // Megatron's table (docs/papers.md#megatron): index k -> (micro-batch, chunk), in groups of p micro-batches.
   auto mb_of = [&](int k) { return (k / (p * v)) * p + k % p; };
   auto chunk_f = [&](int k) { return (k % (p * v)) / p; };
   auto chunk_b = [&](int k) { return v - 1 - chunk_f(k); };

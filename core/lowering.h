@@ -65,7 +65,7 @@ struct LoweredSchedule {
   int dp = 1, p = 1, tp = 1;
   std::vector<std::vector<LoweredOp>> per_worker;  // size dp * p; worker = d * p + r
   std::vector<CollGroup> groups;
-  // Sends block the sender's stream: Megatron-LM's p2p calls (spec/megatron.md 2.4, spec/seq1f1b.md 10.4)
+  // Sends block the sender's stream: Megatron-LM's p2p calls (docs/papers.md)
   // are blocking calls, not overlapped with the next op; pipescope's own runtime posts them eagerly.
   bool blocking_sends = false;
 
@@ -87,7 +87,7 @@ LoweredSchedule lower_compute(const Schedule& s, int dp, int tp, const CostModel
 //    from the last rank to the first): each Send right after its producer, each Recv right before the
 //    first consumer. Sizes from the cost model.
 LoweredSchedule add_p2p(const LoweredSchedule& in, const CostModel& cost);
-// 2b. Megatron scatter/gather (spec/megatron.md 3.3): with tp > 1 each TP rank sends only its 1/tp share of
+// 2b. Megatron scatter/gather (docs/papers.md#megatron): with tp > 1 each TP rank sends only its 1/tp share of
 //    every pipeline message (Send/Recv bytes / tp, one flow per TP lane), and the receiver all-gathers the
 //    whole tensor over its TP group (NVLink): an AllGather tagged ScatterGather right after each Recv, bytes =
 //    the full message. No-op when tp == 1.

@@ -9,7 +9,7 @@
 // sequences of l tokens attending to c + l keys:
 //   b*l*h*(10/r + 24/t) + 5*a*b*l*(c + l)/t    bytes at 2-byte activations (1-byte dropout masks)
 // r = 1 without sequence parallelism (the 10*b*l*h part: LayerNorm inputs, residual dropout masks and outputs, is
-// replicated over the TP group), r = t with it (spec/seq1f1b.md 11.2: Megatron-V3 TP splits those along the
+// replicated over the TP group), r = t with it (docs/papers.md#seq1f1b: Megatron-V3 TP splits those along the
 // sequence). The 24*b*l*h part (QKV, attention internals, MLP) and the score / softmax / dropout tensors (5 B
 // per score) are split over heads. At l = s, c = 0, t = 1 this is s*b*h*(34 + 5*a*s/h).
 // Flash attention (training.flash_attention) keeps no score matrix: the 5*a*b*l*(c+l)/t term is dropped and
@@ -17,15 +17,15 @@
 // query and head = 4*a/h of a token's bytes, is left out). fp32 activations double the figure.
 // K/V caches of token-sliced schedules (a micro-batch cut into k > 1 slices / segments), per layer
 // 2*b*l*(h/t)*e for l cached tokens:
-//   - without flash (TeraPipe's code, spec/terapipe.md 8): one cache of the full sequence is allocated at the
+//   - without flash (TeraPipe's code, docs/papers.md#terapipe): one cache of the full sequence is allocated at the
 //     micro-batch's first slice and the slices' saved K/V are views of it, so a slice stores its activations
 //     less its own K/V, and the cache holds the K/V of all L tokens from the first forward on;
-//   - with flash (Seq1F1B's code, spec/seq1f1b.md 10.1): every segment's forward concatenates its K/V to the
+//   - with flash (Seq1F1B's code, docs/papers.md#seq1f1b): every segment's forward concatenates its K/V to the
 //     cache (a new contiguous copy), on top of the K/V the segment saved itself, so the cache grows by the
 //     segment's K/V at each forward.
 //   Either cache lives until the micro-batch's first slice has run its backward. Backward hands a dK/dV buffer
-//   over the prefix before slice j (2*b*c_j*(h/t)*e per layer) from slice j to slice j - 1 (terapipe.md 3,
-//   seq1f1b.md 10.2); it is held between the two backwards.
+//   over the prefix before slice j (2*b*c_j*(h/t)*e per layer) from slice j to slice j - 1 (docs/papers.md#terapipe,
+//   docs/papers.md#seq1f1b); it is held between the two backwards.
 // With full recomputation only each layer's input survives the forward: b*l*h*e per layer (replicated over
 // TP unless sequence parallel), plus for token-sliced schedules the slice's K and V (2*b*l*h*e/t per layer),
 // which later slices' recomputed forwards need (they are the cache); during a backward one layer's full

@@ -38,7 +38,7 @@ double layer_score_bytes(const Scenario& s, int b, int tokens, int context = 0);
 double layer_kv_bytes(const Scenario& s, int b, int tokens);
 
 // The largest batch whose GPipe baseline fits: micro-batches of one sequence, no token slicing, the whole
-// per-replica mini-batch in flight (how TeraPipe chose B, spec/terapipe.md 9.1 / 9.3). Token slicing only
+// per-replica mini-batch in flight (how TeraPipe chose B, docs/papers.md#terapipe). Token slicing only
 // shrinks the score rectangles, so the sliced run of the same batch fits too.
 struct MaxBatch {
   int per_replica = 0;            // B_r: sequences per pipeline replica (0 = not even one sequence fits)

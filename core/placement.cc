@@ -12,7 +12,7 @@
 namespace pipescope {
 namespace {
 
-// NVLink count between two GPUs of a p3.16xlarge / DGX-1V node (spec/calibration.md 8.2, `nvidia-smi topo -m`):
+// NVLink count between two GPUs of a p3.16xlarge / DGX-1V node (docs/calibration.md, `nvidia-smi topo -m`):
 // 0 = no NVLink (PCIe/SYS), 1 = NV1, 2 = NV2. Kept here as well as in sim/platform.cc because core does not
 // depend on sim.
 constexpr int kCubeMesh[8][8] = {
@@ -75,7 +75,7 @@ Placement make_placement(const std::string& layout, int dp, int p, int tp, const
   auto index = [&](int d, int r, int t) { return (static_cast<std::size_t>(d) * p + r) * tp + t; };
 
   if (layout == "megatron" || layout == "stage-major") {
-    // spec/megatron.md 3.4: TP innermost, then DP; pipeline neighbours n/p ranks apart (other nodes).
+    // docs/papers.md#megatron: TP innermost, then DP; pipeline neighbours n/p ranks apart (other nodes).
     const long long block = n / p;
     for (int d = 0; d < dp; d++)
       for (int r = 0; r < p; r++)
@@ -86,7 +86,7 @@ Placement make_placement(const std::string& layout, int dp, int p, int tp, const
     throw std::invalid_argument("placement: unknown layout \"" + layout +
                                 "\"; valid: megatron, stage-major, replica-major, terapipe");
 
-  // replica-major, and TeraPipe's rank order (spec/terapipe.md 8): rank = d * (p * tp) + r * tp + t.
+  // replica-major, and TeraPipe's rank order (docs/papers.md#terapipe): rank = d * (p * tp) + r * tp + t.
   std::vector<int> rank_d(n), rank_r(n), rank_t(n);
   for (int d = 0; d < dp; d++)
     for (int r = 0; r < p; r++)
@@ -103,7 +103,7 @@ Placement make_placement(const std::string& layout, int dp, int p, int tp, const
                                 std::to_string(tp) + " does not divide gpus_per_node = " + std::to_string(G));
   // With NVSwitch or PCIe-only nodes every GPU pair is alike, so the rank order is the placement. On a cube
   // mesh the ranks of each node are permuted onto its GPUs so that TP groups and pipeline neighbours sit on
-  // NVLink pairs (calibration.md 8.2: e.g. GPU0 -> GPU5 has no NVLink): with 8 stages per node this is the
+  // NVLink pairs (docs/calibration.md: e.g. GPU0 -> GPU5 has no NVLink): with 8 stages per node this is the
   // all-NV2 ring 0-3-2-1-5-6-7-4. Nodes with the same pair pattern share one search.
   if (cluster.fabric != IntraNodeFabric::CubeMesh || G == 1) return pl;
   if (G > 8) throw std::invalid_argument("placement terapipe: a cube-mesh node has at most 8 GPUs");

@@ -21,7 +21,7 @@ struct Placement {
 };
 
 // Layouts:
-// - "megatron": rank = r * (n / p) + d * tp + t (TP innermost, then DP, PP outermost; spec/megatron.md 3.4)
+// - "megatron": rank = r * (n / p) + d * tp + t (TP innermost, then DP, PP outermost; docs/papers.md#megatron)
 // - "stage-major": same as megatron (alias)
 // - "replica-major": rank = d * (p * tp) + r * tp + t (a replica's pipeline is contiguous)
 // - "terapipe": TeraPipe's layout (TP inside a node, pipeline neighbours on NVLink-connected GPUs)

@@ -25,13 +25,13 @@ ModelSpec gpt(const char* name, int layers, int hidden, int heads, int vocab = 5
 
 const std::vector<ModelSpec>& models() {
   static const std::vector<ModelSpec> kModels = {
-      // spec/terapipe.md 9.2 (heads = H/128 from the authors' code). TeraPipe times only the transformer
+      // docs/papers.md#terapipe (heads = H/128 from the authors' code). TeraPipe times only the transformer
       // stack; V and s are the shared defaults.
       gpt("gpt3-1b", 24, 2048, 16),
       gpt("gpt3-13b", 40, 5120, 40),
       gpt("gpt3-44b", 96, 6144, 48),
       gpt("gpt3-175b", 96, 12288, 96),
-      // spec/megatron.md 8.1, Table 1 (weak scaling): V = 51200, s = 2048, tied embeddings.
+      // docs/papers.md#megatron, Table 1 (weak scaling): V = 51200, s = 2048, tied embeddings.
       gpt("megatron-1.7b", 24, 2304, 24),
       gpt("megatron-3.6b", 30, 3072, 32),
       gpt("megatron-7.5b", 36, 4096, 32),
@@ -42,7 +42,7 @@ const std::vector<ModelSpec>& models() {
       gpt("megatron-310.1b", 96, 16384, 128),
       gpt("megatron-529.6b", 105, 20480, 128),
       gpt("megatron-1t", 128, 25600, 160),
-      // spec/seq1f1b.md 11.3: untied embeddings (11.2), V = 32000 as the spec's FLOP accounting assumes;
+      // docs/papers.md#seq1f1b: untied embeddings (11.2), V = 32000 as the spec's FLOP accounting assumes;
       // s = 32768 is the one length that the result grid (11.4) uses for every model.
       gpt("seq1f1b-2.7b", 32, 2560, 32, 32000, 32768, false),
       gpt("seq1f1b-7b", 32, 4096, 32, 32000, 32768, false),
@@ -53,7 +53,7 @@ const std::vector<ModelSpec>& models() {
 }
 
 // ---------------------------------------------------------------- devices
-// Vendor peaks from spec/calibration.md 7 (dense tensor-core rates). HBM capacity is binary (an
+// Vendor peaks from docs/calibration.md (dense tensor-core rates). HBM capacity is binary (an
 // "80 GB" part has 80 GiB; nvidia-smi prints 81920 MiB); bandwidths are decimal GB/s.
 DeviceSpec device(const char* name, double fp16_tflops, double bf16_tflops, double fp32_tflops, double mem_GiB,
                   double hbm_GBps, double gemm_eff, double half_sat_flops) {
@@ -64,7 +64,7 @@ DeviceSpec device(const char* name, double fp16_tflops, double bf16_tflops, doub
   d.peak_flops_fp32 = fp32_tflops * kTflops;
   d.memory_bytes = mem_GiB * kGiB;
   d.hbm_bw_Bps = hbm_GBps * kGBps;
-  // Initial analytic-model parameters (spec/calibration.md 5.4/5.5); calibration profiles replace them.
+  // Initial analytic-model parameters (docs/calibration.md/5.5); calibration profiles replace them.
   d.gemm_efficiency = gemm_eff;
   d.gemm_half_sat_flops = half_sat_flops;
   d.kernel_launch_s = 32 * kUs;  // host dispatch per kernel; hides behind long kernels (core/analytic_cost.cc)
@@ -84,7 +84,7 @@ const std::vector<DeviceSpec>& devices() {
 }
 
 // ---------------------------------------------------------------- clusters
-// spec/calibration.md 8.2: p3.16xlarge / DGX-1V hybrid cube mesh. nvlink_bw is one NVLink2 link (NV1 =
+// docs/calibration.md: p3.16xlarge / DGX-1V hybrid cube mesh. nvlink_bw is one NVLink2 link (NV1 =
 // 25 GB/s per direction; NV2 pairs get two), GPU pairs without NVLink ("SYS") go over PCIe and the CPU
 // interconnect at about 10 GB/s.
 ClusterSpec cube_mesh_node(const char* preset, const char* device_name, double nic_Gbps) {
@@ -98,7 +98,7 @@ ClusterSpec cube_mesh_node(const char* preset, const char* device_name, double n
   c.nvlink_latency_s = 1 * kUs;
   c.pcie_bw_Bps = 10 * kGBps;
   c.pcie_latency_s = 5 * kUs;
-  // One ENA interface per instance, shared by all 8 GPUs (calibration.md 8.1/8.2); TCP-level latency.
+  // One ENA interface per instance, shared by all 8 GPUs (docs/calibration.md/8.2); TCP-level latency.
   c.nics_per_node = 1;
   c.nic_bw_Bps = nic_Gbps * kGbps;
   c.nic_latency_s = 10 * kUs;
@@ -106,8 +106,8 @@ ClusterSpec cube_mesh_node(const char* preset, const char* device_name, double n
   return c;
 }
 
-// DGX nodes: NVSwitch, every GPU pair at the full per-GPU NVLink rate (per direction, calibration.md 9);
-// one InfiniBand HCA per GPU (calibration.md 8.1, megatron.md 7) in a fat tree. PCIe figures describe
+// DGX nodes: NVSwitch, every GPU pair at the full per-GPU NVLink rate (per direction, docs/calibration.md);
+// one InfiniBand HCA per GPU (docs/calibration.md, docs/papers.md#megatron) in a fat tree. PCIe figures describe
 // the host path only (unused by NVSwitch routes).
 ClusterSpec dgx_node(const char* preset, const char* device_name, double nvlink_GBps, double pcie_GBps,
                      double nic_Gbps) {
@@ -146,13 +146,13 @@ ClusterSpec dgx_h100_superpod() {
 
 const std::vector<ClusterSpec>& clusters() {
   static const std::vector<ClusterSpec> kClusters = {
-      // TeraPipe's cluster: 8 x V100-SXM2-16GB, 25 Gbps per instance (calibration.md 8.1, terapipe.md 9.1).
+      // TeraPipe's cluster: 8 x V100-SXM2-16GB, 25 Gbps per instance (docs/calibration.md, docs/papers.md#terapipe).
       cube_mesh_node("aws-p3.16xlarge", "V100-SXM2-16GB", 25),
-      // Faster-network V100 variant: 8 x V100-SXM2-32GB, 100 Gbps (calibration.md 8.1; cube mesh presumed).
+      // Faster-network V100 variant: 8 x V100-SXM2-32GB, 100 Gbps (docs/calibration.md; cube mesh presumed).
       cube_mesh_node("aws-p3dn.24xlarge", "V100-SXM2-32GB", 100),
       // Selene node: NVLink3 300 GB/s per direction per GPU, 8 x 200 Gb/s HDR IB, PCIe gen4 host path.
       dgx_node("dgx-a100", "A100-SXM4-80GB", 300, 25, 200),
-      // NVLink4 450 GB/s per direction per GPU (calibration.md 7), 8 x 400 Gb/s NDR IB, PCIe gen5 host path.
+      // NVLink4 450 GB/s per direction per GPU (docs/calibration.md), 8 x 400 Gb/s NDR IB, PCIe gen5 host path.
       dgx_node("dgx-h100", "H100-SXM", 450, 50, 400),
       dgx_h100_superpod(),
   };

@@ -1,6 +1,6 @@
 #pragma once
-// Built-in model and cluster presets. Numbers come from spec/calibration.md section 7-8 (vendor peaks)
-// and the papers' model tables (spec/terapipe.md 9.2, spec/megatron.md 8.1).
+// Built-in model and cluster presets. Numbers come from docs/calibration.md (vendor peaks)
+// and the papers' model tables (docs/papers.md).
 
 #include <optional>
 #include <string>

@@ -534,7 +534,7 @@ void check_profile(const DeviceProfile& p) {
 }
 
 void write_profile(const DeviceProfile& p, std::ostream& os) {
-  os << "# pipescope device profile (spec/calibration.md). Times in microseconds, sizes in bytes.\n";
+  os << "# pipescope device profile (docs/calibration.md). Times in microseconds, sizes in bytes.\n";
   os << "pipescope_profile: " << kVersion << "\n";
   os << "kind: " << p.kind << "\n";
   os << "name: " << quoted(p.name) << "\n";

@@ -1,6 +1,6 @@
 #pragma once
 // Device profiles: what `pipescope calibrate` measures and the simulator reads in place of the analytic
-// device model (spec/calibration.md 1). A profile is a YAML file with
+// device model (docs/calibration.md). A profile is a YAML file with
 //   - provenance (where, when, with what it was measured, the exact command, the statistics policy);
 //   - a device section (peaks, memory, and the analytic model's efficiency parameters, fitted to the
 //     measured GEMMs) used for every shape the profile has no table for;

@@ -4,7 +4,7 @@
 // pipeline rank (Megatron / PyTorch-pipelining style). Durations, bytes and placement are attached
 // later by lowering passes (core/lowering.h); generators know nothing about time.
 //
-// Notation (spec/README.md crosswalk): p pipeline ranks, m micro-batches, v chunks per rank,
+// Notation (docs/schedule-ir.md): p pipeline ranks, m micro-batches, v chunks per rank,
 // k token slices (TeraPipe) / sequence segments (Seq1F1B) per micro-batch.
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Seq1F1B and Seq1F1B-I generators and the computation-wise partitioning (spec/seq1f1b.md 6-8).
+// Seq1F1B and Seq1F1B-I generators and the computation-wise partitioning (docs/papers.md#seq1f1b).
 #include "core/seq1f1b.h"
 
 #include <algorithm>
@@ -27,7 +27,7 @@ int validate(const char* where, int p, int v, const std::vector<MicroBatch>& mbs
   return k;
 }
 
-// The partially ordered queue (spec/seq1f1b.md 6.2): a deque of per-micro-batch stacks. A pop returns the
+// The partially ordered queue (docs/papers.md#seq1f1b): a deque of per-micro-batch stacks. A pop returns the
 // last-pushed segment of the earliest micro-batch still queued.
 struct Unit {
   int mb, seg;
@@ -92,7 +92,7 @@ int warmup_seq1f1b(int p, int m, int k, int r) { return std::max(0, std::min(p -
 
 int warmup_seq1f1b_interleaved(int p, int m, int k, int v, int r, Seq1F1BGrouping g) {
   const int total = m * v * k;
-  if (m == p) return total;  // Megatron: all forwards first when m == p (spec/seq1f1b.md 7.2)
+  if (m == p) return total;  // Megatron: all forwards first when m == p (docs/papers.md#seq1f1b)
   const int group = g == Seq1F1BGrouping::Code ? p : p * k;
   return std::min(2 * (p - r - 1) + (v - 1) * group + k - 1, total);
 }
@@ -119,7 +119,7 @@ Schedule make_seq1f1b_interleaved(int p, int v, const std::vector<MicroBatch>& m
   if (g == Seq1F1BGrouping::Code && p % k != 0)
     invalid(where,
             "the code grouping (Eq. 6, chunk groups of p segments) needs p % k == 0, got p = " + std::to_string(p) +
-                ", k = " + std::to_string(k) + " (spec/seq1f1b.md 7.3: choose k dividing p, or the figure grouping)");
+                ", k = " + std::to_string(k) + " (docs/papers.md: choose k dividing p, or the figure grouping)");
   Schedule s = schedule_skeleton("seq1f1b-i", p, v, mbs, seq_len);
   // Megatron's unit -> chunk table applied to segments: groups of `group` consecutive segment units per chunk.
   const int group = g == Seq1F1BGrouping::Code ? p : p * k;

@@ -1,9 +1,9 @@
 #pragma once
-// Seq1F1B (spec/seq1f1b.md): sequence-level 1F1B. Each micro-batch is cut into k segments; the unit of
+// Seq1F1B (docs/papers.md#seq1f1b): sequence-level 1F1B. Each micro-batch is cut into k segments; the unit of
 // scheduling is a segment. Forwards run in (micro-batch, segment) order, backwards are popped from a
 // partially ordered queue (FIFO across micro-batches, LIFO across the segments of one micro-batch), and the
 // warm-up grows by k - 1 units over 1F1B. Also the computation-wise partitioning (cwp) of a sequence into
-// segments of equal causal FLOPs (spec/seq1f1b.md 8).
+// segments of equal causal FLOPs (docs/papers.md#seq1f1b).
 
 #include <vector>
 
@@ -12,12 +12,12 @@
 
 namespace pipescope {
 
-// Seq1F1B-I chunk grouping (spec/seq1f1b.md 7.3). Code: Eq. 6 and the authors' code, chunk groups of p
+// Seq1F1B-I chunk grouping (docs/papers.md#seq1f1b). Code: Eq. 6 and the authors' code, chunk groups of p
 // segments (needs p % k == 0, else the LIFO pop reaches a micro-batch whose later segments have not been
 // forwarded on that chunk). Figure: the paper's Figure 2, chunk groups of p*k segments (p whole micro-batches).
 enum class Seq1F1BGrouping { Code, Figure };
 
-// Warm-up forward count of rank r (in segment units): min(p - r - 2 + k, m*k) (spec/seq1f1b.md 6.1).
+// Warm-up forward count of rank r (in segment units): min(p - r - 2 + k, m*k) (docs/papers.md#seq1f1b).
 int warmup_seq1f1b(int p, int m, int k, int r);
 // Seq1F1B-I warm-up (in (segment, chunk) units), capped at m*v*k; all units when m == p (Megatron).
 // Code: 2(p-r-1) + (v-1)p + k - 1; Figure: 2(p-r-1) + (v-1)pk + k - 1.
@@ -31,12 +31,12 @@ Schedule make_seq1f1b_interleaved(int p, int v, const std::vector<MicroBatch>& m
 
 // ---------------------------------------------------------------- partitioning
 // Per-token causal cost of one sequence: token x costs c_lin + c_att * x (x earlier tokens attended), so
-// the cumulative cost of tokens [0, x) is G(x) = c_lin*x + c_att*x^2/2 (spec/seq1f1b.md 8.3).
+// the cumulative cost of tokens [0, x) is G(x) = c_lin*x + c_att*x^2/2 (docs/papers.md#seq1f1b).
 struct CausalCost {
   double c_lin = 0;
   double c_att = 0;
 };
-// The authors' code's forward-FLOP model (spec/seq1f1b.md 8.2): c_lin = 4hV + L(8h^2 + 4h*ffn),
+// The authors' code's forward-FLOP model (docs/papers.md#seq1f1b): c_lin = 4hV + L(8h^2 + 4h*ffn),
 // c_att = L(4*dh + 3)*nh. Vocabulary terms are charged to every segment, as the code does.
 CausalCost seq1f1b_flop_cost(const ModelSpec& m);
 

@@ -61,7 +61,7 @@ CappedSlicing backtrack(const SliceTimeTable& t, const DpWork& w) {
 }
 
 // One evaluation of the joint problem under a cap: token DP per micro-batch size, then the unbounded
-// knapsack over sizes (spec/terapipe.md 5.4).
+// knapsack over sizes (docs/papers.md#terapipe).
 struct CapResult {
   double sum_s = kInf, max_s = 0;
   std::vector<int> count;               // per size b (index b - 1): micro-batches of that size
@@ -266,7 +266,7 @@ ScenarioSliceModel scenario_slice_model(const Scenario& s) {
   std::shared_ptr<const CostModel> cm = make_cost_model(s);  // analytic or calibration profile
   const ClusterSpec& cl = s.cluster;
   const int K = par.pp, tp = par.tp;
-  const int stage = K / 2;  // a middle stage: no embedding, no LM head (uniform layers, spec/terapipe.md 4.1)
+  const int stage = K / 2;  // a middle stage: no embedding, no LM head (uniform layers, docs/papers.md#terapipe)
   const int stages_per_node = std::max(1, cl.gpus_per_node / tp);
   const bool cross = K > stages_per_node && cl.nodes > 1;
   const double p2p_bw = cross ? cl.nic_bw_Bps : cl.nvlink_bw_Bps;

@@ -1,5 +1,5 @@
 #pragma once
-// TeraPipe's optimal slicing (spec/terapipe.md 5): the token DP of Algorithm 1 under a cap t_max, the
+// TeraPipe's optimal slicing (docs/papers.md#terapipe): the token DP of Algorithm 1 under a cap t_max, the
 // enumeration of t_max, and the joint batch/token split (1-D knapsack over micro-batch sizes, pipeline fill
 // term counted once). Pure arithmetic on a slice-time function t(b, l, c); no SimGrid.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// RAII CUDA event-pair timer for the calibration harness (spec/calibration.md 3): construction records
+// RAII CUDA event-pair timer for the calibration harness (docs/calibration.md): construction records
 // the start event on the stream, elapsed_s() records the stop event, waits for it and returns seconds.
 // restart() re-records the start. Errors throw CudaError. Not copyable.
 

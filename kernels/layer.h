@@ -29,7 +29,7 @@ const char* dtype_name(DType t);
 std::size_t dtype_bytes(DType t);
 
 // One transformer layer. heads must divide hidden.
-// tp > 1: the shape of one of tp Megatron tensor-parallel shards of that layer (spec/megatron.md 3): heads / tp
+// tp > 1: the shape of one of tp Megatron tensor-parallel shards of that layer (docs/papers.md#megatron): heads / tp
 // attention heads (column-parallel fused QKV: the q, k and v columns of its heads; row-parallel W_o: the rows of
 // its heads), ffn / tp MLP columns (column-parallel fc1 + bias, row-parallel fc2), replicated LayerNorms and
 // row-parallel biases b_o, b_fc2. Parameters, K/V caches and records of such a shape hold the shard only.
@@ -167,7 +167,7 @@ std::vector<double> shard_params(ModuleKind kind, const ModelShape& shard, int r
 // whole global batch, so that any slicing / micro-batching yields the same loss and gradients.
 std::size_t count_targets(const std::vector<std::int32_t>& targets);
 
-// FLOPs of one layer (of one shard when tp > 1: 1/tp of them) on a slice (spec/calibration.md 6, causal pair
+// FLOPs of one layer (of one shard when tp > 1: 1/tp of them) on a slice (docs/calibration.md, causal pair
 // count): forward 24 b l h^2 + 4 b h (l c + l (l + 1) / 2); backward twice that.
 double layer_forward_flops(const LayerShape& s, const Slice& sl);
 

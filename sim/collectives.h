@@ -1,5 +1,5 @@
 #pragma once
-// Collectives as the engine runs them (spec/simgrid.md section 8). No SimGrid here: the algorithm
+// Collectives as the engine runs them (docs/simulator.md). No SimGrid here: the algorithm
 // choice, the closed forms and the ring step bookkeeping are plain code with in-process tests; the engine
 // turns each startable ring step into a host-to-host comm.
 //

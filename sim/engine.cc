@@ -1,4 +1,4 @@
-// The just-in-time DAG driver (spec/simgrid.md 4.2, spec/simgrid-proto/main.cpp `Sim`): a node's SimGrid
+// The just-in-time DAG driver (docs/simulator.md): a node's SimGrid
 // activity is created only when its last predecessor completed, so SimGrid holds only what is in flight.
 // Hot path: no strings, maps, std::function or per-activity heap use of our own; activity metadata is a
 // tagged integer stored in the activity's data pointer; collective state lives in recycled records.
@@ -860,7 +860,7 @@ class Driver {
 
   void comm(const HostPair& hosts, double bytes, std::uintptr_t code) {
     activities_++;
-    // Call order matters in 3.32: sendto_init, payload, then start (spec/simgrid.md 6).
+    // Call order matters in 3.32: sendto_init, payload, then start (docs/simulator.md).
     sg4::CommPtr c = sg4::Comm::sendto_init(hosts.first, hosts.second);
     c->set_payload_size(static_cast<std::uint64_t>(std::llround(bytes)));
     c->set_data(reinterpret_cast<void*>(code));

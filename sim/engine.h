@@ -1,6 +1,6 @@
 #pragma once
 // The SimGrid engine: replays a checked, lowered schedule on a platform with a just-in-time DAG driver
-// (activities created only when ready; spec/simgrid.md section 4.2). Per-GPU compute is serialised by
+// (activities created only when ready; docs/simulator.md). Per-GPU compute is serialised by
 // the DAG's program-order edges; transfers are Comm::sendto_init host-to-host; collectives expand into
 // ring steps (2(n-1) steps of n concurrent comms) sharing links with pipeline traffic.
 //

@@ -19,7 +19,7 @@ namespace sg4 = simgrid::s4u;
 
 namespace {
 
-// spec/calibration.md 8.2, `nvidia-smi topo -m` of a p3.16xlarge: 0 = SYS, 1 = NV1, 2 = NV2.
+// docs/calibration.md, `nvidia-smi topo -m` of a p3.16xlarge: 0 = SYS, 1 = NV1, 2 = NV2.
 constexpr int kCubeMesh[8][8] = {
     {0, 1, 1, 2, 2, 0, 0, 0}, {1, 0, 2, 1, 0, 2, 0, 0}, {1, 2, 0, 2, 0, 0, 1, 0}, {2, 1, 2, 0, 0, 0, 0, 1},
     {2, 0, 0, 0, 0, 1, 1, 2}, {0, 2, 0, 0, 1, 0, 2, 1}, {0, 0, 1, 0, 1, 2, 0, 2}, {0, 0, 0, 1, 2, 1, 2, 0},

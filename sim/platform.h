@@ -1,7 +1,7 @@
 #pragma once
 // Platform builder: one SimGrid host per GPU, intra-node links (NVSwitch star / cube mesh / PCIe), one link per
 // NIC and the inter-node fabric (star, fat tree with oversubscription, rail-optimised), from a ClusterSpec.
-// Applies CM02, TCP-gamma 0 and no crosstraffic (plain alpha-beta behaviour, spec/simgrid.md section 7)
+// Applies CM02, TCP-gamma 0 and no crosstraffic (plain alpha-beta behaviour, docs/simulator.md)
 // before any zone exists. Must be called once per process after the SimGrid Engine is created.
 //
 // Every host lives in one flat SimGrid zone whose routes are computed from the topology on request
@@ -87,7 +87,7 @@ struct RouteInfo {
 };
 RouteInfo route_info(const simgrid::s4u::Host* src, const simgrid::s4u::Host* dst);
 
-// Cube-mesh NVLink adjacency of a p3.16xlarge / DGX-1V node (spec/calibration.md 8.2): number of NVLink
+// Cube-mesh NVLink adjacency of a p3.16xlarge / DGX-1V node (docs/calibration.md): number of NVLink
 // links between local GPUs a and b (0 = "SYS", no NVLink; 1 = NV1; 2 = NV2).
 int cube_mesh_links(int a, int b);
 

@@ -23,7 +23,7 @@ SimResult simulate(const ClusterSpec& cluster, const CheckedSchedule& cs, const 
     if (n.kind == DagKind::Collective && n.worker >= 0 && n.index >= 0)
       ann.allgather[i] = ls.per_worker[n.worker][n.index].kind == LOpKind::AllGather;
   }
-  // Each TP rank of a worker sends its own share to the same TP rank of the peer (spec/megatron.md 3.3).
+  // Each TP rank of a worker sends its own share to the same TP rank of the peer (docs/papers.md#megatron).
   if (pl.tp > 1) {
     ann.lanes.assign(static_cast<std::size_t>(cluster.total_gpus()), {});
     for (int w = 0; w < pl.dp * pl.p; w++) {

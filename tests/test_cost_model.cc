@@ -1,5 +1,5 @@
-// AnalyticCostModel and the Megatron accounting: FLOP formulas against spec/megatron.md 6 / 8.1 and
-// spec/calibration.md 6, the short-slice behaviour of spec/terapipe.md 1 (V100), the A100 efficiency
+// AnalyticCostModel and the Megatron accounting: FLOP formulas against docs/papers.md#megatron and
+// docs/calibration.md, the short-slice behaviour of docs/papers.md#terapipe (V100), the A100 efficiency
 // range of the Megatron weak-scaling shapes, and the sizes the lowering passes consume.
 #include <gtest/gtest.h>
 
@@ -40,7 +40,7 @@ Op op(OpKind kind, int stage, int tok_begin, int tok_end, int p = 1) {
   return o;
 }
 
-// ---------------------------------------------------------------- accounting (megatron.md 6, 8.1)
+// ---------------------------------------------------------------- accounting (docs/papers.md#megatron)
 
 struct TableRow {
   const char* preset;
@@ -96,7 +96,7 @@ TEST(CostModel, LayerFlopsPerGemmAndCausalAttention) {
   EXPECT_DOUBLE_EQ(f.proj, 2 * b * s * h * h);
   EXPECT_DOUBLE_EQ(f.mlp, 16 * b * s * h * h);
   EXPECT_DOUBLE_EQ(f.gemm(), 24 * b * s * h * h);
-  EXPECT_DOUBLE_EQ(f.attn, 4 * b * h * (s * s + s) / 2);  // causal pair count (calibration.md 6)
+  EXPECT_DOUBLE_EQ(f.attn, 4 * b * h * (s * s + s) / 2);  // causal pair count (docs/calibration.md)
   // A slice of l tokens after c: 24*b*l*h^2 + 4*b*h*(l*c + l*(l+1)/2), split t ways.
   f = layer_forward_flops(m, 4, 1, 100, 300);
   EXPECT_DOUBLE_EQ(f.gemm(), 24.0 * 100 * h * h / 4);
@@ -127,7 +127,7 @@ TEST(CostModel, SliceFlopsSumToFullSequence) {
 
 // ---------------------------------------------------------------- time model
 
-// spec/terapipe.md 1 / calibration.md 5.4: on a V100 a GPT3-1B layer's forward takes about as long for
+// docs/papers.md#terapipe / docs/calibration.md: on a V100 a GPT3-1B layer's forward takes about as long for
 // 1 token as for 256, and grows about linearly beyond ~512.
 TEST(CostModel, V100ShortSlicesUnderUseTheGpu) {
   const AnalyticCostModel cm(scenario("gpt3-1b", "aws-p3.16xlarge", 1, 1));
@@ -146,7 +146,7 @@ TEST(CostModel, V100ShortSlicesUnderUseTheGpu) {
   EXPECT_LT(t2048 / 2048, t1 / 50);
 }
 
-// Megatron weak-scaling shapes (megatron.md 8.1), b = 1, full 2048-token layer, forward: about 45-55% of
+// Megatron weak-scaling shapes (docs/papers.md#megatron), b = 1, full 2048-token layer, forward: about 45-55% of
 // the A100's 312 TFLOP/s for h >= 12288 at t = 8 (Megatron's own FLOP count), lower for small h.
 TEST(CostModel, A100LayerEfficiencyFollowsMegatronShapes) {
   auto efficiency = [](const char* preset, int tp) {

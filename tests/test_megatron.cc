@@ -1,4 +1,4 @@
-// Megatron PTD-P lowering (spec/megatron.md 3): scatter/gather of pipeline messages (each TP rank sends b*s*h/t,
+// Megatron PTD-P lowering (docs/papers.md#megatron): scatter/gather of pipeline messages (each TP rank sends b*s*h/t,
 // the receiver all-gathers over its TP group), the TP all-reduce counts with and without recomputation, the
 // dgx-a100 preset at Table 1 scale, and the scenarios/megatron files.
 #include <gtest/gtest.h>

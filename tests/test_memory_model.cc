@@ -1,5 +1,5 @@
 // Memory model: activation peaks walked from generated schedules against the closed forms of
-// spec/megatron.md 2.4-2.6 (GPipe m, 1F1B p - r, interleaved (2(p-r-1) + (v-1)p + 1)/v stage equivalents),
+// docs/papers.md#megatron (GPipe m, 1F1B p - r, interleaved (2(p-r-1) + (v-1)p + 1)/v stage equivalents),
 // token-weighted units for sliced schedules, static state, recomputation and the OOM flag; flash attention and
 // sequence parallelism, K/V caches and dK/dV buffers of sliced schedules, and the largest batch that fits.
 #include <gtest/gtest.h>
@@ -84,7 +84,7 @@ TEST(MemoryModel, OneFOneBHoldsPMinusR) {
   EXPECT_NEAR(rep.ranks[3].activation_peak_bytes, last, 1e-6 * last);
 }
 
-// megatron.md 2.4 memory / 2.6: rank r peaks at min(W_r + 1, m*v) chunk-micro-batches, each 1/v of a stage.
+// docs/papers.md#megatron: rank r peaks at min(W_r + 1, m*v) chunk-micro-batches, each 1/v of a stage.
 TEST(MemoryModel, InterleavedClosedForm) {
   struct Case {
     int p, m, v;
@@ -270,7 +270,7 @@ TEST(MemoryModel, FlashAttentionFlipsTheOomFlag) {
   EXPECT_NEAR(gap, 8 * 4 * 5 * 32 * S * S, 1e-9 * gap);  // p micro-batches x 4 layers x the s^2 term
 }
 
-// The paper's claim (spec/seq1f1b.md 1): Seq1F1B fits where 1F1B does not. 30B, s = 65536, PP 8, TP 8 with
+// The paper's claim (docs/papers.md#seq1f1b): Seq1F1B fits where 1F1B does not. 30B, s = 65536, PP 8, TP 8 with
 // sequence parallelism and flash attention, M = 16: 1F1B keeps 8 micro-batches on stage 0 (> 80 GiB),
 // Seq1F1B about (p + k - 1)/k = 2.75.
 TEST(MemoryModel, Seq1F1BFitsWhere1F1BDoesNot) {
@@ -409,7 +409,7 @@ TEST(MemoryModel, MaxBatchClosedForm) {
   EXPECT_THROW(max_batch_gpipe(s), std::invalid_argument);
 }
 
-// TeraPipe Table 1 (spec/terapipe.md 9.3): the paper's batch must fit in the model's memory (the model allows
+// TeraPipe Table 1 (docs/papers.md#terapipe): the paper's batch must fit in the model's memory (the model allows
 // more: see `pipescope repro terapipe --max-batch`), and flash attention would allow still more.
 TEST(MemoryModel, TeraPipeTable1BatchesFit) {
   for (int setting = 1; setting <= 10; setting++) {

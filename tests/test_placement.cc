@@ -18,7 +18,7 @@
 namespace pipescope {
 namespace {
 
-// spec/calibration.md 8.2 (`nvidia-smi topo -m` of a p3.16xlarge): 0 = SYS, 1 = NV1, 2 = NV2. Written out
+// docs/calibration.md (`nvidia-smi topo -m` of a p3.16xlarge): 0 = SYS, 1 = NV1, 2 = NV2. Written out
 // here from the spec, independently of core/placement.cc.
 constexpr int kTopo[8][8] = {
     {0, 1, 1, 2, 2, 0, 0, 0}, {1, 0, 2, 1, 0, 2, 0, 0}, {1, 2, 0, 2, 0, 0, 1, 0}, {2, 1, 2, 0, 0, 0, 0, 1},
@@ -48,7 +48,7 @@ int links(const Placement& pl, int ga, int gb) {
 }
 
 TEST(Placement, MegatronFormula) {
-  // spec/megatron.md 3.4: rank = r * (n / p) + d * tp + t.
+  // docs/papers.md#megatron: rank = r * (n / p) + d * tp + t.
   const int dp = 2, p = 4, tp = 2, n = 16;
   for (const char* layout : {"megatron", "stage-major"}) {
     Placement pl = make_placement(layout, dp, p, tp, cluster("dgx-a100", 2));

@@ -182,11 +182,11 @@ TEST(Scenario, EveryModelPresetLoads) {
     EXPECT_EQ(s.model.hidden % s.model.heads, 0);
   }
   // Spot checks against the spec tables.
-  const ModelSpec g175 = *model_preset("gpt3-175b");  // terapipe.md 9.2
+  const ModelSpec g175 = *model_preset("gpt3-175b");  // docs/papers.md#terapipe
   EXPECT_EQ(g175.layers, 96);
   EXPECT_EQ(g175.hidden, 12288);
   EXPECT_EQ(g175.heads, 96);
-  const ModelSpec m1t = *model_preset("megatron-1t");  // megatron.md 8.1
+  const ModelSpec m1t = *model_preset("megatron-1t");  // docs/papers.md#megatron
   EXPECT_EQ(m1t.layers, 128);
   EXPECT_EQ(m1t.hidden, 25600);
   EXPECT_EQ(m1t.heads, 160);
@@ -194,7 +194,7 @@ TEST(Scenario, EveryModelPresetLoads) {
   const ModelSpec m530 = *model_preset("megatron-529.6b");
   EXPECT_EQ(m530.layers, 105);
   EXPECT_EQ(m530.hidden, 20480);
-  const ModelSpec s30 = *model_preset("seq1f1b-30b");  // seq1f1b.md 11.3: head dim 96
+  const ModelSpec s30 = *model_preset("seq1f1b-30b");  // docs/papers.md#seq1f1b: head dim 96
   EXPECT_EQ(s30.hidden / s30.heads, 96);
   EXPECT_EQ(s30.vocab, 32000);
   EXPECT_FALSE(s30.tied_embeddings);
@@ -223,7 +223,7 @@ TEST(Scenario, EveryClusterAndDevicePresetLoads) {
     EXPECT_EQ(s.cluster.device.name, name);
     EXPECT_DOUBLE_EQ(s.cluster.device.kernel_launch_s, device_preset(name)->kernel_launch_s);
   }
-  // calibration.md 7/8: V100 has no bf16; p3.16xlarge is a cube mesh with one 25 Gbps NIC.
+  // docs/calibration.md/8: V100 has no bf16; p3.16xlarge is a cube mesh with one 25 Gbps NIC.
   const ClusterSpec p3 = *cluster_preset("aws-p3.16xlarge");
   EXPECT_EQ(p3.device.name, "V100-SXM2-16GB");
   EXPECT_EQ(p3.device.peak_flops_bf16, 0);

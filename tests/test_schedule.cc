@@ -1,5 +1,5 @@
-// Schedule IR and generators: canonical text, golden orders (spec/megatron.md 2.3/2.4), property tests over
-// a (p, m, v) grid, and closed-form makespans with free communication (spec/megatron.md 2.6).
+// Schedule IR and generators: canonical text, golden orders (docs/papers.md#megatron), property tests over
+// a (p, m, v) grid, and closed-form makespans with free communication (docs/papers.md#megatron).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -249,7 +249,7 @@ TEST(ScheduleGolden, InterleavedMEqualsPIsAllWarmUp) {
 }
 
 TEST(ScheduleGolden, PeakInFlightChunkMicrobatches) {
-  // spec/megatron.md 2.6: interleaved peaks per rank = min(W_r + 1, m v).
+  // docs/papers.md#megatron: interleaved peaks per rank = min(W_r + 1, m v).
   auto peaks = [](const Schedule& s) {
     std::vector<int> out;
     for (const auto& ops : s.per_rank) {
@@ -452,7 +452,7 @@ TEST(ScheduleClosedForm, GPipeAnd1F1BMakespan) {
 }
 
 TEST(ScheduleClosedForm, MegatronTable) {
-  // spec/megatron.md 2.6, t_f = 1, t_b = 2.
+  // docs/papers.md#megatron, t_f = 1, t_b = 2.
   struct Row {
     int p, m, v;
     double plain, interleaved;

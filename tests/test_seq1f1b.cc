@@ -1,4 +1,4 @@
-// Seq1F1B / Seq1F1B-I generators and computation-wise partitioning (spec/seq1f1b.md): golden orders (6.3, 7.3),
+// Seq1F1B / Seq1F1B-I generators and computation-wise partitioning (docs/papers.md#seq1f1b): golden orders (6.3, 7.3),
 // warm-up counts, properties over a (p, m, k, n) grid, closed-form bubbles and peak in-flight activations with
 // equal costs and free communication (9), and the reference cwp splits (8.4).
 #include <gtest/gtest.h>
@@ -93,7 +93,7 @@ double makespan(const Schedule& s, int v) {
 
 // ------------------------------------------------------------------------------------------ golden orders
 
-TEST(Seq1F1B, GoldenOrderP4M8K2) {  // spec/seq1f1b.md 6.3
+TEST(Seq1F1B, GoldenOrderP4M8K2) {  // docs/papers.md#seq1f1b
   const Schedule s = make_seq1f1b(4, uniform_microbatches(8, 1, 64, 2), 64);
   EXPECT_EQ(s.name, "seq1f1b");
   expect_prefix(s, 1, "F1.1 F1.2 F2.1 F2.2 F3.1 B1.2 F3.2 B1.1 F4.1 B2.2 F4.2 B2.1 F5.1 B3.2");
@@ -106,7 +106,7 @@ TEST(Seq1F1B, GoldenOrderP4M8K2) {  // spec/seq1f1b.md 6.3
   expect_suffix(s, 4, "F8.2 B8.2 B8.1");
 }
 
-TEST(Seq1F1BInterleaved, CodeGroupingReferenceOrder) {  // spec/seq1f1b.md 7.3, Eq. 6: 11 warm-up forwards
+TEST(Seq1F1BInterleaved, CodeGroupingReferenceOrder) {  // docs/papers.md#seq1f1b, Eq. 6: 11 warm-up forwards
   const Schedule s = make_seq1f1b_interleaved(4, 2, uniform_microbatches(8, 1, 64, 2), 64, Seq1F1BGrouping::Code);
   EXPECT_EQ(s.name, "seq1f1b-i");
   expect_prefix(s, 1,
@@ -115,7 +115,7 @@ TEST(Seq1F1BInterleaved, CodeGroupingReferenceOrder) {  // spec/seq1f1b.md 7.3, 
   EXPECT_EQ(forwards_before_first_backward(s, 0), 12);  // 11 warm-up + the first steady forward
 }
 
-TEST(Seq1F1BInterleaved, FigureGroupingReferenceOrder) {  // spec/seq1f1b.md 7.3, Figure 2: 16, 14, 12, 10
+TEST(Seq1F1BInterleaved, FigureGroupingReferenceOrder) {  // docs/papers.md#seq1f1b, Figure 2: 16, 14, 12, 10
   const Schedule s = make_seq1f1b_interleaved(4, 2, uniform_microbatches(8, 1, 64, 2), 64, Seq1F1BGrouping::Figure);
   expect_prefix(s, 1,
                 "F1.1c0 F1.2c0 F2.1c0 F2.2c0 F3.1c0 F3.2c0 F4.1c0 F4.2c0 F1.1c1 F1.2c1 F2.1c1 F2.2c1 F3.1c1 F3.2c1 "
@@ -225,7 +225,7 @@ TEST(Seq1F1B, BubbleClosedForm) {  // phi = (p-1)/(k*m+p-1): makespan = (m + (p-
       }
 }
 
-TEST(Seq1F1BInterleaved, BubbleClosedForm) {  // phi = (p-1)/(n*k*m+p-1), both groupings (spec/seq1f1b.md 7.3)
+TEST(Seq1F1BInterleaved, BubbleClosedForm) {  // phi = (p-1)/(n*k*m+p-1), both groupings (docs/papers.md#seq1f1b)
   for (auto g : {Seq1F1BGrouping::Code, Seq1F1BGrouping::Figure})
     for (int p : {2, 4, 8})
       for (int mult : {2, 4})
@@ -252,7 +252,7 @@ Scenario mem_scenario(int pp, int v, int seq_len) {
   return s;
 }
 
-TEST(Seq1F1B, PeakInFlightClosedForm) {  // spec/seq1f1b.md 9: stage i holds (p-i+k-1)/k micro-batch units
+TEST(Seq1F1B, PeakInFlightClosedForm) {  // docs/papers.md#seq1f1b: stage i holds (p-i+k-1)/k micro-batch units
   for (int p : {2, 4, 8})
     for (int k : {1, 2, 4}) {
       const int m = 2 * p, seq = 64 * k;
@@ -261,7 +261,7 @@ TEST(Seq1F1B, PeakInFlightClosedForm) {  // spec/seq1f1b.md 9: stage i holds (p-
       for (int r = 0; r < p; r++)
         EXPECT_NEAR(rep.ranks[r].max_in_flight, double(p - r + k - 1) / k, 1e-12) << p << " " << k << " " << r;
     }
-  // Worked values of spec/seq1f1b.md 9 (k = 4, n = 2): stage-0 peak 2.75 / 3.25 (code) / 6.25 (figure) at p = 8.
+  // Worked values of docs/papers.md#seq1f1b (k = 4, n = 2): stage-0 peak 2.75 / 3.25 (code) / 6.25 (figure) at p = 8.
   const auto mbs = uniform_microbatches(16, 1, 256, 4);
   EXPECT_NEAR(memory_report(mem_scenario(8, 1, 256), make_seq1f1b(8, mbs, 256)).ranks[0].max_in_flight, 2.75, 1e-12);
   EXPECT_NEAR(memory_report(mem_scenario(8, 2, 256), make_seq1f1b_interleaved(8, 2, mbs, 256)).ranks[0].max_in_flight,
@@ -300,7 +300,7 @@ ModelSpec model(int L, int h, int nh) {
   return m;
 }
 
-TEST(Cwp, ReferenceSplits) {  // spec/seq1f1b.md 8.4 (the authors' solver, V = 32000, TP rounding)
+TEST(Cwp, ReferenceSplits) {  // docs/papers.md#seq1f1b (the authors' solver, V = 32000, TP rounding)
   struct Row {
     int L, h, nh, tp, s;
     std::vector<int> want;

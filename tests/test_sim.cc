@@ -88,7 +88,7 @@ std::string tmp(const std::string& name) {
 // ---------------------------------------------------------------- in process: collectives
 
 TEST(SimCollectives, ClosedFormsOfSpec) {
-  // spec/simgrid.md 8: 1 GB over 2 GPUs at 150 GB/s, no latency; 8 ranks behind a 12.5 GB/s NIC.
+  // docs/simulator.md: 1 GB over 2 GPUs at 150 GB/s, no latency; 8 ranks behind a 12.5 GB/s NIC.
   EXPECT_NEAR(ring_collective_seconds(2, 1e9, 0.0, 150e9), 6.666666667e-3, 1e-12);
   EXPECT_NEAR(ring_collective_seconds(8, 1e9, 12e-6, 12.5e9), 0.140168, 1e-12);
   EXPECT_NEAR(ring_collective_seconds(8, 1e9, 12e-6, 12.5e9, true), 0.070084, 1e-12);
@@ -226,7 +226,7 @@ TEST(SimPlatform, CubeMeshMatrixIsTheP3Topology) {
     EXPECT_EQ(peers, 4);
     EXPECT_EQ(nv2, 2);
   }
-  EXPECT_EQ(cube_mesh_links(0, 5), 0);  // calibration.md 8.2: GPU0 -> GPU5 has no NVLink
+  EXPECT_EQ(cube_mesh_links(0, 5), 0);  // docs/calibration.md: GPU0 -> GPU5 has no NVLink
   EXPECT_EQ(cube_mesh_links(0, 3), 2);
   EXPECT_EQ(cube_mesh_links(0, 1), 1);
   EXPECT_THROW(cube_mesh_links(0, 8), std::out_of_range);
@@ -509,7 +509,7 @@ TEST(SimEngine, BadInputsAreRejectedBeforeSimGrid) {
 struct Closed {
   const char* schedule;
   int p, m, v;
-  double expected;  // t_f = 1, t_b = 2 (spec/megatron.md 2.6)
+  double expected;  // t_f = 1, t_b = 2 (docs/papers.md#megatron)
 };
 
 TEST(SimSchedule, FreeCommunicationMatchesClosedForms) {

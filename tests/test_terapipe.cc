@@ -22,7 +22,7 @@
 namespace pipescope {
 namespace {
 
-// Brute force: every composition of U units, T = sum + (K - 1) * max (spec/terapipe.md 4.1).
+// Brute force: every composition of U units, T = sum + (K - 1) * max (docs/papers.md#terapipe).
 double brute_force_tokens(const SliceTimeTable& t, int K, std::vector<int>* best_slices) {
   const int U = t.units();
   double best = std::numeric_limits<double>::infinity();
@@ -131,7 +131,7 @@ TEST(TerapipePlanner, JointDpMatchesBruteForceAndSingleSequenceEqualsTokenDp) {
 }
 
 TEST(TerapipePlanner, AffineCostGivesNearUniformSplit) {
-  // t = alpha + beta * l, no context: the optimum is a near-uniform split (spec/terapipe.md 5.5).
+  // t = alpha + beta * l, no context: the optimum is a near-uniform split (docs/papers.md#terapipe).
   const int U = 24, K = 8;
   const SliceTimeTable t(U, [](int l, int) { return 3.0 + 1.0 * l; });
   PlannerOptions o;

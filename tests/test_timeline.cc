@@ -1,5 +1,5 @@
 // SVG pipeline timelines (sim/timeline_svg.h): the picture is parsed back and checked against the closed forms
-// (spec/megatron.md 2.6, spec/seq1f1b.md 9) with ConstantCostModel and free communication (times from the DAG's
+// (docs/papers.md) with ConstantCostModel and free communication (times from the DAG's
 // earliest_finish, the communication-free critical path the engine reproduces), plus legibility rules for 96
 // stages, determinism, errors, and `pipescope simulate --timeline` end to end.
 #include <gtest/gtest.h>
@@ -225,7 +225,7 @@ TEST(Timeline, InterleavedBubbleShrinksByV) {
   const Panel pn = parse_svg(svg_of(*x)).panels.at(0);
   for (int r = 0; r < p; r++) {
     EXPECT_EQ(count(pn.rows[r], "F"), m * v);
-    // (p - 1)(tf + tb) / v per rank (spec/megatron.md 2.6).
+    // (p - 1)(tf + tb) / v per rank (docs/papers.md#megatron).
     EXPECT_NEAR(idle_s(pn, pn.rows[r]), (p - 1) * 3.0 / v, kTol) << "rank " << r;
   }
   // Chunks are in the labels.
