@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
   // The shipped scenario has 2 "GPUs" per node; the 4-rank configurations need all 4 on one node (the profile's
   // intra link): a copy with 4 per node and dp 2 (their flags set dp).
   const std::string scen4 = dir + "/cpu-4rank.yaml";
-  if (run("sed -e 's/gpus_per_node: 2/gpus_per_node: 4/' -e 's/^  dp: 1/  dp: 2/' '" + scen + "' > '" + scen4 + "'") != 0)
+  if (run("sed -e 's/gpus_per_node: 2/gpus_per_node: 4/' -e 's/^  dp: 1/  dp: 2/' '" + scen + "' > '" + scen4 + "'") !=
+      0)
     return 1;
   std::printf("closed loop: load average before %s (2-4 MPI ranks share this machine's cores)\n", load().c_str());
   if (profile.empty()) {
@@ -124,9 +125,9 @@ int main(int argc, char** argv) {
     if (!only.empty() && c.name.find(only) == std::string::npos) continue;
     const std::string json = dir + "/validate-" + std::to_string(n) + ".json";
     const std::string log = dir + "/validate-" + std::to_string(n++) + ".log";
-    const int rc = run(bin + " validate " + (c.ranks == 4 ? scen4 : scen) + " " + c.flags + " --backend cpu-f64 --profile '" + profile +
-                       "' --iterations " + std::to_string(iterations) + " --warmup 1 --json '" + json + "' > '" +
-                       log + "' 2>&1");
+    const int rc = run(bin + " validate " + (c.ranks == 4 ? scen4 : scen) + " " + c.flags +
+                       " --backend cpu-f64 --profile '" + profile + "' --iterations " + std::to_string(iterations) +
+                       " --warmup 1 --json '" + json + "' > '" + log + "' 2>&1");
     if (rc != 0) {
       std::printf("%-28s failed (exit %d): see %s\n", c.name.c_str(), rc, log.c_str());
       ok = false;
@@ -137,7 +138,7 @@ int main(int argc, char** argv) {
     const double meas = j["iteration_s"]["measured"].get<double>(), sim = j["iteration_s"]["simulated"].get<double>();
     const double e = (sim - meas) / meas, ef = rel(j, "F"), eb = rel(j, "B"), ep = rel(j, "p2p");
     const std::string src = j["cost_model"].get<std::string>();
-    const char* timed = src.find("kernel model") != std::string::npos       ? "kernel model"
+    const char* timed = src.find("kernel model") != std::string::npos            ? "kernel model"
                         : src.find("measured layer tables") != std::string::npos ? "layer table"
                                                                                  : "analytic";
     const int ranks = j["dp"].get<int>() * j["pp"].get<int>() * j["tp"].get<int>();
@@ -161,14 +162,16 @@ int main(int argc, char** argv) {
   };
   const double worst = iter_err.empty() ? 0 : *std::max_element(iter_err.begin(), iter_err.end());
   if (!shared_iter_err.empty())
-    std::printf("\n* %zu configurations have more ranks than this machine's %d cores (median |iteration error| %.1f%%): "
-                "not comparable, left out of the targets below\n",
-                shared_iter_err.size(), cores, 100 * median(shared_iter_err));
+    std::printf(
+        "\n* %zu configurations have more ranks than this machine's %d cores (median |iteration error| %.1f%%): "
+        "not comparable, left out of the targets below\n",
+        shared_iter_err.size(), cores, 100 * median(shared_iter_err));
   std::printf("\n%zu configurations: |iteration error| median %.1f%% (target <= 5%%), worst %.1f%% (target <= 10%%)\n",
               iter_err.size(), 100 * median(iter_err), 100 * worst);
-  std::printf("mean op error: forward %+.1f%%, backward %+.1f%% (targets within 15%%); p2p |error| median %.1f%% "
-              "(target 30%%)\n",
-              100 * mean(f_err), 100 * mean(b_err), 100 * median(p2p_err));
+  std::printf(
+      "mean op error: forward %+.1f%%, backward %+.1f%% (targets within 15%%); p2p |error| median %.1f%% "
+      "(target 30%%)\n",
+      100 * mean(f_err), 100 * mean(b_err), 100 * median(p2p_err));
   std::printf("load average after %s\n", load().c_str());
   return ok ? 0 : 1;
 }

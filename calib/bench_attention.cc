@@ -78,8 +78,8 @@ void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b
   }
 }
 
-AttentionModel bench_attention_kernel(const std::string& backend, int head_dim, int max_seq,
-                                      const TimingPolicy& policy, bool progress) {
+AttentionModel bench_attention_kernel(const std::string& backend, int head_dim, int max_seq, const TimingPolicy& policy,
+                                      bool progress) {
   std::vector<std::pair<int, int>> grid;  // (l, c): l over powers of two, c = 0, a quarter and half the sequence
   for (int l = 8; l <= max_seq; l *= 2)
     for (int c : {0, max_seq / 4, max_seq / 2})

@@ -40,8 +40,8 @@ void bench_ends(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, in
     t.head.push_back(EndPoint{l, hf.median_s, hb.median_s, hf.rel_spread(), hb.rel_spread()});
     const double call = head_flops(cfg, b, l) / flop_s;
     prog.step("l = " + std::to_string(l), estimated_point_s(call, cfg.policy) +
-                                               estimated_point_s(2 * call, cfg.policy) +
-                                               2 * estimated_point_s(0, cfg.policy));
+                                              estimated_point_s(2 * call, cfg.policy) +
+                                              2 * estimated_point_s(0, cfg.policy));
   }
 }
 

@@ -29,7 +29,7 @@ struct LayerRig {
     kv = be.kv_cache(s.layer, b, s.max_seq);
     prefix_rec = be.record();
     rec = be.record();
-    y = be.tensor(1, s.layer.hidden);   // outputs: the kernels size them
+    y = be.tensor(1, s.layer.hidden);  // outputs: the kernels size them
     dx = be.tensor(1, s.layer.hidden);
   }
 

@@ -73,7 +73,8 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
       t.l = l;
       t.c = c;
       t.measured_s = fwd ? f.median_s : bw.median_s;
-      t.predicted_s = model.seconds(fwd ? layer_forward_calls(m, 1, e, b, l, c) : layer_backward_calls(m, 1, e, b, l, c));
+      t.predicted_s =
+          model.seconds(fwd ? layer_forward_calls(m, 1, e, b, l, c) : layer_backward_calls(m, 1, e, b, l, c));
       out.push_back(t);
     }
   }
@@ -115,8 +116,8 @@ std::string kernel_fit_report(const KernelFits& f) {
     o += buf;
   }
   for (const auto& m : f.memory) {
-    std::snprintf(buf, sizeof buf, "    %-18s %.3g us + bytes / %.3g GB/s, held-out error %.1f%%\n",
-                  to_string(m.kind), m.fixed_s * 1e6, m.bw_Bps / 1e9, 100 * m.holdout_rel_err);
+    std::snprintf(buf, sizeof buf, "    %-18s %.3g us + bytes / %.3g GB/s, held-out error %.1f%%\n", to_string(m.kind),
+                  m.fixed_s * 1e6, m.bw_Bps / 1e9, 100 * m.holdout_rel_err);
     o += buf;
   }
   double worst = 0;

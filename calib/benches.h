@@ -4,8 +4,8 @@
 
 #include <array>
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "calib/driver.h"
@@ -16,11 +16,11 @@
 namespace pipescope::calib {
 
 struct ComputeConfig {
-  kernels::ModelShape shape;  // hidden, heads, ffn, vocab, max_seq = longest slice + context
-  int grain = 8;              // t(l, 0) for l = grain, 2 grain, ..., max_len
-  int context_steps = 8;      // (l, c) grid in steps of max_len / context_steps (TeraPipe: 16); 0 = none
-  int tp = 1;                 // tensor-parallel degree of the GEMM shapes (QKV 3h/t, projection h/t, ...)
-  int max_len = 0;            // longest l + c measured (0 = shape.max_seq); a quick budget may lower it
+  kernels::ModelShape shape;    // hidden, heads, ffn, vocab, max_seq = longest slice + context
+  int grain = 8;                // t(l, 0) for l = grain, 2 grain, ..., max_len
+  int context_steps = 8;        // (l, c) grid in steps of max_len / context_steps (TeraPipe: 16); 0 = none
+  int tp = 1;                   // tensor-parallel degree of the GEMM shapes (QKV 3h/t, projection h/t, ...)
+  int max_len = 0;              // longest l + c measured (0 = shape.max_seq); a quick budget may lower it
   bool sparse_lengths = false;  // l on grain x {1, 2, 3, 4, 6, 8, 12, ...} instead of every multiple (quick)
   TimingPolicy policy;
   bool progress = true;
@@ -53,8 +53,7 @@ void bench_ends(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, in
                 double flop_s = 1e10);
 // Attention alone (scores, causal softmax, weighted sum and their backward) of all heads of b sequences on the
 // (l, c) context grid (added to `t.attention`); CPU backends only.
-void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b, LayerTable& t,
-                     double flop_s = 1e10);
+void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b, LayerTable& t, double flop_s = 1e10);
 // Adam step time per parameter (on one layer's parameters).
 double bench_optimizer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg);
 // Time of the smallest operation the backend runs (an Adam step of a 16-wide layer): the per-kernel fixed cost.

@@ -44,7 +44,6 @@ std::string pct(double x) {
   return b;
 }
 
-
 // Speed of this machine on the layer (FLOP/s), from one forward at a short length after a warm-up call: the
 // scale of every estimate (progress, budget). Short slices run below the large-GEMM rate, so estimates err long.
 double probe_flop_s(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg) {
@@ -147,17 +146,15 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
   if (o.budget_s > 0) {
     cfg.max_len = budget_length(o, cfg, flop_s);
     if (cfg.max_len < cfg.shape.max_seq) {
-      p.provenance["budget"] = "quick budget " + std::to_string(static_cast<int>(o.budget_s)) +
-                               " s: lengths up to " + std::to_string(cfg.max_len) + " of " +
-                               std::to_string(cfg.shape.max_seq) + " measured";
+      p.provenance["budget"] = "quick budget " + std::to_string(static_cast<int>(o.budget_s)) + " s: lengths up to " +
+                               std::to_string(cfg.max_len) + " of " + std::to_string(cfg.shape.max_seq) + " measured";
       if (cfg.progress) std::fprintf(stderr, "calibrate: %s\n", p.provenance["budget"].c_str());
     }
   }
   const double est = estimate_compute_s(o, cfg, flop_s);
   plan_work(est);
   if (cfg.progress)
-    std::fprintf(stderr, "calibrate: probe %.3g GFLOP/s; compute benchmarks estimated at ~%.0f s\n", flop_s / 1e9,
-                 est);
+    std::fprintf(stderr, "calibrate: probe %.3g GFLOP/s; compute benchmarks estimated at ~%.0f s\n", flop_s / 1e9, est);
 
   for (int b : o.micro_batches) {
     LayerTable t = bench_layer(*be, *timer, cfg, b, flop_s);

@@ -24,7 +24,7 @@ struct CalibrateOptions {
   bool accept_poor_fit = false;      // write the profile even when a quality gate fails (calib/gates.h)
   GateBounds gates;
   std::string clock = "cpu";  // CPU backends: cpu (thread CPU time) | wall (steady clock, what validate measures)
-  double timer_noise = 0;  // test hook: sigma of log-normal noise on every compute reading (noisy_timer)
+  double timer_noise = 0;     // test hook: sigma of log-normal noise on every compute reading (noisy_timer)
 };
 
 // Estimated seconds of the compute benchmarks of `o` with `cfg` on a machine doing `flop_s`.

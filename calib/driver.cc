@@ -57,8 +57,8 @@ std::string TimingPolicy::describe() const {
                 "with p10/p90; ",
                 warmup_calls, warmup_s * 1e3, min_samples, min_time_s * 1e3, 100 * target_rel_spread, max_samples,
                 max_time_s, min_sample_s * 1e3);
-  return buf + std::string(cold ? "cold cache (256 MiB written before every sample, one call per sample)"
-                                : "hot cache");
+  return buf +
+         std::string(cold ? "cold cache (256 MiB written before every sample, one call per sample)" : "hot cache");
 }
 
 TimingPolicy quick_policy() {
@@ -208,8 +208,7 @@ void Progress::step(const std::string& detail, double est_s) {
     const double el = std::chrono::duration<double>(now - start_).count();
     left = el * (total_ - done_) / done_;
   }
-  std::fprintf(stderr, "calibrate: %s [%d/%d] %s, ~%.0f s left\n", what_.c_str(), done_, total_, detail.c_str(),
-               left);
+  std::fprintf(stderr, "calibrate: %s [%d/%d] %s, ~%.0f s left\n", what_.c_str(), done_, total_, detail.c_str(), left);
 }
 
 double parse_size(const std::string& s) {

@@ -1,9 +1,9 @@
 #include "calib/gates.h"
 
-#include "calib/fit.h"
-
 #include <algorithm>
 #include <cstdio>
+
+#include "calib/fit.h"
 
 namespace pipescope::calib {
 namespace {
@@ -33,8 +33,8 @@ void monotone(const LayerTable& t, const std::string& name, bool fwd, const Gate
   for (const SlicePoint& p : t.slices) {
     const double v = fwd ? p.fwd.median_s : p.bwd.median_s;
     if (v < best * (1 - b.monotone_slack))
-      bad += (bad.empty() ? "" : ", ") + ("l = " + std::to_string(p.l) + " (" + ms(v) + ") < l = " +
-                                          std::to_string(best_l) + " (" + ms(best) + ")");
+      bad += (bad.empty() ? "" : ", ") + ("l = " + std::to_string(p.l) + " (" + ms(v) +
+                                          ") < l = " + std::to_string(best_l) + " (" + ms(best) + ")");
     if (v > best) best = v, best_l = p.l;
   }
   if (!bad.empty())
@@ -53,7 +53,8 @@ void spread(const std::string& table, const std::vector<std::pair<std::string, d
 void holdout(const std::string& table, double err, double bound, const std::string& detail,
              std::vector<GateFailure>& out) {
   if (err > bound)
-    out.push_back({table, "held-out error " + pct(err) + " above " + pct(bound) + (detail.empty() ? "" : " (" + detail + ")")});
+    out.push_back(
+        {table, "held-out error " + pct(err) + " above " + pct(bound) + (detail.empty() ? "" : " (" + detail + ")")});
 }
 
 // The held-out sizes of a link table whose own error is above the bound.
@@ -112,7 +113,8 @@ std::vector<GateFailure> check_gates(const DeviceProfile& p, double gemm_holdout
   }
   if (gemm_holdout >= 0) holdout("gemm fit", gemm_holdout, b.fit_holdout, "", out);
   for (const auto& [cls, l] : p.links)
-    holdout("links." + cls, l.holdout_rel_err, b.link_holdout, l.model + worst_sizes(l.points, l.holdout_points, b), out);
+    holdout("links." + cls, l.holdout_rel_err, b.link_holdout, l.model + worst_sizes(l.points, l.holdout_points, b),
+            out);
   for (std::size_t i = 0; i < p.collectives.size(); i++) {
     const CollectiveFit& c = p.collectives[i];
     holdout("collectives[" + std::to_string(i) + "] (" + c.op + ", " + std::to_string(c.ranks) + " ranks)",

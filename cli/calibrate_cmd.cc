@@ -149,8 +149,8 @@ int run(const CalibrateCli& c) {
     const std::string exe = sibling_exe("pipescope-linkbench");
     if (access(exe.c_str(), X_OK) != 0) throw InputError(exe + ": not an executable (build pipescope-linkbench)");
     argv.insert(argv.end(),
-                {"-n", std::to_string(c.link_ranks), exe, "-b", c.min_bytes, "-e", max_bytes, "-f", c.step_factor,
-                 "-n", std::to_string(c.iters), "-w", std::to_string(c.warmup), "--out", o.link_results});
+                {"-n", std::to_string(c.link_ranks), exe, "-b", c.min_bytes, "-e", max_bytes, "-f", c.step_factor, "-n",
+                 std::to_string(c.iters), "-w", std::to_string(c.warmup), "--out", o.link_results});
     std::fprintf(stderr, "calibrate: link benchmarks, %d ranks (%s)\n", c.link_ranks, c.launcher.c_str());
     const int rc = launch(argv);
     if (rc != 0)

@@ -11,8 +11,8 @@
 #include "cli/repro.h"
 #include "core/pipeline.h"
 #include "sim/engine.h"
-#include "sim/scenario_options.h"
 #include "sim/report.h"
+#include "sim/scenario_options.h"
 
 namespace pipescope::cli {
 

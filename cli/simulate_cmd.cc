@@ -15,8 +15,8 @@
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
 #include "sim/engine.h"
-#include "sim/scenario_options.h"
 #include "sim/report.h"
+#include "sim/scenario_options.h"
 #include "sim/timeline_svg.h"
 
 namespace pipescope::cli {

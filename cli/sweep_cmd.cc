@@ -22,8 +22,8 @@
 #include "core/pipeline.h"
 #include "core/scenario.h"
 #include "sim/engine.h"
-#include "sim/scenario_options.h"
 #include "sim/report.h"
+#include "sim/scenario_options.h"
 
 namespace pipescope::cli {
 namespace {

@@ -42,8 +42,8 @@
 #include "runtime/scenario_fit.h"
 #include "runtime/trace.h"
 #include "sim/engine.h"
-#include "sim/scenario_options.h"
 #include "sim/report.h"
+#include "sim/scenario_options.h"
 #include "sim/timeline_svg.h"
 
 namespace pipescope::cli {
@@ -289,9 +289,8 @@ int run_validate(const ValidateOptions& vo) {
   std::string layout;  // "layers 1,3 per stage" for an uneven layout
   for (int g : par.stage_layers) layout += (layout.empty() ? ", layers " : ",") + std::to_string(g);
   if (!layout.empty()) layout += par.v > 1 ? " per virtual stage" : " per stage";
-  std::printf("  model: %d layers%s, hidden %d, %d heads, ffn %d, vocab %d, seq_len %d (untied head)\n",
-              s.model.layers, layout.c_str(), s.model.hidden, s.model.heads, s.model.ffn_hidden, s.model.vocab,
-              s.model.seq_len);
+  std::printf("  model: %d layers%s, hidden %d, %d heads, ffn %d, vocab %d, seq_len %d (untied head)\n", s.model.layers,
+              layout.c_str(), s.model.hidden, s.model.heads, s.model.ffn_hidden, s.model.vocab, s.model.seq_len);
   std::printf("  parallel: dp %d x pp %d (v %d), tp %d; schedule %s, %d micro-batches of %d, %zu slice(s)\n", par.dp,
               par.pp, par.v, par.tp, to_string(s.schedule.kind), par.micro_batches(), par.micro_batch_size,
               ls.schedule.microbatches.empty() ? 0 : ls.schedule.microbatches[0].slice_begin.size());

@@ -391,8 +391,8 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
     k.layer.insert(k.layer.begin(), f.begin(), f.end());
   }
   if (first) {
-    k.post = {{Tr * h, (2 * e + 1) * Tr * h, false},     // dropout backward
-              {T * h, (e + 8) * T * h, false, true}};    // embedding gradient scatter-add (fp32 rows)
+    k.post = {{Tr * h, (2 * e + 1) * Tr * h, false},   // dropout backward
+              {T * h, (e + 8) * T * h, false, true}};  // embedding gradient scatter-add (fp32 rows)
   }
   return k;
 }

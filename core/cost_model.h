@@ -42,11 +42,11 @@ struct ConstantCosts {
   double p2p_bytes = 0.0;   // per whole micro-batch; slices get their token share
   double grad_bytes = 0.0;  // per rank
   double optimizer_s = 0.0;
-  double tp_bytes = 0.0;  // per TP all-reduce call (whole micro-batch)
-  int tp_calls_fwd = 0;   // TP all-reduce calls per forward (backward uses the same count)
+  double tp_bytes = 0.0;            // per TP all-reduce call (whole micro-batch)
+  int tp_calls_fwd = 0;             // TP all-reduce calls per forward (backward uses the same count)
   std::vector<int> stage_tp_calls;  // per virtual stage, instead of tp_calls_fwd when given (uneven layers)
-  int v = 1;              // chunks per rank (a chunk costs 1/v of a stage)
-  int seq_len = 1;        // tokens per sequence, to scale slices
+  int v = 1;                        // chunks per rank (a chunk costs 1/v of a stage)
+  int seq_len = 1;                  // tokens per sequence, to scale slices
 };
 
 class ConstantCostModel final : public CostModel {

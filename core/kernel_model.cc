@@ -95,8 +95,12 @@ struct Dims {
 Dims dims(const ModelSpec& m, int t, int b, int l) {
   if (t < 1 || b < 1 || l < 1 || m.hidden < 1 || m.heads < 1 || m.heads % t != 0 || m.hidden % m.heads != 0)
     throw std::invalid_argument("kernel model: needs b, l >= 1, heads dividing hidden and t dividing heads");
-  return Dims{static_cast<double>(b) * l,   static_cast<double>(m.hidden), static_cast<double>(m.hidden) / t,
-              static_cast<double>(m.ffn_hidden) / t, b * (m.heads / t), m.hidden / m.heads};
+  return Dims{static_cast<double>(b) * l,
+              static_cast<double>(m.hidden),
+              static_cast<double>(m.hidden) / t,
+              static_cast<double>(m.ffn_hidden) / t,
+              b * (m.heads / t),
+              m.hidden / m.heads};
 }
 
 }  // namespace
@@ -106,22 +110,22 @@ std::vector<KernelCall> layer_forward_calls(const ModelSpec& m, int t, int e, in
   const double T = D.T, h = D.h, w = D.w, f = D.f;
   using MK = MemoryKernel;
   return {
-      mem(MK::Copy, memory_bytes(MK::Copy, T, h, e)),              // record of the input
-      mem(MK::LayerNorm, memory_bytes(MK::LayerNorm, T, h, e)),    // LN 1
-      gemm(T, h, 3 * w),                                           // QKV
-      mem(MK::Add, memory_bytes(MK::Copy, T, 3 * w, e)),           // bias (row broadcast: read + write)
-      mem(MK::Copy, memory_bytes(MK::Copy, T, 3 * w, e)),          // K/V into the cache, zeroed dK/dV, context
-      attention(D.reps, l, c + l, D.d, false),                     // scores, causal softmax, weighted sum
-      gemm(T, w, h),                                               // output projection
-      mem(MK::Add, memory_bytes(MK::Copy, T, h, e)),               // bias
-      mem(MK::Add, memory_bytes(MK::Add, T, h, e)),                // residual
-      mem(MK::LayerNorm, memory_bytes(MK::LayerNorm, T, h, e)),    // LN 2
-      gemm(T, h, f),                                               // MLP up
-      mem(MK::Add, memory_bytes(MK::Copy, T, f, e)),               // bias
-      mem(MK::Gelu, memory_bytes(MK::Gelu, T, f, e)),              // GeLU
-      gemm(T, f, h),                                               // MLP down
-      mem(MK::Add, memory_bytes(MK::Copy, T, h, e)),               // bias
-      mem(MK::Add, memory_bytes(MK::Add, T, h, e)),                // residual
+      mem(MK::Copy, memory_bytes(MK::Copy, T, h, e)),            // record of the input
+      mem(MK::LayerNorm, memory_bytes(MK::LayerNorm, T, h, e)),  // LN 1
+      gemm(T, h, 3 * w),                                         // QKV
+      mem(MK::Add, memory_bytes(MK::Copy, T, 3 * w, e)),         // bias (row broadcast: read + write)
+      mem(MK::Copy, memory_bytes(MK::Copy, T, 3 * w, e)),        // K/V into the cache, zeroed dK/dV, context
+      attention(D.reps, l, c + l, D.d, false),                   // scores, causal softmax, weighted sum
+      gemm(T, w, h),                                             // output projection
+      mem(MK::Add, memory_bytes(MK::Copy, T, h, e)),             // bias
+      mem(MK::Add, memory_bytes(MK::Add, T, h, e)),              // residual
+      mem(MK::LayerNorm, memory_bytes(MK::LayerNorm, T, h, e)),  // LN 2
+      gemm(T, h, f),                                             // MLP up
+      mem(MK::Add, memory_bytes(MK::Copy, T, f, e)),             // bias
+      mem(MK::Gelu, memory_bytes(MK::Gelu, T, f, e)),            // GeLU
+      gemm(T, f, h),                                             // MLP down
+      mem(MK::Add, memory_bytes(MK::Copy, T, h, e)),             // bias
+      mem(MK::Add, memory_bytes(MK::Add, T, h, e)),              // residual
   };
 }
 
@@ -130,25 +134,25 @@ std::vector<KernelCall> layer_backward_calls(const ModelSpec& m, int t, int e, i
   const double T = D.T, h = D.h, w = D.w, f = D.f;
   using MK = MemoryKernel;
   return {
-      gemm(f, T, h),                                                               // MLP down wgrad
-      mem(MK::ColumnSum, memory_bytes(MK::ColumnSum, T, h, e)),                    // its bias
-      gemm(T, h, f),                                                               // MLP down dgrad
-      mem(MK::GeluBackward, memory_bytes(MK::GeluBackward, T, f, e)),              // GeLU backward
-      gemm(h, T, f),                                                               // MLP up wgrad
-      mem(MK::ColumnSum, memory_bytes(MK::ColumnSum, T, f, e)),                    // its bias
-      gemm(T, f, h),                                                               // MLP up dgrad
-      mem(MK::Copy, memory_bytes(MK::Copy, T, h, e)),                              // residual gradient
-      mem(MK::LayerNormBackward, memory_bytes(MK::LayerNormBackward, T, h, e)),    // LN 2 backward
-      gemm(w, T, h),                                                               // projection wgrad
-      mem(MK::ColumnSum, memory_bytes(MK::ColumnSum, T, h, e)),                    // its bias
-      gemm(T, h, w),                                                               // projection dgrad
-      attention(D.reps, l, c + l, D.d, true),                                      // dV, dP, softmax bwd, dQ, dK
-      mem(MK::Copy, memory_bytes(MK::Copy, T, 2 * w, e)),                          // dK/dV out of the cache
-      gemm(h, T, 3 * w),                                                           // QKV wgrad
-      mem(MK::ColumnSum, memory_bytes(MK::ColumnSum, T, 3 * w, e)),                // its bias
-      gemm(T, 3 * w, h),                                                           // QKV dgrad
-      mem(MK::Copy, memory_bytes(MK::Copy, T, h, e)),                              // residual gradient
-      mem(MK::LayerNormBackward, memory_bytes(MK::LayerNormBackward, T, h, e)),    // LN 1 backward
+      gemm(f, T, h),                                                             // MLP down wgrad
+      mem(MK::ColumnSum, memory_bytes(MK::ColumnSum, T, h, e)),                  // its bias
+      gemm(T, h, f),                                                             // MLP down dgrad
+      mem(MK::GeluBackward, memory_bytes(MK::GeluBackward, T, f, e)),            // GeLU backward
+      gemm(h, T, f),                                                             // MLP up wgrad
+      mem(MK::ColumnSum, memory_bytes(MK::ColumnSum, T, f, e)),                  // its bias
+      gemm(T, f, h),                                                             // MLP up dgrad
+      mem(MK::Copy, memory_bytes(MK::Copy, T, h, e)),                            // residual gradient
+      mem(MK::LayerNormBackward, memory_bytes(MK::LayerNormBackward, T, h, e)),  // LN 2 backward
+      gemm(w, T, h),                                                             // projection wgrad
+      mem(MK::ColumnSum, memory_bytes(MK::ColumnSum, T, h, e)),                  // its bias
+      gemm(T, h, w),                                                             // projection dgrad
+      attention(D.reps, l, c + l, D.d, true),                                    // dV, dP, softmax bwd, dQ, dK
+      mem(MK::Copy, memory_bytes(MK::Copy, T, 2 * w, e)),                        // dK/dV out of the cache
+      gemm(h, T, 3 * w),                                                         // QKV wgrad
+      mem(MK::ColumnSum, memory_bytes(MK::ColumnSum, T, 3 * w, e)),              // its bias
+      gemm(T, 3 * w, h),                                                         // QKV dgrad
+      mem(MK::Copy, memory_bytes(MK::Copy, T, h, e)),                            // residual gradient
+      mem(MK::LayerNormBackward, memory_bytes(MK::LayerNormBackward, T, h, e)),  // LN 1 backward
   };
 }
 

@@ -86,11 +86,11 @@ double memory_bytes(MemoryKernel k, double rows, double cols, int e);
 struct KernelCall {
   enum class Kind : std::uint8_t { Gemm, Attention, Memory };
   Kind kind = Kind::Memory;
-  double m = 0, n = 0, k = 0;                       // Gemm
-  int reps = 0, l = 0, keys = 0, head_dim = 0;      // Attention: reps = sequences x heads on this device
-  bool backward = false;                            // Attention
-  MemoryKernel mem = MemoryKernel::Copy;            // Memory
-  double bytes = 0;                                 // Memory
+  double m = 0, n = 0, k = 0;                   // Gemm
+  int reps = 0, l = 0, keys = 0, head_dim = 0;  // Attention: reps = sequences x heads on this device
+  bool backward = false;                        // Attention
+  MemoryKernel mem = MemoryKernel::Copy;        // Memory
+  double bytes = 0;                             // Memory
   double gemm_flops() const { return kind == Kind::Gemm ? 2 * m * n * k : 0.0; }
 };
 

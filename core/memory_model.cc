@@ -1,9 +1,9 @@
 // Memory model: static state per rank plus an activation peak walked from the rank's op list.
 //
 // Static state (per GPU of the rank's TP group): P_r = rank_parameter_count (the layers of its v chunks,
-// stage_layer_range in core/placement.h, word + position embeddings on the first virtual stage, final LayerNorm and the tied-embedding copy
-// or output layer on the last, / t). Weights e B/param (2 for fp16/bf16), gradients 2 B (4 with grad_fp32),
-// optimizer state the rest of training.optimizer_bytes_per_param (16 = 2 + 2 + fp32 master 4 + Adam 8).
+// stage_layer_range in core/placement.h, word + position embeddings on the first virtual stage, final LayerNorm and the
+// tied-embedding copy or output layer on the last, / t). Weights e B/param (2 for fp16/bf16), gradients 2 B (4 with
+// grad_fp32), optimizer state the rest of training.optimizer_bytes_per_param (16 = 2 + 2 + fp32 master 4 + Adam 8).
 //
 // Activations per layer (Korthikanti et al. 2022, "Reducing activation recomputation", Table 2), for b
 // sequences of l tokens attending to c + l keys:

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -433,7 +433,8 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
     const Map l(source, m.node("links"), "links", {"intra", "inter"});
     for (const char* cls : {"intra", "inter"}) {
       if (!l.has(cls)) continue;
-      const Map f(source, l.node(cls), l.key(cls), {"latency_us", "bw_GBps", "holdout_rel_err", "points", "model", "holdout_points"});
+      const Map f(source, l.node(cls), l.key(cls),
+                  {"latency_us", "bw_GBps", "holdout_rel_err", "points", "model", "holdout_points"});
       LinkFit lf;
       lf.model = read_model(source, f);
       lf.latency_s = f.num("latency_us") * kUs;
@@ -450,8 +451,9 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
     const YAML::Node c = seq(source, m, "collectives");
     for (std::size_t i = 0; i < c.size(); i++) {
       const std::string k = "collectives[" + std::to_string(i) + "]";
-      const Map f(source, c[i], k,
-                  {"op", "ranks", "class", "alpha_us", "busbw_GBps", "holdout_rel_err", "points", "model", "holdout_points"});
+      const Map f(
+          source, c[i], k,
+          {"op", "ranks", "class", "alpha_us", "busbw_GBps", "holdout_rel_err", "points", "model", "holdout_points"});
       CollectiveFit cf;
       cf.model = read_model(source, f);
       cf.op = f.str("op");
@@ -645,8 +647,8 @@ void check_profile_serves(const DeviceProfile& p, const Scenario& s) {
   const std::string dt = profile_dtype(p);
   if (!dt.empty() && dt != s.training.dtype)
     throw ProfileError(src + ": this " + dt + " profile cannot serve " + s.source + " (training.dtype " +
-                       s.training.dtype + "): calibrate with a backend of that precision, or set training.dtype: " +
-                       dt);
+                       s.training.dtype +
+                       "): calibrate with a backend of that precision, or set training.dtype: " + dt);
   const std::string want = device_class(s.cluster.device.name), have = device_class(p.device.name);
   if (!want.empty() && want != have)
     throw ProfileError(src + ": a profile of device class " + have + " ('" + p.device.name + "') cannot serve " +
@@ -696,8 +698,8 @@ ProfileStamp profile_stamp(const std::string& path) {
 std::string describe_stamp(const ProfileStamp& st) {
   if (st.path.empty()) return "analytic (no profile)";
   std::string d = st.path + " (device " + st.device + ", backend " + (st.backend.empty() ? "?" : st.backend) +
-                  ", dtype " + (st.dtype.empty() ? "any" : st.dtype) + ", date " +
-                  (st.date.empty() ? "?" : st.date) + ", fnv1a64 " + st.hash + ")";
+                  ", dtype " + (st.dtype.empty() ? "any" : st.dtype) + ", date " + (st.date.empty() ? "?" : st.date) +
+                  ", fnv1a64 " + st.hash + ")";
   if (!st.gate_failures.empty())
     d += " ACCEPTED WITH " + std::to_string(st.gate_failures.size()) + " FAILED QUALITY GATE(S)";
   return d;

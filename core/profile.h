@@ -88,8 +88,8 @@ double piecewise_seconds(const std::vector<std::pair<double, double>>& points, d
 struct LinkFit {
   double latency_s = 0, bw_Bps = 0;
   double holdout_rel_err = 0;
-  std::vector<std::pair<double, double>> points;  // (bytes, median seconds), sorted by bytes
-  std::string model = "alpha-beta";               // alpha-beta | piecewise
+  std::vector<std::pair<double, double>> points;          // (bytes, median seconds), sorted by bytes
+  std::string model = "alpha-beta";                       // alpha-beta | piecewise
   std::vector<std::pair<double, double>> holdout_points;  // measured sizes the model was tested on, not fitted
   double seconds(double bytes) const;
 };
@@ -102,8 +102,8 @@ struct CollectiveFit {
   std::string link_class;  // intra | inter
   double alpha_s = 0, busbw_Bps = 0;
   double holdout_rel_err = 0;
-  std::vector<std::pair<double, double>> points;  // (bytes as nccl-tests counts them, median seconds)
-  std::string model = "alpha-beta";               // alpha-beta | piecewise
+  std::vector<std::pair<double, double>> points;          // (bytes as nccl-tests counts them, median seconds)
+  std::string model = "alpha-beta";                       // alpha-beta | piecewise
   std::vector<std::pair<double, double>> holdout_points;  // measured sizes the model was tested on, not fitted
   double seconds(double bytes) const;
 };
@@ -150,10 +150,10 @@ void check_profile_serves(const DeviceProfile& p, const Scenario& s);
 // One line naming a profile for reports: path, device, backend, dtype, date, content hash.
 struct ProfileStamp {
   std::string path, kind, name, device, backend, dtype, date, hash;  // hash: FNV-1a 64 of the file's bytes, hex
-  std::vector<std::string> gate_failures;                      // accepted with --accept-poor-fit
+  std::vector<std::string> gate_failures;                            // accepted with --accept-poor-fit
 };
 ProfileStamp profile_stamp(const std::string& path);  // "" = analytic: every field empty
-std::string describe_stamp(const ProfileStamp& st);    // "analytic (no profile)" or "PATH (device ..., ...)"
+std::string describe_stamp(const ProfileStamp& st);   // "analytic (no profile)" or "PATH (device ..., ...)"
 
 // The piecewise p2p link tables ("intra", "inter" -> (bytes, seconds)) of the profile at `path` ("" or a profile
 // without piecewise links: empty), for the simulator's size-dependent link times (sim EngineOptions::link_tables).

@@ -93,7 +93,8 @@ std::string ProfileCostModel::describe() const {
     char buf[96];
     std::snprintf(buf, sizeof buf, "%.1f%%", 100 * worst);
     return d + "no layer table for this shape: kernel model (GEMM, attention, memory-bound kernel fits" +
-           (p_.kernels.transfer.empty() ? std::string(")") : ", held-out transfer error up to " + std::string(buf) + ")");
+           (p_.kernels.transfer.empty() ? std::string(")")
+                                        : ", held-out transfer error up to " + std::string(buf) + ")");
   }
   if (tables_.empty()) return d + "no layer table for this shape, analytic model with the profile's device";
   d += "measured layer tables, micro_batch";

@@ -18,7 +18,8 @@ constexpr double kUs = 1e-6;
 }
 
 // A mapping with known keys (an unknown key is an error: typos must not be ignored).
-void check_keys(const std::string& src, const YAML::Node& n, const std::string& path, const std::set<std::string>& keys) {
+void check_keys(const std::string& src, const YAML::Node& n, const std::string& path,
+                const std::set<std::string>& keys) {
   if (!n.IsMap()) fail(src, n, path, "expected a mapping");
   for (const auto& kv : n) {
     if (!kv.first.IsScalar()) fail(src, kv.first, path, "a key must be a plain scalar");
@@ -89,7 +90,8 @@ KernelFits read_kernel_fits(const std::string& src, const YAML::Node& n) {
 
   const std::string G = P + ".gemm";
   const YAML::Node g = child(src, n, P, "gemm");
-  check_keys(src, g, G, {"rate_gflops", "m0", "n0", "k0", "fixed_us", "holdout_rel_err", "train_points", "test_points"});
+  check_keys(src, g, G,
+             {"rate_gflops", "m0", "n0", "k0", "fixed_us", "holdout_rel_err", "train_points", "test_points"});
   f.gemm.rate_flops = num(src, g, G, "rate_gflops", 1e-6, false) * 1e9;
   f.gemm.m0 = num(src, g, G, "m0", 0, false);
   f.gemm.n0 = num(src, g, G, "n0", 0, false);
@@ -142,7 +144,8 @@ KernelFits read_kernel_fits(const std::string& src, const YAML::Node& n) {
     const YAML::Node tr = list(src, n, P, "transfer");
     for (std::size_t i = 0; i < tr.size(); i++) {
       const std::string T = P + ".transfer[" + std::to_string(i) + "]";
-      check_keys(src, tr[i], T, {"op", "hidden", "heads", "ffn", "micro_batch", "l", "c", "measured_us", "predicted_us"});
+      check_keys(src, tr[i], T,
+                 {"op", "hidden", "heads", "ffn", "micro_batch", "l", "c", "measured_us", "predicted_us"});
       TransferPoint t;
       const YAML::Node op = child(src, tr[i], T, "op");
       if (!op.IsScalar()) fail(src, op, T + ".op", "expected a string");
@@ -166,8 +169,9 @@ void write_kernel_fits(const KernelFits& f, std::ostream& os) {
   os << "kernels:  # kernel-level fits (core/kernel_model.h), for shapes without a layer table\n";
   os << "  dtype: " << f.dtype << "\n";
   os << "  gemm: {rate_gflops: " << fmt(g.rate_flops / 1e9) << ", m0: " << fmt(g.m0) << ", n0: " << fmt(g.n0)
-     << ", k0: " << fmt(g.k0) << ", fixed_us: " << fmt(g.fixed_s / kUs) << ", holdout_rel_err: "
-     << fmt(g.holdout_rel_err) << ", train_points: " << g.train_points << ", test_points: " << g.test_points << "}\n";
+     << ", k0: " << fmt(g.k0) << ", fixed_us: " << fmt(g.fixed_s / kUs)
+     << ", holdout_rel_err: " << fmt(g.holdout_rel_err) << ", train_points: " << g.train_points
+     << ", test_points: " << g.test_points << "}\n";
   os << "  attention:  # per (sequence, head): a0 + a1 l + a2 l (c + l), us\n";
   auto arr = [&](const std::array<double, 3>& a) {
     os << "[" << fmt(a[0] / kUs) << ", " << fmt(a[1] / kUs) << ", " << fmt(a[2] / kUs) << "]";

@@ -12,10 +12,10 @@
 //     transfer:    # layers at shapes outside the fits: measured vs predicted
 //       - {op, hidden, heads, ffn, micro_batch, l, c, measured_us, predicted_us}
 
+#include <yaml-cpp/yaml.h>
+
 #include <ostream>
 #include <string>
-
-#include <yaml-cpp/yaml.h>
 
 #include "core/kernel_model.h"
 

@@ -490,8 +490,8 @@ ClusterSpec parse_cluster(const Section& root) {
     *value = 0;
   }
 
-  const Section net = c.sub("network", {"nics_per_node", "nic_bw_Gbps", "nic_latency_us", "topology",
-                                       "nodes_per_leaf", "oversubscription"});
+  const Section net = c.sub(
+      "network", {"nics_per_node", "nic_bw_Gbps", "nic_latency_us", "topology", "nodes_per_leaf", "oversubscription"});
   net.get("nics_per_node", cl.nics_per_node);
   net.get("nic_bw_Gbps", Num::Positive, kGbps, cl.nic_bw_Bps);
   net.get("nic_latency_us", Num::NonNegative, kUs, cl.nic_latency_s);
@@ -552,8 +552,7 @@ void Validator::check_stage_layers_key(const ModelSpec& m, const ParallelSpec& p
                                         std::to_string(p.v) + " = " + std::to_string(stages)
                                   : "one entry per pipeline stage: pp = " + std::to_string(p.pp);
   if (static_cast<long long>(p.stage_layers.size()) != stages)
-    fail({"parallel.stage_layers"},
-         "lists " + std::to_string(p.stage_layers.size()) + " stages, but needs " + per);
+    fail({"parallel.stage_layers"}, "lists " + std::to_string(p.stage_layers.size()) + " stages, but needs " + per);
   long long sum = 0;
   for (std::size_t g = 0; g < p.stage_layers.size(); g++) {
     if (p.stage_layers[g] < 1)
@@ -685,13 +684,13 @@ void Validator::run() const {
     fail({"parallel.v", "schedule.kind"},
          std::string("schedule ") + kind + " needs v > 1 model chunks per rank, got v = " + std::to_string(p.v));
   if (entry.traits.fixed_v > 0 && p.v != entry.traits.fixed_v)
-    fail({"parallel.v", "schedule.kind"}, std::string("schedule ") + kind + " needs exactly v = " +
-                                              std::to_string(entry.traits.fixed_v) +
+    fail({"parallel.v", "schedule.kind"}, std::string("schedule ") + kind +
+                                              " needs exactly v = " + std::to_string(entry.traits.fixed_v) +
                                               " model chunks per rank, got v = " + std::to_string(p.v));
   if (!interleaved && !entry.traits.from_file && p.v > 1)
-    fail({"parallel.v", "schedule.kind"},
-         "v = " + std::to_string(p.v) + " model chunks per rank needs schedule.kind " +
-             schedule_names_if([](const ScheduleTraits& t) { return t.interleaved; }) + ", got " + kind);
+    fail({"parallel.v", "schedule.kind"}, "v = " + std::to_string(p.v) + " model chunks per rank needs schedule.kind " +
+                                              schedule_names_if([](const ScheduleTraits& t) { return t.interleaved; }) +
+                                              ", got " + kind);
   if (entry.traits.from_file && sch.file.empty())
     fail({"schedule.kind"}, "schedule kind file needs schedule.file (a CSV in PyTorch pipelining's format)");
   if (!entry.traits.from_file && !sch.file.empty())
@@ -835,9 +834,8 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   s.model = parse_model(root);
   s.cluster = parse_cluster(root);
 
-  const Section par =
-      root.sub("parallel",
-               {"dp", "pp", "tp", "v", "micro_batch_size", "global_batch", "sequence_parallel", "stage_layers"});
+  const Section par = root.sub(
+      "parallel", {"dp", "pp", "tp", "v", "micro_batch_size", "global_batch", "sequence_parallel", "stage_layers"});
   par.get("dp", s.parallel.dp);
   par.get("pp", s.parallel.pp);
   par.get("tp", s.parallel.tp);

@@ -52,7 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const auto& [cls, l] : p.links)
     for (double bytes : {0.0, 1.0, 4096.0, 1e6, 1e12}) {
       const double t = l.seconds(bytes);
-      if (!std::isfinite(t) || t < 0) die("link " + cls + ": time " + std::to_string(t) + " at " + std::to_string(bytes));
+      if (!std::isfinite(t) || t < 0)
+        die("link " + cls + ": time " + std::to_string(t) + " at " + std::to_string(bytes));
     }
   for (const auto& c : p.collectives)
     if (c.model == "piecewise" && !std::isfinite(c.seconds(1e6))) die("collective " + c.op + ": non-finite time");

@@ -172,9 +172,9 @@ struct FoldPlan {
   std::string why;  // why not (tests, debugging)
   Dag dag;          // replica 0 and the data-parallel collectives
   std::vector<std::uint8_t> allgather;
-  std::vector<std::uint32_t> rep;   // per node of the full DAG: the folded node whose times it has
-  std::vector<std::uint32_t> orig;  // per folded node: its node in the full DAG
-  std::vector<int> qranks;          // per group: dp for a data-parallel group run as its quotient, else 0
+  std::vector<std::uint32_t> rep;    // per node of the full DAG: the folded node whose times it has
+  std::vector<std::uint32_t> orig;   // per folded node: its node in the full DAG
+  std::vector<int> qranks;           // per group: dp for a data-parallel group run as its quotient, else 0
   std::vector<MirrorRoute> mirrors;  // x -> mirror(x) for the first GPU x of every quotient ring
   // Fabric links shared by flows of several nodes ("temporal" links): exact only if, at every moment, the
   // flows active on each of them all leave one node or all enter one node (then a link of that node

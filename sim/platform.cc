@@ -46,11 +46,11 @@ class FabricZone : public simgrid::kernel::routing::NetZoneImpl {
   explicit FabricZone(const ClusterSpec& c) : NetZoneImpl("cluster"), c_(c), leaf_nodes_(c.leaf_nodes()) {}
 
   // Build-time tables, filled by build_platform_open.
-  std::vector<Hop> port_up, port_down;  // per GPU: NVLink port (NVSwitch) or PCIe port, UP = leaving the GPU
-  std::vector<Hop> nic_up, nic_down;    // per node * nics + k: UP = leaving the node
-  std::vector<Hop> bridge;              // per node (PCIe host bridge; cube mesh / PCIe nodes)
-  std::vector<Hop> pair;                // per (node * G + a) * G + b: cube-mesh NVLink a -> b (impl null = SYS)
-  std::vector<Hop> leaf_up, leaf_down;  // per leaf: uplink to the spine (UP) and back (DOWN)
+  std::vector<Hop> port_up, port_down;   // per GPU: NVLink port (NVSwitch) or PCIe port, UP = leaving the GPU
+  std::vector<Hop> nic_up, nic_down;     // per node * nics + k: UP = leaving the node
+  std::vector<Hop> bridge;               // per node (PCIe host bridge; cube mesh / PCIe nodes)
+  std::vector<Hop> pair;                 // per (node * G + a) * G + b: cube-mesh NVLink a -> b (impl null = SYS)
+  std::vector<Hop> leaf_up, leaf_down;   // per leaf: uplink to the spine (UP) and back (DOWN)
   std::vector<std::vector<Hop>> mirror;  // per mirror host (netpoint id - GPUs): its route from its GPU
   std::vector<std::int32_t> mirror_gpu;  // per mirror host: the GPU it mirrors
 
@@ -284,8 +284,8 @@ void validate_cluster(const ClusterSpec& c) {
   if (!positive(c.oversubscription)) fail("oversubscription must be > 0");
   if (c.nodes_per_leaf < 0) fail("nodes_per_leaf must be >= 1");
   if (c.nodes_per_leaf > 0 && c.nodes % c.nodes_per_leaf != 0)
-    fail("nodes = " + std::to_string(c.nodes) + " is not a multiple of nodes_per_leaf = " +
-         std::to_string(c.nodes_per_leaf));
+    fail("nodes = " + std::to_string(c.nodes) +
+         " is not a multiple of nodes_per_leaf = " + std::to_string(c.nodes_per_leaf));
 }
 
 Platform build_platform(const ClusterSpec& c) {

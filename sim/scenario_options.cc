@@ -1,4 +1,5 @@
 #include "sim/scenario_options.h"
+
 #include "core/profile.h"
 
 namespace pipescope::sim {

@@ -3,6 +3,7 @@
 // override) and the profile's piecewise link tables.
 #pragma once
 #include <string>
+
 #include "core/config.h"
 #include "sim/engine.h"
 

@@ -78,9 +78,8 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
                    "gpu" + std::to_string(comms[k].gpu % gpn) + " comm " + std::to_string(lane[k]));
 
   TraceJsonWriter w(os, gpn,
-                    "\"schedule\":\"" + json_escape(ls.schedule.name) +
-                        "\",\"iteration_s\":" + TraceJsonWriter::seconds_text(r.iteration_s) +
-                        ",\"profile\":" + profile_json(profile));
+                    "\"schedule\":\"" + json_escape(ls.schedule.name) + "\",\"iteration_s\":" +
+                        TraceJsonWriter::seconds_text(r.iteration_s) + ",\"profile\":" + profile_json(profile));
   w.tracks(tracks);
   auto event = [&](std::uint32_t i, const char* cat, std::int32_t gpu, int tid_lane, double start, double end) {
     std::ostream& o = w.event(dag_node_text(dag, ls, i), cat, gpu, tid_lane, start, end);

@@ -14,9 +14,9 @@
 // the static checker prevents: swap-slices (0F0s1 before 0F0 on rank 0), drop-send (rank 0 never sends
 // 0F1: rank 1 blocks, the watchdog fires), early-allreduce (the data-parallel all-reduce moved before the
 // last backward on every worker).
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -202,7 +202,8 @@ int run_conformance(MpiSession& mpi, const Options& o) {
   }
   if (mpi.rank() != 0) return 0;
   if (failed.empty()) {
-    std::printf("conformance: every registered schedule exact, generated and from its CSV file (tolerance %.1e)\n", o.tol);
+    std::printf("conformance: every registered schedule exact, generated and from its CSV file (tolerance %.1e)\n",
+                o.tol);
     return 0;
   }
   std::string names;

@@ -80,7 +80,9 @@ ClusterSpec cluster_from(const Args& a) {
              : f == "pcie"   ? IntraNodeFabric::PCIe
                              : IntraNodeFabric::NVSwitch;
   const std::string t = a.str("topology", "star");
-  c.topology = t == "fattree" ? InterNodeTopology::FatTree : t == "rail" ? InterNodeTopology::Rail : InterNodeTopology::Star;
+  c.topology = t == "fattree" ? InterNodeTopology::FatTree
+               : t == "rail"  ? InterNodeTopology::Rail
+                              : InterNodeTopology::Star;
   c.nodes_per_leaf = a.integer("npl", 0);
   c.oversubscription = a.num("oversub", 1.0);
   c.nvlink_bw_Bps = a.num("nvlink-bw", 150e9);

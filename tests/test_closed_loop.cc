@@ -90,8 +90,8 @@ TEST(ClosedLoop, KernelModelTransfersToAnotherHiddenSize) {
   const std::string profile = dir + "/tiny-f64.yaml";
   // --accept-poor-fit as above: this test is about the transfer, the gates are tested in test_calib_gates.
   ASSERT_EQ(run(bin + " calibrate " + scen + " --backend cpu-f64 --hidden 64 --heads 2 --seq-len 64 --vocab 128 " +
-                "--grain 16 --context-steps 4 --quick --no-links --accept-poor-fit --no-progress --out " + profile + " > " + dir +
-                "/tiny.log 2>&1"),
+                "--grain 16 --context-steps 4 --quick --no-links --accept-poor-fit --no-progress --out " + profile +
+                " > " + dir + "/tiny.log 2>&1"),
             0)
       << "see " << dir << "/tiny.log";
   const pipescope::DeviceProfile p = pipescope::load_profile(profile);

@@ -301,7 +301,8 @@ TEST(ScheduleRegistry, NamesUniqueAndLookupsAgree) {
     for (std::size_t j = i + 1; j < rows.size(); j++) EXPECT_STRNE(rows[i].name, rows[j].name);
   }
   EXPECT_EQ(find_schedule("no-such-schedule"), nullptr);
-  EXPECT_EQ(schedule_names_if([](const ScheduleTraits& t) { return t.sliced(); }), "terapipe, seq1f1b, seq1f1b-i or file");
+  EXPECT_EQ(schedule_names_if([](const ScheduleTraits& t) { return t.sliced(); }),
+            "terapipe, seq1f1b, seq1f1b-i or file");
   EXPECT_EQ(schedule_names_if([](const ScheduleTraits& t) { return t.split_backward; }), "zb-h1, zb-h2 or zb-v");
 }
 

@@ -112,7 +112,8 @@ TEST(KernelModel, LayerTimeIsTheSumOfItsKernels) {
   a.head_dim = 48;
   EXPECT_NEAR(km.seconds(a), 4 * (1e-6 + 2.5e-8 * 64 + 1.5e-9 * 64 * 128), 1e-15);
   // Wider layers cost more; longer context costs more.
-  EXPECT_GT(km.seconds(layer_forward_calls(spec(256, 8, 1024), 1, 8, 1, 64, 0)), km.seconds(layer_forward_calls(m, 1, 8, 1, 64, 0)));
+  EXPECT_GT(km.seconds(layer_forward_calls(spec(256, 8, 1024), 1, 8, 1, 64, 0)),
+            km.seconds(layer_forward_calls(m, 1, 8, 1, 64, 0)));
   EXPECT_GT(km.seconds(layer_backward_calls(m, 1, 8, 1, 64, 128)), km.seconds(layer_backward_calls(m, 1, 8, 1, 64, 0)));
   KernelFits bad = synthetic_fits();
   bad.memory.pop_back();

@@ -531,8 +531,8 @@ TEST(ScenarioErrors, SliceTokens) {
 
 TEST(ScenarioErrors, StageLayers) {
   const std::string head = kModel + kCluster;
-  const Scenario s = parse_scenario(head + "parallel: {dp: 2, pp: 4, tp: 2, global_batch: 32, stage_layers: [5, 7, 7, 5]}\n",
-                                    "t.yaml");
+  const Scenario s = parse_scenario(
+      head + "parallel: {dp: 2, pp: 4, tp: 2, global_batch: 32, stage_layers: [5, 7, 7, 5]}\n", "t.yaml");
   EXPECT_EQ(s.parallel.stage_layers, (std::vector<int>{5, 7, 7, 5}));
   // No entry: the even split, as before.
   EXPECT_TRUE(parse_scenario(kBase, "t.yaml").parallel.stage_layers.empty());
@@ -550,9 +550,11 @@ TEST(ScenarioErrors, StageLayers) {
                      "schedule: {kind: interleaved}\n"),
             "t.yaml:3:71: parallel.stage_layers: lists 4 stages, but needs one entry per virtual stage: pp * v = 4 "
             "* 2 = 8");
-  EXPECT_EQ(error_of(head + "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 32, stage_layers: [2, 3, 3, 3, 3, 3, 3, 4]}\n" +
-                     "schedule: {kind: interleaved}\n"),
-            "");
+  EXPECT_EQ(
+      error_of(head +
+               "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 32, stage_layers: [2, 3, 3, 3, 3, 3, 3, 4]}\n" +
+               "schedule: {kind: interleaved}\n"),
+      "");
   // A stage without layers, and entries that are not positive integers, at the entry itself.
   EXPECT_EQ(error_of(head + "parallel: {dp: 2, pp: 4, tp: 2, global_batch: 32, stage_layers: [0, 8, 8, 8]}\n"),
             "t.yaml:3:66: parallel.stage_layers[0]: expected a positive integer, got \"0\"");
@@ -573,8 +575,9 @@ TEST(ScenarioErrors, StageLayers) {
 }
 
 TEST(ScenarioErrors, ScheduleFile) {
-  EXPECT_EQ(error_of(kBase + "schedule: {kind: file}\n"),
-            "t.yaml:4:18: schedule.kind: schedule kind file needs schedule.file (a CSV in PyTorch pipelining's format)");
+  EXPECT_EQ(
+      error_of(kBase + "schedule: {kind: file}\n"),
+      "t.yaml:4:18: schedule.kind: schedule kind file needs schedule.file (a CSV in PyTorch pipelining's format)");
   EXPECT_EQ(error_of(kBase + "schedule: {kind: 1f1b, file: a.csv}\n", "dir/t.yaml"),
             "dir/t.yaml:4:30: schedule.file: dir/a.csv: cannot open the schedule file");
   const std::string csv = ::testing::TempDir() + "/scenario_file_kind.csv";

@@ -323,21 +323,20 @@ TEST(SimNetwork, PerNicLinksMatterWhenNicsAreTheBottleneck) {
 TEST(SimNetwork, TopologiesOrderAsBuiltOnADataParallelAllReduce) {
   std::string same_rail, cross_rail;
   for (int k = 0; k < 8; k++) {
-    same_rail += (k ? "/" : "") + std::to_string(k) + "," + std::to_string(8 + k) + "," + std::to_string(16 + k) +
-                 "," + std::to_string(24 + k);
+    same_rail += (k ? "/" : "") + std::to_string(k) + "," + std::to_string(8 + k) + "," + std::to_string(16 + k) + "," +
+                 std::to_string(24 + k);
     cross_rail += (k ? "/" : "") + std::to_string(k) + "," + std::to_string(8 + (k + 1) % 8) + "," +
                   std::to_string(16 + (k + 2) % 8) + "," + std::to_string(24 + (k + 3) % 8);
   }
   auto t = [](const std::string& args) {
-    return ok("ring --nodes=4 --gpn=8 --nics=8 --nic-bw=25e9 --nvlink-bw=450e9 --bytes=1e9 " + args)
-        .num("iteration_s");
+    return ok("ring --nodes=4 --gpn=8 --nics=8 --nic-bw=25e9 --nvlink-bw=450e9 --bytes=1e9 " + args).num("iteration_s");
   };
   const double alpha = 6 * 12e-6, beta = 6 * (1e9 / 4) / 25e9;  // 2(n-1) steps of S/n at one NIC
   const double star = t("--topology=star --rings=" + same_rail);
   EXPECT_NEAR(star, alpha + beta, 1e-9);
   EXPECT_EQ(t("--topology=fattree --npl=1 --rings=" + same_rail), star);
   EXPECT_EQ(t("--topology=rail --npl=4 --oversub=4 --rings=" + same_rail), star);  // never leaves its rail leaf
-  EXPECT_EQ(t("--topology=rail --npl=4 --rings=" + cross_rail), star);            // spine at full bisection
+  EXPECT_EQ(t("--topology=rail --npl=4 --rings=" + cross_rail), star);             // spine at full bisection
   EXPECT_NEAR(t("--topology=fattree --npl=1 --oversub=4 --rings=" + same_rail), alpha + 4 * beta, 1e-9);
   EXPECT_NEAR(t("--topology=rail --npl=4 --oversub=4 --rings=" + cross_rail), alpha + 4 * beta, 1e-9);
   // Two nodes per leaf: half of the ring hops stay under their leaf; the leaf's uplink carries 8 flows at R = 4.
