@@ -167,12 +167,13 @@ int list_schedules() {
 
 int run_simulate(const SimulateOptions& o) {
   if (o.list_schedules) return list_schedules();
+  // A scenario file takes --profile before it is validated; the built-in default takes it here.
   Scenario s = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario, o.profile);
+  if (o.scenario.empty() && !o.profile.empty()) s = use_profile(s, o.profile);
   if (!o.schedule.empty()) {
     if (!o.compare.empty()) throw InputError("--schedule picks one schedule; --compare runs several: give one");
     s = variant(s, kind_from_string(o.schedule, "--schedule"));
   }
-  if (!o.profile.empty()) s = use_profile(s, o.profile);  // again after --schedule; the default scenario's only
   if (!o.compare.empty() && !o.timeline.empty())
     throw InputError("--timeline draws one run; it cannot be combined with --compare");
   if (!o.compare.empty()) return run_compare(s, o);
