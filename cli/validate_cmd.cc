@@ -130,6 +130,7 @@ struct Comparison {
   KindStats kinds[kKinds];
   double overhead_s_per_op = 0, kernel_s = 0, comm_s = 0, overhead_s = 0;
   std::size_t ops = 0;
+  std::size_t acausal = 0;  // receives that completed before their send was posted: clocks misaligned
 };
 
 int kind_of(const LoweredOp& l) {
@@ -225,6 +226,7 @@ Comparison compare(const CheckedSchedule& cs, const sim::SimResult& sr, const ru
           const auto s = sends.find({l.peer, w, static_cast<int>(l.op.kind), l.op.stage, l.op.microbatch, l.op.slice});
           if (s == sends.end()) continue;
           const runtime::OpTiming& ts = timing(s->second.first, s->second.second);
+          if (t.end < ts.start - 1e-6) c.acausal++;
           c.kinds[kP2P].measured_sum += std::max(0.0, t.end - std::max(t.start, ts.start));
           c.kinds[kP2P].measured_n++;
         }
@@ -336,6 +338,11 @@ int run_validate(const ValidateOptions& vo) {
       c.overhead_s_per_op * 1e6, 100 * c.kernel_s / (c.kernel_s + c.comm_s + c.overhead_s),
       100 * c.comm_s / (c.kernel_s + c.comm_s + c.overhead_s),
       100 * c.overhead_s / (c.kernel_s + c.comm_s + c.overhead_s));
+  if (c.acausal)
+    std::printf(
+        "warning: %zu receives completed before their send was posted on the aligned clocks: the ranks' clock "
+        "offsets are wrong, so the measured p2p times are not reliable.\n",
+        c.acausal);
   if (!pcm)
     std::printf(
         "note: the simulated side models %s GPUs with the analytic cost model while the measured side ran the %s "

@@ -54,7 +54,8 @@ namespace pipescope::runtime {
 
 using Clock = std::chrono::steady_clock;
 
-// Times of one op of the program, in seconds since the iteration's common start (t0, right after a barrier).
+// Times of one op of the program, in seconds since the iteration's common start: the earliest process's exit from
+// the iteration's barrier, on process 0's clock (run_job aligns the processes' clocks; see align_clocks).
 // Sends: [start, end] is the posting; `done` is when its completion was observed (polled between ops).
 struct OpTiming {
   double start = 0, end = 0, done = 0;
@@ -67,6 +68,7 @@ struct IterationStats {
   double comm_s = 0;          // inside transport calls and waits
   double overhead_s = 0;      // the rest of [0, end_s] after the first op started: scheduling, bookkeeping
   double loss = 0;            // sum of this worker's slice losses (last stage only)
+  double t0_s = 0;            // this process's barrier exit (its t0) on process 0's clock, seconds
 };
 
 struct ExecutorOptions {
@@ -115,7 +117,7 @@ class Executor {
   void embedding_backward(const Op& op, const kernels::Tensor& dx, IterationStats& st);
   void put_output(const Op& op, std::shared_ptr<kernels::Tensor> t);  // for a Send or a consumer on this worker
   void send(const LoweredOp& l, std::size_t i);
-  void recv(const LoweredOp& l, IterationStats& st);
+  void recv(const LoweredOp& l, OpTiming& t_op, Clock::time_point t0, IterationStats& st);
   void allreduce(const LoweredOp& l, IterationStats& st);
   void allgather(const LoweredOp& l, IterationStats& st);
   void poll_sends(Clock::time_point t0, std::vector<OpTiming>& ops);

@@ -1,6 +1,8 @@
 #include "runtime/job.h"
 
 #include <algorithm>
+#include <chrono>
+#include <limits>
 
 namespace pipescope::runtime {
 
@@ -62,11 +64,13 @@ JobResult run(const LoweredSchedule& ls, const CheckedSchedule* cs, const ModelC
   mine.worker = w;
   mine.tp_rank = tr.tp_rank();
   const int steps = opt.warmup + opt.iterations;
+  const double offset_s = tr.clock_offset_s();
   for (int step = 1; step <= steps; step++) {
     if (wd) wd->enter(Watchdog::kSetup);
     tr.barrier();
     const auto t0 = Clock::now();
     IterationStats st = ex->run_iteration(step, t0);
+    st.t0_s = std::chrono::duration<double>(t0.time_since_epoch()).count() - offset_s;
     mine.loss = st.loss;
     if (step > opt.warmup) mine.iterations.push_back(std::move(st));
   }
@@ -84,6 +88,7 @@ JobResult run(const LoweredSchedule& ls, const CheckedSchedule* cs, const ModelC
   r.steps = steps;
   r.tp = tr.tp_size();
   for (const auto& v : all) r.workers.push_back(unpack(v, mc.layers));
+  align_clocks(r);
   if (wd) wd->enter(Watchdog::kSetup);
   return r;
 }
@@ -113,6 +118,26 @@ JobResult run_job_unchecked_for_testing(const LoweredSchedule& ls, const ModelCo
   return run(ls, nullptr, mc, tr, opt, watchdog);
 }
 
+// Without it a send could appear to start after its receive completed (ranks leave a barrier milliseconds apart).
+void align_clocks(JobResult& r) {
+  const std::size_t iters = r.workers.empty() ? 0 : r.workers.front().iterations.size();
+  for (std::size_t it = 0; it < iters; it++) {
+    double first = std::numeric_limits<double>::infinity();
+    for (const auto& w : r.workers) first = std::min(first, w.iterations.at(it).t0_s);
+    for (auto& w : r.workers) {
+      IterationStats& st = w.iterations.at(it);
+      const double shift = st.t0_s - first;
+      for (OpTiming& o : st.ops) {
+        o.start += shift;
+        o.end += shift;
+        o.done += shift;
+      }
+      st.end_s += shift;
+      st.t0_s = first;
+    }
+  }
+}
+
 std::vector<double> pack(const WorkerResult& w) {
   std::vector<double> v;
   v.push_back(w.worker);
@@ -120,7 +145,7 @@ std::vector<double> pack(const WorkerResult& w) {
   v.push_back(static_cast<double>(w.iterations.size()));
   for (const auto& it : w.iterations) {
     v.push_back(static_cast<double>(it.ops.size()));
-    v.insert(v.end(), {it.end_s, it.kernel_s, it.comm_s, it.overhead_s, it.loss});
+    v.insert(v.end(), {it.end_s, it.kernel_s, it.comm_s, it.overhead_s, it.loss, it.t0_s});
     for (const auto& o : it.ops) v.insert(v.end(), {o.start, o.end, o.done});
   }
   v.push_back(w.loss);
@@ -151,6 +176,7 @@ WorkerResult unpack(const std::vector<double>& v, int layers) {
     it.comm_s = r.next();
     it.overhead_s = r.next();
     it.loss = r.next();
+    it.t0_s = r.next();
     for (auto& o : it.ops) {
       o.start = r.next();
       o.end = r.next();

@@ -62,6 +62,9 @@ JobResult run_job_unchecked_for_testing(const LoweredSchedule& ls, const ModelCo
                                         const JobOptions& opt, Watchdog* watchdog = nullptr);
 
 // Flat encodings used by the gather (and by `pipescope validate` to hand results between processes).
+// Puts every process's times of each iteration on one time line (since the earliest barrier exit, on process 0's
+// clock) using each iteration's t0_s; run_job calls it on the gathered results.
+void align_clocks(JobResult& r);
 std::vector<double> pack(const WorkerResult& w);
 WorkerResult unpack(const std::vector<double>& v, int layers);
 std::vector<double> pack(const JobResult& r);

@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
+#include <limits>
 
 #include "runtime/model.h"
 
@@ -192,6 +194,41 @@ std::unique_ptr<Request> MpiTransport::tp_iallgather(void* buf, std::size_t chun
                        r->handle()),
         what);
   return r;
+}
+
+double MpiTransport::clock_offset_s() {
+  constexpr int kRounds = 16, kTag = 1;
+  const auto now = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  const char* const what = "clock alignment (MPI_Send / MPI_Recv with process 0)";
+  double offset = 0;
+  for (int k = 1; k < size_; k++) {
+    if (rank_ == 0) {
+      double best_rtt = std::numeric_limits<double>::infinity(), best = 0;
+      for (int i = 0; i < kRounds; i++) {
+        const double t1 = now();
+        double t2 = 0;
+        check(MPI_Send(&t1, 1, MPI_DOUBLE, k, kTag, control_), what);
+        check(MPI_Recv(&t2, 1, MPI_DOUBLE, k, kTag, control_, MPI_STATUS_IGNORE), what);
+        const double t3 = now();
+        if (t3 - t1 < best_rtt) {
+          best_rtt = t3 - t1;
+          best = t2 - 0.5 * (t1 + t3);  // the peer's stamp against the midpoint of the round trip
+        }
+      }
+      check(MPI_Send(&best, 1, MPI_DOUBLE, k, kTag, control_), what);
+    } else if (rank_ == k) {
+      for (int i = 0; i < kRounds; i++) {
+        double t1 = 0;
+        check(MPI_Recv(&t1, 1, MPI_DOUBLE, 0, kTag, control_, MPI_STATUS_IGNORE), what);
+        const double t2 = now();
+        check(MPI_Send(&t2, 1, MPI_DOUBLE, 0, kTag, control_), what);
+      }
+      check(MPI_Recv(&offset, 1, MPI_DOUBLE, 0, kTag, control_, MPI_STATUS_IGNORE), what);
+    }
+  }
+  return offset;
 }
 
 void MpiTransport::barrier() { check(MPI_Barrier(control_), "MPI_Barrier"); }

@@ -57,6 +57,7 @@ class NcclTransport final : public Transport {
   std::unique_ptr<Request> tp_iallgather(void* buf, std::size_t chunk_bytes) override;
   void barrier() override { control_.barrier(); }
   std::vector<std::vector<double>> gather(const std::vector<double>& mine) override { return control_.gather(mine); }
+  double clock_offset_s() override { return control_.clock_offset_s(); }
 
   int device() const { return device_; }
 

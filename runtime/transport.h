@@ -69,6 +69,10 @@ class Transport {
   // Process 0 (worker 0, TP rank 0) receives every process's vector in process order (worker * tp + tp_rank);
   // the others get an empty result.
   virtual std::vector<std::vector<double>> gather(const std::vector<double>& mine) = 0;
+  // This process's steady clock minus process 0's, in seconds (collective). Ranks leave a barrier up to
+  // milliseconds apart when cores are oversubscribed, and clocks of different hosts differ: measured times of
+  // different processes are compared only after this correction. Threads of one process share a clock: 0.
+  virtual double clock_offset_s() { return 0; }
   // True when the run was cancelled (another worker failed, or the watchdog fired): waits give up.
   virtual bool cancelled() const { return false; }
 };

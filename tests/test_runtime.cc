@@ -701,6 +701,29 @@ TEST(Runtime, ResultEncodingRoundTrips) {
   EXPECT_THROW(unpack_job(bad, 4), RuntimeError);
 }
 
+TEST(Runtime, ClocksAlignedOnTheEarliestBarrierExit) {
+  JobResult r;
+  WorkerResult a, b;
+  IterationStats ia, ib;
+  ia.t0_s = 100.0;  // process 0 left the barrier first
+  ia.ops = {{0.0, 0.001, 0.002}};
+  ia.end_s = 0.002;
+  ib.t0_s = 100.004;  // 4 ms later: its times shift by 4 ms
+  ib.ops = {{0.0, 0.0005, 0.0005}};
+  ib.end_s = 0.0005;
+  a.iterations = {ia};
+  b.iterations = {ib};
+  r.workers = {a, b};
+  align_clocks(r);
+  EXPECT_DOUBLE_EQ(r.workers[0].iterations[0].ops[0].start, 0.0);
+  EXPECT_NEAR(r.workers[1].iterations[0].ops[0].start, 0.004, 1e-12);
+  EXPECT_NEAR(r.workers[1].iterations[0].ops[0].done, 0.0045, 1e-12);
+  EXPECT_NEAR(r.workers[1].iterations[0].end_s, 0.0045, 1e-12);
+  EXPECT_DOUBLE_EQ(r.workers[1].iterations[0].t0_s, 100.0);
+  const JobResult c = unpack_job(pack(r), 4);
+  EXPECT_DOUBLE_EQ(c.workers[1].iterations[0].t0_s, 100.0);
+}
+
 TEST(Runtime, SyntheticDataAndStageSplit) {
   const SyntheticData d(4, 10, 13);
   EXPECT_EQ(d.tokens().size(), 40u);
