@@ -59,7 +59,7 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   if (r.iteration_s > 0 && rep.gpus > 0) {
     const double denom = r.iteration_s * rep.gpus * 1e12;
     rep.tflops_per_gpu = megatron_flops_per_iteration(s.model, s.parallel.global_batch, s.schedule.recompute) / denom;
-    rep.model_tflops_per_gpu = megatron_flops_per_iteration(s.model, s.parallel.global_batch, false) / denom;
+    rep.model_tflops_per_gpu = megatron_flops_per_iteration(s.model, s.parallel.global_batch, Recompute::None) / denom;
   }
   rep.worker_busy_s = r.worker_busy_s;
   rep.worker_busy_s.resize(static_cast<std::size_t>(workers), 0.0);
