@@ -101,6 +101,8 @@ void print_table(std::ostream& os, const Report& r) {
   for (const std::string& g : r.profile.gate_failures) line("", "failed gate: " + g);
   line("iteration time", fmt("%.9f s", r.iteration_s));
   line("pipeline end", fmt("%.9f s", r.pipeline_end_s) + " (last forward/backward op)");
+  line("exposed tail", fmt("%.9f s", r.iteration_s - r.pipeline_end_s) +
+                           " (after it: gradient sync that overlap did not hide, optimizer, parameter all-gather)");
   line("bubble idle fraction", fmt("phi  = %.6f", r.bubble_idle_fraction) + " (mean worker idle / pipeline end)");
   line("bubble ratio", fmt("beta = %.6f", r.bubble_ratio) + " (t_bubble / t_ideal, Megatron)");
   line("throughput", fmt("%.3f TFLOP/s per GPU", r.tflops_per_gpu) +

@@ -75,6 +75,35 @@ TEST(ModelShape, MegatronFlopsWithSelectiveRecompute) {
   EXPECT_NEAR(none, 6 * B * s * gemm_params + 3 * 80 * 4 * B * s * s * h + 6 * B * s * h * 128256, none * 1e-12);
 }
 
+TEST(ModelShape, SelectiveRecomputeCostsTheAttentionCoreOnly) {
+  Scenario s = scenario("llama3-8b", 1, 1);
+  s.parallel.global_batch = 1;
+  auto backward = [&](Recompute r, bool flash) {
+    Scenario x = s;
+    x.schedule.recompute = r;
+    x.training.flash_attention = flash;
+    return AnalyticCostModel(x).layer_backward_seconds(1, 8192, 0);
+  };
+  const double none = backward(Recompute::None, false), sel = backward(Recompute::Selective, false),
+               full = backward(Recompute::Full, false);
+  EXPECT_GT(sel, none);
+  EXPECT_LT(sel, full);
+  // With flash attention the scores are recomputed anyway: selective adds nothing.
+  EXPECT_DOUBLE_EQ(backward(Recompute::Selective, true), backward(Recompute::None, true));
+  // FLOPs of a whole-stage backward: 2x forward + the attention core's forward per layer.
+  Scenario x = s;
+  x.schedule.recompute = Recompute::Selective;
+  const AnalyticCostModel cm(x);
+  Op f;
+  f.kind = OpKind::Forward;
+  f.tok_end = 8192;
+  Op b = f;
+  b.kind = OpKind::Backward;
+  const LayerFlops lf = layer_forward_flops(x.model, 1, 1, 8192, 0);
+  const double logits = 2.0 * 8192 * 4096 * 128256;
+  EXPECT_DOUBLE_EQ(cm.op_flops(b, 1), 2 * (cm.op_flops(f, 1) - logits) + 32 * lf.attn + 2 * logits);
+}
+
 // Korthikanti et al. 2022, Table 2, at 2-byte activations: s b h (34 + 5 a s / h) per layer without recomputation,
 // s b h 34 with selective recomputation; tensor parallel s b h (10 + 24/t + 5 a s/(h t)), with sequence parallelism
 // s b h (34/t + 5 a s/(h t)); selective + sp: s b h 34 / t.
