@@ -152,6 +152,7 @@ int kind_of(const LoweredOp& l) {
       return kP2P;
     case LOpKind::AllReduce:
     case LOpKind::AllGather:
+    case LOpKind::ReduceScatter:
       return kAllReduce;
     case LOpKind::Optimizer:
       return kOptimizer;
@@ -186,7 +187,7 @@ Comparison compare(const CheckedSchedule& cs, const sim::SimResult& sr, const ru
       if (l.kind == LOpKind::Send)
         sends[{w, l.peer, static_cast<int>(l.op.kind), l.op.stage, l.op.microbatch, l.op.slice}] = {
             w, static_cast<int>(i)};
-      if (l.kind == LOpKind::AllReduce || l.kind == LOpKind::AllGather)
+      if (l.kind == LOpKind::AllReduce || l.kind == LOpKind::AllGather || l.kind == LOpKind::ReduceScatter)
         calls[{l.group, seen[l.group]++}].push_back({w, static_cast<int>(i)});
     }
   }

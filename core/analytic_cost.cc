@@ -97,64 +97,6 @@ double stream_seconds(const std::vector<double>& pre, const std::vector<double>&
 
 }  // namespace
 
-// ---------------------------------------------------------------- accounting
-
-LayerFlops layer_forward_flops(const ModelSpec& m, int t, int b, int l, int c) {
-  const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l, tt = t;
-  LayerFlops x;
-  x.qkv = 6.0 * T * h * h / tt;
-  x.proj = 2.0 * T * h * h / tt;
-  x.mlp = 4.0 * T * h * f / tt;
-  // Causal pairs: query i of the slice sees c context keys and i + 1 keys of its own slice.
-  const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
-  x.attn = 4.0 * b * h * pairs / tt;
-  return x;
-}
-
-double layer_parameter_count(const ModelSpec& m) {
-  const double h = m.hidden, f = m.ffn_hidden;
-  // QKV 3h^2 + 3h, output projection h^2 + h, MLP 2hf + f + h, two LayerNorms 4h.
-  return 4.0 * h * h + 2.0 * h * f + f + 9.0 * h;
-}
-
-double parameter_count(const ModelSpec& m) {
-  const double h = m.hidden;
-  double p = m.layers * layer_parameter_count(m) + (static_cast<double>(m.vocab) + m.seq_len) * h;
-  if (!m.tied_embeddings) p += static_cast<double>(m.vocab) * h;  // separate output layer
-  return p;
-}
-
-double megatron_flops_per_iteration(const ModelSpec& m, int global_batch, bool recompute) {
-  // Eq. 3 counts full (non-causal) attention: per layer forward 2*B*s*(4h^2 + 2hf) + 4*B*s^2*h
-  // (= 24Bsh^2 + 4Bs^2h at f = 4h), 3 passes (4 with recompute); logits 6*B*s*h*V, not recomputed.
-  const double B = global_batch, s = m.seq_len, h = m.hidden, f = m.ffn_hidden;
-  const double layer_fwd = 2.0 * B * s * (4.0 * h * h + 2.0 * h * f) + 4.0 * B * s * s * h;
-  const double passes = recompute ? 4.0 : 3.0;
-  return passes * m.layers * layer_fwd + 6.0 * B * s * h * m.vocab;
-}
-
-double rank_parameter_count(const Scenario& s, int rank) {
-  const ModelSpec& m = s.model;
-  const ParallelSpec& par = s.parallel;
-  if (rank < 0 || rank >= par.pp)
-    throw std::invalid_argument("rank_parameter_count: rank " + std::to_string(rank) + " outside 0.." +
-                                std::to_string(par.pp - 1));
-  const double h = m.hidden, V = m.vocab;
-  const double layers_on_rank = rank_layer_count(s, rank);  // its v chunks
-  double p = layers_on_rank * layer_parameter_count(m);
-  // The ranks of the first and last virtual stage (both rank 0 in a V-shaped schedule).
-  const StageStyle style = scenario_stage_style(s);
-  const int first = stage_rank(style, par.pp, 0), last = stage_rank(style, par.pp, par.pp * par.v - 1);
-  if (rank == first) p += (V + m.seq_len) * h;  // word + position embeddings (first virtual stage)
-  if (rank == last) {
-    p += 2.0 * h;  // final LayerNorm
-    // Megatron keeps a copy of the tied word embedding on the last stage when it is on another rank; untied
-    // models have their own output layer.
-    if (!m.tied_embeddings || first != last) p += V * h;
-  }
-  return p / par.tp;
-}
-
 // ---------------------------------------------------------------- model
 
 AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
@@ -194,7 +136,7 @@ AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
   need(std::isfinite(d.gemm_half_sat_flops) && d.gemm_half_sat_flops >= 0,
        "cluster.device.gemm_half_sat_gflop must be >= 0");
   need(std::isfinite(d.kernel_launch_s) && d.kernel_launch_s >= 0, "cluster.device.kernel_launch_us must be >= 0");
-  need(s_.training.optimizer_bytes_per_param >= 0, "training.optimizer_bytes_per_param must be >= 0");
+  need(std::isfinite(s_.training.optimizer_bytes_per_param), "training.optimizer_bytes_per_param must be finite");
 }
 
 int AnalyticCostModel::layers_of_stage(int stage) const {
@@ -212,40 +154,64 @@ double AnalyticCostModel::kernel_seconds(const KernelCost& k) const {
   return std::max(compute, mem);
 }
 
-std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, int c) const {
+std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, int c) const {
   const ModelSpec& m = s_.model;
   const double t = s_.parallel.tp, e = elem_bytes();
-  const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
+  const double h = m.hidden, kv = layer_dims(m).kv, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
+  const double S = b * (m.heads / t) * l * K;  // score elements on this GPU
+  const double qk = 2.0 * b * l * K * h / t;   // Q.K^T (and P.V) FLOPs over the full l x K rectangle
+  if (s_.training.flash_attention) {
+    std::vector<KernelCost> k;
+    if (c > 0) k.push_back({0, 4 * e * b * K * kv / t, false});  // K/V cache concatenation (a new contiguous copy)
+    // One fused kernel over the causal pairs: reads Q, K, V, writes the output and the fp32 log-sum-exp.
+    const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
+    k.push_back({4 * b * h * pairs / t, e * (2 * T * h / t + 2 * b * K * kv / t) + 4 * b * (m.heads / t) * l, true});
+    return k;
+  }
+  return {
+      {qk, e * (T * h / t + b * K * kv / t + S), true},  // Q.K^T (GQA: the K of the head's group)
+      {5 * S, 2 * e * S, false},                         // scale + mask + softmax
+      {S, 2 * e * S + S, false},                         // attention dropout (+ 1 B mask)
+      {qk, e * (S + b * K * kv / t + T * h / t), true},  // P.V
+  };
+}
+
+std::vector<KernelCost> AnalyticCostModel::recompute_kernels(int b, int l, int c) const {
+  switch (s_.schedule.recompute) {
+    case Recompute::None:
+      return {};
+    case Recompute::Selective:  // flash attention already recomputes its scores in backward: nothing extra
+      return s_.training.flash_attention ? std::vector<KernelCost>{} : attention_core_kernels(b, l, c);
+    case Recompute::Full:
+      return layer_forward_kernels(b, l, c);
+  }
+  return {};
+}
+
+std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, int c) const {
+  const ModelSpec& m = s_.model;
+  const LayerDims d = layer_dims(m);
+  const double t = s_.parallel.tp, e = elem_bytes();
+  const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
-  const double S = b * (m.heads / t) * l * K;                       // score elements on this GPU
-  const double qk = 2.0 * b * l * K * h / t;  // Q.K^T (and P.V) FLOPs over the full l x K rectangle
   auto gemm = [&](double M, double Kd, double N) {
     return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
   };
   std::vector<KernelCost> k = {
       {8 * Tr * h, 2 * e * Tr * h, false},  // LayerNorm
-      gemm(T, h, 3 * h / t),                // QKV
+      gemm(T, h, d.qkv_out / t),            // QKV (GQA: K and V kv wide each)
   };
-  if (s_.training.flash_attention) {
-    if (c > 0) k.push_back({0, 4 * e * b * K * h / t, false});  // K/V cache concatenation (a new contiguous copy)
-    // One fused kernel over the causal pairs: reads Q, K, V, writes the output and the fp32 log-sum-exp.
-    const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
-    k.push_back({4 * b * h * pairs / t, e * (2 * T * h / t + 2 * b * K * h / t) + 4 * b * (m.heads / t) * l, true});
-  } else {
-    k.push_back({qk, e * (T * h / t + b * K * h / t + S), true});  // Q.K^T
-    k.push_back({5 * S, 2 * e * S, false});                        // scale + mask + softmax
-    k.push_back({S, 2 * e * S + S, false});                        // attention dropout (+ 1 B mask)
-    k.push_back({qk, e * (S + b * K * h / t + T * h / t), true});  // P.V
-  }
+  const std::vector<KernelCost> core = attention_core_kernels(b, l, c);
+  k.insert(k.end(), core.begin(), core.end());
   const std::vector<KernelCost> rest = {
-      {0, 2 * e * T * h / t, false},              // context transpose
-      gemm(T, h / t, h),                          // output projection
-      {3 * Tr * h, (3 * e + 1) * Tr * h, false},  // bias + dropout + residual add
-      {8 * Tr * h, 2 * e * Tr * h, false},        // LayerNorm
-      gemm(T, h, f / t),                          // MLP up
-      {8 * T * f / t, 2 * e * T * f / t, false},  // bias + GeLU
-      gemm(T, f / t, h),                          // MLP down
-      {3 * Tr * h, (3 * e + 1) * Tr * h, false},  // bias + dropout + residual add
+      {0, 2 * e * T * h / t, false},                       // context transpose
+      gemm(T, h / t, h),                                   // output projection
+      {3 * Tr * h, (3 * e + 1) * Tr * h, false},           // bias + dropout + residual add
+      {8 * Tr * h, 2 * e * Tr * h, false},                 // LayerNorm
+      gemm(T, h, d.up_out / t),                            // MLP up (SwiGLU: gate and up, 2f wide)
+      {8 * T * f / t, e * T * (d.up_out + f) / t, false},  // bias + GeLU (SwiGLU: SiLU(gate) * up)
+      gemm(T, f / t, h),                                   // MLP down
+      {3 * Tr * h, (3 * e + 1) * Tr * h, false},           // bias + dropout + residual add
   };
   k.insert(k.end(), rest.begin(), rest.end());
   return k;
@@ -253,6 +219,8 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
 
 std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, int c) const {
   const ModelSpec& m = s_.model;
+  const LayerDims d = layer_dims(m);
+  const double kv = d.kv;
   const double t = s_.parallel.tp, e = elem_bytes();
   const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);
@@ -271,20 +239,20 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true};
   };
   std::vector<KernelCost> k = {
-      {3 * Tr * h, (2 * e + 1) * Tr * h, false},  // dropout + add backward (MLP)
-      bias_grad(Tr, h),                           // MLP down bias
-      gemm(T, h, f / t),                          // MLP down dgrad
-      wgrad(f / t, T, h),                         // MLP down wgrad
-      {8 * T * f / t, 3 * e * T * f / t, false},  // GeLU backward
-      bias_grad(T, f / t),                        // MLP up bias
-      gemm(T, f / t, h),                          // MLP up dgrad
-      wgrad(h, T, f / t),                         // MLP up wgrad
-      {10 * Tr * h, 4 * e * Tr * h, false},       // LayerNorm backward (+ residual gradient)
-      {3 * Tr * h, (2 * e + 1) * Tr * h, false},  // dropout + add backward (attention)
-      bias_grad(Tr, h),                           // output projection bias
-      gemm(T, h, h / t),                          // output projection dgrad
-      wgrad(h / t, T, h),                         // output projection wgrad
-      {0, 2 * e * T * h / t, false},              // context transpose backward
+      {3 * Tr * h, (2 * e + 1) * Tr * h, false},               // dropout + add backward (MLP)
+      bias_grad(Tr, h),                                        // MLP down bias
+      gemm(T, h, f / t),                                       // MLP down dgrad
+      wgrad(f / t, T, h),                                      // MLP down wgrad
+      {8 * T * f / t, e * T * (f + 2 * d.up_out) / t, false},  // GeLU (SwiGLU) backward
+      bias_grad(T, d.up_out / t),                              // MLP up bias
+      gemm(T, d.up_out / t, h),                                // MLP up dgrad
+      wgrad(h, T, d.up_out / t),                               // MLP up wgrad
+      {10 * Tr * h, 4 * e * Tr * h, false},                    // LayerNorm backward (+ residual gradient)
+      {3 * Tr * h, (2 * e + 1) * Tr * h, false},               // dropout + add backward (attention)
+      bias_grad(Tr, h),                                        // output projection bias
+      gemm(T, h, h / t),                                       // output projection dgrad
+      wgrad(h / t, T, h),                                      // output projection wgrad
+      {0, 2 * e * T * h / t, false},                           // context transpose backward
   };
   if (s_.training.flash_attention) {
     const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
@@ -292,22 +260,22 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     k.push_back({2 * T * h / t, 2 * e * T * h / t + lse, false});  // D = rowsum(dO * O)
     // Recomputes the scores: 5 matmuls over the causal pairs (S, dV, dP, dQ, dK); reads Q, K, V, O, dO, writes
     // dK, dV over the whole prefix and accumulates dQ in fp32.
-    k.push_back({10 * b * h * pairs / t, e * (3 * T * h / t + 4 * b * K * h / t) + 8 * T * h / t + 2 * lse, true});
+    k.push_back({10 * b * h * pairs / t, e * (3 * T * h / t + 4 * b * K * kv / t) + 8 * T * h / t + 2 * lse, true});
     k.push_back({0, (4 + e) * T * h / t, false});  // dQ fp32 -> 16 bit
     // dK/dV of this slice's keys plus the context add up with what the later slices left (docs/papers.md#seq1f1b).
-    if (c + l < m.seq_len) k.push_back({2 * b * K * h / t, 6 * e * b * K * h / t, false});
+    if (c + l < m.seq_len) k.push_back({2 * b * K * kv / t, 6 * e * b * K * kv / t, false});
   } else {
-    k.push_back({qk, e * (T * h / t + b * K * h / t + S), true});  // dP = dO.V^T
-    k.push_back({qk, e * (S + T * h / t + b * K * h / t), true});  // dV = P^T.dO
-    k.push_back({S, 2 * e * S + S, false});                        // dropout backward
-    k.push_back({4 * S, 3 * e * S, false});                        // softmax backward
-    k.push_back({qk, e * (S + b * K * h / t + T * h / t), true});  // dQ = dS.K
-    k.push_back({qk, e * (S + T * h / t + b * K * h / t), true});  // dK = dS^T.Q
+    k.push_back({qk, e * (T * h / t + b * K * kv / t + S), true});  // dP = dO.V^T
+    k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true});  // dV = P^T.dO
+    k.push_back({S, 2 * e * S + S, false});                         // dropout backward
+    k.push_back({4 * S, 3 * e * S, false});                         // softmax backward
+    k.push_back({qk, e * (S + b * K * kv / t + T * h / t), true});  // dQ = dS.K
+    k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true});  // dK = dS^T.Q
   }
   const std::vector<KernelCost> rest = {
-      bias_grad(T, 3 * h / t),               // QKV bias
-      gemm(T, 3 * h / t, h),                 // QKV dgrad
-      wgrad(h, T, 3 * h / t),                // QKV wgrad
+      bias_grad(T, d.qkv_out / t),           // QKV bias
+      gemm(T, d.qkv_out / t, h),             // QKV dgrad
+      wgrad(h, T, d.qkv_out / t),            // QKV wgrad
       {10 * Tr * h, 4 * e * Tr * h, false},  // LayerNorm backward (+ residual gradient)
   };
   k.insert(k.end(), rest.begin(), rest.end());
@@ -333,10 +301,8 @@ double AnalyticCostModel::layer_forward_seconds(int b, int l, int c) const {
 double AnalyticCostModel::layer_backward_seconds(int b, int l, int c) const {
   if (b < 1 || l < 1 || c < 0) invalid("layer_backward_seconds needs b >= 1, l >= 1, c >= 0");
   std::vector<double> g = times_of(*this, layer_backward_kernels(b, l, c));
-  if (s_.schedule.recompute) {
-    std::vector<double> f = times_of(*this, layer_forward_kernels(b, l, c));
-    g.insert(g.begin(), f.begin(), f.end());
-  }
+  const std::vector<double> f = times_of(*this, recompute_kernels(b, l, c));
+  g.insert(g.begin(), f.begin(), f.end());
   return stream_seconds({}, g, 1, {}, s_.cluster.device.kernel_launch_s);
 }
 
@@ -386,10 +352,9 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
              {10 * Tr * h, 4 * e * Tr * h, false}};        // final LayerNorm backward
   }
   k.layer = layer_backward_kernels(b, l, c);
-  if (s_.schedule.recompute) {  // Megatron recomputes each checkpointed layer just before its backward
-    const std::vector<KernelCost> f = layer_forward_kernels(b, l, c);
-    k.layer.insert(k.layer.begin(), f.begin(), f.end());
-  }
+  // Megatron recomputes each checkpointed layer (or its attention core) just before its backward.
+  const std::vector<KernelCost> f = recompute_kernels(b, l, c);
+  k.layer.insert(k.layer.begin(), f.begin(), f.end());
   if (first) {
     k.post = {{Tr * h, (2 * e + 1) * Tr * h, false},   // dropout backward
               {T * h, (e + 8) * T * h, false, true}};  // embedding gradient scatter-add (fp32 rows)
@@ -445,7 +410,19 @@ double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {
   // W is the weight-gradient GEMMs: as many FLOPs as the forward GEMMs (and the logits GEMM); I is the rest.
   const double wgrad =
       layer_forward_flops(m, s_.parallel.tp, b, l, c).gemm() * layers_of_stage(op.stage) + (last ? logits : 0.0);
-  const double bwd = (s_.schedule.recompute ? 3.0 : 2.0) * fwd + (last ? 2.0 * logits : 0.0);
+  const LayerFlops lf = layer_forward_flops(m, s_.parallel.tp, b, l, c);
+  double recomputed = 0;  // the forward work backward redoes
+  switch (s_.schedule.recompute) {
+    case Recompute::None:
+      break;
+    case Recompute::Selective:
+      recomputed = s_.training.flash_attention ? 0.0 : lf.attn * layers_of_stage(op.stage);
+      break;
+    case Recompute::Full:
+      recomputed = fwd;
+      break;
+  }
+  const double bwd = 2.0 * fwd + recomputed + (last ? 2.0 * logits : 0.0);
   switch (op.kind) {
     case OpKind::Forward:
       return fwd + (last ? logits : 0.0);
@@ -468,7 +445,7 @@ int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
   if (s_.parallel.tp == 1) return 0;
   const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
   const int backward =
-      (s_.schedule.recompute ? 4 : 2) * layers_of_stage(op.stage) + (last ? 1 : 0);  // + LM-head input grad
+      (s_.schedule.recompute == Recompute::Full ? 4 : 2) * layers_of_stage(op.stage) + (last ? 1 : 0);  // + LM head
   switch (op.kind) {
     case OpKind::Forward:
       return 2 * layers_of_stage(op.stage) + (op.stage == 0 ? 1 : 0);  // + vocab-parallel embedding output
@@ -488,11 +465,17 @@ double AnalyticCostModel::tp_allreduce_bytes(const Op& op, int microbatch_seqs) 
 
 double AnalyticCostModel::grad_bytes(int rank) const { return rank_parameter_count(s_, rank) * grad_elem_bytes(); }
 
+double AnalyticCostModel::param_bytes(int rank) const {
+  return rank_parameter_count(s_, rank) * s_.training.param_bytes().weight;
+}
+
 double AnalyticCostModel::optimizer_seconds(int rank) const {
   const DeviceSpec& d = s_.cluster.device;
-  const double params = rank_parameter_count(s_, rank);
-  const double w = elem_bytes(), g = grad_elem_bytes();
-  const double state = std::max(0.0, s_.training.optimizer_bytes_per_param - w - g);  // fp32 master + moments
+  // The distributed optimizer updates its 1/dp shard only (the all-gather of the result is a collective).
+  const double shards = s_.training.distributed_optimizer ? s_.parallel.dp : 1.0;
+  const double params = rank_parameter_count(s_, rank) / shards;
+  const TrainingSpec::ParamBytes pb = s_.training.param_bytes();
+  const double w = pb.weight, g = pb.grad, state = pb.state;  // state: fp32 master + moments
   // Read and write the state, read the gradient twice (unscale / norm, update), write the working weights
   // (read and write them when there is no separate master copy).
   const double bytes_per_param = 2 * state + 2 * g + (state > 0 ? w : 2 * w);

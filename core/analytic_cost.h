@@ -7,6 +7,7 @@
 // The formulas are written out at the top of core/analytic_cost.cc.
 
 #include "core/cost_model.h"
+#include "core/model_shape.h"  // LayerFlops, parameter counts (declared there)
 
 namespace pipescope {
 
@@ -18,15 +19,6 @@ struct KernelCost {
   bool weight = false;  // part of the weight-gradient pass W (wgrad GEMMs, bias and embedding gradients)
 };
 
-// Forward FLOPs of one transformer layer for b sequences, l tokens after c context tokens, per GPU of a
-// t-way tensor-parallel group (causal attention: query i attends to keys 0..c+i).
-struct LayerFlops {
-  double qkv = 0, proj = 0, mlp = 0, attn = 0;
-  double gemm() const { return qkv + proj + mlp; }
-  double total() const { return qkv + proj + mlp + attn; }
-};
-LayerFlops layer_forward_flops(const ModelSpec& m, int t, int b, int l, int c);
-
 class AnalyticCostModel : public CostModel {
  public:
   explicit AnalyticCostModel(const Scenario& s);  // throws std::invalid_argument on an unusable scenario
@@ -37,6 +29,7 @@ class AnalyticCostModel : public CostModel {
   double grad_bytes(int rank) const override;
   double optimizer_seconds(int rank) const override;
   double embedding_grad_bytes() const override;
+  double param_bytes(int rank) const override;  // rank parameters x weight bytes (training.dtype)
 
   // One transformer layer on one GPU: b sequences, l tokens after c tokens of context.
   double layer_forward_seconds(int b, int l, int c) const;
@@ -55,6 +48,11 @@ class AnalyticCostModel : public CostModel {
   // The kernels of one layer's forward / backward (without recomputation), in issue order.
   std::vector<KernelCost> layer_forward_kernels(int b, int l, int c) const;
   std::vector<KernelCost> layer_backward_kernels(int b, int l, int c) const;
+  // The attention core of a layer's forward (Q.K^T, softmax, dropout, P.V; or the one flash kernel).
+  std::vector<KernelCost> attention_core_kernels(int b, int l, int c) const;
+  // What a layer's backward recomputes first: schedule.recompute full = the whole forward, selective = the
+  // attention core (nothing with flash attention, which recomputes its scores anyway), none = nothing.
+  std::vector<KernelCost> recompute_kernels(int b, int l, int c) const;
 
  protected:
   Scenario s_;
@@ -72,13 +70,5 @@ class AnalyticCostModel : public CostModel {
   int elem_bytes() const { return s_.training.act_bytes_per_elem(); }
   int grad_elem_bytes() const { return s_.training.grad_fp32 ? 4 : elem_bytes(); }
 };
-
-// Model accounting (docs/papers.md#megatron).
-double layer_parameter_count(const ModelSpec& m);  // 4h^2 + 2hf + f + 9h (12h^2 + 13h at f = 4h)
-double parameter_count(const ModelSpec& m);        // Eq. 2 (+ V*h output layer when untied)
-double megatron_flops_per_iteration(const ModelSpec& m, int global_batch, bool recompute);  // Eq. 3
-// Parameters held by one GPU of pipeline rank `rank` (its v chunks, embeddings on the first / last virtual
-// stage, final LayerNorm on the last), divided by the tensor-parallel degree.
-double rank_parameter_count(const Scenario& s, int rank);
 
 }  // namespace pipescope

@@ -31,4 +31,46 @@ const char* to_string(InterNodeTopology t) {
   return "?";
 }
 
+const char* to_string(FfnKind f) {
+  switch (f) {
+    case FfnKind::Gelu:
+      return "gelu";
+    case FfnKind::SwiGlu:
+      return "swiglu";
+  }
+  return "?";
+}
+
+const char* to_string(NormKind n) {
+  switch (n) {
+    case NormKind::LayerNorm:
+      return "layernorm";
+    case NormKind::RmsNorm:
+      return "rmsnorm";
+  }
+  return "?";
+}
+
+const char* to_string(PositionKind p) {
+  switch (p) {
+    case PositionKind::Learned:
+      return "learned";
+    case PositionKind::Rope:
+      return "rope";
+  }
+  return "?";
+}
+
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::None:
+      return "none";
+    case Recompute::Selective:
+      return "selective";
+    case Recompute::Full:
+      return "full";
+  }
+  return "?";
+}
+
 }  // namespace pipescope

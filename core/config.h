@@ -11,6 +11,19 @@
 namespace pipescope {
 
 // ---------------------------------------------------------------- model
+enum class FfnKind : std::uint8_t {
+  Gelu,    // GPT: up (h -> f), GeLU, down (f -> h)
+  SwiGlu,  // Llama: gate and up (h -> f each, one fused h -> 2f GEMM), SiLU(gate) * up, down (f -> h)
+};
+enum class NormKind : std::uint8_t {
+  LayerNorm,  // scale and shift: 2h parameters
+  RmsNorm,    // scale only: h parameters
+};
+enum class PositionKind : std::uint8_t {
+  Learned,  // GPT: a seq_len x h position-embedding table on the first stage
+  Rope,     // rotary embeddings: no parameters
+};
+
 struct ModelSpec {
   std::string name;    // preset name or free text
   int layers = 0;      // transformer layers
@@ -20,6 +33,12 @@ struct ModelSpec {
   int vocab = 0;       // V
   int seq_len = 0;     // s (tokens per sequence)
   bool tied_embeddings = true;
+  int query_groups = 0;  // K/V heads (grouped-query attention); 0 = heads (multi-head attention)
+  FfnKind ffn = FfnKind::Gelu;
+  NormKind norm = NormKind::LayerNorm;
+  PositionKind position = PositionKind::Learned;
+  bool linear_bias = true;  // biases on the QKV, projection and MLP GEMMs (GPT yes, Llama no)
+  int kv_heads() const { return query_groups > 0 ? query_groups : heads; }
 };
 
 // ---------------------------------------------------------------- cluster
@@ -107,13 +126,18 @@ enum class ScheduleKind : std::uint8_t {
   File,  // read from schedule.file (core/schedule_csv.h)
 };
 
+// Activation recomputation (Korthikanti et al. 2022): none; selective = only the attention core (scores, softmax,
+// dropout, P.V) is recomputed in backward, its large s^2 tensors not stored; full = each layer keeps only its input
+// and reruns its whole forward before its backward.
+enum class Recompute : std::uint8_t { None, Selective, Full };
+
 struct ScheduleSpec {
   ScheduleKind kind = ScheduleKind::OneFOneB;
   int seq_slices = 1;               // k: token slices / sequence segments per micro-batch (uniform unless given)
   std::vector<int> slice_tokens;    // explicit slice lengths (sum = seq_len); empty = uniform / planned
   std::string slicing = "uniform";  // uniform | dp (TeraPipe planner) | cwp (Seq1F1B equal-FLOPs) | explicit
-  bool recompute = false;           // full activation recomputation
-  bool scatter_gather = true;       // Megatron scatter/gather of cross-node p2p (tp > 1)
+  Recompute recompute = Recompute::None;
+  bool scatter_gather = true;  // Megatron scatter/gather of cross-node p2p (tp > 1)
   // kind file: the CSV (PyTorch pipelining's format), relative paths resolved against the scenario's directory
   // when it is loaded, and where the file puts the virtual stages (read from the file then).
   std::string file;
@@ -124,9 +148,42 @@ struct ScheduleSpec {
 struct TrainingSpec {
   std::string dtype = "fp16";  // fp16 | bf16 | fp32 | fp64 (compute and p2p element type)
   int act_bytes_per_elem() const { return dtype == "fp64" ? 8 : dtype == "fp32" ? 4 : 2; }
-  double optimizer_bytes_per_param = 16;  // weights 2 + grads 2 + fp32 master 4 + Adam 8
-  bool grad_fp32 = false;                 // DP all-reduce in fp32 (4 B) instead of 2 B per element
-  bool flash_attention = false;           // FlashAttention: no materialised score matrix (memory and HBM traffic O(l))
+  // Bytes per parameter held by a GPU: < 0 (the default) = from the dtypes (param_bytes()); >= 0 = this total
+  // (weights + gradients + optimizer state), the optimizer state being the rest after weights and gradients.
+  double optimizer_bytes_per_param = -1;
+  bool grad_fp32 = false;  // gradient buffer and DP reduction in fp32 (4 B, Megatron's main_grad) instead of dtype
+  // ZeRO-1 / Megatron --use-distributed-optimizer: gradients reduce-scattered and parameters all-gathered over
+  // the DP group instead of one all-reduce; optimizer state (fp32 master + Adam moments) sharded over DP and the
+  // optimizer step run on the 1/dp shard.
+  bool distributed_optimizer = false;
+  // Megatron --overlap-grad-reduce: the DP reduction of a bucket of grad_bucket_MB starts as soon as the weight
+  // gradients it holds are final (during the last micro-batch's backward), beside the ongoing compute.
+  bool overlap_grad_reduce = false;
+  double grad_bucket_bytes = 40e6;  // grad_bucket_MB: bytes of gradients per DP bucket (one reduction call each)
+  // Megatron --overlap-param-gather (distributed optimizer): the parameter all-gather of the next iteration's
+  // first forward runs bucket by bucket beside it; what cannot hide stays exposed at the iteration's start.
+  bool overlap_param_gather = false;
+  struct ParamBytes {
+    double weight = 0, grad = 0, state = 0;  // state: fp32 master copy + Adam moments (unsharded)
+    double total() const { return weight + grad + state; }
+  };
+  // Weights at the compute dtype; gradients at 4 B with grad_fp32 else the dtype; state = fp32 master (16-bit
+  // dtypes only) + two Adam moments of max(4, dtype) B: 2 + 2 + 4 + 8 = 16 (fp16), 2 + 4 + 4 + 8 = 18 (bf16 with
+  // grad_fp32, Megatron's mixed precision), 4 + 4 + 8 = 16 (fp32). optimizer_bytes_per_param >= 0 overrides the sum.
+  ParamBytes param_bytes() const {
+    ParamBytes b;
+    const int e = act_bytes_per_elem();
+    b.weight = e;
+    b.grad = grad_fp32 ? 4 : e;
+    if (optimizer_bytes_per_param >= 0) {
+      b.state = optimizer_bytes_per_param - b.weight - b.grad;
+      if (b.state < 0) b.state = 0;
+    } else {
+      b.state = (e < 4 ? 4 : 0) + 2.0 * (e > 4 ? e : 4);
+    }
+    return b;
+  }
+  bool flash_attention = false;  // FlashAttention: no materialised score matrix (memory and HBM traffic O(l))
   // How a weight-gradient GEMM adds into the gradient accumulated over micro-batches and slices: "fused" (cuBLAS
   // beta = 1, Megatron-LM's gradient accumulation fusion: reads and writes the gradient) or "autograd" (PyTorch's
   // AccumulateGrad, as TeraPipe's code: the GEMM writes a new tensor, then grad += new).
@@ -155,6 +212,10 @@ struct Scenario {
 };
 
 const char* to_string(ScheduleKind k);
+const char* to_string(FfnKind f);
+const char* to_string(NormKind n);
+const char* to_string(PositionKind p);
+const char* to_string(Recompute r);
 const char* to_string(IntraNodeFabric f);
 const char* to_string(InterNodeTopology t);
 

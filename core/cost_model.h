@@ -28,6 +28,8 @@ class CostModel {
   virtual double optimizer_seconds(int rank) const = 0;
   // Word-embedding gradient bytes (tied embeddings, first/last stage all-reduce); 0 = none.
   virtual double embedding_grad_bytes() const = 0;
+  // Parameter bytes held by one GPU of pipeline rank r: what the distributed optimizer all-gathers after its step.
+  virtual double param_bytes(int rank) const { return grad_bytes(rank); }
 };
 
 // Fixed costs per (micro-batch, stage); slices scale linearly with their token share. Used by

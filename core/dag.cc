@@ -29,7 +29,9 @@ std::string exact(double x) {
   return buf;
 }
 
-bool is_collective(LOpKind k) { return k == LOpKind::AllReduce || k == LOpKind::AllGather; }
+bool is_collective(LOpKind k) {
+  return k == LOpKind::AllReduce || k == LOpKind::AllGather || k == LOpKind::ReduceScatter;
+}
 
 std::string at(const LoweredSchedule& ls, int w, std::size_t i) {
   return lowered_op_name(ls, w, i) + " (worker " + std::to_string(w) + ", position " + std::to_string(i) + ")";
@@ -259,6 +261,7 @@ Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
         }
         case LOpKind::AllReduce:
         case LOpKind::AllGather:
+        case LOpKind::ReduceScatter:
           break;
       }
     }
@@ -274,6 +277,7 @@ Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
       n.group = static_cast<std::int32_t>(g);
       n.count = l.count;
       n.amount = l.bytes;
+      n.lead_s = l.async ? l.lead_s : 0.0;
       for (std::size_t s = 0; s < ws.size(); s++) dag.node_of[ws[s]][calls[g][s][k]] = id;
     }
   }
@@ -285,12 +289,41 @@ Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
     const auto& prog = ls.per_worker[w];
     const auto& nodes = dag.node_of[w];
     std::int64_t prev = -1;
+    std::vector<std::size_t> posted;  // async collectives not awaited yet (core/lowering.h)
+    auto link = [&](std::uint32_t from, std::uint32_t to) {
+      (from >= first_coll && to >= first_coll ? shared : edges).emplace_back(from, to);
+    };
     for (std::size_t i = 0; i < prog.size(); i++) {
       const auto node = static_cast<std::uint32_t>(nodes[i]);
-      if (prev >= 0) {
-        const auto from = static_cast<std::uint32_t>(prev);
-        (from >= first_coll && node >= first_coll ? shared : edges).emplace_back(from, node);
+      if (prev >= 0) link(static_cast<std::uint32_t>(prev), node);
+      if (prog[i].async && is_collective(prog[i].kind)) {
+        // One communication stream per group: a bucket without a lead (posted all at once: the parameter
+        // gather) starts after the group's previous one. A bucket with a lead starts at its own ready time, counted
+        // from its predecessor op; if the previous bucket still runs, the two share the links.
+        if (!posted.empty() && !(prog[i].lead_s > 0)) {
+          for (auto a = posted.rbegin(); a != posted.rend(); ++a)
+            if (prog[*a].group == prog[i].group) {
+              link(static_cast<std::uint32_t>(nodes[*a]), node);
+              break;
+            }
+        }
+        posted.push_back(i);
+        continue;
       }
+      // An Optimizer waits for every posted collective; a Compute for the parameter gathers of its stage.
+      auto awaited = [&](std::size_t a) {
+        if (prog[i].kind == LOpKind::Optimizer) return true;
+        return prog[a].tag == CollTag::ParamGather && prog[i].kind == LOpKind::Compute &&
+               prog[i].op.stage == prog[a].op.stage;
+      };
+      std::size_t keep = 0;
+      for (std::size_t a : posted) {
+        if (awaited(a))
+          link(static_cast<std::uint32_t>(nodes[a]), node);
+        else
+          posted[keep++] = a;
+      }
+      posted.resize(keep);
       if (prog[i].kind != LOpKind::Send) prev = node;
     }
   }

@@ -28,6 +28,7 @@ struct DagNode {
   std::int32_t group = -1;   // collective group
   std::int32_t count = 1;    // collective calls folded together
   double amount = 0;         // seconds (Compute) or bytes (Transfer, Collective per call)
+  double lead_s = 0;         // Collective: starts this long after its predecessors complete (overlapped buckets)
 };
 
 struct Dag {

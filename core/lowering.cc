@@ -8,6 +8,7 @@
 
 #include "core/cost_model.h"
 #include "core/dag.h"
+#include "core/grad_sync.h"
 
 namespace pipescope {
 
@@ -40,6 +41,8 @@ const char* tag_text(CollTag t) {
       return "emb";
     case CollTag::ScatterGather:
       return "sg";
+    case CollTag::ParamGather:
+      return "params";
     case CollTag::None:
       break;
   }
@@ -90,14 +93,19 @@ std::string lowered_text(const LoweredOp& op) {
     case LOpKind::Recv:
       return "recv(" + op_text(op.op) + "<-" + std::to_string(op.peer) + ")";
     case LOpKind::AllReduce:
-    case LOpKind::AllGather: {
-      std::string t = op.kind == LOpKind::AllReduce ? "allreduce[" : "allgather[";
+    case LOpKind::AllGather:
+    case LOpKind::ReduceScatter: {
+      std::string t = op.kind == LOpKind::AllReduce   ? "allreduce["
+                      : op.kind == LOpKind::AllGather ? "allgather["
+                                                      : "reducescatter[";
       t += tag_text(op.tag);
       t += " g" + std::to_string(op.group) + " ";
       if (op.count != 1) t += std::to_string(op.count) + "x";
       t += fmt_bytes(op.bytes);
       // Per-op collectives (TP, scatter/gather) name the compute op they belong to.
       if (op.tag == CollTag::TensorParallel || op.tag == CollTag::ScatterGather) t += " " + op_text(op.op);
+      // Overlapped buckets name the op whose weight gradients (or forward's parameters) they carry.
+      if (op.async) t += " async " + op_text(op.op);
       return t + "]";
     }
     case LOpKind::Optimizer:
@@ -109,7 +117,8 @@ std::string lowered_text(const LoweredOp& op) {
 std::string lowered_op_name(const LoweredSchedule& ls, int worker, std::size_t index) {
   const LoweredOp& op = ls.per_worker.at(static_cast<std::size_t>(worker)).at(index);
   std::string t = lowered_text(op);
-  const bool collective = op.kind == LOpKind::AllReduce || op.kind == LOpKind::AllGather;
+  const bool collective =
+      op.kind == LOpKind::AllReduce || op.kind == LOpKind::AllGather || op.kind == LOpKind::ReduceScatter;
   if (op.kind == LOpKind::Optimizer || (ls.dp > 1 && !collective)) t += "@w" + std::to_string(worker);
   return t;
 }
@@ -276,7 +285,7 @@ LoweredSchedule tp_pass(LoweredSchedule in, const CostModel& cost) {
   return in;  // `in` itself: returning the reference `out` would copy the whole schedule
 }
 
-LoweredSchedule grad_sync_pass(LoweredSchedule in, const CostModel& cost) {
+LoweredSchedule grad_sync_pass(LoweredSchedule in, const CostModel& cost, const GradSyncOptions& o) {
   require_shape(in, "add_grad_sync");
   LoweredSchedule& out = in;
   const int p = in.p;
@@ -290,14 +299,7 @@ LoweredSchedule grad_sync_pass(LoweredSchedule in, const CostModel& cost) {
       out.per_worker[w].push_back(ar);
     }
   };
-  if (in.dp > 1) {
-    for (int r = 0; r < p; r++) {
-      CollGroup g{CollTag::DataParallel, {}};
-      for (int d = 0; d < in.dp; d++) g.workers.push_back(LoweredSchedule::worker(d, r, p));
-      out.groups.push_back(std::move(g));
-      append(static_cast<std::int32_t>(out.groups.size() - 1), CollTag::DataParallel, cost.grad_bytes(r));
-    }
-  }
+  if (in.dp > 1) add_dp_grad_sync(out, cost, o);  // core/grad_sync.cc
   const double emb = cost.embedding_grad_bytes();
   // The ranks of the first and the last virtual stage (the same rank in a V-shaped schedule: nothing to sync).
   const int r_first = in.schedule.rank_of_stage(0), r_last = in.schedule.rank_of_stage(in.schedule.stages() - 1);
@@ -311,7 +313,7 @@ LoweredSchedule grad_sync_pass(LoweredSchedule in, const CostModel& cost) {
   return in;
 }
 
-LoweredSchedule optimizer_pass(LoweredSchedule in, const CostModel& cost) {
+LoweredSchedule optimizer_pass(LoweredSchedule in, const CostModel& cost, const GradSyncOptions& opts) {
   require_shape(in, "add_optimizer");
   LoweredSchedule& out = in;
   for (std::size_t w = 0; w < out.per_worker.size(); w++) {
@@ -320,6 +322,7 @@ LoweredSchedule optimizer_pass(LoweredSchedule in, const CostModel& cost) {
     o.seconds = cost.optimizer_seconds(static_cast<int>(w) % in.p);
     out.per_worker[w].push_back(o);
   }
+  if (in.dp > 1) add_param_gather(out, cost, opts);  // core/grad_sync.cc
   return in;
 }
 
@@ -328,8 +331,12 @@ LoweredSchedule optimizer_pass(LoweredSchedule in, const CostModel& cost) {
 LoweredSchedule add_p2p(const LoweredSchedule& in, const CostModel& cost) { return p2p_pass(in, cost); }
 LoweredSchedule add_scatter_gather(const LoweredSchedule& in) { return scatter_gather_pass(in); }
 LoweredSchedule add_tp_allreduce(const LoweredSchedule& in, const CostModel& cost) { return tp_pass(in, cost); }
-LoweredSchedule add_grad_sync(const LoweredSchedule& in, const CostModel& cost) { return grad_sync_pass(in, cost); }
-LoweredSchedule add_optimizer(const LoweredSchedule& in, const CostModel& cost) { return optimizer_pass(in, cost); }
+LoweredSchedule add_grad_sync(const LoweredSchedule& in, const CostModel& cost, const GradSyncOptions& o) {
+  return grad_sync_pass(in, cost, o);
+}
+LoweredSchedule add_optimizer(const LoweredSchedule& in, const CostModel& cost, const GradSyncOptions& o) {
+  return optimizer_pass(in, cost, o);
+}
 
 Schedule fuse_adjacent_iw(const Schedule& s) {
   Schedule out = s;
@@ -350,13 +357,14 @@ Schedule fuse_adjacent_iw(const Schedule& s) {
   return out;
 }
 
-LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost, bool scatter_gather) {
+LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost, bool scatter_gather,
+                      const GradSyncOptions& grad_sync) {
   LoweredSchedule ls = lower_compute(s, dp, tp, cost);
   ls = p2p_pass(std::move(ls), cost);
   if (scatter_gather) ls = scatter_gather_pass(std::move(ls));
   ls = tp_pass(std::move(ls), cost);
-  ls = grad_sync_pass(std::move(ls), cost);
-  return optimizer_pass(std::move(ls), cost);
+  ls = grad_sync_pass(std::move(ls), cost, grad_sync);
+  return optimizer_pass(std::move(ls), cost, grad_sync);
 }
 
 }  // namespace pipescope

@@ -17,6 +17,11 @@
 // - A Recv completes when its matching transfer has arrived (and after the worker's previous op).
 // - A Collective (AllReduce, AllGather) starts when every member of its group has reached it; members
 //   match collectives by (group, seq): the n-th collective of a group on each member is the same call.
+// - An async collective (overlapped gradient reduction / parameter gather, core/grad_sync.h) is posted like an
+//   eager Send: it becomes ready lead_s seconds after the worker's previous non-Send, non-async op completes, and
+//   the ops after it do not wait for it. It is awaited by the worker's next Optimizer op, or, for a ParamGather,
+//   by the worker's first later Compute op of the virtual stage in its `op` field. An async collective without a
+//   lead also waits for the previous async collective of its group (one communication stream per group).
 
 #include <cstdint>
 #include <string>
@@ -30,15 +35,17 @@ namespace pipescope {
 class CostModel;
 
 enum class LOpKind : std::uint8_t {
-  Compute,    // op: the compute op; seconds: its duration
-  Send,       // op: the compute op whose output is carried (F: activation, B: gradient); peer, bytes
-  Recv,       // op: same producer op as the matching Send; peer, bytes
-  AllReduce,  // group, bytes (per-rank buffer), tag says what (DP grads, TP layer, embedding)
-  AllGather,  // group, bytes (total output); Megatron scatter/gather on arrival
-  Optimizer,  // seconds
+  Compute,        // op: the compute op; seconds: its duration
+  Send,           // op: the compute op whose output is carried (F: activation, B: gradient); peer, bytes
+  Recv,           // op: same producer op as the matching Send; peer, bytes
+  AllReduce,      // group, bytes (per-rank buffer), tag says what (DP grads, TP layer, embedding)
+  AllGather,      // group, bytes (total output); Megatron scatter/gather on arrival; distributed optimizer's params
+  ReduceScatter,  // group, bytes (total input); the distributed optimizer's gradient reduction
+  Optimizer,      // seconds
 };
 
-enum class CollTag : std::uint8_t { None, DataParallel, TensorParallel, Embedding, ScatterGather };
+// ParamGather: the distributed optimizer's all-gather of the updated parameters over the DP group.
+enum class CollTag : std::uint8_t { None, DataParallel, TensorParallel, Embedding, ScatterGather, ParamGather };
 
 struct LoweredOp {
   LOpKind kind = LOpKind::Compute;
@@ -49,6 +56,8 @@ struct LoweredOp {
   std::int32_t count = 1;   // number of back-to-back collective calls folded into this one (TP: per layer)
   double seconds = 0;       // Compute / Optimizer duration
   double bytes = 0;         // Send/Recv message size; collective size per call
+  bool async = false;       // collectives only: posted, not waited for by the next op (see the semantics above)
+  double lead_s = 0;        // async collectives: ready this long after the previous op completes
 };
 
 struct CollGroup {
@@ -96,11 +105,21 @@ LoweredSchedule add_scatter_gather(const LoweredSchedule& in);
 //    (backward) all-reduces per layer of b*s*h elements over the worker's TP group, folded into one
 //    AllReduce op with count = number of calls. No-op when tp == 1.
 LoweredSchedule add_tp_allreduce(const LoweredSchedule& in, const CostModel& cost);
-// 4. Data-parallel gradient all-reduce after the flush (one per pipeline rank, over the dp replicas of
-//    that rank), then the embedding all-reduce between first and last stage when embeddings are tied.
-LoweredSchedule add_grad_sync(const LoweredSchedule& in, const CostModel& cost);
-// 5. Optimizer step at the end of every worker.
-LoweredSchedule add_optimizer(const LoweredSchedule& in, const CostModel& cost);
+// How data-parallel gradients are synchronised (training.* keys; core/grad_sync.h has the passes' details).
+struct GradSyncOptions {
+  bool distributed_optimizer = false;  // reduce-scatter + optimizer on the shard + parameter all-gather
+  bool overlap_grad_reduce = false;    // bucketed reductions during the last backward of each virtual stage
+  double bucket_bytes = 40e6;          // gradient bytes per bucket (overlap_grad_reduce)
+  bool overlap_param_gather = false;   // the parameter all-gather beside the (next iteration's) first forwards
+};
+GradSyncOptions grad_sync_options(const TrainingSpec& t);
+// 4. Data-parallel gradient synchronisation (one DP group per pipeline rank, over the dp replicas of that rank):
+//    an all-reduce after the flush, or with the options the distributed optimizer's reduce-scatter and bucketed,
+//    overlapped reductions; then the embedding all-reduce between first and last stage when embeddings are tied.
+LoweredSchedule add_grad_sync(const LoweredSchedule& in, const CostModel& cost, const GradSyncOptions& o = {});
+// 5. Optimizer step at the end of every worker; with the distributed optimizer the parameter all-gather after it
+//    (or, with overlap_param_gather, at the start of the program before each virtual stage's first forward).
+LoweredSchedule add_optimizer(const LoweredSchedule& in, const CostModel& cost, const GradSyncOptions& o = {});
 
 // 0. (Optional, on the compute schedule.) Every I immediately followed on its rank by the W of the same
 //    (stage, micro-batch, slice) becomes one B: the same work as one op (the runtime's cheaper form). Not part
@@ -109,6 +128,7 @@ Schedule fuse_adjacent_iw(const Schedule& s);
 
 // All passes in order: what `simulate` and `validate` run.
 // scatter_gather: run pass 2b (Scenario::schedule.scatter_gather).
-LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost, bool scatter_gather = false);
+LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost, bool scatter_gather = false,
+                      const GradSyncOptions& grad_sync = {});
 
 }  // namespace pipescope

@@ -2,8 +2,10 @@
 //
 // Static state (per GPU of the rank's TP group): P_r = rank_parameter_count (the layers of its v chunks,
 // stage_layer_range in core/placement.h, word + position embeddings on the first virtual stage, final LayerNorm and the
-// tied-embedding copy or output layer on the last, / t). Weights e B/param (2 for fp16/bf16), gradients 2 B (4 with
-// grad_fp32), optimizer state the rest of training.optimizer_bytes_per_param (16 = 2 + 2 + fp32 master 4 + Adam 8).
+// tied-embedding copy or output layer on the last, / t). Bytes per parameter from TrainingSpec::param_bytes: weights
+// e B (2 for fp16/bf16), gradients e B (4 with grad_fp32), optimizer state fp32 master 4 (16-bit dtypes) + Adam 8
+// (16 in all for fp16, 18 for bf16 with fp32 gradients), or what training.optimizer_bytes_per_param leaves; the
+// state divided by dp with training.distributed_optimizer (ZeRO-1).
 //
 // Activations per layer (Korthikanti et al. 2022, "Reducing activation recomputation", Table 2), for b
 // sequences of l tokens attending to c + l keys:
@@ -49,7 +51,7 @@
 #include <string>
 #include <tuple>
 
-#include "core/analytic_cost.h"
+#include "core/model_shape.h"
 #include "core/placement.h"
 
 namespace pipescope {
@@ -71,7 +73,8 @@ void check_layer_args(const char* what, int b, int tokens, int context) {
 
 double layer_score_bytes(const Scenario& s, int b, int tokens, int context) {
   check_layer_args("layer_score_bytes", b, tokens, context);
-  if (s.training.flash_attention) return 0.0;
+  // Flash attention never materialises the scores; selective recomputation drops them after the forward.
+  if (s.training.flash_attention || s.schedule.recompute == Recompute::Selective) return 0.0;
   const double a = s.model.heads, t = s.parallel.tp;
   const double bl = static_cast<double>(b) * tokens;
   return 5.0 * a * bl * (static_cast<double>(context) + tokens) / t * s.training.act_bytes_per_elem() / 2.0;
@@ -79,16 +82,17 @@ double layer_score_bytes(const Scenario& s, int b, int tokens, int context) {
 
 double layer_activation_bytes(const Scenario& s, int b, int tokens, int context) {
   check_layer_args("layer_activation_bytes", b, tokens, context);
-  const double h = s.model.hidden, t = s.parallel.tp;
+  const double t = s.parallel.tp;
   const double r = s.parallel.sequence_parallel ? t : 1.0;
   const double bl = static_cast<double>(b) * tokens;
-  return bl * h * (10.0 / r + 24.0 / t) * s.training.act_bytes_per_elem() / 2.0 +
+  const ActivationTerms x = layer_activation_terms(s.model);
+  return bl * (x.replicated / r + x.split / t) * s.training.act_bytes_per_elem() / 2.0 +
          layer_score_bytes(s, b, tokens, context);
 }
 
 double layer_kv_bytes(const Scenario& s, int b, int tokens) {
   check_layer_args("layer_kv_bytes", b, tokens, 0);
-  return 2.0 * b * tokens * (static_cast<double>(s.model.hidden) / s.parallel.tp) * s.training.act_bytes_per_elem();
+  return 2.0 * b * tokens * (layer_dims(s.model).kv / s.parallel.tp) * s.training.act_bytes_per_elem();
 }
 
 MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
@@ -111,11 +115,13 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
     fail("malformed schedule (per-rank lists or micro-batch table of the wrong size)");
 
   const int e = s.training.act_bytes_per_elem();
-  const int g = s.training.grad_fp32 ? 4 : e;
+  const TrainingSpec::ParamBytes pb = s.training.param_bytes();
+  // The distributed optimizer keeps 1/dp of the master weights and Adam moments on each replica.
+  const double shards = s.training.distributed_optimizer ? par.dp : 1.0;
   const double h = m.hidden, t = par.tp, V = m.vocab;
   const double rep_tp = par.sequence_parallel ? t : 1.0;  // what TP does to the residual-stream tensors
   const int last_stage = par.pp * par.v - 1;
-  const bool recompute = s.schedule.recompute;
+  const bool recompute = s.schedule.recompute == Recompute::Full;
   const bool flash = s.training.flash_attention;
 
   MemoryReport rep;
@@ -124,9 +130,9 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
   for (int r = 0; r < par.pp; r++) {
     RankMemory& rm = rep.ranks[r];
     const double params = rank_parameter_count(s, r);
-    rm.weights_bytes = params * e;
-    rm.grads_bytes = params * g;
-    rm.optimizer_bytes = params * std::max(0.0, s.training.optimizer_bytes_per_param - e - g);
+    rm.weights_bytes = params * pb.weight;
+    rm.grads_bytes = params * pb.grad;
+    rm.optimizer_bytes = params * pb.state / shards;
     const double static_bytes = rm.weights_bytes + rm.grads_bytes + rm.optimizer_bytes;
 
     struct Stored {

@@ -57,7 +57,8 @@ std::unique_ptr<Prepared> prepare(const Scenario& s) {
   p->scenario = s;
   p->cost = make_cost_model(s);
   p->schedule = make_schedule(s);
-  p->lowered = lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost, s.schedule.scatter_gather);
+  p->lowered = lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost, s.schedule.scatter_gather,
+                     grad_sync_options(s.training));
   p->lowered.blocking_sends = s.sim.p2p == "blocking";
   p->placement = make_placement(s.sim.placement, s.parallel.dp, s.parallel.pp, s.parallel.tp, s.cluster);
   return p;

@@ -23,6 +23,30 @@ ModelSpec gpt(const char* name, int layers, int hidden, int heads, int vocab = 5
   return m;
 }
 
+// Llama-style decoder: grouped-query attention, SwiGLU, RMSNorm, rotary positions, no linear biases, untied
+// embeddings (scenarios/README.md "Model presets" gives the sources).
+ModelSpec llama(const char* name, int layers, int hidden, int heads, int groups, int ffn, int vocab, int seq_len) {
+  ModelSpec m = gpt(name, layers, hidden, heads, vocab, seq_len, false);
+  m.ffn_hidden = ffn;
+  m.query_groups = groups;
+  m.ffn = FfnKind::SwiGlu;
+  m.norm = NormKind::RmsNorm;
+  m.position = PositionKind::Rope;
+  m.linear_bias = false;
+  return m;
+}
+
+// Nemotron-4 340B: GQA with 8 groups, a two-matrix squared-ReLU MLP (the GeLU shape here: same GEMMs, another
+// element-wise function), LayerNorm, rotary positions, no biases, untied embeddings.
+ModelSpec nemotron4_340b() {
+  ModelSpec m = gpt("nemotron4-340b", 96, 18432, 96, 256000, 4096, false);
+  m.ffn_hidden = 73728;
+  m.query_groups = 8;
+  m.position = PositionKind::Rope;
+  m.linear_bias = false;
+  return m;
+}
+
 const std::vector<ModelSpec>& models() {
   static const std::vector<ModelSpec> kModels = {
       // docs/papers.md#terapipe (heads = H/128 from the authors' code). TeraPipe times only the transformer
@@ -48,6 +72,12 @@ const std::vector<ModelSpec>& models() {
       gpt("seq1f1b-7b", 32, 4096, 32, 32000, 32768, false),
       gpt("seq1f1b-13b", 40, 5120, 40, 32000, 32768, false),
       gpt("seq1f1b-30b", 64, 6144, 64, 32000, 32768, false),
+      // Llama 3 / 3.1 (Meta's model cards and params.json: layers, hidden, heads, K/V heads, FFN, V = 128256,
+      // s = 8192 training context) and Nemotron-4 340B (NVIDIA's technical report).
+      llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
+      llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+      llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
+      nemotron4_340b(),
   };
   return kModels;
 }

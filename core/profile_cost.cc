@@ -48,6 +48,19 @@ ProfileCostModel::ProfileCostModel(const Scenario& s, DeviceProfile p) : Analyti
       throw std::invalid_argument(p_.source + ": kernels: " + e.what());
     }
   }
+  // Layer tables and kernel fits were measured on the runtime's GPT layer (multi-head attention, GeLU MLP,
+  // LayerNorm) and time whole layers: they cannot serve other shapes or a recomputed attention core alone.
+  if (!tables_.empty() || kernels_) {
+    const char* key = m.kv_heads() != m.heads                        ? "model.query_groups"
+                      : m.ffn != FfnKind::Gelu                       ? "model.ffn"
+                      : m.norm != NormKind::LayerNorm                ? "model.norm"
+                      : s.schedule.recompute == Recompute::Selective ? "schedule.recompute"
+                                                                     : nullptr;
+    if (key)
+      throw std::invalid_argument(s.source + ": " + key + ": the profile " + p_.source +
+                                  " times the runtime's GPT layer (multi-head attention, GeLU, LayerNorm, whole-layer "
+                                  "recomputation); drop sim.profile to use the analytic model");
+  }
 }
 
 const char* to_string(CostSource s) {
@@ -78,7 +91,7 @@ double ProfileCostModel::kernel_op_seconds(const Op& op, int b) const {
   const bool fwd = op.kind == OpKind::Forward;
   const int l = op.tokens(), c = op.tok_begin, e = s_.training.act_bytes_per_elem();
   double layer = kernel_layer_seconds(fwd, b, l, c);
-  if (!fwd && s_.schedule.recompute) layer += kernel_layer_seconds(true, b, l, c);
+  if (!fwd && s_.schedule.recompute == Recompute::Full) layer += kernel_layer_seconds(true, b, l, c);
   double t = layers_of_stage(op.stage) * layer + p_.op_overhead_s;
   if (op.stage == 0) t += kernels_->seconds(embedding_calls(s_.model, e, b, l, fwd));
   if (op.stage == s_.parallel.pp * s_.parallel.v - 1) t += kernels_->seconds(head_calls(s_.model, e, b, l, fwd));
@@ -167,7 +180,7 @@ double ProfileCostModel::compute_seconds(const Op& op, int b) const {
   const int l = op.tokens(), c = op.tok_begin;
   const bool first = op.stage == 0, last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
   double layer = table_layer_seconds(fwd, b, l, c);
-  if (!fwd && s_.schedule.recompute) layer += table_layer_seconds(true, b, l, c);
+  if (!fwd && s_.schedule.recompute == Recompute::Full) layer += table_layer_seconds(true, b, l, c);
   double t = layers_of_stage(op.stage) * layer + p_.op_overhead_s;
   if (first || last) {
     double ends = 0;

@@ -313,6 +313,22 @@ const std::vector<std::pair<std::string, IntraNodeFabric>>& fabrics() {
   static const auto t = enum_table({IntraNodeFabric::NVSwitch, IntraNodeFabric::CubeMesh, IntraNodeFabric::PCIe});
   return t;
 }
+const std::vector<std::pair<std::string, FfnKind>>& ffn_kinds() {
+  static const auto t = enum_table({FfnKind::Gelu, FfnKind::SwiGlu});
+  return t;
+}
+const std::vector<std::pair<std::string, NormKind>>& norm_kinds() {
+  static const auto t = enum_table({NormKind::LayerNorm, NormKind::RmsNorm});
+  return t;
+}
+const std::vector<std::pair<std::string, PositionKind>>& position_kinds() {
+  static const auto t = enum_table({PositionKind::Learned, PositionKind::Rope});
+  return t;
+}
+const std::vector<std::pair<std::string, Recompute>>& recompute_modes() {
+  static const auto t = enum_table({Recompute::None, Recompute::Selective, Recompute::Full});
+  return t;
+}
 const std::vector<std::pair<std::string, InterNodeTopology>>& topologies() {
   static const auto t = enum_table({InterNodeTopology::Star, InterNodeTopology::FatTree, InterNodeTopology::Rail});
   return t;
@@ -376,8 +392,8 @@ const double kUnset = std::numeric_limits<double>::quiet_NaN();
 // ---------------------------------------------------------------- sections
 
 ModelSpec parse_model(const Section& root) {
-  const Section m =
-      root.sub("model", {"preset", "layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "tied_embeddings"});
+  const Section m = root.sub("model", {"preset", "layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len",
+                                       "tied_embeddings", "query_groups", "ffn", "norm", "position", "linear_bias"});
   ModelSpec model;
   std::string preset;
   const bool from_preset = m.get("preset", preset);
@@ -400,6 +416,11 @@ ModelSpec parse_model(const Section& root) {
   m.get("vocab", model.vocab);
   m.get("seq_len", model.seq_len);
   m.get("tied_embeddings", model.tied_embeddings);
+  m.get("query_groups", model.query_groups);
+  m.get_enum("ffn", ffn_kinds(), model.ffn);
+  m.get_enum("norm", norm_kinds(), model.norm);
+  m.get_enum("position", position_kinds(), model.position);
+  m.get("linear_bias", model.linear_bias);
   if (!from_preset)
     for (const char* key : {"layers", "hidden", "heads", "vocab", "seq_len"})
       if (!m.has(key)) m.missing(key, "required when model.preset is not given");
@@ -599,16 +620,17 @@ void Validator::run() const {
                                                 {"cluster.device.hbm_bw_GBps", d.hbm_bw_Bps}};
   for (const auto& [key, value] : pos)
     if (!positive(value)) fail({key}, "must be > 0, got " + num(value));
-  const std::pair<const char*, double> nonneg[] = {
-      {"cluster.device.peak_tflops_bf16", d.peak_flops_bf16},
-      {"cluster.device.gemm_half_sat_gflop", d.gemm_half_sat_flops},
-      {"cluster.device.kernel_launch_us", d.kernel_launch_s},
-      {"cluster.intra_node.nvlink_latency_us", c.nvlink_latency_s},
-      {"cluster.intra_node.pcie_latency_us", c.pcie_latency_s},
-      {"cluster.network.nic_latency_us", c.nic_latency_s},
-      {"training.optimizer_bytes_per_param", s_.training.optimizer_bytes_per_param}};
+  const std::pair<const char*, double> nonneg[] = {{"cluster.device.peak_tflops_bf16", d.peak_flops_bf16},
+                                                   {"cluster.device.gemm_half_sat_gflop", d.gemm_half_sat_flops},
+                                                   {"cluster.device.kernel_launch_us", d.kernel_launch_s},
+                                                   {"cluster.intra_node.nvlink_latency_us", c.nvlink_latency_s},
+                                                   {"cluster.intra_node.pcie_latency_us", c.pcie_latency_s},
+                                                   {"cluster.network.nic_latency_us", c.nic_latency_s}};
   for (const auto& [key, value] : nonneg)
     if (!non_negative(value)) fail({key}, "must be >= 0, got " + num(value));
+  // < 0 = from the dtypes (TrainingSpec::param_bytes); files can only write values >= 0.
+  if (!std::isfinite(s_.training.optimizer_bytes_per_param))
+    fail({"training.optimizer_bytes_per_param"}, "must be >= 0, got " + num(s_.training.optimizer_bytes_per_param));
   for (const auto& [key, value] : {std::pair<const char*, double>{"cluster.device.gemm_efficiency", d.gemm_efficiency},
                                    {"cluster.device.memory_efficiency", d.memory_efficiency}})
     if (!(value > 0 && value <= 1)) fail({key}, "must be in (0, 1], got " + num(value));
@@ -658,6 +680,17 @@ void Validator::run() const {
   if (m.heads % p.tp != 0)
     fail({"parallel.tp", "model.heads"},
          "model.heads = " + std::to_string(m.heads) + " is not divisible by tp = " + std::to_string(p.tp));
+  // Grouped-query attention: K/V heads divide the query heads, and tensor parallelism splits whole groups.
+  if (m.query_groups < 0)
+    fail({"model.query_groups"}, "must be a positive integer, got " + std::to_string(m.query_groups));
+  if (m.heads % m.kv_heads() != 0)
+    fail({"model.query_groups", "model.heads"},
+         "model.heads = " + std::to_string(m.heads) +
+             " is not divisible by model.query_groups = " + std::to_string(m.kv_heads()));
+  if (m.kv_heads() % p.tp != 0)
+    fail({"parallel.tp", "model.query_groups"}, "model.query_groups = " + std::to_string(m.kv_heads()) +
+                                                    " is not divisible by tp = " + std::to_string(p.tp) +
+                                                    " (tensor parallelism splits whole K/V groups)");
   if (m.ffn_hidden % p.tp != 0)
     fail({"parallel.tp", "model.ffn_hidden"},
          "model.ffn_hidden = " + std::to_string(m.ffn_hidden) + " is not divisible by tp = " + std::to_string(p.tp));
@@ -759,6 +792,12 @@ void Validator::run() const {
     fail({"training.dtype", "cluster.device.peak_tflops_fp64", "sim.profile"},
          "fp64 needs a device with a known fp64 peak; " + d.name +
              " has none: give cluster.device.peak_tflops_fp64 or a calibration profile of the CPU backend");
+  if (!(std::isfinite(t.grad_bucket_bytes) && t.grad_bucket_bytes > 0))
+    fail({"training.grad_bucket_MB"}, "must be > 0, got " + num(t.grad_bucket_bytes / units::kMB));
+  if (t.overlap_param_gather && !t.distributed_optimizer)
+    fail({"training.overlap_param_gather", "training.distributed_optimizer"},
+         "overlap_param_gather overlaps the distributed optimizer's parameter all-gather: it needs "
+         "training.distributed_optimizer: true");
   if (!one_of(collective_models(), s_.sim.collectives))
     fail({"sim.collectives"}, unknown_value_message("value", s_.sim.collectives, names_of(collective_models())));
   if (!one_of(wgrad_accumulations(), s_.training.wgrad_accumulation))
@@ -856,7 +895,15 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
     if (!slicing_given) s.schedule.slicing = "explicit";
     if (!slices_given) s.schedule.seq_slices = static_cast<int>(s.schedule.slice_tokens.size());
   }
-  sch.get("recompute", s.schedule.recompute);
+  // true / false stay readable: the key was a boolean (full recomputation) before selective recomputation.
+  if (std::string rc; sch.get("recompute", rc)) {
+    if (rc == "true" || rc == "True" || rc == "TRUE")
+      s.schedule.recompute = Recompute::Full;
+    else if (rc == "false" || rc == "False" || rc == "FALSE")
+      s.schedule.recompute = Recompute::None;
+    else if (!sch.get_enum("recompute", recompute_modes(), s.schedule.recompute))
+      sch.fail("recompute", "missing");
+  }
   sch.get("scatter_gather", s.schedule.scatter_gather);
   if (sch.get("file", s.schedule.file) && !s.schedule.file.empty()) {
     // Relative to the scenario file, like sim.profile; the stage placement is read now (core/schedule_csv.h).
@@ -870,13 +917,18 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
     }
   }
 
-  const Section tr = root.sub(
-      "training", {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention", "wgrad_accumulation"});
+  const Section tr =
+      root.sub("training", {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention", "wgrad_accumulation",
+                            "distributed_optimizer", "overlap_grad_reduce", "grad_bucket_MB", "overlap_param_gather"});
   tr.get_enum("dtype", dtypes(), s.training.dtype);
   tr.get("optimizer_bytes_per_param", Num::NonNegative, 1.0, s.training.optimizer_bytes_per_param);
   tr.get("grad_fp32", s.training.grad_fp32);
   tr.get("flash_attention", s.training.flash_attention);
   tr.get_enum("wgrad_accumulation", wgrad_accumulations(), s.training.wgrad_accumulation);
+  tr.get("distributed_optimizer", s.training.distributed_optimizer);
+  tr.get("overlap_grad_reduce", s.training.overlap_grad_reduce);
+  tr.get("grad_bucket_MB", Num::Positive, units::kMB, s.training.grad_bucket_bytes);
+  tr.get("overlap_param_gather", s.training.overlap_param_gather);
 
   const Section sim = root.sub("sim", {"collectives", "placement", "profile", "p2p"});
   sim.get_enum("collectives", collective_models(), s.sim.collectives);

@@ -55,6 +55,9 @@ class Params {
   // Gradient storage for an in-place data-parallel all-reduce: size() elements of grad_dtype().
   virtual void* grad_data() = 0;
   virtual DType grad_dtype() const = 0;
+  // Parameter storage (size() elements of grad_dtype()) for the distributed optimizer's in-place parameter
+  // all-gather; nullptr where the backend has no host copy to exchange (the caller refuses then).
+  virtual void* param_data() { return nullptr; }
 
  protected:
   ModuleKind kind_ = ModuleKind::kLayer;
@@ -157,6 +160,13 @@ class Backend {
 
   // One bias-corrected Adam step (step >= 1) on the module's accumulated gradients.
   virtual void adam_step(Params& p, const AdamConfig& cfg, int step) = 0;
+  // The same step on parameters [begin, end) only: the distributed optimizer's shard (ZeRO-1). Adam is
+  // element-wise, so the shards of all replicas together give adam_step's result exactly. Backends without it
+  // throw KernelError.
+  virtual void adam_step_shard(Params& p, const AdamConfig& cfg, int step, std::size_t begin, std::size_t end) {
+    (void)p, (void)cfg, (void)step, (void)begin, (void)end;
+    throw KernelError("this backend has no sharded optimizer step (training.distributed_optimizer)");
+  }
 
   virtual void synchronize() = 0;
   virtual void* stream() = 0;  // the cudaStream_t operations run on; nullptr on the CPU

@@ -75,6 +75,7 @@ class CpuParams final : public Params {
   void zero_grads() override { g.assign(size_, T(0)); }
   void* grad_data() override { return g.data(); }
   DType grad_dtype() const override { return dtype_of<T>(); }
+  void* param_data() override { return p.data(); }
   std::vector<T> p, g, m, v;
 };
 
@@ -204,6 +205,14 @@ class CpuBackend final : public Backend {
   void adam_step(Params& p, const AdamConfig& cfg, int step) override {
     auto& P = as<CpuParams<T>>(p, "adam_step");
     ref::adam_step(cfg, step, P.size(), P.p.data(), P.g.data(), P.m.data(), P.v.data());
+  }
+  void adam_step_shard(Params& p, const AdamConfig& cfg, int step, std::size_t begin, std::size_t end) override {
+    auto& P = as<CpuParams<T>>(p, "adam_step_shard");
+    if (begin > end || end > P.size())
+      throw KernelError("adam_step_shard: range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                        ") outside the module's " + std::to_string(P.size()) + " parameters");
+    ref::adam_step(cfg, step, end - begin, P.p.data() + begin, P.g.data() + begin, P.m.data() + begin,
+                   P.v.data() + begin);
   }
 
   void synchronize() override {}

@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -104,7 +105,8 @@ Executor::Executor(UncheckedForTesting, const LoweredSchedule& ls, int worker, c
   shard_ = model_.shape;
   shard_.layer.tp = ls.tp;
   for (const auto& prog : ls.per_worker)
-    for (const LoweredOp& l : prog) scatter_gather_ = scatter_gather_ || l.kind == LOpKind::AllGather;
+    for (const LoweredOp& l : prog)
+      scatter_gather_ = scatter_gather_ || (l.kind == LOpKind::AllGather && l.tag == CollTag::ScatterGather);
   try {
     shard_.validate();
   } catch (const kernels::KernelError& e) {
@@ -176,6 +178,7 @@ void Executor::validate_program() const {
               "stage share no parameter; set model.tied_embeddings: false");
         if (l.tag != CollTag::DataParallel && l.tag != CollTag::TensorParallel)
           bad("only data- and tensor-parallel all-reduces are implemented");
+        if (l.async) bad("overlapped (async) gradient reduction is not implemented by the runtime");
         if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls_.groups.size()) bad("unknown group");
         if (ls_.groups[l.group].tag != l.tag) bad("the group's tag differs from the op's");
         if (l.tag == CollTag::TensorParallel) {
@@ -192,7 +195,14 @@ void Executor::validate_program() const {
         }
         break;
       case LOpKind::AllGather:
-        if (l.tag != CollTag::ScatterGather) bad("only scatter/gather all-gathers are implemented");
+        if (l.tag == CollTag::ParamGather) {  // the distributed optimizer's parameter all-gather
+          if (l.async) bad("an overlapped parameter all-gather is not implemented by the runtime");
+          if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls_.groups.size() ||
+              ls_.groups[l.group].tag != CollTag::ParamGather)
+            bad("not a parameter-gather group");
+          break;
+        }
+        if (l.tag != CollTag::ScatterGather) bad("only scatter/gather and parameter all-gathers are implemented");
         if (ls_.tp == 1) bad("scatter/gather all-gather in a program without tensor parallelism (tp = 1)");
         if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls_.groups.size() ||
             ls_.groups[l.group].tag != CollTag::ScatterGather ||
@@ -200,6 +210,12 @@ void Executor::validate_program() const {
           bad("not this worker's scatter/gather group");
         if (i == 0 || prog_[i - 1].kind != LOpKind::Recv || !(key_of(prog_[i - 1].op) == key_of(l.op)))
           bad("an all-gather must directly follow the receive of its message");
+        break;
+      case LOpKind::ReduceScatter:  // the distributed optimizer's gradient reduction
+        if (l.tag != CollTag::DataParallel || l.async) bad("only a data-parallel reduce-scatter after the flush runs");
+        if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls_.groups.size() ||
+            ls_.groups[l.group].tag != CollTag::DataParallel)
+          bad("not a data-parallel group");
         break;
       case LOpKind::Optimizer:
         break;
@@ -277,12 +293,26 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
           }
           break;
         case LOpKind::AllGather:
-          allgather(l, stats);
+          if (l.tag == CollTag::ParamGather)
+            param_gather(l, stats);
+          else
+            allgather(l, stats);
+          break;
+        case LOpKind::ReduceScatter:
+          reduce_scatter(l, stats);
           break;
         case LOpKind::Optimizer:
           timed(stats.kernel_s, [&] {
-            for (auto& [id, p] : modules_) be_.adam_step(*p, opt_.adam, step);
+            for (auto& [id, p] : modules_) {
+              if (shard_of_ < 0) {
+                be_.adam_step(*p, opt_.adam, step);
+                continue;
+              }
+              const auto [begin, end] = shard_range(p->size());
+              be_.adam_step_shard(*p, opt_.adam, step, begin, end);
+            }
           });
+          shard_of_ = -1;
           break;
       }
     } catch (const std::exception& e) {
@@ -652,6 +682,44 @@ void Executor::allgather(const LoweredOp& l, IterationStats& st) {
     wait(*req, "scatter/gather all-gather");
   });
   st_->ungathered[slot] = 0;
+}
+
+// The distributed optimizer (ZeRO-1) on the host transports, which have no reduce-scatter: the gradients are
+// summed whole (the same sums a reduce-scatter gives this shard), the optimizer then steps this replica's 1/dp
+// slice of each module, and the parameter all-gather is a sum of the slices with everything else zeroed (x + 0
+// is exact). The results are the all-reduce path's bit for bit; the bytes moved are not Megatron's.
+void Executor::reduce_scatter(const LoweredOp& l, IterationStats& st) {
+  allreduce(l, st);
+  const auto& ws = ls_.groups[l.group].workers;
+  shard_of_ = static_cast<int>(std::find(ws.begin(), ws.end(), worker_) - ws.begin());
+  shards_ = static_cast<int>(ws.size());
+}
+
+std::pair<std::size_t, std::size_t> Executor::shard_range(std::size_t n) const {
+  const auto k = static_cast<std::size_t>(shard_of_), d = static_cast<std::size_t>(shards_);
+  return {n * k / d, n * (k + 1) / d};
+}
+
+void Executor::param_gather(const LoweredOp& l, IterationStats& st) {
+  const auto& ws = ls_.groups[l.group].workers;
+  const int mine = static_cast<int>(std::find(ws.begin(), ws.end(), worker_) - ws.begin());
+  const int n = static_cast<int>(ws.size());
+  timed(st.comm_s, [&] {
+    std::vector<std::unique_ptr<Request>> reqs;
+    reqs.reserve(modules_.size());
+    for (auto& [id, p] : modules_) {
+      void* data = p->param_data();
+      if (data == nullptr) throw RuntimeError("the backend keeps no host parameters to all-gather");
+      const std::size_t size = p->size(), begin = size * mine / n, end = size * (mine + 1) / n;
+      const ElemType t = elem_type(p->grad_dtype());
+      const std::size_t eb = elem_bytes(t);
+      auto* bytes = static_cast<unsigned char*>(data);
+      std::memset(bytes, 0, begin * eb);
+      std::memset(bytes + end * eb, 0, (size - end) * eb);
+      reqs.push_back(tr_.iallreduce_sum(data, size, t, l.group));
+    }
+    for (auto& r : reqs) wait(*r, "parameter all-gather");
+  });
 }
 
 void Executor::allreduce(const LoweredOp& l, IterationStats& st) {

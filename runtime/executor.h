@@ -119,6 +119,11 @@ class Executor {
   void send(const LoweredOp& l, std::size_t i);
   void recv(const LoweredOp& l, OpTiming& t_op, Clock::time_point t0, IterationStats& st);
   void allreduce(const LoweredOp& l, IterationStats& st);
+  // The distributed optimizer: gradient reduce-scatter, this replica's shard [begin, end) of an n-element module,
+  // parameter all-gather (executor.cc says how they run on the host transports).
+  void reduce_scatter(const LoweredOp& l, IterationStats& st);
+  std::pair<std::size_t, std::size_t> shard_range(std::size_t n) const;
+  void param_gather(const LoweredOp& l, IterationStats& st);
   void allgather(const LoweredOp& l, IterationStats& st);
   void poll_sends(Clock::time_point t0, std::vector<OpTiming>& ops);
   void wait(Request& r, const char* what);
@@ -138,8 +143,9 @@ class Executor {
   Watchdog* wd_;
   ExecutorOptions opt_;
   int replica_seqs_ = 0;
-  bool scatter_gather_ = false;  // p2p messages are split over the TP ranks (an AllGather follows each Recv)
-  kernels::ModelShape shard_;    // the model's shape with layer.tp = the schedule's tp
+  bool scatter_gather_ = false;     // p2p messages are split over the TP ranks (an AllGather follows each Recv)
+  int shard_of_ = -1, shards_ = 1;  // after a reduce-scatter: this replica's shard of the optimizer step
+  kernels::ModelShape shard_;       // the model's shape with layer.tp = the schedule's tp
   // The kernels' TP all-reduces during the current compute op: calls and seconds.
   int tp_calls_ = 0;
   double tp_s_ = 0;

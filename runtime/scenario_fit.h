@@ -41,7 +41,7 @@ Scenario tiny_scenario(const std::string& schedule, int dp, int pp, int v, int m
 // core/pipeline.h prepare() with constant costs (1 s forward, 2 s backward per stage, 1 MB activations,
 // 1 MB gradients; with tp > 1 the layers' 2 TP all-reduces per layer and compute op, 1 MB each): the runtime
 // ignores costs, so tests need neither the analytic model nor a profile. Lowered with the scenario's
-// schedule.scatter_gather.
+// schedule.scatter_gather and training.distributed_optimizer (reduce-scatter, sharded step, parameter all-gather).
 std::unique_ptr<Prepared> prepare_with_constant_costs(const Scenario& s);
 
 }  // namespace pipescope::runtime

@@ -55,6 +55,7 @@ void write_measured_trace(std::ostream& os, const LoweredSchedule& ls, const Pla
           break;
         case LOpKind::AllReduce:
         case LOpKind::AllGather:
+        case LOpKind::ReduceScatter:
           events.push_back({gpu, 1, t.start, t.end, w.worker, i, "collective"});
           break;
         case LOpKind::Send: {

@@ -49,6 +49,7 @@ enum Tag : std::uintptr_t {
   kRing = 2,      // payload: (run << 29) | position
   kAggDelay = 3,  // payload: run
   kAggComm = 4,   // payload: run
+  kLead = 5,      // payload: collective node whose lead time (DagNode::lead_s) is over
 };
 constexpr std::uintptr_t kPosBits = 29;
 
@@ -552,7 +553,13 @@ class Folder {
           if (f == nullptr || signature(*f) != sig || f->latency != lat)
             refuse("a data-parallel ring flow is not the image of the mirror route");
         }
-        mirrors_.push_back(std::move(m));
+        // Another group over the same ring (the distributed optimizer's gradient and parameter groups) shares
+        // the mirror.
+        auto same = std::find_if(mirrors_.begin(), mirrors_.end(), [&](const MirrorRoute& o) { return o.gpu == x; });
+        if (same == mirrors_.end())
+          mirrors_.push_back(std::move(m));
+        else if (same->links != m.links)
+          refuse("two data-parallel rings from one GPU take different mirror routes");
       }
     }
   }
@@ -813,6 +820,12 @@ class Driver {
         if (--runs_[run].left == 0) finish_collective(run);
         break;
       }
+      case kLead: {  // an overlapped bucket's gradients are ready: the collective starts now
+        const auto node = static_cast<std::uint32_t>(payload);
+        hot_[node].start = sg4::Engine::get_clock();
+        if (!launch_collective(node, dag_.nodes[node])) finish_node(node);
+        break;
+      }
       default:
         throw std::logic_error("simulate: activity with unknown tag");
     }
@@ -902,6 +915,10 @@ class Driver {
       case DagKind::Join:
         break;
       case DagKind::Collective:
+        if (dag_.nodes[node].lead_s > 0) {
+          delay(dag_.nodes[node].lead_s, code(kLead, node));
+          return;
+        }
         if (launch_collective(node, dag_.nodes[node])) return;
         break;
     }

@@ -59,7 +59,7 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   if (r.iteration_s > 0 && rep.gpus > 0) {
     const double denom = r.iteration_s * rep.gpus * 1e12;
     rep.tflops_per_gpu = megatron_flops_per_iteration(s.model, s.parallel.global_batch, s.schedule.recompute) / denom;
-    rep.model_tflops_per_gpu = megatron_flops_per_iteration(s.model, s.parallel.global_batch, false) / denom;
+    rep.model_tflops_per_gpu = megatron_flops_per_iteration(s.model, s.parallel.global_batch, Recompute::None) / denom;
   }
   rep.worker_busy_s = r.worker_busy_s;
   rep.worker_busy_s.resize(static_cast<std::size_t>(workers), 0.0);
@@ -101,6 +101,8 @@ void print_table(std::ostream& os, const Report& r) {
   for (const std::string& g : r.profile.gate_failures) line("", "failed gate: " + g);
   line("iteration time", fmt("%.9f s", r.iteration_s));
   line("pipeline end", fmt("%.9f s", r.pipeline_end_s) + " (last forward/backward op)");
+  line("exposed tail", fmt("%.9f s", r.iteration_s - r.pipeline_end_s) +
+                           " (after it: gradient sync that overlap did not hide, optimizer, parameter all-gather)");
   line("bubble idle fraction", fmt("phi  = %.6f", r.bubble_idle_fraction) + " (mean worker idle / pipeline end)");
   line("bubble ratio", fmt("beta = %.6f", r.bubble_ratio) + " (t_bubble / t_ideal, Megatron)");
   line("throughput", fmt("%.3f TFLOP/s per GPU", r.tflops_per_gpu) +

@@ -21,7 +21,9 @@ SimResult simulate(const ClusterSpec& cluster, const CheckedSchedule& cs, const 
   for (std::uint32_t i = 0; i < dag.size(); i++) {
     const DagNode& n = dag.nodes[i];
     if (n.kind == DagKind::Collective && n.worker >= 0 && n.index >= 0)
-      ann.allgather[i] = ls.per_worker[n.worker][n.index].kind == LOpKind::AllGather;
+      // A ring reduce-scatter moves what a ring all-gather moves: n - 1 steps of 1/n of the buffer.
+      ann.allgather[i] = ls.per_worker[n.worker][n.index].kind == LOpKind::AllGather ||
+                         ls.per_worker[n.worker][n.index].kind == LOpKind::ReduceScatter;
   }
   // Each TP rank of a worker sends its own share to the same TP rank of the peer (docs/papers.md#megatron).
   if (pl.tp > 1) {

@@ -409,6 +409,7 @@ TimelinePanel timeline_panel(const LoweredSchedule& ls, const Placement& pl, con
           break;
         case LOpKind::AllReduce:
         case LOpKind::AllGather:
+        case LOpKind::ReduceScatter:
           iv.kind = BlockKind::Collective;
           break;
       }

@@ -74,6 +74,7 @@ struct Options {
   double tol = 1e-10, watchdog_s = 60;
   double loss_scale = 0;  // 0: the backend's default (1024 for f16)
   bool scatter_gather = false;
+  bool distributed_optimizer = false;  // training.distributed_optimizer: reduce-scatter, sharded Adam, all-gather
   bool via_csv = false;  // run the generated schedule after a round trip through a PyTorch-format CSV file
 };
 
@@ -101,6 +102,7 @@ int run_case(MpiSession& mpi, const Options& o) {
     Scenario s = tiny_scenario(o.schedule, o.dp, o.pp, o.v, o.m, o.layers, o.hidden, o.heads, o.seq, o.vocab, o.slices,
                                o.slice_tokens, o.tp, o.stage_layers);
     s.schedule.scatter_gather = o.scatter_gather;
+    s.training.distributed_optimizer = o.distributed_optimizer;
     if (o.mbs != 1) {
       ScenarioOverrides ov;
       ov.micro_batch_size = o.mbs;
@@ -223,6 +225,8 @@ int main(int argc, char** argv) {
   app.add_option("--pp", o.pp);
   app.add_option("--tp", o.tp, "tensor-parallel processes per worker");
   app.add_flag("--scatter-gather", o.scatter_gather, "Megatron scatter/gather of the p2p messages (tp > 1)");
+  app.add_flag("--distributed-optimizer", o.distributed_optimizer,
+               "ZeRO-1: gradient reduce-scatter, each replica's Adam shard, parameter all-gather (dp > 1)");
   app.add_option("--v", o.v);
   app.add_option("--m", o.m, "micro-batches per replica");
   app.add_option("--mbs", o.mbs, "sequences per micro-batch");

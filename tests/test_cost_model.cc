@@ -25,7 +25,7 @@ Scenario scenario(const std::string& model, const std::string& cluster, int pp, 
   s.parallel.pp = pp;
   s.parallel.tp = tp;
   s.parallel.v = v;
-  s.schedule.recompute = recompute;
+  s.schedule.recompute = recompute ? Recompute::Full : Recompute::None;
   return s;
 }
 
@@ -78,11 +78,11 @@ TEST(CostModel, FlopsPerIterationMatchesMegatronTable1) {
   for (const auto& row : kTable1) {
     SCOPED_TRACE(row.preset);
     const ModelSpec m = *model_preset(row.preset);
-    const double f = megatron_flops_per_iteration(m, row.global_batch, true);
+    const double f = megatron_flops_per_iteration(m, row.global_batch, Recompute::Full);
     EXPECT_LE(std::abs(f - row.flops), 0.5 * row.flops_ulp * (1 + 1e-9));
     // Without recomputation: the "model FLOPs" form 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)).
     const double B = row.global_batch, s = m.seq_len, l = m.layers, h = m.hidden, V = m.vocab;
-    EXPECT_NEAR(megatron_flops_per_iteration(m, row.global_batch, false) /
+    EXPECT_NEAR(megatron_flops_per_iteration(m, row.global_batch, Recompute::None) /
                     (72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))),
                 1.0, 1e-12);
   }

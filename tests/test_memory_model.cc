@@ -167,11 +167,15 @@ TEST(MemoryModel, StaticStateAndRecompute) {
   s.training.grad_fp32 = true;
   const MemoryReport g32 = memory_report(s, sched);
   EXPECT_DOUBLE_EQ(g32.ranks[1].grads_bytes, 4 * rank_parameter_count(s, 1));
-  EXPECT_DOUBLE_EQ(g32.ranks[1].optimizer_bytes, 10 * rank_parameter_count(s, 1));
+  // Bytes per parameter from the dtypes: fp32 gradients do not eat into the state (fp32 master 4 + Adam 8).
+  EXPECT_DOUBLE_EQ(g32.ranks[1].optimizer_bytes, 12 * rank_parameter_count(s, 1));
+  s.training.optimizer_bytes_per_param = 16;  // an explicit total: the state is what weights and gradients leave
+  EXPECT_DOUBLE_EQ(memory_report(s, sched).ranks[1].optimizer_bytes, 10 * rank_parameter_count(s, 1));
+  s.training.optimizer_bytes_per_param = -1;
   s.training.grad_fp32 = false;
 
   // Recompute: the same p units in flight, only layer inputs kept, plus one layer's activations transiently.
-  s.schedule.recompute = true;
+  s.schedule.recompute = Recompute::Full;
   const MemoryReport rc = memory_report(s, sched);
   const double h = 4096;
   for (int r = 0; r < p; r++) EXPECT_DOUBLE_EQ(rc.ranks[r].peak_in_flight, p - r);

@@ -1,0 +1,150 @@
+#include "core/grad_sync.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "core/cost_model.h"
+
+namespace pipescope {
+
+GradSyncOptions grad_sync_options(const TrainingSpec& t) {
+  GradSyncOptions o;
+  o.distributed_optimizer = t.distributed_optimizer;
+  o.overlap_grad_reduce = t.overlap_grad_reduce;
+  o.bucket_bytes = t.grad_bucket_bytes;
+  o.overlap_param_gather = t.overlap_param_gather;
+  return o;
+}
+
+namespace {
+
+constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+// A new group over the dp workers of pipeline rank r (ring order = replica order).
+std::int32_t new_group(LoweredSchedule& ls, CollTag tag, int r) {
+  CollGroup g{tag, {}};
+  for (int d = 0; d < ls.dp; d++) g.workers.push_back(LoweredSchedule::worker(d, r, ls.p));
+  ls.groups.push_back(std::move(g));
+  return static_cast<std::int32_t>(ls.groups.size() - 1);
+}
+
+LoweredOp collective(LOpKind kind, CollTag tag, std::int32_t group, double bytes) {
+  LoweredOp c;
+  c.kind = kind;
+  c.tag = tag;
+  c.group = group;
+  c.bytes = bytes;
+  return c;
+}
+
+// Where each virtual stage of a program starts (its first compute op) and where its weight gradients become final
+// (its last B or W), in stage order.
+struct StageSpan {
+  int stage = 0;
+  std::size_t first = kNone, last_backward = kNone;
+};
+std::vector<StageSpan> stage_spans(const std::vector<LoweredOp>& prog) {
+  std::map<int, StageSpan> by_stage;
+  for (std::size_t i = 0; i < prog.size(); i++) {
+    if (prog[i].kind != LOpKind::Compute) continue;
+    StageSpan& s = by_stage[prog[i].op.stage];
+    s.stage = prog[i].op.stage;
+    if (s.first == kNone) s.first = i;
+    if (prog[i].op.kind == OpKind::Backward || prog[i].op.kind == OpKind::BackwardWeight) s.last_backward = i;
+  }
+  std::vector<StageSpan> out;
+  for (const auto& [stage, span] : by_stage) out.push_back(span);
+  return out;
+}
+
+// Buckets per virtual stage, at most kMaxBuckets (tiny buckets would only multiply collectives: beyond that the
+// buckets grow).
+constexpr double kMaxBuckets = 1024;
+int bucket_count(double bytes, double bucket_bytes) {
+  if (!(bucket_bytes > 0) || !(bytes > 0)) return 1;
+  return static_cast<int>(std::clamp(std::ceil(bytes / bucket_bytes), 1.0, kMaxBuckets));
+}
+
+// Inserts each op before its position; ops for one position keep their order.
+void insert_before(std::vector<LoweredOp>& prog, std::vector<std::pair<std::size_t, LoweredOp>> ins) {
+  std::stable_sort(ins.begin(), ins.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<LoweredOp> out;
+  out.reserve(prog.size() + ins.size() + 4);
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < prog.size(); i++) {
+    for (; k < ins.size() && ins[k].first == i; k++) out.push_back(ins[k].second);
+    out.push_back(prog[i]);
+  }
+  for (; k < ins.size(); k++) out.push_back(ins[k].second);
+  prog = std::move(out);
+}
+
+}  // namespace
+
+void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o) {
+  const LOpKind kind = o.distributed_optimizer ? LOpKind::ReduceScatter : LOpKind::AllReduce;
+  for (int r = 0; r < ls.p; r++) {
+    const std::int32_t g = new_group(ls, CollTag::DataParallel, r);
+    const double bytes = cost.grad_bytes(r);
+    for (std::int32_t w : ls.groups[g].workers) {
+      std::vector<LoweredOp>& prog = ls.per_worker[w];
+      std::vector<StageSpan> spans = stage_spans(prog);
+      spans.erase(
+          std::remove_if(spans.begin(), spans.end(), [](const StageSpan& s) { return s.last_backward == kNone; }),
+          spans.end());
+      if (!o.overlap_grad_reduce || spans.empty()) {
+        prog.push_back(collective(kind, CollTag::DataParallel, g, bytes));
+        continue;
+      }
+      const double per_stage = bytes / static_cast<double>(spans.size());
+      const int n = bucket_count(per_stage, o.bucket_bytes);
+      std::vector<std::pair<std::size_t, LoweredOp>> ins;
+      for (const StageSpan& s : spans) {
+        const LoweredOp& last = prog[s.last_backward];
+        for (int j = 0; j < n; j++) {
+          LoweredOp c = collective(kind, CollTag::DataParallel, g, per_stage / n);
+          c.async = true;
+          c.op = last.op;
+          c.lead_s = last.seconds * (j + 1) / n;
+          ins.emplace_back(s.last_backward, c);
+        }
+      }
+      insert_before(prog, std::move(ins));
+    }
+  }
+}
+
+void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o) {
+  if (!o.distributed_optimizer) return;
+  for (int r = 0; r < ls.p; r++) {
+    const std::int32_t g = new_group(ls, CollTag::ParamGather, r);
+    const double bytes = cost.param_bytes(r);
+    for (std::int32_t w : ls.groups[g].workers) {
+      std::vector<LoweredOp>& prog = ls.per_worker[w];
+      std::vector<StageSpan> spans = stage_spans(prog);
+      if (!o.overlap_param_gather || spans.empty()) {
+        prog.push_back(collective(LOpKind::AllGather, CollTag::ParamGather, g, bytes));
+        continue;
+      }
+      // In the order the stages first run, all posted at the program start.
+      std::sort(spans.begin(), spans.end(), [](const StageSpan& a, const StageSpan& b) { return a.first < b.first; });
+      const double per_stage = bytes / static_cast<double>(spans.size());
+      const int n = bucket_count(per_stage, o.bucket_bytes);
+      std::vector<std::pair<std::size_t, LoweredOp>> ins;
+      for (const StageSpan& s : spans)
+        for (int j = 0; j < n; j++) {
+          LoweredOp c = collective(LOpKind::AllGather, CollTag::ParamGather, g, per_stage / n);
+          c.async = true;
+          c.op = prog[s.first].op;
+          ins.emplace_back(0, c);
+        }
+      insert_before(prog, std::move(ins));
+    }
+  }
+}
+
+}  // namespace pipescope

@@ -1,0 +1,28 @@
+#pragma once
+// Data-parallel gradient synchronisation inside the lowering passes (core/lowering.h, passes 4 and 5), one DP
+// group per pipeline rank over its dp replicas:
+// - default: one all-reduce of the rank's gradients after its last op (Megatron without overlap);
+// - distributed_optimizer (ZeRO-1, Megatron --use-distributed-optimizer): a reduce-scatter of the gradients
+//   instead, the optimizer step on the 1/dp shard (the cost model's optimizer_seconds), then an all-gather of the
+//   updated parameters (cost.param_bytes) after it;
+// - overlap_grad_reduce: the reduction is cut into buckets of bucket_bytes per virtual stage (the rank's gradient
+//   bytes shared equally by its virtual stages; at most 1024 buckets per stage); a stage's buckets are async
+//   collectives posted before its last backward (B, or W for split backwards), bucket j of n becoming ready (j + 1) / n
+//   of the way through that op (Megatron reduces a bucket when its layers' last weight gradients are written, in
+//   reverse layer order). They share the links with the pipeline's traffic; the optimizer waits for all of them;
+// - overlap_param_gather: the all-gather is cut the same way and moved to the start of the program (the next
+//   iteration's forwards, which in steady state follow this iteration's step), each stage's buckets awaited by
+//   that stage's first compute op.
+// Async collectives: core/lowering.h (execution semantics).
+
+#include "core/lowering.h"
+
+namespace pipescope {
+
+// Appends (or inserts) the DP gradient collectives for every pipeline rank; dp > 1.
+void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o);
+// With the distributed optimizer: the parameter all-gather after each worker's Optimizer op (or at its program
+// start with overlap_param_gather); nothing otherwise. Run after the Optimizer ops are appended; dp > 1.
+void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o);
+
+}  // namespace pipescope
