@@ -24,6 +24,7 @@ Scenario with_token_slices(Scenario s, const std::vector<int>& slice_tokens);  /
 Command add_repro_terapipe(CLI::App& repro);  // cli/repro_terapipe.cc
 Command add_repro_megatron(CLI::App& repro);  // cli/repro_megatron.cc
 Command add_repro_seq1f1b(CLI::App& repro);   // cli/repro_seq1f1b.cc
+Command add_repro_vtrain(CLI::App& repro);    // cli/repro_vtrain.cc
 // `pipescope plan` for kind seq1f1b / seq1f1b-i: split points, segment costs and the four methods' peak memory.
 int print_seq1f1b_plan(const Scenario& s);  // cli/repro_seq1f1b.cc
 

@@ -55,6 +55,7 @@ Command add_repro(CLI::App& app) {
       add_repro_terapipe(*sub),
       add_repro_megatron(*sub),
       add_repro_seq1f1b(*sub),
+      add_repro_vtrain(*sub),
   });
   return {sub, [papers] {
             for (auto& c : *papers)

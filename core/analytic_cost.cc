@@ -11,10 +11,12 @@
 //   logits 2*T*h*V/t forward, 4*T*h*V/t backward, on the last virtual stage (never recomputed).
 //
 // Time of one kernel:
-//   GEMM:         max(F / (peak * eff(F)), bytes / (hbm_bw * memory_efficiency)),
-//                 eff(F) = gemm_efficiency * F / (F + gemm_half_sat_flops)
-//                 (so F / (peak * eff) = (F + half_sat) / (peak * gemm_efficiency): a fixed per-GEMM cost
-//                 that small GEMMs cannot amortise; the byte term is the weight-load floor of small-M GEMMs).
+//   GEMM:         core/gemm_model.h with the GEMM's shape (per head for the batched attention GEMMs): output
+//                 tiles in waves over the device's SMs at peak * gemm_efficiency (a partial last wave costs a
+//                 whole one, small tiles reach less), + gemm_half_sat_flops / (peak * gemm_efficiency) fixed per
+//                 GEMM, at least bytes / (hbm_bw * memory_efficiency) (the weight-load floor of small-M GEMMs).
+//                 Without an SM count (calibration profiles) and for the fused flash kernels:
+//                 (F + gemm_half_sat_flops) / (peak * gemm_efficiency), at least the byte term.
 //                 The batched attention GEMMs (Q.K^T, P.V) are GEMMs too and run over the full l x K
 //                 rectangle that the non-flash kernels materialise (the causal mask does not save work).
 //                 With training.flash_attention they are replaced by one fused kernel over the causal pairs
@@ -61,6 +63,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/gemm_model.h"
 #include "core/placement.h"
 #include "core/schedule_registry.h"
 
@@ -149,6 +152,12 @@ double AnalyticCostModel::kernel_seconds(const KernelCost& k) const {
   const DeviceSpec& d = s_.cluster.device;
   const double mem = k.bytes / (d.hbm_bw_Bps * d.memory_efficiency);
   if (k.flops <= 0) return mem;
+  if (k.gemm && k.m > 0) {  // tile and wave quantisation over the SMs (core/gemm_model.h)
+    const GemmDevice g{dtype_peak_flops_, d.gemm_efficiency,
+                       d.sm_count,        d.gemm_half_sat_flops / (dtype_peak_flops_ * d.gemm_efficiency),
+                       d.hbm_bw_Bps,      d.memory_efficiency};
+    return gemm_timing(g, k.m, k.n, k.k, k.bytes, k.batch).seconds;
+  }
   const double compute = k.gemm ? (k.flops + d.gemm_half_sat_flops) / (dtype_peak_flops_ * d.gemm_efficiency)
                                 : k.flops / dtype_peak_flops_;
   return std::max(compute, mem);
@@ -160,6 +169,7 @@ std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, 
   const double h = m.hidden, kv = layer_dims(m).kv, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
   const double S = b * (m.heads / t) * l * K;  // score elements on this GPU
   const double qk = 2.0 * b * l * K * h / t;   // Q.K^T (and P.V) FLOPs over the full l x K rectangle
+  const double L = l, hd = h / m.heads, bh = b * (m.heads / t);  // per-head GEMMs (rows, head dim, batch)
   if (s_.training.flash_attention) {
     std::vector<KernelCost> k;
     if (c > 0) k.push_back({0, 4 * e * b * K * kv / t, false});  // K/V cache concatenation (a new contiguous copy)
@@ -169,10 +179,10 @@ std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, 
     return k;
   }
   return {
-      {qk, e * (T * h / t + b * K * kv / t + S), true},  // Q.K^T (GQA: the K of the head's group)
-      {5 * S, 2 * e * S, false},                         // scale + mask + softmax
-      {S, 2 * e * S + S, false},                         // attention dropout (+ 1 B mask)
-      {qk, e * (S + b * K * kv / t + T * h / t), true},  // P.V
+      {qk, e * (T * h / t + b * K * kv / t + S), true, false, L, K, hd, bh},  // Q.K^T (GQA: the head's group's K)
+      {5 * S, 2 * e * S, false},                                             // scale + mask + softmax
+      {S, 2 * e * S + S, false},                                             // attention dropout (+ 1 B mask)
+      {qk, e * (S + b * K * kv / t + T * h / t), true, false, L, hd, K, bh},  // P.V
   };
 }
 
@@ -195,7 +205,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
   const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
   auto gemm = [&](double M, double Kd, double N) {
-    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
+    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd};
   };
   std::vector<KernelCost> k = {
       {8 * Tr * h, 2 * e * Tr * h, false},  // LayerNorm
@@ -226,8 +236,9 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);
   const double S = b * (m.heads / t) * l * K;
   const double qk = 2.0 * b * l * K * h / t;
+  const double L = l, hd = h / m.heads, bh = b * (m.heads / t);  // per-head GEMMs (rows, head dim, batch)
   auto gemm = [&](double M, double Kd, double N) {
-    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
+    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd};
   };
   auto bias_grad = [&](double rows, double n) { return KernelCost{rows * n, e * (rows * n + n), false, true}; };
   // Weight gradients accumulate over the micro-batches and slices of an iteration (cuBLAS beta = 1 into the
@@ -236,7 +247,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   // fused: read + write of the gradient; autograd: the GEMM's own output, then grad += new reads both, writes one.
   const double acc = s_.training.wgrad_accumulation == "autograd" ? 2 * e + 2 * g : 2 * g;
   auto wgrad = [&](double M, double Kd, double N) {
-    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true};
+    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd};
   };
   std::vector<KernelCost> k = {
       {3 * Tr * h, (2 * e + 1) * Tr * h, false},               // dropout + add backward (MLP)
@@ -265,12 +276,12 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     // dK/dV of this slice's keys plus the context add up with what the later slices left (docs/papers.md#seq1f1b).
     if (c + l < m.seq_len) k.push_back({2 * b * K * kv / t, 6 * e * b * K * kv / t, false});
   } else {
-    k.push_back({qk, e * (T * h / t + b * K * kv / t + S), true});  // dP = dO.V^T
-    k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true});  // dV = P^T.dO
-    k.push_back({S, 2 * e * S + S, false});                         // dropout backward
-    k.push_back({4 * S, 3 * e * S, false});                         // softmax backward
-    k.push_back({qk, e * (S + b * K * kv / t + T * h / t), true});  // dQ = dS.K
-    k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true});  // dK = dS^T.Q
+    k.push_back({qk, e * (T * h / t + b * K * kv / t + S), true, false, L, K, hd, bh});  // dP = dO.V^T
+    k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true, false, K, hd, L, bh});  // dV = P^T.dO
+    k.push_back({S, 2 * e * S + S, false});                                            // dropout backward
+    k.push_back({4 * S, 3 * e * S, false});                                            // softmax backward
+    k.push_back({qk, e * (S + b * K * kv / t + T * h / t), true, false, L, hd, K, bh});  // dQ = dS.K
+    k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true, false, K, hd, L, bh});  // dK = dS^T.Q
   }
   const std::vector<KernelCost> rest = {
       bias_grad(T, d.qkv_out / t),           // QKV bias
@@ -326,7 +337,7 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
   const bool first = op.stage == 0, last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
   auto gemm = [&](double M, double Kd, double N) {
-    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true};
+    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd};
   };
   OpKernels k;
   if (forward) {

@@ -1,8 +1,8 @@
 #pragma once
 // First analytic device model: transformer-layer FLOPs (forward 24*b*s*h^2 + 4*b*s^2*h for a full
 // sequence; a slice of l tokens after c tokens of context: 24*b*l*h^2 + 4*b*h*(l*c + l*(l+1)/2)),
-// backward 2x forward, +1 forward with recomputation; a roofline with efficiency parameters (GEMM
-// efficiency that saturates with GEMM size, bandwidth-bound element-wise kernels) and a per-kernel
+// backward 2x forward, +1 forward with recomputation; GEMMs by tile and wave quantisation over the SMs
+// (core/gemm_model.h), bandwidth-bound element-wise kernels by bytes over HBM bandwidth, and a per-kernel
 // launch overhead. Logits on the last virtual stage. Per GPU of a tensor-parallel group.
 // The formulas are written out at the top of core/analytic_cost.cc.
 
@@ -17,6 +17,8 @@ struct KernelCost {
   double bytes = 0;
   bool gemm = false;    // tensor-core GEMM (saturating efficiency) vs bandwidth-bound kernel (plain roofline)
   bool weight = false;  // part of the weight-gradient pass W (wgrad GEMMs, bias and embedding gradients)
+  // GEMM shape (core/gemm_model.h): batch x (m x k times k x n); m = 0 = not given (plain roofline).
+  double m = 0, n = 0, k = 0, batch = 1;
 };
 
 class AnalyticCostModel : public CostModel {

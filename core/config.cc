@@ -74,3 +74,7 @@ const char* to_string(Recompute r) {
 }
 
 }  // namespace pipescope
+
+namespace pipescope {
+double ClusterSpec::nic_data_Bps() const { return nic_bw_Bps * (nic_sockets ? 0.72 : 1.0); }
+}  // namespace pipescope

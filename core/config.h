@@ -66,6 +66,7 @@ struct DeviceSpec {
   double gemm_half_sat_flops = 0.0;  // GEMM FLOPs at which efficiency reaches half of gemm_efficiency
   double kernel_launch_s = 0.0;      // per-kernel launch / fixed overhead
   double memory_efficiency = 0.0;    // share of HBM bandwidth reached by bandwidth-bound kernels
+  int sm_count = 0;                  // streaming multiprocessors (GEMM wave quantisation); 0 = unknown: none
 };
 
 struct ClusterSpec {
@@ -81,6 +82,10 @@ struct ClusterSpec {
   int nics_per_node = 1;  // each NIC its own link; GPU i uses NIC i mod nics_per_node (DGX: 8, one per GPU)
   double nic_bw_Bps = 0;  // per NIC per direction
   double nic_latency_s = 0;
+  // NCCL over TCP sockets (a NIC without RDMA, e.g. EC2 p3 instances without EFA): the socket transport moves
+  // 72% of the line rate (docs/cost-model.md: fit to TeraPipe's Table 2, 18 of 25 Gb/s). Presets only.
+  bool nic_sockets = false;
+  double nic_data_Bps() const;  // per NIC per direction: nic_bw_Bps, times the socket transport's share
   InterNodeTopology topology = InterNodeTopology::Star;
   int nodes_per_leaf = 0;         // fat-tree / rail: nodes under one leaf switch (0 = auto: leaf_nodes())
   double oversubscription = 1.0;  // fat-tree / rail: leaf downlink / uplink bandwidth (1 = full bisection)

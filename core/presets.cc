@@ -83,10 +83,15 @@ const std::vector<ModelSpec>& models() {
 }
 
 // ---------------------------------------------------------------- devices
-// Vendor peaks from docs/calibration.md (dense tensor-core rates). HBM capacity is binary (an
-// "80 GB" part has 80 GiB; nvidia-smi prints 81920 MiB); bandwidths are decimal GB/s.
+// One description per device; every value and its source is in docs/cost-model.md "Device descriptions".
+// Vendor peaks from docs/calibration.md (dense tensor-core rates) and SM counts from NVIDIA's architecture
+// whitepapers. HBM capacity is binary (an "80 GB" part has 80 GiB; nvidia-smi prints 81920 MiB); bandwidths are
+// decimal GB/s. The analytic model's shares (calibration profiles replace them):
+//   gemm_eff   share of peak a large, evenly tiled GEMM reaches (core/gemm_model.h);
+//   half_sat   per-GEMM fixed cost, as the FLOPs it would take at that rate (0: none beyond the tile model);
+//   launch_us  host cost per kernel (framework dispatch and launch), hidden behind long kernels.
 DeviceSpec device(const char* name, double fp16_tflops, double bf16_tflops, double fp32_tflops, double mem_GiB,
-                  double hbm_GBps, double gemm_eff, double half_sat_flops) {
+                  double hbm_GBps, int sms, double gemm_eff, double half_sat_flops, double launch_us) {
   DeviceSpec d;
   d.name = name;
   d.peak_flops_fp16 = fp16_tflops * kTflops;
@@ -94,21 +99,24 @@ DeviceSpec device(const char* name, double fp16_tflops, double bf16_tflops, doub
   d.peak_flops_fp32 = fp32_tflops * kTflops;
   d.memory_bytes = mem_GiB * kGiB;
   d.hbm_bw_Bps = hbm_GBps * kGBps;
-  // Initial analytic-model parameters (docs/calibration.md/5.5); calibration profiles replace them.
+  d.sm_count = sms;
   d.gemm_efficiency = gemm_eff;
   d.gemm_half_sat_flops = half_sat_flops;
-  d.kernel_launch_s = 32 * kUs;  // host dispatch per kernel; hides behind long kernels (core/analytic_cost.cc)
+  d.kernel_launch_s = launch_us * kUs;
   d.memory_efficiency = 0.8;
   return d;
 }
 
 const std::vector<DeviceSpec>& devices() {
   static const std::vector<DeviceSpec> kDevices = {
-      // Volta has FP16 tensor cores only: bf16 peak 0 = unsupported.
-      device("V100-SXM2-16GB", 125, 0, 15.7, 16, 900, 0.75, 1e9),
-      device("V100-SXM2-32GB", 125, 0, 15.7, 32, 900, 0.75, 1e9),
-      device("A100-SXM4-80GB", 312, 312, 19.5, 80, 2039, 0.60, 2e9),
-      device("H100-SXM", 989.4, 989.4, 67, 80, 3350, 0.60, 4e9),
+      // Volta has FP16 tensor cores only: bf16 peak 0 = unsupported. Shares fit to TeraPipe's Table 2 (PyTorch
+      // 1.x eager on p3.16xlarge hosts: 100 us per kernel, a 15 GFLOP fixed cost per GEMM).
+      device("V100-SXM2-16GB", 125, 0, 15.7, 16, 900, 80, 0.75, 15e9, 100),
+      device("V100-SXM2-32GB", 125, 0, 15.7, 32, 900, 80, 0.75, 15e9, 100),
+      // Shares fit to the vTrain A100 development set (Megatron-DeepSpeed, docs/cost-model.md "Fidelity").
+      device("A100-SXM4-80GB", 312, 312, 19.5, 80, 2039, 108, 0.70, 0, 70),
+      // No H100 measurements here: the A100's shares (same software stack).
+      device("H100-SXM", 989.4, 989.4, 67, 80, 3350, 132, 0.70, 0, 70),
   };
   return kDevices;
 }
@@ -117,7 +125,7 @@ const std::vector<DeviceSpec>& devices() {
 // docs/calibration.md: p3.16xlarge / DGX-1V hybrid cube mesh. nvlink_bw is one NVLink2 link (NV1 =
 // 25 GB/s per direction; NV2 pairs get two), GPU pairs without NVLink ("SYS") go over PCIe and the CPU
 // interconnect at about 10 GB/s.
-ClusterSpec cube_mesh_node(const char* preset, const char* device_name, double nic_Gbps) {
+ClusterSpec cube_mesh_node(const char* preset, const char* device_name, double nic_Gbps, bool sockets) {
   ClusterSpec c;
   c.preset = preset;
   c.nodes = 1;
@@ -132,6 +140,7 @@ ClusterSpec cube_mesh_node(const char* preset, const char* device_name, double n
   c.nics_per_node = 1;
   c.nic_bw_Bps = nic_Gbps * kGbps;
   c.nic_latency_s = 10 * kUs;
+  c.nic_sockets = sockets;
   c.topology = InterNodeTopology::Star;  // EC2 cluster placement group: modelled as one non-blocking switch
   return c;
 }
@@ -177,11 +186,15 @@ ClusterSpec dgx_h100_superpod() {
 const std::vector<ClusterSpec>& clusters() {
   static const std::vector<ClusterSpec> kClusters = {
       // TeraPipe's cluster: 8 x V100-SXM2-16GB, 25 Gbps per instance (docs/calibration.md, docs/papers.md#terapipe).
-      cube_mesh_node("aws-p3.16xlarge", "V100-SXM2-16GB", 25),
+      cube_mesh_node("aws-p3.16xlarge", "V100-SXM2-16GB", 25, true),
       // Faster-network V100 variant: 8 x V100-SXM2-32GB, 100 Gbps (docs/calibration.md; cube mesh presumed).
-      cube_mesh_node("aws-p3dn.24xlarge", "V100-SXM2-32GB", 100),
+      cube_mesh_node("aws-p3dn.24xlarge", "V100-SXM2-32GB", 100, false),
       // Selene node: NVLink3 300 GB/s per direction per GPU, 8 x 200 Gb/s HDR IB, PCIe gen4 host path.
       dgx_node("dgx-a100", "A100-SXM4-80GB", 300, 25, 200),
+      // The vTrain authors' A100 cluster (docs/cost-model.md "Fidelity"): DGX-A100-like nodes of 8 GPUs on
+      // NVSwitch, 800 Gb/s of inter-node bandwidth per node (their config: inter_node_bandwidth 800), taken as
+      // one 100 Gb/s NIC per GPU.
+      dgx_node("vtrain-a100", "A100-SXM4-80GB", 300, 25, 100),
       // NVLink4 450 GB/s per direction per GPU (docs/calibration.md), 8 x 400 Gb/s NDR IB, PCIe gen5 host path.
       dgx_node("dgx-h100", "H100-SXM", 450, 50, 400),
       dgx_h100_superpod(),

@@ -252,9 +252,10 @@ LayerTable read_layer(const std::string& src, const YAML::Node& n, const std::st
 }
 
 DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
-  const Map m(src, n, "device",
-              {"name", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "memory_GB",
-               "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency"});
+  const Map m(
+      src, n, "device",
+      {"name", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "memory_GB",
+       "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency", "sm_count"});
   DeviceSpec d;
   d.name = m.str("name");
   d.peak_flops_fp16 = m.num("peak_tflops_fp16", true) * kTflops;
@@ -269,6 +270,7 @@ DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
   d.kernel_launch_s = m.num("kernel_launch_us", false) * kUs;
   d.memory_efficiency = m.num("memory_efficiency", true);
   if (d.memory_efficiency > 1) fail(src, m.node("memory_efficiency"), "device.memory_efficiency", "must be <= 1");
+  d.sm_count = m.integer("sm_count", 0, 0);  // GEMM wave quantisation (core/gemm_model.h); 0 = none
   return d;
 }
 
@@ -554,6 +556,7 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
   os << "  gemm_half_sat_gflop: " << num(d.gemm_half_sat_flops / kGflop) << "\n";
   os << "  kernel_launch_us: " << us(d.kernel_launch_s) << "\n";
   os << "  memory_efficiency: " << num(d.memory_efficiency) << "\n";
+  if (d.sm_count > 0) os << "  sm_count: " << d.sm_count << "\n";
   if (!p.links.empty()) {
     os << "links:\n";
     for (const auto& [cls, l] : p.links) {

@@ -428,9 +428,9 @@ ModelSpec parse_model(const Section& root) {
 }
 
 DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_from_preset) {
-  const Section d = c.sub(
-      "device", {"preset", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "memory_GB",
-                 "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency"});
+  const Section d = c.sub("device", {"preset", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32",
+                                     "peak_tflops_fp64", "memory_GB", "hbm_bw_GBps", "gemm_efficiency",
+                                     "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency", "sm_count"});
   if (!d.present() && !cluster_from_preset) c.missing("device", "required when cluster.preset is not given");
   DeviceSpec dev = base.device;
   std::string preset;
@@ -454,6 +454,7 @@ DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_
   d.get("gemm_half_sat_gflop", Num::NonNegative, 1e9, dev.gemm_half_sat_flops);
   d.get("kernel_launch_us", Num::NonNegative, kUs, dev.kernel_launch_s);
   d.get("memory_efficiency", Num::Fraction, 1.0, dev.memory_efficiency);
+  d.get("sm_count", dev.sm_count);  // GEMM wave quantisation (core/gemm_model.h); absent: none
   const std::pair<const char*, double> required[] = {{"peak_tflops_fp16", dev.peak_flops_fp16},
                                                      {"peak_tflops_fp32", dev.peak_flops_fp32},
                                                      {"memory_GB", dev.memory_bytes},

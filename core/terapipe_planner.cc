@@ -269,7 +269,7 @@ ScenarioSliceModel scenario_slice_model(const Scenario& s) {
   const int stage = K / 2;  // a middle stage: no embedding, no LM head (uniform layers, docs/papers.md#terapipe)
   const int stages_per_node = std::max(1, cl.gpus_per_node / tp);
   const bool cross = K > stages_per_node && cl.nodes > 1;
-  const double p2p_bw = cross ? cl.nic_bw_Bps : cl.nvlink_bw_Bps;
+  const double p2p_bw = cross ? cl.nic_data_Bps() : cl.nvlink_bw_Bps;
   const double p2p_lat = cross ? cl.nic_latency_s : cl.nvlink_latency_s;
   const double nv_bw = cl.nvlink_bw_Bps > 0 ? cl.nvlink_bw_Bps : cl.pcie_bw_Bps;
   const double nv_lat = cl.nvlink_bw_Bps > 0 ? cl.nvlink_latency_s : cl.pcie_latency_s;

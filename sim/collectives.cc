@@ -11,17 +11,12 @@ void validate_collectives_option(const std::string& option) {
                                 "' (valid: ring, aggregate, analytic, auto)");
 }
 
-CollAlgo collective_algorithm(const std::string& option, CollTag tag, std::size_t dag_nodes, std::size_t tp_ring_comms,
-                              const AutoLimits& limits) {
+CollAlgo collective_algorithm(const std::string& option) {
   validate_collectives_option(option);
   if (option == "ring") return CollAlgo::Ring;
   if (option == "aggregate") return CollAlgo::Aggregate;
   if (option == "analytic") return CollAlgo::Analytic;
-  // auto: tensor-parallel groups issue collectives per layer call; their ring steps would dominate the
-  // activity count of large runs while staying inside one node, where the closed form is nearly exact.
-  const bool tp_like = tag == CollTag::TensorParallel || tag == CollTag::ScatterGather;
-  const bool large = dag_nodes > limits.node_threshold || tp_ring_comms > limits.comm_threshold;
-  return tp_like && large ? CollAlgo::Analytic : CollAlgo::Ring;
+  return CollAlgo::Analytic;  // auto (sim/collectives.h)
 }
 
 const char* to_string(CollAlgo a) {

@@ -21,19 +21,16 @@ namespace pipescope::sim {
 enum class CollAlgo : std::uint8_t {
   Ring,       // explicit ring steps (exact alpha-beta, contends with everything else)
   Aggregate,  // per ring: a (count*steps - 1) * alpha delay, then one comm i -> i+1 of count*steps*S/n
-  Analytic,   // a pure delay of count * steps * (alpha + S/(n B)), alpha/B from the ring's routes
+  Analytic,   // a pure delay: NCCL's own model of the call (core/nccl_model.h) on the ring's group
 };
 
-// Algorithm used for a group under an option value. "auto": ring for data-parallel / embedding groups;
-// for tensor-parallel (and scatter/gather) groups, analytic when the DAG has more than `node_threshold`
-// nodes or when ring-expanding all tensor-parallel collectives would start more than `comm_threshold`
-// comms (`tp_ring_comms`), ring otherwise. Throws std::invalid_argument on an unknown value.
-struct AutoLimits {
-  std::size_t node_threshold = 200000;
-  std::size_t comm_threshold = 1000000;
-};
-CollAlgo collective_algorithm(const std::string& option, CollTag tag, std::size_t dag_nodes,
-                              std::size_t tp_ring_comms = 0, const AutoLimits& limits = {});
+// Algorithm used for a group under an option value; "auto" is "analytic" for every group: tensor-parallel
+// all-reduces run per layer on the critical path, where NCCL's algorithm and protocol choice and its per-hop
+// latencies decide the time, and data-parallel rings cross nodes on one NCCL channel per NIC, which one
+// simulated ring of host-to-host comms (one NIC per node boundary) cannot express. "ring" keeps explicit steps
+// (contention with pipeline traffic on the links) for the studies that need it. Throws std::invalid_argument on
+// an unknown value.
+CollAlgo collective_algorithm(const std::string& option);
 void validate_collectives_option(const std::string& option);
 const char* to_string(CollAlgo a);
 

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/nccl_model.h"
 #include "sim/platform.h"
 
 namespace pipescope::sim {
@@ -82,6 +83,7 @@ struct Done {
 // Per group, per ring: bottleneck latency (max over edges) and bandwidth (min over edges).
 struct RingRoute {
   double alpha = 0, bw = 0;
+  NcclGroup nccl;  // the ring as an NCCL communicator (Analytic: core/nccl_model.h)
 };
 
 bool laned(const DagAnnotations& ann, std::int32_t a, std::int32_t b) {
@@ -102,43 +104,55 @@ CollTag tag_of(const DagAnnotations& ann, std::int32_t g) {
   return static_cast<std::size_t>(g) < ann.group_tags.size() ? ann.group_tags[g] : CollTag::None;
 }
 
-CollectivePlan plan_collectives(const ClusterSpec& cluster, const Dag& dag, const DagAnnotations& ann,
-                                const EngineOptions& opt, const Platform& pf) {
+// Per-member NVLink bandwidth to the other members of its node, the weakest member's (PCIe when it has none).
+double cube_mesh_ring_bw(const ClusterSpec& cluster, const std::vector<std::int32_t>& ring) {
+  const int G = cluster.gpus_per_node;
+  double bw = std::numeric_limits<double>::infinity();
+  for (std::int32_t a : ring) {
+    int links = 0;
+    for (std::int32_t b : ring)
+      if (a != b && a / G == b / G) links += cube_mesh_links(a % G, b % G);
+    bw = std::min(bw, links > 0 ? links * cluster.nvlink_bw_Bps : cluster.pcie_bw_Bps);
+  }
+  return bw;
+}
+
+CollectivePlan plan_collectives(const ClusterSpec& cluster, const Dag& dag, const EngineOptions& opt,
+                                const Platform& pf) {
   CollectivePlan cp;
   // Ring orders: NCCL follows NVLink inside cube-mesh nodes; other fabrics treat every GPU pair alike.
   cp.rings = dag.rings;
   if (cluster.fabric == IntraNodeFabric::CubeMesh)
     for (auto& group : cp.rings)
       for (auto& ring : group) ring = nvlink_ring_order(ring, cluster.gpus_per_node, cube_mesh_links);
-  // Comms that ring-expanding every tensor-parallel collective would start ("auto" choice).
-  std::size_t tp_ring_comms = 0;
   cp.used.assign(cp.rings.size(), 0);
   for (std::size_t i = 0; i < dag.size(); i++) {
     const DagNode& n = dag.nodes[i];
-    if (n.kind != DagKind::Collective || n.amount <= 0 || cp.rings[n.group].empty()) continue;
-    cp.used[n.group] = 1;
-    const CollTag tag = tag_of(ann, n.group);
-    if (tag != CollTag::TensorParallel && tag != CollTag::ScatterGather) continue;
-    const int ranks = static_cast<int>(cp.rings[n.group][0].size());
-    const bool allgather = !ann.allgather.empty() && ann.allgather[i] != 0;
-    tp_ring_comms += static_cast<std::size_t>(std::max(0, n.count)) * ring_steps(ranks, allgather) * ranks *
-                     cp.rings[n.group].size();
+    if (n.kind == DagKind::Collective && n.amount > 0 && !cp.rings[n.group].empty()) cp.used[n.group] = 1;
   }
-  cp.algo.resize(cp.rings.size());
-  for (std::size_t g = 0; g < cp.rings.size(); g++)
-    cp.algo[g] = collective_algorithm(opt.collectives, tag_of(ann, static_cast<std::int32_t>(g)), dag.size(),
-                                      tp_ring_comms, opt.auto_limits);
+  cp.algo.assign(cp.rings.size(), collective_algorithm(opt.collectives));
   cp.routes.resize(cp.rings.size());
   for (std::size_t g = 0; g < cp.rings.size(); g++) {
     if (cp.algo[g] == CollAlgo::Ring || !cp.used[g]) continue;
     for (const auto& ring : cp.rings[g]) {
-      RingRoute rr{0.0, std::numeric_limits<double>::infinity()};
+      RingRoute rr{0.0, std::numeric_limits<double>::infinity(), {}};
       const std::size_t n = ring.size();
+      double intra_bw = std::numeric_limits<double>::infinity();
+      std::map<int, int> per_node;  // members per node
       for (std::size_t i = 0; n > 1 && i < n; i++) {
         RouteInfo ri = route_info(pf.gpus[ring[i]], pf.gpus[ring[(i + 1) % n]]);
         rr.alpha = std::max(rr.alpha, ri.latency_s);
         rr.bw = std::min(rr.bw, ri.bandwidth_Bps);
+        const int node = ring[i] / cluster.gpus_per_node;
+        per_node[node]++;
+        if (node == ring[(i + 1) % n] / cluster.gpus_per_node) intra_bw = std::min(intra_bw, ri.bandwidth_Bps);
       }
+      if (!std::isfinite(intra_bw)) intra_bw = cluster.nvlink_bw_Bps;
+      // NCCL runs one channel per NVLink: on a cube mesh a member's bandwidth is all its links to the others.
+      if (cluster.fabric == IntraNodeFabric::CubeMesh) intra_bw = cube_mesh_ring_bw(cluster, ring);
+      int most = 1;
+      for (const auto& [node, k] : per_node) most = std::max(most, k);
+      rr.nccl = nccl_group(cluster, static_cast<int>(n), static_cast<int>(per_node.size()), most, intra_bw);
       cp.routes[g].push_back(rr);
     }
   }
@@ -958,7 +972,7 @@ class Driver {
     if (algo == CollAlgo::Analytic) {
       double t = 0;
       for (const RingRoute& rr : cp_.routes[n.group])
-        t = std::max(t, n.count * ring_collective_seconds(ranks, n.amount, rr.alpha, rr.bw, allgather));
+        t = std::max(t, n.count * nccl_collective_seconds(rr.nccl, n.amount, allgather));
       hot_[node].pending = 1;
       delay(t, code(kNode, node));
       return true;
@@ -1286,7 +1300,7 @@ SimResult simulate_dag(const ClusterSpec& cluster, const Dag& dag, const DagAnno
   const bool plain = std::none_of(opt.simgrid_args.begin(), opt.simgrid_args.end(), [](const std::string& a) {
     return a.rfind("--cfg=network/", 0) == 0 || a.rfind("--cfg=host/", 0) == 0;
   });
-  const CollectivePlan cp = plan_collectives(cluster, dag, ann, opt, pf);
+  const CollectivePlan cp = plan_collectives(cluster, dag, opt, pf);
   FoldPlan fold;
   if (plain && opt.fold_replicas && ann.replicas > 1) fold = Folder(cluster, dag, ann, cp, pf).plan();
   const std::vector<int> no_quotient(cp.rings.size(), 0);

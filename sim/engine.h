@@ -33,8 +33,6 @@ struct EngineOptions {
   // one stream do; false lets them all run at once and share bandwidth fairly (processor sharing).
   bool p2p_fifo = true;
   std::vector<std::string> simgrid_args;  // extra --cfg=/--log= arguments (log threshold: warning by default)
-  // "auto" collectives switch tensor-parallel groups to "analytic" above these sizes (sim/collectives.h).
-  AutoLimits auto_limits;
   // Simulate one data-parallel replica instead of all of them when that provably gives the same result
   // (sim/README.md "Replica folding"); the other replicas take its times. false always runs every replica.
   bool fold_replicas = true;
@@ -50,7 +48,7 @@ SimResult simulate(const ClusterSpec& cluster, const CheckedSchedule& cs, const 
 // ---------------------------------------------------------------- lower level (tests, benchmarks)
 // What the driver needs besides the DAG; simulate() derives it from the lowered schedule.
 struct DagAnnotations {
-  std::vector<CollTag> group_tags;      // per collective group (empty = all None): "auto" choice
+  std::vector<CollTag> group_tags;      // per collective group (empty = all None)
   std::vector<std::uint8_t> allgather;  // per node (empty = none): Collective is an all-gather
   int workers = 0;                      // size of SimResult::worker_busy_s (0 = max worker + 1)
   // Data-parallel replicas: workers are d * (workers / replicas) + r (core/lowering.h). With replicas > 1

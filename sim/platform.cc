@@ -151,7 +151,7 @@ void make_node(FabricZone& z, const ClusterSpec& c, int node, double speed, Plat
   for (int g = 0; g < G; g++)
     pf.gpus[static_cast<std::size_t>(node) * G + g] = nz->create_host(gpu_name(node, g), speed)->seal();
   for (int k = 0; k < c.nics_per_node; k++) {
-    auto* nic = split(nname + "-nic" + std::to_string(k), c.nic_bw_Bps, c.nic_latency_s);
+    auto* nic = split(nname + "-nic" + std::to_string(k), c.nic_data_Bps(), c.nic_latency_s);
     z.nic_up.push_back(hop(nic->get_link_up()));
     z.nic_down.push_back(hop(nic->get_link_down()));
   }
@@ -194,7 +194,7 @@ void make_fabric(FabricZone& z, const ClusterSpec& c, Platform& pf) {
   const int groups = c.nodes / per_leaf;
   const bool rail = c.topology == InterNodeTopology::Rail;
   const int leaves_per_group = rail ? c.nics_per_node : 1;
-  const double down_Bps = per_leaf * c.nic_bw_Bps * (rail ? 1 : c.nics_per_node);
+  const double down_Bps = per_leaf * c.nic_data_Bps() * (rail ? 1 : c.nics_per_node);
   for (int s = 0; s < groups; s++)
     for (int k = 0; k < leaves_per_group; k++) {
       const std::string name =

@@ -207,7 +207,7 @@ TEST(Scenario, EveryModelPresetLoads) {
 }
 
 TEST(Scenario, EveryClusterAndDevicePresetLoads) {
-  ASSERT_EQ(cluster_preset_names().size(), 5u);
+  ASSERT_EQ(cluster_preset_names().size(), 6u);
   for (const auto& name : cluster_preset_names()) {
     SCOPED_TRACE(name);
     const std::string text = kModel + "cluster: {preset: " + name +
@@ -410,7 +410,7 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "nemotron4-340b");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-z100}\n" + kParallel),
             "t.yaml:2:19: cluster.preset: unknown cluster preset \"dgx-z100\" (did you mean \"dgx-a100\"?); valid: "
-            "aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, dgx-h100, dgx-h100-superpod");
+            "aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, vtrain-a100, dgx-h100, dgx-h100-superpod");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, device: {preset: TPUv4}}\n" + kParallel),
             "t.yaml:2:46: cluster.device.preset: unknown device preset \"TPUv4\"; valid: V100-SXM2-16GB, "
             "V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM");

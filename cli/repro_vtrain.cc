@@ -1,0 +1,73 @@
+// `pipescope repro vtrain [--csv F] [--cluster C] [--worst N]`: the cost model's fidelity report on measured
+// Megatron-DeepSpeed runs (the vTrain A100 development set, docs/cost-model.md "Fidelity"). Every row becomes a
+// scenario on the one cluster description (core/measured_runs.h vtrain_scenario), simulated in its own process;
+// prints predicted vs measured per row, the MAPE, the worst rows and the pair-ranking accuracy (pairs of layouts
+// of the same model, GPU count and batch ordered as measured).
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/repro.h"
+#include "core/measured_runs.h"
+#include "core/presets.h"
+
+namespace pipescope::cli {
+namespace {
+
+struct VtrainOptions {
+  std::string csv = "tests/data/vtrain_a100_dev.csv";
+  std::string cluster = "vtrain-a100";
+  int worst = 8;
+};
+
+int run_vtrain(const VtrainOptions& o) {
+  if (!cluster_preset(o.cluster)) throw InputError("--cluster: unknown cluster preset '" + o.cluster + "'");
+  const std::vector<MeasuredRun> runs = read_measured_runs(o.csv);
+  std::printf("vTrain measured runs (%s) on cluster preset %s, one description for every row\n", o.csv.c_str(),
+              o.cluster.c_str());
+  std::printf("%4s %-14s %5s %-22s | %10s %10s %7s\n", "line", "model", "GPUs", "layout", "measured_s", "sim_s", "err");
+  std::vector<double> pred(runs.size(), 0.0);
+  bool failed = false;
+  for (std::size_t i = 0; i < runs.size(); i++) {
+    const MeasuredRun& r = runs[i];
+    const std::string model = r.model.substr(0, r.model.find(" ("));
+    try {
+      pred[i] = simulate_figures(vtrain_scenario(r, o.cluster)).iteration_s;
+    } catch (const std::exception& e) {
+      std::printf("%4d %-14s %5d %-22s | error: %s\n", r.line, model.c_str(), r.gpus, r.layout().c_str(), e.what());
+      failed = true;
+      continue;
+    }
+    std::printf("%4d %-14s %5d %-22s | %10.3f %10.3f %+6.1f%%\n", r.line, model.c_str(), r.gpus, r.layout().c_str(),
+                r.measured_s, pred[i], 100 * (pred[i] - r.measured_s) / r.measured_s);
+  }
+  const Fidelity f = fidelity(runs, pred);
+  std::printf("MAPE over %d rows: %.1f%% (mean signed error %+.1f%%; target <= 8%%)\n", f.rows, 100 * f.mape,
+              100 * f.mean_err);
+  std::printf("pair ranking: %d of %d pairs ordered right = %.1f%% (target >= 92%%)\n", f.pairs_right, f.pairs,
+              100 * f.ranking());
+  std::printf("worst rows:\n");
+  for (std::size_t k = 0; k < f.worst.size() && static_cast<int>(k) < o.worst; k++) {
+    const MeasuredRun& r = runs[static_cast<std::size_t>(f.worst[k])];
+    const double p = pred[static_cast<std::size_t>(f.worst[k])];
+    std::printf("  line %d %s %s: measured %.3f s, sim %.3f s, %+.1f%%\n", r.line, r.group().c_str(),
+                r.layout().c_str(), r.measured_s, p, 100 * (p - r.measured_s) / r.measured_s);
+  }
+  return failed ? kExitSchedule : 0;
+}
+
+}  // namespace
+
+Command add_repro_vtrain(CLI::App& repro) {
+  auto o = std::make_shared<VtrainOptions>();
+  auto* sub = repro.add_subcommand(
+      "vtrain", "Cost-model fidelity on measured Megatron-DeepSpeed A100 runs: per row, MAPE, worst rows, ranking");
+  sub->add_option("--csv", o->csv, "Measured runs (default tests/data/vtrain_a100_dev.csv)");
+  sub->add_option("--cluster", o->cluster, "Cluster preset every row runs on (default vtrain-a100)");
+  sub->add_option("--worst", o->worst, "Worst rows to list (default 8)")->check(CLI::NonNegativeNumber);
+  return {sub, [o] { return run_vtrain(*o); }};
+}
+
+}  // namespace pipescope::cli

@@ -1,0 +1,88 @@
+// Measured runs (core/measured_runs.h): CSV reading and its errors, the scenario of a row, and the fidelity
+// figures (MAPE, worst rows, pair ranking) on hand-made predictions.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "core/measured_runs.h"
+
+namespace pipescope {
+namespace {
+
+const std::string kHeader =
+    "model,layers,hidden,heads,ffn_hidden,vocab,seq_len,gpus,gpus_per_node,hardware,tp,pp,dp,vp,mbs,"
+    "num_microbatches,global_batch,schedule,value,unit\n";
+std::string row(const std::string& model, int tp, int pp, int dp, int mbs, int m, const std::string& ms) {
+  return model + ",30,3072,32,,,2048," + std::to_string(tp * pp * dp) + ",8,\"A100, 8 per node\"," +
+         std::to_string(tp) + "," + std::to_string(pp) + "," + std::to_string(dp) + ",1," + std::to_string(mbs) + "," +
+         std::to_string(m) + "," + std::to_string(mbs * m * dp) + ",1f1b," + ms + ",ms\n";
+}
+
+TEST(MeasuredRuns, ReadsRowsAndQuotedCells) {
+  const auto runs = parse_measured_runs(
+      kHeader + row("GPT 3.6B", 2, 2, 16, 4, 8, "4000") + row("GPT 3.6B", 4, 1, 16, 2, 16, "6228.3"), "t.csv");
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].line, 2);
+  EXPECT_EQ(runs[0].tp, 2);
+  EXPECT_EQ(runs[0].ffn_hidden, 0);  // empty: filled by vtrain_scenario
+  EXPECT_EQ(runs[0].global_batch, 512);
+  EXPECT_DOUBLE_EQ(runs[1].measured_s, 6.2283);
+  EXPECT_EQ(runs[1].layout(), "t4 p1 d16 b2 m16");
+  EXPECT_EQ(runs[0].group(), runs[1].group());
+}
+
+TEST(MeasuredRuns, ErrorsNameFileLineAndColumn) {
+  auto error_of = [](const std::string& text) {
+    try {
+      parse_measured_runs(text, "t.csv");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of(kHeader + row("GPT", 2, 2, 16, 4, 8, "x")),
+            "t.csv:2: column value: expected a positive number, got \"x\"");
+  std::string bad = row("GPT", 2, 2, 16, 4, 8, "10");
+  bad.replace(bad.find(",512,"), 5, ",500,");
+  EXPECT_EQ(error_of(kHeader + bad),
+            "t.csv:2: column global_batch: mbs * num_microbatches * dp = 512 but global_batch = 500");
+  EXPECT_EQ(error_of("model,layers\nGPT,30\n"), "t.csv:1: missing column 'hidden'");
+  EXPECT_EQ(error_of(""), "t.csv: empty file (expected a header line)");
+}
+
+TEST(MeasuredRuns, ScenarioFillsMegatronDefaults) {
+  const auto runs = parse_measured_runs(kHeader + row("GPT", 2, 2, 16, 4, 8, "4000"), "t.csv");
+  const Scenario s = vtrain_scenario(runs[0], "vtrain-a100");
+  EXPECT_EQ(s.model.ffn_hidden, 4 * 3072);
+  EXPECT_EQ(s.model.vocab, 50432);  // 50257 padded to a multiple of 128 * 2
+  EXPECT_EQ(s.cluster.nodes, 8);
+  EXPECT_EQ(s.schedule.recompute, Recompute::Full);
+  EXPECT_EQ(s.sim.p2p, "blocking");
+  EXPECT_EQ(s.parallel.micro_batches(), 8);
+}
+
+TEST(MeasuredRuns, FidelityMapeWorstAndPairRanking) {
+  const auto runs = parse_measured_runs(kHeader + row("A", 1, 1, 8, 1, 1, "100") + row("A", 2, 1, 4, 1, 2, "200") +
+                                            row("A", 4, 1, 2, 1, 4, "300") + row("B", 1, 1, 8, 1, 1, "50"),
+                                        "t.csv");
+  // Errors +10%, -10%, -50% (row 3 ranks below row 2: one wrong pair of the three in group A), row 4 missing.
+  const Fidelity f = fidelity(runs, {0.110, 0.180, 0.150, 0.0});
+  EXPECT_EQ(f.rows, 3);
+  EXPECT_NEAR(f.mape, (0.1 + 0.1 + 0.5) / 3, 1e-12);
+  EXPECT_NEAR(f.mean_err, (0.1 - 0.1 - 0.5) / 3, 1e-12);
+  EXPECT_EQ(f.pairs, 3);
+  EXPECT_EQ(f.pairs_right, 2);
+  ASSERT_EQ(f.worst.size(), 3u);
+  EXPECT_EQ(f.worst[0], 2);
+  EXPECT_THROW(fidelity(runs, {1.0}), std::invalid_argument);
+}
+
+TEST(MeasuredRuns, ShippedDevSetReads) {
+  const auto runs = read_measured_runs(std::string(PIPESCOPE_SOURCE_DIR) + "/tests/data/vtrain_a100_dev.csv");
+  EXPECT_EQ(runs.size(), 78u);
+  for (const auto& r : runs) EXPECT_NO_THROW(vtrain_scenario(r, "vtrain-a100")) << r.line;
+}
+
+}  // namespace
+}  // namespace pipescope
