@@ -29,6 +29,7 @@ Command add_validate(CLI::App& app);
 Command add_plan(CLI::App& app);       // TeraPipe planner (plan_cmd.cc)
 Command add_repro(CLI::App& app);      // paper reproductions (repro_cmd.cc)
 Command add_sweep(CLI::App& app);      // parameter sweeps to CSV (sweep_cmd.cc)
+Command add_search(CLI::App& app);     // layout / schedule search (search_cmd.cc)
 Command add_calibrate(CLI::App& app);  // device profiles (calibrate_cmd.cc, calib/)
 
 }  // namespace pipescope::cli

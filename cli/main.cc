@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<cli::Command> commands{cli::add_simulate(app), cli::add_show(app),     cli::add_plan(app),
                                      cli::add_repro(app),    cli::add_validate(app), cli::add_sweep(app),
-                                     cli::add_calibrate(app)};
+                                     cli::add_calibrate(app), cli::add_search(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
