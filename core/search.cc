@@ -11,6 +11,7 @@
 #include "core/placement.h"
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
+#include "core/terapipe_planner.h"
 
 namespace pipescope {
 namespace {
@@ -36,13 +37,18 @@ std::vector<int> allowed(const std::vector<int>& all, const std::vector<int>& on
 std::string reason_of(const std::string& what, const std::string& source) {
   std::string msg = what.rfind(source + ": ", 0) == 0 ? what.substr(source.size() + 2) : what;
   std::string out;
-  for (std::size_t i = 0; i < msg.size(); i++) {
-    if (std::isdigit(static_cast<unsigned char>(msg[i]))) {
-      while (i + 1 < msg.size() && (std::isdigit(static_cast<unsigned char>(msg[i + 1])) || msg[i + 1] == '.')) i++;
-      out += 'N';
-    } else {
-      out += msg[i];
+  auto alpha = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; };
+  for (std::size_t i = 0; i < msg.size();) {
+    if (!std::isdigit(static_cast<unsigned char>(msg[i]))) {
+      out += msg[i++];
+      continue;
     }
+    std::size_t j = i;
+    while (j < msg.size() && (std::isdigit(static_cast<unsigned char>(msg[j])) || msg[j] == '.')) j++;
+    while (j > i + 1 && msg[j - 1] == '.') j--;  // a sentence's full stop is not part of the number
+    const bool in_word = (i > 0 && alpha(msg[i - 1])) || (j < msg.size() && alpha(msg[j]));
+    out += in_word ? msg.substr(i, j - i) : "N";  // "1f1b" stays, "pp = 4" becomes "pp = N"
+    i = j;
   }
   return out;
 }
@@ -81,7 +87,7 @@ Scenario make_point(const Scenario& base, int dp, int pp, int tp, int v, int b, 
     case SlicePlan::Whole:
       break;
     case SlicePlan::TeraPipe:
-      s.schedule.slicing = "dp";  // TeraPipe's dynamic-programming planner
+      s.schedule.slicing = "dp";  // TeraPipe's planner; made explicit in stage 1 (terapipe_slices)
       break;
     case SlicePlan::Seq1F1B:
       s.schedule.slicing = "cwp";  // equal causal FLOPs per segment
@@ -98,10 +104,65 @@ double ring_allreduce_s(double bytes, int n, double bw_Bps, double lat_s) {
   return 2.0 * (n - 1) / n * bytes / bw_Bps + 2.0 * (n - 1) * lat_s;
 }
 
-bool crosses_nodes(const std::vector<std::int32_t>& gpus, int per_node) {
-  for (std::int32_t g : gpus)
-    if (g / per_node != gpus.front() / per_node) return true;
-  return false;
+struct Link {
+  double bw_Bps = 0, latency_s = 0;
+  bool bridged = false;  // through the node's one shared PCIe host bridge (cube-mesh "SYS" pairs, PCIe nodes)
+};
+
+// The path between two GPUs as the platform builds it (sim/platform.h): the NICs across nodes; inside a node
+// NVSwitch's per-GPU port, a cube mesh's NVLinks (one or two) or its PCIe host path, or the PCIe bridge.
+Link link_between(const ClusterSpec& c, int a, int b) {
+  const int n = std::max(1, c.gpus_per_node);
+  if (a / n != b / n) return {c.nic_bw_Bps, c.nic_latency_s, false};
+  switch (c.fabric) {
+    case IntraNodeFabric::NVSwitch:
+      return {c.nvlink_bw_Bps, c.nvlink_latency_s, false};
+    case IntraNodeFabric::CubeMesh: {
+      const int k = n <= 8 ? cube_mesh_nvlinks(a % n, b % n) : 0;
+      if (k > 0) return {k * c.nvlink_bw_Bps, c.nvlink_latency_s, false};
+      return {c.pcie_bw_Bps, c.pcie_latency_s, true};
+    }
+    case IntraNodeFabric::PCIe:
+      return {c.pcie_bw_Bps, c.pcie_latency_s, true};
+  }
+  return {c.nvlink_bw_Bps, c.nvlink_latency_s, false};
+}
+
+// What paces concurrent ring all-reduces (a collective group's rings run at once): the slowest hop, where the
+// hops through a node's host bridge share it (one link for both directions).
+Link rings_link(const ClusterSpec& c, const std::vector<std::vector<std::int32_t>>& rings) {
+  Link slow{0, 0, false};
+  int bridged = 0;
+  for (const auto& ring : rings)
+    for (std::size_t i = 0; i < ring.size(); i++)
+      bridged += link_between(c, ring[i], ring[(i + 1) % ring.size()]).bridged;
+  for (const auto& ring : rings)
+    for (std::size_t i = 0; i < ring.size(); i++) {
+      Link l = link_between(c, ring[i], ring[(i + 1) % ring.size()]);
+      if (l.bridged) l.bw_Bps /= std::max(1, bridged);
+      if (slow.bw_Bps == 0 || l.bw_Bps < slow.bw_Bps) slow.bw_Bps = l.bw_Bps;
+      slow.latency_s = std::max(slow.latency_s, l.latency_s);
+    }
+  return slow;
+}
+
+// TeraPipe's planner at a search grain (about 64 units per sequence instead of 8 tokens, so that a plan costs
+// milliseconds), written out as explicit slices: stage 2, stage 3 and --emit then run the same slicing without
+// planning again. Micro-batches of one sequence (the joint batch split is `pipescope plan`'s).
+void terapipe_slices(Scenario& s) {
+  const int L = s.model.seq_len;
+  int grain = std::max(1, L / 64);
+  while (L % grain != 0) grain--;
+  PlannerOptions po;
+  po.grain = grain;
+  const SlicingPlan plan = plan_scenario(s, po, 1);
+  if (plan.groups.empty()) throw std::invalid_argument("terapipe: the planner found no slicing");
+  for (const MicroBatchGroup& g : plan.groups)
+    if (g.slice_tokens != plan.groups.front().slice_tokens)
+      return;  // sequences sliced differently: leave it to the planner in make_schedule (slicing: dp)
+  s.schedule.slicing = "explicit";
+  s.schedule.slice_tokens = plan.groups.front().slice_tokens;
+  s.schedule.seq_slices = static_cast<int>(s.schedule.slice_tokens.size());
 }
 
 }  // namespace
@@ -136,10 +197,12 @@ Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {
                                                               : std::vector<int>{1};
           for (int v : vs)
             for (bool rc : space.recompute) {
+              if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
               out.enumerated++;
-              const Scenario s = make_point(base, dp, pp, tp, v, b, *e, rc, space.seq1f1b_segments);
+              Scenario s = make_point(base, dp, pp, tp, v, b, *e, rc, space.seq1f1b_segments);
               try {
                 validate_scenario(s);
+                if (e->traits.slicing == SlicePlan::TeraPipe) terapipe_slices(s), validate_scenario(s);
                 const MemoryReport mem = memory_report(s, make_schedule(s));
                 double peak = 0;
                 for (const RankMemory& r : mem.ranks) peak = std::max(peak, r.peak_bytes);
@@ -171,11 +234,6 @@ double estimate_iteration_s(const Scenario& s) {
   one.dp = 1;
   one.gpu.assign(full.gpu.begin(), full.gpu.begin() + static_cast<std::ptrdiff_t>(par.pp) * par.tp);
   const Dag dag = build_dag(ls, one);
-  const int per_node = std::max(1, c.gpus_per_node);
-  auto link = [&](bool inter, double& bw, double& lat) {
-    bw = inter ? c.nic_bw_Bps : c.nvlink_bw_Bps;
-    lat = inter ? c.nic_latency_s : c.nvlink_latency_s;
-  };
   // Longest path in the DAG (Kahn's order): compute takes its seconds, a transfer its bytes over the link, a
   // collective its ring all-reduce; no contention (SimGrid's job in stage 3).
   std::vector<double> finish(dag.size(), 0), start(dag.size(), 0);
@@ -196,17 +254,17 @@ double estimate_iteration_s(const Scenario& s) {
         d = n.amount;
         break;
       case DagKind::Transfer: {
-        double bw, lat;
-        link(n.gpu / per_node != n.gpu2 / per_node, bw, lat);
-        d = n.gpu == n.gpu2 ? 0 : lat + n.amount / bw;
+        // tp lanes run at once (one per TP rank); through a host bridge they share it.
+        const Link l = link_between(c, n.gpu, n.gpu2);
+        const double bw = l.bridged ? l.bw_Bps / std::max(1, par.tp) : l.bw_Bps;
+        d = n.gpu == n.gpu2 ? 0 : l.latency_s + n.amount / bw;
         break;
       }
       case DagKind::Collective: {
         const auto& rings = dag.rings[static_cast<std::size_t>(n.group)];
         if (!rings.empty() && rings.front().size() > 1) {
-          double bw, lat;
-          link(crosses_nodes(rings.front(), per_node), bw, lat);
-          d = n.count * ring_allreduce_s(n.amount, static_cast<int>(rings.front().size()), bw, lat);
+          const Link l = rings_link(c, rings);
+          d = n.count * ring_allreduce_s(n.amount, static_cast<int>(rings.front().size()), l.bw_Bps, l.latency_s);
         }
         break;
       }
@@ -228,9 +286,8 @@ double estimate_iteration_s(const Scenario& s) {
     for (int r = 0; r < par.pp; r++) {
       std::vector<std::int32_t> peers;
       for (int d = 0; d < par.dp; d++) peers.push_back(full.gpu_of(d * par.pp + r));
-      double bw, lat;
-      link(crosses_nodes(peers, per_node), bw, lat);
-      grad_sync = std::max(grad_sync, ring_allreduce_s(cost->grad_bytes(r), par.dp, bw, lat));
+      const Link l = rings_link(c, {peers});
+      grad_sync = std::max(grad_sync, ring_allreduce_s(cost->grad_bytes(r), par.dp, l.bw_Bps, l.latency_s));
     }
   return makespan + grad_sync;
 }

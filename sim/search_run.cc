@@ -148,7 +148,8 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
   bool written_in = false;
   for (auto& r : rows)
     if (same_config(r.scenario, base)) r.as_written = written_in = true;
-  if (!written_in) {
+  if (!written_in && !o.as_written) res.as_written_note = "the scenario as written is not in the top K";
+  if (!written_in && o.as_written) {
     double peak = 0;
     try {
       const MemoryReport mem = memory_report(base, make_schedule(base));

@@ -19,9 +19,10 @@ namespace pipescope::sim {
 
 struct SearchOptions {
   SearchSpace space;
-  int keep = 20;          // K: the best K estimates are simulated
-  int jobs = 1;           // worker processes for stages 2 and 3
-  bool progress = false;  // counts and time left on stderr
+  int keep = 20;           // K: the best K estimates are simulated
+  int jobs = 1;            // worker processes for stages 2 and 3
+  bool progress = false;   // counts and time left on stderr
+  bool as_written = true;  // also simulate the scenario as given (a row of its own unless it is in the top K)
 };
 
 struct SearchRow {
