@@ -1,7 +1,9 @@
 // `pipescope search [SCENARIO] [--schedules a,b] [--tp 2,4] [--pp 4,8] [--micro-batch-sizes 1,2]
 // [--max-memory-GB X] [--keep K] [-j N] [--json F] [--csv F] [--svg F] [--emit F.yaml]`: the best layout,
 // schedule and slicing for the scenario's model, cluster, global batch and sequence length (sim/search_run.h,
-// docs/search.md). The ranked table goes to stdout, progress to stderr.
+// docs/search.md). The ranked table goes to stdout, progress to stderr. Under `mpirun -n N` the ranks share
+// stages 2 and 3 (sim/mpi_group.h) and rank 0 alone prints and writes.
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/fork_run.h"
 #include "core/scenario.h"
 #include "sim/search_run.h"
 
@@ -53,7 +56,13 @@ int run_search_cmd(const SearchCmdOptions& o) {
   so.keep = o.keep;
   so.jobs = o.jobs;
   so.progress = !o.quiet;
+  // Under `mpirun -n N pipescope search`: the ranks share the work through the MPI relay; rank 0 reports.
+  const auto group = sim::MpiGroup::from_environment(sibling_exe("pipescope-mpi-relay"));
+  so.group = group.get();
+  if (group && group->rank() != 0) so.progress = false;
+  if (group && so.progress) std::fprintf(stderr, "search: %d MPI ranks x %d local workers\n", group->size(), o.jobs);
   const sim::SearchResult r = sim::run_search(base, so);
+  if (group && group->rank() != 0) return 0;
   sim::print_search_table(std::cout, r);
   if (!o.json.empty()) write_file(o.json, "--json", [&](std::ostream& f) { sim::write_search_json(f, r); });
   if (!o.csv.empty()) write_file(o.csv, "--csv", [&](std::ostream& f) { sim::write_search_csv(f, r); });

@@ -28,11 +28,12 @@ void progress_line(bool on, const char* stage, std::size_t done, std::size_t tot
   std::fprintf(stderr, "search: %s %zu/%zu, %.1f s elapsed, about %.1f s left\n", stage, done, total, el, left);
 }
 
-// Stage 2 over every candidate: in process (jobs 1) or in `jobs` children each taking a share; the estimates are
-// the same either way. A candidate whose estimate throws (its DAG does not build) is dropped with its reason.
-void estimate_all(std::vector<Candidate>& c, int jobs, bool progress, std::map<std::string, std::size_t>& rejected) {
+// Stage 2 over candidates [lo, hi): in process (jobs 1) or in `jobs` children each taking a share; the estimates
+// are the same either way. Each is {"s": seconds} or {"error": why} (its DAG does not build).
+nlohmann::json estimate_range(const std::vector<Candidate>& c, std::size_t lo, std::size_t hi, int jobs,
+                              bool progress) {
   const auto t0 = Clock::now();
-  std::vector<nlohmann::json> est(c.size());
+  const std::size_t n = hi - lo;
   auto one = [&](std::size_t i) {
     try {
       return nlohmann::json{{"s", estimate_iteration_s(c[i].scenario)}};
@@ -40,33 +41,57 @@ void estimate_all(std::vector<Candidate>& c, int jobs, bool progress, std::map<s
       return nlohmann::json{{"error", e.what()}};
     }
   };
-  if (jobs <= 1) {
-    for (std::size_t i = 0; i < c.size(); i++) {
-      est[i] = one(i);
-      if (i % 256 == 255) progress_line(progress, "stage 2 estimated", i + 1, c.size(), t0);
+  nlohmann::json est = nlohmann::json::array();
+  if (jobs <= 1 || n < 2) {
+    for (std::size_t i = lo; i < hi; i++) {
+      est.push_back(one(i));
+      if ((i - lo) % 256 == 255) progress_line(progress, "stage 2 estimated", i - lo + 1, n, t0);
     }
-  } else {
-    const std::size_t chunks = std::min(c.size(), static_cast<std::size_t>(jobs) * 8);
-    auto range = [&](std::size_t k) { return std::make_pair(c.size() * k / chunks, c.size() * (k + 1) / chunks); };
-    std::size_t done = 0;
-    const auto answers = run_children(
-        chunks,
-        [&](std::size_t k) {
-          nlohmann::json a = nlohmann::json::array();
-          for (std::size_t i = range(k).first; i < range(k).second; i++) a.push_back(one(i));
-          return a.dump();
-        },
-        jobs,
-        [&](std::size_t k, const ChildAnswer&) {
-          done += range(k).second - range(k).first;
-          progress_line(progress, "stage 2 estimated", done, c.size(), t0);
-        });
-    for (std::size_t k = 0; k < chunks; k++) {
-      if (!answers[k].ok) throw std::runtime_error("search: a stage-2 worker failed: " + answers[k].text);
-      const auto a = nlohmann::json::parse(answers[k].text);
-      for (std::size_t i = range(k).first; i < range(k).second; i++) est[i] = a.at(i - range(k).first);
-    }
+    return est;
   }
+  const std::size_t chunks = std::min(n, static_cast<std::size_t>(jobs) * 8);
+  auto range = [&](std::size_t k) { return std::make_pair(lo + n * k / chunks, lo + n * (k + 1) / chunks); };
+  std::size_t done = 0;
+  const auto answers = run_children(
+      chunks,
+      [&](std::size_t k) {
+        nlohmann::json a = nlohmann::json::array();
+        for (std::size_t i = range(k).first; i < range(k).second; i++) a.push_back(one(i));
+        return a.dump();
+      },
+      jobs,
+      [&](std::size_t k, const ChildAnswer&) {
+        done += range(k).second - range(k).first;
+        progress_line(progress, "stage 2 estimated", done, n, t0);
+      });
+  for (std::size_t k = 0; k < chunks; k++) {
+    if (!answers[k].ok) throw std::runtime_error("search: a stage-2 worker failed: " + answers[k].text);
+    for (auto& x : nlohmann::json::parse(answers[k].text)) est.push_back(std::move(x));
+  }
+  return est;
+}
+
+// This rank's share [lo, hi) of n items, and the concatenation of every rank's JSON array in rank order.
+std::pair<std::size_t, std::size_t> share(std::size_t n, const MpiGroup* g) {
+  if (!g) return {0, n};
+  const auto r = static_cast<std::size_t>(g->rank()), s = static_cast<std::size_t>(g->size());
+  return {n * r / s, n * (r + 1) / s};
+}
+
+nlohmann::json gather(const nlohmann::json& mine, MpiGroup* g) {
+  if (!g) return mine;
+  nlohmann::json all = nlohmann::json::array();
+  for (const std::string& part : g->allgather(mine.dump()))
+    for (auto& x : nlohmann::json::parse(part)) all.push_back(std::move(x));
+  return all;
+}
+
+// Stage 2 over every candidate (this process's share, all of them when alone); failures are dropped with their
+// reason.
+void estimate_all(std::vector<Candidate>& c, const SearchOptions& o, std::map<std::string, std::size_t>& rejected) {
+  const auto [lo, hi] = share(c.size(), o.group);
+  const nlohmann::json est = gather(estimate_range(c, lo, hi, o.jobs, o.progress), o.group);
+  if (est.size() != c.size()) throw std::runtime_error("search: stage 2 lost estimates");
   std::vector<Candidate> kept;
   for (std::size_t i = 0; i < c.size(); i++) {
     if (est[i].contains("error")) {
@@ -77,7 +102,6 @@ void estimate_all(std::vector<Candidate>& c, int jobs, bool progress, std::map<s
     kept.push_back(std::move(c[i]));
   }
   c = std::move(kept);
-  progress_line(progress, "stage 2 estimated", c.size(), c.size(), t0);
 }
 
 bool same_config(const Scenario& a, const Scenario& b) {
@@ -137,7 +161,9 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
                                 " GB per GPU; rejected:" + why);
   }
   std::vector<Candidate>& c = s1.survivors;
-  estimate_all(c, o.jobs, o.progress, res.rejected);
+  const auto t2 = Clock::now();
+  estimate_all(c, o, res.rejected);
+  if (o.progress) std::fprintf(stderr, "search: stage 2: %zu estimated (%.1f s)\n", c.size(), since(t2));
   res.estimated = c.size();
   rank_by_estimate(c);
 
@@ -170,14 +196,26 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
       rows.push_back(w);
     }
   }
+  const auto [lo, hi] = share(rows.size(), o.group);
   std::vector<Scenario> runs;
-  for (const auto& r : rows) runs.push_back(r.scenario);
+  for (std::size_t i = lo; i < hi; i++) runs.push_back(rows[i].scenario);
   const auto t3 = Clock::now();
   std::size_t done = 0;
   const auto out = run_scenarios(runs, RunOptions{}, o.jobs, [&](std::size_t, const RunOutcome&) {
     progress_line(o.progress, "stage 3 simulated", ++done, runs.size(), t3);
   });
-  for (std::size_t i = 0; i < rows.size(); i++) rows[i].result = out[i].result, rows[i].error = out[i].error;
+  nlohmann::json mine = nlohmann::json::array();
+  for (const auto& x : out)
+    mine.push_back(x.ok() ? nlohmann::json{{"result", nlohmann::json::parse(encode(x.result))}}
+                          : nlohmann::json{{"error", x.error}});
+  const nlohmann::json all = gather(mine, o.group);
+  if (all.size() != rows.size()) throw std::runtime_error("search: stage 3 lost results");
+  for (std::size_t i = 0; i < rows.size(); i++) {
+    if (all[i].contains("error"))
+      rows[i].error = all[i]["error"].get<std::string>();
+    else
+      rows[i].result = decode(all[i]["result"].dump());
+  }
   std::stable_sort(rows.begin(), rows.end(), [](const SearchRow& a, const SearchRow& b) {
     if (a.error.empty() != b.error.empty()) return a.error.empty();
     if (a.result.tokens_per_s != b.result.tokens_per_s) return a.result.tokens_per_s > b.result.tokens_per_s;

@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "core/search.h"
+#include "sim/mpi_group.h"
 #include "sim/run_scenario.h"
 
 namespace pipescope::sim {
@@ -23,6 +24,9 @@ struct SearchOptions {
   int jobs = 1;            // worker processes for stages 2 and 3
   bool progress = false;   // counts and time left on stderr
   bool as_written = true;  // also simulate the scenario as given (a row of its own unless it is in the top K)
+  // Under `mpirun -n N`: stages 2 and 3 split over the ranks (each then uses `jobs` local workers); every rank
+  // gets the whole result. nullptr: this process alone.
+  MpiGroup* group = nullptr;
 };
 
 struct SearchRow {

@@ -1,6 +1,6 @@
 // `pipescope search` (issue 18): the search's top configurations against exhaustive simulation of the same space
-// on three small scenarios, identical outputs for -j 1 and -j 2, --emit reproduced by `simulate`, and bad input
-// (no layout, a memory limit nothing fits, unknown schedule) exiting 1 with a clear message.
+// on three small scenarios, identical outputs for -j 1, -j 2 and mpirun -n 2, --emit reproduced by `simulate`, and
+// bad input (no layout, a memory limit nothing fits, unknown schedule) exiting 1 with a clear message.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -134,12 +134,32 @@ TEST(Search, IdenticalForEveryJobCountAndEmitReproduces) {
   EXPECT_LE(best["peak_memory_GB"].get<double>(), j["memory_limit_GB"].get<double>());
   // The best row beats (or equals) the scenario as written.
   for (const auto& row : j["results"])
-    if (row["as_written"].get<bool>()) EXPECT_GE(best["tokens_per_s"].get<double>(), row["tokens_per_s"].get<double>());
+    if (row["as_written"].get<bool>()) {
+      EXPECT_GE(best["tokens_per_s"].get<double>(), row["tokens_per_s"].get<double>());
+    }
   // `simulate` of the emitted scenario runs exactly the best configuration.
   Result s = run("simulate " + dir + "best.yaml --json " + dir + "best.json");
   ASSERT_EQ(s.rc, 0) << s.err;
   const auto sj = nlohmann::json::parse(slurp(dir + "best.json"));
   EXPECT_EQ(sj["iteration_s"].get<double>(), best["iteration_s"].get<double>());
+}
+
+// `mpirun -n 2 pipescope search`: the ranks share stages 2 and 3 through pipescope-mpi-relay; rank 0's outputs
+// are byte-identical to a local run's.
+TEST(Search, MpiRanksGiveTheLocalResult) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  const std::string yaml = write("mpi", kScenarios[1]);
+  const std::string dir = ::testing::TempDir() + "/search_mpi_" + std::to_string(getpid());
+  const std::string args = " --schedules 1f1b,zb-h1,interleaved -K 5 -q --json ";
+  Result local = run("search " + yaml + args + dir + "b.json -j 1");
+  ASSERT_EQ(local.rc, 0) << local.err;
+  const std::string root = geteuid() == 0 ? " --allow-run-as-root" : "";
+  const std::string cmd = "mpirun" + root + " --oversubscribe -n 2 " + kExe + " search " + yaml + args + dir +
+                          "a.json > " + dir + "a.out 2> " + dir + "a.err";
+  const int st = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << slurp(dir + "a.err");
+  EXPECT_EQ(slurp(dir + "a.out"), local.out);
+  EXPECT_EQ(slurp(dir + "a.json"), slurp(dir + "b.json"));
 }
 
 TEST(Search, BadInputExitsOneWithAReason) {
