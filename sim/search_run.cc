@@ -133,6 +133,30 @@ std::string fmt(const char* f, double x) {
   return b;
 }
 
+// Text inside SVG elements: the XML specials escaped (scenario names are free text).
+std::string xml(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += ch;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 SearchResult run_search(const Scenario& base, const SearchOptions& o) {
@@ -340,7 +364,7 @@ void write_search_svg(std::ostream& os, const SearchResult& r) {
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
      << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  os << "<text x=\"" << L << "\" y=\"25\" font-size=\"15\">pipescope search " << r.scenario
+  os << "<text x=\"" << L << "\" y=\"25\" font-size=\"15\">pipescope search " << xml(r.scenario)
      << ": throughput against peak memory (red: Pareto front)</text>\n";
   os << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B
      << "\" stroke=\"black\"/>\n<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << H - B
@@ -373,10 +397,10 @@ void write_search_svg(std::ostream& os, const SearchResult& r) {
     const double x = X(row.result.peak_memory_bytes / 1e9), y = Y(row.result.tokens_per_s);
     os << "<circle cx=\"" << fmt("%.1f", x) << "\" cy=\"" << fmt("%.1f", y) << "\" r=\"4\" fill=\""
        << (row.pareto ? "#d62728" : "#7f7f7f") << "\"" << (row.as_written ? " stroke=\"black\" stroke-width=\"2\"" : "")
-       << "><title>" << row.label << "</title></circle>\n";
+       << "><title>" << xml(row.label) << "</title></circle>\n";
     if (row.pareto)
-      os << "<text x=\"" << fmt("%.1f", x + 6) << "\" y=\"" << fmt("%.1f", y - 6) << "\" font-size=\"10\">" << row.label
-         << "</text>\n";
+      os << "<text x=\"" << fmt("%.1f", x + 6) << "\" y=\"" << fmt("%.1f", y - 6) << "\" font-size=\"10\">"
+         << xml(row.label) << "</text>\n";
   }
   os << "</svg>\n";
 }
