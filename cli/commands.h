@@ -13,6 +13,7 @@ inline constexpr int kExitInput = 1;
 inline constexpr int kExitSchedule = 2;
 inline constexpr int kExitInternal = 3;
 inline constexpr int kExitPoorFit = 4;
+inline constexpr int kExitInterrupted = 130;  // search stopped by Ctrl-C after printing the best found so far
 
 // Thrown for user errors detected in cli/ (bad flag values, unwritable files).
 struct InputError : std::runtime_error {

@@ -73,7 +73,7 @@ int run_search_cmd(const SearchCmdOptions& o) {
     const std::string text = o.scenario.empty() ? default_scenario_yaml() : read_text(o.scenario);
     write_file(o.emit, "--emit", [&](std::ostream& f) { f << sim::emit_scenario_yaml(text, r.rows.front().scenario); });
   }
-  return 0;
+  return r.interrupted ? kExitInterrupted : 0;
 }
 
 }  // namespace

@@ -97,12 +97,16 @@ std::string run_in_child(const std::function<std::string()>& child, const ChildO
 
 std::vector<ChildAnswer> run_children(std::size_t n, const std::function<std::string(std::size_t)>& task, int jobs,
                                       const std::function<void(std::size_t, const ChildAnswer&)>& done,
-                                      const ChildOptions& o) {
+                                      const ChildOptions& o, const std::function<bool()>& stop) {
   if (jobs < 1) throw std::invalid_argument("run_children: jobs must be >= 1");
-  std::vector<ChildAnswer> out(n);
+  std::vector<ChildAnswer> out(n, ChildAnswer{false, kNotRun});
   std::vector<Child> running;
   std::size_t next = 0;
   while (next < n || !running.empty()) {
+    if (stop && stop()) {
+      next = n;  // start nothing more; wait for the running children
+      if (running.empty()) break;
+    }
     while (next < n && static_cast<int>(running.size()) < jobs) {
       const std::size_t i = next++;
       Child c = start([&task, i] { return task(i); }, o);

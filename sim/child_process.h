@@ -27,8 +27,11 @@ struct ChildAnswer {
 
 // Runs task(0) .. task(n - 1), each in its own forked child, at most `jobs` (>= 1) at a time. `done(i, answer)`
 // is called in the parent as each child finishes (completion order: progress only); the result is in task order.
+// Once `stop()` is true no further child starts (the running ones finish); the tasks not run answer
+// {false, kNotRun}.
+inline constexpr const char* kNotRun = "not run (interrupted)";
 std::vector<ChildAnswer> run_children(std::size_t n, const std::function<std::string(std::size_t)>& task, int jobs,
                                       const std::function<void(std::size_t, const ChildAnswer&)>& done = {},
-                                      const ChildOptions& o = {});
+                                      const ChildOptions& o = {}, const std::function<bool()>& stop = {});
 
 }  // namespace pipescope::sim

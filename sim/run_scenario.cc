@@ -83,7 +83,8 @@ RunResult run_isolated(const Scenario& s, const RunOptions& o, const ChildOption
 }
 
 std::vector<RunOutcome> run_scenarios(const std::vector<Scenario>& scenarios, const RunOptions& o, int jobs,
-                                      const std::function<void(std::size_t, const RunOutcome&)>& done) {
+                                      const std::function<void(std::size_t, const RunOutcome&)>& done,
+                                      const std::function<bool()>& stop) {
   auto outcome = [](const ChildAnswer& a) {
     RunOutcome r;
     if (!a.ok) {
@@ -101,7 +102,8 @@ std::vector<RunOutcome> run_scenarios(const std::vector<Scenario>& scenarios, co
       scenarios.size(), [&](std::size_t i) { return encode(run_scenario(scenarios[i], o)); }, jobs,
       [&](std::size_t i, const ChildAnswer& a) {
         if (done) done(i, outcome(a));
-      });
+      },
+      {}, stop);
   std::vector<RunOutcome> out;
   out.reserve(answers.size());
   for (const auto& a : answers) out.push_back(outcome(a));

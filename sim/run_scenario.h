@@ -56,7 +56,9 @@ struct RunOutcome {
 
 // Every scenario in its own child, up to `jobs` at once; outcomes in input order (identical for every `jobs`).
 // `done(i, outcome)` is called as each finishes (for progress).
+// Once `stop()` is true no further scenario starts; those not run fail with sim::kNotRun.
 std::vector<RunOutcome> run_scenarios(const std::vector<Scenario>& scenarios, const RunOptions& o, int jobs,
-                                      const std::function<void(std::size_t, const RunOutcome&)>& done = {});
+                                      const std::function<void(std::size_t, const RunOutcome&)>& done = {},
+                                      const std::function<bool()>& stop = {});
 
 }  // namespace pipescope::sim

@@ -1,9 +1,12 @@
 #include "sim/search_run.h"
 
+#include <signal.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -18,6 +21,39 @@ namespace pipescope::sim {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Ctrl-C: the first one stops the search where it is (no new estimate or simulation starts; those running finish)
+// and the best found so far is reported; a second one ends the process. Forked workers inherit the handler, so
+// they finish their share instead of dying.
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_sigint(int) {
+  if (g_interrupted.exchange(true)) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+}
+
+bool interrupted() { return g_interrupted.load(); }
+
+// Installs on_sigint for the search's lifetime (not under MPI: mpirun handles Ctrl-C for its ranks).
+struct SigintGuard {
+  explicit SigintGuard(bool on) : on_(on) {
+    if (!on_) return;
+    g_interrupted = false;
+    struct sigaction sa {};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_);
+  }
+  ~SigintGuard() {
+    if (on_) sigaction(SIGINT, &old_, nullptr);
+  }
+  SigintGuard(const SigintGuard&) = delete;
+  SigintGuard& operator=(const SigintGuard&) = delete;
+  bool on_;
+  struct sigaction old_ {};
+};
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -44,7 +80,7 @@ nlohmann::json estimate_range(const std::vector<Candidate>& c, std::size_t lo, s
   nlohmann::json est = nlohmann::json::array();
   if (jobs <= 1 || n < 2) {
     for (std::size_t i = lo; i < hi; i++) {
-      est.push_back(one(i));
+      est.push_back(interrupted() ? nlohmann::json{{"error", kNotRun}} : one(i));
       if ((i - lo) % 256 == 255) progress_line(progress, "stage 2 estimated", i - lo + 1, n, t0);
     }
     return est;
@@ -63,8 +99,13 @@ nlohmann::json estimate_range(const std::vector<Candidate>& c, std::size_t lo, s
       [&](std::size_t k, const ChildAnswer&) {
         done += range(k).second - range(k).first;
         progress_line(progress, "stage 2 estimated", done, n, t0);
-      });
+      },
+      {}, interrupted);
   for (std::size_t k = 0; k < chunks; k++) {
+    if (!answers[k].ok && answers[k].text == kNotRun) {
+      for (std::size_t i = range(k).first; i < range(k).second; i++) est.push_back({{"error", kNotRun}});
+      continue;
+    }
     if (!answers[k].ok) throw std::runtime_error("search: a stage-2 worker failed: " + answers[k].text);
     for (auto& x : nlohmann::json::parse(answers[k].text)) est.push_back(std::move(x));
   }
@@ -95,6 +136,7 @@ void estimate_all(std::vector<Candidate>& c, const SearchOptions& o, std::map<st
   std::vector<Candidate> kept;
   for (std::size_t i = 0; i < c.size(); i++) {
     if (est[i].contains("error")) {
+      if (est[i]["error"].get<std::string>() == kNotRun) continue;  // Ctrl-C: not estimated, not a rejection
       rejected["estimate: " + est[i]["error"].get<std::string>()]++;
       continue;
     }
@@ -162,6 +204,7 @@ std::string xml(const std::string& s) {
 SearchResult run_search(const Scenario& base, const SearchOptions& o) {
   if (o.keep < 1) throw std::invalid_argument("--keep must be >= 1");
   if (o.jobs < 1) throw std::invalid_argument("-j must be >= 1");
+  const SigintGuard sigint(o.group == nullptr);
   SearchResult res;
   res.scenario = base.name;
   res.source = base.source;
@@ -225,9 +268,10 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
   for (std::size_t i = lo; i < hi; i++) runs.push_back(rows[i].scenario);
   const auto t3 = Clock::now();
   std::size_t done = 0;
-  const auto out = run_scenarios(runs, RunOptions{}, o.jobs, [&](std::size_t, const RunOutcome&) {
-    progress_line(o.progress, "stage 3 simulated", ++done, runs.size(), t3);
-  });
+  const auto out = run_scenarios(
+      runs, RunOptions{}, o.jobs,
+      [&](std::size_t, const RunOutcome&) { progress_line(o.progress, "stage 3 simulated", ++done, runs.size(), t3); },
+      interrupted);
   nlohmann::json mine = nlohmann::json::array();
   for (const auto& x : out)
     mine.push_back(x.ok() ? nlohmann::json{{"result", nlohmann::json::parse(encode(x.result))}}
@@ -245,6 +289,10 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
     if (a.result.tokens_per_s != b.result.tokens_per_s) return a.result.tokens_per_s > b.result.tokens_per_s;
     return a.label < b.label;
   });
+  res.interrupted = interrupted();
+  if (res.interrupted)  // the rows not simulated are left out: what is reported was found before Ctrl-C
+    rows.erase(std::remove_if(rows.begin(), rows.end(), [](const SearchRow& r) { return r.error == kNotRun; }),
+               rows.end());
   mark_pareto(rows);
   res.rows = std::move(rows);
   if (o.progress) std::fprintf(stderr, "search: done in %.1f s\n", since(t0));
@@ -277,6 +325,7 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
     os << line;
   }
   if (!r.as_written_note.empty()) os << "note: " << r.as_written_note << "\n";
+  if (r.interrupted) os << "interrupted (Ctrl-C): the best found so far\n";
   os << "bubble = idle time / makespan (mean over ranks); estimate_s = stage 2's critical path (no contention)\n";
   std::size_t rejected = 0;
   for (const auto& [reason, n] : r.rejected) rejected += n;
@@ -326,6 +375,7 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
   }
   j["results"] = rows;
   if (!r.as_written_note.empty()) j["as_written_note"] = r.as_written_note;
+  if (r.interrupted) j["interrupted"] = true;
   os << j.dump(2) << "\n";
 }
 

@@ -47,10 +47,12 @@ struct SearchResult {
   std::map<std::string, std::size_t> rejected;  // stage 1 and 2 reasons -> count
   std::vector<SearchRow> rows;                  // simulated: best throughput first, then failures
   std::string as_written_note;                  // why the scenario as written is not a row (empty: it is)
+  bool interrupted = false;                     // Ctrl-C: the rows are the best found until then
 };
 
-// Throws std::invalid_argument when nothing passes stage 1 (an impossible cluster, a memory limit nothing fits),
-// with the rejection reasons in the message.
+// Ctrl-C during the search (outside MPI) stops it: nothing new starts, and the result holds what was simulated
+// by then (`interrupted`). Throws std::invalid_argument when nothing passes stage 1 (an impossible cluster, a memory
+// limit nothing fits), with the rejection reasons in the message.
 SearchResult run_search(const Scenario& base, const SearchOptions& o);
 
 void print_search_table(std::ostream& os, const SearchResult& r);

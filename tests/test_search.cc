@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -160,6 +161,27 @@ TEST(Search, MpiRanksGiveTheLocalResult) {
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << slurp(dir + "a.err");
   EXPECT_EQ(slurp(dir + "a.out"), local.out);
   EXPECT_EQ(slurp(dir + "a.json"), slurp(dir + "b.json"));
+}
+
+// Ctrl-C: the search stops starting work, prints what it found so far and exits 130.
+TEST(Search, InterruptPrintsTheBestSoFar) {
+  const std::string yaml = write("int", kScenarios[1]);
+  const std::string out = ::testing::TempDir() + "/search_int_" + std::to_string(getpid()) + ".out";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::freopen(out.c_str(), "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    execl(kExe.c_str(), kExe.c_str(), "search", yaml.c_str(), "-K", "400", "-j", "1", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  sleep(2);  // the whole search (hundreds of simulations) takes far longer
+  kill(pid, SIGINT);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st)) << st;
+  EXPECT_EQ(WEXITSTATUS(st), 130);
+  EXPECT_NE(slurp(out).find("interrupted (Ctrl-C): the best found so far"), std::string::npos) << slurp(out);
 }
 
 TEST(Search, BadInputExitsOneWithAReason) {
