@@ -234,6 +234,9 @@ double estimate_iteration_s(const Scenario& s) {
   one.dp = 1;
   one.gpu.assign(full.gpu.begin(), full.gpu.begin() + static_cast<std::ptrdiff_t>(par.pp) * par.tp);
   const Dag dag = build_dag(ls, one);
+  std::vector<Link> group_link(dag.rings.size());  // per collective group, computed once
+  for (std::size_t g = 0; g < dag.rings.size(); g++)
+    if (!dag.rings[g].empty()) group_link[g] = rings_link(c, dag.rings[g]);
   // Longest path in the DAG (Kahn's order): compute takes its seconds, a transfer its bytes over the link, a
   // collective its ring all-reduce; no contention (SimGrid's job in stage 3).
   std::vector<double> finish(dag.size(), 0), start(dag.size(), 0);
@@ -263,7 +266,7 @@ double estimate_iteration_s(const Scenario& s) {
       case DagKind::Collective: {
         const auto& rings = dag.rings[static_cast<std::size_t>(n.group)];
         if (!rings.empty() && rings.front().size() > 1) {
-          const Link l = rings_link(c, rings);
+          const Link& l = group_link[static_cast<std::size_t>(n.group)];
           d = n.count * ring_allreduce_s(n.amount, static_cast<int>(rings.front().size()), l.bw_Bps, l.latency_s);
         }
         break;
