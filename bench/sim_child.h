@@ -1,19 +1,19 @@
 #pragma once
-// What the simulator benchmarks share: one simulation's figures, `pipescope simulate` of a scenario in process,
-// and a forked child to run it in (SimGrid allows one Engine per process), optionally under an address-space cap.
+// What the simulator benchmarks share: one simulation's figures, `pipescope simulate` of a scenario in process
+// (sim::run_scenario, the one call every command uses), and a forked child to run it in (sim::run_in_child: SimGrid
+// allows one Engine per process), optionally under an address-space cap.
 #include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
+#include <string>
 
-#include "core/checks.h"
-#include "core/pipeline.h"
-#include "core/scenario.h"
-#include "sim/engine.h"
+#include "core/config.h"
+#include "sim/child_process.h"
 #include "sim/report.h"
+#include "sim/run_scenario.h"
 
 namespace pipescope::bench {
 
@@ -39,55 +39,35 @@ inline Figures figures_of(const sim::SimResult& r, double iteration_s, std::chro
   return f;
 }
 
-// `pipescope simulate` of a loaded scenario: schedule, lowering, checks, simulation, report.
+// `pipescope simulate` of a loaded scenario (sim::run_scenario); t0 is when the benchmark started timing it.
 inline Figures simulate_scenario(const Scenario& s, std::chrono::steady_clock::time_point t0) {
-  auto prep = prepare(s);
-  const CheckedSchedule cs = check(prep->lowered, prep->placement);
-  sim::EngineOptions o;
-  o.collectives = s.sim.collectives;
-  const sim::SimResult r = sim::simulate(s.cluster, cs, o);
-  return figures_of(r, sim::make_report(s, cs, r).iteration_s, t0);
+  const sim::RunResult r = sim::run_scenario(s);
+  Figures f;
+  f.sim_wall_s = r.sim_wall_s;
+  f.iteration_s = r.iteration_s;
+  f.activities = r.activities;
+  f.dag_nodes = r.dag_nodes;
+  f.peak_rss_kb = r.peak_rss_kb;
+  f.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return f;
 }
 
-// run() in a forked child; its Figures come back through a pipe. cap_GB > 0 caps the child's address space, so
-// that a case that would not fit fails instead of exhausting the machine.
+// run() in a forked child (sim::run_in_child); an error comes back in Figures::error. cap_GB > 0 caps the child's
+// address space, so that a case that would not fit fails instead of exhausting the machine.
 template <class Run>
 Figures in_child(Run run, double cap_GB = 0) {
-  int fd[2];
-  if (pipe(fd) != 0) throw std::runtime_error("pipe() failed");
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork() failed");
-  if (pid == 0) {
-    close(fd[0]);
-    if (cap_GB > 0) {
-      const auto cap = static_cast<rlim_t>(cap_GB * (1ull << 30));
-      const rlimit lim{cap, cap};
-      setrlimit(RLIMIT_AS, &lim);
-    }
-    Figures f;
-    try {
-      f = run();
-    } catch (const std::exception& e) {
-      std::snprintf(f.error, sizeof f.error, "%s", e.what());
-    }
-    const ssize_t n = write(fd[1], &f, sizeof f);
-    _exit(n == static_cast<ssize_t>(sizeof f) ? 0 : 1);
-  }
-  close(fd[1]);
   Figures f;
-  std::size_t got = 0;
-  ssize_t n;
-  while (got < sizeof f && (n = read(fd[0], reinterpret_cast<char*>(&f) + got, sizeof f - got)) > 0) got += n;
-  close(fd[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (got != sizeof f) {
-    if (cap_GB > 0)
-      std::snprintf(f.error, sizeof f.error, "child died (status %d; over the %.0f GB address-space cap?)", status,
-                    cap_GB);
-    else
-      std::snprintf(f.error, sizeof f.error, "child died (status %d)", status);
+  try {
+    const std::string got = sim::run_in_child(
+        [&] {
+          const Figures r = run();
+          return std::string(reinterpret_cast<const char*>(&r), sizeof r);
+        },
+        sim::ChildOptions{cap_GB});
+    if (got.size() != sizeof f) throw std::runtime_error("truncated answer from the benchmark child");
+    std::memcpy(&f, got.data(), sizeof f);
+  } catch (const std::exception& e) {
+    std::snprintf(f.error, sizeof f.error, "%s", e.what());
   }
   return f;
 }

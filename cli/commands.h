@@ -13,6 +13,7 @@ inline constexpr int kExitInput = 1;
 inline constexpr int kExitSchedule = 2;
 inline constexpr int kExitInternal = 3;
 inline constexpr int kExitPoorFit = 4;
+inline constexpr int kExitInterrupted = 130;  // search stopped by Ctrl-C after printing the best found so far
 
 // Thrown for user errors detected in cli/ (bad flag values, unwritable files).
 struct InputError : std::runtime_error {
@@ -29,6 +30,7 @@ Command add_validate(CLI::App& app);
 Command add_plan(CLI::App& app);       // TeraPipe planner (plan_cmd.cc)
 Command add_repro(CLI::App& app);      // paper reproductions (repro_cmd.cc)
 Command add_sweep(CLI::App& app);      // parameter sweeps to CSV (sweep_cmd.cc)
+Command add_search(CLI::App& app);     // layout / schedule search (search_cmd.cc)
 Command add_calibrate(CLI::App& app);  // device profiles (calibrate_cmd.cc, calib/)
 
 }  // namespace pipescope::cli

@@ -1,6 +1,7 @@
 #pragma once
 // Child processes of the CLI. SimGrid allows one Engine per process: every simulation a command runs more than
-// once goes into a forked child that sends a text answer back through a pipe. MPI jobs (pipescope-rank,
+// once goes into a forked child (sim/child_process.h, the one fork implementation; sim/run_scenario.h runs a
+// scenario that way). MPI jobs (pipescope-rank,
 // pipescope-linkbench) are separate programs started through a launcher (mpirun, srun), because libsimgrid
 // exports the MPI API and this binary must not be an MPI program itself.
 
@@ -8,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "sim/child_process.h"
+
 namespace pipescope::cli {
 
-// Runs `child` in a forked process and returns the string it produced. An exception in the child comes back
-// as std::runtime_error with its message; a child that dies without answering (abort, signal) likewise.
-std::string run_in_child(const std::function<std::string()>& child);
+using sim::run_in_child;
 
 // The launcher command split into words, with --allow-run-as-root added for mpirun / mpiexec when running as
 // root (Open MPI refuses otherwise; CI containers run as root).

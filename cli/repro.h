@@ -10,8 +10,8 @@
 
 namespace pipescope::cli {
 
-// What the repro tables read from one simulation of a scenario. Each runs in a forked child (cli/fork_run.h):
-// SimGrid allows one engine per process. Throws std::runtime_error with the child's error.
+// What the repro tables read from one simulation of a scenario. Each runs in a forked child (sim/run_scenario.h
+// run_isolated): SimGrid allows one engine per process. Throws std::runtime_error with the child's error.
 struct SimFigures {
   double iteration_s = 0, tflops_per_gpu = 0, peak_mem_GB = 0;  // peak: the worst rank
   bool oom = false;

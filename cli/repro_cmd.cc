@@ -7,35 +7,15 @@
 #include <string>
 #include <vector>
 
-#include "cli/fork_run.h"
 #include "cli/repro.h"
-#include "core/pipeline.h"
-#include "sim/engine.h"
-#include "sim/report.h"
-#include "sim/scenario_options.h"
+#include "sim/run_scenario.h"
 
 namespace pipescope::cli {
 
 SimFigures simulate_figures(const Scenario& s) {
-  const std::string out = run_in_child([&] {
-    auto prep = prepare(s);
-    CheckedSchedule cs = check(prep->lowered, prep->placement);
-    const sim::SimResult r = sim::simulate(s.cluster, cs, sim::engine_options_for(s));
-    const sim::Report rep = sim::make_report(s, cs, r);
-    double peak = 0;
-    for (const auto& rm : rep.memory.ranks) peak = std::max(peak, rm.peak_bytes);
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "%.17g %.17g %.17g %d", rep.iteration_s, rep.tflops_per_gpu, peak / 1e9,
-                  rep.memory.any_oom() ? 1 : 0);
-    return std::string(buf);
-  });
-  SimFigures f;
-  int oom = 0;
-  if (std::sscanf(out.c_str(), "%lf %lf %lf %d", &f.iteration_s, &f.tflops_per_gpu, &f.peak_mem_GB, &oom) != 4 ||
-      !(f.iteration_s > 0))
-    throw std::runtime_error("malformed answer from the simulation process of " + s.source + ": " + out);
-  f.oom = oom != 0;
-  return f;
+  const sim::RunResult r = sim::run_isolated(s);
+  if (!(r.iteration_s > 0)) throw std::runtime_error("simulation of " + s.source + " gave no iteration time");
+  return SimFigures{r.iteration_s, r.tflops_per_gpu, r.peak_memory_bytes / 1e9, r.oom};
 }
 
 Scenario with_token_slices(Scenario s, const std::vector<int>& slice_tokens) {

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/fork_run.h"
 #include "core/pipeline.h"
 #include "core/profile.h"
 #include "core/profile_cost.h"
@@ -16,6 +15,7 @@
 #include "core/schedule_registry.h"
 #include "sim/engine.h"
 #include "sim/report.h"
+#include "sim/run_scenario.h"
 #include "sim/scenario_options.h"
 #include "sim/timeline_svg.h"
 
@@ -84,47 +84,20 @@ sim::Report run_one(const Scenario& s, const SimulateOptions& o, std::ostream* j
   return rep;
 }
 
-// SimGrid allows one Engine per process: each variant of --compare runs in a forked child that sends
-// its figures back through a pipe.
-struct VariantResult {
-  std::string name, error;
-  double iteration_s = 0, pipeline_end_s = 0, idle = 0, ratio = 0, tflops = 0, peak_GB = 0;
-  bool oom = false;
-};
-
-VariantResult run_forked(const Scenario& s, const SimulateOptions& o) {
-  VariantResult v;
-  v.name = to_string(s.schedule.kind);
-  std::string got;
-  try {
-    got = run_in_child([&] {
-      sim::Report r = run_one(s, o, nullptr, nullptr);
-      double peak = 0;
-      bool oom = false;
-      for (const auto& rm : r.memory.ranks) peak = std::max(peak, rm.peak_bytes), oom = oom || rm.oom;
-      char buf[512];
-      std::snprintf(buf, sizeof buf, "%.17g %.17g %.17g %.17g %.17g %.17g %d", r.iteration_s, r.pipeline_end_s,
-                    r.bubble_idle_fraction, r.bubble_ratio, r.tflops_per_gpu, peak / 1e9, oom ? 1 : 0);
-      return std::string(buf);
-    });
-  } catch (const std::exception& e) {
-    v.error = e.what();
-    return v;
-  }
-  std::istringstream is(got);
-  int oom = 0;
-  is >> v.iteration_s >> v.pipeline_end_s >> v.idle >> v.ratio >> v.tflops >> v.peak_GB >> oom;
-  v.oom = oom != 0;
-  return v;
-}
-
 int run_compare(const Scenario& base, const SimulateOptions& o) {
   std::vector<Scenario> variants;
   for (const auto& k : o.compare) variants.push_back(variant(base, kind_from_string(k)));
-  std::vector<VariantResult> res;
+  // SimGrid allows one Engine per process: each variant runs in a forked child (sim/run_scenario.h).
+  std::vector<sim::RunOutcome> res;
   for (const auto& s : variants) {
     std::fprintf(stderr, "simulating %s ...\n", s.name.c_str());
-    res.push_back(run_forked(s, o));
+    sim::RunOutcome v;
+    try {
+      v.result = sim::run_isolated(s, sim::RunOptions{o.collectives});
+    } catch (const std::exception& e) {
+      v.error = e.what();
+    }
+    res.push_back(v);
   }
   std::printf("scenario %s (%s): %d GPUs, dp %d, pp %d, tp %d, global batch %d\n", base.name.c_str(),
               base.source.c_str(), base.cluster.total_gpus(), base.parallel.dp, base.parallel.pp, base.parallel.tp,
@@ -132,14 +105,17 @@ int run_compare(const Scenario& base, const SimulateOptions& o) {
   std::printf("%-14s %14s %14s %10s %10s %12s %12s %s\n", "schedule", "iteration_s", "pipeline_s", "idle_phi",
               "bubble_b", "TFLOP/s/GPU", "peak_mem_GB", "");
   int rc = 0;
-  for (const auto& v : res) {
-    if (!v.error.empty()) {
-      std::printf("%-14s error: %s\n", v.name.c_str(), v.error.c_str());
+  for (std::size_t i = 0; i < res.size(); i++) {
+    const char* name = to_string(variants[i].schedule.kind);
+    if (!res[i].ok()) {
+      std::printf("%-14s error: %s\n", name, res[i].error.c_str());
       rc = kExitSchedule;
       continue;
     }
-    std::printf("%-14s %14.9f %14.9f %10.4f %10.4f %12.2f %12.2f %s\n", v.name.c_str(), v.iteration_s, v.pipeline_end_s,
-                v.idle, v.ratio, v.tflops, v.peak_GB, v.oom ? "OOM" : "");
+    const sim::RunResult& v = res[i].result;
+    std::printf("%-14s %14.9f %14.9f %10.4f %10.4f %12.2f %12.2f %s\n", name, v.iteration_s, v.pipeline_end_s,
+                v.bubble_idle_fraction, v.bubble_ratio, v.tflops_per_gpu, v.peak_memory_bytes / 1e9,
+                v.oom ? "OOM" : "");
   }
   std::printf("idle_phi = bubble time / makespan (mean over ranks); bubble_b = bubble / ideal time (Megatron)\n");
   return rc;

@@ -1,10 +1,12 @@
-// `pipescope sweep [SCENARIO] --vary key=v1,v2,... [--vary ...] [--out FILE.csv]`
+// `pipescope sweep [SCENARIO] --vary key=v1,v2,... [--vary ...] [--out FILE.csv] [-j N]`
 // Simulates the cartesian product of the varied scenario keys (YAML paths such as schedule.seq_slices,
 // parallel.micro_batch_size, schedule.kind; the first --vary is the outermost loop) and writes one CSV row per
-// run. Every variant is built and validated before anything runs, so a bad key or value stops the sweep with
-// the scenario loader's file:line:column: key message (exit 1). Each run is simulated in a forked child
-// (SimGrid: one Engine per process); a run that fails (checker, deadlock) gets its message in the `error`
-// column and the sweep exits 2 after the last row. Progress goes to stderr, one line per run.
+// combination. Every variant is built first: a bad key or value (unknown key, wrong type) stops the sweep with the
+// scenario loader's file:line:column: key message before anything runs (exit 1); a combination the cross-field
+// checks reject (dp * pp * tp vs GPUs, divisibility) becomes a row with the reason in the `error` column. The
+// others run through sim::run_scenarios (sim/run_scenario.h: a forked child each, up to -j at once, rows in
+// order); a run that fails (checker, deadlock) also gets its message in `error`. Exit 0 unless every row failed
+// (then 1 when all were impossible combinations, else 2). Progress goes to stderr, one line per run.
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -18,12 +20,8 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/fork_run.h"
-#include "core/pipeline.h"
 #include "core/scenario.h"
-#include "sim/engine.h"
-#include "sim/report.h"
-#include "sim/scenario_options.h"
+#include "sim/run_scenario.h"
 
 namespace pipescope::cli {
 namespace {
@@ -32,6 +30,7 @@ struct SweepOptions {
   std::string scenario;
   std::vector<std::string> vary;
   std::string out, collectives;
+  int jobs = 1;
 };
 
 struct Axis {
@@ -112,6 +111,7 @@ struct Variant {
   Scenario scenario;
   std::vector<std::string> values;  // one per axis
   std::string text;                 // "schedule.seq_slices=4 parallel.micro_batch_size=2"
+  std::string invalid;              // why the cross-field checks reject this combination (empty: valid)
 };
 
 // The base document with one value per axis set (missing mappings are created; the loader rejects unknown keys).
@@ -171,7 +171,10 @@ Variant make_variant(const std::string& source, const std::string& base_text, co
       if (n.IsDefined() && n.Mark().line >= 0)
         where += ":" + std::to_string(n.Mark().line + 1) + ":" + std::to_string(n.Mark().column + 1);
     }
-    throw ScenarioError(where + ": " + msg + " (with --vary " + v.text + ")");
+    const std::string full = where + ": " + msg + " (with --vary " + v.text + ")";
+    if (dynamic_cast<const ScenarioCombinationError*>(&e) == nullptr) throw ScenarioError(full);
+    v.invalid = full;
+    return v;
   }
   v.scenario.source = source;
   // As load_scenario does: a relative profile path is relative to the scenario file.
@@ -201,50 +204,33 @@ constexpr const char* kResultColumns =
     "peak_memory_GB,oom";
 constexpr int kResultFields = 22;
 
-// Runs in the child: the iteration time, a newline, then the result columns, comma-joined and CSV-quoted.
-std::string simulate_row(const Scenario& s, const std::string& collectives) {
-  auto prep = prepare(s);
-  CheckedSchedule cs = check(prep->lowered, prep->placement);
-  const sim::SimResult r = sim::simulate(s.cluster, cs, sim::engine_options_for(s, collectives));
-  const sim::Report rep = sim::make_report(s, cs, r);
-  const Schedule& sch = prep->schedule;
-  int slices = 0;
-  for (int mb = 0; mb < sch.m; mb++) slices = std::max(slices, sch.slices(mb));
-  std::string tokens;  // micro-batch 0's slice lengths, first slice first
-  if (!sch.microbatches.empty()) {
-    const auto& sb = sch.microbatches[0].slice_begin;
-    for (std::size_t i = 0; i < sb.size(); i++)
-      tokens += (i ? " " : "") + std::to_string((i + 1 < sb.size() ? sb[i + 1] : sch.seq_len) - sb[i]);
-  }
-  double peak = 0;
-  bool oom = false;
-  for (const auto& rm : rep.memory.ranks) peak = std::max(peak, rm.peak_bytes), oom = oom || rm.oom;
-  const double tokens_per_s = static_cast<double>(s.parallel.global_batch) * s.model.seq_len / rep.iteration_s;
-  const std::vector<std::string> f = {csv_field(rep.scenario),
-                                      csv_field(rep.schedule),
-                                      std::to_string(rep.gpus),
-                                      std::to_string(rep.dp),
-                                      std::to_string(rep.pp),
-                                      std::to_string(rep.tp),
-                                      std::to_string(rep.v),
-                                      std::to_string(rep.m),
-                                      std::to_string(s.parallel.micro_batch_size),
-                                      std::to_string(s.parallel.global_batch),
-                                      std::to_string(s.model.seq_len),
-                                      std::to_string(slices),
-                                      csv_field(tokens),
-                                      num(rep.iteration_s),
-                                      num(rep.pipeline_end_s),
-                                      num(rep.bubble_idle_fraction),
-                                      num(rep.bubble_ratio),
-                                      num(rep.tflops_per_gpu),
-                                      num(rep.model_tflops_per_gpu),
-                                      num(tokens_per_s),
-                                      num(peak / 1e9),
-                                      oom ? "1" : "0"};
+// The result columns of one run, comma-joined and CSV-quoted.
+std::string row_of(const sim::RunResult& r) {
+  const std::vector<std::string> f = {csv_field(r.scenario),
+                                      csv_field(r.schedule),
+                                      std::to_string(r.gpus),
+                                      std::to_string(r.dp),
+                                      std::to_string(r.pp),
+                                      std::to_string(r.tp),
+                                      std::to_string(r.v),
+                                      std::to_string(r.m),
+                                      std::to_string(r.micro_batch_size),
+                                      std::to_string(r.global_batch),
+                                      std::to_string(r.seq_len),
+                                      std::to_string(r.slices),
+                                      csv_field(r.slice_tokens),
+                                      num(r.iteration_s),
+                                      num(r.pipeline_end_s),
+                                      num(r.bubble_idle_fraction),
+                                      num(r.bubble_ratio),
+                                      num(r.tflops_per_gpu),
+                                      num(r.model_tflops_per_gpu),
+                                      num(r.tokens_per_s),
+                                      num(r.peak_memory_bytes / 1e9),
+                                      r.oom ? "1" : "0"};
   std::string row;
   for (const auto& x : f) row += (row.empty() ? "" : ",") + x;
-  return num(rep.iteration_s) + "\n" + row;
+  return row;
 }
 
 int run_sweep(const SweepOptions& o) {
@@ -283,38 +269,54 @@ int run_sweep(const SweepOptions& o) {
   os << kResultColumns << ",error\n";
   os.flush();
 
-  int failed = 0;
+  // The valid combinations run (in children, up to -j at once); the invalid ones are rows with their reason.
+  std::vector<Scenario> runs;
+  std::vector<std::size_t> run_of(variants.size(), 0);
+  for (std::size_t i = 0; i < variants.size(); i++)
+    if (variants[i].invalid.empty()) run_of[i] = runs.size(), runs.push_back(variants[i].scenario);
+  std::vector<std::size_t> variant_of;
+  for (std::size_t i = 0; i < variants.size(); i++)
+    if (variants[i].invalid.empty()) variant_of.push_back(i);
+  int invalid = 0;
+  for (std::size_t i = 0; i < variants.size(); i++)
+    if (!variants[i].invalid.empty()) {
+      invalid++;
+      std::fprintf(stderr, "sweep [%zu/%zu] %s ... INVALID: %s\n", i + 1, variants.size(), variants[i].text.c_str(),
+                   variants[i].invalid.c_str());
+    }
   const auto t0 = std::chrono::steady_clock::now();
+  const auto outcomes =
+      sim::run_scenarios(runs, sim::RunOptions{o.collectives}, o.jobs, [&](std::size_t k, const sim::RunOutcome& r) {
+        const std::size_t i = variant_of[k];
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "sweep [%zu/%zu] %s ...", i + 1, variants.size(), variants[i].text.c_str());
+        if (r.ok())
+          std::fprintf(stderr, " iteration %s s (%.1f s elapsed)\n", num(r.result.iteration_s).c_str(), wall);
+        else
+          std::fprintf(stderr, " FAILED (%.1f s elapsed): %s\n", wall, r.error.c_str());
+      });
+  int failed = invalid;
   for (std::size_t i = 0; i < variants.size(); i++) {
     const Variant& v = variants[i];
-    std::fprintf(stderr, "sweep [%zu/%zu] %s ...", i + 1, variants.size(), v.text.c_str());
-    std::fflush(stderr);
-    const auto r0 = std::chrono::steady_clock::now();
-    std::string row, error;
-    try {
-      row = run_in_child([&] { return simulate_row(v.scenario, o.collectives); });
-    } catch (const std::exception& e) {
-      error = e.what();
-      failed++;
-    }
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+    std::string row, error = v.invalid;
     if (error.empty()) {
-      const auto nl = row.find('\n');
-      std::fprintf(stderr, " iteration %s s (%.1f s wall)\n", row.substr(0, nl).c_str(), wall);
-      row = row.substr(nl + 1);
-    } else {
-      std::fprintf(stderr, " FAILED (%.1f s wall): %s\n", wall, error.c_str());
-      row = std::string(kResultFields - 1, ',');
+      const sim::RunOutcome& r = outcomes[run_of[i]];
+      if (r.ok())
+        row = row_of(r.result);
+      else
+        error = r.error, failed++;
     }
+    if (!error.empty()) row = std::string(kResultFields - 1, ',');
     for (const auto& val : v.values) os << csv_field(val) << ',';
     os << row << ',' << csv_field(error) << '\n';
-    os.flush();
   }
+  os.flush();
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr, "sweep: %zu runs, %d failed, %.1f s%s%s\n", variants.size(), failed, total,
-               o.out.empty() ? "" : ", wrote ", o.out.c_str());
+  std::fprintf(stderr, "sweep: %zu rows, %d failed (%d invalid combinations), %.1f s%s%s\n", variants.size(), failed,
+               invalid, total, o.out.empty() ? "" : ", wrote ", o.out.c_str());
   if (file && !file->flush()) throw InputError("--out " + o.out + ": write failed");
-  return failed ? kExitSchedule : 0;
+  if (failed < static_cast<int>(variants.size())) return 0;
+  return invalid == failed ? kExitInput : kExitSchedule;
 }
 
 }  // namespace
@@ -331,6 +333,8 @@ Command add_sweep(CLI::App& app) {
   sub->add_option("--out", o->out, "Write the CSV to this file (default: standard output)");
   sub->add_option("--collectives", o->collectives, "Collective model: ring | aggregate | analytic | auto")
       ->check(CLI::IsMember({"ring", "aggregate", "analytic", "auto"}));
+  sub->add_option("-j,--jobs", o->jobs, "Simulations run at once, each in its own process (default 1)")
+      ->check(CLI::Range(1, 1024));
   return {sub, [o] { return run_sweep(*o); }};
 }
 

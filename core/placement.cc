@@ -54,6 +54,11 @@ std::vector<int> best_cube_mesh_order(int G, const NodePairs& pairs) {
 
 }  // namespace
 
+int cube_mesh_nvlinks(int a, int b) {
+  if (a < 0 || a >= 8 || b < 0 || b >= 8) throw std::out_of_range("cube_mesh_nvlinks: GPU index outside 0..7");
+  return kCubeMesh[a][b];
+}
+
 Placement make_placement(const std::string& layout, int dp, int p, int tp, const ClusterSpec& cluster) {
   if (dp < 1 || p < 1 || tp < 1)
     throw std::invalid_argument("placement: dp, pp and tp must be >= 1, got dp " + std::to_string(dp) + ", pp " +

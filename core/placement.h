@@ -27,6 +27,8 @@ struct Placement {
 // - "terapipe": TeraPipe's layout (TP inside a node, pipeline neighbours on NVLink-connected GPUs)
 // Throws std::invalid_argument when dp * p * tp exceeds the cluster or the name is unknown.
 Placement make_placement(const std::string& layout, int dp, int p, int tp, const ClusterSpec& cluster);
+// NVLink links between local GPUs a and b (0..7) of a cube-mesh node: 0 (PCIe/SYS), 1 or 2 (search's estimate).
+int cube_mesh_nvlinks(int a, int b);
 
 // ---------------------------------------------------------------- layer placement
 // The one place that says which transformer layers virtual stage g (0 .. stages-1) holds: stage_layers[g]

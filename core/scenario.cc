@@ -544,13 +544,17 @@ class Validator {
   // Names the first candidate key the file wrote (at its position); without one, the first candidate at
   // the document start. Scenarios built in code (no marks) get "<source>: <key>: <message>".
   [[noreturn]] void fail(std::initializer_list<const char*> keys, const std::string& msg) const {
-    if (marks_) {
-      for (const char* k : keys)
-        if (auto it = marks_->find(k); it != marks_->end()) fail_at(s_.source, it->second, k, msg);
-      auto root = marks_->find("");
-      fail_at(s_.source, root != marks_->end() ? root->second : YAML::Mark::null_mark(), *keys.begin(), msg);
+    try {
+      if (marks_) {
+        for (const char* k : keys)
+          if (auto it = marks_->find(k); it != marks_->end()) fail_at(s_.source, it->second, k, msg);
+        auto root = marks_->find("");
+        fail_at(s_.source, root != marks_->end() ? root->second : YAML::Mark::null_mark(), *keys.begin(), msg);
+      }
+      throw ScenarioError(s_.source + ": " + *keys.begin() + ": " + msg);
+    } catch (const ScenarioError& e) {
+      throw ScenarioCombinationError(e.what());  // well-formed fields, impossible together (sweep: a row)
     }
-    throw ScenarioError(s_.source + ": " + *keys.begin() + ": " + msg);
   }
 
   void run() const;

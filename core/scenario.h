@@ -15,6 +15,12 @@ class ScenarioError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// The cross-field checks (validate_scenario) rejected a scenario whose fields are each well-formed: an
+// impossible combination (dp * pp * tp vs GPUs, divisibility), which `sweep` and `search` report as a row.
+class ScenarioCombinationError : public ScenarioError {
+ public:
+  using ScenarioError::ScenarioError;
+};
 
 // Load a scenario file. Throws ScenarioError. A non-empty `profile` (a path as the user gave it, e.g. from
 // `--profile`) takes the place of the file's sim.profile before validation, so that settings only a profile can

@@ -8,15 +8,13 @@
 // hosts join the platform's flat zone). sim/README.md documents it.
 #include "sim/engine.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -32,6 +30,7 @@
 #include <vector>
 
 #include "core/nccl_model.h"
+#include "sim/child_process.h"
 #include "sim/platform.h"
 
 namespace pipescope::sim {
@@ -1182,61 +1181,32 @@ bool temporally_exclusive(const FoldPlan& fold, const std::vector<NodeTiming>& t
   return true;
 }
 
-// Runs `fn` in a forked child and returns its Outcome, or nothing when the child failed.
+// Runs `fn` in a forked child (sim/child_process.h) and returns its Outcome, or nothing when the child failed.
 std::optional<Outcome> in_fork(const std::function<Outcome()>& fn) {
-  int fd[2];
-  if (pipe(fd) != 0) return std::nullopt;
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fd[0]);
-    close(fd[1]);
-    return std::nullopt;
-  }
-  auto put = [](int f, const void* p, std::size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      const ssize_t k = write(f, c, n);
-      if (k <= 0) return false;
-      c += k, n -= static_cast<std::size_t>(k);
-    }
-    return true;
-  };
-  if (pid == 0) {
-    close(fd[0]);
-    bool ok = false;
-    try {
+  // The answer: five header words, the wall time, then the timings as raw bytes (same machine, same build).
+  std::string got;
+  try {
+    got = run_in_child([&] {
       const Outcome o = fn();
       const std::uint64_t head[5] = {o.timing.size(), o.activities, o.completed,
                                      (std::uint64_t{o.overlap_a} << 32) | o.overlap_b, o.temporal_ok ? 1u : 0u};
-      ok = put(fd[1], head, sizeof head) && put(fd[1], &o.wall_s, sizeof o.wall_s) &&
-           put(fd[1], o.timing.data(), o.timing.size() * sizeof(NodeTiming));
-    } catch (...) {
-      ok = false;
-    }
-    _exit(ok ? 0 : 1);
+      std::string s(reinterpret_cast<const char*>(head), sizeof head);
+      s.append(reinterpret_cast<const char*>(&o.wall_s), sizeof o.wall_s);
+      s.append(reinterpret_cast<const char*>(o.timing.data()), o.timing.size() * sizeof(NodeTiming));
+      return s;
+    });
+  } catch (const std::exception&) {
+    return std::nullopt;
   }
-  close(fd[1]);
-  auto get = [](int f, void* p, std::size_t n) {
-    char* c = static_cast<char*>(p);
-    while (n > 0) {
-      const ssize_t k = read(f, c, n);
-      if (k <= 0) return false;
-      c += k, n -= static_cast<std::size_t>(k);
-    }
-    return true;
-  };
+  std::uint64_t head[5];
   Outcome o;
-  std::uint64_t head[5] = {0, 0, 0, 0, 0};
-  bool ok = get(fd[0], head, sizeof head) && get(fd[0], &o.wall_s, sizeof o.wall_s);
-  if (ok) {
-    o.timing.resize(head[0]);
-    ok = get(fd[0], o.timing.data(), o.timing.size() * sizeof(NodeTiming));
-  }
-  close(fd[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+  if (got.size() < sizeof head + sizeof o.wall_s) return std::nullopt;
+  std::memcpy(head, got.data(), sizeof head);
+  std::memcpy(&o.wall_s, got.data() + sizeof head, sizeof o.wall_s);
+  const std::size_t at = sizeof head + sizeof o.wall_s;
+  if (got.size() != at + head[0] * sizeof(NodeTiming)) return std::nullopt;
+  o.timing.resize(head[0]);
+  std::memcpy(o.timing.data(), got.data() + at, got.size() - at);
   o.activities = head[1];
   o.completed = head[2];
   o.overlap_a = static_cast<std::uint32_t>(head[3] >> 32);

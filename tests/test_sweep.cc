@@ -1,6 +1,6 @@
 // `pipescope sweep` end to end (runs the built binary): one CSV row per combination in cartesian order, values
 // equal to single `simulate` runs, flow-sequence values, determinism, progress on stderr, and bad keys / values
-// stopping the sweep with the file and key named (exit 1) before anything runs.
+// stopping the sweep with the file and key named (exit 1) before anything runs; impossible combinations as rows.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -200,6 +200,35 @@ TEST(Sweep, BadKeysAndValuesNameFileAndKey) {
   r = run("sweep " + yaml + " --vary model.layers=4 --out /nonexistent-dir/x.csv");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("--out /nonexistent-dir/x.csv"), std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 18: a combination the cross-field checks reject is a row with its reason, and the sweep goes on; it
+// exits 0 unless every row failed. -j 2 writes the same CSV as -j 1.
+TEST(Sweep, InvalidCombinationsBecomeRows) {
+  const std::string csv1 = ::testing::TempDir() + "/sweep_rows1.csv", csv2 = ::testing::TempDir() + "/sweep_rows2.csv";
+  Result r = run("sweep --vary parallel.pp=2,4 --vary parallel.tp=2,4 --out " + csv1);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("sweep [1/4] parallel.pp=2 parallel.tp=2 ... INVALID: "), std::string::npos) << r.err;
+  const auto rows = parse_csv(slurp(csv1));
+  ASSERT_EQ(rows.size(), 5u);
+  const auto& h = rows[0];
+  EXPECT_NE(rows[1][column(h, "error")].find("dp * pp * tp = 2 * 2 * 2 = 8 GPUs"), std::string::npos);
+  EXPECT_EQ(rows[1][column(h, "iteration_s")], "");
+  EXPECT_EQ(rows[2][column(h, "error")], "");
+  EXPECT_GT(std::stod(rows[2][column(h, "iteration_s")]), 0);
+  EXPECT_EQ(rows[3][column(h, "error")], "");
+  EXPECT_NE(rows[4][column(h, "error")].find("32 GPUs"), std::string::npos);
+  r = run("sweep --vary parallel.pp=2,4 --vary parallel.tp=2,4 -j 2 --out " + csv2);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(slurp(csv1), slurp(csv2));
+  // Every row invalid: exit 1, the reasons in the rows.
+  r = run("sweep --vary parallel.pp=3,5");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(parse_csv(r.out).size(), 3u);
 }
 
 }  // namespace

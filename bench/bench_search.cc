@@ -1,0 +1,80 @@
+// `pipescope search` benchmarks (issue 18): stage-2 estimates per second on a 1,024-GPU cluster, and the full
+// search (prune, estimate, simulate the best K = 20) of GPT-3 175B on 128 DGX A100 nodes, global batch 1,536,
+// sequence 2,048, at -j 1 and -j 2. Targets (a benchmark, not a timed test): >= 2,000 estimates/s on one core;
+// the full search under 60 s on 2 cores. Timing is noisy on a shared machine: quote medians with `uptime`.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "core/scenario.h"
+#include "core/search.h"
+#include "sim/search_run.h"
+
+namespace pipescope {
+namespace {
+
+const char* kGpt3 =
+    "name: gpt3-175b-search\n"
+    "model: {preset: gpt3-175b}\n"
+    "cluster: {preset: dgx-a100, nodes: 128}\n"
+    "parallel: {dp: 8, pp: 16, tp: 8, v: 1, micro_batch_size: 1, global_batch: 1536}\n"
+    "schedule: {kind: 1f1b, recompute: true}\n";
+
+Scenario gpt3() { return parse_scenario(kGpt3, "<bench_search>"); }
+
+// Stage 1 alone: configurations checked and fitted to memory per second.
+void BM_Stage1(benchmark::State& state) {
+  const Scenario base = gpt3();
+  std::size_t n = 0, fit = 0;
+  for (auto _ : state) {
+    const Stage1 s = enumerate_candidates(base, SearchSpace{});
+    n += s.enumerated;
+    fit = s.survivors.size();
+  }
+  state.counters["configs_per_s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsRate);
+  state.counters["fit"] = static_cast<double>(fit);
+}
+
+// Stage 2 on one core: the critical-path estimate of every configuration that passes stage 1.
+void BM_Stage2Estimates(benchmark::State& state) {
+  const Scenario base = gpt3();
+  const Stage1 s = enumerate_candidates(base, SearchSpace{});
+  std::size_t n = 0;
+  double sum = 0;
+  for (auto _ : state) {
+    for (const Candidate& c : s.survivors) sum += estimate_iteration_s(c.scenario);
+    n += s.survivors.size();
+  }
+  benchmark::DoNotOptimize(sum);
+  state.counters["configs_per_s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsRate);
+  state.counters["configs"] = static_cast<double>(s.survivors.size());
+}
+
+// The whole search, K = 20, with `jobs` worker processes; the wall time is the iteration time.
+void BM_FullSearch(benchmark::State& state) {
+  const Scenario base = gpt3();
+  sim::SearchOptions o;
+  o.keep = 20;
+  o.jobs = static_cast<int>(state.range(0));
+  double best = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const sim::SearchResult r = sim::run_search(base, o);
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = r.rows.empty() ? 0 : r.rows.front().result.tokens_per_s;
+    state.counters["simulated"] = static_cast<double>(r.rows.size());
+    state.counters["estimated"] = static_cast<double>(r.estimated);
+  }
+  state.counters["best_tokens_per_s"] = best;
+}
+
+BENCHMARK(BM_Stage1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Stage2Estimates)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FullSearch)->Arg(1)->Arg(2)->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);
+
+}  // namespace
+}  // namespace pipescope
+
+BENCHMARK_MAIN();

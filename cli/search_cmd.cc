@@ -1,0 +1,108 @@
+// `pipescope search [SCENARIO] [--schedules a,b] [--tp 2,4] [--pp 4,8] [--micro-batch-sizes 1,2]
+// [--max-memory-GB X] [--keep K] [-j N] [--json F] [--csv F] [--svg F] [--emit F.yaml]`: the best layout,
+// schedule and slicing for the scenario's model, cluster, global batch and sequence length (sim/search_run.h,
+// docs/search.md). The ranked table goes to stdout, progress to stderr. Under `mpirun -n N` the ranks share
+// stages 2 and 3 (sim/mpi_group.h) and rank 0 alone prints and writes.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/fork_run.h"
+#include "core/scenario.h"
+#include "sim/search_run.h"
+
+namespace pipescope::cli {
+namespace {
+
+struct SearchCmdOptions {
+  std::string scenario;
+  std::vector<std::string> schedules;
+  std::vector<int> tp, pp, micro_batch_sizes;
+  double max_memory_GB = 0;
+  int keep = 20, jobs = 1;
+  bool quiet = false;
+  std::string json, csv, svg, emit;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw ScenarioError(path + ": cannot open scenario file");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+template <class Write>
+void write_file(const std::string& path, const char* flag, Write write) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw InputError(std::string(flag) + " " + path + ": cannot open for writing");
+  write(f);
+  if (!f.flush()) throw InputError(std::string(flag) + " " + path + ": write failed");
+}
+
+int run_search_cmd(const SearchCmdOptions& o) {
+  const Scenario base = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario);
+  sim::SearchOptions so;
+  so.space.schedules = o.schedules;
+  so.space.tp = o.tp;
+  so.space.pp = o.pp;
+  so.space.micro_batch_sizes = o.micro_batch_sizes;
+  so.space.max_memory_bytes = o.max_memory_GB * 1e9;
+  so.keep = o.keep;
+  so.jobs = o.jobs;
+  so.progress = !o.quiet;
+  // Under `mpirun -n N pipescope search`: the ranks share the work through the MPI relay; rank 0 reports.
+  const auto group = sim::MpiGroup::from_environment(sibling_exe("pipescope-mpi-relay"));
+  so.group = group.get();
+  if (group && group->rank() != 0) so.progress = false;
+  if (group && so.progress) std::fprintf(stderr, "search: %d MPI ranks x %d local workers\n", group->size(), o.jobs);
+  const sim::SearchResult r = sim::run_search(base, so);
+  if (group && group->rank() != 0) return 0;
+  sim::print_search_table(std::cout, r);
+  if (!o.json.empty()) write_file(o.json, "--json", [&](std::ostream& f) { sim::write_search_json(f, r); });
+  if (!o.csv.empty()) write_file(o.csv, "--csv", [&](std::ostream& f) { sim::write_search_csv(f, r); });
+  if (!o.svg.empty()) write_file(o.svg, "--svg", [&](std::ostream& f) { sim::write_search_svg(f, r); });
+  if (!o.emit.empty()) {
+    if (r.rows.empty() || !r.rows.front().error.empty())
+      throw InputError("--emit: no configuration was simulated successfully");
+    const std::string text = o.scenario.empty() ? default_scenario_yaml() : read_text(o.scenario);
+    write_file(o.emit, "--emit", [&](std::ostream& f) { f << sim::emit_scenario_yaml(text, r.rows.front().scenario); });
+  }
+  return r.interrupted ? kExitInterrupted : 0;
+}
+
+}  // namespace
+
+Command add_search(CLI::App& app) {
+  auto o = std::make_shared<SearchCmdOptions>();
+  auto* sub = app.add_subcommand(
+      "search", "Find the fastest layout, schedule and slicing that fits in memory (prune, estimate, simulate top K)");
+  sub->add_option("scenario", o->scenario,
+                  "Scenario YAML file: model, cluster, global batch, sequence length (default: the built-in one)");
+  sub->add_option("--schedules", o->schedules,
+                  "Only these registered schedules (default: all; see simulate "
+                  "--list-schedules)")
+      ->delimiter(',');
+  sub->add_option("--tp", o->tp, "Only these tensor-parallel degrees, e.g. 2,4")->delimiter(',');
+  sub->add_option("--pp", o->pp, "Only these pipeline depths, e.g. 4,8")->delimiter(',');
+  sub->add_option("--micro-batch-sizes", o->micro_batch_sizes, "Micro-batch sizes to try (default 1,2,4,8)")
+      ->delimiter(',');
+  sub->add_option("--max-memory-GB", o->max_memory_GB, "Per-GPU memory limit (default: the device's memory)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--keep,-K", o->keep, "Simulate the best K estimates (default 20)")->check(CLI::Range(1, 100000));
+  sub->add_option("-j,--jobs", o->jobs, "Worker processes (default 1); results are identical for every N")
+      ->check(CLI::Range(1, 1024));
+  sub->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
+  sub->add_option("--json", o->json, "Write the ranked results as JSON");
+  sub->add_option("--csv", o->csv, "Write the ranked results as CSV");
+  sub->add_option("--svg", o->svg, "Plot throughput against peak memory, Pareto front marked");
+  sub->add_option("--emit", o->emit, "Write the best configuration as a scenario YAML (`pipescope simulate` runs it)");
+  return {sub, [o] { return run_search_cmd(*o); }};
+}
+
+}  // namespace pipescope::cli

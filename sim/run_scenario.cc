@@ -1,0 +1,113 @@
+#include "sim/run_scenario.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "core/checks.h"
+#include "core/pipeline.h"
+#include "sim/engine.h"
+#include "sim/report.h"
+#include "sim/scenario_options.h"
+
+namespace pipescope::sim {
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RunResult, scenario, schedule, gpus, dp, pp, tp, v, m, micro_batch_size,
+                                   global_batch, seq_len, slices, slice_tokens, iteration_s, pipeline_end_s,
+                                   bubble_idle_fraction, bubble_ratio, tflops_per_gpu, model_tflops_per_gpu,
+                                   tokens_per_s, peak_memory_bytes, oom, wall_s, sim_wall_s, activities, dag_nodes,
+                                   peak_rss_kb)
+
+namespace {
+
+void describe_schedule(const Schedule& sch, RunResult& out) {
+  out.slices = 0;
+  for (int mb = 0; mb < sch.m; mb++) out.slices = std::max(out.slices, sch.slices(mb));
+  out.slice_tokens.clear();
+  if (sch.microbatches.empty()) return;
+  const auto& sb = sch.microbatches[0].slice_begin;
+  for (std::size_t i = 0; i < sb.size(); i++)
+    out.slice_tokens += (i ? " " : "") + std::to_string((i + 1 < sb.size() ? sb[i + 1] : sch.seq_len) - sb[i]);
+}
+
+}  // namespace
+
+RunResult run_scenario(const Scenario& s, const RunOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto prep = prepare(s);
+  const CheckedSchedule cs = check(prep->lowered, prep->placement);
+  const SimResult r = simulate(s.cluster, cs, engine_options_for(s, o.collectives));
+  const Report rep = make_report(s, cs, r);
+  RunResult out;
+  out.scenario = rep.scenario;
+  out.schedule = rep.schedule;
+  out.gpus = rep.gpus, out.dp = rep.dp, out.pp = rep.pp, out.tp = rep.tp, out.v = rep.v, out.m = rep.m;
+  out.micro_batch_size = s.parallel.micro_batch_size;
+  out.global_batch = s.parallel.global_batch;
+  out.seq_len = s.model.seq_len;
+  describe_schedule(prep->schedule, out);
+  out.iteration_s = rep.iteration_s;
+  out.pipeline_end_s = rep.pipeline_end_s;
+  out.bubble_idle_fraction = rep.bubble_idle_fraction;
+  out.bubble_ratio = rep.bubble_ratio;
+  out.tflops_per_gpu = rep.tflops_per_gpu;
+  out.model_tflops_per_gpu = rep.model_tflops_per_gpu;
+  out.tokens_per_s = static_cast<double>(s.parallel.global_batch) * s.model.seq_len / rep.iteration_s;
+  for (const auto& rm : rep.memory.ranks)
+    out.peak_memory_bytes = std::max(out.peak_memory_bytes, rm.peak_bytes), out.oom = out.oom || rm.oom;
+  out.sim_wall_s = r.wall_s;
+  out.activities = static_cast<double>(r.activities);
+  out.dag_nodes = static_cast<double>(r.total);
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  out.peak_rss_kb = static_cast<double>(ru.ru_maxrss);
+  return out;
+}
+
+std::string encode(const RunResult& r) { return nlohmann::json(r).dump(); }
+
+RunResult decode(const std::string& text) {
+  try {
+    return nlohmann::json::parse(text).get<RunResult>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(std::string("malformed answer from a simulation process: ") + e.what());
+  }
+}
+
+RunResult run_isolated(const Scenario& s, const RunOptions& o, const ChildOptions& c) {
+  return decode(run_in_child([&] { return encode(run_scenario(s, o)); }, c));
+}
+
+std::vector<RunOutcome> run_scenarios(const std::vector<Scenario>& scenarios, const RunOptions& o, int jobs,
+                                      const std::function<void(std::size_t, const RunOutcome&)>& done,
+                                      const std::function<bool()>& stop) {
+  auto outcome = [](const ChildAnswer& a) {
+    RunOutcome r;
+    if (!a.ok) {
+      r.error = a.text;
+      return r;
+    }
+    try {
+      r.result = decode(a.text);
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    return r;
+  };
+  const auto answers = run_children(
+      scenarios.size(), [&](std::size_t i) { return encode(run_scenario(scenarios[i], o)); }, jobs,
+      [&](std::size_t i, const ChildAnswer& a) {
+        if (done) done(i, outcome(a));
+      },
+      {}, stop);
+  std::vector<RunOutcome> out;
+  out.reserve(answers.size());
+  for (const auto& a : answers) out.push_back(outcome(a));
+  return out;
+}
+
+}  // namespace pipescope::sim

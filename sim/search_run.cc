@@ -1,0 +1,480 @@
+#include "sim/search_run.h"
+
+#include <signal.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <stdexcept>
+
+#include "core/memory_model.h"
+#include "core/pipeline.h"
+#include "core/schedule_registry.h"
+#include "sim/child_process.h"
+
+namespace pipescope::sim {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Ctrl-C: the first one stops the search where it is (no new estimate or simulation starts; those running finish)
+// and the best found so far is reported; a second one ends the process. Forked workers inherit the handler, so
+// they finish their share instead of dying.
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_sigint(int) {
+  if (g_interrupted.exchange(true)) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+}
+
+bool interrupted() { return g_interrupted.load(); }
+
+// Installs on_sigint for the search's lifetime (not under MPI: mpirun handles Ctrl-C for its ranks).
+struct SigintGuard {
+  explicit SigintGuard(bool on) : on_(on) {
+    if (!on_) return;
+    g_interrupted = false;
+    struct sigaction sa {};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_);
+  }
+  ~SigintGuard() {
+    if (on_) sigaction(SIGINT, &old_, nullptr);
+  }
+  SigintGuard(const SigintGuard&) = delete;
+  SigintGuard& operator=(const SigintGuard&) = delete;
+  bool on_;
+  struct sigaction old_ {};
+};
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void progress_line(bool on, const char* stage, std::size_t done, std::size_t total, Clock::time_point t0) {
+  if (!on) return;
+  const double el = since(t0);
+  const double left = done > 0 ? el / static_cast<double>(done) * static_cast<double>(total - done) : 0;
+  std::fprintf(stderr, "search: %s %zu/%zu, %.1f s elapsed, about %.1f s left\n", stage, done, total, el, left);
+}
+
+// Stage 2 over candidates [lo, hi): in process (jobs 1) or in `jobs` children each taking a share; the estimates
+// are the same either way. Each is {"s": seconds} or {"error": why} (its DAG does not build).
+nlohmann::json estimate_range(const std::vector<Candidate>& c, std::size_t lo, std::size_t hi, int jobs,
+                              bool progress) {
+  const auto t0 = Clock::now();
+  const std::size_t n = hi - lo;
+  auto one = [&](std::size_t i) {
+    try {
+      return nlohmann::json{{"s", estimate_iteration_s(c[i].scenario)}};
+    } catch (const std::exception& e) {
+      return nlohmann::json{{"error", e.what()}};
+    }
+  };
+  nlohmann::json est = nlohmann::json::array();
+  if (jobs <= 1 || n < 2) {
+    for (std::size_t i = lo; i < hi; i++) {
+      est.push_back(interrupted() ? nlohmann::json{{"error", kNotRun}} : one(i));
+      if ((i - lo) % 256 == 255) progress_line(progress, "stage 2 estimated", i - lo + 1, n, t0);
+    }
+    return est;
+  }
+  const std::size_t chunks = std::min(n, static_cast<std::size_t>(jobs) * 8);
+  auto range = [&](std::size_t k) { return std::make_pair(lo + n * k / chunks, lo + n * (k + 1) / chunks); };
+  std::size_t done = 0;
+  const auto answers = run_children(
+      chunks,
+      [&](std::size_t k) {
+        nlohmann::json a = nlohmann::json::array();
+        for (std::size_t i = range(k).first; i < range(k).second; i++) a.push_back(one(i));
+        return a.dump();
+      },
+      jobs,
+      [&](std::size_t k, const ChildAnswer&) {
+        done += range(k).second - range(k).first;
+        progress_line(progress, "stage 2 estimated", done, n, t0);
+      },
+      {}, interrupted);
+  for (std::size_t k = 0; k < chunks; k++) {
+    if (!answers[k].ok && answers[k].text == kNotRun) {
+      for (std::size_t i = range(k).first; i < range(k).second; i++) est.push_back({{"error", kNotRun}});
+      continue;
+    }
+    if (!answers[k].ok) throw std::runtime_error("search: a stage-2 worker failed: " + answers[k].text);
+    for (auto& x : nlohmann::json::parse(answers[k].text)) est.push_back(std::move(x));
+  }
+  return est;
+}
+
+// This rank's share [lo, hi) of n items, and the concatenation of every rank's JSON array in rank order.
+std::pair<std::size_t, std::size_t> share(std::size_t n, const MpiGroup* g) {
+  if (!g) return {0, n};
+  const auto r = static_cast<std::size_t>(g->rank()), s = static_cast<std::size_t>(g->size());
+  return {n * r / s, n * (r + 1) / s};
+}
+
+nlohmann::json gather(const nlohmann::json& mine, MpiGroup* g) {
+  if (!g) return mine;
+  nlohmann::json all = nlohmann::json::array();
+  for (const std::string& part : g->allgather(mine.dump()))
+    for (auto& x : nlohmann::json::parse(part)) all.push_back(std::move(x));
+  return all;
+}
+
+// Stage 2 over every candidate (this process's share, all of them when alone); failures are dropped with their
+// reason.
+void estimate_all(std::vector<Candidate>& c, const SearchOptions& o, std::map<std::string, std::size_t>& rejected) {
+  const auto [lo, hi] = share(c.size(), o.group);
+  const nlohmann::json est = gather(estimate_range(c, lo, hi, o.jobs, o.progress), o.group);
+  if (est.size() != c.size()) throw std::runtime_error("search: stage 2 lost estimates");
+  std::vector<Candidate> kept;
+  for (std::size_t i = 0; i < c.size(); i++) {
+    if (est[i].contains("error")) {
+      if (est[i]["error"].get<std::string>() == kNotRun) continue;  // Ctrl-C: not estimated, not a rejection
+      rejected["estimate: " + est[i]["error"].get<std::string>()]++;
+      continue;
+    }
+    c[i].estimate_s = est[i]["s"].get<double>();
+    kept.push_back(std::move(c[i]));
+  }
+  c = std::move(kept);
+}
+
+bool same_config(const Scenario& a, const Scenario& b) {
+  const ParallelSpec &p = a.parallel, &q = b.parallel;
+  const ScheduleSpec &s = a.schedule, &t = b.schedule;
+  return p.dp == q.dp && p.pp == q.pp && p.tp == q.tp && p.v == q.v && p.micro_batch_size == q.micro_batch_size &&
+         p.stage_layers == q.stage_layers && s.kind == t.kind && s.seq_slices == t.seq_slices &&
+         s.slicing == t.slicing && s.slice_tokens == t.slice_tokens && s.recompute == t.recompute && s.file == t.file;
+}
+
+void mark_pareto(std::vector<SearchRow>& rows) {
+  for (auto& r : rows) {
+    if (!r.error.empty()) continue;
+    r.pareto = true;
+    for (const auto& o : rows) {
+      if (&o == &r || !o.error.empty()) continue;
+      const bool ge =
+          o.result.tokens_per_s >= r.result.tokens_per_s && o.result.peak_memory_bytes <= r.result.peak_memory_bytes;
+      const bool gt =
+          o.result.tokens_per_s > r.result.tokens_per_s || o.result.peak_memory_bytes < r.result.peak_memory_bytes;
+      if (ge && gt) r.pareto = false;
+    }
+  }
+}
+
+std::string fmt(const char* f, double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+// Text inside SVG elements: the XML specials escaped (scenario names are free text).
+std::string xml(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += ch;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+SearchResult run_search(const Scenario& base, const SearchOptions& o) {
+  if (o.keep < 1) throw std::invalid_argument("--keep must be >= 1");
+  if (o.jobs < 1) throw std::invalid_argument("-j must be >= 1");
+  const SigintGuard sigint(o.group == nullptr);
+  SearchResult res;
+  res.scenario = base.name;
+  res.source = base.source;
+  res.gpus = base.cluster.total_gpus();
+  res.memory_limit_bytes = o.space.max_memory_bytes > 0 ? o.space.max_memory_bytes : base.cluster.device.memory_bytes;
+
+  const auto t0 = Clock::now();
+  Stage1 s1 = enumerate_candidates(base, o.space);
+  res.enumerated = s1.enumerated;
+  res.fits = s1.survivors.size();
+  res.rejected = s1.rejected;
+  if (o.progress)
+    std::fprintf(stderr, "search: stage 1: %zu configurations, %zu pass the checks and fit in memory (%.1f s)\n",
+                 s1.enumerated, s1.survivors.size(), since(t0));
+  if (s1.survivors.empty()) {
+    std::string why;
+    for (const auto& [reason, n] : s1.rejected) why += "\n  " + std::to_string(n) + " x " + reason;
+    throw std::invalid_argument(base.source + ": search: none of the " + std::to_string(s1.enumerated) +
+                                " configurations of " + std::to_string(res.gpus) +
+                                " GPUs passes the checks and fits in " + fmt("%.2f", res.memory_limit_bytes / 1e9) +
+                                " GB per GPU; rejected:" + why);
+  }
+  std::vector<Candidate>& c = s1.survivors;
+  const auto t2 = Clock::now();
+  estimate_all(c, o, res.rejected);
+  if (o.progress) std::fprintf(stderr, "search: stage 2: %zu estimated (%.1f s)\n", c.size(), since(t2));
+  res.estimated = c.size();
+  rank_by_estimate(c);
+
+  // Stage 3: the best K estimates, and the scenario as written unless it is one of them.
+  std::vector<SearchRow> rows;
+  for (std::size_t i = 0; i < c.size() && static_cast<int>(i) < o.keep; i++)
+    rows.push_back(SearchRow{c[i].label, c[i].scenario, c[i].estimate_s, {}, "", false, false});
+  bool written_in = false;
+  for (auto& r : rows)
+    if (same_config(r.scenario, base)) r.as_written = written_in = true;
+  if (!written_in && !o.as_written) res.as_written_note = "the scenario as written is not in the top K";
+  if (!written_in && o.as_written) {
+    double peak = 0;
+    try {
+      const MemoryReport mem = memory_report(base, make_schedule(base));
+      for (const RankMemory& rm : mem.ranks) peak = std::max(peak, rm.peak_bytes);
+    } catch (const std::exception& e) {
+      res.as_written_note = std::string("the scenario as written cannot be built: ") + e.what();
+    }
+    if (res.as_written_note.empty() && peak > res.memory_limit_bytes)
+      res.as_written_note = "the scenario as written needs " + fmt("%.2f", peak / 1e9) + " GB per GPU, over the " +
+                            fmt("%.2f", res.memory_limit_bytes / 1e9) + " GB limit";
+    if (res.as_written_note.empty()) {
+      SearchRow w{candidate_label(base), base, 0, {}, "", true, false};
+      try {
+        w.estimate_s = estimate_iteration_s(base);
+      } catch (const std::exception&) {
+        w.estimate_s = 0;
+      }
+      rows.push_back(w);
+    }
+  }
+  const auto [lo, hi] = share(rows.size(), o.group);
+  std::vector<Scenario> runs;
+  for (std::size_t i = lo; i < hi; i++) runs.push_back(rows[i].scenario);
+  const auto t3 = Clock::now();
+  std::size_t done = 0;
+  const auto out = run_scenarios(
+      runs, RunOptions{}, o.jobs,
+      [&](std::size_t, const RunOutcome&) { progress_line(o.progress, "stage 3 simulated", ++done, runs.size(), t3); },
+      interrupted);
+  nlohmann::json mine = nlohmann::json::array();
+  for (const auto& x : out)
+    mine.push_back(x.ok() ? nlohmann::json{{"result", nlohmann::json::parse(encode(x.result))}}
+                          : nlohmann::json{{"error", x.error}});
+  const nlohmann::json all = gather(mine, o.group);
+  if (all.size() != rows.size()) throw std::runtime_error("search: stage 3 lost results");
+  for (std::size_t i = 0; i < rows.size(); i++) {
+    if (all[i].contains("error"))
+      rows[i].error = all[i]["error"].get<std::string>();
+    else
+      rows[i].result = decode(all[i]["result"].dump());
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const SearchRow& a, const SearchRow& b) {
+    if (a.error.empty() != b.error.empty()) return a.error.empty();
+    if (a.result.tokens_per_s != b.result.tokens_per_s) return a.result.tokens_per_s > b.result.tokens_per_s;
+    return a.label < b.label;
+  });
+  res.interrupted = interrupted();
+  if (res.interrupted)  // the rows not simulated are left out: what is reported was found before Ctrl-C
+    rows.erase(std::remove_if(rows.begin(), rows.end(), [](const SearchRow& r) { return r.error == kNotRun; }),
+               rows.end());
+  mark_pareto(rows);
+  res.rows = std::move(rows);
+  if (o.progress) std::fprintf(stderr, "search: done in %.1f s\n", since(t0));
+  return res;
+}
+
+void print_search_table(std::ostream& os, const SearchResult& r) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "search %s (%s): %d GPUs; %zu configurations, %zu fit in %.2f GB, %zu estimated, %zu simulated\n",
+                r.scenario.c_str(), r.source.c_str(), r.gpus, r.enumerated, r.fits, r.memory_limit_bytes / 1e9,
+                r.estimated, r.rows.size());
+  os << line;
+  std::snprintf(line, sizeof line, "%4s  %-36s %12s %12s %8s %9s %11s %11s  %s\n", "rank", "configuration", "tokens/s",
+                "iteration_s", "bubble", "peak_GB", "TFLOP/s/GPU", "estimate_s", "");
+  os << line;
+  int rank = 0;
+  for (const auto& row : r.rows) {
+    if (!row.error.empty()) {
+      std::snprintf(line, sizeof line, "%4s  %-36s error: ", "-", row.label.c_str());
+      os << line << row.error << "\n";
+      continue;
+    }
+    const RunResult& x = row.result;
+    std::string mark = row.pareto ? "pareto" : "";
+    if (row.as_written) mark += mark.empty() ? "as written" : ", as written";
+    std::snprintf(line, sizeof line, "%4d  %-36s %12.1f %12.6f %8.4f %9.2f %11.2f %11.6f  %s\n", ++rank,
+                  row.label.c_str(), x.tokens_per_s, x.iteration_s, x.bubble_idle_fraction, x.peak_memory_bytes / 1e9,
+                  x.tflops_per_gpu, row.estimate_s, mark.c_str());
+    os << line;
+  }
+  if (!r.as_written_note.empty()) os << "note: " << r.as_written_note << "\n";
+  if (r.interrupted) os << "interrupted (Ctrl-C): the best found so far\n";
+  os << "bubble = idle time / makespan (mean over ranks); estimate_s = stage 2's critical path (no contention)\n";
+  std::size_t rejected = 0;
+  for (const auto& [reason, n] : r.rejected) rejected += n;
+  os << "rejected: " << rejected << " configurations\n";
+  for (const auto& [reason, n] : r.rejected) {
+    std::snprintf(line, sizeof line, "%8zu  ", n);
+    os << line << reason << "\n";
+  }
+}
+
+void write_search_json(std::ostream& os, const SearchResult& r) {
+  nlohmann::json j;
+  j["scenario"] = r.scenario;
+  j["source"] = r.source;
+  j["gpus"] = r.gpus;
+  j["memory_limit_GB"] = r.memory_limit_bytes / 1e9;
+  j["configurations"] = r.enumerated;
+  j["fit"] = r.fits;
+  j["estimated"] = r.estimated;
+  nlohmann::json rej = nlohmann::json::array();
+  for (const auto& [reason, n] : r.rejected) rej.push_back({{"reason", reason}, {"count", n}});
+  j["rejected"] = rej;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& row : r.rows) {
+    nlohmann::json x;
+    x["configuration"] = row.label;
+    x["estimate_s"] = row.estimate_s;
+    x["as_written"] = row.as_written;
+    if (!row.error.empty()) {
+      x["error"] = row.error;
+    } else {
+      const RunResult& s = row.result;
+      x["schedule"] = s.schedule;
+      x["dp"] = s.dp, x["pp"] = s.pp, x["tp"] = s.tp, x["v"] = s.v, x["m"] = s.m;
+      x["micro_batch_size"] = s.micro_batch_size;
+      x["slices"] = s.slices;
+      x["slice_tokens"] = s.slice_tokens;
+      x["recompute"] = row.scenario.schedule.recompute;
+      x["tokens_per_s"] = s.tokens_per_s;
+      x["iteration_s"] = s.iteration_s;
+      x["bubble_idle_fraction"] = s.bubble_idle_fraction;
+      x["peak_memory_GB"] = s.peak_memory_bytes / 1e9;
+      x["tflops_per_gpu"] = s.tflops_per_gpu;
+      x["pareto"] = row.pareto;
+    }
+    rows.push_back(x);
+  }
+  j["results"] = rows;
+  if (!r.as_written_note.empty()) j["as_written_note"] = r.as_written_note;
+  if (r.interrupted) j["interrupted"] = true;
+  os << j.dump(2) << "\n";
+}
+
+void write_search_csv(std::ostream& os, const SearchResult& r) {
+  os << "rank,configuration,schedule,dp,pp,tp,v,m,micro_batch_size,slices,recompute,tokens_per_s,iteration_s,"
+        "bubble_idle_fraction,peak_memory_GB,tflops_per_gpu,estimate_s,pareto,as_written,error\n";
+  int rank = 0;
+  for (const auto& row : r.rows) {
+    const RunResult& s = row.result;
+    const bool ok = row.error.empty();
+    std::string err = row.error;
+    for (char& ch : err)
+      if (ch == '"' || ch == '\n') ch = '\'';
+    os << (ok ? std::to_string(++rank) : "") << ',' << row.label << ',' << to_string(row.scenario.schedule.kind) << ','
+       << row.scenario.parallel.dp << ',' << row.scenario.parallel.pp << ',' << row.scenario.parallel.tp << ','
+       << row.scenario.parallel.v << ',' << (ok ? std::to_string(s.m) : "") << ','
+       << row.scenario.parallel.micro_batch_size << ',' << (ok ? std::to_string(s.slices) : "") << ','
+       << (row.scenario.schedule.recompute ? 1 : 0) << ',' << (ok ? fmt("%.9g", s.tokens_per_s) : "") << ','
+       << (ok ? fmt("%.9g", s.iteration_s) : "") << ',' << (ok ? fmt("%.9g", s.bubble_idle_fraction) : "") << ','
+       << (ok ? fmt("%.9g", s.peak_memory_bytes / 1e9) : "") << ',' << (ok ? fmt("%.9g", s.tflops_per_gpu) : "") << ','
+       << fmt("%.9g", row.estimate_s) << ',' << (row.pareto ? 1 : 0) << ',' << (row.as_written ? 1 : 0) << ','
+       << (err.empty() ? "" : "\"" + err + "\"") << '\n';
+  }
+}
+
+void write_search_svg(std::ostream& os, const SearchResult& r) {
+  const double W = 800, H = 520, L = 80, R = 30, T = 50, B = 60;
+  double xmax = 0, ymax = 0;
+  for (const auto& row : r.rows)
+    if (row.error.empty())
+      xmax = std::max(xmax, row.result.peak_memory_bytes / 1e9), ymax = std::max(ymax, row.result.tokens_per_s);
+  xmax = xmax > 0 ? xmax * 1.1 : 1;
+  ymax = ymax > 0 ? ymax * 1.1 : 1;
+  auto X = [&](double gb) { return L + gb / xmax * (W - L - R); };
+  auto Y = [&](double tps) { return H - B - tps / ymax * (H - T - B); };
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+     << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  os << "<text x=\"" << L << "\" y=\"25\" font-size=\"15\">pipescope search " << xml(r.scenario)
+     << ": throughput against peak memory (red: Pareto front)</text>\n";
+  os << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B
+     << "\" stroke=\"black\"/>\n<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << H - B
+     << "\" stroke=\"black\"/>\n";
+  for (int i = 0; i <= 5; i++) {
+    const double gb = xmax * i / 5, tps = ymax * i / 5;
+    os << "<text x=\"" << fmt("%.1f", X(gb)) << "\" y=\"" << H - B + 18 << "\" text-anchor=\"middle\">"
+       << fmt("%.1f", gb) << "</text>\n";
+    os << "<text x=\"" << L - 6 << "\" y=\"" << fmt("%.1f", Y(tps) + 4) << "\" text-anchor=\"end\">" << fmt("%.0f", tps)
+       << "</text>\n";
+  }
+  os << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 15
+     << "\" text-anchor=\"middle\">peak memory per GPU (GB)</text>\n";
+  os << "<text x=\"18\" y=\"" << (T + H - B) / 2 << "\" transform=\"rotate(-90 18 " << (T + H - B) / 2
+     << ")\" text-anchor=\"middle\">tokens/s</text>\n";
+  std::vector<const SearchRow*> front;
+  for (const auto& row : r.rows)
+    if (row.error.empty() && row.pareto) front.push_back(&row);
+  std::sort(front.begin(), front.end(), [](const SearchRow* a, const SearchRow* b) {
+    return a->result.peak_memory_bytes < b->result.peak_memory_bytes;
+  });
+  if (front.size() > 1) {
+    os << "<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"1.5\" points=\"";
+    for (const SearchRow* p : front)
+      os << fmt("%.1f", X(p->result.peak_memory_bytes / 1e9)) << ',' << fmt("%.1f", Y(p->result.tokens_per_s)) << ' ';
+    os << "\"/>\n";
+  }
+  for (const auto& row : r.rows) {
+    if (!row.error.empty()) continue;
+    const double x = X(row.result.peak_memory_bytes / 1e9), y = Y(row.result.tokens_per_s);
+    os << "<circle cx=\"" << fmt("%.1f", x) << "\" cy=\"" << fmt("%.1f", y) << "\" r=\"4\" fill=\""
+       << (row.pareto ? "#d62728" : "#7f7f7f") << "\"" << (row.as_written ? " stroke=\"black\" stroke-width=\"2\"" : "")
+       << "><title>" << xml(row.label) << "</title></circle>\n";
+    if (row.pareto)
+      os << "<text x=\"" << fmt("%.1f", x + 6) << "\" y=\"" << fmt("%.1f", y - 6) << "\" font-size=\"10\">"
+         << xml(row.label) << "</text>\n";
+  }
+  os << "</svg>\n";
+}
+
+std::string emit_scenario_yaml(const std::string& base_text, const Scenario& best) {
+  YAML::Node root = YAML::Load(base_text);
+  if (!root["parallel"] || !root["parallel"].IsMap()) root["parallel"] = YAML::Node(YAML::NodeType::Map);
+  if (!root["schedule"] || !root["schedule"].IsMap()) root["schedule"] = YAML::Node(YAML::NodeType::Map);
+  YAML::Node par = root["parallel"], sch = root["schedule"];
+  const ParallelSpec& p = best.parallel;
+  par["dp"] = p.dp, par["pp"] = p.pp, par["tp"] = p.tp, par["v"] = p.v;
+  par["micro_batch_size"] = p.micro_batch_size;
+  par.remove("stage_layers");
+  const ScheduleSpec& s = best.schedule;
+  sch["kind"] = schedule_entry(s.kind).name;
+  sch["seq_slices"] = s.seq_slices;
+  sch["slicing"] = s.slicing;
+  sch["recompute"] = s.recompute;
+  sch.remove("slice_tokens");
+  sch.remove("file");
+  root["name"] = best.name;
+  YAML::Emitter out;
+  out << root;
+  return std::string("# written by pipescope search: the best configuration found\n") + out.c_str() + "\n";
+}
+
+}  // namespace pipescope::sim

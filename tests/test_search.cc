@@ -1,0 +1,216 @@
+// `pipescope search` (issue 18): the search's top configurations against exhaustive simulation of the same space
+// on three small scenarios, identical outputs for -j 1, -j 2 and mpirun -n 2, --emit reproduced by `simulate`, and
+// bad input (no layout, a memory limit nothing fits, unknown schedule) exiting 1 with a clear message.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/scenario.h"
+#include "core/search.h"
+#include "sim/run_scenario.h"
+#include "sim/search_run.h"
+
+namespace pipescope {
+namespace {
+
+const std::string kExe = std::string(PIPESCOPE_BINARY_DIR) + "/pipescope";
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+struct Result {
+  int rc = -1;
+  std::string out, err;
+};
+
+Result run(const std::string& args) {
+  static int n = 0;
+  const std::string base = ::testing::TempDir() + "/search_run" + std::to_string(getpid()) + "_" + std::to_string(n++);
+  const int st = std::system((kExe + " " + args + " > " + base + ".out 2> " + base + ".err").c_str());
+  Result r;
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = slurp(base + ".out");
+  r.err = slurp(base + ".err");
+  return r;
+}
+
+// Small enough to simulate every candidate: one or two nodes, short sequences.
+const char* kScenarios[] = {
+    "name: one-node\n"
+    "model: {preset: gpt3-1b, seq_len: 512}\n"
+    "cluster: {preset: dgx-a100, nodes: 1}\n"
+    "parallel: {dp: 2, pp: 2, tp: 2, micro_batch_size: 1, global_batch: 16}\n"
+    "schedule: {kind: 1f1b}\n",
+    "name: two-nodes\n"
+    "model: {preset: gpt3-1b, seq_len: 1024}\n"
+    "cluster: {preset: dgx-a100, nodes: 2}\n"
+    "parallel: {dp: 2, pp: 4, tp: 2, micro_batch_size: 1, global_batch: 32}\n"
+    "schedule: {kind: gpipe}\n",
+    "name: v100-cube\n"
+    "model: {preset: megatron-1.7b, seq_len: 512}\n"
+    "cluster: {preset: aws-p3.16xlarge, nodes: 1}\n"
+    "parallel: {dp: 1, pp: 4, tp: 2, micro_batch_size: 1, global_batch: 16}\n"
+    "schedule: {kind: 1f1b}\n",
+};
+
+SearchSpace small_space() {
+  SearchSpace sp;
+  sp.schedules = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+  sp.micro_batch_sizes = {1, 2};
+  sp.v = {2};
+  sp.recompute = {false};
+  return sp;
+}
+
+TEST(Search, TopMatchesExhaustiveSimulation) {
+  for (const char* text : kScenarios) {
+    const Scenario base = parse_scenario(text, "<test>");
+    SCOPED_TRACE(base.name);
+    const SearchSpace sp = small_space();
+    // Exhaustive: every configuration that passes stage 1, simulated.
+    const Stage1 s1 = enumerate_candidates(base, sp);
+    ASSERT_GE(s1.survivors.size(), 5u);
+    std::vector<Scenario> all;
+    for (const auto& c : s1.survivors) all.push_back(c.scenario);
+    const auto out = sim::run_scenarios(all, {}, 2);
+    std::vector<std::pair<double, std::string>> truth;
+    for (std::size_t i = 0; i < out.size(); i++)
+      if (out[i].ok()) truth.push_back({-out[i].result.tokens_per_s, s1.survivors[i].label});
+    std::sort(truth.begin(), truth.end());
+    ASSERT_GE(truth.size(), 5u);
+    // The search: estimate all, simulate the best 5.
+    sim::SearchOptions o;
+    o.space = sp;
+    o.keep = 5;
+    o.jobs = 2;
+    o.as_written = false;
+    const sim::SearchResult r = sim::run_search(base, o);
+    ASSERT_EQ(r.rows.size(), 5u);
+    EXPECT_EQ(r.rows[0].label, truth[0].second);
+    std::set<std::string> top;
+    for (int i = 0; i < 5; i++) top.insert(truth[static_cast<std::size_t>(i)].second);
+    int overlap = 0;
+    for (const auto& row : r.rows) overlap += top.count(row.label) ? 1 : 0;
+    EXPECT_GE(overlap, 4);
+  }
+}
+
+std::string write(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/search_" + name + "_" + std::to_string(getpid()) + ".yaml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Search, IdenticalForEveryJobCountAndEmitReproduces) {
+  const std::string yaml = write("jobs", kScenarios[0]);
+  const std::string dir = ::testing::TempDir() + "/search_" + std::to_string(getpid());
+  const std::string args = " --schedules 1f1b,interleaved,zb-v,seq1f1b,terapipe -K 6 -q ";
+  Result a = run("search " + yaml + args + "-j 1 --json " + dir + "a.json --csv " + dir + "a.csv");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  Result b = run("search " + yaml + args + "-j 2 --json " + dir + "b.json --csv " + dir + "b.csv --svg " + dir +
+                 "b.svg --emit " + dir + "best.yaml");
+  ASSERT_EQ(b.rc, 0) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(slurp(dir + "a.json"), slurp(dir + "b.json"));
+  EXPECT_EQ(slurp(dir + "a.csv"), slurp(dir + "b.csv"));
+  EXPECT_NE(slurp(dir + "b.svg").find("<svg"), std::string::npos);
+  EXPECT_NE(a.out.find("rejected: "), std::string::npos);
+  const auto j = nlohmann::json::parse(slurp(dir + "a.json"));
+  ASSERT_FALSE(j["results"].empty());
+  const auto& best = j["results"][0];
+  EXPECT_LE(best["peak_memory_GB"].get<double>(), j["memory_limit_GB"].get<double>());
+  // The best row beats (or equals) the scenario as written.
+  for (const auto& row : j["results"])
+    if (row["as_written"].get<bool>()) {
+      EXPECT_GE(best["tokens_per_s"].get<double>(), row["tokens_per_s"].get<double>());
+    }
+  // `simulate` of the emitted scenario runs exactly the best configuration.
+  Result s = run("simulate " + dir + "best.yaml --json " + dir + "best.json");
+  ASSERT_EQ(s.rc, 0) << s.err;
+  const auto sj = nlohmann::json::parse(slurp(dir + "best.json"));
+  EXPECT_EQ(sj["iteration_s"].get<double>(), best["iteration_s"].get<double>());
+}
+
+// `mpirun -n 2 pipescope search`: the ranks share stages 2 and 3 through pipescope-mpi-relay; rank 0's outputs
+// are byte-identical to a local run's.
+TEST(Search, MpiRanksGiveTheLocalResult) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  const std::string yaml = write("mpi", kScenarios[1]);
+  const std::string dir = ::testing::TempDir() + "/search_mpi_" + std::to_string(getpid());
+  const std::string args = " --schedules 1f1b,zb-h1,interleaved -K 5 -q --json ";
+  Result local = run("search " + yaml + args + dir + "b.json -j 1");
+  ASSERT_EQ(local.rc, 0) << local.err;
+  const std::string root = geteuid() == 0 ? " --allow-run-as-root" : "";
+  const std::string cmd = "mpirun" + root + " --oversubscribe -n 2 " + kExe + " search " + yaml + args + dir +
+                          "a.json > " + dir + "a.out 2> " + dir + "a.err";
+  const int st = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << slurp(dir + "a.err");
+  EXPECT_EQ(slurp(dir + "a.out"), local.out);
+  EXPECT_EQ(slurp(dir + "a.json"), slurp(dir + "b.json"));
+}
+
+// Ctrl-C: the search stops starting work, prints what it found so far and exits 130.
+TEST(Search, InterruptPrintsTheBestSoFar) {
+  const std::string yaml = write("int", kScenarios[1]);
+  const std::string out = ::testing::TempDir() + "/search_int_" + std::to_string(getpid()) + ".out";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::freopen(out.c_str(), "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    execl(kExe.c_str(), kExe.c_str(), "search", yaml.c_str(), "-K", "400", "-j", "1", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  sleep(2);  // the whole search (hundreds of simulations) takes far longer
+  kill(pid, SIGINT);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st)) << st;
+  EXPECT_EQ(WEXITSTATUS(st), 130);
+  EXPECT_NE(slurp(out).find("interrupted (Ctrl-C): the best found so far"), std::string::npos) << slurp(out);
+}
+
+TEST(Search, BadInputExitsOneWithAReason) {
+  const std::string yaml = write("bad", kScenarios[0]);
+  Result r = run("search " + yaml + " -q --max-memory-GB 0.5");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("fits in 0.50 GB"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("memory: the worst rank's peak exceeds the --max-memory-GB limit"), std::string::npos) << r.err;
+  r = run("search " + yaml + " -q --pp 3");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("none of the 0 configurations"), std::string::npos) << r.err;
+  r = run("search " + yaml + " -q --tp 3");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--tp"), std::string::npos) << r.err;
+  r = run("search " + yaml + " -q --schedules 1f1b,nosuch");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("unknown schedule 'nosuch'"), std::string::npos) << r.err;
+  // A cluster no layout can use: a global batch of 1 sequence with 24 layers cut over... every GPU must hold a
+  // pipeline stage or a replica, and 8 GPUs cannot share one 2-layer model.
+  const std::string tiny = write("tiny",
+                                 "name: tiny\n"
+                                 "model: {preset: gpt3-1b, layers: 2, seq_len: 512}\n"
+                                 "cluster: {preset: dgx-a100, nodes: 1}\n"
+                                 "parallel: {dp: 1, pp: 2, tp: 4, micro_batch_size: 1, global_batch: 1}\n"
+                                 "schedule: {kind: 1f1b}\n");
+  r = run("search " + tiny + " -q --tp 1,2");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.err.find("none of the"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace pipescope
