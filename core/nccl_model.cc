@@ -15,7 +15,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <stdexcept>
+
+#include "core/placement.h"
 
 namespace pipescope {
 namespace {
@@ -117,6 +120,33 @@ NcclChoice nccl_collective(const NcclGroup& g, double bytes, bool allgather) {
 
 double nccl_collective_seconds(const NcclGroup& g, double bytes, bool allgather) {
   return nccl_collective(g, bytes, allgather).seconds;
+}
+
+NcclGroup nccl_ring_group(const ClusterSpec& cluster, const std::vector<std::int32_t>& ring,
+                          const std::function<double(std::int32_t, std::int32_t)>& hop_bw_Bps) {
+  const std::size_t n = ring.size();
+  const int G = std::max(1, cluster.gpus_per_node);
+  double intra_bw = std::numeric_limits<double>::infinity();
+  std::map<int, int> per_node;  // members per node
+  for (std::size_t i = 0; n > 1 && i < n; i++) {
+    const std::int32_t a = ring[i], b = ring[(i + 1) % n];
+    per_node[a / G]++;
+    if (a / G == b / G) intra_bw = std::min(intra_bw, hop_bw_Bps(a, b));
+  }
+  if (!std::isfinite(intra_bw)) intra_bw = cluster.nvlink_bw_Bps;
+  if (cluster.fabric == IntraNodeFabric::CubeMesh) {
+    intra_bw = std::numeric_limits<double>::infinity();
+    for (std::int32_t a : ring) {
+      int links = 0;
+      for (std::int32_t b : ring)
+        if (a != b && a / G == b / G) links += cube_mesh_nvlinks(a % G, b % G);
+      intra_bw = std::min(intra_bw, links > 0 ? links * cluster.nvlink_bw_Bps : cluster.pcie_bw_Bps);
+    }
+  }
+  int most = 1;
+  for (const auto& [node, k] : per_node) most = std::max(most, k);
+  return nccl_group(cluster, static_cast<int>(n), static_cast<int>(std::max<std::size_t>(1, per_node.size())), most,
+                    intra_bw);
 }
 
 }  // namespace pipescope

@@ -6,7 +6,10 @@
 // across nodes, the NICs its GPUs reach: NCCL runs one channel per NIC, so a ring with k GPUs on a node crosses
 // the node boundary through its share of the NICs: k / (GPUs per node) of them (one NIC per GPU on a DGX).
 
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 
@@ -36,6 +39,13 @@ struct NcclChoice {
 // The group of `ranks` GPUs spread as given over nodes of `cluster` (intra_route_bw_Bps: the slowest
 // intra-node hop of the ring, which for NVSwitch is the per-GPU NVLink bandwidth).
 NcclGroup nccl_group(const ClusterSpec& cluster, int ranks, int nodes, int ranks_per_node, double intra_route_bw_Bps);
+
+// The group of one ring of GPU ids (gpus_per_node numbering) as NCCL sees it: members per node, and the
+// intra-node bandwidth: the slowest intra-node hop (hop_bw_Bps(a, b), as the platform routes it), except on a
+// cube mesh where NCCL runs a channel per NVLink and a member's bandwidth is all its links to the others.
+// The simulator's analytic collectives and the search's estimate both use it.
+NcclGroup nccl_ring_group(const ClusterSpec& cluster, const std::vector<std::int32_t>& ring,
+                          const std::function<double(std::int32_t, std::int32_t)>& hop_bw_Bps);
 
 // Best algorithm and protocol for an all-reduce (allgather = false) or all-gather of `bytes` (per rank's full
 // buffer, as NCCL's count). Throws std::invalid_argument on a group without bandwidth.

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <limits>
+#include <map>
 #include <stdexcept>
 
 #include "core/dag.h"
 #include "core/lowering.h"
 #include "core/memory_model.h"
+#include "core/nccl_model.h"
 #include "core/pipeline.h"
 #include "core/placement.h"
 #include "core/scenario.h"
@@ -72,7 +76,7 @@ std::vector<const ScheduleEntry*> kinds_of(const SearchSpace& space) {
 }
 
 // The candidate scenario: the base with this layout, schedule and slicing (the planners' optimum).
-Scenario make_point(const Scenario& base, int dp, int pp, int tp, int v, int b, const ScheduleEntry& e, bool rc,
+Scenario make_point(const Scenario& base, int dp, int pp, int tp, int v, int b, const ScheduleEntry& e, Recompute rc,
                     int segments) {
   Scenario s = base;
   s.parallel.dp = dp, s.parallel.pp = pp, s.parallel.tp = tp, s.parallel.v = v;
@@ -113,7 +117,7 @@ struct Link {
 // NVSwitch's per-GPU port, a cube mesh's NVLinks (one or two) or its PCIe host path, or the PCIe bridge.
 Link link_between(const ClusterSpec& c, int a, int b) {
   const int n = std::max(1, c.gpus_per_node);
-  if (a / n != b / n) return {c.nic_bw_Bps, c.nic_latency_s, false};
+  if (a / n != b / n) return {c.nic_data_Bps(), c.nic_latency_s, false};
   switch (c.fabric) {
     case IntraNodeFabric::NVSwitch:
       return {c.nvlink_bw_Bps, c.nvlink_latency_s, false};
@@ -146,6 +150,17 @@ Link rings_link(const ClusterSpec& c, const std::vector<std::vector<std::int32_t
   return slow;
 }
 
+// A collective call as the simulator's analytic collectives time it (NCCL's algorithm and protocol choice over
+// the group's bandwidths, core/nccl_model.h): the slowest of the group's rings.
+double nccl_rings_s(const ClusterSpec& c, const std::vector<std::vector<std::int32_t>>& rings, double bytes) {
+  double t = 0;
+  for (const auto& ring : rings)
+    if (ring.size() > 1 && bytes > 0)
+      t = std::max(t, nccl_collective_seconds(
+                          nccl_ring_group(c, ring, [&](int a, int b) { return link_between(c, a, b).bw_Bps; }), bytes));
+  return t;
+}
+
 // TeraPipe's planner at a search grain (about 64 units per sequence instead of 8 tokens, so that a plan costs
 // milliseconds), written out as explicit slices: stage 2, stage 3 and --emit then run the same slicing without
 // planning again. Micro-batches of one sequence (the joint batch split is `pipescope plan`'s).
@@ -173,7 +188,7 @@ std::string candidate_label(const Scenario& s) {
                   std::to_string(p.pp) + " tp" + std::to_string(p.tp) + " v" + std::to_string(p.v) + " b" +
                   std::to_string(p.micro_batch_size);
   if (s.schedule.seq_slices > 1) l += " k" + std::to_string(s.schedule.seq_slices);
-  return l + (s.schedule.recompute ? " rc1" : " rc0");
+  return l + " rc-" + to_string(s.schedule.recompute);
 }
 
 Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {
@@ -196,7 +211,7 @@ Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {
                                       : e->traits.interleaved ? space.v
                                                               : std::vector<int>{1};
           for (int v : vs)
-            for (bool rc : space.recompute) {
+            for (Recompute rc : space.recompute) {
               if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
               out.enumerated++;
               Scenario s = make_point(base, dp, pp, tp, v, b, *e, rc, space.seq1f1b_segments);
@@ -234,6 +249,9 @@ double estimate_iteration_s(const Scenario& s) {
   one.dp = 1;
   one.gpu.assign(full.gpu.begin(), full.gpu.begin() + static_cast<std::ptrdiff_t>(par.pp) * par.tp);
   const Dag dag = build_dag(ls, one);
+  // The simulator's `analytic` and `auto` collectives follow NCCL's cost model; `ring` and `aggregate` are flows
+  // over the links (sim/collectives.h), estimated here by a ring all-reduce at the slowest hop.
+  const bool nccl = s.sim.collectives == "analytic" || s.sim.collectives == "auto";
   std::vector<Link> group_link(dag.rings.size());  // per collective group, computed once
   for (std::size_t g = 0; g < dag.rings.size(); g++)
     if (!dag.rings[g].empty()) group_link[g] = rings_link(c, dag.rings[g]);
@@ -267,7 +285,9 @@ double estimate_iteration_s(const Scenario& s) {
         const auto& rings = dag.rings[static_cast<std::size_t>(n.group)];
         if (!rings.empty() && rings.front().size() > 1) {
           const Link& l = group_link[static_cast<std::size_t>(n.group)];
-          d = n.count * ring_allreduce_s(n.amount, static_cast<int>(rings.front().size()), l.bw_Bps, l.latency_s);
+          d = n.count *
+              (nccl ? nccl_rings_s(c, rings, n.amount)
+                    : ring_allreduce_s(n.amount, static_cast<int>(rings.front().size()), l.bw_Bps, l.latency_s));
         }
         break;
       }
@@ -290,7 +310,8 @@ double estimate_iteration_s(const Scenario& s) {
       std::vector<std::int32_t> peers;
       for (int d = 0; d < par.dp; d++) peers.push_back(full.gpu_of(d * par.pp + r));
       const Link l = rings_link(c, {peers});
-      grad_sync = std::max(grad_sync, ring_allreduce_s(cost->grad_bytes(r), par.dp, l.bw_Bps, l.latency_s));
+      grad_sync = std::max(grad_sync, nccl ? nccl_rings_s(c, {peers}, cost->grad_bytes(r))
+                                           : ring_allreduce_s(cost->grad_bytes(r), par.dp, l.bw_Bps, l.latency_s));
     }
   return makespan + grad_sync;
 }

@@ -20,7 +20,7 @@ struct SearchSpace {
   std::vector<int> tp, pp;             // empty = every valid value
   std::vector<int> micro_batch_sizes;  // empty = 1, 2, 4, 8 (those dividing the per-replica batch)
   std::vector<int> v = {2, 4};         // chunks per rank tried by interleaved schedules without a fixed v
-  std::vector<bool> recompute = {false, true};
+  std::vector<Recompute> recompute = {Recompute::None, Recompute::Full};
   int seq1f1b_segments = 4;     // Seq1F1B kinds: this many cwp segments (the planner's split points)
   double max_memory_bytes = 0;  // per-GPU limit; 0 = the device's memory
 };

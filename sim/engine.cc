@@ -104,18 +104,6 @@ CollTag tag_of(const DagAnnotations& ann, std::int32_t g) {
 }
 
 // Per-member NVLink bandwidth to the other members of its node, the weakest member's (PCIe when it has none).
-double cube_mesh_ring_bw(const ClusterSpec& cluster, const std::vector<std::int32_t>& ring) {
-  const int G = cluster.gpus_per_node;
-  double bw = std::numeric_limits<double>::infinity();
-  for (std::int32_t a : ring) {
-    int links = 0;
-    for (std::int32_t b : ring)
-      if (a != b && a / G == b / G) links += cube_mesh_links(a % G, b % G);
-    bw = std::min(bw, links > 0 ? links * cluster.nvlink_bw_Bps : cluster.pcie_bw_Bps);
-  }
-  return bw;
-}
-
 CollectivePlan plan_collectives(const ClusterSpec& cluster, const Dag& dag, const EngineOptions& opt,
                                 const Platform& pf) {
   CollectivePlan cp;
@@ -136,22 +124,14 @@ CollectivePlan plan_collectives(const ClusterSpec& cluster, const Dag& dag, cons
     for (const auto& ring : cp.rings[g]) {
       RingRoute rr{0.0, std::numeric_limits<double>::infinity(), {}};
       const std::size_t n = ring.size();
-      double intra_bw = std::numeric_limits<double>::infinity();
-      std::map<int, int> per_node;  // members per node
       for (std::size_t i = 0; n > 1 && i < n; i++) {
         RouteInfo ri = route_info(pf.gpus[ring[i]], pf.gpus[ring[(i + 1) % n]]);
         rr.alpha = std::max(rr.alpha, ri.latency_s);
         rr.bw = std::min(rr.bw, ri.bandwidth_Bps);
-        const int node = ring[i] / cluster.gpus_per_node;
-        per_node[node]++;
-        if (node == ring[(i + 1) % n] / cluster.gpus_per_node) intra_bw = std::min(intra_bw, ri.bandwidth_Bps);
       }
-      if (!std::isfinite(intra_bw)) intra_bw = cluster.nvlink_bw_Bps;
-      // NCCL runs one channel per NVLink: on a cube mesh a member's bandwidth is all its links to the others.
-      if (cluster.fabric == IntraNodeFabric::CubeMesh) intra_bw = cube_mesh_ring_bw(cluster, ring);
-      int most = 1;
-      for (const auto& [node, k] : per_node) most = std::max(most, k);
-      rr.nccl = nccl_group(cluster, static_cast<int>(n), static_cast<int>(per_node.size()), most, intra_bw);
+      rr.nccl = nccl_ring_group(cluster, ring, [&](std::int32_t a, std::int32_t b) {
+        return route_info(pf.gpus[a], pf.gpus[b]).bandwidth_Bps;
+      });
       cp.routes[g].push_back(rr);
     }
   }

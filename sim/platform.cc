@@ -12,18 +12,13 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/placement.h"
 #include "core/profile.h"
 
 namespace pipescope::sim {
 namespace sg4 = simgrid::s4u;
 
 namespace {
-
-// docs/calibration.md, `nvidia-smi topo -m` of a p3.16xlarge: 0 = SYS, 1 = NV1, 2 = NV2.
-constexpr int kCubeMesh[8][8] = {
-    {0, 1, 1, 2, 2, 0, 0, 0}, {1, 0, 2, 1, 0, 2, 0, 0}, {1, 2, 0, 2, 0, 0, 1, 0}, {2, 1, 2, 0, 0, 0, 0, 1},
-    {2, 0, 0, 0, 0, 1, 1, 2}, {0, 2, 0, 0, 1, 0, 2, 1}, {0, 0, 1, 0, 1, 2, 0, 2}, {0, 0, 0, 1, 2, 1, 2, 0},
-};
 
 std::string gpu_name(int node, int g) { return "node" + std::to_string(node) + "-gpu" + std::to_string(g); }
 
@@ -215,10 +210,7 @@ bool user_sets(const std::vector<std::string>& args, const std::string& item) {
 
 }  // namespace
 
-int cube_mesh_links(int a, int b) {
-  if (a < 0 || a >= 8 || b < 0 || b >= 8) throw std::out_of_range("cube_mesh_links: GPU index outside 0..7");
-  return kCubeMesh[a][b];
-}
+int cube_mesh_links(int a, int b) { return cube_mesh_nvlinks(a, b); }  // the one table: core/placement.cc
 
 void configure_network_model() { configure_network_model({}); }
 

@@ -363,7 +363,7 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
       x["micro_batch_size"] = s.micro_batch_size;
       x["slices"] = s.slices;
       x["slice_tokens"] = s.slice_tokens;
-      x["recompute"] = row.scenario.schedule.recompute;
+      x["recompute"] = to_string(row.scenario.schedule.recompute);
       x["tokens_per_s"] = s.tokens_per_s;
       x["iteration_s"] = s.iteration_s;
       x["bubble_idle_fraction"] = s.bubble_idle_fraction;
@@ -393,7 +393,7 @@ void write_search_csv(std::ostream& os, const SearchResult& r) {
        << row.scenario.parallel.dp << ',' << row.scenario.parallel.pp << ',' << row.scenario.parallel.tp << ','
        << row.scenario.parallel.v << ',' << (ok ? std::to_string(s.m) : "") << ','
        << row.scenario.parallel.micro_batch_size << ',' << (ok ? std::to_string(s.slices) : "") << ','
-       << (row.scenario.schedule.recompute ? 1 : 0) << ',' << (ok ? fmt("%.9g", s.tokens_per_s) : "") << ','
+       << to_string(row.scenario.schedule.recompute) << ',' << (ok ? fmt("%.9g", s.tokens_per_s) : "") << ','
        << (ok ? fmt("%.9g", s.iteration_s) : "") << ',' << (ok ? fmt("%.9g", s.bubble_idle_fraction) : "") << ','
        << (ok ? fmt("%.9g", s.peak_memory_bytes / 1e9) : "") << ',' << (ok ? fmt("%.9g", s.tflops_per_gpu) : "") << ','
        << fmt("%.9g", row.estimate_s) << ',' << (row.pareto ? 1 : 0) << ',' << (row.as_written ? 1 : 0) << ','
@@ -468,7 +468,7 @@ std::string emit_scenario_yaml(const std::string& base_text, const Scenario& bes
   sch["kind"] = schedule_entry(s.kind).name;
   sch["seq_slices"] = s.seq_slices;
   sch["slicing"] = s.slicing;
-  sch["recompute"] = s.recompute;
+  sch["recompute"] = to_string(s.recompute);
   sch.remove("slice_tokens");
   sch.remove("file");
   root["name"] = best.name;

@@ -72,7 +72,7 @@ SearchSpace small_space() {
   sp.schedules = {"gpipe", "1f1b", "interleaved", "zb-h1"};
   sp.micro_batch_sizes = {1, 2};
   sp.v = {2};
-  sp.recompute = {false};
+  sp.recompute = {Recompute::None};
   return sp;
 }
 
