@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/input_file.h"
 #include "core/profile_kernels.h"
 #include "core/scenario.h"
 #include "core/units.h"
@@ -507,11 +508,11 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
 }
 
 DeviceProfile load_profile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ProfileError(path + ": cannot open profile: " + std::strerror(errno));
-  std::ostringstream text;
-  text << f.rdbuf();
-  return parse_profile(text.str(), path);
+  try {
+    return parse_profile(read_input_file(path, "profile"), path);
+  } catch (const InputFileError& e) {
+    throw ProfileError(e.what());
+  }
 }
 
 void check_profile(const DeviceProfile& p) {
