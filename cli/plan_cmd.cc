@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/repro.h"
+#include "cli/validators.h"
 #include "core/memory_model.h"
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
@@ -126,14 +127,17 @@ Command add_plan(CLI::App& app) {
   auto o = std::make_shared<PlanOptions>();
   auto* sub = app.add_subcommand("plan", "TeraPipe: optimal token/batch slicing of a scenario (the paper's DP)");
   sub->add_option("scenario", o->scenario, "Scenario YAML file")->required();
-  sub->add_option("--grain", o->grain, "Tokens per DP unit (default 8, as the authors' planner)");
+  sub->add_option("--grain", o->grain, "Tokens per DP unit (default 8, as the authors' planner)")
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--max-micro-batch", o->max_micro_batch,
                   "Largest micro-batch size the joint DP considers (default 1, as every reported plan)");
-  sub->add_option("--epsilon-ms", o->epsilon_ms, "With --linear-scan: skip t_max candidates closer than this");
+  sub->add_option("--epsilon-ms", o->epsilon_ms, "With --linear-scan: skip t_max candidates closer than this")
+      ->check(finite_range(0, 1e9));
   sub->add_flag("--linear-scan", o->linear_scan, "The paper's straightforward ascending t_max scan (not bisection)");
   sub->add_flag("--max-batch", o->max_batch,
                 "Largest batch whose GPipe baseline fits the device (per replica and global), instead of planning");
-  sub->add_option("--memory-GB", o->memory_GB, "With --max-batch: per-GPU capacity in GB (default: the device's)");
+  sub->add_option("--memory-GB", o->memory_GB, "With --max-batch: per-GPU capacity in GB (default: the device's)")
+      ->check(finite_range(1e-3, 1e5));
   sub->add_flag("--simulate", o->simulate,
                 "Also simulate the DP's scheme and every uniform slicing (one simulation each, in child processes)");
   return {sub, [o] { return run_plan(*o); }};

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/fork_run.h"
+#include "cli/validators.h"
 #include "core/atomic_file.h"
 #include "core/pipeline.h"
 #include "core/profile.h"
@@ -219,7 +220,7 @@ Command add_simulate(CLI::App& app) {
   sub->add_flag("--timeline-all-replicas", o->timeline_all_replicas,
                 "Timeline: a row for every data-parallel replica's stages (default: replica 0)");
   sub->add_option("--timeline-width", o->timeline_width_px, "Timeline width in pixels (default 1600)")
-      ->check(CLI::Range(200.0, 100000.0));
+      ->check(finite_range(200.0, 100000.0));
   return {sub, [o] { return run_simulate(*o); }};
 }
 
