@@ -17,6 +17,7 @@
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
 #include "core/terapipe_planner.h"
+#include "core/work_estimate.h"
 
 namespace pipescope::cli {
 namespace {
@@ -72,6 +73,15 @@ int run_plan(const PlanOptions& o) {
   po.epsilon_s = o.epsilon_ms * 1e-3;
   po.linear_scan = o.linear_scan;
   const int bmax = std::min(o.max_micro_batch, m.batch);
+  // The planner's tables before building them (core/work_estimate.h): bmax tables of units^2 / 2 cells.
+  const double units = static_cast<double>(s.model.seq_len) / o.grain;
+  const double cells = bmax * units * units / 2;
+  if (cells > kMaxPlannerCells && !allow_large())
+    throw InputError("plan: " + std::to_string(bmax) + " slice-time tables of " + std::to_string(s.model.seq_len) +
+                     " / " + std::to_string(o.grain) + " tokens: " + std::to_string(static_cast<long long>(cells)) +
+                     " cells, about " + std::to_string(static_cast<long long>(cells * 8 / 1e6)) +
+                     " MB; over the limit of docs/limits.md (raise --grain, lower --max-micro-batch, or pass "
+                     "--allow-large)");
   const auto t0 = std::chrono::steady_clock::now();
   const auto tables = slice_tables(m, o.grain, bmax);
   const auto t1 = std::chrono::steady_clock::now();

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 
 #include "cli/commands.h"
@@ -53,7 +54,8 @@ Command add_show(CLI::App& app) {
   auto* sub = app.add_subcommand("show", "Print a scenario's schedule and run the static checker");
   sub->add_option("scenario", o->scenario, "Scenario YAML file (default: built-in)");
   sub->add_flag("--lowered", o->lowered, "Print the lowered per-worker programs (sends, receives, collectives)");
-  sub->add_option("--worker", o->worker, "Only this worker (with --lowered)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--worker", o->worker, "Only this worker (with --lowered)")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   sub->add_option(
       "--csv", o->csv,
       "Also write the schedule as a PyTorch pipelining CSV (one row per rank; schedule kind file reads it)");

@@ -19,8 +19,10 @@
 
 #include "cli/commands.h"
 #include "cli/fork_run.h"
+#include "core/atomic_file.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
+#include "core/work_estimate.h"
 #include "sim/engine.h"
 #include "sim/report.h"
 #include "sim/scenario_options.h"
@@ -255,6 +257,7 @@ int run_sweep(const SweepOptions& o) {
       if (axes[i].key == axes.back().key) throw InputError("--vary " + axes.back().key + ": given twice");
   }
   if (axes.empty()) throw InputError("sweep: give at least one --vary key=v1,v2,...");
+  check_output_paths({{"--out", o.out}});
 
   const std::string source = o.scenario.empty() ? "<builtin>" : o.scenario;
   const std::string base_text = o.scenario.empty() ? default_scenario_yaml() : read_file(o.scenario);
@@ -262,6 +265,11 @@ int run_sweep(const SweepOptions& o) {
     default_scenario();
   else
     load_scenario(o.scenario);  // errors in the file itself, with its own positions
+  // The grid's size before building it (core/work_estimate.h): 10^6 points would run for hours.
+  double points = 1;
+  for (const auto& ax : axes) points *= static_cast<double>(ax.values.size());
+  const Scenario base = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario);
+  check_run_count(points, 0.3 + estimate_work(base).seconds, "sweep");
 
   // Every variant first (cheap, no simulation): a bad key or value stops the sweep before anything runs.
   std::vector<Variant> variants;
@@ -273,12 +281,8 @@ int run_sweep(const SweepOptions& o) {
     if (a == 0) break;
   }
 
-  std::unique_ptr<std::ofstream> file;
-  if (!o.out.empty()) {
-    file = std::make_unique<std::ofstream>(o.out, std::ios::binary);
-    if (!*file) throw InputError("--out " + o.out + ": cannot open for writing");
-  }
-  std::ostream& os = file ? *file : std::cout;
+  std::ostringstream file;  // --out: written atomically at the end (core/atomic_file.h)
+  std::ostream& os = o.out.empty() ? std::cout : file;
   for (const auto& ax : axes) os << csv_field(ax.key) << ',';
   os << kResultColumns << ",error\n";
   os.flush();
@@ -313,7 +317,7 @@ int run_sweep(const SweepOptions& o) {
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "sweep: %zu runs, %d failed, %.1f s%s%s\n", variants.size(), failed, total,
                o.out.empty() ? "" : ", wrote ", o.out.c_str());
-  if (file && !file->flush()) throw InputError("--out " + o.out + ": write failed");
+  if (!o.out.empty()) write_file_atomic(o.out, file.str(), "--out");
   return failed ? kExitSchedule : 0;
 }
 

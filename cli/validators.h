@@ -21,7 +21,4 @@ inline CLI::Validator finite_range(double lo, double hi) {
       "FLOAT in [" + CLI::detail::to_string(lo) + " - " + CLI::detail::to_string(hi) + "]");
 }
 
-// Integer counts: at least `lo` (the flags' "not given" sentinels are never a user's value).
-inline CLI::Validator int_range(long long lo, long long hi) { return CLI::Range(lo, hi); }
-
 }  // namespace pipescope::cli

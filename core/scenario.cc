@@ -561,6 +561,7 @@ class Validator {
 
  private:
   void check_stage_layers_key(const ModelSpec& m, const ParallelSpec& p) const;
+  void check_ranges() const;
   const Scenario& s_;
   const Marks* marks_;
 };
@@ -591,7 +592,58 @@ void Validator::check_stage_layers_key(const ModelSpec& m, const ParallelSpec& p
          "the stages hold " + std::to_string(sum) + " layers in all, but model.layers = " + std::to_string(m.layers));
 }
 
+// The documented ranges (core/ranges.h) also for values set in code: command-line overrides (validate --pp,
+// calibrate shapes), sweep variants and profiles applied after loading.
+void Validator::check_ranges() const {
+  using namespace units;
+  const ModelSpec& m = s_.model;
+  const ClusterSpec& c = s_.cluster;
+  const DeviceSpec& d = c.device;
+  const ParallelSpec& p = s_.parallel;
+  const std::pair<const char*, double> values[] = {
+      {"model.layers", m.layers},
+      {"model.hidden", m.hidden},
+      {"model.heads", m.heads},
+      {"model.ffn_hidden", m.ffn_hidden},
+      {"model.vocab", m.vocab},
+      {"model.seq_len", m.seq_len},
+      {"cluster.nodes", c.nodes},
+      {"cluster.gpus_per_node", c.gpus_per_node},
+      {"cluster.device.peak_tflops_fp16", d.peak_flops_fp16 / kTflops},
+      {"cluster.device.peak_tflops_bf16", d.peak_flops_bf16 / kTflops},
+      {"cluster.device.peak_tflops_fp32", d.peak_flops_fp32 / kTflops},
+      {"cluster.device.peak_tflops_fp64", d.peak_flops_fp64 / kTflops},
+      {"cluster.device.memory_GB", d.memory_bytes / kGB},
+      {"cluster.device.hbm_bw_GBps", d.hbm_bw_Bps / kGBps},
+      {"cluster.device.gemm_efficiency", d.gemm_efficiency},
+      {"cluster.device.gemm_half_sat_gflop", d.gemm_half_sat_flops / 1e9},
+      {"cluster.device.kernel_launch_us", d.kernel_launch_s / kUs},
+      {"cluster.device.memory_efficiency", d.memory_efficiency},
+      {"cluster.intra_node.nvlink_latency_us", c.nvlink_latency_s / kUs},
+      {"cluster.intra_node.pcie_latency_us", c.pcie_latency_s / kUs},
+      {"cluster.network.nic_latency_us", c.nic_latency_s / kUs},
+      {"parallel.dp", p.dp},
+      {"parallel.pp", p.pp},
+      {"parallel.tp", p.tp},
+      {"parallel.v", p.v},
+      {"parallel.micro_batch_size", p.micro_batch_size},
+      {"parallel.global_batch", p.global_batch},
+      {"schedule.seq_slices", s_.schedule.seq_slices},
+      {"training.optimizer_bytes_per_param", s_.training.optimizer_bytes_per_param},
+  };
+  for (const auto& [key, v] : values)
+    if (const std::string why = range_violation(key, v); !why.empty()) fail({key}, why);
+  // Bandwidths of unused link classes stay 0 (core/scenario.cc parse_cluster); a given one must be in range.
+  const std::pair<const char*, double> links[] = {{"cluster.intra_node.nvlink_bw_GBps", c.nvlink_bw_Bps / kGBps},
+                                                  {"cluster.intra_node.pcie_bw_GBps", c.pcie_bw_Bps / kGBps},
+                                                  {"cluster.network.nic_bw_Gbps", c.nic_bw_Bps / kGbps}};
+  for (const auto& [key, v] : links)
+    if (v != 0)
+      if (const std::string why = range_violation(key, v); !why.empty()) fail({key}, why);
+}
+
 void Validator::run() const {
+  check_ranges();
   const ModelSpec& m = s_.model;
   const ClusterSpec& c = s_.cluster;
   const DeviceSpec& d = c.device;

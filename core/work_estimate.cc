@@ -1,5 +1,7 @@
 #include "core/work_estimate.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -48,6 +50,12 @@ WorkEstimate estimate_work(const Scenario& s) {
   WorkEstimate w;
   w.ops = static_cast<double>(p.dp) * p.pp * p.v * m * k * per_unit * std::max(1.0, std::min<double>(p.tp, 2));
   w.ops += static_cast<double>(p.dp) * p.pp * p.tp * (p.v + 2);  // collectives and optimizer per worker
+  // The data-parallel gradient all-reduce as a ring: 2 (dp - 1) steps per member and stage chunk. The simulator
+  // folds replicas that occupy whole nodes (sim/engine.cc) and then runs one member's ring; otherwise all dp
+  // members' (pp 1, dp 1024 on 8-GPU nodes: 9 s, the same cost per step as a schedule op).
+  const int gpn = s.cluster.gpus_per_node;
+  const bool folds = gpn > 0 && (static_cast<long long>(p.pp) * p.tp) % gpn == 0;
+  w.ops += static_cast<double>(p.pp) * p.v * 2.0 * (p.dp - 1) * (folds ? 1.0 : p.dp);
   if (t.slicing == SlicePlan::TeraPipe && s.schedule.slicing == "dp") {
     const double units = s.model.seq_len / 8.0;
     w.planner_cells = units * units / 2;
@@ -58,13 +66,22 @@ WorkEstimate estimate_work(const Scenario& s) {
 }
 
 double available_memory_bytes() {
+  double avail = 0;
   std::ifstream f("/proc/meminfo");
-  std::string key;
+  std::string key, unit;
   double kb = 0;
-  std::string unit;
   while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
+    if (key == "MemAvailable:") {
+      avail = kb * 1024;
+      break;
+    }
+  // An address-space limit (ulimit -v) caps what this process may allocate, whatever the machine has free.
+  rlimit rl{};
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    const double as = static_cast<double>(rl.rlim_cur);
+    avail = avail > 0 ? std::min(avail, as) : as;
+  }
+  return avail;
 }
 
 void check_work(const Scenario& s, double runs) {
@@ -73,8 +90,9 @@ void check_work(const Scenario& s, double runs) {
       s.source + ": the scenario's work estimate: " + w.text() + (runs > 1 ? " per run, " + g3(runs) + " runs" : "");
   const double avail = available_memory_bytes();
   if (avail > 0 && w.bytes > avail)
-    throw WorkTooLarge(what + "; more than the " + g3(avail / 1e9) +
-                       " GB of memory available on this machine (refused even with --allow-large; docs/limits.md)");
+    throw WorkTooLarge(
+        what + "; more than the " + g3(avail / 1e9) +
+        " GB of memory available to this process (free memory, ulimit -v; refused even with --allow-large)");
   if (allow_large()) return;
   if (w.ops > kMaxOps || w.planner_cells > kMaxPlannerCells)
     throw WorkTooLarge(what + "; over the limit of " + g3(kMaxOps) + " ops / " + g3(kMaxPlannerCells) +
