@@ -23,7 +23,7 @@ struct WorkEstimate {
 
 // Limits of one run without --allow-large.
 inline constexpr double kMaxOps = 1e7;
-inline constexpr double kMaxPlannerCells = 2e8;
+inline constexpr double kMaxPlannerCells = 4e6;
 
 class WorkTooLarge : public std::runtime_error {
  public:
