@@ -47,7 +47,13 @@ std::string identity(const std::string& path) {
 void check_output_paths(const std::vector<std::pair<std::string, std::string>>& outputs) {
   std::vector<std::pair<std::string, std::string>> seen;  // identity -> flag
   for (const auto& [flag, path] : outputs) {
-    if (path.empty() || path == "-") continue;
+    if (path.empty()) continue;
+    if (path == "-") {  // standard output: at most one output there
+      for (const auto& [other_id, other_flag] : seen)
+        if (other_id == "-") throw OutputPathError(flag + " -: standard output is already taken by " + other_flag);
+      seen.emplace_back("-", flag);
+      continue;
+    }
     struct stat st {};
     if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
       throw OutputPathError(flag + " " + path + ": is a directory (give a file name)");
