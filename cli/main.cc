@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/atomic_file.h"
 #include "core/checks.h"
+#include "core/input_file.h"
 #include "core/profile.h"
 #include "core/scenario.h"
 #include "core/work_estimate.h"
@@ -90,6 +91,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return cli::kExitInput;
   } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return cli::kExitInput;
+  } catch (const InputFileError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return cli::kExitInput;
   } catch (const WorkTooLarge& e) {

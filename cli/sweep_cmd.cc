@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/fork_run.h"
 #include "core/atomic_file.h"
+#include "core/input_file.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
 #include "core/work_estimate.h"
@@ -91,11 +92,11 @@ Axis parse_axis(const std::string& arg) {
 }
 
 std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ScenarioError(path + ": cannot open scenario file");
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
+  try {
+    return read_input_file(path, "scenario file");  // regular, <= 16 MiB, UTF-8 (core/input_file.h)
+  } catch (const InputFileError& e) {
+    throw ScenarioError(e.what());
+  }
 }
 
 // The node at `path` in the original document, or an undefined node.

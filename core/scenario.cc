@@ -916,6 +916,9 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
     throw ScenarioError(source + ": " + std::to_string(text.size()) + " bytes: larger than the " +
                         std::to_string(kMaxInputBytes >> 20) + " MiB limit on input files");
   if (const std::string bad = utf8_problem(text); !bad.empty()) throw ScenarioError(source + ": " + bad);
+  // The path names the scenario in JSON reports, which must be UTF-8 (nlohmann refuses to write it otherwise).
+  if (!utf8_problem(source).empty())
+    throw ScenarioError(source + ": the file name is not valid UTF-8 (rename the file)");
   // YAML::LoadAll loops forever (allocating empty documents) on a ',' outside a flow collection
   // (yaml-cpp 0.7, found by fuzz_scenario), so load the first document only and look for a second one with
   // the event parser, which stops after two documents whatever follows.
