@@ -16,6 +16,7 @@
 #include "core/profile_cost.h"
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
+#include "core/work_estimate.h"
 #include "sim/engine.h"
 #include "sim/report.h"
 #include "sim/scenario_options.h"
@@ -118,6 +119,7 @@ VariantResult run_forked(const Scenario& s, const SimulateOptions& o) {
 int run_compare(const Scenario& base, const SimulateOptions& o) {
   std::vector<Scenario> variants;
   for (const auto& k : o.compare) variants.push_back(variant(base, kind_from_string(k)));
+  for (const auto& s : variants) check_work(s);  // refused here (exit 1), not as a failed row
   std::vector<VariantResult> res;
   for (const auto& s : variants) {
     std::fprintf(stderr, "simulating %s ...\n", s.name.c_str());

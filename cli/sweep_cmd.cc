@@ -277,6 +277,7 @@ int run_sweep(const SweepOptions& o) {
   std::vector<std::size_t> pick(axes.size(), 0);
   for (;;) {
     variants.push_back(make_variant(source, base_text, axes, pick));
+    check_work(variants.back().scenario);  // a point over the work limits is refused before anything runs
     std::size_t a = axes.size();
     while (a > 0 && ++pick[a - 1] == axes[a - 1].values.size()) pick[--a] = 0;
     if (a == 0) break;
