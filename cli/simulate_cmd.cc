@@ -182,9 +182,12 @@ int run_simulate(const SimulateOptions& o) {
   std::ostringstream json, trace, timeline;
   sim::Report rep = run_one(s, o, o.json.empty() ? nullptr : &json, o.trace.empty() ? nullptr : &trace,
                             o.timeline.empty() ? nullptr : &timeline);
-  sim::print_table(std::cout, rep);
-  if (!s.sim.profile.empty()) std::cout << cost_sources_text(s) << "\n";  // which profile part timed the ops
-  std::cout.flush();
+  // An output written to standard output ("-") gets it alone; the table then goes to stderr.
+  const bool stdout_taken = o.json == "-" || o.trace == "-" || o.timeline == "-";
+  std::ostream& table = stdout_taken ? std::cerr : std::cout;
+  sim::print_table(table, rep);
+  if (!s.sim.profile.empty()) table << cost_sources_text(s) << "\n";  // which profile part timed the ops
+  table.flush();
   if (!o.json.empty()) write_file_atomic(o.json, json.str(), "--json");
   if (!o.trace.empty()) write_file_atomic(o.trace, trace.str(), "--trace");
   if (!o.timeline.empty()) write_file_atomic(o.timeline, timeline.str(), "--timeline");

@@ -159,6 +159,8 @@ case $case in
     with "nvlink_latency_us: 1}" "nvlink_latency_us: 1e14}" in.yaml
     run outputs 1 "outside the plausible range" -- simulate in.yaml --json prev.json || exit 1
     grep -q '"previous": true' prev.json || { echo "FAIL: prev.json was changed"; exit 1; } ;;
+  out_two_on_stdout)
+    run outputs 1 "--trace -: standard output is already taken by --json" -- simulate "$base" --json - --trace - ;;
   out_calibrate_missing_dir)
     run outputs 1 "--out nodir/p.yaml: directory nodir does not exist" -- calibrate --no-links --out nodir/p.yaml ;;
   # ---- command-line values (CLI11 validators; main.cc maps CLI11's codes to 1)
