@@ -10,7 +10,7 @@
 
 namespace pipescope {
 
-std::string utf8_problem(const std::string& text) {
+std::string utf8_problem(const std::string& text, int* line_out, int* column_out) {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const std::size_t n = text.size();
   std::size_t line = 1, col = 1;
@@ -35,6 +35,8 @@ std::string utf8_problem(const std::string& text) {
     if (!ok) {
       char hex[8];
       std::snprintf(hex, sizeof hex, "0x%02X", c);
+      if (line_out) *line_out = static_cast<int>(line);
+      if (column_out) *column_out = static_cast<int>(col);
       return "line " + std::to_string(line) + ", column " + std::to_string(col) + ": invalid UTF-8 (byte " + hex +
              "); input files must be UTF-8 text";
     }
@@ -79,8 +81,11 @@ std::string read_input_file(const std::string& path, const char* what) {
   }
   close(fd);
   if (!fail.empty()) throw InputFileError(path + ": " + fail);
-  const std::string bad = utf8_problem(text);
-  if (!bad.empty()) throw InputFileError(path + ": " + bad);
+  int line = 0, col = 0;
+  const std::string bad = utf8_problem(text, &line, &col);
+  if (!bad.empty())
+    throw InputFileError(path + ":" + std::to_string(line) + ":" + std::to_string(col) + ": " +
+                         bad.substr(bad.find(": ") + 2));
   return text;
 }
 

@@ -19,7 +19,8 @@ class InputFileError : public std::runtime_error {
 
 // Reads `path` whole; `what` names it in messages ("scenario file", "profile"). Throws InputFileError.
 std::string read_input_file(const std::string& path, const char* what);
-// "" when `text` is valid UTF-8 (no overlong forms, no surrogates), else "line L, column C: invalid UTF-8 ...".
-std::string utf8_problem(const std::string& text);
+// "" when `text` is valid UTF-8 (no overlong forms, no surrogates), else "line L, column C: invalid UTF-8 ...";
+// `line` / `column` (1-based), when given, receive the position.
+std::string utf8_problem(const std::string& text, int* line = nullptr, int* column = nullptr);
 
 }  // namespace pipescope

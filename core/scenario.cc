@@ -915,7 +915,10 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   if (text.size() > kMaxInputBytes)
     throw ScenarioError(source + ": " + std::to_string(text.size()) + " bytes: larger than the " +
                         std::to_string(kMaxInputBytes >> 20) + " MiB limit on input files");
-  if (const std::string bad = utf8_problem(text); !bad.empty()) throw ScenarioError(source + ": " + bad);
+  int bad_line = 0, bad_col = 0;
+  if (const std::string bad = utf8_problem(text, &bad_line, &bad_col); !bad.empty())
+    throw ScenarioError(source + ":" + std::to_string(bad_line) + ":" + std::to_string(bad_col) +
+                        ": (encoding): " + bad.substr(bad.find(": ") + 2));
   // The path names the scenario in JSON reports, which must be UTF-8 (nlohmann refuses to write it otherwise).
   if (!utf8_problem(source).empty())
     throw ScenarioError(source + ": the file name is not valid UTF-8 (rename the file)");

@@ -166,7 +166,7 @@ TEST(InputErrors, TextMustBeUtf8) {
     parse_scenario(std::string(kBase) + "name: \"ab\xff\"\n", "t.yaml");
     ADD_FAILURE() << "accepted invalid UTF-8";
   } catch (const ScenarioError& e) {
-    EXPECT_NE(std::string(e.what()).find("t.yaml: line 10, column 10: invalid UTF-8 (byte 0xFF)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("t.yaml:10:10: (encoding): invalid UTF-8 (byte 0xFF)"), std::string::npos)
         << e.what();
   }
 }

@@ -105,7 +105,7 @@ case $case in
     run files 1 "big.yaml: 17000[0-9]+ bytes: larger than the 16 MiB limit" -- simulate big.yaml ;;
   file_not_utf8)
     { printf 'name: "ab\xffc"\n'; cat "$base"; } >in.yaml
-    run files 1 "in.yaml: line 1, column 10: invalid UTF-8" -- simulate in.yaml ;;
+    run files 1 "in.yaml:1:10: invalid UTF-8 \\(byte 0xFF\\)" -- simulate in.yaml ;;
   file_profile_truncated)
     head -n 12 "$src/calib/profiles/dgx-a100.analytic.yaml" >cut.yaml
     run profiles 1 "cut.yaml:.*complete: missing" -- simulate --profile cut.yaml ;;
