@@ -30,6 +30,7 @@
 
 #include "bench/sim_child.h"
 #include "core/scenario.h"
+#include "core/work_estimate.h"
 
 using namespace pipescope;
 using bench::Figures;
@@ -109,6 +110,9 @@ void run_case(benchmark::State& state, const std::string& text, double gpus, dou
   state.counters["simulated_iteration_s"] = worst.iteration_s;
   if (target_s > 0) state.counters["within_target"] = worst.wall_s < target_s && rss_MB < target_MB ? 1 : 0;
 }
+
+// These cases are over the CLI's default work limits on purpose (core/work_estimate.h); each child is capped here.
+[[maybe_unused]] const bool kAllowLarge = (set_allow_large(true), true);
 
 void BM_Dense405B(benchmark::State& state) {
   const int gpus = static_cast<int>(state.range(0));

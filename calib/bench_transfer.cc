@@ -41,7 +41,8 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
   const std::vector<std::pair<int, int>> points = {{L / 2, 0}, {std::max(1, L / 4), L / 2}};
   Progress prog("kernel model transfer check (hidden " + std::to_string(h) + ")", 2 * static_cast<int>(points.size()),
                 cfg.progress);
-  for (auto [l, c] : points) {
+  for (const auto& point : points) {
+    const int l = point.first, c = point.second;  // not a structured binding: lambdas capture it (clang 14)
     const auto x = filled_tensor(be, b * l, h, 5), dy = filled_tensor(be, b * l, h, 6);
     kv->reset();
     if (c > 0) {

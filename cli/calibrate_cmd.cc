@@ -17,6 +17,8 @@
 #include "calib/links.h"
 #include "cli/commands.h"
 #include "cli/fork_run.h"
+#include "cli/validators.h"
+#include "core/atomic_file.h"
 #include "core/profile.h"
 #include "core/scenario.h"
 
@@ -53,21 +55,7 @@ int write_out(const DeviceProfile& p, const std::string& out) {
   std::ostringstream text;
   write_profile(p, text);
   parse_profile(text.str(), out);  // what we write must read back
-  const std::string tmp = out + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) throw InputError("--out " + out + ": cannot write " + tmp);
-    f << text.str();
-    f.close();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw InputError("--out " + out + ": write failed");
-    }
-  }
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw InputError("--out " + out + ": cannot rename " + tmp + " into place");
-  }
+  write_file_atomic(out, text.str(), "--out");
   std::printf("%s", calib::fit_report(p).c_str());
   std::printf("wrote %s\n", out.c_str());
   return 0;
@@ -81,6 +69,7 @@ int positive_override(int v, int scenario_value, const char* flag) {
 
 int run(const CalibrateCli& c) {
   if (c.out.empty()) throw InputError("--out: required (the profile file to write)");
+  check_output_paths({{"--out", c.out}});  // before minutes of measuring
   if (!c.analytic.empty()) {
     DeviceProfile p = calib::analytic_profile(c.analytic, "pipescope calibrate --analytic " + c.analytic);
     p.source = c.out;
@@ -151,6 +140,7 @@ int run(const CalibrateCli& c) {
     argv.insert(argv.end(),
                 {"-n", std::to_string(c.link_ranks), exe, "-b", c.min_bytes, "-e", max_bytes, "-f", c.step_factor, "-n",
                  std::to_string(c.iters), "-w", std::to_string(c.warmup), "--out", o.link_results});
+    require_program(argv[0], "--launcher");
     std::fprintf(stderr, "calibrate: link benchmarks, %d ranks (%s)\n", c.link_ranks, c.launcher.c_str());
     const int rc = launch(argv);
     if (rc != 0)
@@ -187,16 +177,20 @@ Command add_calibrate(CLI::App& app) {
   sub->add_option("--vocab", o->vocab, "Override the vocabulary size");
   sub->add_option("--micro-batch", o->micro_batches, "Micro-batch sizes to measure (default: the scenario's)")
       ->delimiter(',');
-  sub->add_option("--grain", o->grain, "Slice-length grid step in tokens")->capture_default_str();
+  sub->add_option("--grain", o->grain, "Slice-length grid step in tokens")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   sub->add_option("--context-steps", o->context_steps,
                   "Context grid: steps of seq_len / N for (l, c); 0 = none (default 8, with --quick 4)")
+      ->check(CLI::Range(0, 1000))
       ->each([o](const std::string&) { o->context_steps_given = true; });
   sub->add_flag("--quick", o->quick,
                 "Fewer samples per point, about two lengths per octave, 4 context steps, a link sweep to 4M and a "
                 "time budget (--budget, 100 s)");
   sub->add_option("--budget", o->budget_s,
                   "Seconds the compute benchmarks may take: the longest measured length is halved until the "
-                  "estimate fits (default 100 with --quick, none otherwise)");
+                  "estimate fits (default 100 with --quick, none otherwise)")
+      ->check(finite_range(0, 1e7));
   sub->add_option("--clock", o->clock,
                   "CPU backends: cpu = thread CPU time (robust on a shared machine; a quiet machine's times), wall = "
                   "steady clock (what validate's measured run sees, load included)")
@@ -204,12 +198,16 @@ Command add_calibrate(CLI::App& app) {
   sub->add_flag("--accept-poor-fit", o->accept_poor_fit,
                 "Write the profile even when a quality gate fails, with the failures in its provenance");
   sub->add_flag("--cold", o->cold, "Cold cache: flush 256 MiB before every sample (default: hot)");
-  sub->add_option("--tp", o->tp, "Tensor-parallel degree of the GEMM shapes")->capture_default_str();
+  sub->add_option("--tp", o->tp, "Tensor-parallel degree of the GEMM shapes")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   sub->add_option("--analytic", o->analytic,
                   "Write the analytic profile of a cluster preset (public peak specs, nothing measured) and exit");
   sub->add_option("--device-preset", o->device_preset, "GPU peak specs to record (default: from the GPU's name)");
   sub->add_flag("--no-links", o->no_links, "Skip the link benchmarks");
-  sub->add_option("--link-ranks", o->link_ranks, "Ranks of the link benchmark job")->capture_default_str();
+  sub->add_option("--link-ranks", o->link_ranks, "Ranks of the link benchmark job")
+      ->check(CLI::Range(2, 4096))
+      ->capture_default_str();
   sub->add_option("--link-class", o->link_class, "What the link job's ranks span: intra (one node) | inter")
       ->capture_default_str();
   sub->add_option("--launcher", o->launcher, "MPI launcher for the link job")->capture_default_str();
@@ -217,8 +215,10 @@ Command add_calibrate(CLI::App& app) {
   sub->add_option("-e,--maxbytes", o->max_bytes, "Link sweep: largest size (nccl-tests -e; default 32M, --quick 4M)");
   sub->add_option("-f,--stepfactor", o->step_factor, "Link sweep: size factor (nccl-tests -f)")->capture_default_str();
   sub->add_option("-n,--iters", o->iters, "Link sweep: timed operations per size (nccl-tests -n)")
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   sub->add_option("-w,--warmup_iters", o->warmup, "Link sweep: warm-up operations per size (nccl-tests -w)")
+      ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   sub->add_flag("--no-progress", o->no_progress, "No progress lines on stderr");
   return {sub, [o] { return run(*o); }};

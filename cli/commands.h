@@ -4,20 +4,34 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <stdexcept>
+#include <string>
 
 namespace pipescope::cli {
 
-// Exit codes: 0 ok, 1 bad input (scenario, flags, files), 2 schedule rejected or deadlocked, 3 internal,
-// 4 calibration refused by a quality gate (calib/gates.h; no profile written).
+// Exit codes (the one table; README.md and cli/README.md repeat it): 0 ok, 1 bad input (scenario, flags, files,
+// CLI11's own parse errors), 2 schedule rejected by the static checker or deadlocked, 3 environment (no MPI
+// launcher, no GPU, a job killed from outside), 4 internal error, 5 calibration refused by a quality gate
+// (calib/gates.h; no profile written), 128 + N interrupted by signal N (SIGINT 130, SIGTERM 143).
 inline constexpr int kExitInput = 1;
 inline constexpr int kExitSchedule = 2;
-inline constexpr int kExitInternal = 3;
-inline constexpr int kExitPoorFit = 4;
-inline constexpr int kExitInterrupted = 130;  // search stopped by Ctrl-C after printing the best found so far
+inline constexpr int kExitEnvironment = 3;
+inline constexpr int kExitInternal = 4;
+inline constexpr int kExitPoorFit = 5;
+inline constexpr int kExitInterrupted = 130;  // 128 + SIGINT: search stopped by Ctrl-C after printing the best so far
 
 // Thrown for user errors detected in cli/ (bad flag values, unwritable files).
 struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+// Thrown when this machine cannot do what was asked (no launcher, no GPU), not because of the input.
+struct EnvironmentError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Thrown after a forwarded SIGINT / SIGTERM stopped a child job; main exits with 128 + signal.
+struct Interrupted : std::runtime_error {
+  explicit Interrupted(int sig) : std::runtime_error("interrupted by signal " + std::to_string(sig)), signal(sig) {}
+  int signal;
 };
 
 struct Command {

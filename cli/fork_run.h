@@ -20,8 +20,13 @@ using sim::run_in_child;
 std::vector<std::string> launcher_argv(const std::string& launcher);
 // A program installed next to this executable (build/pipescope-rank next to build/pipescope).
 std::string sibling_exe(const std::string& name);
-// Runs argv (PATH lookup) and returns its exit status, 128 + signal when killed.
+// Runs argv (PATH lookup) in its own process group and returns its exit status, 128 + signal when killed.
+// SIGINT / SIGTERM / SIGHUP received meanwhile are forwarded to the group; once it has ended, launch throws
+// Interrupted (commands.h), so that temporary directories are removed on the way out. The job gets SIGTERM
+// when this process dies (PR_SET_PDEATHSIG), and whatever is left of its group is killed when it ends.
 int launch(const std::vector<std::string>& argv);
+// Throws EnvironmentError naming `flag` when `name` (a path, or a program looked up in PATH) cannot be run.
+void require_program(const std::string& name, const std::string& flag);
 
 // A private temporary directory (under $TMPDIR or /tmp), removed with its files.
 struct TempDir {

@@ -2,13 +2,17 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/atomic_file.h"
 #include "core/checks.h"
+#include "core/input_file.h"
 #include "core/profile.h"
 #include "core/scenario.h"
+#include "core/work_estimate.h"
 
 namespace {
 
@@ -54,6 +58,11 @@ int main(int argc, char** argv) {
   std::vector<cli::Command> commands{cli::add_simulate(app),  cli::add_show(app),     cli::add_plan(app),
                                      cli::add_repro(app),     cli::add_validate(app), cli::add_sweep(app),
                                      cli::add_calibrate(app), cli::add_search(app)};
+  // Every subcommand takes --allow-large: the work estimate's limits (core/work_estimate.h, docs/limits.md).
+  bool allow_large = false;
+  for (CLI::App* sub : app.get_subcommands({}))
+    sub->add_flag("--allow-large", allow_large,
+                  "Run even when the work estimate is over the limits of docs/limits.md (not above free memory)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -67,6 +76,7 @@ int main(int argc, char** argv) {
     app.exit(e);
     return cli::kExitInput;
   }
+  set_allow_large(allow_large);
   try {
     for (auto& c : commands)
       if (c.app->parsed()) return c.run();
@@ -83,12 +93,34 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return cli::kExitInput;
+  } catch (const InputFileError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return cli::kExitInput;
+  } catch (const WorkTooLarge& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return cli::kExitInput;
+  } catch (const OutputPathError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return cli::kExitInput;
+  } catch (const OutputWriteError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return cli::kExitEnvironment;
+  } catch (const cli::EnvironmentError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return cli::kExitEnvironment;
+  } catch (const cli::Interrupted& e) {
+    std::fprintf(stderr, "error: %s; the job was stopped and its temporary files removed\n", e.what());
+    return 128 + e.signal;
+  } catch (const std::bad_alloc&) {
+    // The work estimate (core/work_estimate.h) refuses runs that would not fit; reaching this is a bug.
+    std::fprintf(stderr, "error: out of memory (internal error: the work estimate should have refused this run)\n");
+    return cli::kExitInternal;
   } catch (const CheckError& e) {
     std::fprintf(stderr, "error: schedule rejected by the static checker: %s\n", e.what());
     for (const auto& op : e.ops()) std::fprintf(stderr, "  %s\n", op.c_str());
     return cli::kExitSchedule;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "internal error: %s\n", e.what());
     return cli::kExitInternal;
   }
 }

@@ -12,10 +12,12 @@
 
 #include "cli/commands.h"
 #include "cli/repro.h"
+#include "cli/validators.h"
 #include "core/memory_model.h"
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
 #include "core/terapipe_planner.h"
+#include "core/work_estimate.h"
 
 namespace pipescope::cli {
 namespace {
@@ -71,6 +73,15 @@ int run_plan(const PlanOptions& o) {
   po.epsilon_s = o.epsilon_ms * 1e-3;
   po.linear_scan = o.linear_scan;
   const int bmax = std::min(o.max_micro_batch, m.batch);
+  // The planner's tables before building them (core/work_estimate.h): bmax tables of units^2 / 2 cells.
+  const double units = static_cast<double>(s.model.seq_len) / o.grain;
+  const double cells = bmax * units * units / 2;
+  if (cells > kMaxPlannerCells && !allow_large())
+    throw InputError("plan: " + std::to_string(bmax) + " slice-time tables of " + std::to_string(s.model.seq_len) +
+                     " / " + std::to_string(o.grain) + " tokens: " + std::to_string(static_cast<long long>(cells)) +
+                     " cells, about " + std::to_string(static_cast<long long>(cells * 8 / 1e6)) +
+                     " MB; over the limit of docs/limits.md (raise --grain, lower --max-micro-batch, or pass "
+                     "--allow-large)");
   const auto t0 = std::chrono::steady_clock::now();
   const auto tables = slice_tables(m, o.grain, bmax);
   const auto t1 = std::chrono::steady_clock::now();
@@ -126,14 +137,17 @@ Command add_plan(CLI::App& app) {
   auto o = std::make_shared<PlanOptions>();
   auto* sub = app.add_subcommand("plan", "TeraPipe: optimal token/batch slicing of a scenario (the paper's DP)");
   sub->add_option("scenario", o->scenario, "Scenario YAML file")->required();
-  sub->add_option("--grain", o->grain, "Tokens per DP unit (default 8, as the authors' planner)");
+  sub->add_option("--grain", o->grain, "Tokens per DP unit (default 8, as the authors' planner)")
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--max-micro-batch", o->max_micro_batch,
                   "Largest micro-batch size the joint DP considers (default 1, as every reported plan)");
-  sub->add_option("--epsilon-ms", o->epsilon_ms, "With --linear-scan: skip t_max candidates closer than this");
+  sub->add_option("--epsilon-ms", o->epsilon_ms, "With --linear-scan: skip t_max candidates closer than this")
+      ->check(finite_range(0, 1e9));
   sub->add_flag("--linear-scan", o->linear_scan, "The paper's straightforward ascending t_max scan (not bisection)");
   sub->add_flag("--max-batch", o->max_batch,
                 "Largest batch whose GPipe baseline fits the device (per replica and global), instead of planning");
-  sub->add_option("--memory-GB", o->memory_GB, "With --max-batch: per-GPU capacity in GB (default: the device's)");
+  sub->add_option("--memory-GB", o->memory_GB, "With --max-batch: per-GPU capacity in GB (default: the device's)")
+      ->check(finite_range(1e-3, 1e5));
   sub->add_flag("--simulate", o->simulate,
                 "Also simulate the DP's scheme and every uniform slicing (one simulation each, in child processes)");
   return {sub, [o] { return run_plan(*o); }};

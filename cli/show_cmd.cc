@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 
 #include "cli/commands.h"
+#include "core/atomic_file.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
 #include "core/schedule_csv.h"
@@ -22,7 +24,11 @@ struct ShowOptions {
 
 int run_show(const ShowOptions& o) {
   Scenario s = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario);
+  check_output_paths({{"--csv", o.csv}});
   auto prep = prepare(s);
+  if (o.worker >= prep->lowered.workers())
+    throw InputError("--worker " + std::to_string(o.worker) + ": this scenario has workers 0.." +
+                     std::to_string(prep->lowered.workers() - 1));
   if (!o.lowered) {
     std::cout << schedule_text(prep->schedule);
   } else {
@@ -36,9 +42,7 @@ int run_show(const ShowOptions& o) {
   CheckedSchedule cs = check(prep->lowered, prep->placement);
   std::printf("check: ok (%zu DAG nodes)\n", cs.dag().size());
   if (!o.csv.empty()) {
-    std::ofstream f(o.csv, std::ios::binary);
-    f << schedule_to_csv(prep->schedule);
-    if (!f.flush()) throw InputError("--csv " + o.csv + ": cannot write the file");
+    write_file_atomic(o.csv, schedule_to_csv(prep->schedule), "--csv");
     std::printf("wrote %s: %d rows (ranks), %zu actions\n", o.csv.c_str(), prep->schedule.p, prep->schedule.op_count());
   }
   return 0;
@@ -50,7 +54,8 @@ Command add_show(CLI::App& app) {
   auto* sub = app.add_subcommand("show", "Print a scenario's schedule and run the static checker");
   sub->add_option("scenario", o->scenario, "Scenario YAML file (default: built-in)");
   sub->add_flag("--lowered", o->lowered, "Print the lowered per-worker programs (sends, receives, collectives)");
-  sub->add_option("--worker", o->worker, "Only this worker (with --lowered)");
+  sub->add_option("--worker", o->worker, "Only this worker (with --lowered)")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   sub->add_option(
       "--csv", o->csv,
       "Also write the schedule as a PyTorch pipelining CSV (one row per rank; schedule kind file reads it)");

@@ -8,11 +8,14 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
+#include "core/atomic_file.h"
 #include "core/pipeline.h"
 #include "core/profile.h"
 #include "core/profile_cost.h"
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
+#include "core/work_estimate.h"
 #include "sim/engine.h"
 #include "sim/report.h"
 #include "sim/run_scenario.h"
@@ -33,13 +36,8 @@ struct SimulateOptions {
   std::string timeline;  // --timeline FILE.svg
   bool timeline_comm = false, timeline_all_replicas = false;
   double timeline_width_px = 1600;
+  bool fail_on_oom = false;  // exit 2 when a rank does not fit in device memory
 };
-
-std::ofstream open_output(const std::string& path, const char* flag) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw InputError(std::string(flag) + " " + path + ": cannot open for writing");
-  return f;
-}
 
 const ScheduleEntry& kind_from_string(const std::string& name, const char* flag = "--compare") {
   if (const ScheduleEntry* e = find_schedule(name)) return *e;
@@ -87,6 +85,7 @@ sim::Report run_one(const Scenario& s, const SimulateOptions& o, std::ostream* j
 int run_compare(const Scenario& base, const SimulateOptions& o) {
   std::vector<Scenario> variants;
   for (const auto& k : o.compare) variants.push_back(variant(base, kind_from_string(k)));
+  for (const auto& s : variants) check_work(s);  // refused here (exit 1), not as a failed row
   // SimGrid allows one Engine per process: each variant runs in a forked child (sim/run_scenario.h).
   std::vector<sim::RunOutcome> res;
   for (const auto& s : variants) {
@@ -116,6 +115,7 @@ int run_compare(const Scenario& base, const SimulateOptions& o) {
     std::printf("%-14s %14.9f %14.9f %10.4f %10.4f %12.2f %12.2f %s\n", name, v.iteration_s, v.pipeline_end_s,
                 v.bubble_idle_fraction, v.bubble_ratio, v.tflops_per_gpu, v.peak_memory_bytes / 1e9,
                 v.oom ? "OOM" : "");
+    if (v.oom && o.fail_on_oom) rc = kExitSchedule;
   }
   std::printf("idle_phi = bubble time / makespan (mean over ranks); bubble_b = bubble / ideal time (Megatron)\n");
   return rc;
@@ -143,6 +143,7 @@ int list_schedules() {
 
 int run_simulate(const SimulateOptions& o) {
   if (o.list_schedules) return list_schedules();
+  check_output_paths({{"--json", o.json}, {"--trace", o.trace}, {"--timeline", o.timeline}});
   // A scenario file takes --profile before it is validated; the built-in default takes it here.
   Scenario s = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario, o.profile);
   if (o.scenario.empty() && !o.profile.empty()) s = use_profile(s, o.profile);
@@ -153,16 +154,26 @@ int run_simulate(const SimulateOptions& o) {
   if (!o.compare.empty() && !o.timeline.empty())
     throw InputError("--timeline draws one run; it cannot be combined with --compare");
   if (!o.compare.empty()) return run_compare(s, o);
-  std::unique_ptr<std::ofstream> json, trace, timeline;
-  if (!o.timeline.empty()) timeline = std::make_unique<std::ofstream>(open_output(o.timeline, "--timeline"));
-  if (!o.json.empty()) json = std::make_unique<std::ofstream>(open_output(o.json, "--json"));
-  if (!o.trace.empty()) trace = std::make_unique<std::ofstream>(open_output(o.trace, "--trace"));
-  sim::Report rep = run_one(s, o, json.get(), trace.get(), timeline.get());
-  sim::print_table(std::cout, rep);
-  if (!s.sim.profile.empty()) std::cout << cost_sources_text(s) << "\n";  // which profile part timed the ops
-  if (json && !json->flush()) throw InputError("--json " + o.json + ": write failed");
-  if (trace && !trace->flush()) throw InputError("--trace " + o.trace + ": write failed");
-  if (timeline && !timeline->flush()) throw InputError("--timeline " + o.timeline + ": write failed");
+  // Outputs are rendered in memory and written atomically after the run (core/atomic_file.h).
+  std::ostringstream json, trace, timeline;
+  sim::Report rep = run_one(s, o, o.json.empty() ? nullptr : &json, o.trace.empty() ? nullptr : &trace,
+                            o.timeline.empty() ? nullptr : &timeline);
+  // An output written to standard output ("-") gets it alone; the table then goes to stderr.
+  const bool stdout_taken = o.json == "-" || o.trace == "-" || o.timeline == "-";
+  std::ostream& table = stdout_taken ? std::cerr : std::cout;
+  sim::print_table(table, rep);
+  if (!s.sim.profile.empty()) table << cost_sources_text(s) << "\n";  // which profile part timed the ops
+  table.flush();
+  if (!o.json.empty()) write_file_atomic(o.json, json.str(), "--json");
+  if (!o.trace.empty()) write_file_atomic(o.trace, trace.str(), "--trace");
+  if (!o.timeline.empty()) write_file_atomic(o.timeline, timeline.str(), "--timeline");
+  if (!std::cout) throw OutputWriteError("standard output: write failed");
+  if (o.fail_on_oom)
+    for (const auto& rm : rep.memory.ranks)
+      if (rm.oom) {
+        std::fprintf(stderr, "error: --fail-on-oom: the memory model says a rank does not fit in device memory\n");
+        return kExitSchedule;
+      }
   return 0;
 }
 
@@ -178,6 +189,8 @@ Command add_simulate(CLI::App& app) {
       ->delimiter(',');
   sub->add_option("--schedule", o->schedule,
                   "Simulate the scenario with this registered schedule instead (see --list-schedules)");
+  sub->add_flag("--fail-on-oom", o->fail_on_oom,
+                "Exit with code 2 when the memory model says a rank does not fit in device memory");
   sub->add_flag("--list-schedules", o->list_schedules, "List the registered schedules (name, traits, help) and exit");
   sub->add_option("--profile", o->profile,
                   "Device profile (pipescope calibrate, or calib/profiles/*.yaml) in place of the scenario's device");
@@ -188,7 +201,7 @@ Command add_simulate(CLI::App& app) {
   sub->add_flag("--timeline-all-replicas", o->timeline_all_replicas,
                 "Timeline: a row for every data-parallel replica's stages (default: replica 0)");
   sub->add_option("--timeline-width", o->timeline_width_px, "Timeline width in pixels (default 1600)")
-      ->check(CLI::Range(200.0, 100000.0));
+      ->check(finite_range(200.0, 100000.0));
   return {sub, [o] { return run_simulate(*o); }};
 }
 

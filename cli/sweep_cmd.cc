@@ -20,7 +20,10 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/atomic_file.h"
+#include "core/input_file.h"
 #include "core/scenario.h"
+#include "core/work_estimate.h"
 #include "sim/run_scenario.h"
 
 namespace pipescope::cli {
@@ -88,11 +91,11 @@ Axis parse_axis(const std::string& arg) {
 }
 
 std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ScenarioError(path + ": cannot open scenario file");
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
+  try {
+    return read_input_file(path, "scenario file");  // regular, <= 16 MiB, UTF-8 (core/input_file.h)
+  } catch (const InputFileError& e) {
+    throw ScenarioError(e.what());
+  }
 }
 
 // The node at `path` in the original document, or an undefined node.
@@ -241,6 +244,7 @@ int run_sweep(const SweepOptions& o) {
       if (axes[i].key == axes.back().key) throw InputError("--vary " + axes.back().key + ": given twice");
   }
   if (axes.empty()) throw InputError("sweep: give at least one --vary key=v1,v2,...");
+  check_output_paths({{"--out", o.out}});
 
   const std::string source = o.scenario.empty() ? "<builtin>" : o.scenario;
   const std::string base_text = o.scenario.empty() ? default_scenario_yaml() : read_file(o.scenario);
@@ -248,23 +252,26 @@ int run_sweep(const SweepOptions& o) {
     default_scenario();
   else
     load_scenario(o.scenario);  // errors in the file itself, with its own positions
+  // The grid's size before building it (core/work_estimate.h): 10^6 points would run for hours.
+  double points = 1;
+  for (const auto& ax : axes) points *= static_cast<double>(ax.values.size());
+  const Scenario base = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario);
+  check_run_count(points, 0.3 + estimate_work(base).seconds, "sweep");
 
   // Every variant first (cheap, no simulation): a bad key or value stops the sweep before anything runs.
   std::vector<Variant> variants;
   std::vector<std::size_t> pick(axes.size(), 0);
   for (;;) {
     variants.push_back(make_variant(source, base_text, axes, pick));
+    // A point over the work limits is refused before anything runs (an invalid combination is a row instead).
+    if (variants.back().invalid.empty()) check_work(variants.back().scenario);
     std::size_t a = axes.size();
     while (a > 0 && ++pick[a - 1] == axes[a - 1].values.size()) pick[--a] = 0;
     if (a == 0) break;
   }
 
-  std::unique_ptr<std::ofstream> file;
-  if (!o.out.empty()) {
-    file = std::make_unique<std::ofstream>(o.out, std::ios::binary);
-    if (!*file) throw InputError("--out " + o.out + ": cannot open for writing");
-  }
-  std::ostream& os = file ? *file : std::cout;
+  std::ostringstream file;  // --out: written atomically at the end (core/atomic_file.h)
+  std::ostream& os = o.out.empty() ? std::cout : file;
   for (const auto& ax : axes) os << csv_field(ax.key) << ',';
   os << kResultColumns << ",error\n";
   os.flush();
@@ -314,7 +321,7 @@ int run_sweep(const SweepOptions& o) {
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "sweep: %zu rows, %d failed (%d invalid combinations), %.1f s%s%s\n", variants.size(), failed,
                invalid, total, o.out.empty() ? "" : ", wrote ", o.out.c_str());
-  if (file && !file->flush()) throw InputError("--out " + o.out + ": write failed");
+  if (!o.out.empty()) write_file_atomic(o.out, file.str(), "--out");
   if (failed < static_cast<int>(variants.size())) return 0;
   return invalid == failed ? kExitInput : kExitSchedule;
 }

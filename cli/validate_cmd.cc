@@ -32,10 +32,12 @@
 
 #include "cli/commands.h"
 #include "cli/fork_run.h"
+#include "core/atomic_file.h"
 #include "core/pipeline.h"
 #include "core/profile.h"
 #include "core/profile_cost.h"
 #include "core/scenario.h"
+#include "core/work_estimate.h"
 #include "runtime/exactness.h"
 #include "runtime/job.h"
 #include "runtime/rank_job.h"
@@ -51,6 +53,7 @@ namespace {
 
 // Exit codes of pipescope-rank (runtime/mpi_rank.h; this binary does not link the MPI part).
 constexpr int kRankWatchdog = 2;
+constexpr int kMaxValidateRanks = 256;
 
 struct ValidateOptions {
   runtime::RankJob job;  // scenario, shrinking, run: passed on to the ranks as flags
@@ -98,6 +101,11 @@ int run_measured(const ValidateOptions& o, const runtime::RankJob& job, const Lo
   if (access(exe.c_str(), X_OK) != 0)
     throw InputError("--rank-exe " + exe + ": not an executable (build pipescope-rank)");
   const int ranks = ls.workers() * ls.tp;
+  // One process per rank on this machine: beyond a few hundred the job only thrashes (docs/limits.md).
+  if (ranks > kMaxValidateRanks && !allow_large())
+    throw InputError("validate: " + std::to_string(ranks) + " MPI ranks (dp * pp * tp) is over the limit of " +
+                     std::to_string(kMaxValidateRanks) + " (shrink with --dp/--pp/--tp, or pass --allow-large)");
+  require_program(argv[0], "--launcher");
   argv.insert(argv.end(), {"-n", std::to_string(ranks), exe});
   for (auto& a : job.args()) argv.push_back(a);
   argv.insert(argv.end(), {"--out", out_file});
@@ -260,10 +268,13 @@ int run_validate(const ValidateOptions& vo) {
   runtime::RankJob o = vo.job;
   if (o.backend == "null") o.no_check = true;  // no arithmetic: nothing to compare with the reference
   if (o.iterations < 1 || o.warmup < 0) throw InputError("--iterations must be >= 1 and --warmup >= 0");
+  check_output_paths({{"--json", vo.json}, {"--trace", vo.trace}, {"--timeline", vo.timeline}});
   if (!(o.watchdog_s > 0)) throw InputError("--watchdog must be > 0 seconds");
   try {
     runtime::check_backend(o.backend);  // unknown names, cuda without the GPU path: before anything runs
   } catch (const runtime::RuntimeError& e) {
+    // A GPU backend this build or machine cannot run is the environment's limit, not a typo.
+    if (runtime::is_cuda_backend(o.backend)) throw EnvironmentError(std::string("--backend: ") + e.what());
     throw InputError(std::string("--backend: ") + e.what());
   }
 
@@ -402,19 +413,13 @@ int run_validate(const ValidateOptions& vo) {
     }
     j["runtime_overhead_us_per_op"] = c.overhead_s_per_op * 1e6;
     if (!o.no_check) j["exactness"] = exact_json;
-    std::ofstream f(vo.json, std::ios::binary);
-    if (!f) throw InputError("--json " + vo.json + ": cannot open for writing");
-    f << j.dump(2) << "\n";
-    if (!f.flush()) throw InputError("--json " + vo.json + ": write failed");
+    write_file_atomic(vo.json, j.dump(2) + "\n", "--json");
   }
   if (!vo.trace.empty()) {
     std::ostringstream simulated, measured;
     sim::write_trace(simulated, cs, sr, stamp);
     runtime::write_measured_trace(measured, ls, prep->placement, mr);
-    std::ofstream f(vo.trace, std::ios::binary);
-    if (!f) throw InputError("--trace " + vo.trace + ": cannot open for writing");
-    f << runtime::merge_traces(simulated.str(), measured.str());
-    if (!f.flush()) throw InputError("--trace " + vo.trace + ": write failed");
+    write_file_atomic(vo.trace, runtime::merge_traces(simulated.str(), measured.str()), "--trace");
   }
   if (!vo.timeline.empty()) {
     // The last timed measured iteration (sends until their observed completion), below the simulated twin;
@@ -439,10 +444,9 @@ int run_validate(const ValidateOptions& vo) {
                             sim::timeline_title("simulated", s.name, ls, sr.iteration_s), po),
         sim::timeline_panel(ls, prep->placement, measured,
                             sim::timeline_title("measured " + mr.backend, s.name, ls, measured_s), po)};
-    std::ofstream f(vo.timeline, std::ios::binary);
-    if (!f) throw InputError("--timeline " + vo.timeline + ": cannot open for writing");
-    sim::write_timeline_svg(f, panels, so);
-    if (!f.flush()) throw InputError("--timeline " + vo.timeline + ": write failed");
+    std::ostringstream svg;
+    sim::write_timeline_svg(svg, panels, so);
+    write_file_atomic(vo.timeline, svg.str(), "--timeline");
   }
   return exact_ok ? 0 : kExitInternal;
 }

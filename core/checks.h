@@ -20,9 +20,8 @@ namespace pipescope {
 
 class CheckError : public std::runtime_error {
  public:
-  CheckError(const std::string& what, std::vector<std::string> ops)
-      : std::runtime_error(what), ops_(std::move(ops)) {}
-  const std::vector<std::string>& ops() const { return ops_; }   // canonical texts of offending ops
+  CheckError(const std::string& what, std::vector<std::string> ops) : std::runtime_error(what), ops_(std::move(ops)) {}
+  const std::vector<std::string>& ops() const { return ops_; }  // canonical texts of offending ops
 
  private:
   std::vector<std::string> ops_;

@@ -8,6 +8,7 @@
 #include "core/schedule_registry.h"
 #include "core/seq1f1b.h"
 #include "core/terapipe_planner.h"
+#include "core/work_estimate.h"
 
 namespace pipescope {
 
@@ -53,6 +54,7 @@ std::unique_ptr<CostModel> make_cost_model(const Scenario& s) {
 }
 
 std::unique_ptr<Prepared> prepare(const Scenario& s) {
+  check_work(s);  // refuse runaway configurations before allocating anything (core/work_estimate.h)
   auto p = std::make_unique<Prepared>();
   p->scenario = s;
   p->cost = make_cost_model(s);

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/input_file.h"
 #include "core/profile_kernels.h"
 #include "core/scenario.h"
 #include "core/units.h"
@@ -398,6 +399,49 @@ bool LayerTable::same_shape(const LayerTable& o) const {
   return hidden == o.hidden && heads == o.heads && ffn == o.ffn && tp == o.tp && dtype == o.dtype;
 }
 
+namespace {
+
+// The optional sections, in the order write_profile writes them.
+const char* const kSections[] = {"links",          "collectives", "gemm", "layers", "optimizer_us_per_mparam",
+                                 "op_overhead_us", "kernels"};
+
+std::string profile_sections(const DeviceProfile& p) {
+  const bool has[] = {!p.links.empty(),  !p.collectives.empty(),      !p.gemms.empty(),
+                      !p.layers.empty(), p.optimizer_s_per_param > 0, p.op_overhead_s > 0,
+                      !p.kernels.empty()};
+  std::string out = "device";
+  for (std::size_t i = 0; i < std::size(kSections); i++)
+    if (has[i]) out += std::string(", ") + kSections[i];
+  return "[" + out + "]";
+}
+
+// Schema-complete or refused: a profile lists its sections first (`sections: [...]`) and ends with
+// `complete: true`, so a file cut at a line boundary or with a section deleted is an error naming the file and
+// what is missing, instead of a profile that silently times some ops with the analytic model.
+void check_complete(const std::string& src, const YAML::Node& root, const Map& m) {
+  const std::string rerun = " (re-run pipescope calibrate, or calibrate --analytic, to write a whole profile)";
+  if (!m.has("complete") || !root["complete"].IsScalar() || root["complete"].Scalar() != "true")
+    fail(src, root, "complete",
+         "missing: the profile does not end with `complete: true`; the file is truncated or was edited" + rerun);
+  if (!m.has("sections") || !root["sections"].IsSequence())
+    fail(src, root, "sections", "missing: the list of the profile's sections (the profile is incomplete)" + rerun);
+  std::set<std::string> listed;
+  for (const auto& e : root["sections"]) {
+    const std::string name = e.IsScalar() ? e.Scalar() : std::string();
+    if (name != "device" && std::find(std::begin(kSections), std::end(kSections), name) == std::end(kSections))
+      fail(src, e, "sections", "unknown section '" + name + "'");
+    listed.insert(name);
+  }
+  for (const std::string& name : listed)
+    if (!m.has(name))
+      fail(src, root, name, "missing: the profile lists section " + name + " but it is not there" + rerun);
+  for (const char* name : kSections)
+    if (m.has(name) && !listed.count(name))
+      fail(src, m.node(name), name, "present but not listed in `sections`: the file was edited" + rerun);
+}
+
+}  // namespace
+
 DeviceProfile parse_profile(const std::string& text, const std::string& source) {
   YAML::Node root;
   try {
@@ -408,8 +452,9 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
   }
   if (!root || root.IsNull()) throw ProfileError(source + ": empty profile");
   const Map m(source, root, "",
-              {"pipescope_profile", "kind", "name", "provenance", "device", "links", "collectives", "gemm", "layers",
-               "optimizer_us_per_mparam", "op_overhead_us", "kernels"});
+              {"pipescope_profile", "kind", "name", "provenance", "sections", "device", "links", "collectives", "gemm",
+               "layers", "optimizer_us_per_mparam", "op_overhead_us", "kernels", "complete"});
+  check_complete(source, root, m);
   const int version = m.integer("pipescope_profile", 1);
   if (version != kVersion)
     fail(source, m.node("pipescope_profile"), "pipescope_profile",
@@ -509,11 +554,11 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
 }
 
 DeviceProfile load_profile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ProfileError(path + ": cannot open profile: " + std::strerror(errno));
-  std::ostringstream text;
-  text << f.rdbuf();
-  return parse_profile(text.str(), path);
+  try {
+    return parse_profile(read_input_file(path, "profile"), path);
+  } catch (const InputFileError& e) {
+    throw ProfileError(e.what());
+  }
 }
 
 void check_profile(const DeviceProfile& p) {
@@ -542,6 +587,7 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
   os << "pipescope_profile: " << kVersion << "\n";
   os << "kind: " << p.kind << "\n";
   os << "name: " << quoted(p.name) << "\n";
+  os << "sections: " << profile_sections(p) << "\n";
   os << "provenance:" << (p.provenance.empty() ? " {}" : "") << "\n";
   for (const auto& [k, v] : p.provenance) os << "  " << quoted(k) << ": " << quoted(v) << "\n";
   const DeviceSpec& d = p.device;
@@ -624,6 +670,7 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
   if (p.optimizer_s_per_param > 0) os << "optimizer_us_per_mparam: " << us(p.optimizer_s_per_param * 1e6) << "\n";
   if (p.op_overhead_s > 0) os << "op_overhead_us: " << us(p.op_overhead_s) << "\n";
   if (!p.kernels.empty()) write_kernel_fits(p.kernels, os);
+  os << "complete: true\n";
 }
 
 std::string device_class(const std::string& name) {

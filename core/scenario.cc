@@ -18,8 +18,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/input_file.h"
 #include "core/presets.h"
 #include "core/profile.h"
+#include "core/ranges.h"
 #include "core/schedule_csv.h"
 #include "core/schedule_registry.h"
 #include "core/units.h"
@@ -195,6 +197,8 @@ class Section {
     long long v = 0;
     if (!n->IsScalar() || !parse_int(n->Scalar(), v) || v <= 0 || v > std::numeric_limits<int>::max())
       fail(key, "expected a positive integer, got " + describe(*n));
+    typed(key, *n, "an integer");
+    in_range(key, static_cast<double>(v));
     out = static_cast<int>(v);
     return true;
   }
@@ -210,6 +214,8 @@ class Section {
                      : kind == Num::NonNegative ? v >= 0
                                                 : v > 0 && v <= 1);
     if (!ok) fail(key, std::string("expected ") + kExpect[static_cast<int>(kind)] + ", got " + describe(*n));
+    typed(key, *n, "a number");
+    in_range(key, v);
     out = v * scale;
     return true;
   }
@@ -218,6 +224,7 @@ class Section {
     const YAML::Node* n = find(key);
     if (!n) return false;
     const std::string t = n->IsScalar() ? n->Scalar() : std::string();
+    if (n->IsScalar()) typed(key, *n, "true or false");
     if (t == "true" || t == "True" || t == "TRUE")
       out = true;
     else if (t == "false" || t == "False" || t == "FALSE")
@@ -267,12 +274,31 @@ class Section {
       if (!e.IsScalar() || !parse_int(e.Scalar(), v) || v <= 0 || v > std::numeric_limits<int>::max())
         fail_at(source_, e.IsNull() ? entries_.at(key).mark : e.Mark(), child(key) + "[" + std::to_string(i) + "]",
                 "expected a positive integer, got " + describe(e));
+      const std::string why = e.Tag() != "?" ? "a quoted or tagged value is not an integer; write it plain"
+                                             : range_violation(child(key), static_cast<double>(v));
+      if (!why.empty()) fail_at(source_, e.Mark(), child(key) + "[" + std::to_string(i) + "]", why);
       out.push_back(static_cast<int>(v));
     }
     return true;
   }
 
  private:
+  // Strict typing: a number or boolean is a plain scalar. `pp: "4"` (quoted: a string) and `pp: !foo 4` (an
+  // application tag) are refused rather than converted; the YAML core tags (!!int, !!float, !!bool) are accepted.
+  void typed(const std::string& key, const YAML::Node& n, const char* what) const {
+    const std::string& tag = n.Tag();
+    if (tag == "?" || tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
+        tag == "tag:yaml.org,2002:bool")
+      return;
+    fail(key, std::string("expected ") + what + ", got " +
+                  (tag == "!" ? "the quoted string " + describe(n) + " (write it without quotes)"
+                              : "a value tagged " + tag + " (remove the tag)"));
+  }
+  // The documented plausible range of the key (core/ranges.h).
+  void in_range(const std::string& key, double v) const {
+    const std::string why = range_violation(child(key), v);
+    if (!why.empty()) fail(key, why);
+  }
   struct Entry {
     YAML::Node node;
     YAML::Mark mark;
@@ -561,6 +587,7 @@ class Validator {
 
  private:
   void check_stage_layers_key(const ModelSpec& m, const ParallelSpec& p) const;
+  void check_ranges() const;
   const Scenario& s_;
   const Marks* marks_;
 };
@@ -591,7 +618,58 @@ void Validator::check_stage_layers_key(const ModelSpec& m, const ParallelSpec& p
          "the stages hold " + std::to_string(sum) + " layers in all, but model.layers = " + std::to_string(m.layers));
 }
 
+// The documented ranges (core/ranges.h) also for values set in code: command-line overrides (validate --pp,
+// calibrate shapes), sweep variants and profiles applied after loading.
+void Validator::check_ranges() const {
+  using namespace units;
+  const ModelSpec& m = s_.model;
+  const ClusterSpec& c = s_.cluster;
+  const DeviceSpec& d = c.device;
+  const ParallelSpec& p = s_.parallel;
+  const std::pair<const char*, double> values[] = {
+      {"model.layers", m.layers},
+      {"model.hidden", m.hidden},
+      {"model.heads", m.heads},
+      {"model.ffn_hidden", m.ffn_hidden},
+      {"model.vocab", m.vocab},
+      {"model.seq_len", m.seq_len},
+      {"cluster.nodes", c.nodes},
+      {"cluster.gpus_per_node", c.gpus_per_node},
+      {"cluster.device.peak_tflops_fp16", d.peak_flops_fp16 / kTflops},
+      {"cluster.device.peak_tflops_bf16", d.peak_flops_bf16 / kTflops},
+      {"cluster.device.peak_tflops_fp32", d.peak_flops_fp32 / kTflops},
+      {"cluster.device.peak_tflops_fp64", d.peak_flops_fp64 / kTflops},
+      {"cluster.device.memory_GB", d.memory_bytes / kGB},
+      {"cluster.device.hbm_bw_GBps", d.hbm_bw_Bps / kGBps},
+      {"cluster.device.gemm_efficiency", d.gemm_efficiency},
+      {"cluster.device.gemm_half_sat_gflop", d.gemm_half_sat_flops / 1e9},
+      {"cluster.device.kernel_launch_us", d.kernel_launch_s / kUs},
+      {"cluster.device.memory_efficiency", d.memory_efficiency},
+      {"cluster.intra_node.nvlink_latency_us", c.nvlink_latency_s / kUs},
+      {"cluster.intra_node.pcie_latency_us", c.pcie_latency_s / kUs},
+      {"cluster.network.nic_latency_us", c.nic_latency_s / kUs},
+      {"parallel.dp", p.dp},
+      {"parallel.pp", p.pp},
+      {"parallel.tp", p.tp},
+      {"parallel.v", p.v},
+      {"parallel.micro_batch_size", p.micro_batch_size},
+      {"parallel.global_batch", p.global_batch},
+      {"schedule.seq_slices", s_.schedule.seq_slices},
+      {"training.optimizer_bytes_per_param", s_.training.optimizer_bytes_per_param},
+  };
+  for (const auto& [key, v] : values)
+    if (const std::string why = range_violation(key, v); !why.empty()) fail({key}, why);
+  // Bandwidths of unused link classes stay 0 (core/scenario.cc parse_cluster); a given one must be in range.
+  const std::pair<const char*, double> links[] = {{"cluster.intra_node.nvlink_bw_GBps", c.nvlink_bw_Bps / kGBps},
+                                                  {"cluster.intra_node.pcie_bw_GBps", c.pcie_bw_Bps / kGBps},
+                                                  {"cluster.network.nic_bw_Gbps", c.nic_bw_Bps / kGbps}};
+  for (const auto& [key, v] : links)
+    if (v != 0)
+      if (const std::string why = range_violation(key, v); !why.empty()) fail({key}, why);
+}
+
 void Validator::run() const {
+  check_ranges();
   const ModelSpec& m = s_.model;
   const ClusterSpec& c = s_.cluster;
   const DeviceSpec& d = c.device;
@@ -840,7 +918,54 @@ class DocumentStart : public YAML::EventHandler {
   void OnMapEnd() override {}
 };
 
+// yaml-cpp 0.7 takes a quoted scalar left open to the end of the file as closed there, so `name: "abc` swallows the
+// rest of the document and the error would be a missing section. Each quoted scalar must close in the text.
+bool quote_closes(const std::string& text, std::size_t at) {
+  const char q = text[at];
+  for (std::size_t i = at + 1; i < text.size(); i++) {
+    if (q == '"' && text[i] == '\\') {
+      i++;
+    } else if (text[i] == q) {
+      if (q == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        i++;
+        continue;
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+void check_quotes(const YAML::Node& n, const std::string& text, const std::string& source) {
+  if (n.IsScalar()) {
+    const int pos = n.Mark().pos;
+    if (pos >= 0 && static_cast<std::size_t>(pos) < text.size() && (text[pos] == '"' || text[pos] == '\'') &&
+        !quote_closes(text, static_cast<std::size_t>(pos)))
+      fail_at(source, n.Mark(), "(syntax)", std::string("unterminated quoted string (no closing ") + text[pos] + ")");
+  } else if (n.IsSequence()) {
+    for (const YAML::Node& e : n) check_quotes(e, text, source);
+  } else if (n.IsMap()) {
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const YAML::Node k = it->first;
+      const YAML::Node v = it->second;
+      check_quotes(k, text, source);
+      check_quotes(v, text, source);
+    }
+  }
+}
+
 Scenario parse_impl(const std::string& text, const std::string& source, const std::string& profile_override = "") {
+  // The limits of core/input_file.h also for text that did not come from a file (sweep variants, tests).
+  if (text.size() > kMaxInputBytes)
+    throw ScenarioError(source + ": " + std::to_string(text.size()) + " bytes: larger than the " +
+                        std::to_string(kMaxInputBytes >> 20) + " MiB limit on input files");
+  int bad_line = 0, bad_col = 0;
+  if (const std::string bad = utf8_problem(text, &bad_line, &bad_col); !bad.empty())
+    throw ScenarioError(source + ":" + std::to_string(bad_line) + ":" + std::to_string(bad_col) +
+                        ": (encoding): " + bad.substr(bad.find(": ") + 2));
+  // The path names the scenario in JSON reports, which must be UTF-8 (nlohmann refuses to write it otherwise).
+  if (!utf8_problem(source).empty())
+    throw ScenarioError(source + ": the file name is not valid UTF-8 (rename the file)");
   // YAML::LoadAll loops forever (allocating empty documents) on a ',' outside a flow collection
   // (yaml-cpp 0.7, found by fuzz_scenario), so load the first document only and look for a second one with
   // the event parser, which stops after two documents whatever follows.
@@ -859,6 +984,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
               "a second YAML document starts here (a scenario is one document; check the indentation)");
     }
     if (has_doc) doc = YAML::Load(text);
+    check_quotes(doc, text, source);
   } catch (const YAML::Exception& e) {
     fail_at(source, e.mark, "(syntax)", e.msg);
   }
@@ -962,7 +1088,9 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
     try {
       s = apply_profile(s, load_profile(path), path);
     } catch (const ProfileError& e) {
-      fail_at(source, marks.at(key), key, e.what());
+      // The profile's own position first: the error is in that file, not in the scenario.
+      throw ScenarioError(std::string(e.what()) + " (the profile of " + position(source, marks.at(key)) + ": " + key +
+                          ")");
     }
   }
 
@@ -977,12 +1105,13 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source)
 }
 
 Scenario load_scenario(const std::string& path, const std::string& profile) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ScenarioError(path + ": cannot open scenario file: " + std::strerror(errno));
-  std::ostringstream text;
-  text << f.rdbuf();
-  if (f.bad()) throw ScenarioError(path + ": read error");
-  return parse_impl(text.str(), path, profile);
+  std::string text;
+  try {
+    text = read_input_file(path, "scenario file");
+  } catch (const InputFileError& e) {
+    throw ScenarioError(e.what());
+  }
+  return parse_impl(text, path, profile);
 }
 
 const char* default_scenario_yaml() {

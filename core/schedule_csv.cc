@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "core/checks.h"
+#include "core/input_file.h"
 
 namespace pipescope {
 namespace {
@@ -457,17 +458,23 @@ Schedule schedule_from_csv(const std::string& text, const std::string& source, c
   return reader.build(rows);
 }
 
+namespace {
+// The checks of every input file (core/input_file.h: regular, <= 16 MiB, UTF-8), as this reader's error type.
+std::string read_schedule_file(const std::string& path) {
+  try {
+    return read_input_file(path, "schedule file");
+  } catch (const InputFileError& e) {
+    throw std::invalid_argument(e.what());
+  }
+}
+}  // namespace
+
 Schedule load_schedule_csv(const std::string& path, const CsvScheduleShape& shape) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::invalid_argument(path + ": cannot open the schedule file");
-  std::ostringstream text;
-  text << f.rdbuf();
-  return schedule_from_csv(text.str(), path, shape);
+  return schedule_from_csv(read_schedule_file(path), path, shape);
 }
 
 StageStyle csv_stage_style(const std::string& path, int p) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::invalid_argument(path + ": cannot open the schedule file");
+  std::istringstream f(read_schedule_file(path));
   std::string line;
   for (int row = 0; std::getline(f, line); row++) {
     std::istringstream cells(line);

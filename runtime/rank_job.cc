@@ -1,6 +1,7 @@
 #include "runtime/rank_job.h"
 
 #include <cstdio>
+#include <limits>
 
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
@@ -14,23 +15,43 @@ void RankJob::add_scenario_option(CLI::App& app) {
 void RankJob::add_shrink_options(CLI::App& app) {
   const char* g = "Shrinking (keep the scenario's value when not given)";
   app.add_option("--schedule", schedule, "Schedule kind, one of the registry's: " + schedule_names())->group(g);
-  app.add_option("--layers", layers, "Transformer layers")->group(g);
-  app.add_option("--hidden", hidden, "Hidden size (ffn follows in the scenario's ratio)")->group(g);
-  app.add_option("--heads", heads, "Attention heads")->group(g);
-  app.add_option("--ffn", ffn, "MLP width")->group(g);
-  app.add_option("--vocab", vocab, "Vocabulary size")->group(g);
-  app.add_option("--seq-len", seq_len, "Tokens per sequence")->group(g);
-  app.add_option("--global-batch", global_batch, "Sequences per iteration")->group(g);
-  app.add_option("--micro-batch-size", micro_batch_size, "Sequences per micro-batch")->group(g);
-  app.add_option("--dp", dp, "Data-parallel replicas")->group(g);
-  app.add_option("--pp", pp, "Pipeline stages")->group(g);
-  app.add_option("--tp", tp, "Tensor-parallel degree (tp processes per worker; must divide heads and ffn)")->group(g);
-  app.add_option("--v", v, "Model chunks per pipeline rank (interleaved)")->group(g);
-  app.add_option("--slices", slices, "Uniform token slices per micro-batch (terapipe)")->group(g);
-  app.add_option("--slice-tokens", slice_tokens, "Explicit slice lengths, e.g. 5,3,4")->delimiter(',')->group(g);
+  app.add_option("--layers", layers, "Transformer layers")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->group(g);
+  app.add_option("--hidden", hidden, "Hidden size (ffn follows in the scenario's ratio)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->group(g);
+  app.add_option("--heads", heads, "Attention heads")->check(CLI::Range(1, std::numeric_limits<int>::max()))->group(g);
+  app.add_option("--ffn", ffn, "MLP width")->check(CLI::Range(1, std::numeric_limits<int>::max()))->group(g);
+  app.add_option("--vocab", vocab, "Vocabulary size")->check(CLI::Range(1, std::numeric_limits<int>::max()))->group(g);
+  app.add_option("--seq-len", seq_len, "Tokens per sequence")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->group(g);
+  app.add_option("--global-batch", global_batch, "Sequences per iteration")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->group(g);
+  app.add_option("--micro-batch-size", micro_batch_size, "Sequences per micro-batch")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->group(g);
+  app.add_option("--dp", dp, "Data-parallel replicas")->check(CLI::Range(1, std::numeric_limits<int>::max()))->group(g);
+  app.add_option("--pp", pp, "Pipeline stages")->check(CLI::Range(1, std::numeric_limits<int>::max()))->group(g);
+  app.add_option("--tp", tp, "Tensor-parallel degree (tp processes per worker; must divide heads and ffn)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->group(g);
+  app.add_option("--v", v, "Model chunks per pipeline rank (interleaved)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->group(g);
+  app.add_option("--slices", slices, "Uniform token slices per micro-batch (terapipe)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->group(g);
+  app.add_option("--slice-tokens", slice_tokens, "Explicit slice lengths, e.g. 5,3,4")
+      ->delimiter(',')
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->group(g);
   app.add_option("--stage-layers", stage_layers,
                  "Layers per pipeline stage (per virtual stage with v > 1), e.g. 1,3: an uneven layout")
       ->delimiter(',')
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
       ->group(g);
 }
 
@@ -39,8 +60,8 @@ void RankJob::add_run_options(CLI::App& app) {
          "--backend", backend,
          "Kernels backend: cpu-f64 | cpu-f32 | null (no compute) | cuda-bf16 | cuda-f16 (one rank per GPU, NCCL)")
       ->capture_default_str();
-  app.add_option("--iterations", iterations, "Timed iterations")->capture_default_str();
-  app.add_option("--warmup", warmup, "Untimed iterations first")->capture_default_str();
+  app.add_option("--iterations", iterations, "Timed iterations")->check(CLI::Range(1, 1000000))->capture_default_str();
+  app.add_option("--warmup", warmup, "Untimed iterations first")->check(CLI::Range(0, 1000000))->capture_default_str();
   app.add_option("--watchdog", watchdog_s, "Seconds without progress before a rank reports and aborts the job")
       ->capture_default_str();
   app.add_flag("--no-check", no_check, "Skip the comparison with the single-process unsliced reference");

@@ -1,7 +1,7 @@
 # `pipescope calibrate` input errors and output handling (issue 14), run by ctest:
 #   cmake -DBIN=<pipescope> -DDIR=<scratch> -P calib_cli.cmake
 # --hidden 0 is a bad-input error (exit 1); a tiny shape with --context-steps 0 runs to a profile or a refusal
-# (exit 0 or 4), never a signal; a refused calibration (injected noise) writes nothing, and no temporary file is
+# (exit 0 or 5), never a signal; a refused calibration (injected noise) writes nothing, and no temporary file is
 # left next to --out either way.
 file(REMOVE_RECURSE ${DIR})
 file(MAKE_DIRECTORY ${DIR})
@@ -12,7 +12,7 @@ endif()
 execute_process(COMMAND ${BIN} calibrate --hidden 32 --heads 4 --seq-len 16 --vocab 64 --quick --no-links
                         --context-steps 0 --no-progress --out ${DIR}/tiny.yaml RESULT_VARIABLE rc ERROR_VARIABLE err
                         OUTPUT_QUIET)
-if(NOT (rc EQUAL 0 OR rc EQUAL 4))
+if(NOT (rc EQUAL 0 OR rc EQUAL 5))
   message(FATAL_ERROR "tiny shape, --context-steps 0: exit ${rc} (a signal?), stderr: ${err}")
 endif()
 if(rc EQUAL 0 AND NOT EXISTS ${DIR}/tiny.yaml)
@@ -22,10 +22,10 @@ execute_process(COMMAND ${CMAKE_COMMAND} -E env PIPESCOPE_CALIB_INJECT_NOISE=1.5
                         ${BIN} calibrate --hidden 32 --heads 4 --seq-len 16 --vocab 64 --quick --no-links
                         --context-steps 0 --no-progress --out ${DIR}/noisy.yaml
                 RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
-if(NOT rc EQUAL 4 OR NOT err MATCHES "calibration refused" OR NOT err MATCHES "layers\\[0\\]" OR EXISTS ${DIR}/noisy.yaml)
+if(NOT rc EQUAL 5 OR NOT err MATCHES "calibration refused" OR NOT err MATCHES "layers\\[0\\]" OR EXISTS ${DIR}/noisy.yaml)
   message(FATAL_ERROR "injected noise: exit ${rc}, stderr: ${err}")
 endif()
-file(GLOB left ${DIR}/*.tmp.*)
+file(GLOB left ${DIR}/*.tmp.* ${DIR}/.*.tmp-*)
 if(left)
   message(FATAL_ERROR "temporary files left: ${left}")
 endif()

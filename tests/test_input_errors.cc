@@ -116,9 +116,59 @@ TEST(InputErrors, HugeSizesDoNotOverflow) {
   expect_error(with("dp: 1, pp: 4, tp: 1, micro_batch_size: 1, global_batch: 8",
                     "dp: 65536, pp: 4, tp: 1, micro_batch_size: 65536, global_batch: 8"),
                8, "parallel.dp", "dp * pp * tp = 65536 * 4 * 1 = 262144 GPUs");
-  expect_error(with(with("nodes: 2", "nodes: 2147483647"), "gpus_per_node: 2", "gpus_per_node: 8"), 8, "parallel.dp",
-               "= 17179869176");
-  expect_error(with("hidden: 64", "hidden: 1073741824"), 1, "model.hidden", "does not fit in an int");
+  expect_error(with(with("nodes: 2", "nodes: 1000000"), "gpus_per_node: 2", "gpus_per_node: 1024"), 8, "parallel.dp",
+               "= 1024000000");
+  // Beyond the documented ranges (core/ranges.h) before any arithmetic.
+  expect_error(with("nodes: 2", "nodes: 2147483647"), 3, "cluster.nodes",
+               "2147483647 is outside the plausible range [1, 1000000]");
+  expect_error(with("hidden: 64", "hidden: 1073741824"), 1, "model.hidden", "outside the plausible range");
+}
+
+// Issue #21: magnitudes that once gave iterations of 1e296 s or aborted SimGrid are refused naming the key.
+TEST(InputErrors, PhysicalRanges) {
+  expect_error(with("nvlink_latency_us: 1", "nvlink_latency_us: 1e14"), 6, "cluster.intra_node.nvlink_latency_us",
+               "outside the plausible range [0, 1000000]");
+  expect_error(with("nvlink_bw_GBps: 300", "nvlink_bw_GBps: 1e-300"), 6, "cluster.intra_node.nvlink_bw_GBps",
+               "1e-300 is outside");
+  expect_error(with("nvlink_bw_GBps: 300", "nvlink_bw_GBps: 1e305"), 6, "cluster.intra_node.nvlink_bw_GBps",
+               "1e+305 is outside");
+  expect_error(with("device: {preset: A100-SXM4-80GB}", "device: {preset: A100-SXM4-80GB, kernel_launch_us: 1e300}"), 5,
+               "cluster.device.kernel_launch_us", "outside the plausible range");
+  expect_error(with("device: {preset: A100-SXM4-80GB}", "device: {preset: A100-SXM4-80GB, gemm_efficiency: 1e-300}"), 5,
+               "cluster.device.gemm_efficiency", "outside the plausible range");
+  expect_error(std::string(kBase) + "training: {optimizer_bytes_per_param: 1e300}\n", 10,
+               "training.optimizer_bytes_per_param", "outside the plausible range [0, 64]");
+  // 0 = "no bf16 support" stays accepted next to the range.
+  EXPECT_NO_THROW(parse_scenario(
+      with("device: {preset: A100-SXM4-80GB}", "device: {preset: A100-SXM4-80GB, peak_tflops_bf16: 0}"), "t.yaml"));
+}
+
+TEST(InputErrors, StrictScalarTypes) {
+  expect_error(with("pp: 4,", "pp: \"4\","), 8, "parallel.pp", "expected an integer, got the quoted string \"4\"");
+  expect_error(with("pp: 4,", "pp: !foo 4,"), 8, "parallel.pp", "tagged !foo");
+  expect_error(with("nvlink_bw_GBps: 300", "nvlink_bw_GBps: '300'"), 6, "cluster.intra_node.nvlink_bw_GBps",
+               "quoted string");
+  expect_error(with("global_batch: 8}", "global_batch: 8, stage_layers: [2, \"2\", 2, 2]}"), 8,
+               "parallel.stage_layers[1]", "quoted or tagged value is not an integer");
+  expect_error(with("kind: 1f1b", "kind: 1f1b, recompute: \"true\""), 9, "schedule.recompute", "quoted string");
+  // The YAML core tags are types, not application tags.
+  EXPECT_NO_THROW(parse_scenario(with("pp: 4,", "pp: !!int 4,"), "t.yaml"));
+}
+
+TEST(InputErrors, UnterminatedQuoteIsASyntaxError) {
+  expect_error("name: \"abc\nmodel: {preset: gpt3-1b}\n", 1, "(syntax)", "unterminated quoted string");
+  expect_error(std::string(kBase) + "name: 'it''s\n", 10, "(syntax)", "unterminated quoted string");
+  EXPECT_NO_THROW(parse_scenario(std::string(kBase) + "name: \"a \\\" b\"\n", "t.yaml"));
+}
+
+TEST(InputErrors, TextMustBeUtf8) {
+  try {
+    parse_scenario(std::string(kBase) + "name: \"ab\xff\"\n", "t.yaml");
+    ADD_FAILURE() << "accepted invalid UTF-8";
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("t.yaml:10:10: (encoding): invalid UTF-8 (byte 0xFF)"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Fuzzer regressions (fuzz_scenario): each once crashed or hung the loader.

@@ -210,7 +210,7 @@ TEST(Profile, ScenarioCalibrationKeyLoadsTheProfile) {
   } catch (const ScenarioError& e) {
     EXPECT_NE(std::string(e.what()).find("calibration: give either"), std::string::npos) << e.what();
   }
-  // A broken profile: the scenario's position and key, then the profile's.
+  // A broken profile: the profile's file and position first (the error is there), then the scenario's key.
   std::ofstream(dir + "/bad.yaml") << "pipescope_profile: 1\nkind: measured\nname: x\n";
   std::ofstream(dir + "/s2.yaml") << y << "calibration: bad.yaml\n";
   try {
@@ -218,9 +218,9 @@ TEST(Profile, ScenarioCalibrationKeyLoadsTheProfile) {
     ADD_FAILURE() << "expected an error";
   } catch (const ScenarioError& e) {
     const std::string m = e.what();
+    EXPECT_EQ(m.rfind(dir + "/bad.yaml:", 0), 0u) << m;
     EXPECT_NE(m.find("s2.yaml:"), std::string::npos) << m;
-    EXPECT_NE(m.find("bad.yaml:"), std::string::npos) << m;
-    EXPECT_NE(m.find("device: missing"), std::string::npos) << m;
+    EXPECT_NE(m.find("complete: missing"), std::string::npos) << m;
   }
   // fp64 without a profile: the device has no fp64 peak.
   std::ofstream(dir + "/s3.yaml") << y;
@@ -284,6 +284,36 @@ TEST(AnalyticProfiles, CommittedFilesAreWhatTheCommandWrites) {
               text_of(calib::analytic_profile(preset, std::string("pipescope calibrate --analytic ") + preset)))
         << path << ": regenerate with build/pipescope calibrate --analytic " << preset << " --out " << path;
     EXPECT_EQ(load_profile(path).kind, "analytic");
+  }
+}
+
+// Issue #21: a profile is schema-complete or refused. Every cut at a line boundary and every deleted section is
+// an error naming the profile file and what is missing (the issue's profile without `layers:` was accepted).
+TEST(ProfileCompleteness, TruncatedOrEditedProfilesAreRefused) {
+  const std::string text = text_of(calib::analytic_profile("dgx-a100", "test"));
+  ASSERT_NO_THROW(parse_profile(text, "p.yaml"));
+  int cuts = 0;
+  for (std::size_t at = text.find('\n'); at + 1 < text.size(); at = text.find('\n', at + 1)) {
+    const std::string cut = text.substr(0, at + 1);
+    try {
+      parse_profile(cut, "p.yaml");
+      ADD_FAILURE() << "accepted a profile cut after " << cut.size() << " bytes";
+    } catch (const ProfileError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("p.yaml", 0), 0u) << e.what();
+    }
+    cuts++;
+  }
+  EXPECT_GT(cuts, 10);
+  // The links section deleted: named.
+  const auto from = text.find("links:\n");
+  const auto to = text.find("complete:");
+  ASSERT_NE(from, std::string::npos);
+  try {
+    parse_profile(text.substr(0, from) + text.substr(to), "p.yaml");
+    ADD_FAILURE() << "accepted a profile without its links section";
+  } catch (const ProfileError& e) {
+    EXPECT_NE(std::string(e.what()).find("links: missing: the profile lists section links"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -584,7 +584,7 @@ TEST(ScenarioErrors, ScheduleFile) {
       error_of(kBase + "schedule: {kind: file}\n"),
       "t.yaml:4:18: schedule.kind: schedule kind file needs schedule.file (a CSV in PyTorch pipelining's format)");
   EXPECT_EQ(error_of(kBase + "schedule: {kind: 1f1b, file: a.csv}\n", "dir/t.yaml"),
-            "dir/t.yaml:4:30: schedule.file: dir/a.csv: cannot open the schedule file");
+            "dir/t.yaml:4:30: schedule.file: dir/a.csv: cannot open schedule file: No such file or directory");
   const std::string csv = ::testing::TempDir() + "/scenario_file_kind.csv";
   std::ofstream(csv) << "0F0\n";
   EXPECT_EQ(error_of(kBase + "schedule: {kind: 1f1b, file: " + csv + "}\n"),

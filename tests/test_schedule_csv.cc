@@ -267,8 +267,9 @@ TEST(ScheduleCsvCli, DeadlockAndUnmatchedSendExitTwoNamingTheCell) {
   write(dir + "/missing.yaml", yaml + "schedule: {kind: file, file: nope.csv}\n");
   r = pipescope("simulate " + dir + "/missing.yaml", dir + "/missing");
   EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("missing.yaml:4:30: schedule.file: " + dir + "/nope.csv: cannot open the schedule file"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("missing.yaml:4:30: schedule.file: " + dir + "/nope.csv: cannot open schedule file: No such file"),
+      std::string::npos)
       << r.err;
 }
 

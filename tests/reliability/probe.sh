@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# Issue #21 reliability probes: bad input of every class must end with its documented exit code and a message
+# naming the problem, fast and small; never a crash, a hang or a silent acceptance. One case per ctest test:
+#   probe.sh <pipescope> <source dir> <scratch dir> <case>
+# Each case writes <scratch>/<case>.result: class, exit code, wall seconds, peak RSS (KB), verdict; `probe.sh
+# ... table` prints them as the table of tests/reliability/README.md.
+set -u
+bin=$1 src=$2 work=$3 case=$4
+mkdir -p "$work"
+cd "$work" || exit 1
+if [ "$case" != table ]; then
+  rm -rf "$case" && mkdir "$case" && cd "$case" || exit 1  # each case its own files (ctest runs them in parallel)
+fi
+base=$src/tests/reliability/inputs/base.yaml
+
+# The base scenario with one line replaced: with OLD NEW OUT.
+with() { sed "s|$1|$2|" "$base" >"$3"; }
+# A scenario of the given shape (pp dp v global_batch seq_slices seq_len kind) on 8-GPU nodes.
+shape() {
+  cat >"$1" <<YAML
+model: {layers: $(($2 * $4)), hidden: 64, heads: 4, vocab: 128, seq_len: $7}
+cluster:
+  nodes: $((($2 * $3 + 7) / 8))
+  gpus_per_node: 8
+  device: {preset: A100-SXM4-80GB}
+  intra_node: {fabric: nvswitch, nvlink_bw_GBps: 300, nvlink_latency_us: 1}
+  network: {nic_bw_Gbps: 200, nic_latency_us: 5}
+parallel: {dp: $3, pp: $2, tp: 1, v: $4, micro_batch_size: 1, global_batch: $5}
+schedule: {kind: $8, seq_slices: $6}
+YAML
+}
+
+# run CLASS RC REGEX [--ulimit KB] -- ARGS...: runs pipescope ARGS, checks the exit code and the output.
+run() {
+  local cls=$1 want=$2 re=$3
+  shift 3
+  local lim=""
+  if [ "$1" = --ulimit ]; then lim=$2; shift 2; fi
+  [ "$1" = -- ] && shift
+  local out=$case.out tm=$case.time
+  (
+    [ -n "$lim" ] && ulimit -v "$lim"
+    exec timeout -s KILL 60 /usr/bin/time -f "%e %M" -o "$tm" "$bin" "$@"
+  ) >"$out" 2>&1 </dev/null
+  local rc=$?
+  local wall=NA rss=NA
+  [ -s "$tm" ] && read -r wall rss < <(tail -1 "$tm")
+  sed -i '/^Command exited with non-zero status/d' "$out"
+  cat "$out"
+  local verdict=ok
+  if [ "$rc" -eq 137 ]; then verdict=hang; elif [ "$rc" -gt 128 ] || grep -q "Command terminated by signal" "$tm" 2>/dev/null; then
+    verdict=crash
+  elif [ "$rc" -eq 0 ] && [ "$want" != 0 ]; then verdict=silent; elif [ "$rc" -ne "$want" ]; then verdict=wrong-code; fi
+  if [ "$verdict" = ok ] && ! grep -Eq -- "$re" "$out"; then verdict=unclear; fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$cls" "$case" "$rc" "$wall" "$rss" "$verdict" >"../$case.result"
+  echo "case $case ($cls): exit $rc (expected $want), ${wall} s, ${rss} KB peak: $verdict"
+  [ "$verdict" = ok ]
+}
+
+if [ "$case" = table ]; then
+  printf 'class\tcase\texit\twall_s\tpeak_KB\tverdict\n'
+  cat ./*.result 2>/dev/null | sort
+  exit 0
+fi
+
+case $case in
+  # ---- physical ranges (core/ranges.h)
+  range_nvlink_latency_1e14)
+    with "nvlink_latency_us: 1}" "nvlink_latency_us: 1e14}" in.yaml
+    run ranges 1 "cluster.intra_node.nvlink_latency_us: 100000000000000 is outside the plausible range \\[0, 1000000\\]" -- simulate in.yaml --json o.json
+    ;;
+  range_nvlink_bw_tiny)
+    with "nvlink_bw_GBps: 300" "nvlink_bw_GBps: 1e-300" in.yaml
+    run ranges 1 "nvlink_bw_GBps: 1e-300 is outside the plausible range" -- simulate in.yaml ;;
+  range_nvlink_bw_huge)
+    with "nvlink_bw_GBps: 300" "nvlink_bw_GBps: 1e305" in.yaml
+    run ranges 1 "nvlink_bw_GBps: 1e\+305 is outside the plausible range" -- simulate in.yaml ;;
+  range_gemm_efficiency_tiny)
+    with "preset: A100-SXM4-80GB}" "preset: A100-SXM4-80GB, gemm_efficiency: 1e-300}" in.yaml
+    run ranges 1 "gemm_efficiency: 1e-300 is outside" -- simulate in.yaml ;;
+  range_kernel_launch_huge)
+    with "preset: A100-SXM4-80GB}" "preset: A100-SXM4-80GB, kernel_launch_us: 1e300}" in.yaml
+    run ranges 1 "kernel_launch_us: 1e\+300 is outside" -- simulate in.yaml ;;
+  range_optimizer_bytes_huge)
+    { cat "$base"; echo "training: {optimizer_bytes_per_param: 1e300}"; } >in.yaml
+    run ranges 1 "training.optimizer_bytes_per_param: 1e\+300 is outside the plausible range" -- simulate in.yaml ;;
+  # ---- strict YAML types
+  type_quoted_int)
+    with "pp: 4," 'pp: "4",' in.yaml
+    run types 1 'parallel.pp: expected an integer, got the quoted string "4"' -- simulate in.yaml ;;
+  type_tagged_int)
+    with "pp: 4," "pp: !foo 4," in.yaml
+    run types 1 "parallel.pp: expected an integer, got a value tagged !foo" -- simulate in.yaml ;;
+  # ---- input files
+  file_unterminated_quote)
+    printf 'name: "abc\nmodel: {preset: gpt3-1b}\n' >in.yaml
+    run files 1 "in.yaml:1:7: \(syntax\): unterminated quoted string" -- simulate in.yaml ;;
+  file_directory)
+    mkdir -p adir
+    run files 1 "adir: is a directory, not a scenario file" -- simulate adir ;;
+  file_dev_zero)
+    run files 1 "/dev/zero: is not a regular file" -- simulate /dev/zero ;;
+  file_too_large)
+    { cat "$base"; head -c 17000000 /dev/zero | tr '\0' '#'; } >big.yaml
+    run files 1 "big.yaml: 17000[0-9]+ bytes: larger than the 16 MiB limit" -- simulate big.yaml ;;
+  file_not_utf8)
+    { printf 'name: "ab\xffc"\n'; cat "$base"; } >in.yaml
+    run files 1 "in.yaml:1:10: invalid UTF-8 \\(byte 0xFF\\)" -- simulate in.yaml ;;
+  file_profile_truncated)
+    head -n 12 "$src/calib/profiles/dgx-a100.analytic.yaml" >cut.yaml
+    run profiles 1 "cut.yaml:.*complete: missing" -- simulate --profile cut.yaml ;;
+  file_profile_section_deleted)
+    grep -v "^links:\|^  inter:\|^  intra:" "$src/calib/profiles/dgx-a100.analytic.yaml" >nolinks.yaml
+    run profiles 1 "nolinks.yaml:.*links: missing: the profile lists section links" -- simulate --profile nolinks.yaml ;;
+  # ---- work estimate (core/work_estimate.h)
+  work_pp_10000)
+    shape in.yaml 10000 1 1 10000 1 64 1f1b
+    run work 1 "work estimate: .* schedule ops" -- simulate in.yaml ;;
+  work_dp_1000000)
+    shape in.yaml 1 1000000 1 1000000 1 64 1f1b
+    run work 1 "work estimate: .* schedule ops" -- simulate in.yaml ;;
+  work_dp_4096_unfolded)
+    shape in.yaml 1 4096 1 4096 1 64 1f1b
+    run work 1 "over the limit of 1e\+07 ops .* --allow-large" -- simulate in.yaml ;;
+  work_seq_slices_1000000)
+    shape in.yaml 8 1 1 8 1000000 1000000 terapipe
+    run work 1 "work estimate: .* schedule ops" -- simulate in.yaml ;;
+  work_v_1000)
+    shape in.yaml 8 1 1000 8000 1 64 interleaved
+    run work 1 "work estimate: .* schedule ops" -- simulate in.yaml ;;
+  work_global_batch_1e8)
+    shape in.yaml 8 1 1 100000000 1 64 1f1b
+    run work 1 "work estimate: .* schedule ops" -- simulate in.yaml ;;
+  work_global_batch_1e9)
+    shape in.yaml 8 1 1 1000000000 1 64 1f1b
+    run work 1 "parallel.global_batch: 1000000000 is outside the plausible range" -- simulate in.yaml ;;
+  work_allow_large_under_ulimit)
+    shape in.yaml 1 4096 1 4096 1 64 1f1b
+    run work 1 "memory available to this process" --ulimit 2000000 -- simulate in.yaml --allow-large ;;
+  work_pp_10000_under_ulimit)
+    shape in.yaml 10000 1 1 10000 1 64 1f1b
+    run work 1 "work estimate" --ulimit 1000000 -- simulate in.yaml --allow-large ;;
+  work_sweep_1e6_points)
+    v=$(seq -s, 1 100)
+    run work 1 "sweep: 1e\+06 runs, about .* hours; over the limit" -- sweep "$base" --vary "parallel.global_batch=$v" \
+      --vary "model.layers=$v" --vary "model.hidden=$v" ;;
+  work_plan_tables)
+    run work 1 "plan: .* cells, about .* MB; over the limit" -- plan "$src/scenarios/terapipe/setting-1.yaml" --grain 1 \
+      --max-micro-batch 1000 ;;
+  # ---- outputs (core/atomic_file.h)
+  out_same_path)
+    run outputs 1 "--trace o.json: the same file as --json" -- simulate "$base" --json o.json --trace o.json ;;
+  out_dev_full)
+    run outputs 3 "--json /dev/full: write failed: No space left on device" -- simulate "$base" --json /dev/full ;;
+  out_missing_dir)
+    run outputs 1 "--json nodir/o.json: directory nodir does not exist" -- simulate "$base" --json nodir/o.json ;;
+  out_failed_run_keeps_previous)
+    echo '{"previous": true}' >prev.json
+    with "nvlink_latency_us: 1}" "nvlink_latency_us: 1e14}" in.yaml
+    run outputs 1 "outside the plausible range" -- simulate in.yaml --json prev.json || exit 1
+    grep -q '"previous": true' prev.json || { echo "FAIL: prev.json was changed"; exit 1; } ;;
+  out_two_on_stdout)
+    run outputs 1 "--trace -: standard output is already taken by --json" -- simulate "$base" --json - --trace - ;;
+  out_calibrate_missing_dir)
+    run outputs 1 "--out nodir/p.yaml: directory nodir does not exist" -- calibrate --no-links --out nodir/p.yaml ;;
+  # ---- command-line values (CLI11 validators; main.cc maps CLI11's codes to 1)
+  cli_validate_pp_0)
+    run cli 1 "--pp: Value 0 not in range" -- validate --pp 0 ;;
+  cli_validate_pp_negative)
+    run cli 1 "--pp: Value -2 not in range" -- validate --pp -2 ;;
+  cli_validate_slices_0)
+    run cli 1 "--slices: Value 0 not in range" -- validate --slices 0 ;;
+  cli_calibrate_hidden_0)
+    run cli 1 "--hidden: must be >= 1, got 0" -- calibrate --hidden 0 --no-links --out p.yaml ;;
+  cli_plan_memory_0)
+    run cli 1 "--memory-GB: value 0 not in range" -- plan "$base" --max-batch --memory-GB 0 ;;
+  cli_plan_memory_nan)
+    run cli 1 "--memory-GB: expected a finite number, got 'nan'" -- plan "$base" --max-batch --memory-GB nan ;;
+  cli_plan_memory_inf)
+    run cli 1 "--memory-GB: expected a finite number, got 'inf'" -- plan "$base" --max-batch --memory-GB inf ;;
+  cli_show_worker_negative)
+    run cli 1 "--worker: Value -1 not in range" -- show --worker -1 ;;
+  cli_show_worker_too_large)
+    run cli 1 "--worker 99: this scenario has workers 0..7" -- show --lowered --worker 99 ;;
+  cli_timeline_width_nan)
+    run cli 1 "--timeline-width: expected a finite number" -- simulate "$base" --timeline t.svg --timeline-width nan ;;
+  cli_unknown_flag)
+    run cli 1 "--no-such-flag" -- simulate --no-such-flag ;;
+  # ---- exit codes of the other classes
+  code_fail_on_oom)
+    sed "s|^model: .*|model: {preset: gpt3-1b}|; s|preset: A100-SXM4-80GB}|preset: A100-SXM4-80GB, memory_GB: 1}|" \
+      "$base" >in.yaml
+    run codes 2 "--fail-on-oom: the memory model says a rank does not fit" -- simulate in.yaml --fail-on-oom ;;
+  code_no_launcher)
+    run codes 3 "--launcher: 'no-such-mpirun' not found in PATH" -- validate --launcher no-such-mpirun --pp 2 --dp 1 --tp 1 ;;
+  *)
+    echo "unknown case $case"; exit 2 ;;
+esac
