@@ -17,6 +17,7 @@
 
 #include "cli/fork_run.h"
 #include "cli/repro.h"
+#include "core/data_path.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
 #include "sim/engine.h"
@@ -140,7 +141,10 @@ Command add_repro_megatron(CLI::App& repro) {
   sub->add_flag(
       "--no-ablation", [o](std::int64_t) { o->ablation = false; },
       "Skip the GPT-3 175B interleaving / scatter-gather comparison");
-  return {sub, [o] { return run_repro(*o); }};
+  return {sub, [o] {
+            o->dir = data_path(o->dir);  // the shipped scenarios from any directory (core/data_path.h)
+            return run_repro(*o);
+          }};
 }
 
 }  // namespace pipescope::cli

@@ -16,6 +16,7 @@
 
 #include "cli/fork_run.h"
 #include "cli/repro.h"
+#include "core/data_path.h"
 #include "core/memory_model.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
@@ -215,7 +216,10 @@ Command add_repro_seq1f1b(CLI::App& repro) {
       ->delimiter(',')
       ->check(CLI::IsMember({"2.7b", "7b", "13b", "30b"}));
   sub->add_flag("--memory-only", o->memory_only, "Only the memory table (no simulation)");
-  return {sub, [o] { return run_repro(*o); }};
+  return {sub, [o] {
+            o->dir = data_path(o->dir);  // the shipped scenarios from any directory (core/data_path.h)
+            return run_repro(*o);
+          }};
 }
 
 }  // namespace pipescope::cli

@@ -13,6 +13,7 @@
 
 #include "cli/fork_run.h"
 #include "cli/repro.h"
+#include "core/data_path.h"
 #include "core/memory_model.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
@@ -195,7 +196,10 @@ Command add_repro_terapipe(CLI::App& repro) {
       ->check(CLI::Range(1, 10));
   sub->add_flag("--max-batch", o->max_batch_only,
                 "Only Table 1's batch vs the largest batch that fits (no simulation)");
-  return {sub, [o] { return run_repro(*o); }};
+  return {sub, [o] {
+            o->dir = data_path(o->dir);  // the shipped scenarios from any directory (core/data_path.h)
+            return run_repro(*o);
+          }};
 }
 
 }  // namespace pipescope::cli

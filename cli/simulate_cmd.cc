@@ -35,9 +35,11 @@ struct SimulateOptions {
   double timeline_width_px = 1600;
 };
 
-std::ofstream open_output(const std::string& path, const char* flag) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw InputError(std::string(flag) + " " + path + ": cannot open for writing");
+// An output file; "-" is standard output.
+std::unique_ptr<std::ostream> open_output(const std::string& path, const char* flag) {
+  if (path == "-") return std::make_unique<std::ostream>(std::cout.rdbuf());
+  auto f = std::make_unique<std::ofstream>(path, std::ios::binary);
+  if (!*f) throw InputError(std::string(flag) + " " + path + ": cannot open for writing");
   return f;
 }
 
@@ -89,7 +91,9 @@ sim::Report run_one(const Scenario& s, const SimulateOptions& o, std::ostream* j
 struct VariantResult {
   std::string name, error;
   double iteration_s = 0, pipeline_end_s = 0, idle = 0, ratio = 0, tflops = 0, peak_GB = 0;
+  int v = 1;
   bool oom = false;
+  std::string json, trace;  // the variant's --json report and --trace file, when asked for
 };
 
 VariantResult run_forked(const Scenario& s, const SimulateOptions& o) {
@@ -98,14 +102,16 @@ VariantResult run_forked(const Scenario& s, const SimulateOptions& o) {
   std::string got;
   try {
     got = run_in_child([&] {
-      sim::Report r = run_one(s, o, nullptr, nullptr);
+      std::ostringstream json, trace;
+      sim::Report r = run_one(s, o, o.json.empty() ? nullptr : &json, o.trace.empty() ? nullptr : &trace);
       double peak = 0;
       bool oom = false;
       for (const auto& rm : r.memory.ranks) peak = std::max(peak, rm.peak_bytes), oom = oom || rm.oom;
       char buf[512];
-      std::snprintf(buf, sizeof buf, "%.17g %.17g %.17g %.17g %.17g %.17g %d", r.iteration_s, r.pipeline_end_s,
-                    r.bubble_idle_fraction, r.bubble_ratio, r.tflops_per_gpu, peak / 1e9, oom ? 1 : 0);
-      return std::string(buf);
+      std::snprintf(buf, sizeof buf, "%.17g %.17g %.17g %.17g %.17g %.17g %d %d %zu %zu\n", r.iteration_s,
+                    r.pipeline_end_s, r.bubble_idle_fraction, r.bubble_ratio, r.tflops_per_gpu, peak / 1e9, oom ? 1 : 0,
+                    r.v, json.str().size(), trace.str().size());
+      return std::string(buf) + json.str() + trace.str();
     });
   } catch (const std::exception& e) {
     v.error = e.what();
@@ -113,35 +119,68 @@ VariantResult run_forked(const Scenario& s, const SimulateOptions& o) {
   }
   std::istringstream is(got);
   int oom = 0;
-  is >> v.iteration_s >> v.pipeline_end_s >> v.idle >> v.ratio >> v.tflops >> v.peak_GB >> oom;
+  std::size_t json_n = 0, trace_n = 0;
+  is >> v.iteration_s >> v.pipeline_end_s >> v.idle >> v.ratio >> v.tflops >> v.peak_GB >> oom >> v.v >> json_n >>
+      trace_n;
   v.oom = oom != 0;
+  const std::size_t body = got.find('\n') + 1;
+  if (!is || body == 0 || got.size() != body + json_n + trace_n) {
+    v.error = "malformed answer from the simulation process";
+    return v;
+  }
+  v.json = got.substr(body, json_n);
+  v.trace = got.substr(body + json_n, trace_n);
   return v;
 }
 
 int run_compare(const Scenario& base, const SimulateOptions& o) {
   std::vector<Scenario> variants;
-  for (const auto& k : o.compare) variants.push_back(variant(base, kind_from_string(k)));
+  for (const auto& k : o.compare) {
+    const ScheduleEntry& e = kind_from_string(k);
+    if (e.traits.sliced() && base.schedule.seq_slices == 1)
+      std::fprintf(stderr,
+                   "warning: %s with one slice per micro-batch (schedule.seq_slices = 1) runs as its unsliced "
+                   "schedule; set schedule.seq_slices (k) in the scenario to compare slicing\n",
+                   e.name);
+    variants.push_back(variant(base, e));
+  }
+  // Files are opened before the runs so that a bad path fails at once.
+  std::unique_ptr<std::ostream> json, trace;
+  if (!o.json.empty()) json = open_output(o.json, "--json");
+  if (!o.trace.empty()) trace = open_output(o.trace, "--trace");
+  // With --json - or --trace -, stdout carries the file and the table goes to stderr.
+  FILE* out = o.json == "-" || o.trace == "-" ? stderr : stdout;
   std::vector<VariantResult> res;
   for (const auto& s : variants) {
     std::fprintf(stderr, "simulating %s ...\n", s.name.c_str());
     res.push_back(run_forked(s, o));
   }
-  std::printf("scenario %s (%s): %d GPUs, dp %d, pp %d, tp %d, global batch %d\n", base.name.c_str(),
-              base.source.c_str(), base.cluster.total_gpus(), base.parallel.dp, base.parallel.pp, base.parallel.tp,
-              base.parallel.global_batch);
-  std::printf("%-14s %14s %14s %10s %10s %12s %12s %s\n", "schedule", "iteration_s", "pipeline_s", "idle_phi",
-              "bubble_b", "TFLOP/s/GPU", "peak_mem_GB", "");
+  std::fprintf(out, "scenario %s (%s): %d GPUs, dp %d, pp %d, tp %d, global batch %d\n", base.name.c_str(),
+               base.source.c_str(), base.cluster.total_gpus(), base.parallel.dp, base.parallel.pp, base.parallel.tp,
+               base.parallel.global_batch);
+  std::fprintf(out, "%-14s %3s %14s %14s %10s %10s %12s %12s %s\n", "schedule", "v", "iteration_s", "pipeline_s",
+               "idle_phi", "bubble_b", "TFLOP/s/GPU", "peak_mem_GB", "");
   int rc = 0;
+  std::vector<std::string> reports;
+  std::vector<std::pair<std::string, std::string>> traces;
   for (const auto& v : res) {
     if (!v.error.empty()) {
-      std::printf("%-14s error: %s\n", v.name.c_str(), v.error.c_str());
+      std::fprintf(out, "%-14s error: %s\n", v.name.c_str(), v.error.c_str());
       rc = kExitSchedule;
       continue;
     }
-    std::printf("%-14s %14.9f %14.9f %10.4f %10.4f %12.2f %12.2f %s\n", v.name.c_str(), v.iteration_s, v.pipeline_end_s,
-                v.idle, v.ratio, v.tflops, v.peak_GB, v.oom ? "OOM" : "");
+    std::fprintf(out, "%-14s %3d %14.9f %14.9f %10.4f %10.4f %12.2f %12.2f %s\n", v.name.c_str(), v.v, v.iteration_s,
+                 v.pipeline_end_s, v.idle, v.ratio, v.tflops, v.peak_GB, v.oom ? "OOM" : "");
+    reports.push_back(v.json);
+    traces.emplace_back(v.name, v.trace);
   }
-  std::printf("idle_phi = bubble time / makespan (mean over ranks); bubble_b = bubble / ideal time (Megatron)\n");
+  std::fprintf(out,
+               "idle_phi = bubble time / makespan (mean over ranks); bubble_b = bubble / ideal time (Megatron); "
+               "v = chunks per rank\n");
+  if (json) sim::write_compare_json(*json, reports);
+  if (trace) sim::write_merged_traces(*trace, traces);
+  if (json && !json->flush()) throw InputError("--json " + o.json + ": write failed");
+  if (trace && !trace->flush()) throw InputError("--trace " + o.trace + ": write failed");
   return rc;
 }
 
@@ -176,14 +215,18 @@ int run_simulate(const SimulateOptions& o) {
   }
   if (!o.compare.empty() && !o.timeline.empty())
     throw InputError("--timeline draws one run; it cannot be combined with --compare");
+  if ((o.json == "-") + (o.trace == "-") + (o.timeline == "-") > 1)
+    throw InputError("only one of --json, --trace, --timeline can write to standard output (-)");
   if (!o.compare.empty()) return run_compare(s, o);
-  std::unique_ptr<std::ofstream> json, trace, timeline;
-  if (!o.timeline.empty()) timeline = std::make_unique<std::ofstream>(open_output(o.timeline, "--timeline"));
-  if (!o.json.empty()) json = std::make_unique<std::ofstream>(open_output(o.json, "--json"));
-  if (!o.trace.empty()) trace = std::make_unique<std::ofstream>(open_output(o.trace, "--trace"));
+  std::unique_ptr<std::ostream> json, trace, timeline;
+  if (!o.timeline.empty()) timeline = open_output(o.timeline, "--timeline");
+  if (!o.json.empty()) json = open_output(o.json, "--json");
+  if (!o.trace.empty()) trace = open_output(o.trace, "--trace");
   sim::Report rep = run_one(s, o, json.get(), trace.get(), timeline.get());
-  sim::print_table(std::cout, rep);
-  if (!s.sim.profile.empty()) std::cout << cost_sources_text(s) << "\n";  // which profile part timed the ops
+  // With an output on stdout ("-"), the table goes to stderr so that stdout stays one document.
+  std::ostream& table = o.json == "-" || o.trace == "-" || o.timeline == "-" ? std::cerr : std::cout;
+  sim::print_table(table, rep);
+  if (!s.sim.profile.empty()) table << cost_sources_text(s) << "\n";  // which profile part timed the ops
   if (json && !json->flush()) throw InputError("--json " + o.json + ": write failed");
   if (trace && !trace->flush()) throw InputError("--trace " + o.trace + ": write failed");
   if (timeline && !timeline->flush()) throw InputError("--timeline " + o.timeline + ": write failed");
@@ -196,8 +239,11 @@ Command add_simulate(CLI::App& app) {
   auto o = std::make_shared<SimulateOptions>();
   auto* sub = app.add_subcommand("simulate", "Simulate one training iteration of a scenario on SimGrid");
   sub->add_option("scenario", o->scenario, "Scenario YAML file (default: the built-in default scenario)");
-  sub->add_option("--json", o->json, "Write the report as JSON to this file");
-  sub->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace-event file (one track per GPU)");
+  sub->add_option("--json", o->json,
+                  "Write the report as JSON to this file (- for stdout; with --compare, every variant)");
+  sub->add_option(
+      "--trace", o->trace,
+      "Write a Chrome/Perfetto trace-event file (one track per GPU; - for stdout; with --compare, every variant)");
   sub->add_option("--compare", o->compare, "Run schedule variants side by side, e.g. gpipe,1f1b,interleaved")
       ->delimiter(',');
   sub->add_option("--schedule", o->schedule,
