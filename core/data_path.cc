@@ -21,8 +21,12 @@ std::vector<std::string> data_roots() {
   std::vector<fs::path> candidates;
   if (const char* env = std::getenv("PIPESCOPE_DATA_DIR"); env && *env) candidates.emplace_back(env);
   if (const fs::path dir = exe_dir(); !dir.empty()) candidates.push_back(dir.parent_path() / "share" / "pipescope");
-#ifdef PIPESCOPE_SOURCE_DIR
-  candidates.emplace_back(PIPESCOPE_SOURCE_DIR);
+#if defined(PIPESCOPE_SOURCE_DIR) && defined(PIPESCOPE_BINARY_DIR)
+  // Only a binary still inside its build tree reads the source tree; an installed one has share/pipescope.
+  const fs::path build = fs::weakly_canonical(PIPESCOPE_BINARY_DIR);
+  const fs::path dir = fs::weakly_canonical(exe_dir());
+  const auto rel = dir.lexically_relative(build);
+  if (!rel.empty() && *rel.begin() != "..") candidates.emplace_back(PIPESCOPE_SOURCE_DIR);
 #endif
   std::vector<std::string> roots;
   for (const auto& c : candidates) {

@@ -3,7 +3,7 @@
 // (`pipescope repro terapipe`) work from any directory and from an installed prefix. A relative path is looked
 // up, in order: as given (relative to the working directory); under $PIPESCOPE_DATA_DIR; under
 // <prefix>/share/pipescope for the running executable's <prefix>/bin (the layout `cmake --install` writes);
-// under the source tree this binary was built from.
+// under the source tree this binary was built from, while it runs from its build tree.
 
 #include <string>
 #include <vector>

@@ -66,3 +66,8 @@ if(Python3_FOUND)
 endif()
 # Command lines as one string (--launcher) keep quoted words whole; data files are found from any directory.
 pipescope_add_test(test_shell_words SOURCES test_shell_words.cc DEPS pipescope_core LABELS core)
+# Install: the programs and data into a fresh prefix; the installed pipescope runs `repro terapipe` from /.
+add_test(NAME install_repro_terapipe
+         COMMAND ${CMAKE_COMMAND} -DBUILD=${PROJECT_BINARY_DIR} -DPREFIX=${fh_dir}/prefix
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/install_repro.cmake)
+set_tests_properties(install_repro_terapipe PROPERTIES LABELS cli TIMEOUT 300)
