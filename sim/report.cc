@@ -229,6 +229,8 @@ void write_merged_traces(std::ostream& os, const std::vector<std::pair<std::stri
     const int base = 1000 * static_cast<int>(i);
     for (auto e : t["traceEvents"]) {
       e["pid"] = base + e.value("pid", 0);
+      if (e.contains("id") && e["id"].is_number_unsigned())  // flow ids stay unique across the variants
+        e["id"] = e["id"].get<std::uint64_t>() + (static_cast<std::uint64_t>(i) << 40);
       if (e.value("name", "") == "process_name") e["args"]["name"] = name + " " + e["args"].value("name", "");
       if (e.value("name", "") == "process_sort_index") e["args"]["sort_index"] = e["pid"];
       events.push_back(std::move(e));

@@ -71,3 +71,6 @@ add_test(NAME install_repro_terapipe
          COMMAND ${CMAKE_COMMAND} -DBUILD=${PROJECT_BINARY_DIR} -DPREFIX=${fh_dir}/prefix
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/install_repro.cmake)
 set_tests_properties(install_repro_terapipe PROPERTIES LABELS cli TIMEOUT 300)
+# Traces: the checker (core/trace_check.h) over `simulate --trace` of shipped scenarios.
+pipescope_add_test(test_traces SOURCES test_traces.cc DEPS pipescope_core nlohmann_json::nlohmann_json LABELS sim)
+add_dependencies(test_traces pipescope)
