@@ -1,5 +1,6 @@
 // `pipescope simulate [SCENARIO] [--json F] [--trace F] [--timeline F.svg] [--compare a,b,c]`
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -31,7 +32,7 @@ struct SimulateOptions {
   std::string collectives;
   std::string profile;   // --profile FILE: a calibration profile in place of the scenario's device
   std::string timeline;  // --timeline FILE.svg
-  bool timeline_comm = false, timeline_all_replicas = false;
+  bool timeline_comm = false, timeline_all_replicas = false, timeline_compact = false;
   double timeline_width_px = 1600;
 };
 
@@ -79,7 +80,10 @@ sim::Report run_one(const Scenario& s, const SimulateOptions& o, std::ostream* j
     sim::SvgOptions so;
     so.width_px = o.timeline_width_px;
     so.comm = o.timeline_comm;
-    so.title = "pipescope simulate " + (o.scenario.empty() ? std::string("(default scenario)") : o.scenario);
+    // The file name, not the path it was given by: pictures go into papers.
+    so.title = "pipescope simulate " + (o.scenario.empty() ? std::string("(default scenario)")
+                                                           : std::filesystem::path(o.scenario).filename().string());
+    so.compact = o.timeline_compact;
     const sim::ProgramSpans spans = sim::program_spans(cs.dag(), cs.schedule(), r);
     sim::write_timeline_svg(*timeline, {sim::timeline_panel(cs.schedule(), cs.placement(), spans, title, po)}, so);
   }
@@ -257,6 +261,8 @@ Command add_simulate(CLI::App& app) {
   sub->add_flag("--timeline-comm", o->timeline_comm, "Timeline: draw communication as a strip under each row");
   sub->add_flag("--timeline-all-replicas", o->timeline_all_replicas,
                 "Timeline: a row for every data-parallel replica's stages (default: replica 0)");
+  sub->add_flag("--timeline-compact", o->timeline_compact,
+                "Timeline: no labels, edges or tooltips (automatic from 96 rows)");
   sub->add_option("--timeline-width", o->timeline_width_px, "Timeline width in pixels (default 1600)")
       ->check(CLI::Range(200.0, 100000.0));
   return {sub, [o] { return run_simulate(*o); }};

@@ -459,6 +459,7 @@ int run_validate(const ValidateOptions& vo) {
     sim::SvgOptions so;
     so.title = "pipescope validate: simulated and measured (" + mr.backend + ")";
     so.comm = true;
+    so.shared_scale = true;  // simulated and measured on one time axis, so their lengths compare by eye
     const std::vector<sim::TimelinePanel> panels = {
         sim::timeline_panel(ls, prep->placement, sim::program_spans(cs.dag(), ls, sr),
                             sim::timeline_title("simulated", s.name, ls, sr.iteration_s), po),

@@ -2,7 +2,7 @@
 # the exit code. FILES: paths removed before the run that must exist, non-empty, after it; FILE_REGEX: regexes
 # every one of which must match the FILES' contents (concatenated). STDOUT_REGEX / STDERR_REGEX: regexes for
 # each stream alone (stdout carrying a document, `--json -`, must hold nothing else); STDOUT_NOT_REGEX /
-# STDERR_NOT_REGEX: regexes that must not match; MAX_LINE: no stdout line longer. For output bugs where the
+# STDERR_NOT_REGEX / FILE_NOT_REGEX: regexes that must not match; MAX_LINE: no stdout line longer. For output bugs where the
 # exit code alone says nothing: `simulate --compare --json F` once exited 0 writing nothing.
 if(NOT DEFINED EXPECT_RC)
   set(EXPECT_RC 0)
@@ -33,6 +33,11 @@ endforeach()
 foreach(re IN LISTS FILE_REGEX)
   if(NOT all MATCHES "${re}")
     message(FATAL_ERROR "the files do not match '${re}'")
+  endif()
+endforeach()
+foreach(re IN LISTS FILE_NOT_REGEX)
+  if(all MATCHES "${re}")
+    message(FATAL_ERROR "the files match '${re}'")
   endif()
 endforeach()
 foreach(re IN LISTS STDOUT_REGEX)

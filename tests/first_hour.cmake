@@ -77,3 +77,9 @@ add_dependencies(test_traces pipescope)
 # Machine-readable outputs against docs/schemas/ (validate runs 2 MPI ranks).
 pipescope_add_test(test_json_schemas SOURCES test_json_schemas.cc DEPS nlohmann_json::nlohmann_json LABELS cli)
 add_dependencies(test_json_schemas pipescope pipescope-rank)
+# The timeline's title names the scenario file, not the absolute path it was given by.
+add_test(NAME cli_timeline_title_without_path
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};simulate;${PROJECT_SOURCE_DIR}/scenarios/default.yaml;--timeline;${fh_dir}/t.svg"
+                 "-DFILES=${fh_dir}/t.svg" "-DFILE_REGEX=>pipescope simulate default.yaml<"
+                 "-DFILE_NOT_REGEX=${PROJECT_SOURCE_DIR}" -P ${fh_files})
+set_tests_properties(cli_timeline_title_without_path PROPERTIES LABELS cli TIMEOUT 60)
