@@ -30,5 +30,6 @@ Command add_plan(CLI::App& app);       // TeraPipe planner (plan_cmd.cc)
 Command add_repro(CLI::App& app);      // paper reproductions (repro_cmd.cc)
 Command add_sweep(CLI::App& app);      // parameter sweeps to CSV (sweep_cmd.cc)
 Command add_calibrate(CLI::App& app);  // device profiles (calibrate_cmd.cc, calib/)
+Command add_import(CLI::App& app);     // other tools' configurations as scenarios (import_cmd.cc)
 
 }  // namespace pipescope::cli

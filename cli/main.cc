@@ -51,9 +51,9 @@ int main(int argc, char** argv) {
   CLI::App app{"pipescope: pipeline-parallel LLM training schedules, simulated (SimGrid) and validated"};
   app.set_version_flag("--version", std::string("pipescope ") + PIPESCOPE_VERSION);
   app.require_subcommand(1);
-  std::vector<cli::Command> commands{cli::add_simulate(app), cli::add_show(app),     cli::add_plan(app),
-                                     cli::add_repro(app),    cli::add_validate(app), cli::add_sweep(app),
-                                     cli::add_calibrate(app)};
+  std::vector<cli::Command> commands{cli::add_simulate(app),  cli::add_show(app),     cli::add_plan(app),
+                                     cli::add_repro(app),     cli::add_validate(app), cli::add_sweep(app),
+                                     cli::add_calibrate(app), cli::add_import(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -83,3 +83,13 @@ add_test(NAME cli_timeline_title_without_path
                  "-DFILES=${fh_dir}/t.svg" "-DFILE_REGEX=>pipescope simulate default.yaml<"
                  "-DFILE_NOT_REGEX=${PROJECT_SOURCE_DIR}" -P ${fh_files})
 set_tests_properties(cli_timeline_title_without_path PROPERTIES LABELS cli TIMEOUT 60)
+# `pipescope import megatron`: the library (the shipped 39.1B scenario from its launch) and the command.
+pipescope_add_test(test_megatron_import SOURCES test_megatron_import.cc DEPS pipescope_core LABELS core)
+add_test(NAME cli_import_megatron
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};import;megatron;-o;${fh_dir}/imported.yaml;--;--num-layers;24;--hidden-size;2048;--num-attention-heads;16;--seq-length;2048;--micro-batch-size;1;--global-batch-size;32;--tensor-model-parallel-size;2;--pipeline-model-parallel-size;4;--fp16;--no-such-flag;7"
+                 "-DFILES=${fh_dir}/imported.yaml" "-DFILE_REGEX=parallel: {dp: 1, pp: 4, tp: 2, v: 1,;# unknown argument: --no-such-flag 7"
+                 "-DSTDERR_REGEX=unknown arguments, not mapped .1.:\n  --no-such-flag 7" -P ${fh_files})
+add_test(NAME cli_import_megatron_strict
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};import;megatron;--strict;--;--num-layers;24;--hidden-size;2048;--num-attention-heads;16;--seq-length;2048;--micro-batch-size;1;--global-batch-size;32;--swiglu"
+                 -DEXPECT_RC=1 "-DSTDERR_REGEX=--swiglu: SwiGLU;error: --strict: 0 unknown and 1 unmodelled" -P ${fh_files})
+set_tests_properties(cli_import_megatron cli_import_megatron_strict PROPERTIES LABELS cli TIMEOUT 60)
