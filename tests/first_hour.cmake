@@ -93,3 +93,5 @@ add_test(NAME cli_import_megatron_strict
          COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};import;megatron;--strict;--;--num-layers;24;--hidden-size;2048;--num-attention-heads;16;--seq-length;2048;--micro-batch-size;1;--global-batch-size;32;--swiglu"
                  -DEXPECT_RC=1 "-DSTDERR_REGEX=--swiglu: SwiGLU;error: --strict: 0 unknown and 1 unmodelled" -P ${fh_files})
 set_tests_properties(cli_import_megatron cli_import_megatron_strict PROPERTIES LABELS cli TIMEOUT 60)
+# Golden outputs: every README command and every shipped scenario (tests/golden.cmake).
+include(${CMAKE_CURRENT_SOURCE_DIR}/golden.cmake)
