@@ -112,6 +112,11 @@ TEST(JsonSchema, ReproTerapipe) {
                 "repro-terapipe.schema.json");
 }
 
+TEST(JsonSchema, ReproMegatron) {
+  run_and_check("repro megatron --rows 1,5 --no-ablation --json " + tmp("repro_megatron.json"),
+                tmp("repro_megatron.json"), "repro-megatron.schema.json");
+}
+
 TEST(JsonSchema, Validate) {
   setenv("ASAN_OPTIONS", "detect_leaks=0", 1);  // sanitizer builds: Open MPI's own leaks (tests/CMakeLists.txt)
   run_and_check(
