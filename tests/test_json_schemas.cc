@@ -117,6 +117,11 @@ TEST(JsonSchema, ReproMegatron) {
                 tmp("repro_megatron.json"), "repro-megatron.schema.json");
 }
 
+TEST(JsonSchema, ReproSeq1f1b) {
+  run_and_check("repro seq1f1b --models 2.7b --json " + tmp("repro_seq1f1b.json"), tmp("repro_seq1f1b.json"),
+                "repro-seq1f1b.schema.json");
+}
+
 TEST(JsonSchema, Validate) {
   setenv("ASAN_OPTIONS", "detect_leaks=0", 1);  // sanitizer builds: Open MPI's own leaks (tests/CMakeLists.txt)
   run_and_check(
