@@ -14,8 +14,8 @@ namespace pipescope::cli {
 // as std::runtime_error with its message; a child that dies without answering (abort, signal) likewise.
 std::string run_in_child(const std::function<std::string()>& child);
 
-// The launcher command split into words (shell quoting: core/shell_words.h), with --allow-run-as-root added for mpirun / mpiexec when running as
-// root (Open MPI refuses otherwise; CI containers run as root).
+// The launcher command split into words (shell quoting: core/shell_words.h), with --allow-run-as-root added
+// for mpirun / mpiexec when running as root (Open MPI refuses otherwise; CI containers run as root).
 std::vector<std::string> launcher_argv(const std::string& launcher);
 // A program installed next to this executable (build/pipescope-rank next to build/pipescope).
 std::string sibling_exe(const std::string& name);
