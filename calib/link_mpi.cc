@@ -3,9 +3,11 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -30,56 +32,54 @@ namespace {
     }                                                                                       \
   } while (0)
 
-LinkOptions parse(int argc, char** argv) {
-  LinkOptions o;
-  for (int i = 1; i < argc; i++) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(a + ": missing value");
-      return argv[++i];
-    };
-    auto integer = [&](const std::string& v) {
-      std::size_t used = 0;
-      int x = 0;
-      try {
-        x = std::stoi(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != v.size() || x < 0) throw std::invalid_argument(a + ": '" + v + "' is not a non-negative integer");
-      return x;
-    };
-    if (a == "-b" || a == "--minbytes")
-      o.min_bytes = parse_size(value());
-    else if (a == "-e" || a == "--maxbytes")
-      o.max_bytes = parse_size(value());
-    else if (a == "-f" || a == "--stepfactor") {
-      const std::string v = value();
-      o.factor = std::stod(v);
-      if (!(o.factor > 1)) throw std::invalid_argument("-f: step factor must be > 1, got " + v);
-    } else if (a == "-n" || a == "--iters") {
-      o.iters = integer(value());
-      if (o.iters < 1) throw std::invalid_argument("-n: must be >= 1");
-    } else if (a == "-w" || a == "--warmup_iters")
-      o.warmup = integer(value());
-    else if (a == "-o" || a == "--ops") {
-      o.ops.clear();
-      std::string v = value(), t;
-      for (std::size_t p = 0; p <= v.size(); p++) {
-        if (p == v.size() || v[p] == ',') {
-          if (!known_link_op(t)) throw std::invalid_argument("-o: unknown operation '" + t + "'");
-          o.ops.push_back(t);
-          t.clear();
-        } else
-          t += v[p];
-      }
-    } else if (a == "--out")
-      o.out = value();
-    else
-      throw std::invalid_argument("unknown option '" + a + "' (use -b -e -f -n -w -o --out)");
+// nccl-tests' flags through CLI11, before MPI_Init: --help and a bad flag end the process (each rank alike; only
+// rank 0 of a launched job prints) without an MPI job to abort.
+void add_options(CLI::App& app, LinkOptions& o, std::string& min_bytes, std::string& max_bytes) {
+  app.add_option("-b,--minbytes", min_bytes, "Smallest message (bytes; K, M, G suffixes)")->capture_default_str();
+  app.add_option("-e,--maxbytes", max_bytes, "Largest message (bytes; K, M, G suffixes)")->capture_default_str();
+  app.add_option("-f,--stepfactor", o.factor, "Size multiplier between steps (> 1)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("-n,--iters", o.iters, "Timed iterations per size (>= 1)")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  app.add_option("-w,--warmup_iters", o.warmup, "Warm-up iterations per size")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("-o,--ops", o.ops, "Operations, comma-separated: sendrecv, allreduce, allgather, reducescatter")
+      ->delimiter(',')
+      ->check([](const std::string& t) { return known_link_op(t) ? "" : "unknown operation '" + t + "'"; });
+  app.add_option("--out", o.out, "Write the results as JSON to this file (rank 0)");
+}
+
+bool is_rank0_or_unlaunched() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(var)) return std::string(v) == "0";
+  return true;
+}
+
+// Parses argv into `o`. Returns -1 to go on, else the exit code (0 after --help).
+int parse_link_options(int argc, char** argv, LinkOptions& o) {
+  CLI::App app{
+      "pipescope-linkbench: link benchmarks over MPI, nccl-tests flags and columns.\n"
+      "  mpirun -n 2 pipescope-linkbench -b 8 -e 64M -f 2 -n 20 -w 5 [-o sendrecv,allreduce] [--out F.json]"};
+  std::string min_bytes = "8", max_bytes = "64M";
+  add_options(app, o, min_bytes, max_bytes);
+  try {
+    app.parse(argc, argv);
+    if (!(o.factor > 1)) throw CLI::ValidationError("-f", "step factor must be > 1");
+    o.min_bytes = parse_size(min_bytes);
+    o.max_bytes = parse_size(max_bytes);
+    if (o.min_bytes > o.max_bytes) throw CLI::ValidationError("-b", "must not exceed -e");
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    if (is_rank0_or_unlaunched()) app.exit(e);
+    return 1;
+  } catch (const std::exception& e) {  // parse_size's message names the value
+    if (is_rank0_or_unlaunched()) std::fprintf(stderr, "pipescope-linkbench: error: %s\n", e.what());
+    return 1;
   }
-  if (o.min_bytes > o.max_bytes) throw std::invalid_argument("-b must not exceed -e");
-  return o;
+  return -1;
 }
 
 // One operation of `bytes` (nccl-tests' S) on float data.
@@ -122,12 +122,13 @@ struct Op {
 }  // namespace
 
 int link_bench_main(int argc, char** argv) {
+  LinkOptions o;
+  if (const int rc = parse_link_options(argc, argv, o); rc >= 0) return rc;
   MPI_Init(&argc, &argv);
   int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   try {
-    const LinkOptions o = parse(argc, argv);
     if (n < 2) throw std::invalid_argument("needs at least 2 ranks (mpirun -n 2 ...)");
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;

@@ -46,5 +46,6 @@ Command add_repro(CLI::App& app);      // paper reproductions (repro_cmd.cc)
 Command add_sweep(CLI::App& app);      // parameter sweeps to CSV (sweep_cmd.cc)
 Command add_search(CLI::App& app);     // layout / schedule search (search_cmd.cc)
 Command add_calibrate(CLI::App& app);  // device profiles (calibrate_cmd.cc, calib/)
+Command add_import(CLI::App& app);     // other tools' configurations as scenarios (import_cmd.cc)
 
 }  // namespace pipescope::cli

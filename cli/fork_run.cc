@@ -16,13 +16,12 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/shell_words.h"
 
 namespace pipescope::cli {
 
 std::vector<std::string> launcher_argv(const std::string& launcher) {
-  std::istringstream is(launcher);
-  std::vector<std::string> w;
-  for (std::string t; is >> t;) w.push_back(t);
+  std::vector<std::string> w = split_shell_words(launcher);  // quoted arguments stay whole
   if (w.empty()) return w;
   const std::string tool = w[0].substr(w[0].find_last_of('/') == std::string::npos ? 0 : w[0].find_last_of('/') + 1);
   if (geteuid() == 0 && (tool == "mpirun" || tool == "mpiexec")) w.push_back("--allow-run-as-root");

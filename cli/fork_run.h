@@ -15,8 +15,8 @@ namespace pipescope::cli {
 
 using sim::run_in_child;
 
-// The launcher command split into words, with --allow-run-as-root added for mpirun / mpiexec when running as
-// root (Open MPI refuses otherwise; CI containers run as root).
+// The launcher command split into words (shell quoting: core/shell_words.h), with --allow-run-as-root added
+// for mpirun / mpiexec when running as root (Open MPI refuses otherwise; CI containers run as root).
 std::vector<std::string> launcher_argv(const std::string& launcher);
 // A program installed next to this executable (build/pipescope-rank next to build/pipescope).
 std::string sibling_exe(const std::string& name);

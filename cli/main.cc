@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<cli::Command> commands{cli::add_simulate(app),  cli::add_show(app),     cli::add_plan(app),
                                      cli::add_repro(app),     cli::add_validate(app), cli::add_sweep(app),
-                                     cli::add_calibrate(app), cli::add_search(app)};
+                                     cli::add_calibrate(app), cli::add_search(app),   cli::add_import(app)};
   // Every subcommand takes --allow-large: the work estimate's limits (core/work_estimate.h, docs/limits.md).
   bool allow_large = false;
   for (CLI::App* sub : app.get_subcommands({}))

@@ -7,7 +7,10 @@
 // TeraPipe chose B (docs/papers.md#terapipe): per replica (what the planner slices) and global (Table 1's B).
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli/commands.h"
@@ -31,6 +34,7 @@ struct PlanOptions {
   bool max_batch = false;
   double memory_GB = 0;  // 0 = the device's memory
   bool simulate = false;
+  std::string json;  // --json FILE ("-": stdout, the table then goes to stderr)
 };
 
 int print_max_batch(const Scenario& s, double memory_GB) {
@@ -62,8 +66,13 @@ int run_plan(const PlanOptions& o) {
   if (o.simulate && (o.max_batch || seq1f1b))
     throw InputError(std::string("--simulate applies to TeraPipe slicing plans, not to ") +
                      (o.max_batch ? "--max-batch" : "Seq1F1B scenarios (simulate them with `pipescope simulate`)"));
+  if (!o.json.empty() && (o.max_batch || seq1f1b))
+    throw InputError("--json writes TeraPipe slicing plans, not --max-batch or Seq1F1B plans");
   if (o.max_batch) return print_max_batch(s, o.memory_GB);
   if (seq1f1b) return print_seq1f1b_plan(s);  // cli/repro.h
+  // With --json -, stdout carries the document and the table goes to stderr.
+  FILE* out = o.json == "-" ? stderr : stdout;
+  nlohmann::ordered_json j;
   if (o.grain < 1) throw InputError("--grain must be >= 1");
   if (o.max_micro_batch < 1) throw InputError("--max-micro-batch must be >= 1");
   if (o.epsilon_ms < 0) throw InputError("--epsilon-ms must be >= 0");
@@ -89,44 +98,80 @@ int run_plan(const PlanOptions& o) {
   const auto t2 = std::chrono::steady_clock::now();
   auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
 
-  std::printf("scenario %s (%s): K = %d stages, B_r = %d sequences, L = %d tokens, grain %d, micro-batch sizes 1..%d\n",
-              s.name.c_str(), s.source.c_str(), m.K, m.batch, m.seq_len, o.grain, bmax);
-  std::printf("scheme            %s\n", scheme_text(p).c_str());
-  std::printf("slices/sequence   %d\n", p.slices_per_sequence());
-  std::printf("predicted         %.6f s  (stage busy %.6f s + (K-1) x slowest slice %.6f s + optimizer %.6f s)\n",
-              p.total_s, p.sum_s, p.max_s, p.fixed_s);
+  std::fprintf(
+      out, "scenario %s (%s): K = %d stages, B_r = %d sequences, L = %d tokens, grain %d, micro-batch sizes 1..%d\n",
+      s.name.c_str(), s.source.c_str(), m.K, m.batch, m.seq_len, o.grain, bmax);
+  std::fprintf(out, "scheme            %s\n", scheme_text(p).c_str());
+  std::fprintf(out, "slices/sequence   %d\n", p.slices_per_sequence());
+  std::fprintf(out, "predicted         %.6f s  (stage busy %.6f s + (K-1) x slowest slice %.6f s + optimizer %.6f s)\n",
+               p.total_s, p.sum_s, p.max_s, p.fixed_s);
   // --simulate: the same schemes through the simulator, which overlaps transfers with compute and models the
   // network's contention and the data-parallel all-reduce that the latency formula leaves out.
   const bool dp_simulable = p.groups.size() == 1 && p.groups[0].b == 1;
   const double dp_sim =
       o.simulate && dp_simulable ? simulate_figures(with_token_slices(s, p.groups[0].slice_tokens)).iteration_s : 0;
   if (o.simulate)
-    std::printf("simulated         %s\n",
-                dp_simulable ? (std::to_string(dp_sim) + " s").c_str() : "n/a (micro-batches of several sequences)");
+    std::fprintf(out, "simulated         %s\n",
+                 dp_simulable ? (std::to_string(dp_sim) + " s").c_str() : "n/a (micro-batches of several sequences)");
+  j["schema"] = "pipescope.plan/1";
+  j["scenario"] = s.name;
+  j["source"] = s.source;
+  j["stages"] = m.K;
+  j["batch_per_replica"] = m.batch;
+  j["seq_len"] = m.seq_len;
+  j["grain"] = o.grain;
+  j["max_micro_batch"] = bmax;
+  j["scheme"] = scheme_text(p);
+  auto groups = nlohmann::ordered_json::array();
+  for (const MicroBatchGroup& g : p.groups)
+    groups.push_back({{"sequences", g.b}, {"micro_batches", g.count}, {"slice_tokens", g.slice_tokens}});
+  j["groups"] = std::move(groups);
+  j["slices_per_sequence"] = p.slices_per_sequence();
+  j["predicted_s"] = p.total_s;
+  j["stage_busy_s"] = p.sum_s;
+  j["slowest_slice_s"] = p.max_s;
+  j["optimizer_s"] = p.fixed_s;
+  if (o.simulate && dp_simulable) j["simulated_s"] = dp_sim;
   MicroBatchGroup whole{1, m.batch, {m.seq_len}};
   const double gpipe = scheme_seconds(m.t, {whole}, m.K, m.fixed_s);
-  std::printf("gpipe baseline    %.6f s  %s  (predicted speedup %.3fx)\n", gpipe,
-              ("[(1, [" + std::to_string(m.seq_len) + "])] * " + std::to_string(m.batch)).c_str(), gpipe / p.total_s);
-  std::printf("planner           %s, %d of %d candidate t_max evaluated; tables %.1f ms, DP %.1f ms\n",
-              o.linear_scan ? "linear scan" : "exact bisection", p.evaluated, p.candidates, ms(t0, t1), ms(t1, t2));
-  std::printf("\nuniform slicing (micro-batches of 1 sequence):\n%8s %10s %12s %12s", "slices", "tokens", "predicted_s",
-              "vs_dp");
-  if (o.simulate) std::printf(" %12s %12s", "simulated_s", "vs_dp");
-  std::printf("\n");
+  std::fprintf(out, "gpipe baseline    %.6f s  %s  (predicted speedup %.3fx)\n", gpipe,
+               ("[(1, [" + std::to_string(m.seq_len) + "])] * " + std::to_string(m.batch)).c_str(), gpipe / p.total_s);
+  j["gpipe_baseline_s"] = gpipe;
+  j["predicted_speedup"] = gpipe / p.total_s;
+  auto uniform = nlohmann::ordered_json::array();
+  std::fprintf(out, "planner           %s, %d of %d candidate t_max evaluated\n",
+               o.linear_scan ? "linear scan" : "exact bisection", p.evaluated, p.candidates);
+  // Wall-clock times on stderr: stdout is deterministic (the golden tests compare it).
+  std::fprintf(stderr, "planner time: tables %.1f ms, DP %.1f ms\n", ms(t0, t1), ms(t1, t2));
+  std::fprintf(out, "\nuniform slicing (micro-batches of 1 sequence):\n%8s %10s %12s %12s", "slices", "tokens",
+               "predicted_s", "vs_dp");
+  if (o.simulate) std::fprintf(out, " %12s %12s", "simulated_s", "vs_dp");
+  std::fprintf(out, "\n");
   for (int k = 1; k <= m.seq_len; k *= 2) {
     MicroBatchGroup g{1, m.batch, {}};
     for (int i = 0; i < k; i++) g.slice_tokens.push_back(m.seq_len / k + (i < m.seq_len % k ? 1 : 0));
     const double t = scheme_seconds(m.t, {g}, m.K, m.fixed_s);
-    std::printf("%8d %10d %12.6f %12.3f", k, m.seq_len / k, t, t / p.total_s);
+    nlohmann::ordered_json row{{"slices", k}, {"tokens", m.seq_len / k}, {"predicted_s", t}};
+    std::fprintf(out, "%8d %10d %12.6f %12.3f", k, m.seq_len / k, t, t / p.total_s);
     if (o.simulate) {
       const double sim = simulate_figures(with_token_slices(s, g.slice_tokens)).iteration_s;
+      row["simulated_s"] = sim;
       if (dp_simulable)
-        std::printf(" %12.6f %12.3f", sim, sim / dp_sim);
+        std::fprintf(out, " %12.6f %12.3f", sim, sim / dp_sim);
       else
-        std::printf(" %12.6f %12s", sim, "-");
+        std::fprintf(out, " %12.6f %12s", sim, "-");
     }
-    std::printf("\n");
+    std::fprintf(out, "\n");
+    uniform.push_back(std::move(row));
     if (m.seq_len / k < 8) break;
+  }
+  j["uniform"] = std::move(uniform);
+  if (o.json == "-") {
+    std::cout << j.dump(2) << "\n";
+  } else if (!o.json.empty()) {
+    std::ofstream f(o.json, std::ios::binary);
+    f << j.dump(2) << "\n";
+    if (!f.flush()) throw InputError("--json " + o.json + ": cannot write the file");
   }
   return 0;
 }
@@ -150,6 +195,7 @@ Command add_plan(CLI::App& app) {
       ->check(finite_range(1e-3, 1e5));
   sub->add_flag("--simulate", o->simulate,
                 "Also simulate the DP's scheme and every uniform slicing (one simulation each, in child processes)");
+  sub->add_option("--json", o->json, "Also write the plan as JSON to this file (- for stdout)");
   return {sub, [o] { return run_plan(*o); }};
 }
 

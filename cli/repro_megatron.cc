@@ -11,12 +11,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli/fork_run.h"
 #include "cli/repro.h"
+#include "core/data_path.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
 #include "sim/engine.h"
@@ -42,6 +45,7 @@ struct ReproOptions {
   std::string dir = "scenarios/megatron";
   std::vector<int> rows;
   bool ablation = true;
+  std::string json;  // --json FILE: Table 1's rows, the MAPE and the ablation
 };
 
 // Megatron-LM's p2p calls block (docs/papers.md#megatron); the scenarios say so, and a copy that does not is flagged.
@@ -77,6 +81,7 @@ int run_repro(const ReproOptions& o) {
   double ape_sum = 0;
   int n_ape = 0;
   bool failed = false;
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array(), ablation = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < std::size(kTable1); i++) {
     const PaperRow& row = kTable1[i];
     if (!o.rows.empty() && std::find(o.rows.begin(), o.rows.end(), static_cast<int>(i) + 1) == o.rows.end()) continue;
@@ -97,6 +102,18 @@ int run_repro(const ReproOptions& o) {
     const double err = (r.tflops_per_gpu - row.tflops) / row.tflops;
     ape_sum += std::fabs(err);
     n_ape++;
+    rows.push_back({{"params", row.params},
+                    {"gpus", row.gpus},
+                    {"tp", par.tp},
+                    {"pp", par.pp},
+                    {"v", par.v},
+                    {"micro_batch_size", par.micro_batch_size},
+                    {"micro_batches", par.micro_batches()},
+                    {"paper_tflops_per_gpu", row.tflops},
+                    {"simulated_tflops_per_gpu", r.tflops_per_gpu},
+                    {"iteration_s", r.iteration_s},
+                    {"peak_mem_GB", r.peak_mem_GB},
+                    {"oom", r.oom}});
     std::printf("%-7s %5d %4d %3d %3d %5d %4d | %7.1f %7.1f %+6.1f%% | %9.3f %8.1f%s\n", row.params, row.gpus, par.tp,
                 par.pp, par.v, par.micro_batch_size, par.micro_batches(), row.tflops, r.tflops_per_gpu, 100 * err,
                 r.iteration_s, r.peak_mem_GB, r.oom ? " OOM" : "");
@@ -115,6 +132,10 @@ int run_repro(const ReproOptions& o) {
         const SimFigures d = simulate_in_child(gpt3_175b(batch, false, true));
         const SimFigures i = simulate_in_child(gpt3_175b(batch, true, true));
         const SimFigures n = simulate_in_child(gpt3_175b(batch, true, false));
+        ablation.push_back({{"global_batch", batch},
+                            {"onef1b_sg_tflops_per_gpu", d.tflops_per_gpu},
+                            {"interleaved_sg_tflops_per_gpu", i.tflops_per_gpu},
+                            {"interleaved_no_sg_tflops_per_gpu", n.tflops_per_gpu}});
         std::printf("%6d | %9.1f %9.1f %9.1f | %+11.1f%% %+11.1f%%\n", batch, d.tflops_per_gpu, i.tflops_per_gpu,
                     n.tflops_per_gpu, 100 * (i.tflops_per_gpu / d.tflops_per_gpu - 1),
                     100 * (i.tflops_per_gpu / n.tflops_per_gpu - 1));
@@ -123,6 +144,17 @@ int run_repro(const ReproOptions& o) {
         failed = true;
       }
     }
+  }
+  if (!o.json.empty()) {
+    nlohmann::ordered_json j;
+    j["schema"] = "pipescope.repro.megatron/1";
+    j["scenarios"] = o.dir;
+    j["rows"] = std::move(rows);
+    j["mape"] = n_ape > 0 ? ape_sum / n_ape : 0.0;
+    j["ablation"] = std::move(ablation);
+    std::ofstream f(o.json, std::ios::binary);
+    f << j.dump(2) << "\n";
+    if (!f.flush()) throw InputError("--json " + o.json + ": cannot write the file");
   }
   return failed ? kExitSchedule : 0;
 }
@@ -137,10 +169,14 @@ Command add_repro_megatron(CLI::App& repro) {
   sub->add_option("--rows", o->rows, "Only these rows (1 = 1.7B .. 10 = 1T), e.g. 1,10")
       ->delimiter(',')
       ->check(CLI::Range(1, 10));
+  sub->add_option("--json", o->json, "Also write Table 1's rows, the MAPE and the ablation as JSON to this file");
   sub->add_flag(
       "--no-ablation", [o](std::int64_t) { o->ablation = false; },
       "Skip the GPT-3 175B interleaving / scatter-gather comparison");
-  return {sub, [o] { return run_repro(*o); }};
+  return {sub, [o] {
+            o->dir = data_path(o->dir);  // the shipped scenarios from any directory (core/data_path.h)
+            return run_repro(*o);
+          }};
 }
 
 }  // namespace pipescope::cli

@@ -9,13 +9,16 @@
 // Memory is a property of the schedule alone (core/memory_model.h): --memory-only skips the simulations.
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "cli/fork_run.h"
 #include "cli/repro.h"
+#include "core/data_path.h"
 #include "core/memory_model.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
@@ -76,6 +79,7 @@ struct ReproOptions {
   std::string dir = "scenarios/seq1f1b";
   std::vector<std::string> models;
   bool memory_only = false;
+  std::string json;  // --json FILE: every cell's four methods
 };
 
 struct Row {
@@ -160,6 +164,31 @@ int run_repro(const ReproOptions& o) {
         "Seq1F1B or Seq1F1B-I out in %d\n",
         oom_1f1b_seq_fits, oom_1f1bi_seqi_fits, oom_seq);
   }
+  if (!o.json.empty()) {
+    nlohmann::ordered_json cells_json = nlohmann::ordered_json::array();
+    for (const Row& w : rows) {
+      nlohmann::ordered_json methods = nlohmann::ordered_json::object();
+      for (int i = 0; i < 4; i++) {
+        nlohmann::ordered_json m{
+            {"peak_mem_GB", w.r[i].peak_GB}, {"in_flight_stage0", w.r[i].in_flight0}, {"oom", w.r[i].oom}};
+        if (!o.memory_only) m["iteration_s"] = w.r[i].iteration_s, m["tflops_per_gpu"] = w.r[i].tflops;
+        methods[kMethods[i]] = std::move(m);
+      }
+      cells_json.push_back({{"model", w.cell.model},
+                            {"seq_len", w.cell.seq},
+                            {"micro_batches", w.cell.m},
+                            {"cwp_splits", w.splits},
+                            {"methods", std::move(methods)}});
+    }
+    nlohmann::ordered_json j;
+    j["schema"] = "pipescope.repro.seq1f1b/1";
+    j["scenarios"] = o.dir;
+    j["memory_only"] = o.memory_only;
+    j["cells"] = std::move(cells_json);
+    std::ofstream f(o.json, std::ios::binary);
+    f << j.dump(2) << "\n";
+    if (!f.flush()) throw InputError("--json " + o.json + ": cannot write the file");
+  }
   return failed ? kExitSchedule : 0;
 }
 
@@ -215,7 +244,11 @@ Command add_repro_seq1f1b(CLI::App& repro) {
       ->delimiter(',')
       ->check(CLI::IsMember({"2.7b", "7b", "13b", "30b"}));
   sub->add_flag("--memory-only", o->memory_only, "Only the memory table (no simulation)");
-  return {sub, [o] { return run_repro(*o); }};
+  sub->add_option("--json", o->json, "Also write every cell's four methods as JSON to this file");
+  return {sub, [o] {
+            o->dir = data_path(o->dir);  // the shipped scenarios from any directory (core/data_path.h)
+            return run_repro(*o);
+          }};
 }
 
 }  // namespace pipescope::cli

@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli/fork_run.h"
 #include "cli/repro.h"
+#include "core/data_path.h"
 #include "core/memory_model.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
@@ -63,6 +66,7 @@ struct ReproOptions {
   std::string dir = "scenarios/terapipe";
   std::vector<int> settings;
   bool max_batch_only = false;
+  std::string json;  // --json FILE: Table 2's rows and the MAPE
 };
 
 bool selected(const ReproOptions& o, int setting) {
@@ -139,6 +143,7 @@ int run_repro(const ReproOptions& o) {
   int n_ape = 0;
   std::vector<SchemeRow> schemes;
   bool failed = false;
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const PaperRow& row : kTable2) {
     if (!selected(o, row.setting)) continue;
     const std::string base = o.dir + "/setting-" + std::to_string(row.setting);
@@ -170,6 +175,18 @@ int run_repro(const ReproOptions& o) {
     n_ape += 2;
     worst_speedup = std::max(worst_speedup, std::fabs(e_sp));
     worst_slices = std::max(worst_slices, std::fabs(e_sl));
+    rows.push_back({{"setting", row.setting},
+                    {"model", row.model},
+                    {"paper_without_s", row.without_s},
+                    {"simulated_without_s", wo},
+                    {"paper_with_s", row.with_s},
+                    {"simulated_with_s", w},
+                    {"paper_speedup", sp_p},
+                    {"simulated_speedup", sp_s},
+                    {"paper_slices", row.slices()},
+                    {"planned_slices", slices},
+                    {"planned_scheme", scheme_text(plan)},
+                    {"simulated_with_paper_scheme_s", w_paper}});
     std::printf("%3d %-9s | %8.3f %8.3f %+6.1f%% | %8.3f %8.3f %+6.1f%% | %6.2f %6.2f %+6.1f%% | %5d %5d | %s\n",
                 row.setting, row.model, row.without_s, wo, 100 * e_wo, row.with_s, w, 100 * e_w, sp_p, sp_s, 100 * e_sp,
                 row.slices(), slices, scheme_text(plan).c_str());
@@ -181,6 +198,18 @@ int run_repro(const ReproOptions& o) {
   }
   print_scheme_table(schemes);
   print_max_batch_table(o);
+  if (!o.json.empty()) {
+    nlohmann::ordered_json j;
+    j["schema"] = "pipescope.repro.terapipe/1";
+    j["scenarios"] = o.dir;
+    j["rows"] = std::move(rows);
+    j["mape"] = n_ape > 0 ? ape_sum / n_ape : 0.0;
+    j["worst_speedup_error"] = worst_speedup;
+    j["worst_slice_count_error"] = worst_slices;
+    std::ofstream f(o.json, std::ios::binary);
+    f << j.dump(2) << "\n";
+    if (!f.flush()) throw InputError("--json " + o.json + ": cannot write the file");
+  }
   return failed ? kExitSchedule : 0;
 }
 
@@ -193,9 +222,13 @@ Command add_repro_terapipe(CLI::App& repro) {
   sub->add_option("--settings", o->settings, "Only these settings, e.g. 1,5,10")
       ->delimiter(',')
       ->check(CLI::Range(1, 10));
+  sub->add_option("--json", o->json, "Also write Table 2's rows and the MAPE as JSON to this file");
   sub->add_flag("--max-batch", o->max_batch_only,
                 "Only Table 1's batch vs the largest batch that fits (no simulation)");
-  return {sub, [o] { return run_repro(*o); }};
+  return {sub, [o] {
+            o->dir = data_path(o->dir);  // the shipped scenarios from any directory (core/data_path.h)
+            return run_repro(*o);
+          }};
 }
 
 }  // namespace pipescope::cli

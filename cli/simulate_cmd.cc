@@ -1,5 +1,6 @@
 // `pipescope simulate [SCENARIO] [--json F] [--trace F] [--timeline F.svg] [--compare a,b,c]`
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -34,7 +35,7 @@ struct SimulateOptions {
   std::string collectives;
   std::string profile;   // --profile FILE: a calibration profile in place of the scenario's device
   std::string timeline;  // --timeline FILE.svg
-  bool timeline_comm = false, timeline_all_replicas = false;
+  bool timeline_comm = false, timeline_all_replicas = false, timeline_compact = false;
   double timeline_width_px = 1600;
   bool fail_on_oom = false;  // exit 2 when a rank does not fit in device memory
 };
@@ -75,7 +76,10 @@ sim::Report run_one(const Scenario& s, const SimulateOptions& o, std::ostream* j
     sim::SvgOptions so;
     so.width_px = o.timeline_width_px;
     so.comm = o.timeline_comm;
-    so.title = "pipescope simulate " + (o.scenario.empty() ? std::string("(default scenario)") : o.scenario);
+    // The file name, not the path it was given by: pictures go into papers.
+    so.title = "pipescope simulate " + (o.scenario.empty() ? std::string("(default scenario)")
+                                                           : std::filesystem::path(o.scenario).filename().string());
+    so.compact = o.timeline_compact;
     const sim::ProgramSpans spans = sim::program_spans(cs.dag(), cs.schedule(), r);
     sim::write_timeline_svg(*timeline, {sim::timeline_panel(cs.schedule(), cs.placement(), spans, title, po)}, so);
   }
@@ -84,40 +88,71 @@ sim::Report run_one(const Scenario& s, const SimulateOptions& o, std::ostream* j
 
 int run_compare(const Scenario& base, const SimulateOptions& o) {
   std::vector<Scenario> variants;
-  for (const auto& k : o.compare) variants.push_back(variant(base, kind_from_string(k)));
+  for (const auto& k : o.compare) {
+    const ScheduleEntry& e = kind_from_string(k);
+    if (e.traits.sliced() && base.schedule.seq_slices == 1)
+      std::fprintf(stderr,
+                   "warning: %s with one slice per micro-batch (schedule.seq_slices = 1) runs as its unsliced "
+                   "schedule; set schedule.seq_slices (k) in the scenario to compare slicing\n",
+                   e.name);
+    variants.push_back(variant(base, e));
+  }
   for (const auto& s : variants) check_work(s);  // refused here (exit 1), not as a failed row
   // SimGrid allows one Engine per process: each variant runs in a forked child (sim/run_scenario.h).
+  sim::RunOptions ro{o.collectives};
+  ro.report_json = !o.json.empty();
+  ro.trace_json = !o.trace.empty();
   std::vector<sim::RunOutcome> res;
   for (const auto& s : variants) {
     std::fprintf(stderr, "simulating %s ...\n", s.name.c_str());
     sim::RunOutcome v;
     try {
-      v.result = sim::run_isolated(s, sim::RunOptions{o.collectives});
+      v.result = sim::run_isolated(s, ro);
     } catch (const std::exception& e) {
       v.error = e.what();
     }
     res.push_back(v);
   }
-  std::printf("scenario %s (%s): %d GPUs, dp %d, pp %d, tp %d, global batch %d\n", base.name.c_str(),
-              base.source.c_str(), base.cluster.total_gpus(), base.parallel.dp, base.parallel.pp, base.parallel.tp,
-              base.parallel.global_batch);
-  std::printf("%-14s %14s %14s %10s %10s %12s %12s %s\n", "schedule", "iteration_s", "pipeline_s", "idle_phi",
-              "bubble_b", "TFLOP/s/GPU", "peak_mem_GB", "");
+  // With --json - or --trace -, stdout carries the file and the table goes to stderr.
+  FILE* out = o.json == "-" || o.trace == "-" ? stderr : stdout;
+  std::fprintf(out, "scenario %s (%s): %d GPUs, dp %d, pp %d, tp %d, global batch %d\n", base.name.c_str(),
+               base.source.c_str(), base.cluster.total_gpus(), base.parallel.dp, base.parallel.pp, base.parallel.tp,
+               base.parallel.global_batch);
+  std::fprintf(out, "%-14s %3s %14s %14s %10s %10s %12s %12s %s\n", "schedule", "v", "iteration_s", "pipeline_s",
+               "idle_phi", "bubble_b", "TFLOP/s/GPU", "peak_mem_GB", "");
   int rc = 0;
+  std::vector<std::string> reports;
+  std::vector<std::pair<std::string, std::string>> traces;
   for (std::size_t i = 0; i < res.size(); i++) {
     const char* name = to_string(variants[i].schedule.kind);
     if (!res[i].ok()) {
-      std::printf("%-14s error: %s\n", name, res[i].error.c_str());
+      std::fprintf(out, "%-14s error: %s\n", name, res[i].error.c_str());
       rc = kExitSchedule;
       continue;
     }
     const sim::RunResult& v = res[i].result;
-    std::printf("%-14s %14.9f %14.9f %10.4f %10.4f %12.2f %12.2f %s\n", name, v.iteration_s, v.pipeline_end_s,
-                v.bubble_idle_fraction, v.bubble_ratio, v.tflops_per_gpu, v.peak_memory_bytes / 1e9,
-                v.oom ? "OOM" : "");
+    std::fprintf(out, "%-14s %3d %14.9f %14.9f %10.4f %10.4f %12.2f %12.2f %s\n", name, v.v, v.iteration_s,
+                 v.pipeline_end_s, v.bubble_idle_fraction, v.bubble_ratio, v.tflops_per_gpu, v.peak_memory_bytes / 1e9,
+                 v.oom ? "OOM" : "");
     if (v.oom && o.fail_on_oom) rc = kExitSchedule;
+    reports.push_back(v.report_json);
+    traces.emplace_back(name, v.trace_json);
   }
-  std::printf("idle_phi = bubble time / makespan (mean over ranks); bubble_b = bubble / ideal time (Megatron)\n");
+  std::fprintf(out,
+               "idle_phi = bubble time / makespan (mean over ranks); bubble_b = bubble / ideal time (Megatron); "
+               "v = chunks per rank\n");
+  std::fflush(out);
+  // Outputs are rendered in memory and written atomically after the runs (core/atomic_file.h).
+  if (!o.json.empty()) {
+    std::ostringstream json;
+    sim::write_compare_json(json, reports);
+    write_file_atomic(o.json, json.str(), "--json");
+  }
+  if (!o.trace.empty()) {
+    std::ostringstream trace;
+    sim::write_merged_traces(trace, traces);
+    write_file_atomic(o.trace, trace.str(), "--trace");
+  }
   return rc;
 }
 
@@ -153,6 +188,8 @@ int run_simulate(const SimulateOptions& o) {
   }
   if (!o.compare.empty() && !o.timeline.empty())
     throw InputError("--timeline draws one run; it cannot be combined with --compare");
+  if ((o.json == "-") + (o.trace == "-") + (o.timeline == "-") > 1)
+    throw InputError("only one of --json, --trace, --timeline can write to standard output (-)");
   if (!o.compare.empty()) return run_compare(s, o);
   // Outputs are rendered in memory and written atomically after the run (core/atomic_file.h).
   std::ostringstream json, trace, timeline;
@@ -183,8 +220,11 @@ Command add_simulate(CLI::App& app) {
   auto o = std::make_shared<SimulateOptions>();
   auto* sub = app.add_subcommand("simulate", "Simulate one training iteration of a scenario on SimGrid");
   sub->add_option("scenario", o->scenario, "Scenario YAML file (default: the built-in default scenario)");
-  sub->add_option("--json", o->json, "Write the report as JSON to this file");
-  sub->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace-event file (one track per GPU)");
+  sub->add_option("--json", o->json,
+                  "Write the report as JSON to this file (- for stdout; with --compare, every variant)");
+  sub->add_option(
+      "--trace", o->trace,
+      "Write a Chrome/Perfetto trace-event file (one track per GPU; - for stdout; with --compare, every variant)");
   sub->add_option("--compare", o->compare, "Run schedule variants side by side, e.g. gpipe,1f1b,interleaved")
       ->delimiter(',');
   sub->add_option("--schedule", o->schedule,
@@ -200,6 +240,8 @@ Command add_simulate(CLI::App& app) {
   sub->add_flag("--timeline-comm", o->timeline_comm, "Timeline: draw communication as a strip under each row");
   sub->add_flag("--timeline-all-replicas", o->timeline_all_replicas,
                 "Timeline: a row for every data-parallel replica's stages (default: replica 0)");
+  sub->add_flag("--timeline-compact", o->timeline_compact,
+                "Timeline: no labels, edges or tooltips (automatic from 96 rows)");
   sub->add_option("--timeline-width", o->timeline_width_px, "Timeline width in pixels (default 1600)")
       ->check(finite_range(200.0, 100000.0));
   return {sub, [o] { return run_simulate(*o); }};

@@ -15,8 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -135,6 +137,7 @@ struct KindStats {
 
 struct Comparison {
   double measured_iteration_s = 0, simulated_iteration_s = 0;
+  std::vector<double> measured_iterations_s;  // each timed iteration (the spread behind the mean)
   KindStats kinds[kKinds];
   double overhead_s_per_op = 0, kernel_s = 0, comm_s = 0, overhead_s = 0;
   std::size_t ops = 0;
@@ -251,10 +254,30 @@ Comparison compare(const CheckedSchedule& cs, const sim::SimResult& sr, const ru
       c.kinds[kAllReduce].measured_n++;
     }
     c.measured_iteration_s += end;
+    c.measured_iterations_s.push_back(end);
   }
   if (iters) c.measured_iteration_s /= static_cast<double>(iters);
   if (c.ops) c.overhead_s_per_op = c.overhead_s / static_cast<double>(c.ops);
   return c;
+}
+
+// min, median, max, mean and sample standard deviation of the timed iterations.
+nlohmann::ordered_json spread_json(std::vector<double> v) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  if (v.empty()) return j;
+  std::sort(v.begin(), v.end());
+  double mean = 0, var = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  for (double x : v) var += (x - mean) * (x - mean);
+  const std::size_t n = v.size();
+  j["n"] = n;
+  j["min"] = v.front();
+  j["median"] = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  j["max"] = v.back();
+  j["mean"] = mean;
+  j["stddev"] = n > 1 ? std::sqrt(var / static_cast<double>(n - 1)) : 0.0;
+  return j;
 }
 
 std::string pct(double sim, double meas) {
@@ -333,6 +356,12 @@ int run_validate(const ValidateOptions& vo) {
   std::printf("\n%-12s %8s %16s %16s %10s\n", "", "count", "measured_s", "simulated_s", "error");
   std::printf("%-12s %8d %16.9f %16.9f %10s\n", "iteration", o.iterations, c.measured_iteration_s,
               c.simulated_iteration_s, pct(c.simulated_iteration_s, c.measured_iteration_s).c_str());
+  if (c.measured_iterations_s.size() > 1) {
+    const auto sp = spread_json(c.measured_iterations_s);
+    std::printf("%-12s measured min %.9f / median %.9f / max %.9f s, stddev %.9f s over %zu iterations\n", "",
+                sp["min"].get<double>(), sp["median"].get<double>(), sp["max"].get<double>(),
+                sp["stddev"].get<double>(), c.measured_iterations_s.size());
+  }
   std::printf("mean duration per op:\n");
   for (int k = 0; k < kKinds; k++) {
     const KindStats& st = c.kinds[k];
@@ -385,6 +414,7 @@ int run_validate(const ValidateOptions& vo) {
 
   if (!vo.json.empty()) {
     nlohmann::ordered_json j;
+    j["schema"] = "pipescope.validate/1";
     j["scenario"] = s.name;
     j["source"] = s.source;
     j["cost_model"] = cost_source;
@@ -401,7 +431,10 @@ int run_validate(const ValidateOptions& vo) {
     j["backend"] = mr.backend;
     j["iterations"] = o.iterations;
     j["warmup"] = o.warmup;
-    j["iteration_s"] = {{"measured", c.measured_iteration_s}, {"simulated", c.simulated_iteration_s}};
+    j["iteration_s"] = {{"measured", c.measured_iteration_s},
+                        {"simulated", c.simulated_iteration_s},
+                        {"measured_per_iteration", c.measured_iterations_s},
+                        {"measured_spread", spread_json(c.measured_iterations_s)}};
     for (int k = 0; k < kKinds; k++) {
       const KindStats& st = c.kinds[k];
       if (!st.measured_n && !st.simulated_n) continue;
@@ -439,6 +472,7 @@ int run_validate(const ValidateOptions& vo) {
     sim::SvgOptions so;
     so.title = "pipescope validate: simulated and measured (" + mr.backend + ")";
     so.comm = true;
+    so.shared_scale = true;  // simulated and measured on one time axis, so their lengths compare by eye
     const std::vector<sim::TimelinePanel> panels = {
         sim::timeline_panel(ls, prep->placement, sim::program_spans(cs.dag(), ls, sr),
                             sim::timeline_title("simulated", s.name, ls, sr.iteration_s), po),

@@ -299,22 +299,12 @@ std::string num(double v) {
 }
 std::string us(double seconds) { return num(seconds / kUs); }
 
+// A string scalar as yaml-cpp's emitter writes it (double-quoted, its escapes), so that what the loader reads back
+// is exactly the string; the layout around it stays compact flow maps written here.
 std::string quoted(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (u < 0x20 || u == 0x7f) {  // YAML double-quoted scalars allow no raw control characters
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", u);
-      o += buf;
-    } else {
-      o += c;
-    }
-  }
-  return o + "\"";
+  YAML::Emitter e;
+  e << YAML::DoubleQuoted << s;
+  return e.c_str();
 }
 
 void write_stats(std::ostream& os, const TimeStats& t) {

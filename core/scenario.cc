@@ -655,10 +655,13 @@ void Validator::check_ranges() const {
       {"parallel.micro_batch_size", p.micro_batch_size},
       {"parallel.global_batch", p.global_batch},
       {"schedule.seq_slices", s_.schedule.seq_slices},
-      {"training.optimizer_bytes_per_param", s_.training.optimizer_bytes_per_param},
   };
   for (const auto& [key, v] : values)
     if (const std::string why = range_violation(key, v); !why.empty()) fail({key}, why);
+  // < 0 is "derive from the dtypes" (TrainingSpec::param_bytes), set only in code; a given value is checked.
+  if (const double b = s_.training.optimizer_bytes_per_param; b >= 0)
+    if (const std::string why = range_violation("training.optimizer_bytes_per_param", b); !why.empty())
+      fail({"training.optimizer_bytes_per_param"}, why);
   // Bandwidths of unused link classes stay 0 (core/scenario.cc parse_cluster); a given one must be in range.
   const std::pair<const char*, double> links[] = {{"cluster.intra_node.nvlink_bw_GBps", c.nvlink_bw_Bps / kGBps},
                                                   {"cluster.intra_node.pcie_bw_GBps", c.pcie_bw_Bps / kGBps},

@@ -2,7 +2,9 @@
 
 Environment:
   PIPESCOPE_BIN       the pipescope executable (default: build/pipescope of this checkout, then `pipescope` on PATH)
-  PIPESCOPE_NB_OUT    where the figures (PNG, SVG) go (default: notebooks/figures)
+  PIPESCOPE_NB_OUT    where the figures (PNG, SVG) go (default: build/notebook-figures, so that running a
+                      notebook never overwrites the committed notebooks/figures; set it to notebooks/figures
+                      to refresh those, after a full run)
   PIPESCOPE_NB_FULL   1 = every configuration of the paper; unset = the subset that keeps a notebook to a few
                       seconds of simulation (what the ctest runs)
 """
@@ -21,6 +23,7 @@ import pandas as pd
 NOTEBOOKS = Path(__file__).resolve().parent
 REPO = NOTEBOOKS.parent
 SCENARIOS = REPO / "scenarios"
+DEFAULT_OUT = REPO / "build" / "notebook-figures"  # not notebooks/figures: those are committed
 FULL = os.environ.get("PIPESCOPE_NB_FULL", "") not in ("", "0")
 
 
@@ -41,7 +44,7 @@ def binary():
 
 
 def out_dir():
-    d = Path(os.environ.get("PIPESCOPE_NB_OUT", NOTEBOOKS / "figures"))
+    d = Path(os.environ.get("PIPESCOPE_NB_OUT", DEFAULT_OUT))
     d.mkdir(parents=True, exist_ok=True)
     return d
 

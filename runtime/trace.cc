@@ -6,6 +6,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/json_text.h"
@@ -20,10 +22,14 @@ constexpr int kMeasuredPidOffset = 1000;
 struct Event {
   int gpu, lane;
   double start, end;
-  int worker;
+  int worker, tp_rank;
   std::size_t op;
   const char* cat;
 };
+
+// Flow key of a transfer: (sender, receiver, producer op text, TP rank); the n-th send of a key matches the
+// n-th receive of it.
+using FlowKey = std::tuple<int, int, std::string, int>;
 
 }  // namespace
 
@@ -48,22 +54,22 @@ void write_measured_trace(std::ostream& os, const LoweredSchedule& ls, const Pla
       switch (prog[i].kind) {
         case LOpKind::Compute:
         case LOpKind::Optimizer:
-          events.push_back({gpu, 0, t.start, t.end, w.worker, i, "compute"});
+          events.push_back({gpu, 0, t.start, t.end, w.worker, w.tp_rank, i, "compute"});
           break;
         case LOpKind::Recv:
-          events.push_back({gpu, 1, t.start, t.end, w.worker, i, "p2p"});
+          events.push_back({gpu, 1, t.start, t.end, w.worker, w.tp_rank, i, "p2p"});
           break;
         case LOpKind::AllReduce:
         case LOpKind::AllGather:
         case LOpKind::ReduceScatter:
-          events.push_back({gpu, 1, t.start, t.end, w.worker, i, "collective"});
+          events.push_back({gpu, 1, t.start, t.end, w.worker, w.tp_rank, i, "collective"});
           break;
         case LOpKind::Send: {
           std::size_t l = 0;
           while (l < send_lane_end.size() && send_lane_end[l] > t.start) l++;
           if (l == send_lane_end.size()) send_lane_end.push_back(0);
           send_lane_end[l] = t.done;
-          events.push_back({gpu, 2 + static_cast<int>(l), t.start, t.done, w.worker, i, "p2p"});
+          events.push_back({gpu, 2 + static_cast<int>(l), t.start, t.done, w.worker, w.tp_rank, i, "p2p"});
           break;
         }
       }
@@ -77,10 +83,38 @@ void write_measured_trace(std::ostream& os, const LoweredSchedule& ls, const Pla
                      "\"schedule\":\"" + json_escape(ls.schedule.name) + "\",\"source\":\"measured\",\"backend\":\"" +
                          json_escape(r.backend) + "\",\"iteration_s\":" + TraceJsonWriter::seconds_text(iteration_s));
   tw.tracks(tracks, label);
-  for (const Event& e : events) {
+  // Flow ids: sends numbered per key in program order, each receive takes the matching send's id.
+  std::map<FlowKey, std::vector<std::uint64_t>> send_ids;
+  std::map<FlowKey, std::size_t> recv_seen;
+  std::vector<std::uint64_t> flow(events.size(), 0);
+  std::vector<double> send_start{0.0};  // by flow id
+  for (std::size_t k = 0; k < events.size(); k++) {
+    const Event& e = events[k];
+    const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(e.worker)][e.op];
+    if (l.kind != LOpKind::Send) continue;
+    flow[k] = send_start.size();
+    send_start.push_back(e.start);
+    send_ids[{e.worker, l.peer, op_text(l.op), e.tp_rank}].push_back(flow[k]);
+  }
+  for (std::size_t k = 0; k < events.size(); k++) {
+    const Event& e = events[k];
+    const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(e.worker)][e.op];
+    if (l.kind != LOpKind::Recv) continue;
+    const FlowKey key{l.peer, e.worker, op_text(l.op), e.tp_rank};
+    const auto it = send_ids.find(key);
+    const std::size_t n = recv_seen[key]++;
+    if (it != send_ids.end() && n < it->second.size()) flow[k] = it->second[n];
+  }
+  for (std::size_t k = 0; k < events.size(); k++) {
+    const Event& e = events[k];
     tw.event(lowered_op_name(ls, e.worker, e.op), e.cat, e.gpu, e.lane, e.start, e.end)
-        << "\"worker\":" << e.worker << ",\"op\":" << e.op;
+        << TraceJsonWriter::op_args(ls, e.worker, e.op) << ",\"tp_rank\":" << e.tp_rank << ",\"index\":" << e.op;
     tw.close_event();
+    // The flow ends inside the receive, no earlier than the send began (a receive is posted before its data).
+    if (flow[k] != 0) {
+      const bool send = ls.per_worker[static_cast<std::size_t>(e.worker)][e.op].kind == LOpKind::Send;
+      tw.flow(send, flow[k], e.gpu, e.lane, send ? e.start : std::min(e.end, std::max(e.start, send_start[flow[k]])));
+    }
   }
   tw.finish();
 }
@@ -129,6 +163,9 @@ std::string merge_traces(const std::string& simulated_json, const std::string& m
     for (Json& e : in["traceEvents"]) {
       const int node = e.value("pid", 0);
       if (measured) e["pid"] = node + kMeasuredPidOffset;
+      // Flow ids of the two runs must not join a simulated send to a measured receive.
+      if (measured && e.contains("id") && e["id"].is_number_unsigned())
+        e["id"] = e["id"].get<std::uint64_t>() + (std::uint64_t{1} << 40);
       const std::string name = e.value("name", "");
       if (name == "process_name") {
         std::string n = e["args"].value("name", "");

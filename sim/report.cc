@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <stdexcept>
 #include <string>
 
 #include "core/analytic_cost.h"
@@ -34,7 +35,12 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   rep.v = ls.schedule.v;
   rep.m = ls.schedule.m;
   rep.gpus = ls.dp * ls.p * ls.tp;
+  rep.global_batch = s.parallel.global_batch;
+  rep.micro_batch_size = s.parallel.micro_batch_size;
+  rep.seq_len = s.model.seq_len;
+  rep.seq_slices = s.schedule.seq_slices;
   rep.iteration_s = r.iteration_s;
+  if (r.iteration_s > 0) rep.tokens_per_s = static_cast<double>(rep.global_batch) * rep.seq_len / r.iteration_s;
   rep.pipeline_end_s = r.pipeline_end_s;
 
   // Bubble over the pipeline part only (before gradient sync and optimizer): with B the mean busy time of
@@ -107,6 +113,8 @@ void print_table(std::ostream& os, const Report& r) {
   line("bubble ratio", fmt("beta = %.6f", r.bubble_ratio) + " (t_bubble / t_ideal, Megatron)");
   line("throughput", fmt("%.3f TFLOP/s per GPU", r.tflops_per_gpu) +
                          fmt(" (Megatron Eq. 3 F/(T n)); model FLOPs %.3f TFLOP/s", r.model_tflops_per_gpu));
+  line("tokens", fmt("%.0f tokens/s", r.tokens_per_s) + " (global batch " + std::to_string(r.global_batch) +
+                     " x seq_len " + std::to_string(r.seq_len) + " per iteration)");
 
   // Per pipeline rank: busy time over the data-parallel replicas and memory.
   os << "\n  rank   busy_min_s    busy_max_s    idle_max_s    peak_mem_GB  activations_GB  in_flight  oom\n";
@@ -141,6 +149,7 @@ void print_table(std::ostream& os, const Report& r) {
 
 void write_json(std::ostream& os, const Report& r) {
   nlohmann::ordered_json j;
+  j["schema"] = kReportSchema;
   j["scenario"] = r.scenario;
   j["schedule"] = r.schedule;
   j["gpus"] = r.gpus;
@@ -149,6 +158,10 @@ void write_json(std::ostream& os, const Report& r) {
   j["tp"] = r.tp;
   j["v"] = r.v;
   j["m"] = r.m;
+  j["global_batch"] = r.global_batch;
+  j["micro_batch_size"] = r.micro_batch_size;
+  j["seq_len"] = r.seq_len;
+  j["seq_slices"] = r.seq_slices;
   j["profile"] = nlohmann::ordered_json::parse(profile_json(r.profile));
   j["iteration_s"] = r.iteration_s;
   j["pipeline_end_s"] = r.pipeline_end_s;
@@ -159,6 +172,7 @@ void write_json(std::ostream& os, const Report& r) {
       "bubble_ratio beta = (T_pipe - mean busy) / mean busy";
   j["tflops_per_gpu"] = r.tflops_per_gpu;
   j["model_tflops_per_gpu"] = r.model_tflops_per_gpu;
+  j["tokens_per_s"] = r.tokens_per_s;
   auto workers = nlohmann::ordered_json::array();
   for (std::size_t w = 0; w < r.worker_busy_s.size(); w++) {
     nlohmann::ordered_json x;
@@ -192,6 +206,41 @@ void write_json(std::ostream& os, const Report& r) {
   mem["ranks"] = std::move(ranks);
   j["memory"] = std::move(mem);
   os << j.dump(2) << '\n';
+}
+
+void write_compare_json(std::ostream& os, const std::vector<std::string>& reports_json) {
+  nlohmann::ordered_json j;
+  j["schema"] = "pipescope.compare/1";
+  auto variants = nlohmann::ordered_json::array();
+  for (const auto& r : reports_json) variants.push_back(nlohmann::ordered_json::parse(r));
+  j["variants"] = std::move(variants);
+  os << j.dump(2) << '\n';
+}
+
+void write_merged_traces(std::ostream& os, const std::vector<std::pair<std::string, std::string>>& name_and_trace) {
+  nlohmann::ordered_json out;
+  out["displayTimeUnit"] = "ms";
+  auto other = nlohmann::ordered_json::object();
+  auto events = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < name_and_trace.size(); i++) {
+    const auto& [name, text] = name_and_trace[i];
+    const auto t = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (t.is_discarded() || !t.contains("traceEvents"))
+      throw std::invalid_argument("trace of " + name + ": not a trace-event JSON document");
+    other[name] = t.value("otherData", nlohmann::ordered_json::object());
+    const int base = 1000 * static_cast<int>(i);
+    for (auto e : t["traceEvents"]) {
+      e["pid"] = base + e.value("pid", 0);
+      if (e.contains("id") && e["id"].is_number_unsigned())  // flow ids stay unique across the variants
+        e["id"] = e["id"].get<std::uint64_t>() + (static_cast<std::uint64_t>(i) << 40);
+      if (e.value("name", "") == "process_name") e["args"]["name"] = name + " " + e["args"].value("name", "");
+      if (e.value("name", "") == "process_sort_index") e["args"]["sort_index"] = e["pid"];
+      events.push_back(std::move(e));
+    }
+  }
+  out["otherData"] = std::move(other);
+  out["traceEvents"] = std::move(events);
+  os << out.dump() << '\n';
 }
 
 }  // namespace pipescope::sim

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/checks.h"
@@ -28,10 +29,15 @@ struct SimResult {
   double wall_s = 0;                     // not printed in deterministic outputs
 };
 
+// Version of the --json layout (docs/schemas/simulate.schema.json); bumped when a key changes meaning or goes.
+inline constexpr const char* kReportSchema = "pipescope.simulate/1";
+
 struct Report {
   std::string scenario;
   std::string schedule;
   int gpus = 0, dp = 1, pp = 1, tp = 1, v = 1, m = 0;
+  int global_batch = 0, micro_batch_size = 0, seq_len = 0, seq_slices = 1;  // sequences, tokens
+  double tokens_per_s = 0;                                                  // global_batch * seq_len / iteration_s
   double iteration_s = 0;
   double pipeline_end_s = 0;
   double bubble_idle_fraction = 0;  // phi = mean over workers of idle / makespan (pipeline part)
@@ -46,6 +52,12 @@ struct Report {
 Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult& r);
 void print_table(std::ostream& os, const Report& r);
 void write_json(std::ostream& os, const Report& r);
+// `pipescope simulate --compare --json`: {"schema": "pipescope.compare/1", "variants": [each variant's
+// write_json object]}; `reports_json` are write_json outputs in order.
+void write_compare_json(std::ostream& os, const std::vector<std::string>& reports_json);
+// `pipescope simulate --compare --trace`: the variants' traces (write_trace outputs) in one file, variant i's
+// processes at pid 1000 * i + node named "<name> node<N>". Throws std::invalid_argument on malformed input.
+void write_merged_traces(std::ostream& os, const std::vector<std::pair<std::string, std::string>>& name_and_trace);
 // Chrome trace-event JSON: one track per GPU (compute), comm tracks per GPU, ops named by canonical text.
 // `profile` names the calibration profile in the trace's metadata (otherData.profile).
 void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r, const ProfileStamp& profile = {});

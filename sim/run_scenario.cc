@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <stdexcept>
 
 #include "core/checks.h"
@@ -18,8 +19,8 @@ namespace pipescope::sim {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RunResult, scenario, schedule, gpus, dp, pp, tp, v, m, micro_batch_size,
                                    global_batch, seq_len, slices, slice_tokens, iteration_s, pipeline_end_s,
                                    bubble_idle_fraction, bubble_ratio, tflops_per_gpu, model_tflops_per_gpu,
-                                   tokens_per_s, peak_memory_bytes, oom, wall_s, sim_wall_s, activities, dag_nodes,
-                                   peak_rss_kb)
+                                   tokens_per_s, peak_memory_bytes, oom, report_json, trace_json, wall_s, sim_wall_s,
+                                   activities, dag_nodes, peak_rss_kb)
 
 namespace {
 
@@ -58,6 +59,16 @@ RunResult run_scenario(const Scenario& s, const RunOptions& o) {
   out.tokens_per_s = static_cast<double>(s.parallel.global_batch) * s.model.seq_len / rep.iteration_s;
   for (const auto& rm : rep.memory.ranks)
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, rm.peak_bytes), out.oom = out.oom || rm.oom;
+  if (o.report_json) {
+    std::ostringstream os;
+    write_json(os, rep);
+    out.report_json = os.str();
+  }
+  if (o.trace_json) {
+    std::ostringstream os;
+    write_trace(os, cs, r, rep.profile);
+    out.trace_json = os.str();
+  }
   out.sim_wall_s = r.wall_s;
   out.activities = static_cast<double>(r.activities);
   out.dag_nodes = static_cast<double>(r.total);

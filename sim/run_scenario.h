@@ -28,12 +28,17 @@ struct RunResult {
   double tokens_per_s = 0;       // global_batch * seq_len / iteration_s
   double peak_memory_bytes = 0;  // the worst rank's modelled peak
   bool oom = false;              // some rank exceeds the device memory
+  // The report as JSON and the trace (write_json, write_trace), when RunOptions asked for them (simulate
+  // --compare --json / --trace); empty otherwise.
+  std::string report_json, trace_json;
   // How the run went (benchmarks; never part of a deterministic output).
   double wall_s = 0, sim_wall_s = 0, activities = 0, dag_nodes = 0, peak_rss_kb = 0;
 };
 
 struct RunOptions {
-  std::string collectives;  // overrides the scenario's sim.collectives when non-empty
+  std::string collectives;   // overrides the scenario's sim.collectives when non-empty
+  bool report_json = false;  // fill RunResult::report_json
+  bool trace_json = false;   // fill RunResult::trace_json
 };
 
 // In this process: at most once per process. Throws what the pipeline throws (std::invalid_argument for an

@@ -44,12 +44,14 @@ double luminance(const Rgb& c) { return 0.2126 * c.r + 0.7152 * c.g + 0.0722 * c
 
 // Fill of a compute block: forward is the colour mixed half-way to white, weight-gradient a quarter, backward
 // the colour itself.
+// Backward is the colour darkened a fifth, so that forward and backward differ in lightness even where blocks
+// are too thin for labels (dense sliced runs). colour < 0: the neutral grey the legend uses for op kinds.
 Rgb block_fill(BlockKind k, int colour) {
-  const Rgb base = parse_hex(kPalette[colour]);
-  const Rgb white{1, 1, 1};
+  const Rgb base = colour < 0 ? Rgb{0.55, 0.55, 0.55} : parse_hex(kPalette[colour]);
+  const Rgb white{1, 1, 1}, black{0, 0, 0};
   if (k == BlockKind::Forward) return mix(base, white, 0.5);
-  if (k == BlockKind::WeightGrad) return mix(base, white, 0.25);
-  return base;
+  if (k == BlockKind::WeightGrad) return mix(base, white, 0.2);
+  return mix(base, black, 0.2);
 }
 
 const char* kind_class(BlockKind k) {
@@ -134,6 +136,14 @@ std::string tick_text(double v, double step) {
 
 double text_width(const std::string& s, double font_px) { return static_cast<double>(s.size()) * font_px * 0.62; }
 
+// A smaller inline font size (a style: the stylesheet's class rule would win over an attribute) when `text` at
+// `font_px` would run past `room` px (titles never clip); "" if it fits.
+std::string fit_font(const std::string& text, double font_px, double room) {
+  const double w = text_width(text, font_px);
+  if (w <= room || w <= 0) return "";
+  return " style=\"font-size:" + f2(std::max(6.0, font_px * room / w)) + "px\"";
+}
+
 void validate(const std::vector<TimelinePanel>& panels, const SvgOptions& opt) {
   if (!(opt.width_px >= 200) || !std::isfinite(opt.width_px))
     throw std::invalid_argument("timeline: width must be at least 200 px");
@@ -185,8 +195,9 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   const double compute_h = opt.comm ? bh * 0.66 : bh;
   const double comm_gap = opt.comm ? bh * 0.04 : 0;
   const double comm_h = opt.comm ? bh - compute_h - comm_gap : 0;
+  const bool compact = opt.compact || total_rows >= kCompactRows;
   const double label_fs = std::min(12.0, compute_h * 0.62);
-  const bool block_labels = label_fs >= 6.5;
+  const bool block_labels = label_fs >= 6.5 && !compact;
   // Row labels: at least 8 px; when rows are thinner than that, only every step-th row is labelled.
   const double row_fs = std::clamp(rh * 0.75, 8.0, 12.0);
   int row_step = 1;
@@ -203,8 +214,70 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   double shared_end = 0;
   for (const auto& p : panels) shared_end = std::max(shared_end, panel_end(p));
 
+  // ---- header: title, then the legend laid out left to right and wrapped at the right margin
+  bool any_chunk = false;
+  for (const auto& p : panels)
+    for (const auto& iv : p.intervals) any_chunk = any_chunk || (is_compute(iv.kind) && iv.chunk > 0);
+  std::string legend;
+  double lx = ml, ly = 37;
+  const double right = W - 8;
+  auto room = [&](double w) {
+    if (lx + w > right && lx > ml) lx = ml, ly += 19;
+  };
+  auto swatch = [&](const std::string& cls, const std::string& text, const std::string& overlay = "") {
+    room(21 + text_width(text, 12));
+    legend += "<rect class=\"" + cls + "\" x=\"" + f2(lx) + "\" y=\"" + f2(ly) + "\" width=\"16\" height=\"12\"/>";
+    if (!overlay.empty())
+      legend +=
+          "<rect fill=\"url(#" + overlay + ")\" x=\"" + f2(lx) + "\" y=\"" + f2(ly) + "\" width=\"16\" height=\"12\"/>";
+    legend += "<text class=\"lg\" x=\"" + f2(lx + 21) + "\" y=\"" + f2(ly + 10) + "\">" + xml(text) + "</text>\n";
+    lx += 21 + text_width(text, 12) + 16;
+  };
+  auto words = [&](const std::string& text) {  // plain text, wrapped word by word
+    std::size_t i = 0;
+    while (i < text.size()) {
+      std::size_t j = text.find(' ', i);
+      if (j == std::string::npos) j = text.size();
+      const std::string w = text.substr(i, j - i);
+      room(text_width(w, 12));
+      legend += "<text class=\"lg\" x=\"" + f2(lx) + "\" y=\"" + f2(ly + 10) + "\">" + xml(w) + "</text>";
+      lx += text_width(w + " ", 12);
+      i = j + 1;
+    }
+    legend += "\n";
+    lx += 10;
+  };
+  // Op kinds in neutral grey: the hue is the micro-batch's.
+  swatch("F cg", "F forward");
+  swatch("B cg", "B backward (I: input gradient)");
+  if (any_w) swatch("W cg", "W weight gradient");
+  if (any_opt) swatch("O", "optimizer");
+  if (opt.comm && any_p2p) swatch("P", "point-to-point");
+  if (opt.comm && any_coll) swatch("C", "collective");
+  swatch("idle", "idle");
+  lx = ml, ly += 19;
+  words("micro-batch:");
+  for (int c = 0; c < kColours; c++) {
+    room(30);
+    legend += "<rect class=\"F c" + std::to_string(c) + "\" x=\"" + f2(lx) + "\" y=\"" + f2(ly) +
+              "\" width=\"8\" height=\"12\"/><rect class=\"B c" + std::to_string(c) + "\" x=\"" + f2(lx + 8) +
+              "\" y=\"" + f2(ly) + "\" width=\"8\" height=\"12\"/><text class=\"lg\" x=\"" + f2(lx + 19) + "\" y=\"" +
+              f2(ly + 10) + "\">" + std::to_string(c) + "</text>\n";
+    lx += 19 + text_width(std::to_string(c), 12) + 8;
+  }
+  words("(hue repeats every " + std::to_string(kColours) + ")");
+  if (any_chunk) {
+    swatch("F cg", "chunk 0");
+    swatch("F cg", "chunk 1", "k1");
+    swatch("F cg", "chunk 2", "k2");
+    swatch("F cg", "chunk 3+", "k3");
+  }
+  lx = ml, ly += 19;
+  words(std::string("block label = micro-batch[.slice][c chunk], 0-based") +
+        (opt.comm ? "; thin strip under each row = communication" : "") + (compact ? "; compact: no labels" : ""));
+  const double header_h = std::ceil(ly + 12 + 14);
+
   // ---- total height
-  const double header_h = 76;
   const double panel_title_h = 22, axis_h = 36, panel_gap = 12;
   double H = header_h;
   for (const auto& p : panels) H += panel_title_h + static_cast<double>(p.rows.size()) * rh + axis_h + panel_gap;
@@ -221,30 +294,26 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
      << ".rl{font-size:" << f2(row_fs) << "px;text-anchor:end;fill:#333}.h{font-size:16px;font-weight:bold}"
      << ".pt{font-size:13px;font-weight:bold;fill:#222}.lg{font-size:12px;fill:#333}"
      << ".ax{stroke:#555;stroke-width:1}.tk{font-size:11px;text-anchor:middle;fill:#444}\n";
-  for (int c = 0; c < kColours; c++)
+  for (int c = -1; c < kColours; c++)
     for (BlockKind k : {BlockKind::Forward, BlockKind::Backward, BlockKind::WeightGrad})
-      os << '.' << kind_class(k) << ".c" << c << "{fill:" << hex(block_fill(k, c)) << '}';
-  os << "\n</style>\n<rect class=\"bg\" x=\"0\" y=\"0\" width=\"" << f2(W) << "\" height=\"" << f2(H) << "\"/>\n";
-
-  // ---- header: title and legend
-  os << "<text class=\"h\" x=\"" << f2(ml) << "\" y=\"24\">" << xml(opt.title) << "</text>\n<g class=\"legend\">\n";
-  double lx = ml;
-  auto swatch = [&](const std::string& cls, const std::string& text) {
-    os << "<rect class=\"" << cls << "\" x=\"" << f2(lx)
-       << "\" y=\"37\" width=\"16\" height=\"12\"/><text class=\"lg\" x=\"" << f2(lx + 21) << "\" y=\"47\">"
-       << xml(text) << "</text>\n";
-    lx += 21 + text_width(text, 12) + 18;
-  };
-  swatch("F c0", "forward");
-  swatch("B c0", "backward");
-  if (any_w) swatch("W c0", "weight gradient");
-  if (any_opt) swatch("O", "optimizer");
-  if (opt.comm && any_p2p) swatch("P", "point-to-point");
-  if (opt.comm && any_coll) swatch("C", "collective");
-  swatch("idle", "idle");
-  os << "<text class=\"lg\" x=\"" << f2(ml) << "\" y=\"66\">colour = micro-batch (" << kColours
-     << " colours, repeating); block label = micro-batch[.slice][c chunk], 0-based"
-     << (opt.comm ? "; thin strip under each row = communication" : "") << "</text>\n</g>\n";
+      os << '.' << kind_class(k) << ".c" << (c < 0 ? std::string("g") : std::to_string(c))
+         << "{fill:" << hex(block_fill(k, c)) << '}';
+  // Chunk hatches: chunk 1 "/", chunk 2 "\\", chunk 3 and up crossed.
+  os << "\n</style>\n<defs>"
+     << "<pattern id=\"k1\" width=\"5\" height=\"5\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
+        "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"5\" stroke=\"#000\" stroke-opacity=\".4\" "
+        "stroke-width=\"1.4\"/></pattern>"
+     << "<pattern id=\"k2\" width=\"5\" height=\"5\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(-45)\">"
+        "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"5\" stroke=\"#000\" stroke-opacity=\".4\" "
+        "stroke-width=\"1.4\"/></pattern>"
+     << "<pattern id=\"k3\" width=\"5\" height=\"5\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
+        "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"5\" stroke=\"#000\" stroke-opacity=\".4\" stroke-width=\"1.2\"/>"
+        "<line x1=\"0\" y1=\"0\" x2=\"5\" y2=\"0\" stroke=\"#000\" stroke-opacity=\".4\" "
+        "stroke-width=\"1.2\"/></pattern>"
+     << "</defs>\n<rect class=\"bg\" x=\"0\" y=\"0\" width=\"" << f2(W) << "\" height=\"" << f2(H) << "\"/>\n";
+  os << "<text class=\"h\" x=\"" << f2(ml) << "\" y=\"24\"" << fit_font(opt.title, 16, W - 8 - ml) << ">"
+     << xml(opt.title) << "</text>\n<g class=\"legend\">\n"
+     << legend << "</g>\n";
 
   // ---- panels
   double y = header_h;
@@ -262,7 +331,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     std::snprintf(num, sizeof num, "%.17g", pps);
     os << "<g class=\"panel\" data-panel=\"" << pi << "\" data-x0=\"" << f2(ml) << "\" data-px-per-s=\"" << num
        << "\" data-rows=\"" << p.rows.size() << "\">\n";
-    os << "<text class=\"pt\" x=\"" << f2(ml) << "\" y=\"" << f2(y + 15) << "\">" << xml(p.title) << "</text>\n";
+    os << "<text class=\"pt\" x=\"" << f2(ml) << "\" y=\"" << f2(y + 15) << "\"" << fit_font(p.title, 13, W - 8 - ml)
+       << ">" << xml(p.title) << "</text>\n";
 
     // Grid lines and ticks.
     const double step = nice_step(end * unit.factor, plot_w / 110.0) / unit.factor;
@@ -306,16 +376,19 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
         const int colour = iv.microbatch >= 0 ? iv.microbatch % kColours : 0;
         std::string cls = std::string("b ") + kind_class(iv.kind);
         if (is_compute(iv.kind)) cls += " c" + std::to_string(colour);
-        if (!comm && w >= 4) cls += " e";
+        if (!comm && w >= 4 && !compact) cls += " e";
         os << "<rect class=\"" << cls << "\" x=\"" << f2(x0) << "\" y=\"" << f2(by) << "\" width=\"" << f2(w)
            << "\" height=\"" << f2(h) << '"';
-        if (opt.tooltips && !iv.name.empty()) {
+        if (opt.tooltips && !compact && !iv.name.empty()) {
           char t[96];
           std::snprintf(t, sizeof t, " %.6g-%.6g %s", iv.start_s * unit.factor, iv.end_s * unit.factor, unit.name);
           os << "><title>" << xml(iv.name) << t << "</title></rect>\n";
         } else {
           os << "/>\n";
         }
+        if (is_compute(iv.kind) && iv.chunk > 0 && w >= 1)  // the chunk's hatch over the micro-batch colour
+          os << "<rect fill=\"url(#k" << std::min(iv.chunk, 3) << ")\" x=\"" << f2(x0) << "\" y=\"" << f2(by)
+             << "\" width=\"" << f2(w) << "\" height=\"" << f2(h) << "\"/>\n";
         if (!comm && block_labels && !iv.label.empty() && w >= text_width(iv.label, label_fs) + 3) {
           const bool light_text =
               is_compute(iv.kind) ? luminance(block_fill(iv.kind, colour)) < 0.5 : iv.kind == BlockKind::Optimizer;
@@ -395,6 +468,7 @@ TimelinePanel timeline_panel(const LoweredSchedule& ls, const Placement& pl, con
               break;
           }
           iv.microbatch = l.op.microbatch;
+          iv.chunk = l.op.chunk;
           iv.label = std::to_string(l.op.microbatch);
           if (sliced) iv.label += "." + std::to_string(l.op.slice);
           if (chunks) iv.label += "c" + std::to_string(l.op.chunk);

@@ -1,9 +1,10 @@
 #pragma once
 // Pipeline timelines as SVG, drawn the way the papers draw them: one row per pipeline stage (a worker: one
 // data-parallel replica's pipeline rank, standing for its tensor-parallel group), forward and backward blocks
-// coloured by micro-batch (forward light, backward dark), labels "micro-batch[.slice][c<chunk>]" where they
-// fit, idle time as the grey band showing through, an optional communication strip under each row, a legend
-// and a time axis. The writer takes a neutral list of intervals so that simulated runs (sim::SimResult) and
+// coloured by micro-batch (hue; forward light, backward dark, weight gradient between), chunks >= 1 hatched,
+// labels "micro-batch[.slice][c<chunk>]" where they fit, idle time as the grey band showing through, an optional
+// communication strip under each row, a legend by op kind, micro-batch hue and chunk pattern (wrapped to the
+// width), and a time axis. The writer takes a neutral list of intervals so that simulated runs (sim::SimResult) and
 // measured runs (the validation runtime's per-op timings) share it; several panels (e.g. simulated and
 // measured) go into one picture, each with its own time axis. No SimGrid here. Output is deterministic
 // (fixed formatting, no clocks): the same input gives the same bytes.
@@ -30,6 +31,7 @@ struct TimelineInterval {
   int microbatch = -1;  // colour of F/B/W blocks (-1: none)
   std::string label;    // drawn inside the block when it fits ("3", "3.1", "3c1")
   std::string name;     // tooltip, e.g. the op's canonical text
+  int chunk = 0;        // model chunk (interleaved, V schedules): chunk >= 1 gets a hatch over its colour
 };
 
 struct TimelinePanel {
@@ -45,7 +47,11 @@ struct SvgOptions {
   bool comm = false;          // draw P2P / Collective intervals as a strip under each row (else they are skipped)
   bool shared_scale = false;  // all panels on one time scale (else each panel spans the full width)
   bool tooltips = true;       // a <title> per block (hover text in browsers)
+  // Compact: no tooltips, block labels or block edges, for pictures of many rows; on by itself from
+  // kCompactRows rows (96 stages and more) so that such files stay small and readable.
+  bool compact = false;
 };
+inline constexpr std::size_t kCompactRows = 96;
 
 // Throws std::invalid_argument on an interval with a row outside the panel, a NaN time or end < start, or a
 // width below 200 px.

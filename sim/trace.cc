@@ -1,8 +1,10 @@
 // Chrome / Perfetto trace-event JSON (write_trace in sim/report.h). pid = cluster node, tid = GPU track:
 // local_gpu * 100 is the GPU's compute stream, local_gpu * 100 + k (k >= 1) its k-th communication lane
-// (overlapping comms of one GPU get separate lanes, assigned greedily in start order). Times in
-// microseconds with nanosecond resolution; fixed formatting, no wall clock: identical runs give identical
-// bytes.
+// (overlapping comms of one GPU get separate lanes, assigned greedily in start order). Every GPU of a worker's
+// tensor-parallel group gets its compute ops (the TP ranks run them in lock step) and its own p2p flows (one per
+// TP lane, as the engine runs them). A transfer shows on both ends: the send on the sender's comm lane, the
+// receive on the receiver's, joined by a flow event. Integer nanosecond clock (core/trace_json.h); no wall
+// clock: identical runs give identical bytes.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -21,69 +23,103 @@ namespace pipescope::sim {
 
 namespace {
 
+enum class Role : std::uint8_t { Send, Recv, Collective };
+
 struct CommEvent {
   std::int32_t gpu;
   double start, end;
   std::uint32_t node;
-  bool operator<(const CommEvent& o) const { return std::tie(gpu, start, node) < std::tie(o.gpu, o.start, o.node); }
+  Role role;
+  std::int32_t tp_rank;  // TP lane of a transfer (flow id); 0 for collectives
+  bool operator<(const CommEvent& o) const {
+    return std::tie(gpu, start, node, role, tp_rank) < std::tie(o.gpu, o.start, o.node, o.role, o.tp_rank);
+  }
 };
+
+// The Recv (worker, index) a transfer node feeds: its successor that is a Recv of the peer worker.
+std::pair<int, int> recv_of(const Dag& dag, const LoweredSchedule& ls, std::uint32_t transfer) {
+  const LoweredOp& send = ls.per_worker[dag.nodes[transfer].worker][dag.nodes[transfer].index];
+  for (std::uint32_t k = dag.succ_begin[transfer]; k < dag.succ_begin[transfer + 1]; k++) {
+    const DagNode& s = dag.nodes[dag.succ[k]];
+    if (s.worker == send.peer && s.index >= 0 && ls.per_worker[s.worker][s.index].kind == LOpKind::Recv)
+      return {s.worker, s.index};
+  }
+  return {-1, -1};
+}
+
+// Greedy lanes per GPU, in start order: an event takes the first lane free at its start.
+std::vector<int> assign_lanes(const std::vector<CommEvent>& comms) {
+  std::vector<int> lane(comms.size(), 1);
+  std::vector<double> lane_end;
+  std::int32_t cur = -1;
+  for (std::size_t k = 0; k < comms.size(); k++) {
+    if (comms[k].gpu != cur) {
+      cur = comms[k].gpu;
+      lane_end.clear();
+    }
+    std::size_t l = 0;
+    while (l < lane_end.size() && lane_end[l] > comms[k].start) l++;
+    if (l == lane_end.size()) lane_end.push_back(0);
+    lane_end[l] = comms[k].end;
+    lane[k] = static_cast<int>(l) + 1;
+  }
+  return lane;
+}
 
 }  // namespace
 
 void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r, const ProfileStamp& profile) {
   const Dag& dag = cs.dag();
   const LoweredSchedule& ls = cs.schedule();
-  const int gpn = std::max(1, cs.placement().gpus_per_node);
+  const Placement& pl = cs.placement();
+  const int gpn = std::max(1, pl.gpus_per_node);
+  const int tp = std::max(1, ls.tp);
 
-  // Comm events: transfers on the sender, collectives on every GPU of the group's rings.
+  // Comm events: transfers on both ends (every TP lane), collectives on every GPU of the group's rings.
   std::vector<CommEvent> comms;
+  std::vector<std::pair<int, int>> recv(dag.size(), {-1, -1});
   for (std::uint32_t i = 0; i < dag.size() && i < r.timing.size(); i++) {
     const DagNode& n = dag.nodes[i];
     const NodeTiming& t = r.timing[i];
     if (t.end <= t.start) continue;  // zero-time joins and free transfers carry no information
     if (n.kind == DagKind::Transfer) {
-      comms.push_back({n.gpu, t.start, t.end, i});
+      recv[i] = recv_of(dag, ls, i);
+      const int peer = ls.per_worker[n.worker][n.index].peer;
+      for (int k = 0; k < tp; k++) {
+        comms.push_back({pl.gpu_of(n.worker, k), t.start, t.end, i, Role::Send, k});
+        if (recv[i].first >= 0) comms.push_back({pl.gpu_of(peer, k), t.start, t.end, i, Role::Recv, k});
+      }
     } else if (n.kind == DagKind::Collective && n.group >= 0) {
       for (const auto& ring : dag.rings[n.group])
-        for (std::int32_t g : ring) comms.push_back({g, t.start, t.end, i});
+        for (std::int32_t g : ring) comms.push_back({g, t.start, t.end, i, Role::Collective, 0});
     }
   }
   std::sort(comms.begin(), comms.end());
-  std::vector<int> lane(comms.size(), 1);
-  {
-    std::vector<double> lane_end;
-    std::int32_t cur = -1;
-    for (std::size_t k = 0; k < comms.size(); k++) {
-      if (comms[k].gpu != cur) {
-        cur = comms[k].gpu;
-        lane_end.clear();
-      }
-      std::size_t l = 0;
-      while (l < lane_end.size() && lane_end[l] > comms[k].start) l++;
-      if (l == lane_end.size()) lane_end.push_back(0);
-      lane_end[l] = comms[k].end;
-      lane[k] = static_cast<int>(l) + 1;
-    }
-  }
+  const std::vector<int> lane = assign_lanes(comms);
 
   // Tracks in use: (gpu, lane) -> name; std::map keeps them ordered.
   std::map<std::pair<int, int>, std::string> tracks;
   for (std::uint32_t i = 0; i < dag.size() && i < r.timing.size(); i++) {
     const DagNode& n = dag.nodes[i];
-    if (n.kind == DagKind::Compute && n.gpu >= 0 && r.timing[i].end > r.timing[i].start)
-      tracks.emplace(std::make_pair(n.gpu, 0), "gpu" + std::to_string(n.gpu % gpn) + " compute");
+    if (n.kind == DagKind::Compute && n.worker >= 0 && r.timing[i].end > r.timing[i].start)
+      for (int k = 0; k < tp; k++) {
+        const int g = pl.gpu_of(n.worker, k);
+        tracks.emplace(std::make_pair(g, 0), "gpu" + std::to_string(g % gpn) + " compute");
+      }
   }
   for (std::size_t k = 0; k < comms.size(); k++)
     tracks.emplace(std::make_pair(comms[k].gpu, lane[k]),
                    "gpu" + std::to_string(comms[k].gpu % gpn) + " comm " + std::to_string(lane[k]));
 
   TraceJsonWriter w(os, gpn,
-                    "\"schedule\":\"" + json_escape(ls.schedule.name) + "\",\"iteration_s\":" +
+                    "\"schedule\":\"" + json_escape(ls.schedule.name) + "\",\"source\":\"simulated\",\"iteration_s\":" +
                         TraceJsonWriter::seconds_text(r.iteration_s) + ",\"profile\":" + profile_json(profile));
   w.tracks(tracks);
-  auto event = [&](std::uint32_t i, const char* cat, std::int32_t gpu, int tid_lane, double start, double end) {
-    std::ostream& o = w.event(dag_node_text(dag, ls, i), cat, gpu, tid_lane, start, end);
-    o << "\"node\":" << i;
+  auto event = [&](const std::string& name, std::uint32_t i, int worker, int index, const char* cat, int gpu,
+                   int tid_lane, double start, double end, int tp_rank) {
+    std::ostream& o = w.event(name, cat, gpu, tid_lane, start, end);
+    o << TraceJsonWriter::op_args(ls, worker, static_cast<std::size_t>(index)) << ",\"tp_rank\":" << tp_rank
+      << ",\"node\":" << i;
     const DagNode& n = dag.nodes[i];
     if (n.kind != DagKind::Compute) {  // bytes per flow (transfers) or per call (collectives)
       char buf[40];
@@ -96,12 +132,34 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
   for (std::uint32_t i = 0; i < dag.size() && i < r.timing.size(); i++) {
     const DagNode& n = dag.nodes[i];
     const NodeTiming& t = r.timing[i];
-    if (n.kind == DagKind::Compute && n.gpu >= 0 && t.end > t.start) event(i, "compute", n.gpu, 0, t.start, t.end);
+    if (n.kind != DagKind::Compute || n.worker < 0 || t.end <= t.start) continue;
+    const std::string name = dag_node_text(dag, ls, i);
+    for (int k = 0; k < tp; k++)
+      event(name, i, n.worker, n.index, "compute", pl.gpu_of(n.worker, k), 0, t.start, t.end, k);
   }
+  // Flow ids: one per (transfer, TP lane), both ends written right after their events.
   for (std::size_t k = 0; k < comms.size(); k++) {
-    const DagNode& n = dag.nodes[comms[k].node];
-    event(comms[k].node, n.kind == DagKind::Transfer ? "p2p" : "collective", comms[k].gpu, lane[k], comms[k].start,
-          comms[k].end);
+    const CommEvent& c = comms[k];
+    const DagNode& n = dag.nodes[c.node];
+    const std::uint64_t flow_id = static_cast<std::uint64_t>(c.node) * static_cast<std::uint64_t>(tp) + c.tp_rank + 1;
+    switch (c.role) {
+      case Role::Send:
+        event(dag_node_text(dag, ls, c.node), c.node, n.worker, n.index, "p2p", c.gpu, lane[k], c.start, c.end,
+              c.tp_rank);
+        w.flow(true, flow_id, c.gpu, lane[k], c.start);
+        break;
+      case Role::Recv: {
+        const auto [rw, ri] = recv[c.node];
+        event(lowered_op_name(ls, rw, static_cast<std::size_t>(ri)), c.node, rw, ri, "p2p", c.gpu, lane[k], c.start,
+              c.end, c.tp_rank);
+        w.flow(false, flow_id, c.gpu, lane[k], c.start);
+        break;
+      }
+      case Role::Collective:
+        event(dag_node_text(dag, ls, c.node), c.node, n.worker, n.index, "collective", c.gpu, lane[k], c.start, c.end,
+              0);
+        break;
+    }
   }
   w.finish();
 }

@@ -103,6 +103,22 @@ TEST(Profile, RoundTripIsExactAndDeterministic) {
   EXPECT_NEAR(q.optimizer_s_per_param, 5e-9, 1e-15);
 }
 
+// Strings go through yaml-cpp's emitter (no quoting of our own): whatever a host name or a provenance note holds,
+// quotes, backslashes, control characters, U+2028 and U+0085 (line breaks to YAML), reads back unchanged.
+TEST(Profile, StringsRoundTripThroughTheYamlEmitter) {
+  DeviceProfile p = synthetic();
+  const std::string odd = "a\"b\\c\td\x7f e\xe2\x80\xa8f\xc2\x85g: #h 'i'";
+  p.name = odd;
+  p.provenance["host"] = odd;
+  p.provenance["note: \"x\""] = "line1\nline2";
+  const std::string a = text_of(p);
+  const DeviceProfile q = parse_profile(a, "p.yaml");
+  EXPECT_EQ(q.name, odd);
+  EXPECT_EQ(q.provenance.at("host"), odd);
+  EXPECT_EQ(q.provenance.at("note: \"x\""), "line1\nline2");
+  EXPECT_EQ(a, text_of(q));
+}
+
 TEST(Profile, ErrorsNameLineAndKey) {
   const std::string good = text_of(synthetic());
   auto with = [&](const std::string& from, const std::string& to) {

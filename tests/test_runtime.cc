@@ -15,6 +15,7 @@
 #include "core/checks.h"
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
+#include "core/trace_check.h"
 #include "runtime/exactness.h"
 #include "runtime/job.h"
 #include "runtime/local_transport.h"
@@ -642,11 +643,18 @@ TEST(Runtime, NullBackendTimesEveryOpAndWritesTraces) {
   for (const auto& e : j["traceEvents"])
     if (e["ph"] == "X") {
       x++;
-      const int w = e["args"]["worker"], i = e["args"]["op"];
+      const int w = e["args"]["worker"], i = e["args"]["index"];
+      // The keys the simulated trace carries too (tests/test_traces.cc), so the two match op by op.
+      for (const char* key : {"op", "kind", "worker", "rank", "micro_batch", "chunk", "slice", "tp_rank"})
+        EXPECT_TRUE(e["args"].contains(key)) << key << " missing in " << e.dump();
       EXPECT_EQ(e["name"], lowered_op_name(p->lowered, w, static_cast<std::size_t>(i)));
       EXPECT_EQ(e["pid"], p->placement.gpu_of(w) / p->placement.gpus_per_node);
     }
   EXPECT_EQ(x, events);
+  // Integer-ns clock: no overlaps on a track; every send has a flow to its receive.
+  const TraceCheck tc = check_trace(os.str());
+  EXPECT_TRUE(tc.problems.empty()) << tc.problems.front();
+  EXPECT_GT(tc.flows, 0u);
 
   const std::string sim = R"({"otherData":{"iteration_s":1},"traceEvents":[
     {"name":"process_name","ph":"M","pid":0,"tid":0,"args":{"name":"node0"}},

@@ -595,7 +595,7 @@ TEST(SimSchedule, JsonAndTraceAreByteIdenticalAcrossRuns) {
     if (e["cat"] == "collective") coll++;
   }
   EXPECT_EQ(compute, 2 * 4 * 8 * 2 + 8);  // dp x p x m x (F, B) + one optimizer step per worker
-  EXPECT_EQ(p2p, 2 * 3 * 8 * 2);          // dp x (p - 1) boundaries x m x (activation, gradient)
+  EXPECT_EQ(p2p, 2 * 2 * 3 * 8 * 2);      // (send, receive) x dp x (p - 1) boundaries x m x (activation, gradient)
   EXPECT_EQ(coll, 4 * 2);                 // one DP all-reduce per stage, shown on both replicas' GPUs
   EXPECT_GE(names, 8);
 }

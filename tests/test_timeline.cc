@@ -279,6 +279,50 @@ TEST(Timeline, ReplicasAndCommunication) {
   EXPECT_EQ(without.str().find(">point-to-point<"), std::string::npos);
 }
 
+// A legend a paper can use: op kinds in neutral grey (the swatches were all micro-batch 0's blue), the micro-batch
+// hues, chunk hatches when chunks are drawn; nothing runs past a narrow width; compact from 96 rows.
+TEST(Timeline, LegendByKindHueAndChunkWithinTheWidth) {
+  TimelinePanel p;
+  p.title = std::string(140, 'x');  // a long panel title gets a smaller font instead of running off the page
+  p.rows = {"a", "b"};
+  p.intervals = {{0, 0.0, 1.0, BlockKind::Forward, 0, "0c0", "a0"},
+                 {0, 1.0, 2.0, BlockKind::Forward, 1, "1c1", "a1", 1},
+                 {1, 1.0, 2.0, BlockKind::Backward, 1, "1c1", "b1", 1}};
+  SvgOptions so;
+  so.width_px = 700;
+  so.title = "pipescope simulate interleaved-small.yaml";
+  std::ostringstream os;
+  write_timeline_svg(os, {p}, so);
+  const std::string text = os.str();
+  for (const char* want : {"class=\"F cg\"", "class=\"B cg\"", ">F forward<", ">B backward (I: input gradient)<",
+                           "class=\"B c9\"", ">chunk 1<", "fill=\"url(#k1)\""})
+    EXPECT_NE(text.find(want), std::string::npos) << want;
+  // Legend text stays inside 700 px (at the writer's 0.62 em per character).
+  const std::regex lg("<text class=\"lg\" x=\"([0-9.]+)\" y=\"[0-9.]+\">([^<]*)</text>");
+  int n = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), lg); it != std::sregex_iterator(); ++it, n++)
+    EXPECT_LE(std::stod((*it)[1]) + (*it)[2].length() * 12 * 0.62, 700.0) << (*it)[2];
+  EXPECT_GT(n, 10);
+  EXPECT_NE(text.find("<text class=\"pt\" x=\"70.00\" y=\""), std::string::npos);
+  EXPECT_NE(text.find("style=\"font-size:"), std::string::npos);
+  // The chunk-1 blocks carry a hatch over their colour; chunk 0 does not.
+  std::size_t hatches = 0;
+  for (std::size_t at = text.find("<rect fill=\"url(#k1)\" x="); at != std::string::npos;
+       at = text.find("<rect fill=\"url(#k1)\" x=", at + 1))
+    hatches++;
+  EXPECT_EQ(hatches, 2u + 1u);  // two blocks + the legend's swatch
+  // 96 rows: compact (no tooltips, no labels).
+  TimelinePanel big;
+  for (int r = 0; r < 96; r++) {
+    big.rows.push_back("stage " + std::to_string(r));
+    big.intervals.push_back({r, 0.0, 1.0, BlockKind::Forward, r, std::to_string(r), "op" + std::to_string(r)});
+  }
+  std::ostringstream bo;
+  write_timeline_svg(bo, {big}, {});
+  EXPECT_EQ(bo.str().find("<title>"), std::string::npos);
+  EXPECT_NE(bo.str().find(">compact:<"), std::string::npos);
+}
+
 // ------------------------------------------------------------------------------------------ legibility
 TEST(Timeline, NinetySixStagesStayLegible) {
   const int p = 96, m = 8;
@@ -444,6 +488,8 @@ TEST(TimelineCli, ValidateDrawsSimulatedAndMeasured) {
       EXPECT_GT(count(r, "P"), 0);  // sends and receives, drawn as the communication strip
     }
   }
+  // One time axis for both (they were drawn on different scales): the same pixels per second.
+  EXPECT_EQ(s.panels[0].px_per_s, s.panels[1].px_per_s);
   // Both lanes run the same program: the compute blocks appear in the same order on every row.
   for (std::size_t r = 0; r < 2; r++) {
     std::vector<std::string> order[2];

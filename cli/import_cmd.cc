@@ -1,0 +1,68 @@
+// `pipescope import megatron [--name N] [--cluster PRESET] [--nodes N] [-o FILE] [--strict] -- <pretrain_gpt.py
+// arguments>`: a Megatron-LM launch as a scenario YAML (core/megatron_import.h). The YAML goes to stdout (or -o);
+// what was not mapped is listed on stderr and as comments in the file.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/megatron_import.h"
+
+namespace pipescope::cli {
+namespace {
+
+struct ImportOptions {
+  MegatronImportOptions megatron;
+  std::vector<std::string> args;
+  std::string out;
+  bool strict = false;
+};
+
+void list(const char* what, const std::vector<std::string>& v) {
+  if (v.empty()) return;
+  std::fprintf(stderr, "%s (%zu):\n", what, v.size());
+  for (const auto& x : v) std::fprintf(stderr, "  %s\n", x.c_str());
+}
+
+int run_import_megatron(const ImportOptions& o) {
+  if (o.args.empty()) throw InputError("import megatron: give the pretrain_gpt.py arguments after --");
+  const MegatronImport r = import_megatron(o.args, o.megatron);
+  list("unknown arguments, not mapped", r.unknown);
+  list("not modelled", r.unsupported);
+  list("ignored (no effect on an iteration's time)", r.ignored);
+  if (o.out.empty() || o.out == "-") {
+    std::cout << r.yaml;
+  } else {
+    std::ofstream f(o.out, std::ios::binary);
+    f << r.yaml;
+    if (!f.flush()) throw InputError("-o " + o.out + ": cannot write the file");
+    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+  }
+  if (o.strict && (!r.unknown.empty() || !r.unsupported.empty()))
+    throw InputError("--strict: " + std::to_string(r.unknown.size()) + " unknown and " +
+                     std::to_string(r.unsupported.size()) + " unmodelled arguments (listed above)");
+  return 0;
+}
+
+}  // namespace
+
+Command add_import(CLI::App& app) {
+  auto* sub = app.add_subcommand("import", "Import another tool's configuration as a scenario YAML");
+  sub->require_subcommand(1);
+  auto o = std::make_shared<ImportOptions>();
+  auto* mg = sub->add_subcommand("megatron", "A Megatron-LM pretrain_gpt.py command line (after --) as a scenario");
+  mg->add_option("--name", o->megatron.name, "Scenario name")->capture_default_str();
+  mg->add_option("--cluster", o->megatron.cluster, "Cluster preset (the launch's arguments do not say)")
+      ->capture_default_str();
+  mg->add_option("--nodes", o->megatron.nodes, "Nodes (default: enough for tp x pp, i.e. dp = 1)")
+      ->check(CLI::PositiveNumber);
+  mg->add_option("-o,--out", o->out, "Write the YAML to this file (default: stdout)");
+  mg->add_flag("--strict", o->strict, "Exit 1 when an argument is unknown or not modelled");
+  mg->add_option("args", o->args, "pretrain_gpt.py arguments, after --");
+  return {sub, [o] { return run_import_megatron(*o); }};
+}
+
+}  // namespace pipescope::cli

@@ -1,0 +1,97 @@
+# A new user's first hour (issue 20): outputs a script can rely on, help that says what runs, data found from
+# any directory. Included from tests/CMakeLists.txt; each test failed before its fix.
+set(fh_bin $<TARGET_FILE:pipescope>)
+set(fh_dir ${CMAKE_CURRENT_BINARY_DIR}/first_hour)
+file(MAKE_DIRECTORY ${fh_dir})
+set(fh_files ${CMAKE_CURRENT_SOURCE_DIR}/expect_files.cmake)
+set(fh_expect ${CMAKE_CURRENT_SOURCE_DIR}/runtime_expect.cmake)
+
+# --compare with --json and --trace writes both: every variant's report, every variant's trace (exit 0, nothing
+# written before).
+add_test(NAME cli_compare_writes_json_and_trace
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};simulate;--compare;gpipe,1f1b;--json;${fh_dir}/c.json;--trace;${fh_dir}/c.trace.json"
+                 "-DFILES=${fh_dir}/c.json;${fh_dir}/c.trace.json"
+                 "-DFILE_REGEX=\"schema\": \"pipescope.compare/1\";\"schedule\": \"gpipe\";\"schedule\": \"1f1b\";\"traceEvents\":;gpipe node0;1f1b node0"
+                 -P ${fh_files})
+# --json - is stdout (it wrote a file named "-"); the table moves to stderr so stdout is one JSON document.
+add_test(NAME cli_simulate_json_stdout
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};simulate;--json;-" -DWORKDIR=${fh_dir}
+                 "-DSTDOUT_REGEX=^{\n  \"schema\": \"pipescope.simulate/1\",;\"tokens_per_s\": [0-9.e+]+,;\n}\n$"
+                 "-DSTDOUT_NOT_REGEX=iteration time" "-DSTDERR_REGEX=iteration time +0\\.4" -P ${fh_files})
+# show --worker out of range: an error naming the range (it printed nothing and exited 0).
+add_test(NAME cli_show_worker_out_of_range
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};show;--lowered;--worker;99" -DEXPECT_RC=1
+                 "-DREGEX=error: --worker 99: this scenario has workers 0\\.\\.7" -P ${fh_expect})
+# show --lowered wraps its programs (lines of ~2,900 characters before).
+add_test(NAME cli_show_lowered_wrapped
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};show;--lowered" -DMAX_LINE=100
+                 "-DSTDOUT_REGEX=w0: 0F0 ;\n    [a-z0-9];w7: ;check: ok" -P ${fh_files})
+# repro finds its scenarios from any directory (exit 1: relative data paths).
+add_test(NAME cli_repro_from_another_directory
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};repro;terapipe;--settings;10" -DWORKDIR=${fh_dir}
+                 "-DSTDOUT_REGEX=10 \\| +16 +16 \\|" -P ${fh_files})
+# --compare names v (interleaved runs with v = 2 without saying so) and warns when a sliced schedule has k = 1.
+add_test(NAME cli_compare_shows_v_and_warns_k1
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};simulate;--compare;1f1b,interleaved,seq1f1b"
+                 "-DSTDOUT_REGEX=schedule +v +iteration_s;1f1b +1 +0\\.;interleaved +2 +0\\.;seq1f1b +1 +0\\."
+                 "-DSTDERR_REGEX=warning: seq1f1b with one slice per micro-batch .schedule.seq_slices = 1." -P ${fh_files})
+# validate --help lists the registry's schedules (it omitted seq1f1b).
+add_test(NAME cli_validate_help_lists_schedules
+         COMMAND ${CMAKE_COMMAND} -DBIN=${fh_bin} -P ${CMAKE_CURRENT_SOURCE_DIR}/help_lists_schedules.cmake)
+# pipescope-linkbench --help: CLI11's help, exit 0, no MPI_ABORT banner; a bad flag is exit 1.
+add_test(NAME linkbench_help
+         COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:pipescope-linkbench>;--help"
+                 "-DSTDOUT_REGEX=Usage: .*-b,--minbytes;-o,--ops" "-DSTDERR_NOT_REGEX=MPI_ABORT" -P ${fh_files})
+add_test(NAME linkbench_bad_flag
+         COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:pipescope-linkbench>;-o;sendrecv,nosuchop" -DEXPECT_RC=1
+                 "-DSTDERR_REGEX=unknown operation 'nosuchop'" "-DSTDERR_NOT_REGEX=MPI_ABORT" -P ${fh_files})
+# scenarios/README.md's schema block simulates as full-schema.yaml (it said global_batch: 16).
+add_test(NAME scenarios_readme_schema
+         COMMAND ${CMAKE_COMMAND} -DBIN=${fh_bin} -DSRC=${PROJECT_SOURCE_DIR} -DDIR=${fh_dir}
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/readme_schema.cmake)
+# Every shipped scenario is one file: two files named megatron-39.1b disagreed on recomputation.
+add_test(NAME scenarios_unique_names
+         COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -P ${CMAKE_CURRENT_SOURCE_DIR}/scenario_names.cmake)
+set_tests_properties(cli_compare_writes_json_and_trace cli_simulate_json_stdout cli_show_worker_out_of_range
+                     cli_show_lowered_wrapped cli_repro_from_another_directory cli_compare_shows_v_and_warns_k1
+                     cli_validate_help_lists_schedules linkbench_help linkbench_bad_flag scenarios_readme_schema
+                     scenarios_unique_names PROPERTIES LABELS cli TIMEOUT 120)
+# The notebooks' figures go to the build tree unless asked: a run overwrote the committed notebooks/figures.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_FOUND)
+  add_test(NAME notebooks_default_output
+           COMMAND ${CMAKE_COMMAND} -E env --unset=PIPESCOPE_NB_OUT ${Python3_EXECUTABLE} -c
+                   "import sys, types; sys.modules.setdefault('pandas', types.ModuleType('pandas')); sys.path.insert(0, '${PROJECT_SOURCE_DIR}/notebooks'); import pipescope_nb as p; f = (p.NOTEBOOKS / 'figures').resolve(); d = p.DEFAULT_OUT.resolve(); assert f != d and f not in d.parents, d; print('figures default to', d)")
+  set_tests_properties(notebooks_default_output PROPERTIES LABELS notebooks TIMEOUT 30)
+endif()
+# Command lines as one string (--launcher) keep quoted words whole; data files are found from any directory.
+pipescope_add_test(test_shell_words SOURCES test_shell_words.cc DEPS pipescope_core LABELS core)
+# Install: the programs and data into a fresh prefix; the installed pipescope runs `repro terapipe` from /.
+add_test(NAME install_repro_terapipe
+         COMMAND ${CMAKE_COMMAND} -DBUILD=${PROJECT_BINARY_DIR} -DPREFIX=${fh_dir}/prefix
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/install_repro.cmake)
+set_tests_properties(install_repro_terapipe PROPERTIES LABELS cli TIMEOUT 300)
+# Traces: the checker (core/trace_check.h) over `simulate --trace` of shipped scenarios.
+pipescope_add_test(test_traces SOURCES test_traces.cc DEPS pipescope_core nlohmann_json::nlohmann_json LABELS sim)
+add_dependencies(test_traces pipescope)
+# Machine-readable outputs against docs/schemas/ (validate runs 2 MPI ranks).
+pipescope_add_test(test_json_schemas SOURCES test_json_schemas.cc DEPS nlohmann_json::nlohmann_json LABELS cli)
+add_dependencies(test_json_schemas pipescope pipescope-rank)
+# The timeline's title names the scenario file, not the absolute path it was given by.
+add_test(NAME cli_timeline_title_without_path
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};simulate;${PROJECT_SOURCE_DIR}/scenarios/default.yaml;--timeline;${fh_dir}/t.svg"
+                 "-DFILES=${fh_dir}/t.svg" "-DFILE_REGEX=>pipescope simulate default.yaml<"
+                 "-DFILE_NOT_REGEX=${PROJECT_SOURCE_DIR}" -P ${fh_files})
+set_tests_properties(cli_timeline_title_without_path PROPERTIES LABELS cli TIMEOUT 60)
+# `pipescope import megatron`: the library (the shipped 39.1B scenario from its launch) and the command.
+pipescope_add_test(test_megatron_import SOURCES test_megatron_import.cc DEPS pipescope_core LABELS core)
+add_test(NAME cli_import_megatron
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};import;megatron;-o;${fh_dir}/imported.yaml;--;--num-layers;24;--hidden-size;2048;--num-attention-heads;16;--seq-length;2048;--micro-batch-size;1;--global-batch-size;32;--tensor-model-parallel-size;2;--pipeline-model-parallel-size;4;--fp16;--no-such-flag;7"
+                 "-DFILES=${fh_dir}/imported.yaml" "-DFILE_REGEX=parallel: {dp: 1, pp: 4, tp: 2, v: 1,;# unknown argument: --no-such-flag 7"
+                 "-DSTDERR_REGEX=unknown arguments, not mapped .1.:\n  --no-such-flag 7" -P ${fh_files})
+add_test(NAME cli_import_megatron_strict
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};import;megatron;--strict;--;--num-layers;24;--hidden-size;2048;--num-attention-heads;16;--seq-length;2048;--micro-batch-size;1;--global-batch-size;32;--swiglu"
+                 -DEXPECT_RC=1 "-DSTDERR_REGEX=--swiglu: SwiGLU;error: --strict: 0 unknown and 1 unmodelled" -P ${fh_files})
+set_tests_properties(cli_import_megatron cli_import_megatron_strict PROPERTIES LABELS cli TIMEOUT 60)
+# Golden outputs: every README command and every shipped scenario (tests/golden.cmake).
+include(${CMAKE_CURRENT_SOURCE_DIR}/golden.cmake)

@@ -1,0 +1,20 @@
+# Every shipped scenario (scenarios/**/*.yaml) has its own `name:`: a row of a paper lives in one file, so two
+# copies cannot drift apart (scenarios/megatron-39.1b.yaml and megatron/39.1b.yaml once disagreed on
+# recomputation: 11.1 s vs 14.9 s). SRC.
+file(GLOB_RECURSE files RELATIVE "${SRC}" "${SRC}/scenarios/*.yaml")
+list(SORT files)
+set(seen "")
+foreach(f IN LISTS files)
+  file(STRINGS "${SRC}/${f}" line REGEX "^name:")
+  if(line STREQUAL "")
+    continue()
+  endif()
+  string(REGEX REPLACE "^name:[ ]*([^ #]*).*" "\\1" name "${line}")
+  if(DEFINED owner_${name})
+    message(FATAL_ERROR "${f} and ${owner_${name}} are both named '${name}': keep one")
+  endif()
+  set(owner_${name} "${f}")
+  list(APPEND seen "${name}")
+endforeach()
+list(LENGTH seen n)
+message("${n} scenarios, each name once")

@@ -1,0 +1,201 @@
+// `pipescope import megatron`: a Megatron-LM pretrain_gpt.py command line as a scenario (core/megatron_import.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "core/megatron_import.h"
+#include "core/scenario.h"
+
+namespace pipescope {
+namespace {
+
+// The launch behind scenarios/megatron/39.1b.yaml (Megatron's Table 1 row 39.1B: t 8, p 2, 64 DGX A100 nodes,
+// B 1536, interleaved with 2 chunks of 12 layers, full recomputation), plus training flags that change nothing.
+const std::vector<std::string> k39b = {"--num-layers",
+                                       "48",
+                                       "--hidden-size",
+                                       "8192",
+                                       "--num-attention-heads",
+                                       "64",
+                                       "--seq-length",
+                                       "2048",
+                                       "--max-position-embeddings",
+                                       "2048",
+                                       "--micro-batch-size",
+                                       "1",
+                                       "--global-batch-size",
+                                       "1536",
+                                       "--tensor-model-parallel-size",
+                                       "8",
+                                       "--pipeline-model-parallel-size",
+                                       "2",
+                                       "--num-layers-per-virtual-pipeline-stage=12",
+                                       "--recompute-granularity",
+                                       "full",
+                                       "--fp16",
+                                       "--lr",
+                                       "1.5e-4",
+                                       "--data-path",
+                                       "/data/my-gpt_text_document",
+                                       "--DDP-impl",
+                                       "local",
+                                       "--use-distributed-optimizer"};
+
+TEST(MegatronImport, TheShippedScenarioFromItsLaunch) {
+  MegatronImportOptions o;
+  o.nodes = 64;
+  const MegatronImport r = import_megatron(k39b, o);
+  const Scenario got = parse_scenario(r.yaml, "import.yaml");
+  const Scenario want = load_scenario(PIPESCOPE_SOURCE_DIR "/scenarios/megatron/39.1b.yaml");
+  EXPECT_EQ(got.model.layers, want.model.layers);
+  EXPECT_EQ(got.model.hidden, want.model.hidden);
+  EXPECT_EQ(got.model.heads, want.model.heads);
+  EXPECT_EQ(got.model.ffn_hidden, want.model.ffn_hidden);
+  EXPECT_EQ(got.model.vocab, want.model.vocab);
+  EXPECT_EQ(got.model.seq_len, want.model.seq_len);
+  EXPECT_EQ(got.model.tied_embeddings, want.model.tied_embeddings);
+  EXPECT_EQ(got.cluster.total_gpus(), want.cluster.total_gpus());
+  EXPECT_EQ(got.parallel.dp, want.parallel.dp);
+  EXPECT_EQ(got.parallel.pp, want.parallel.pp);
+  EXPECT_EQ(got.parallel.tp, want.parallel.tp);
+  EXPECT_EQ(got.parallel.v, want.parallel.v);
+  EXPECT_EQ(got.parallel.micro_batch_size, want.parallel.micro_batch_size);
+  EXPECT_EQ(got.parallel.global_batch, want.parallel.global_batch);
+  EXPECT_EQ(got.schedule.kind, want.schedule.kind);
+  EXPECT_EQ(got.schedule.recompute, want.schedule.recompute);
+  EXPECT_EQ(got.schedule.scatter_gather, want.schedule.scatter_gather);
+  EXPECT_EQ(got.training.dtype, want.training.dtype);
+  EXPECT_EQ(got.sim.p2p, want.sim.p2p);
+  // Nothing dropped silently: the unknown flag with its value, the unmodelled one, the harmless ones.
+  EXPECT_EQ(r.unknown, (std::vector<std::string>{"--DDP-impl local"}));
+  ASSERT_EQ(r.unsupported.size(), 1u);
+  EXPECT_EQ(r.unsupported[0].rfind("--use-distributed-optimizer: ", 0), 0u);
+  EXPECT_EQ(r.ignored, (std::vector<std::string>{"--max-position-embeddings 2048", "--lr 1.5e-4",
+                                                 "--data-path /data/my-gpt_text_document"}));
+  EXPECT_NE(r.yaml.find("# unknown argument: --DDP-impl local"), std::string::npos);
+}
+
+TEST(MegatronImport, SwitchesAndDefaults) {
+  const MegatronImport r = import_megatron({"--num-layers",
+                                            "32",
+                                            "--hidden-size",
+                                            "2560",
+                                            "--num-attention-heads",
+                                            "32",
+                                            "--seq-length",
+                                            "32768",
+                                            "--micro-batch-size",
+                                            "1",
+                                            "--global-batch-size",
+                                            "8",
+                                            "--pipeline-model-parallel-size",
+                                            "8",
+                                            "--bf16",
+                                            "--sequence-parallel",
+                                            "--use-flash-attn",
+                                            "--untie-embeddings-and-output-weights",
+                                            "--vocab-size",
+                                            "32000",
+                                            "--context-parallel-size",
+                                            "1",
+                                            "--recompute-activations"});
+  const Scenario s = parse_scenario(r.yaml, "import.yaml");
+  EXPECT_EQ(s.parallel.dp, 1);  // one DGX A100 node holds pp 8
+  EXPECT_EQ(s.cluster.total_gpus(), 8);
+  EXPECT_EQ(s.training.dtype, "bf16");
+  EXPECT_TRUE(s.parallel.sequence_parallel);
+  EXPECT_TRUE(s.training.flash_attention);
+  EXPECT_FALSE(s.model.tied_embeddings);
+  EXPECT_EQ(s.model.vocab, 32000);
+  EXPECT_EQ(s.schedule.recompute, Recompute::Selective);  // --recompute-activations is selective recomputation
+  EXPECT_TRUE(r.unsupported.empty());
+}
+
+TEST(MegatronImport, Llama3ShapeAndDistributedOptimizer) {
+  const MegatronImport r = import_megatron({"--num-layers",
+                                            "80",
+                                            "--hidden-size",
+                                            "8192",
+                                            "--num-attention-heads",
+                                            "64",
+                                            "--ffn-hidden-size",
+                                            "28672",
+                                            "--seq-length",
+                                            "8192",
+                                            "--vocab-size",
+                                            "128256",
+                                            "--micro-batch-size",
+                                            "1",
+                                            "--global-batch-size",
+                                            "64",
+                                            "--tensor-model-parallel-size",
+                                            "8",
+                                            "--pipeline-model-parallel-size",
+                                            "4",
+                                            "--group-query-attention",
+                                            "--num-query-groups",
+                                            "8",
+                                            "--swiglu",
+                                            "--normalization",
+                                            "RMSNorm",
+                                            "--position-embedding-type",
+                                            "rope",
+                                            "--disable-bias-linear",
+                                            "--untie-embeddings-and-output-weights",
+                                            "--bf16",
+                                            "--accumulate-allreduce-grads-in-fp32",
+                                            "--use-distributed-optimizer",
+                                            "--overlap-grad-reduce",
+                                            "--overlap-param-gather",
+                                            "--recompute-granularity",
+                                            "selective"},
+                                           MegatronImportOptions{"llama", "dgx-h100-superpod", 8});
+  EXPECT_TRUE(r.unknown.empty());
+  EXPECT_TRUE(r.unsupported.empty());
+  const Scenario s = parse_scenario(r.yaml, "import.yaml");
+  EXPECT_EQ(s.model.query_groups, 8);
+  EXPECT_EQ(s.model.ffn, FfnKind::SwiGlu);
+  EXPECT_EQ(s.model.norm, NormKind::RmsNorm);
+  EXPECT_FALSE(s.model.linear_bias);
+  EXPECT_TRUE(s.training.distributed_optimizer);
+  EXPECT_TRUE(s.training.overlap_grad_reduce);
+  EXPECT_TRUE(s.training.overlap_param_gather);
+  EXPECT_TRUE(s.training.grad_fp32);
+  EXPECT_EQ(s.schedule.recompute, Recompute::Selective);
+  EXPECT_EQ(s.parallel.dp, 2);
+}
+
+TEST(MegatronImport, BadArgumentsNameTheFlag) {
+  auto msg = [](const std::vector<std::string>& a, MegatronImportOptions o = {}) -> std::string {
+    try {
+      import_megatron(a, o);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::vector<std::string> base = {"--num-layers",          "4", "--hidden-size",       "64",
+                                         "--num-attention-heads", "4", "--seq-length",        "128",
+                                         "--micro-batch-size",    "1", "--global-batch-size", "8"};
+  EXPECT_EQ(msg({"--num-layers", "4"}), "--hidden-size is required (the model or batch size)");
+  auto with = [&](std::vector<std::string> extra) {
+    auto a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  EXPECT_EQ(msg(with({"--tensor-model-parallel-size", "x"})),
+            "--tensor-model-parallel-size: 'x' is not a positive integer");
+  EXPECT_EQ(msg(with({"--pipeline-model-parallel-size"})), "--pipeline-model-parallel-size: missing value");
+  EXPECT_NE(msg(with({"--pipeline-model-parallel-size", "3"}), MegatronImportOptions{"x", "dgx-a100", 1})
+                .find("do not divide"),
+            std::string::npos);
+  EXPECT_NE(msg(with({"--recompute-granularity", "some"})).find("not full or selective"), std::string::npos);
+  // The loader's own checks apply: 4 layers over pp 2 x chunks of 3 layers.
+  EXPECT_NE(msg(with({"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"}))
+                .find("do not split"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipescope
