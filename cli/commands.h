@@ -6,6 +6,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace pipescope::cli {
 
@@ -46,6 +47,10 @@ Command add_repro(CLI::App& app);      // paper reproductions (repro_cmd.cc)
 Command add_sweep(CLI::App& app);      // parameter sweeps to CSV (sweep_cmd.cc)
 Command add_search(CLI::App& app);     // layout / schedule search (search_cmd.cc)
 Command add_calibrate(CLI::App& app);  // device profiles (calibrate_cmd.cc, calib/)
-Command add_import(CLI::App& app);     // other tools' configurations as scenarios (import_cmd.cc)
+Command add_import(CLI::App& app);
+// Every subcommand above, registered on `app` in the order `pipescope --help` lists them (the one list: main.cc and
+// fuzz/fuzz_cli.cc), each with --allow-large bound to *allow_large when given (core/work_estimate.h).
+std::vector<Command> add_commands(
+    CLI::App& app, bool* allow_large = nullptr);  // other tools' configurations as scenarios (import_cmd.cc)
 
 }  // namespace pipescope::cli

@@ -55,14 +55,8 @@ int main(int argc, char** argv) {
   CLI::App app{"pipescope: pipeline-parallel LLM training schedules, simulated (SimGrid) and validated"};
   app.set_version_flag("--version", std::string("pipescope ") + PIPESCOPE_VERSION);
   app.require_subcommand(1);
-  std::vector<cli::Command> commands{cli::add_simulate(app),  cli::add_show(app),     cli::add_plan(app),
-                                     cli::add_repro(app),     cli::add_validate(app), cli::add_sweep(app),
-                                     cli::add_calibrate(app), cli::add_search(app),   cli::add_import(app)};
-  // Every subcommand takes --allow-large: the work estimate's limits (core/work_estimate.h, docs/limits.md).
   bool allow_large = false;
-  for (CLI::App* sub : app.get_subcommands({}))
-    sub->add_flag("--allow-large", allow_large,
-                  "Run even when the work estimate is over the limits of docs/limits.md (not above free memory)");
+  std::vector<cli::Command> commands = cli::add_commands(app, &allow_large);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

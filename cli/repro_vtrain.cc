@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/repro.h"
+#include "core/data_path.h"
 #include "core/measured_runs.h"
 #include "core/presets.h"
 
@@ -24,7 +25,8 @@ struct VtrainOptions {
 
 int run_vtrain(const VtrainOptions& o) {
   if (!cluster_preset(o.cluster)) throw InputError("--cluster: unknown cluster preset '" + o.cluster + "'");
-  const std::vector<MeasuredRun> runs = read_measured_runs(o.csv);
+  // The shipped data from any directory (core/data_path.h); the report names the path as given.
+  const std::vector<MeasuredRun> runs = read_measured_runs(data_path(o.csv));
   std::printf("vTrain measured runs (%s) on cluster preset %s, one description for every row\n", o.csv.c_str(),
               o.cluster.c_str());
   std::printf("%4s %-14s %5s %-22s | %10s %10s %7s\n", "line", "model", "GPUs", "layout", "measured_s", "sim_s", "err");

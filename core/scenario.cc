@@ -1030,12 +1030,13 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
     if (!slices_given) s.schedule.seq_slices = static_cast<int>(s.schedule.slice_tokens.size());
   }
   // true / false stay readable: the key was a boolean (full recomputation) before selective recomputation.
+  // Read as a boolean then, so that a quoted "true" is refused like any quoted boolean (strict typing).
   if (std::string rc; sch.get("recompute", rc)) {
-    if (rc == "true" || rc == "True" || rc == "TRUE")
-      s.schedule.recompute = Recompute::Full;
-    else if (rc == "false" || rc == "False" || rc == "FALSE")
-      s.schedule.recompute = Recompute::None;
-    else if (!sch.get_enum("recompute", recompute_modes(), s.schedule.recompute))
+    bool full = false;
+    if (rc == "true" || rc == "True" || rc == "TRUE" || rc == "false" || rc == "False" || rc == "FALSE") {
+      sch.get("recompute", full);
+      s.schedule.recompute = full ? Recompute::Full : Recompute::None;
+    } else if (!sch.get_enum("recompute", recompute_modes(), s.schedule.recompute))
       sch.fail("recompute", "missing");
   }
   sch.get("scatter_gather", s.schedule.scatter_gather);

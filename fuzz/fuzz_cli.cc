@@ -32,11 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   CLI::App app{"pipescope"};
   app.set_version_flag("--version", "pipescope fuzz");
   app.require_subcommand(1);
-  const std::vector<cli::Command> commands{cli::add_simulate(app), cli::add_show(app),     cli::add_plan(app),
-                                           cli::add_repro(app),    cli::add_validate(app), cli::add_sweep(app),
-                                           cli::add_calibrate(app)};
   bool allow_large = false;
-  for (CLI::App* sub : app.get_subcommands({})) sub->add_flag("--allow-large", allow_large, "");
+  const std::vector<cli::Command> commands = cli::add_commands(app, &allow_large);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   try {

@@ -57,8 +57,9 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   for (double b : pipe_busy) mean_busy += b;
   if (workers > 0) mean_busy /= workers;
   const double T = r.pipeline_end_s;
-  rep.bubble_idle_fraction = T > 0 ? (T - mean_busy) / T : 0.0;
-  rep.bubble_ratio = mean_busy > 0 ? (T - mean_busy) / mean_busy : 0.0;
+  // Busy time is summed op by op: a rank busy the whole time can come out a rounding error above T.
+  rep.bubble_idle_fraction = T > 0 ? std::max(0.0, (T - mean_busy) / T) : 0.0;
+  rep.bubble_ratio = mean_busy > 0 ? std::max(0.0, (T - mean_busy) / mean_busy) : 0.0;
 
   // Megatron Eq. 3: F / (T * n). Hardware FLOPs include the recomputed forward when the schedule
   // recomputes; model FLOPs never do.

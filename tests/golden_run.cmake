@@ -14,11 +14,21 @@ if("$ENV{PIPESCOPE_UPDATE_GOLDEN}" STREQUAL "1")
   if(MEASURED)
     # Every number becomes a pattern (a measured bandwidth prints as an integer too), and column padding may
     # change with a number's width; the words and the number of lines stay exact.
+    # The CPU's name (a profile's device on the CPU backends) differs between machines.
+    if(EXISTS /proc/cpuinfo)
+      file(STRINGS /proc/cpuinfo cpu_model REGEX "^model name" LIMIT_COUNT 1)
+      string(REGEX REPLACE "^model name[ \t]*:[ \t]*" "" cpu_model "${cpu_model}")
+      string(STRIP "${cpu_model}" cpu_model)
+      if(NOT cpu_model STREQUAL "")
+        string(REPLACE "${cpu_model}" "@CPU@" out "${out}")
+      endif()
+    endif()
     string(REGEX REPLACE "[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]" "@HEX@" pat "${out}")  # hashes (a profile's fnv1a64)
     string(REGEX REPLACE "[-+]?[0-9]+(\\.[0-9]+)?(e[-+]?[0-9]+)?" "@NUM@" pat "${pat}")
     string(REGEX REPLACE "([][\\\\.^$*+?(){}|])" "\\\\\\1" pat "${pat}")
     string(REPLACE "@NUM@" "[-+0-9.e]+" pat "${pat}")  # no groups: CMake regexes allow 10
     string(REPLACE "@HEX@" "[0-9a-f]+" pat "${pat}")
+    string(REPLACE "@CPU@" ".+" pat "${pat}")
     string(REGEX REPLACE "  *" " +" pat "${pat}")
     string(REGEX REPLACE "\n([^\n])" "\n~ \\1" pat "\n${pat}")
     string(SUBSTRING "${pat}" 1 -1 out)
