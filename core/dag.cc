@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <tuple>
 
 #include "core/checks.h"
@@ -403,6 +404,13 @@ std::size_t dry_run(const Dag& dag) {
 }
 
 std::vector<double> earliest_finish(const Dag& dag) {
+  return earliest_finish(dag, [&](std::uint32_t u) {
+    const DagNode& n = dag.nodes[u];
+    return n.kind == DagKind::Compute ? n.amount : 0.0;
+  });
+}
+
+std::vector<double> earliest_finish(const Dag& dag, const std::function<double(std::uint32_t)>& duration_s) {
   std::vector<std::uint32_t> pending(dag.preds);
   std::vector<double> start(dag.size(), 0.0), finish(dag.size(), 0.0);
   std::vector<std::uint32_t> ready;
@@ -413,8 +421,7 @@ std::vector<double> earliest_finish(const Dag& dag) {
     const std::uint32_t u = ready.back();
     ready.pop_back();
     done++;
-    const DagNode& n = dag.nodes[u];
-    finish[u] = start[u] + (n.kind == DagKind::Compute ? n.amount : 0.0);
+    finish[u] = start[u] + duration_s(u);
     for (std::uint32_t e = dag.succ_begin[u]; e < dag.succ_begin[u + 1]; e++) {
       const std::uint32_t s = dag.succ[e];
       start[s] = std::max(start[s], finish[u]);

@@ -4,6 +4,7 @@
 // documented in core/lowering.h; no SimGrid here.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,8 @@ std::size_t dry_run(const Dag& dag);
 // free (communication-free critical path; each GPU's ops are already chained by program order).
 // The closed-form tests and `simulate --engine analytic` use it. Throws CheckError on a cycle.
 std::vector<double> earliest_finish(const Dag& dag);
+// The same with each node taking duration_s(node) (the search's estimate: transfers and collectives costed too).
+std::vector<double> earliest_finish(const Dag& dag, const std::function<double(std::uint32_t)>& duration_s);
 
 // Whether replica d's worker programs are replica 0's with every peer moved to replica d (d * p added):
 // same ops, kinds, tags, costs, sizes and call counts in the same order (collective groups are not

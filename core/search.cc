@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "core/checks.h"
 #include "core/dag.h"
 #include "core/lowering.h"
 #include "core/memory_model.h"
@@ -255,54 +256,38 @@ double estimate_iteration_s(const Scenario& s) {
   std::vector<Link> group_link(dag.rings.size());  // per collective group, computed once
   for (std::size_t g = 0; g < dag.rings.size(); g++)
     if (!dag.rings[g].empty()) group_link[g] = rings_link(c, dag.rings[g]);
-  // Longest path in the DAG (Kahn's order): compute takes its seconds, a transfer its bytes over the link, a
-  // collective its ring all-reduce; no contention (SimGrid's job in stage 3).
-  std::vector<double> finish(dag.size(), 0), start(dag.size(), 0);
-  std::vector<std::uint32_t> left(dag.preds.begin(), dag.preds.end());
-  std::vector<std::uint32_t> ready;
-  for (std::uint32_t u = 0; u < dag.size(); u++)
-    if (left[u] == 0) ready.push_back(u);
-  double makespan = 0;
-  std::size_t done = 0;
-  while (!ready.empty()) {
-    const std::uint32_t u = ready.back();
-    ready.pop_back();
-    done++;
+  // Longest path in the DAG: compute takes its seconds, a transfer its bytes over the link, a collective as the
+  // simulator's collective model times it; no contention (SimGrid's job in stage 3).
+  const auto duration_s = [&](std::uint32_t u) {
     const DagNode& n = dag.nodes[u];
-    double d = 0;
     switch (n.kind) {
       case DagKind::Compute:
-        d = n.amount;
-        break;
+        return n.amount;
       case DagKind::Transfer: {
         // tp lanes run at once (one per TP rank); through a host bridge they share it.
         const Link l = link_between(c, n.gpu, n.gpu2);
         const double bw = l.bridged ? l.bw_Bps / std::max(1, par.tp) : l.bw_Bps;
-        d = n.gpu == n.gpu2 ? 0 : l.latency_s + n.amount / bw;
-        break;
+        return n.gpu == n.gpu2 ? 0.0 : l.latency_s + n.amount / bw;
       }
       case DagKind::Collective: {
         const auto& rings = dag.rings[static_cast<std::size_t>(n.group)];
-        if (!rings.empty() && rings.front().size() > 1) {
-          const Link& l = group_link[static_cast<std::size_t>(n.group)];
-          d = n.count *
-              (nccl ? nccl_rings_s(c, rings, n.amount)
-                    : ring_allreduce_s(n.amount, static_cast<int>(rings.front().size()), l.bw_Bps, l.latency_s));
-        }
-        break;
+        if (rings.empty() || rings.front().size() < 2) return 0.0;
+        const Link& l = group_link[static_cast<std::size_t>(n.group)];
+        return n.count *
+               (nccl ? nccl_rings_s(c, rings, n.amount)
+                     : ring_allreduce_s(n.amount, static_cast<int>(rings.front().size()), l.bw_Bps, l.latency_s));
       }
       case DagKind::Join:
-        break;
+        return 0.0;
     }
-    finish[u] = start[u] + d;
-    makespan = std::max(makespan, finish[u]);
-    for (std::uint32_t e = dag.succ_begin[u]; e < dag.succ_begin[u + 1]; e++) {
-      const std::uint32_t w = dag.succ[e];
-      start[w] = std::max(start[w], finish[u]);
-      if (--left[w] == 0) ready.push_back(w);
-    }
+    return 0.0;
+  };
+  double makespan = 0;
+  try {
+    for (double f : earliest_finish(dag, duration_s)) makespan = std::max(makespan, f);
+  } catch (const CheckError&) {
+    throw std::runtime_error(s.source + ": the lowered schedule's DAG has a cycle");
   }
-  if (done != dag.size()) throw std::runtime_error(s.source + ": the lowered schedule's DAG has a cycle");
   // The data-parallel gradient all-reduce, after the pipeline: the slowest rank's, over its dp peers.
   double grad_sync = 0;
   if (par.dp > 1)

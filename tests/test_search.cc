@@ -19,34 +19,15 @@
 #include "core/search.h"
 #include "sim/run_scenario.h"
 #include "sim/search_run.h"
+#include "tests/cli_run.h"
 
 namespace pipescope {
 namespace {
 
-const std::string kExe = std::string(PIPESCOPE_BINARY_DIR) + "/pipescope";
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-struct Result {
-  int rc = -1;
-  std::string out, err;
-};
-
-Result run(const std::string& args) {
-  static int n = 0;
-  const std::string base = ::testing::TempDir() + "/search_run" + std::to_string(getpid()) + "_" + std::to_string(n++);
-  const int st = std::system((kExe + " " + args + " > " + base + ".out 2> " + base + ".err").c_str());
-  Result r;
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.out = slurp(base + ".out");
-  r.err = slurp(base + ".err");
-  return r;
-}
+using test::kExe;
+using test::Result;
+using test::slurp;
+Result run(const std::string& args) { return test::run(args, "search_run"); }
 
 // Small enough to simulate every candidate: one or two nodes, short sequences.
 const char* kScenarios[] = {

@@ -12,33 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "tests/cli_run.h"
+
 namespace {
 
-const std::string kExe = std::string(PIPESCOPE_BINARY_DIR) + "/pipescope";
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-struct Result {
-  int rc = -1;
-  std::string out, err;
-};
-
+using pipescope::test::kExe;
+using pipescope::test::Result;
+using pipescope::test::slurp;
 // Runs `pipescope <args>` with stdout and stderr captured in files.
-Result run(const std::string& args) {
-  static int n = 0;
-  const std::string base = ::testing::TempDir() + "/sweep_run" + std::to_string(getpid()) + "_" + std::to_string(n++);
-  const int st = std::system((kExe + " " + args + " > " + base + ".out 2> " + base + ".err").c_str());
-  Result r;
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.out = slurp(base + ".out");
-  r.err = slurp(base + ".err");
-  return r;
-}
+Result run(const std::string& args) { return pipescope::test::run(args, "sweep_run"); }
 
 // Minimal CSV reader (quoted fields with "" escapes, no embedded newlines).
 std::vector<std::vector<std::string>> parse_csv(const std::string& text) {
