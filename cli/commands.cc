@@ -2,6 +2,10 @@
 
 namespace pipescope::cli {
 
+sim::ImageFormat timeline_format(const std::string& path, const std::string& format) {
+  return format.empty() ? sim::image_format_from_path(path) : sim::image_format_from_name(format, "--timeline-format");
+}
+
 std::vector<Command> add_commands(CLI::App& app, bool* allow_large) {
   std::vector<Command> commands{add_simulate(app),  add_show(app),     add_plan(app),
                                 add_repro(app),     add_validate(app), add_sweep(app),

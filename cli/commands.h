@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/svg_render.h"
+
 namespace pipescope::cli {
 
 // Exit codes (the one table; README.md and cli/README.md repeat it): 0 ok, 1 bad input (scenario, flags, files,
@@ -48,6 +50,9 @@ Command add_sweep(CLI::App& app);      // parameter sweeps to CSV (sweep_cmd.cc)
 Command add_search(CLI::App& app);     // layout / schedule search (search_cmd.cc)
 Command add_calibrate(CLI::App& app);  // device profiles (calibrate_cmd.cc, calib/)
 Command add_import(CLI::App& app);
+// The format of a --timeline output: `format` when given (svg | pdf | png), else from the file name's extension.
+sim::ImageFormat timeline_format(const std::string& path, const std::string& format);
+
 // Every subcommand above, registered on `app` in the order `pipescope --help` lists them (the one list: main.cc and
 // fuzz/fuzz_cli.cc), each with --allow-large bound to *allow_large when given (core/work_estimate.h).
 std::vector<Command> add_commands(

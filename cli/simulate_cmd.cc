@@ -21,6 +21,7 @@
 #include "sim/report.h"
 #include "sim/run_scenario.h"
 #include "sim/scenario_options.h"
+#include "sim/svg_render.h"
 #include "sim/timeline_svg.h"
 
 namespace pipescope::cli {
@@ -33,8 +34,9 @@ struct SimulateOptions {
   std::string schedule;         // --schedule NAME: the scenario with another registered schedule
   bool list_schedules = false;  // --list-schedules: the registry, one schedule per line
   std::string collectives;
-  std::string profile;   // --profile FILE: a calibration profile in place of the scenario's device
-  std::string timeline;  // --timeline FILE.svg
+  std::string profile;          // --profile FILE: a calibration profile in place of the scenario's device
+  std::string timeline;         // --timeline FILE.svg | .pdf | .png
+  std::string timeline_format;  // --timeline-format: svg | pdf | png (default: from the file name)
   bool timeline_comm = false, timeline_all_replicas = false, timeline_compact = false;
   double timeline_width_px = 1600;
   bool fail_on_oom = false;  // exit 2 when a rank does not fit in device memory
@@ -203,7 +205,9 @@ int run_simulate(const SimulateOptions& o) {
   table.flush();
   if (!o.json.empty()) write_file_atomic(o.json, json.str(), "--json");
   if (!o.trace.empty()) write_file_atomic(o.trace, trace.str(), "--trace");
-  if (!o.timeline.empty()) write_file_atomic(o.timeline, timeline.str(), "--timeline");
+  if (!o.timeline.empty())
+    write_file_atomic(o.timeline, sim::render_svg(timeline.str(), timeline_format(o.timeline, o.timeline_format)),
+                      "--timeline");
   if (!std::cout) throw OutputWriteError("standard output: write failed");
   if (o.fail_on_oom)
     for (const auto& rm : rep.memory.ranks)
@@ -236,7 +240,11 @@ Command add_simulate(CLI::App& app) {
                   "Device profile (pipescope calibrate, or calib/profiles/*.yaml) in place of the scenario's device");
   sub->add_option("--collectives", o->collectives, "Collective model: ring | aggregate | analytic | auto")
       ->check(CLI::IsMember({"ring", "aggregate", "analytic", "auto"}));
-  sub->add_option("--timeline", o->timeline, "Write the pipeline timeline as SVG (one row per pipeline stage)");
+  sub->add_option("--timeline", o->timeline,
+                  "Write the pipeline timeline (one row per pipeline stage) as SVG, PDF or PNG (by the file name)");
+  sub->add_option("--timeline-format", o->timeline_format,
+                  "Timeline format: svg | pdf | png (default: from --timeline)")
+      ->check(CLI::IsMember({"svg", "pdf", "png"}));
   sub->add_flag("--timeline-comm", o->timeline_comm, "Timeline: draw communication as a strip under each row");
   sub->add_flag("--timeline-all-replicas", o->timeline_all_replicas,
                 "Timeline: a row for every data-parallel replica's stages (default: replica 0)");

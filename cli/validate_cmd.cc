@@ -48,6 +48,7 @@
 #include "sim/engine.h"
 #include "sim/report.h"
 #include "sim/scenario_options.h"
+#include "sim/svg_render.h"
 #include "sim/timeline_svg.h"
 
 namespace pipescope::cli {
@@ -62,8 +63,9 @@ struct ValidateOptions {
   std::string launcher = "mpirun --oversubscribe";
   std::string rank_exe;  // default: pipescope-rank next to this executable
   std::string json, trace, collectives;
-  std::string timeline;  // SVG: a simulated and a measured panel
-  std::string profile;   // calibration profile for the simulated side
+  std::string timeline;         // a simulated and a measured panel: SVG, PDF or PNG
+  std::string timeline_format;  // --timeline-format (default: from the file name)
+  std::string profile;          // calibration profile for the simulated side
 };
 
 // ---------------------------------------------------------------- simulated side (forked child)
@@ -480,7 +482,8 @@ int run_validate(const ValidateOptions& vo) {
                             sim::timeline_title("measured " + mr.backend, s.name, ls, measured_s), po)};
     std::ostringstream svg;
     sim::write_timeline_svg(svg, panels, so);
-    write_file_atomic(vo.timeline, svg.str(), "--timeline");
+    write_file_atomic(vo.timeline, sim::render_svg(svg.str(), timeline_format(vo.timeline, vo.timeline_format)),
+                      "--timeline");
   }
   return exact_ok ? 0 : kExitInternal;
 }
@@ -498,7 +501,11 @@ Command add_validate(CLI::App& app) {
   sub->add_option("--rank-exe", o->rank_exe, "The per-rank program (default: pipescope-rank next to pipescope)");
   sub->add_option("--json", o->json, "Write the comparison as JSON to this file");
   sub->add_option("--trace", o->trace, "Write one Perfetto trace with a simulated and a measured process per node");
-  sub->add_option("--timeline", o->timeline, "Write an SVG timeline: the simulated run above the measured one");
+  sub->add_option("--timeline", o->timeline,
+                  "Write a timeline, the simulated run above the measured one: SVG, PDF or PNG (by the file name)");
+  sub->add_option("--timeline-format", o->timeline_format,
+                  "Timeline format: svg | pdf | png (default: from --timeline)")
+      ->check(CLI::IsMember({"svg", "pdf", "png"}));
   sub->add_option("--profile", o->profile,
                   "Calibration profile for the simulated side (pipescope calibrate on this machine, same backend)");
   sub->add_option("--collectives", o->collectives, "Simulated collective model: ring | aggregate | analytic | auto")
