@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli/repro.h"
+#include "core/atomic_file.h"
 #include "core/data_path.h"
 #include "core/measured_runs.h"
 #include "core/presets.h"
@@ -20,11 +22,15 @@ namespace {
 struct VtrainOptions {
   std::string csv = "tests/data/vtrain_a100_dev.csv";
   std::string cluster = "vtrain-a100";
+  std::string json;  // --json: rows and figures (docs/schemas/repro-vtrain.schema.json)
   int worst = 8;
 };
 
 int run_vtrain(const VtrainOptions& o) {
   if (!cluster_preset(o.cluster)) throw InputError("--cluster: unknown cluster preset '" + o.cluster + "'");
+  check_output_paths({{"--json", o.json}});
+  if (o.json == "-") throw InputError("--json -: standard output carries the table; write the JSON to a file");
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   // The shipped data from any directory (core/data_path.h); the report names the path as given.
   const std::vector<MeasuredRun> runs = read_measured_runs(data_path(o.csv));
   std::printf("vTrain measured runs (%s) on cluster preset %s, one description for every row\n", o.csv.c_str(),
@@ -39,9 +45,22 @@ int run_vtrain(const VtrainOptions& o) {
       pred[i] = simulate_figures(vtrain_scenario(r, o.cluster)).iteration_s;
     } catch (const std::exception& e) {
       std::printf("%4d %-14s %5d %-22s | error: %s\n", r.line, model.c_str(), r.gpus, r.layout().c_str(), e.what());
+      rows.push_back({{"line", r.line},
+                      {"model", r.model},
+                      {"gpus", r.gpus},
+                      {"layout", r.layout()},
+                      {"measured_s", r.measured_s},
+                      {"error", e.what()}});
       failed = true;
       continue;
     }
+    rows.push_back({{"line", r.line},
+                    {"model", r.model},
+                    {"gpus", r.gpus},
+                    {"layout", r.layout()},
+                    {"measured_s", r.measured_s},
+                    {"simulated_s", pred[i]},
+                    {"rel_error", (pred[i] - r.measured_s) / r.measured_s}});
     std::printf("%4d %-14s %5d %-22s | %10.3f %10.3f %+6.1f%%\n", r.line, model.c_str(), r.gpus, r.layout().c_str(),
                 r.measured_s, pred[i], 100 * (pred[i] - r.measured_s) / r.measured_s);
   }
@@ -57,6 +76,22 @@ int run_vtrain(const VtrainOptions& o) {
     std::printf("  line %d %s %s: measured %.3f s, sim %.3f s, %+.1f%%\n", r.line, r.group().c_str(),
                 r.layout().c_str(), r.measured_s, p, 100 * (p - r.measured_s) / r.measured_s);
   }
+  if (!o.json.empty()) {
+    nlohmann::ordered_json j;
+    j["schema"] = "pipescope.repro.vtrain/1";
+    j["csv"] = o.csv;
+    j["cluster"] = o.cluster;
+    j["rows"] = rows;
+    j["mape"] = f.mape;
+    j["mean_signed_error"] = f.mean_err;
+    j["pairs"] = f.pairs;
+    j["pairs_ordered_right"] = f.pairs_right;
+    j["ranking_accuracy"] = f.ranking();
+    nlohmann::ordered_json worst = nlohmann::ordered_json::array();
+    for (int w : f.worst) worst.push_back(runs[static_cast<std::size_t>(w)].line);
+    j["worst_lines"] = worst;
+    write_file_atomic(o.json, j.dump(2) + "\n", "--json");
+  }
   return failed ? kExitSchedule : 0;
 }
 
@@ -68,6 +103,7 @@ Command add_repro_vtrain(CLI::App& repro) {
       "vtrain", "Cost-model fidelity on measured Megatron-DeepSpeed A100 runs: per row, MAPE, worst rows, ranking");
   sub->add_option("--csv", o->csv, "Measured runs (default tests/data/vtrain_a100_dev.csv)");
   sub->add_option("--cluster", o->cluster, "Cluster preset every row runs on (default vtrain-a100)");
+  sub->add_option("--json", o->json, "Also write the rows, MAPE and pair ranking as JSON to this file");
   sub->add_option("--worst", o->worst, "Worst rows to list (default 8)")->check(CLI::NonNegativeNumber);
   return {sub, [o] { return run_vtrain(*o); }};
 }

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,7 +33,7 @@ namespace {
 struct SweepOptions {
   std::string scenario;
   std::vector<std::string> vary;
-  std::string out, collectives;
+  std::string out, json, collectives;
   int jobs = 1;
 };
 
@@ -207,6 +208,32 @@ constexpr const char* kResultColumns =
     "peak_memory_GB,oom";
 constexpr int kResultFields = 22;
 
+// The result columns of one run as a JSON object (the CSV's columns, as numbers).
+nlohmann::ordered_json result_json(const sim::RunResult& r) {
+  return {{"scenario", r.scenario},
+          {"schedule", r.schedule},
+          {"gpus", r.gpus},
+          {"dp", r.dp},
+          {"pp", r.pp},
+          {"tp", r.tp},
+          {"v", r.v},
+          {"m", r.m},
+          {"micro_batch_size", r.micro_batch_size},
+          {"global_batch", r.global_batch},
+          {"seq_len", r.seq_len},
+          {"slices", r.slices},
+          {"slice_tokens", r.slice_tokens},
+          {"iteration_s", r.iteration_s},
+          {"pipeline_end_s", r.pipeline_end_s},
+          {"bubble_idle_fraction", r.bubble_idle_fraction},
+          {"bubble_ratio", r.bubble_ratio},
+          {"tflops_per_gpu", r.tflops_per_gpu},
+          {"model_tflops_per_gpu", r.model_tflops_per_gpu},
+          {"tokens_per_s", r.tokens_per_s},
+          {"peak_memory_GB", r.peak_memory_bytes / 1e9},
+          {"oom", r.oom}};
+}
+
 // The result columns of one run, comma-joined and CSV-quoted.
 std::string row_of(const sim::RunResult& r) {
   const std::vector<std::string> f = {csv_field(r.scenario),
@@ -244,7 +271,9 @@ int run_sweep(const SweepOptions& o) {
       if (axes[i].key == axes.back().key) throw InputError("--vary " + axes.back().key + ": given twice");
   }
   if (axes.empty()) throw InputError("sweep: give at least one --vary key=v1,v2,...");
-  check_output_paths({{"--out", o.out}});
+  check_output_paths({{"--out", o.out}, {"--json", o.json}});
+  if (o.json == "-" && o.out.empty())
+    throw InputError("--json -: standard output carries the CSV; write it to a file with --out");
 
   const std::string source = o.scenario.empty() ? "<builtin>" : o.scenario;
   const std::string base_text = o.scenario.empty() ? default_scenario_yaml() : read_file(o.scenario);
@@ -303,16 +332,21 @@ int run_sweep(const SweepOptions& o) {
           std::fprintf(stderr, " FAILED (%.1f s elapsed): %s\n", wall, r.error.c_str());
       });
   int failed = invalid;
+  nlohmann::ordered_json json_rows = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < variants.size(); i++) {
     const Variant& v = variants[i];
     std::string row, error = v.invalid;
+    nlohmann::ordered_json jrow;
+    for (std::size_t a = 0; a < axes.size(); a++) jrow["values"][axes[a].key] = v.values[a];
     if (error.empty()) {
       const sim::RunOutcome& r = outcomes[run_of[i]];
       if (r.ok())
-        row = row_of(r.result);
+        row = row_of(r.result), jrow["result"] = result_json(r.result);
       else
         error = r.error, failed++;
     }
+    jrow["error"] = error;
+    json_rows.push_back(jrow);
     if (!error.empty()) row = std::string(kResultFields - 1, ',');
     for (const auto& val : v.values) os << csv_field(val) << ',';
     os << row << ',' << csv_field(error) << '\n';
@@ -322,6 +356,17 @@ int run_sweep(const SweepOptions& o) {
   std::fprintf(stderr, "sweep: %zu rows, %d failed (%d invalid combinations), %.1f s%s%s\n", variants.size(), failed,
                invalid, total, o.out.empty() ? "" : ", wrote ", o.out.c_str());
   if (!o.out.empty()) write_file_atomic(o.out, file.str(), "--out");
+  if (!o.json.empty()) {
+    nlohmann::ordered_json j;
+    j["schema"] = "pipescope.sweep/1";  // docs/schemas/sweep.schema.json
+    j["scenario"] = o.scenario.empty() ? "<builtin>" : o.scenario;
+    j["vary"] = nlohmann::ordered_json::array();
+    for (const auto& ax : axes) j["vary"].push_back(ax.key);
+    j["rows"] = json_rows;
+    j["failed"] = failed;
+    j["invalid"] = invalid;
+    write_file_atomic(o.json, j.dump(2) + "\n", "--json");
+  }
   if (failed < static_cast<int>(variants.size())) return 0;
   return invalid == failed ? kExitInput : kExitSchedule;
 }
@@ -338,6 +383,7 @@ Command add_sweep(CLI::App& app) {
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--out", o->out, "Write the CSV to this file (default: standard output)");
+  sub->add_option("--json", o->json, "Also write the rows as JSON to this file (- for standard output)");
   sub->add_option("--collectives", o->collectives, "Collective model: ring | aggregate | analytic | auto")
       ->check(CLI::IsMember({"ring", "aggregate", "analytic", "auto"}));
   sub->add_option("-j,--jobs", o->jobs, "Simulations run at once, each in its own process (default 1)")

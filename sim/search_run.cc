@@ -338,6 +338,7 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
 
 void write_search_json(std::ostream& os, const SearchResult& r) {
   nlohmann::json j;
+  j["schema"] = "pipescope.search/1";  // docs/schemas/search.schema.json
   j["scenario"] = r.scenario;
   j["source"] = r.source;
   j["gpus"] = r.gpus;

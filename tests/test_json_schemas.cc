@@ -122,6 +122,23 @@ TEST(JsonSchema, ReproSeq1f1b) {
                 "repro-seq1f1b.schema.json");
 }
 
+TEST(JsonSchema, ReproVtrain) {
+  run_and_check("repro vtrain --json " + tmp("repro_vtrain.json"), tmp("repro_vtrain.json"),
+                "repro-vtrain.schema.json");
+}
+
+TEST(JsonSchema, Search) {
+  run_and_check("search -q --schedules 1f1b,zb-v --micro-batch-sizes 1 --keep 3 --json " + tmp("search.json"),
+                tmp("search.json"), "search.schema.json");
+}
+
+TEST(JsonSchema, Sweep) {
+  // One impossible combination (pp 4 x tp 4 does not fill 16 GPUs with dp) among valid ones: rows of both kinds.
+  run_and_check(
+      "sweep --vary parallel.pp=2,4 --vary parallel.tp=2,4 --out " + tmp("sweep.csv") + " --json " + tmp("sweep.json"),
+      tmp("sweep.json"), "sweep.schema.json");
+}
+
 TEST(JsonSchema, Validate) {
   setenv("ASAN_OPTIONS", "detect_leaks=0", 1);  // sanitizer builds: Open MPI's own leaks (tests/CMakeLists.txt)
   run_and_check(
