@@ -167,8 +167,8 @@ std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, 
   const ModelSpec& m = s_.model;
   const double t = s_.parallel.tp, e = elem_bytes();
   const double h = m.hidden, kv = layer_dims(m).kv, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
-  const double S = b * (m.heads / t) * l * K;  // score elements on this GPU
-  const double qk = 2.0 * b * l * K * h / t;   // Q.K^T (and P.V) FLOPs over the full l x K rectangle
+  const double S = b * (m.heads / t) * l * K;                    // score elements on this GPU
+  const double qk = 2.0 * b * l * K * h / t;                     // Q.K^T (and P.V) FLOPs over the full l x K rectangle
   const double L = l, hd = h / m.heads, bh = b * (m.heads / t);  // per-head GEMMs (rows, head dim, batch)
   if (s_.training.flash_attention) {
     std::vector<KernelCost> k;
@@ -180,8 +180,8 @@ std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, 
   }
   return {
       {qk, e * (T * h / t + b * K * kv / t + S), true, false, L, K, hd, bh},  // Q.K^T (GQA: the head's group's K)
-      {5 * S, 2 * e * S, false},                                             // scale + mask + softmax
-      {S, 2 * e * S + S, false},                                             // attention dropout (+ 1 B mask)
+      {5 * S, 2 * e * S, false},                                              // scale + mask + softmax
+      {S, 2 * e * S + S, false},                                              // attention dropout (+ 1 B mask)
       {qk, e * (S + b * K * kv / t + T * h / t), true, false, L, hd, K, bh},  // P.V
   };
 }
@@ -278,8 +278,8 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   } else {
     k.push_back({qk, e * (T * h / t + b * K * kv / t + S), true, false, L, K, hd, bh});  // dP = dO.V^T
     k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true, false, K, hd, L, bh});  // dV = P^T.dO
-    k.push_back({S, 2 * e * S + S, false});                                            // dropout backward
-    k.push_back({4 * S, 3 * e * S, false});                                            // softmax backward
+    k.push_back({S, 2 * e * S + S, false});                                              // dropout backward
+    k.push_back({4 * S, 3 * e * S, false});                                              // softmax backward
     k.push_back({qk, e * (S + b * K * kv / t + T * h / t), true, false, L, hd, K, bh});  // dQ = dS.K
     k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true, false, K, hd, L, bh});  // dK = dS^T.Q
   }
