@@ -635,6 +635,7 @@ void Validator::check_ranges() const {
       {"model.seq_len", m.seq_len},
       {"cluster.nodes", c.nodes},
       {"cluster.gpus_per_node", c.gpus_per_node},
+      {"cluster.network.nics_per_node", c.nics_per_node},
       {"cluster.device.peak_tflops_fp16", d.peak_flops_fp16 / kTflops},
       {"cluster.device.peak_tflops_bf16", d.peak_flops_bf16 / kTflops},
       {"cluster.device.peak_tflops_fp32", d.peak_flops_fp32 / kTflops},
@@ -681,25 +682,7 @@ void Validator::run() const {
   auto positive = [](double x) { return std::isfinite(x) && x > 0; };
   auto non_negative = [](double x) { return std::isfinite(x) && x >= 0; };
 
-  // Per-field ranges: the parser enforces them for files; scenarios built in code get the same checks.
-  const std::pair<const char*, int> ints[] = {{"model.layers", m.layers},
-                                              {"model.hidden", m.hidden},
-                                              {"model.heads", m.heads},
-                                              {"model.ffn_hidden", m.ffn_hidden},
-                                              {"model.vocab", m.vocab},
-                                              {"model.seq_len", m.seq_len},
-                                              {"cluster.nodes", c.nodes},
-                                              {"cluster.gpus_per_node", c.gpus_per_node},
-                                              {"cluster.network.nics_per_node", c.nics_per_node},
-                                              {"parallel.dp", p.dp},
-                                              {"parallel.pp", p.pp},
-                                              {"parallel.tp", p.tp},
-                                              {"parallel.v", p.v},
-                                              {"parallel.micro_batch_size", p.micro_batch_size},
-                                              {"parallel.global_batch", p.global_batch},
-                                              {"schedule.seq_slices", sch.seq_slices}};
-  for (const auto& [key, value] : ints)
-    if (value < 1) fail({key}, "must be a positive integer, got " + std::to_string(value));
+  // Counts and sizes: check_ranges() above (every one of them >= 1).
   const std::pair<const char*, double> pos[] = {{"cluster.device.peak_tflops_fp16", d.peak_flops_fp16},
                                                 {"cluster.device.peak_tflops_fp32", d.peak_flops_fp32},
                                                 {"cluster.device.memory_GB", d.memory_bytes},

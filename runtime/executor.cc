@@ -308,7 +308,7 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
                 be_.adam_step(*p, opt_.adam, step);
                 continue;
               }
-              const auto [begin, end] = shard_range(p->size());
+              const auto [begin, end] = shard_range(p->size(), shard_of_, shards_);
               be_.adam_step_shard(*p, opt_.adam, step, begin, end);
             }
           });
@@ -695,8 +695,8 @@ void Executor::reduce_scatter(const LoweredOp& l, IterationStats& st) {
   shards_ = static_cast<int>(ws.size());
 }
 
-std::pair<std::size_t, std::size_t> Executor::shard_range(std::size_t n) const {
-  const auto k = static_cast<std::size_t>(shard_of_), d = static_cast<std::size_t>(shards_);
+std::pair<std::size_t, std::size_t> Executor::shard_range(std::size_t n, int shard, int shards) {
+  const auto k = static_cast<std::size_t>(shard), d = static_cast<std::size_t>(shards);
   return {n * k / d, n * (k + 1) / d};
 }
 
@@ -710,7 +710,8 @@ void Executor::param_gather(const LoweredOp& l, IterationStats& st) {
     for (auto& [id, p] : modules_) {
       void* data = p->param_data();
       if (data == nullptr) throw RuntimeError("the backend keeps no host parameters to all-gather");
-      const std::size_t size = p->size(), begin = size * mine / n, end = size * (mine + 1) / n;
+      const std::size_t size = p->size();
+      const auto [begin, end] = shard_range(size, mine, n);  // the slice this replica's optimizer stepped
       const ElemType t = elem_type(p->grad_dtype());
       const std::size_t eb = elem_bytes(t);
       auto* bytes = static_cast<unsigned char*>(data);

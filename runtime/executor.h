@@ -122,7 +122,8 @@ class Executor {
   // The distributed optimizer: gradient reduce-scatter, this replica's shard [begin, end) of an n-element module,
   // parameter all-gather (executor.cc says how they run on the host transports).
   void reduce_scatter(const LoweredOp& l, IterationStats& st);
-  std::pair<std::size_t, std::size_t> shard_range(std::size_t n) const;
+  // Elements [begin, end) of n that shard `shard` of `shards` owns (the optimizer step and the parameter gather).
+  static std::pair<std::size_t, std::size_t> shard_range(std::size_t n, int shard, int shards);
   void param_gather(const LoweredOp& l, IterationStats& st);
   void allgather(const LoweredOp& l, IterationStats& st);
   void poll_sends(Clock::time_point t0, std::vector<OpTiming>& ops);
