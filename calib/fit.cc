@@ -142,11 +142,13 @@ PiecewiseFit fit_piecewise(const std::vector<std::pair<double, double>>& pts) {
 }
 
 PiecewiseFit holdout_piecewise(const std::vector<std::pair<double, double>>& pts,
-                               const std::vector<std::pair<double, double>>& held) {
+                               const std::vector<std::pair<double, double>>& held, const std::vector<double>& ci) {
   PiecewiseFit f;
   double sum = 0;
-  for (const auto& [bytes, t] : held) {
-    const double e = std::abs(piecewise_seconds(pts, bytes) - t) / t;
+  for (std::size_t i = 0; i < held.size(); i++) {
+    const auto& [bytes, t] = held[i];
+    const double u = i < ci.size() ? ci[i] : 0.0;
+    const double e = std::max(0.0, std::abs(piecewise_seconds(pts, bytes) - t) - u) / t;
     f.errors.emplace_back(bytes, e);
     sum += e;
   }

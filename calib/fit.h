@@ -38,9 +38,12 @@ struct PiecewiseFit {
 };
 // points: (bytes, seconds), sorted by bytes, at least 3 sizes for a held-out error (fewer: error 0).
 PiecewiseFit fit_piecewise(const std::vector<std::pair<double, double>>& points);
-// The error of the table `points` (all used) at separately measured held-out sizes.
+// The error of the table `points` (all used) at separately measured held-out sizes. With `held_out_ci` (the
+// half-width of each held-out median's 95% confidence interval, same order) the part of a miss within the
+// measurement's own uncertainty is not counted: error = max(0, |table - t| - ci) / t.
 PiecewiseFit holdout_piecewise(const std::vector<std::pair<double, double>>& points,
-                               const std::vector<std::pair<double, double>>& held_out);
+                               const std::vector<std::pair<double, double>>& held_out,
+                               const std::vector<double>& held_out_ci = {});
 
 struct GemmFit {
   double rate_flops = 0;      // asymptotic FLOP/s (R)

@@ -1,6 +1,7 @@
 // pipescope-linkbench: the link benchmarks over MPI (CPU ranks), nccl-tests flags and output columns.
 //   mpirun -n 2 pipescope-linkbench -b 8 -e 64M -f 2 -n 20 -w 5 [-o sendrecv,allreduce,...] [--out FILE.json]
 #include <mpi.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -46,7 +48,7 @@ void add_options(CLI::App& app, LinkOptions& o, std::string& min_bytes, std::str
   app.add_option("-w,--warmup_iters", o.warmup, "Warm-up iterations per size")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("-o,--ops", o.ops, "Operations, comma-separated: sendrecv, allreduce, allgather, reducescatter")
+  app.add_option("-o,--ops", o.ops, "Operations, comma-separated: p2p, sendrecv, allreduce, allgather, reducescatter")
       ->delimiter(',')
       ->check([](const std::string& t) { return known_link_op(t) ? "" : "unknown operation '" + t + "'"; });
   app.add_option("--out", o.out, "Write the results as JSON to this file (rank 0)");
@@ -90,7 +92,7 @@ struct Op {
   int count = 0;  // elements per rank-level call
   Op(const std::string& op, int ranks, int r, double bytes) : name(op), n(ranks), rank(r) {
     const auto elems = static_cast<std::size_t>(bytes / sizeof(float));
-    if (op == "allreduce" || op == "sendrecv") {
+    if (op == "allreduce" || op == "sendrecv" || op == "p2p") {
       count = static_cast<int>(elems);
       send.assign(elems, 1.0f);
       recv.assign(elems, 0.0f);
@@ -114,10 +116,132 @@ struct Op {
                              (rank + n - 1) % n, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
   }
   double real_bytes() const {  // S of what actually ran (after rounding)
-    if (name == "allreduce" || name == "sendrecv") return count * sizeof(float);
+    if (name == "allreduce" || name == "sendrecv" || name == "p2p") return count * sizeof(float);
     return static_cast<double>(count) * n * sizeof(float);
   }
 };
+
+// Waits as the pipeline runtime's executor does: MPI_Test, giving the core away between polls.
+void wait_yielding(MPI_Request* r) {
+  int done = 0;
+  for (;;) {
+    MPI_CHECK(MPI_Test(r, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    sched_yield();
+  }
+}
+
+// Bytes of the largest CPU cache (Linux sysfs; 32 MiB when it cannot be read).
+std::size_t last_level_cache_bytes() {
+  std::size_t best = 0;
+  for (int i = 0; i < 8; i++) {
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
+    std::string text;
+    if (!(f >> text) || text.empty()) continue;
+    std::size_t v = std::strtoull(text.c_str(), nullptr, 10);
+    if (text.back() == 'K') v <<= 10;
+    if (text.back() == 'M') v <<= 20;
+    best = std::max(best, v);
+  }
+  return best ? best : std::size_t{32} << 20;
+}
+
+// Work that stands for the computation between a pipeline's transfers: it writes through twice the largest cache,
+// as a layer's kernels do, so a rank comes back to MPI with cold caches and TLB (that, not the copy itself, is
+// most of a one-off transfer's cost on a CPU: measured 9 us warm against 27 us cold for 64 KiB here).
+double busy(std::vector<double>& scratch) {
+  double acc = 0;
+  for (double& x : scratch) acc += (x = x * 0.5 + 1.0);
+  return acc;
+}
+
+// A size's figure: the median of its samples and the half-width of the median's 95% confidence interval (order
+// statistics n/2 -+ 0.98 sqrt(n)): what the calibration gates take as the measurement's own uncertainty.
+struct Central {
+  double median_s = 0, ci_s = 0;
+};
+Central central(std::vector<double> v) {
+  if (v.empty()) return {};
+  std::sort(v.begin(), v.end());
+  const double n = static_cast<double>(v.size()), w = 0.98 * std::sqrt(n);
+  const auto at = [&](double r) { return v[static_cast<std::size_t>(std::clamp(r, 0.0, n - 1))]; };
+  return {v[v.size() / 2], (at(std::ceil(n / 2 + w)) - at(std::floor(n / 2 - w))) / 2};
+}
+
+// One exchange of the p2p benchmark; returns the receive's time on the receiving rank, 0 elsewhere.
+double p2p_once(int peer, bool sender, std::vector<float>& out, float value, std::vector<double>& scratch,
+                double& sink) {
+  const int count = static_cast<int>(out.size());
+  std::unique_ptr<float[]> in(new float[out.size()]);  // fresh, untouched: as the runtime allocates a receive
+  std::fill(out.begin(), out.end(), value);            // the sender has just written it
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  if (peer < 0) return 0;
+  MPI_Request r = MPI_REQUEST_NULL;
+  if (sender) {
+    MPI_CHECK(MPI_Isend(out.data(), count, MPI_FLOAT, peer, 9, MPI_COMM_WORLD, &r));
+    sink += busy(scratch);
+    wait_yielding(&r);
+    return 0;
+  }
+  sink += busy(scratch);  // the message arrives meanwhile
+  const double t0 = MPI_Wtime();
+  MPI_CHECK(MPI_Irecv(in.get(), count, MPI_FLOAT, peer, 9, MPI_COMM_WORLD, &r));
+  wait_yielding(&r);
+  return MPI_Wtime() - t0;
+}
+
+// One-way transfer as a pipeline makes it (the p2p op). Ranks pair up (0-1, 2-3, ...). The first of a pair sends a
+// message it has just written and goes back to work; the second is still working when the message arrives, then
+// posts its receive on a freshly allocated buffer and polls it as the runtime's executor does. The time is the
+// receive's, from its posting to its completion on the receiver's clock: what `validate` measures as a p2p when the
+// receive is the later of the two postings (almost always, in a pipeline). The warm exchange (sendrecv: the same
+// buffers again and again, both ranks inside one call) misses what such a transfer pays. The sizes are interleaved
+// (each iteration visits every size) so that slow drifts of a shared machine spread over the whole table instead
+// of bending a few neighbouring sizes. Returns this rank's median per size, 0 on ranks that do not receive.
+std::vector<Central> time_p2p(int rank, int n, const std::vector<int>& counts, const LinkOptions& o) {
+  const int partner = rank % 2 == 0 ? rank + 1 : rank - 1, peer = partner < n ? partner : -1;
+  const bool sender = rank % 2 == 0;
+  const std::size_t cache = std::clamp(last_level_cache_bytes(), std::size_t{4} << 20, std::size_t{128} << 20);
+  std::vector<double> scratch(2 * cache / sizeof(double));
+  std::vector<std::vector<float>> out;
+  for (int c : counts) out.emplace_back(static_cast<std::size_t>(c));
+  std::vector<std::vector<double>> each(counts.size());
+  double sink = 0;
+  for (int i = -o.warmup; i < o.iters; i++)
+    for (std::size_t k = 0; k < counts.size(); k++) {
+      const double t = p2p_once(peer, sender, out[k], static_cast<float>(i), scratch, sink);
+      if (i >= 0 && t > 0) each[k].push_back(t);
+    }
+  if (sink == 42.0) std::printf(" ");  // keeps the work from being optimised away
+  std::vector<Central> out_stats;
+  for (auto& e : each) out_stats.push_back(central(e));
+  return out_stats;
+}
+
+// The size's time, nccl-tests -a 1: the mean over the ranks that timed it of each one's median (and of their
+// confidence half-widths).
+Central mean_over_timing_ranks(Central local) {
+  const double timing = local.median_s > 0 ? 1 : 0;
+  double in[3] = {local.median_s, local.ci_s, timing}, sum[3] = {0, 0, 0};
+  MPI_CHECK(MPI_Allreduce(in, sum, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  if (!(sum[2] > 0)) return {};
+  return {sum[0] / sum[2], sum[1] / sum[2]};
+}
+
+// The median of `iters` operations each timed on its own after a barrier, per rank: on a shared machine a rank that
+// is descheduled for a moment spoils a few operations, not the size's figure (nccl-tests times the mean of
+// back-to-back operations, which such pauses dominate).
+Central time_collective(Op& op, const LinkOptions& o) {
+  for (int i = 0; i < o.warmup; i++) op.run();
+  std::vector<double> each(static_cast<std::size_t>(o.iters));
+  for (int i = 0; i < o.iters; i++) {
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    const double t0 = MPI_Wtime();
+    op.run();
+    each[static_cast<std::size_t>(i)] = MPI_Wtime() - t0;
+  }
+  return central(each);
+}
 
 }  // namespace
 
@@ -154,25 +278,17 @@ int link_bench_main(int argc, char** argv) {
         sizes.emplace_back(bytes, false);
         if (next <= o.max_bytes && next - bytes >= 8) sizes.emplace_back(std::floor((bytes + next) / 2), true);
       }
-      for (const auto& [bytes, held_out] : sizes) {
-        Op op(name, n, rank, bytes);
+      std::vector<Op> ops;
+      for (const auto& [bytes, held_out] : sizes) ops.emplace_back(name, n, rank, bytes);
+      std::vector<int> counts;
+      for (const Op& op : ops) counts.push_back(op.count);
+      const std::vector<Central> p2p = name == "p2p" ? time_p2p(rank, n, counts, o) : std::vector<Central>{};
+      for (std::size_t k = 0; k < ops.size(); k++) {
+        Op& op = ops[k];
+        const bool held_out = sizes[k].second;
         if (op.empty()) continue;
-        for (int i = 0; i < o.warmup; i++) op.run();
-        // Each operation timed on its own after a barrier, the median of them per rank: on a shared machine a
-        // rank that is descheduled for a moment spoils a few operations, not the size's figure (nccl-tests
-        // times the mean of back-to-back operations, which such pauses dominate).
-        std::vector<double> each(static_cast<std::size_t>(o.iters));
-        for (int i = 0; i < o.iters; i++) {
-          MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-          const double t0 = MPI_Wtime();
-          op.run();
-          each[static_cast<std::size_t>(i)] = MPI_Wtime() - t0;
-        }
-        std::sort(each.begin(), each.end());
-        const double local = each[each.size() / 2];
-        double sum = 0;
-        MPI_CHECK(MPI_Allreduce(&local, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-        const double t = sum / n;  // nccl-tests -a 1: mean over ranks (of each rank's median)
+        const Central c = mean_over_timing_ranks(name == "p2p" ? p2p[k] : time_collective(op, o));
+        const double t = c.median_s;
         const double s = op.real_bytes();
         const double alg = s / t, bus = alg * bus_factor(name, n);
         if (rank == 0) {
@@ -183,6 +299,7 @@ int link_bench_main(int argc, char** argv) {
                              {"bytes", s},
                              {"count", op.count},
                              {"time_us", t * 1e6},
+                             {"ci_us", c.ci_s * 1e6},
                              {"algbw_GBps", alg / 1e9},
                              {"busbw_GBps", bus / 1e9},
                              {"holdout", held_out}});

@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -130,11 +131,24 @@ int run_measured(const ValidateOptions& o, const runtime::RankJob& job, const Lo
 enum Kind { kF, kB, kI, kW, kP2P, kAllReduce, kOptimizer, kKinds };  // rows without ops are not printed
 const char* const kKindNames[kKinds] = {"F", "B", "I", "W", "p2p", "allreduce", "optimizer"};
 
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
+// Per op kind, every duration: the table compares medians (on a shared machine one message in a hundred whose
+// receiver was descheduled for a millisecond moves a mean by tens of percent, not a median); JSON has the means too.
 struct KindStats {
-  double measured_sum = 0, simulated_sum = 0;
-  std::size_t measured_n = 0, simulated_n = 0;
-  double measured() const { return measured_n ? measured_sum / measured_n : 0; }
-  double simulated() const { return simulated_n ? simulated_sum / simulated_n : 0; }
+  std::vector<double> measured_each, simulated_each;
+  std::size_t measured_n() const { return measured_each.size(); }
+  std::size_t simulated_n() const { return simulated_each.size(); }
+  double measured() const { return median_of(measured_each); }
+  double simulated() const { return median_of(simulated_each); }
+  static double mean(const std::vector<double>& v) {
+    return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  }
 };
 
 struct Comparison {
@@ -185,8 +199,7 @@ Comparison compare(const CheckedSchedule& cs, const sim::SimResult& sr, const ru
     const LoweredOp& l = ls.per_worker[d.worker][d.index];
     if (l.kind == LOpKind::Recv) continue;  // a join; the transfer is on the send's node
     KindStats& k = c.kinds[kind_of(l)];
-    k.simulated_sum += sr.timing[n].end - sr.timing[n].start;
-    k.simulated_n++;
+    k.simulated_each.push_back(sr.timing[n].end - sr.timing[n].start);
   }
   // Measured: per timed iteration. Transfers: send/recv pairs, from the later of the two postings to the
   // receive's completion. Collectives: per call, from the last member's arrival to the last member's completion.
@@ -234,15 +247,13 @@ Comparison compare(const CheckedSchedule& cs, const sim::SimResult& sr, const ru
         const runtime::OpTiming& t = st.ops.at(i);
         if (l.kind == LOpKind::Compute || l.kind == LOpKind::Optimizer) {
           KindStats& k = c.kinds[kind_of(l)];
-          k.measured_sum += t.end - t.start;
-          k.measured_n++;
+          k.measured_each.push_back(t.end - t.start);
         } else if (l.kind == LOpKind::Recv) {
           const auto s = sends.find({l.peer, w, static_cast<int>(l.op.kind), l.op.stage, l.op.microbatch, l.op.slice});
           if (s == sends.end()) continue;
           const runtime::OpTiming& ts = timing(s->second.first, s->second.second);
           if (t.end < ts.start - 1e-6) c.acausal++;
-          c.kinds[kP2P].measured_sum += std::max(0.0, t.end - std::max(t.start, ts.start));
-          c.kinds[kP2P].measured_n++;
+          c.kinds[kP2P].measured_each.push_back(std::max(0.0, t.end - std::max(t.start, ts.start)));
         }
       }
     }
@@ -252,8 +263,7 @@ Comparison compare(const CheckedSchedule& cs, const sim::SimResult& sr, const ru
         start = std::max(start, timing(w, i).start);
         stop = std::max(stop, timing(w, i).end);
       }
-      c.kinds[kAllReduce].measured_sum += std::max(0.0, stop - start);
-      c.kinds[kAllReduce].measured_n++;
+      c.kinds[kAllReduce].measured_each.push_back(std::max(0.0, stop - start));
     }
     c.measured_iteration_s += end;
     c.measured_iterations_s.push_back(end);
@@ -364,12 +374,12 @@ int run_validate(const ValidateOptions& vo) {
                 sp["min"].get<double>(), sp["median"].get<double>(), sp["max"].get<double>(),
                 sp["stddev"].get<double>(), c.measured_iterations_s.size());
   }
-  std::printf("mean duration per op:\n");
+  std::printf("median duration per op:\n");
   for (int k = 0; k < kKinds; k++) {
     const KindStats& st = c.kinds[k];
-    if (!st.measured_n && !st.simulated_n) continue;
+    if (!st.measured_n() && !st.simulated_n()) continue;
     std::printf("%-12s %8zu %16.9f %16.9f %10s\n", kKindNames[k],
-                st.measured_n / static_cast<std::size_t>(o.iterations), st.measured(), st.simulated(),
+                st.measured_n() / static_cast<std::size_t>(o.iterations), st.measured(), st.simulated(),
                 pct(st.simulated(), st.measured()).c_str());
   }
   std::printf(
@@ -439,11 +449,13 @@ int run_validate(const ValidateOptions& vo) {
                         {"measured_spread", spread_json(c.measured_iterations_s)}};
     for (int k = 0; k < kKinds; k++) {
       const KindStats& st = c.kinds[k];
-      if (!st.measured_n && !st.simulated_n) continue;
+      if (!st.measured_n() && !st.simulated_n()) continue;
       j["per_op_kind"][kKindNames[k]] = {
-          {"count", st.measured_n / static_cast<std::size_t>(o.iterations)},
+          {"count", st.measured_n() / static_cast<std::size_t>(o.iterations)},
           {"measured_s", st.measured()},
           {"simulated_s", st.simulated()},
+          {"measured_mean_s", KindStats::mean(st.measured_each)},
+          {"simulated_mean_s", KindStats::mean(st.simulated_each)},
           {"rel_error", st.measured() > 0 ? (st.simulated() - st.measured()) / st.measured() : 0.0}};
     }
     j["runtime_overhead_us_per_op"] = c.overhead_s_per_op * 1e6;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -40,6 +41,14 @@ int run(const std::string& cmd) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
+// A failed step's log, for the test's output (CI keeps only what the test prints).
+std::string log_text(const std::string& path) {
+  std::ifstream f(path);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (text.size() > 6000) text = "...\n" + text.substr(text.size() - 6000);
+  return path + ":\n" + text;
+}
+
 TEST(ClosedLoop, CalibrateSimulateValidateCpu) {
   const std::string bin = PIPESCOPE_BINARY_DIR "/pipescope";
   const std::string scen = PIPESCOPE_SOURCE_DIR "/scenarios/calib/cpu-2rank.yaml";
@@ -51,11 +60,11 @@ TEST(ClosedLoop, CalibrateSimulateValidateCpu) {
   ASSERT_EQ(run(bin + " calibrate " + scen + " --backend cpu-f64 --grain 32 --context-steps 4 --quick -e 2M -n 50 " +
                 "--accept-poor-fit --no-progress --out " + profile + " > " + dir + "/calibrate.log 2>&1"),
             0)
-      << "see " << dir << "/calibrate.log";
+      << log_text(dir + "/calibrate.log");
   ASSERT_EQ(run(bin + " validate " + scen + " --backend cpu-f64 --profile " + profile +
                 " --iterations 3 --warmup 1 --json " + json + " > " + dir + "/validate.log 2>&1"),
             0)
-      << "see " << dir << "/validate.log";
+      << log_text(dir + "/validate.log");
   std::ifstream f(json);
   const nlohmann::json j = nlohmann::json::parse(f);
   EXPECT_NE(j.at("cost_model").get<std::string>().find("measured layer tables"), std::string::npos);
@@ -93,7 +102,7 @@ TEST(ClosedLoop, KernelModelTransfersToAnotherHiddenSize) {
                 "--grain 16 --context-steps 4 --quick --no-links --accept-poor-fit --no-progress --out " + profile +
                 " > " + dir + "/tiny.log 2>&1"),
             0)
-      << "see " << dir << "/tiny.log";
+      << log_text(dir + "/tiny.log");
   const pipescope::DeviceProfile p = pipescope::load_profile(profile);
   ASSERT_EQ(p.kernels.dtype, "fp64");
   ASSERT_EQ(p.kernels.transfer.size(), 4u);
