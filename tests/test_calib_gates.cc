@@ -199,6 +199,29 @@ TEST(PiecewiseLinks, LinkResultsWithHeldOutSizes) {
   EXPECT_LT(l.holdout_rel_err, 0.2);
 }
 
+// The p2p benchmark is the pipeline's link table when a run has it; a miss within the held-out median's own 95%
+// confidence half-width is not counted, one beyond it is (by the excess).
+TEST(PiecewiseLinks, OneWayP2pIsTheLinkTableAndMissesWithinTheCiAreNotCounted) {
+  calib::LinkRun run;
+  for (double s = 8; s <= 1 << 16; s *= 2) {
+    run.results.push_back({"sendrecv", 2, s, 1e-6 + s / 1e10, 0, 0, false});
+    run.results.push_back({"p2p", 2, s, 20e-6 + s / 1e9, 0, 0, false});
+    // Held out: 10% slower than the table, with a confidence half-width of 5% (first half) or 20% (second half).
+    const double t = 1.1 * (20e-6 + 1.5 * s / 1e9);
+    run.results.push_back({"p2p", 2, 1.5 * s, t, 0, 0, true, (s < 1024 ? 0.05 : 0.2) * t});
+  }
+  DeviceProfile p;
+  calib::fit_links(run, "intra", p);
+  const LinkFit& l = p.links.at("intra");
+  EXPECT_NEAR(l.points.front().second, 20e-6 + 8 / 1e9, 1e-12);         // from p2p, not sendrecv
+  for (const CollectiveFit& c : p.collectives) EXPECT_NE(c.op, "p2p");  // a link, not a collective
+  // Errors: about 9% - 5% = 4% on the first 7 held-out sizes, 0 on the last 7: the median is at most 4%.
+  EXPECT_GT(l.holdout_rel_err, -1e-12);
+  EXPECT_LT(l.holdout_rel_err, 0.05);
+  const calib::PiecewiseFit raw = calib::holdout_piecewise(l.points, l.holdout_points);
+  EXPECT_GT(raw.holdout_rel_err, 0.08);  // without the intervals every held-out size misses by about 9%
+}
+
 TEST(ProfileFormat, NewFieldsRoundTrip) {
   DeviceProfile p = clean();
   p.layers[0].context_grid = {ContextPoint{8, 0, 1e-3, 2e-3, 0.01, 0.02}, ContextPoint{8, 8, 1.5e-3, 3e-3, 0.03, 0}};
