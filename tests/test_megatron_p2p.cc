@@ -1,0 +1,66 @@
+// Megatron-LM's p2p order (core/megatron_p2p.h): with blocking p2p and interleaving, a steady-state forward's send
+// leaves after the backward that follows it; warm-up forwards, 1F1B and eager p2p keep the lowering's order.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "core/megatron_p2p.h"
+#include "core/pipeline.h"
+#include "core/scenario.h"
+
+namespace pipescope {
+namespace {
+
+std::unique_ptr<Prepared> prepared(const std::string& p2p, int v, int m) {
+  const std::string yaml =
+      "model: {preset: gpt3-1b}\ncluster: {preset: dgx-a100, nodes: 1}\n"
+      "parallel: {dp: 1, pp: 4, tp: 2, v: " +
+      std::to_string(v) + ", micro_batch_size: 1, global_batch: " + std::to_string(m) +
+      "}\nschedule: {kind: " + (v > 1 ? "interleaved" : "1f1b") + "}\ntraining: {dtype: bf16}\nsim: {p2p: " + p2p +
+      "}\n";
+  return prepare(parse_scenario(yaml, "<test>"));
+}
+
+// Index of the first op of `kind` carrying compute op `text` (op_text) on worker w.
+std::size_t find(const LoweredSchedule& ls, int w, LOpKind kind, const std::string& text) {
+  const auto& prog = ls.per_worker[static_cast<std::size_t>(w)];
+  for (std::size_t i = 0; i < prog.size(); i++)
+    if (prog[i].kind == kind && op_text(prog[i].op) == text) return i;
+  ADD_FAILURE() << "no " << text << " on worker " << w;
+  return 0;
+}
+
+// Worker 0 of interleaved-small (p 4, v 2, m 16): steady state "0F7, 0B0c1": 0F7's send follows 0B0c1.
+TEST(MegatronP2p, SteadyStateForwardSendFollowsTheBackward) {
+  const auto blocking = prepared("blocking", 2, 16);
+  const LoweredSchedule& ls = blocking->lowered;
+  EXPECT_TRUE(ls.blocking_sends);
+  EXPECT_GT(find(ls, 0, LOpKind::Send, "0F7"), find(ls, 0, LOpKind::Compute, "0B0c1"));
+  // A warm-up forward (followed by a forward) sends at once.
+  EXPECT_EQ(find(ls, 0, LOpKind::Send, "0F0"), find(ls, 0, LOpKind::Compute, "0F0") + 2);  // after its all-reduce
+  // Eager p2p keeps the lowering's order: the send right after the forward's all-reduce.
+  const auto eager = prepared("eager", 2, 16);
+  EXPECT_FALSE(eager->lowered.blocking_sends);
+  EXPECT_EQ(find(eager->lowered, 0, LOpKind::Send, "0F7"), find(eager->lowered, 0, LOpKind::Compute, "0F7") + 2);
+  // Same ops, only moved.
+  for (std::size_t w = 0; w < ls.per_worker.size(); w++)
+    EXPECT_EQ(ls.per_worker[w].size(), eager->lowered.per_worker[w].size());
+}
+
+// Megatron's M == p case (every micro-batch in the warm-up) and plain 1F1B keep the lowering's order.
+TEST(MegatronP2p, AllWarmupAndOneFOneBUnchanged) {
+  for (const auto& [v, m] : {std::pair{2, 4}, std::pair{1, 16}}) {
+    const auto blocking = prepared("blocking", v, m), eager = prepared("eager", v, m);
+    for (std::size_t w = 0; w < blocking->lowered.per_worker.size(); w++) {
+      const auto& a = blocking->lowered.per_worker[w];
+      const auto& b = eager->lowered.per_worker[w];
+      ASSERT_EQ(a.size(), b.size());
+      for (std::size_t i = 0; i < a.size(); i++) EXPECT_EQ(lowered_text(a[i]), lowered_text(b[i])) << "v " << v;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipescope
