@@ -8,15 +8,15 @@
 // follows it on the rank (docs/cost-model.md, "Megatron's p2p order"). The non-interleaved 1F1B sends a forward's
 // output right after it (send_forward_recv_backward), as the lowering does.
 
-#include <string>
-
+#include "core/config.h"
 #include "core/lowering.h"
 
 namespace pipescope {
 
-// The lowered schedule with the p2p semantics of `mode` ("eager" or "blocking", Scenario::sim.p2p). With
-// "blocking" and v > 1 chunks per rank, every forward Send whose next compute op on its worker is a backward
-// moves to right after that backward (after its tensor-parallel all-reduce, before its own sends).
-LoweredSchedule with_p2p_mode(LoweredSchedule ls, const std::string& mode, int v);
+// The lowered schedule with the scenario's p2p semantics (sim.p2p: "eager" or "blocking"). With "blocking" and a
+// Megatron-style interleaved schedule (registry traits: interleaved, looped stage placement, whole backward), for
+// each steady-state step "forward F, backward B" F's sends move to right after B (after its tensor-parallel
+// all-reduce, before B's own sends) and B's receives to right before F: one batched call between steps.
+LoweredSchedule with_p2p_mode(LoweredSchedule ls, const Scenario& s);
 
 }  // namespace pipescope

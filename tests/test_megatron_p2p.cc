@@ -1,9 +1,11 @@
-// Megatron-LM's p2p order (core/megatron_p2p.h): with blocking p2p and interleaving, a steady-state forward's send
-// leaves after the backward that follows it; warm-up forwards, 1F1B and eager p2p keep the lowering's order.
+// Megatron-LM's p2p order (core/megatron_p2p.h): with blocking p2p and Megatron's interleaving, a steady-state
+// forward's send leaves after the backward that follows it and that backward's receive comes before the forward;
+// warm-up forwards, 1F1B, ZB-V and eager p2p keep the lowering's order.
 #include <gtest/gtest.h>
 
 #include <cstddef>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/megatron_p2p.h"
@@ -13,13 +15,13 @@
 namespace pipescope {
 namespace {
 
-std::unique_ptr<Prepared> prepared(const std::string& p2p, int v, int m) {
+std::unique_ptr<Prepared> prepared(const std::string& p2p, int v, int m, std::string kind = "") {
+  if (kind.empty()) kind = v > 1 ? "interleaved" : "1f1b";
   const std::string yaml =
       "model: {preset: gpt3-1b}\ncluster: {preset: dgx-a100, nodes: 1}\n"
       "parallel: {dp: 1, pp: 4, tp: 2, v: " +
-      std::to_string(v) + ", micro_batch_size: 1, global_batch: " + std::to_string(m) +
-      "}\nschedule: {kind: " + (v > 1 ? "interleaved" : "1f1b") + "}\ntraining: {dtype: bf16}\nsim: {p2p: " + p2p +
-      "}\n";
+      std::to_string(v) + ", micro_batch_size: 1, global_batch: " + std::to_string(m) + "}\nschedule: {kind: " + kind +
+      "}\ntraining: {dtype: bf16}\nsim: {p2p: " + p2p + "}\n";
   return prepare(parse_scenario(yaml, "<test>"));
 }
 
@@ -38,6 +40,9 @@ TEST(MegatronP2p, SteadyStateForwardSendFollowsTheBackward) {
   const LoweredSchedule& ls = blocking->lowered;
   EXPECT_TRUE(ls.blocking_sends);
   EXPECT_GT(find(ls, 0, LOpKind::Send, "0F7"), find(ls, 0, LOpKind::Compute, "0B0c1"));
+  // 0B1c1's gradient is received before 0F7 (posted in the batch after 0B0c1), not between 0F7 and 0B1c1.
+  EXPECT_LT(find(ls, 0, LOpKind::Recv, "1B1c1"), find(ls, 0, LOpKind::Compute, "0F7"));
+  EXPECT_GT(find(ls, 0, LOpKind::Recv, "1B1c1"), find(ls, 0, LOpKind::Send, "0F6"));
   // A warm-up forward (followed by a forward) sends at once.
   EXPECT_EQ(find(ls, 0, LOpKind::Send, "0F0"), find(ls, 0, LOpKind::Compute, "0F0") + 2);  // after its all-reduce
   // Eager p2p keeps the lowering's order: the send right after the forward's all-reduce.
@@ -49,10 +54,10 @@ TEST(MegatronP2p, SteadyStateForwardSendFollowsTheBackward) {
     EXPECT_EQ(ls.per_worker[w].size(), eager->lowered.per_worker[w].size());
 }
 
-// Megatron's M == p case (every micro-batch in the warm-up) and plain 1F1B keep the lowering's order.
-TEST(MegatronP2p, AllWarmupAndOneFOneBUnchanged) {
-  for (const auto& [v, m] : {std::pair{2, 4}, std::pair{1, 16}}) {
-    const auto blocking = prepared("blocking", v, m), eager = prepared("eager", v, m);
+// Megatron's M == p case (every micro-batch in the warm-up), plain 1F1B and ZB-V keep the lowering's order.
+TEST(MegatronP2p, AllWarmupOneFOneBAndZbvUnchanged) {
+  for (const auto& [v, m, kind] : {std::tuple{2, 4, ""}, std::tuple{1, 16, ""}, std::tuple{2, 16, "zb-v"}}) {
+    const auto blocking = prepared("blocking", v, m, kind), eager = prepared("eager", v, m, kind);
     for (std::size_t w = 0; w < blocking->lowered.per_worker.size(); w++) {
       const auto& a = blocking->lowered.per_worker[w];
       const auto& b = eager->lowered.per_worker[w];
