@@ -71,4 +71,6 @@ LoweredSchedule with_p2p_mode(LoweredSchedule ls, const Scenario& s) {
   return ls;
 }
 
+bool uses_scatter_gather(const Scenario& s) { return s.schedule.scatter_gather && !s.parallel.sequence_parallel; }
+
 }  // namespace pipescope

@@ -19,4 +19,10 @@ namespace pipescope {
 // all-reduce, before B's own sends) and B's receives to right before F: one batched call between steps.
 LoweredSchedule with_p2p_mode(LoweredSchedule ls, const Scenario& s);
 
+// Whether pipeline messages take Megatron's scatter/gather (schedule.scatter_gather, tp > 1). Not with sequence
+// parallelism: there the activation between layers is already split along the sequence over the TP group, so
+// each TP rank sends its own shard (the cost model's p2p bytes are that shard) and nothing is gathered after the
+// receive (Megatron-LM's p2p_communication: scatter/gather only "and not sequence_parallel").
+bool uses_scatter_gather(const Scenario& s);
+
 }  // namespace pipescope

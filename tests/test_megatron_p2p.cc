@@ -67,5 +67,31 @@ TEST(MegatronP2p, AllWarmupOneFOneBAndZbvUnchanged) {
   }
 }
 
+// Sequence parallelism: each TP rank sends its own sequence shard (p2p bytes / t) and nothing is gathered after the
+// receive; without it, scatter/gather splits the message and all-gathers it on arrival.
+TEST(MegatronP2p, SequenceParallelSendsShardsWithoutGather) {
+  const std::string base =
+      "model: {preset: gpt3-1b}\ncluster: {preset: dgx-a100, nodes: 1}\nschedule: {kind: 1f1b}\n"
+      "training: {dtype: bf16}\nparallel: {dp: 1, pp: 4, tp: 2, micro_batch_size: 1, "
+      "global_batch: 8, sequence_parallel: ";
+  const auto sp = prepare(parse_scenario(base + "true}\n", "<sp>"));
+  const auto plain = prepare(parse_scenario(base + "false}\n", "<plain>"));
+  EXPECT_FALSE(uses_scatter_gather(sp->scenario));
+  EXPECT_TRUE(uses_scatter_gather(plain->scenario));
+  auto count = [](const LoweredSchedule& ls, CollTag tag) {
+    int n = 0;
+    for (const auto& prog : ls.per_worker)
+      for (const LoweredOp& l : prog) n += l.kind == LOpKind::AllGather && l.tag == tag;
+    return n;
+  };
+  EXPECT_EQ(count(sp->lowered, CollTag::ScatterGather), 0);
+  EXPECT_GT(count(plain->lowered, CollTag::ScatterGather), 0);
+  // Same bytes per TP lane either way: the shard (sequence parallel) or the scattered share (scatter/gather).
+  const std::size_t i = find(sp->lowered, 0, LOpKind::Send, "0F0"), j = find(plain->lowered, 0, LOpKind::Send, "0F0");
+  EXPECT_DOUBLE_EQ(sp->lowered.per_worker[0][i].bytes, plain->lowered.per_worker[0][j].bytes);
+  EXPECT_DOUBLE_EQ(sp->cost->p2p_bytes(sp->lowered.per_worker[0][i].op, 1) * 2,
+                   plain->cost->p2p_bytes(plain->lowered.per_worker[0][j].op, 1));
+}
+
 }  // namespace
 }  // namespace pipescope
