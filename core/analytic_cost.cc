@@ -49,7 +49,8 @@
 // whatever its length (docs/papers.md#terapipe: a GPT3-1B layer's forward on a V100 is flat from 1 to about 256
 // tokens), a long one costs its GPU time.
 //
-// Sizes: p2p b*l*h*e; TP all-reduce b*l*h*e per call, 2 per layer forward, 2 per layer backward (+2 with
+// Sizes: p2p b*l*h*e (b*l*h*e/t per TP rank with sequence parallelism: its shard); TP all-reduce b*l*h*e per
+// call, 2 per layer forward, 2 per layer backward (+2 with
 // recompute), +1 for the vocab-parallel embedding (first virtual stage, forward) and +1 for the LM head's
 // input gradient (last virtual stage, backward); none when t = 1. Sequence parallelism turns each all-reduce
 // into a reduce-scatter plus an all-gather of the same tensor, which a ring moves in the same bytes and steps,
@@ -449,7 +450,9 @@ double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {
 
 double AnalyticCostModel::p2p_bytes(const Op& op, int microbatch_seqs) const {
   check_op(op, microbatch_seqs);
-  return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes();
+  // With sequence parallelism each TP rank holds (and sends) its 1/t share of the sequence.
+  const double shard = s_.parallel.sequence_parallel ? s_.parallel.tp : 1.0;
+  return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes() / shard;
 }
 
 int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {

@@ -27,7 +27,9 @@
 //     segment's K/V at each forward.
 //   Either cache lives until the micro-batch's first slice has run its backward. Backward hands a dK/dV buffer
 //   over the prefix before slice j (2*b*c_j*(h/t)*e per layer) from slice j to slice j - 1 (docs/papers.md#terapipe,
-//   docs/papers.md#seq1f1b); it is held between the two backwards.
+//   docs/papers.md#seq1f1b); it is held between the two backwards. With flash (Seq1F1B) that buffer is a view of
+//   the segment's whole dK/dV, so c_j + l_j keys stay alive, and the backward of one layer holds a transient copy
+//   of the prefix K/V plus its new dK/dV (2 * 2*b*(c_j + l_j)*(h/t)*e).
 // With full recomputation only each layer's input survives the forward: b*l*h*e per layer (replicated over
 // TP unless sequence parallel), plus for token-sliced schedules the slice's K and V (2*b*l*h*e/t per layer),
 // which later slices' recomputed forwards need (they are the cache); during a backward one layer's full
@@ -189,13 +191,18 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
       auto input_gradient = [&] {
         if (live_ops.find(key) == live_ops.end())
           fail("rank " + std::to_string(r) + ": backward " + op_text(op) + " comes before its forward");
-        consider(live + (recompute ? full_layer : 0.0));
+        // Seq1F1B's flash backward of one layer copies the prefix K/V (c + l keys) and writes dK/dV over it
+        // while the later segments' buffer is still held: a transient of twice the prefix K/V.
+        const double flash_prefix = sliced && flash && !recompute ? 2.0 * layer_kv_bytes(s, b, c + l) : 0.0;
+        consider(live + (recompute ? full_layer : 0.0) + flash_prefix);
         if (!sliced) return;
-        // This backward consumed the dK/dV buffer of the later slices and hands one over its prefix down.
+        // This backward consumed the dK/dV buffer of the later slices and hands one over its prefix down. With
+        // flash (Seq1F1B's code) the handed-over buffer is a view of this segment's whole dK/dV (c + l keys), which
+        // keeps all of it alive; without, TeraPipe's buffer covers the prefix (c keys).
         auto d = dkv.find(mb_key);
         if (d != dkv.end()) live -= d->second, dkv.erase(d);
         if (c > 0) {
-          const double buf = layers * layer_kv_bytes(s, b, c);
+          const double buf = layers * layer_kv_bytes(s, b, flash && !recompute ? c + l : c);
           dkv[mb_key] = buf;
           live += buf;
         } else {

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "core/analytic_cost.h"
+#include "core/megatron_p2p.h"
 #include "core/profile_cost.h"
 #include "core/schedule_csv.h"
 #include "core/schedule_registry.h"
@@ -59,9 +60,9 @@ std::unique_ptr<Prepared> prepare(const Scenario& s) {
   p->scenario = s;
   p->cost = make_cost_model(s);
   p->schedule = make_schedule(s);
-  p->lowered = lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost, s.schedule.scatter_gather,
-                     grad_sync_options(s.training));
-  p->lowered.blocking_sends = s.sim.p2p == "blocking";
+  p->lowered = with_p2p_mode(
+      lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost, uses_scatter_gather(s), grad_sync_options(s.training)),
+      s);
   p->placement = make_placement(s.sim.placement, s.parallel.dp, s.parallel.pp, s.parallel.tp, s.cluster);
   return p;
 }

@@ -10,6 +10,7 @@
 #include "core/checks.h"
 #include "core/dag.h"
 #include "core/lowering.h"
+#include "core/megatron_p2p.h"
 #include "core/memory_model.h"
 #include "core/nccl_model.h"
 #include "core/pipeline.h"
@@ -243,8 +244,7 @@ double estimate_iteration_s(const Scenario& s) {
   const auto cost = make_cost_model(s);
   const Schedule sch = make_schedule(s);
   // One replica: replica 0's GPUs of the real placement, so its hops cross nodes where the real run's do.
-  LoweredSchedule ls = lower(sch, 1, par.tp, *cost, s.schedule.scatter_gather);
-  ls.blocking_sends = s.sim.p2p == "blocking";
+  const LoweredSchedule ls = with_p2p_mode(lower(sch, 1, par.tp, *cost, uses_scatter_gather(s)), s);
   const Placement full = make_placement(s.sim.placement, par.dp, par.pp, par.tp, c);
   Placement one = full;
   one.dp = 1;

@@ -315,33 +315,36 @@ TEST(MemoryModel, SlicedKvCacheAndGradientBuffers) {
   const double sliced_plain = memory_report(s, gp).ranks[0].activation_peak_bytes;
   const double slices = layer_activation_bytes(s, 1, 1024, 0) + layer_activation_bytes(s, 1, 1024, 1024);
   EXPECT_NEAR(sliced_plain, 2 * (layers * slices + 2 * extras(1024)), 1e-9 * sliced_plain);
-  // With flash (Seq1F1B's concatenated cache): the full-sequence cache comes on top, one per micro-batch.
+  // With flash (Seq1F1B's concatenated cache): the full-sequence cache comes on top, one per micro-batch, and the
+  // first backward (the last slice, 2048 keys) adds its one-layer transient of prefix K/V and dK/dV.
   s.training.flash_attention = true;
   const double sliced_flash = memory_report(s, gp).ranks[0].activation_peak_bytes;
   const double unsliced_flash = memory_report(s, whole).ranks[0].activation_peak_bytes;
-  EXPECT_NEAR(sliced_flash - unsliced_flash, 2 * layers * layer_kv_bytes(s, 1, L), 1e-9 * sliced_flash);
+  EXPECT_NEAR(sliced_flash - unsliced_flash, 2 * layers * layer_kv_bytes(s, 1, L) + 2 * layer_kv_bytes(s, 1, L),
+              1e-9 * sliced_flash);
   EXPECT_NEAR(unsliced_flash, 2 * (layers * layer_activation_bytes(s, 1, L) + extras(L)), 1e-9 * unsliced_flash);
 
-  // Hand order: micro-batch 0's last slice runs its backward (leaving a dK/dV buffer over the first 1024
-  // tokens, and its cache) before micro-batch 1 enters. The peak is after 1's forwards: three slices, two full
-  // caches and one buffer.
+  // Hand order: micro-batch 0's last slice runs its backward (leaving its dK/dV buffer, a view of the slice's whole
+  // dK/dV over all 2048 keys with flash, and its cache) before micro-batch 1 enters. The peak is at 1's last-slice
+  // backward: three slices, two full caches, one buffer, and that backward's transient prefix K/V copy and dK/dV
+  // (one layer, 2048 keys each).
   Schedule hand = gp;
   hand.per_rank[0].clear();
   for (const char* t : {"0F0", "0F0s1", "0B0s1", "0F1", "0F1s1", "0B1s1", "0B1", "0B0"})
     hand.per_rank[0].push_back(parse_op(t, hand));
   const RankMemory rm = memory_report(s, hand).ranks[0];
   const double per_slice = layers * layer_activation_bytes(s, 1, 1024) + extras(1024);
-  const double expect = 3 * per_slice + 2 * layers * layer_kv_bytes(s, 1, L) + layers * layer_kv_bytes(s, 1, 1024);
+  const double expect = 3 * per_slice + 3 * layers * layer_kv_bytes(s, 1, L) + 2 * layer_kv_bytes(s, 1, L);
   EXPECT_NEAR(rm.activation_peak_bytes, expect, 1e-9 * expect);
   EXPECT_DOUBLE_EQ(rm.peak_in_flight, 1.5);
   EXPECT_DOUBLE_EQ(rm.max_in_flight, 1.5);
-  // Without the buffer the same order would peak lower by exactly the buffer: remove the hand-over by running
-  // micro-batch 0 to the end first.
+  // Without the hand-over (micro-batch 0 runs to the end first) the peak is at 0's last-slice backward: two slices,
+  // one cache and the transient.
   Schedule seq = gp;
   seq.per_rank[0].clear();
   for (const char* t : {"0F0", "0F0s1", "0B0s1", "0B0", "0F1", "0F1s1", "0B1s1", "0B1"})
     seq.per_rank[0].push_back(parse_op(t, seq));
-  const double alone = 2 * per_slice + layers * layer_kv_bytes(s, 1, L);
+  const double alone = 2 * per_slice + layers * layer_kv_bytes(s, 1, L) + 2 * layer_kv_bytes(s, 1, L);
   EXPECT_NEAR(memory_report(s, seq).ranks[0].activation_peak_bytes, alone, 1e-9 * alone);
 }
 
