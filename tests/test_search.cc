@@ -1,5 +1,6 @@
 // `pipescope search` (issue 18): the search's top configurations against exhaustive simulation of the same space
-// on three small scenarios, identical outputs for -j 1, -j 2 and mpirun -n 2, --emit reproduced by `simulate`, and
+// on three small scenarios, stage 2's reused DAGs against fresh estimates, the distributed optimizer dimension,
+// identical outputs for -j 1, -j 2 and mpirun -n 2, --emit reproduced by `simulate`, and
 // bad input (no layout, a memory limit nothing fits, unknown schedule) exiting 1 with a clear message.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -17,6 +19,7 @@
 
 #include "core/scenario.h"
 #include "core/search.h"
+#include "core/search_estimate.h"
 #include "sim/run_scenario.h"
 #include "sim/search_run.h"
 #include "tests/cli_run.h"
@@ -88,6 +91,54 @@ TEST(Search, TopMatchesExhaustiveSimulation) {
     for (const auto& row : r.rows) overlap += top.count(row.label) ? 1 : 0;
     EXPECT_GE(overlap, 4);
   }
+}
+
+// Stage 2 re-times a DAG built for an earlier candidate of the same structure: every value must be the one a fresh
+// estimate gives, whatever the gradient-sync options, p2p mode and collective model.
+TEST(Search, ReusedStructuresGiveTheFreshEstimate) {
+  const std::string variants[] = {
+      "",
+      "training: {distributed_optimizer: true, overlap_grad_reduce: true, overlap_param_gather: true, "
+      "grad_bucket_MB: 8}\n",
+      "training: {overlap_grad_reduce: true}\nsim: {p2p: blocking, collectives: ring}\n",
+  };
+  for (const char* text : kScenarios)
+    for (const std::string& extra : variants) {
+      const Scenario base = parse_scenario(std::string(text) + extra, "<test>");
+      SCOPED_TRACE(base.name + " " + extra);
+      SearchSpace sp = small_space();
+      sp.recompute = {Recompute::None, Recompute::Full};
+      Stage1 s1 = enumerate_candidates(base, sp);
+      ASSERT_GE(s1.survivors.size(), 5u);
+      order_by_structure(s1.survivors);
+      Stage2Estimator e;
+      for (const Candidate& c : s1.survivors)
+        EXPECT_EQ(e.estimate(c.scenario), estimate_iteration_s(c.scenario)) << c.label;
+      EXPECT_LT(e.structures_built(), s1.survivors.size());
+    }
+}
+
+// The distributed optimizer is a dimension where dp > 1 only; it shards the optimizer state (less memory) and
+// replaces the all-reduce by a reduce-scatter and a parameter all-gather (another estimate).
+TEST(Search, DistributedOptimizerWhereDataParallel) {
+  const Scenario base = parse_scenario(kScenarios[1], "<test>");
+  SearchSpace sp = small_space();
+  sp.schedules = {"1f1b"};
+  const Stage1 s1 = enumerate_candidates(base, sp);
+  std::map<std::string, const Candidate*> by_label;
+  for (const Candidate& c : s1.survivors) by_label[c.label] = &c;
+  int pairs = 0;
+  for (const Candidate& c : s1.survivors) {
+    const bool dist = c.scenario.training.distributed_optimizer;
+    EXPECT_EQ(dist, c.label.size() > 3 && c.label.compare(c.label.size() - 3, 3, " do") == 0) << c.label;
+    if (c.scenario.parallel.dp == 1) EXPECT_FALSE(dist) << c.label;
+    if (!dist || !by_label.count(c.label.substr(0, c.label.size() - 3))) continue;
+    const Candidate& plain = *by_label[c.label.substr(0, c.label.size() - 3)];
+    EXPECT_LT(c.peak_bytes, plain.peak_bytes) << c.label;
+    EXPECT_NE(estimate_iteration_s(c.scenario), estimate_iteration_s(plain.scenario)) << c.label;
+    pairs++;
+  }
+  EXPECT_GT(pairs, 0);
 }
 
 std::string write(const std::string& name, const std::string& text) {
