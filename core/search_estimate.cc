@@ -215,27 +215,6 @@ Stage2Estimator::~Stage2Estimator() = default;
 
 namespace {
 
-// One replica's programs (worker = pipeline rank) with everything the real run's lowering gives them, the
-// data-parallel gradient synchronisation included (core/grad_sync.h: all-reduce, or the distributed optimizer's
-// reduce-scatter and parameter all-gather, bucketed and overlapped as the training options say); its groups have
-// the one worker, and estimate() rings them over the real dp peers. The passes in lower()'s order.
-LoweredSchedule lower_one_replica(const Scenario& s, const Schedule& sch, const CostModel& cost) {
-  const GradSyncOptions o = grad_sync_options(s.training);
-  LoweredSchedule ls;
-  if (s.parallel.dp == 1) {
-    ls = lower(sch, 1, s.parallel.tp, cost, s.schedule.scatter_gather, o);
-  } else {
-    ls = add_p2p(lower_compute(sch, 1, s.parallel.tp, cost), cost);
-    if (s.schedule.scatter_gather) ls = add_scatter_gather(ls);
-    ls = add_tp_allreduce(ls, cost);
-    add_dp_grad_sync(ls, cost, o);
-    ls = add_optimizer(add_grad_sync(ls, cost, o), cost, o);  // dp = 1 here: the embedding all-reduce alone
-    add_param_gather(ls, cost, o);
-  }
-  ls.blocking_sends = s.sim.p2p == "blocking";
-  return ls;
-}
-
 // The DAG's topology in a compact form and a topological order (Kahn's algorithm); throws on a cycle.
 std::unique_ptr<Stage2Estimator::Shape> make_shape(const LoweredSchedule& ls, const Placement& pl,
                                                    std::vector<std::uint64_t> sig, std::uint64_t hash,
@@ -353,6 +332,40 @@ double Stage2Estimator::estimate(const Scenario& s) {
     }
   }
   return makespan;
+}
+
+LoweredSchedule lower_one_replica(const Scenario& s, const Schedule& sch, const CostModel& cost) {
+  const GradSyncOptions o = grad_sync_options(s.training);
+  LoweredSchedule ls = lower(sch, 1, s.parallel.tp, cost, s.schedule.scatter_gather, o);
+  ls.blocking_sends = s.sim.p2p == "blocking";
+  if (s.parallel.dp == 1) return ls;
+  // lower() of one replica has no data-parallel collectives. They go where lower() puts them for dp > 1: before the
+  // tail its later passes appended (each program's embedding all-reduce and optimizer step; the embedding groups
+  // last), the parameter gather after it. (Calling the passes one by one would copy the programs at each.)
+  std::vector<std::vector<LoweredOp>> tails(ls.per_worker.size());
+  for (std::size_t w = 0; w < ls.per_worker.size(); w++) {
+    auto& prog = ls.per_worker[w];
+    while (!prog.empty() && (prog.back().kind == LOpKind::Optimizer || prog.back().tag == CollTag::Embedding)) {
+      tails[w].insert(tails[w].begin(), prog.back());
+      prog.pop_back();
+    }
+  }
+  std::vector<CollGroup> embedding;
+  while (!ls.groups.empty() && ls.groups.back().tag == CollTag::Embedding) {
+    embedding.insert(embedding.begin(), ls.groups.back());
+    ls.groups.pop_back();
+  }
+  const auto before = static_cast<std::int32_t>(ls.groups.size());
+  add_dp_grad_sync(ls, cost, o);
+  const auto shift = static_cast<std::int32_t>(ls.groups.size()) - before;
+  for (CollGroup& g : embedding) ls.groups.push_back(std::move(g));
+  for (std::size_t w = 0; w < ls.per_worker.size(); w++)
+    for (LoweredOp& l : tails[w]) {
+      if (l.tag == CollTag::Embedding) l.group += shift;
+      ls.per_worker[w].push_back(l);
+    }
+  add_param_gather(ls, cost, o);
+  return ls;
 }
 
 double estimate_iteration_s(const Scenario& s) { return Stage2Estimator().estimate(s); }

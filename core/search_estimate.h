@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/lowering.h"
 #include "core/search.h"
 
 namespace pipescope {
@@ -42,6 +43,12 @@ class Stage2Estimator {
   std::size_t built_ = 0;
   std::vector<double> dur_, start_;  // per node, reused
 };
+
+// One replica's programs (worker = pipeline rank) with everything lower() gives them for the scenario's dp, the
+// data-parallel gradient synchronisation included (core/grad_sync.h: all-reduce, or the distributed optimizer's
+// reduce-scatter and parameter all-gather, bucketed and overlapped as the training options say); its data-parallel
+// groups have the one worker (the estimate rings them over the real dp peers). Blocking sends as sim.p2p says.
+LoweredSchedule lower_one_replica(const Scenario& s, const Schedule& sch, const CostModel& cost);
 
 // The candidates reordered so that those of one structure (schedule kind, pp, v, micro-batches and their slices,
 // whether tp and dp exceed 1, the gradient-sync options) come one after another: stage 2 in this order builds each

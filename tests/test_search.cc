@@ -17,6 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "core/cost_model.h"
+#include "core/grad_sync.h"
+#include "core/lowering.h"
+#include "core/pipeline.h"
 #include "core/scenario.h"
 #include "core/search.h"
 #include "core/search_estimate.h"
@@ -116,6 +120,52 @@ TEST(Search, ReusedStructuresGiveTheFreshEstimate) {
         EXPECT_EQ(e.estimate(c.scenario), estimate_iteration_s(c.scenario)) << c.label;
       EXPECT_LT(e.structures_built(), s1.survivors.size());
     }
+}
+
+// lower_one_replica puts the data-parallel collectives where the passes, called one by one in lower()'s order, put
+// them.
+TEST(Search, OneReplicaLoweringIsThePassesInOrder) {
+  const std::string variants[] = {
+      "", "training: {distributed_optimizer: true, overlap_grad_reduce: true, overlap_param_gather: true}\n",
+      "training: {overlap_grad_reduce: true, grad_bucket_MB: 4}\n"};
+  int compared = 0;
+  for (const char* text : kScenarios)
+    for (const std::string& extra : variants) {
+      const Scenario base = parse_scenario(std::string(text) + extra, "<test>");
+      for (const Candidate& c : enumerate_candidates(base, small_space()).survivors) {
+        const Scenario& s = c.scenario;
+        if (s.parallel.dp == 1) continue;
+        SCOPED_TRACE(c.label + " " + extra);
+        const auto cost = make_cost_model(s);
+        const Schedule sch = make_schedule(s);
+        const GradSyncOptions o = grad_sync_options(s.training);
+        LoweredSchedule want = add_p2p(lower_compute(sch, 1, s.parallel.tp, *cost), *cost);
+        if (s.schedule.scatter_gather) want = add_scatter_gather(want);
+        want = add_tp_allreduce(want, *cost);
+        add_dp_grad_sync(want, *cost, o);
+        want = add_optimizer(add_grad_sync(want, *cost, o), *cost, o);
+        add_param_gather(want, *cost, o);
+        const LoweredSchedule got = lower_one_replica(s, sch, *cost);
+        ASSERT_EQ(got.groups.size(), want.groups.size());
+        for (std::size_t g = 0; g < got.groups.size(); g++) {
+          EXPECT_EQ(got.groups[g].tag, want.groups[g].tag);
+          EXPECT_EQ(got.groups[g].workers, want.groups[g].workers);
+        }
+        ASSERT_EQ(got.per_worker.size(), want.per_worker.size());
+        for (std::size_t w = 0; w < got.per_worker.size(); w++) {
+          ASSERT_EQ(got.per_worker[w].size(), want.per_worker[w].size());
+          for (std::size_t i = 0; i < got.per_worker[w].size(); i++) {
+            const LoweredOp &x = got.per_worker[w][i], &y = want.per_worker[w][i];
+            EXPECT_TRUE(x.kind == y.kind && x.tag == y.tag && x.op == y.op && x.peer == y.peer && x.group == y.group &&
+                        x.count == y.count && x.seconds == y.seconds && x.bytes == y.bytes && x.async == y.async &&
+                        x.lead_s == y.lead_s)
+                << "worker " << w << " op " << i << ": " << lowered_text(x) << " vs " << lowered_text(y);
+          }
+        }
+        compared++;
+      }
+    }
+  EXPECT_GT(compared, 10);
 }
 
 // The distributed optimizer is a dimension where dp > 1 only; it shards the optimizer state (less memory) and
