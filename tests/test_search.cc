@@ -227,6 +227,26 @@ TEST(Search, IdenticalForEveryJobCountAndEmitReproduces) {
   EXPECT_EQ(sj["iteration_s"].get<double>(), best["iteration_s"].get<double>());
 }
 
+// --distributed-optimizer narrows the dimension: "on" alone gives every dp > 1 row the distributed optimizer.
+TEST(Search, DistributedOptimizerOption) {
+  const std::string yaml = write("dopt", kScenarios[0]);
+  for (const char* value : {"on", "off"}) {
+    Result r = run("search " + yaml + " -q --schedules 1f1b -K 4 --distributed-optimizer " + value);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    std::istringstream lines(r.out);
+    int rows = 0;
+    for (std::string l; std::getline(lines, l);) {
+      if (l.find(" dp") == std::string::npos || l.find("rc-") == std::string::npos ||
+          l.find("as written") != std::string::npos)
+        continue;
+      const bool dp1 = l.find(" dp1 ") != std::string::npos;
+      EXPECT_EQ(l.find(" do ") != std::string::npos, std::string(value) == "on" && !dp1) << l;
+      rows++;
+    }
+    EXPECT_GE(rows, 4) << r.out;
+  }
+}
+
 // `mpirun -n 2 pipescope search`: the ranks share stages 2 and 3 through pipescope-mpi-relay; rank 0's outputs
 // are byte-identical to a local run's.
 TEST(Search, MpiRanksGiveTheLocalResult) {
@@ -278,6 +298,9 @@ TEST(Search, BadInputExitsOneWithAReason) {
   r = run("search " + yaml + " -q --tp 3");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("--tp"), std::string::npos) << r.err;
+  r = run("search " + yaml + " -q --distributed-optimizer maybe");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--distributed-optimizer"), std::string::npos) << r.err;
   r = run("search " + yaml + " -q --schedules 1f1b,nosuch");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("unknown schedule 'nosuch'"), std::string::npos) << r.err;
