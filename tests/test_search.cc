@@ -181,7 +181,9 @@ TEST(Search, DistributedOptimizerWhereDataParallel) {
   for (const Candidate& c : s1.survivors) {
     const bool dist = c.scenario.training.distributed_optimizer;
     EXPECT_EQ(dist, c.label.size() > 3 && c.label.compare(c.label.size() - 3, 3, " do") == 0) << c.label;
-    if (c.scenario.parallel.dp == 1) EXPECT_FALSE(dist) << c.label;
+    if (c.scenario.parallel.dp == 1) {
+      EXPECT_FALSE(dist) << c.label;
+    }
     if (!dist || !by_label.count(c.label.substr(0, c.label.size() - 3))) continue;
     const Candidate& plain = *by_label[c.label.substr(0, c.label.size() - 3)];
     EXPECT_LT(c.peak_bytes, plain.peak_bytes) << c.label;
