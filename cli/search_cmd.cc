@@ -23,6 +23,7 @@ struct SearchCmdOptions {
   std::string scenario;
   std::vector<std::string> schedules;
   std::vector<int> tp, pp, micro_batch_sizes;
+  std::vector<std::string> dist_opt;  // "off", "on"
   double max_memory_GB = 0;
   int keep = 20, jobs = 1;
   bool quiet = false;
@@ -52,6 +53,8 @@ int run_search_cmd(const SearchCmdOptions& o) {
   so.space.tp = o.tp;
   so.space.pp = o.pp;
   so.space.micro_batch_sizes = o.micro_batch_sizes;
+  if (!o.dist_opt.empty()) so.space.distributed_optimizer.clear();
+  for (const std::string& v : o.dist_opt) so.space.distributed_optimizer.push_back(v == "on");
   so.space.max_memory_bytes = o.max_memory_GB * 1e9;
   so.keep = o.keep;
   so.jobs = o.jobs;
@@ -92,6 +95,10 @@ Command add_search(CLI::App& app) {
   sub->add_option("--pp", o->pp, "Only these pipeline depths, e.g. 4,8")->delimiter(',');
   sub->add_option("--micro-batch-sizes", o->micro_batch_sizes, "Micro-batch sizes to try (default 1,2,4,8)")
       ->delimiter(',');
+  sub->add_option("--distributed-optimizer", o->dist_opt,
+                  "Distributed optimizer values to try where dp > 1: off, on or off,on (default)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"off", "on"}));
   sub->add_option("--max-memory-GB", o->max_memory_GB, "Per-GPU memory limit (default: the device's memory)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--keep,-K", o->keep, "Simulate the best K estimates (default 20)")->check(CLI::Range(1, 100000));

@@ -368,12 +368,17 @@ Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
   std::vector<std::uint32_t> fill(dag.succ_begin.begin(), dag.succ_begin.end() - 1);
   for (const Edge& e : edges) dag.succ[fill[e.first]++] = e.second;
 
-  // Rings: a one-worker group (TP, scatter/gather) is one ring of its tp GPUs; a multi-worker group (DP,
-  // embedding) runs as tp parallel rings, ring t over the members' TP rank t.
-  dag.rings.resize(ls.groups.size());
+  dag.rings = collective_rings(ls, pl);
+  return dag;
+}
+
+std::vector<std::vector<std::vector<std::int32_t>>> collective_rings(const LoweredSchedule& ls, const Placement& pl) {
+  // A one-worker group (TP, scatter/gather) is one ring of its tp GPUs; a multi-worker group (DP, embedding) runs
+  // as tp parallel rings, ring t over the members' TP rank t.
+  std::vector<std::vector<std::vector<std::int32_t>>> out(ls.groups.size());
   for (std::size_t g = 0; g < ls.groups.size(); g++) {
     const auto& ws = ls.groups[g].workers;
-    auto& rings = dag.rings[g];
+    auto& rings = out[g];
     if (ws.size() == 1) {
       rings.emplace_back();
       for (int t = 0; t < ls.tp; t++) rings.back().push_back(pl.gpu_of(ws[0], t));
@@ -384,7 +389,7 @@ Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
       }
     }
   }
-  return dag;
+  return out;
 }
 
 std::size_t dry_run(const Dag& dag) {

@@ -51,6 +51,10 @@ struct Dag {
 
 // Throws CheckError (core/checks.h) when sends/receives or collectives cannot be matched.
 Dag build_dag(const LoweredSchedule& ls, const Placement& placement);
+// Dag::rings alone: the GPU rings of every collective group of `ls` under `placement` (the search re-times one
+// DAG under many placements).
+std::vector<std::vector<std::vector<std::int32_t>>> collective_rings(const LoweredSchedule& ls,
+                                                                     const Placement& placement);
 
 // Dependency-only dry run (Kahn's algorithm). Returns the number of nodes that completed;
 // == size() iff the DAG is acyclic.

@@ -8,13 +8,8 @@
 #include <stdexcept>
 
 #include "core/checks.h"
-#include "core/dag.h"
-#include "core/lowering.h"
-#include "core/megatron_p2p.h"
 #include "core/memory_model.h"
-#include "core/nccl_model.h"
 #include "core/pipeline.h"
-#include "core/placement.h"
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
 #include "core/terapipe_planner.h"
@@ -59,6 +54,12 @@ std::string reason_of(const std::string& what, const std::string& source) {
   return out;
 }
 
+// The distributed optimizer's values for a layout: the space's where dp > 1, off alone for dp = 1 (or none given).
+std::vector<bool> dist_opts(const SearchSpace& space, int dp) {
+  if (dp == 1 || space.distributed_optimizer.empty()) return {false};
+  return space.distributed_optimizer;
+}
+
 std::vector<const ScheduleEntry*> kinds_of(const SearchSpace& space) {
   std::vector<const ScheduleEntry*> out;
   if (space.schedules.empty()) {
@@ -79,8 +80,10 @@ std::vector<const ScheduleEntry*> kinds_of(const SearchSpace& space) {
 
 // The candidate scenario: the base with this layout, schedule and slicing (the planners' optimum).
 Scenario make_point(const Scenario& base, int dp, int pp, int tp, int v, int b, const ScheduleEntry& e, Recompute rc,
-                    int segments) {
+                    bool dist_opt, int segments) {
   Scenario s = base;
+  s.training.distributed_optimizer = dist_opt;
+  if (!dist_opt) s.training.overlap_param_gather = false;  // it overlaps the distributed optimizer's gather
   s.parallel.dp = dp, s.parallel.pp = pp, s.parallel.tp = tp, s.parallel.v = v;
   s.parallel.micro_batch_size = b;
   s.parallel.stage_layers.clear();
@@ -102,65 +105,6 @@ Scenario make_point(const Scenario& base, int dp, int pp, int tp, int v, int b, 
   }
   s.name = base.name + "/" + candidate_label(s);
   return s;
-}
-
-// Ring all-reduce of `bytes` over `n` GPUs at bandwidth bw and latency lat per step.
-double ring_allreduce_s(double bytes, int n, double bw_Bps, double lat_s) {
-  if (n < 2 || bytes <= 0) return 0;
-  return 2.0 * (n - 1) / n * bytes / bw_Bps + 2.0 * (n - 1) * lat_s;
-}
-
-struct Link {
-  double bw_Bps = 0, latency_s = 0;
-  bool bridged = false;  // through the node's one shared PCIe host bridge (cube-mesh "SYS" pairs, PCIe nodes)
-};
-
-// The path between two GPUs as the platform builds it (sim/platform.h): the NICs across nodes; inside a node
-// NVSwitch's per-GPU port, a cube mesh's NVLinks (one or two) or its PCIe host path, or the PCIe bridge.
-Link link_between(const ClusterSpec& c, int a, int b) {
-  const int n = std::max(1, c.gpus_per_node);
-  if (a / n != b / n) return {c.nic_data_Bps(), c.nic_latency_s, false};
-  switch (c.fabric) {
-    case IntraNodeFabric::NVSwitch:
-      return {c.nvlink_bw_Bps, c.nvlink_latency_s, false};
-    case IntraNodeFabric::CubeMesh: {
-      const int k = n <= 8 ? cube_mesh_nvlinks(a % n, b % n) : 0;
-      if (k > 0) return {k * c.nvlink_bw_Bps, c.nvlink_latency_s, false};
-      return {c.pcie_bw_Bps, c.pcie_latency_s, true};
-    }
-    case IntraNodeFabric::PCIe:
-      return {c.pcie_bw_Bps, c.pcie_latency_s, true};
-  }
-  return {c.nvlink_bw_Bps, c.nvlink_latency_s, false};
-}
-
-// What paces concurrent ring all-reduces (a collective group's rings run at once): the slowest hop, where the
-// hops through a node's host bridge share it (one link for both directions).
-Link rings_link(const ClusterSpec& c, const std::vector<std::vector<std::int32_t>>& rings) {
-  Link slow{0, 0, false};
-  int bridged = 0;
-  for (const auto& ring : rings)
-    for (std::size_t i = 0; i < ring.size(); i++)
-      bridged += link_between(c, ring[i], ring[(i + 1) % ring.size()]).bridged;
-  for (const auto& ring : rings)
-    for (std::size_t i = 0; i < ring.size(); i++) {
-      Link l = link_between(c, ring[i], ring[(i + 1) % ring.size()]);
-      if (l.bridged) l.bw_Bps /= std::max(1, bridged);
-      if (slow.bw_Bps == 0 || l.bw_Bps < slow.bw_Bps) slow.bw_Bps = l.bw_Bps;
-      slow.latency_s = std::max(slow.latency_s, l.latency_s);
-    }
-  return slow;
-}
-
-// A collective call as the simulator's analytic collectives time it (NCCL's algorithm and protocol choice over
-// the group's bandwidths, core/nccl_model.h): the slowest of the group's rings.
-double nccl_rings_s(const ClusterSpec& c, const std::vector<std::vector<std::int32_t>>& rings, double bytes) {
-  double t = 0;
-  for (const auto& ring : rings)
-    if (ring.size() > 1 && bytes > 0)
-      t = std::max(t, nccl_collective_seconds(
-                          nccl_ring_group(c, ring, [&](int a, int b) { return link_between(c, a, b).bw_Bps; }), bytes));
-  return t;
 }
 
 // TeraPipe's planner at a search grain (about 64 units per sequence instead of 8 tokens, so that a plan costs
@@ -190,7 +134,8 @@ std::string candidate_label(const Scenario& s) {
                   std::to_string(p.pp) + " tp" + std::to_string(p.tp) + " v" + std::to_string(p.v) + " b" +
                   std::to_string(p.micro_batch_size);
   if (s.schedule.seq_slices > 1) l += " k" + std::to_string(s.schedule.seq_slices);
-  return l + " rc-" + to_string(s.schedule.recompute);
+  l += std::string(" rc-") + to_string(s.schedule.recompute);
+  return s.training.distributed_optimizer ? l + " do" : l;
 }
 
 Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {
@@ -213,92 +158,30 @@ Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {
                                       : e->traits.interleaved ? space.v
                                                               : std::vector<int>{1};
           for (int v : vs)
-            for (Recompute rc : space.recompute) {
-              if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
-              out.enumerated++;
-              Scenario s = make_point(base, dp, pp, tp, v, b, *e, rc, space.seq1f1b_segments);
-              try {
-                validate_scenario(s);
-                if (e->traits.slicing == SlicePlan::TeraPipe) terapipe_slices(s), validate_scenario(s);
-                const MemoryReport mem = memory_report(s, make_schedule(s));
-                double peak = 0;
-                for (const RankMemory& r : mem.ranks) peak = std::max(peak, r.peak_bytes);
-                if (peak > limit) {
-                  out.rejected["memory: the worst rank's peak exceeds the " +
-                               std::string(space.max_memory_bytes > 0 ? "--max-memory-GB limit" : "device memory")]++;
-                  continue;
+            for (Recompute rc : space.recompute)
+              for (bool dist_opt : dist_opts(space, dp)) {
+                if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
+                out.enumerated++;
+                Scenario s = make_point(base, dp, pp, tp, v, b, *e, rc, dist_opt, space.seq1f1b_segments);
+                try {
+                  validate_scenario(s);
+                  if (e->traits.slicing == SlicePlan::TeraPipe) terapipe_slices(s), validate_scenario(s);
+                  const MemoryReport mem = memory_report(s, make_schedule(s));
+                  double peak = 0;
+                  for (const RankMemory& r : mem.ranks) peak = std::max(peak, r.peak_bytes);
+                  if (peak > limit) {
+                    out.rejected["memory: the worst rank's peak exceeds the " +
+                                 std::string(space.max_memory_bytes > 0 ? "--max-memory-GB limit" : "device memory")]++;
+                    continue;
+                  }
+                  out.survivors.push_back(Candidate{s, candidate_label(s), peak, 0});
+                } catch (const std::exception& ex) {
+                  out.rejected[reason_of(ex.what(), s.source)]++;
                 }
-                out.survivors.push_back(Candidate{s, candidate_label(s), peak, 0});
-              } catch (const std::exception& ex) {
-                out.rejected[reason_of(ex.what(), s.source)]++;
               }
-            }
         }
     }
   return out;
-}
-
-double estimate_iteration_s(const Scenario& s) {
-  const ParallelSpec& par = s.parallel;
-  const ClusterSpec& c = s.cluster;
-  const auto cost = make_cost_model(s);
-  const Schedule sch = make_schedule(s);
-  // One replica: replica 0's GPUs of the real placement, so its hops cross nodes where the real run's do.
-  const LoweredSchedule ls = with_p2p_mode(lower(sch, 1, par.tp, *cost, uses_scatter_gather(s)), s);
-  const Placement full = make_placement(s.sim.placement, par.dp, par.pp, par.tp, c);
-  Placement one = full;
-  one.dp = 1;
-  one.gpu.assign(full.gpu.begin(), full.gpu.begin() + static_cast<std::ptrdiff_t>(par.pp) * par.tp);
-  const Dag dag = build_dag(ls, one);
-  // The simulator's `analytic` and `auto` collectives follow NCCL's cost model; `ring` and `aggregate` are flows
-  // over the links (sim/collectives.h), estimated here by a ring all-reduce at the slowest hop.
-  const bool nccl = s.sim.collectives == "analytic" || s.sim.collectives == "auto";
-  std::vector<Link> group_link(dag.rings.size());  // per collective group, computed once
-  for (std::size_t g = 0; g < dag.rings.size(); g++)
-    if (!dag.rings[g].empty()) group_link[g] = rings_link(c, dag.rings[g]);
-  // Longest path in the DAG: compute takes its seconds, a transfer its bytes over the link, a collective as the
-  // simulator's collective model times it; no contention (SimGrid's job in stage 3).
-  const auto duration_s = [&](std::uint32_t u) {
-    const DagNode& n = dag.nodes[u];
-    switch (n.kind) {
-      case DagKind::Compute:
-        return n.amount;
-      case DagKind::Transfer: {
-        // tp lanes run at once (one per TP rank); through a host bridge they share it.
-        const Link l = link_between(c, n.gpu, n.gpu2);
-        const double bw = l.bridged ? l.bw_Bps / std::max(1, par.tp) : l.bw_Bps;
-        return n.gpu == n.gpu2 ? 0.0 : l.latency_s + n.amount / bw;
-      }
-      case DagKind::Collective: {
-        const auto& rings = dag.rings[static_cast<std::size_t>(n.group)];
-        if (rings.empty() || rings.front().size() < 2) return 0.0;
-        const Link& l = group_link[static_cast<std::size_t>(n.group)];
-        return n.count *
-               (nccl ? nccl_rings_s(c, rings, n.amount)
-                     : ring_allreduce_s(n.amount, static_cast<int>(rings.front().size()), l.bw_Bps, l.latency_s));
-      }
-      case DagKind::Join:
-        return 0.0;
-    }
-    return 0.0;
-  };
-  double makespan = 0;
-  try {
-    for (double f : earliest_finish(dag, duration_s)) makespan = std::max(makespan, f);
-  } catch (const CheckError&) {
-    throw std::runtime_error(s.source + ": the lowered schedule's DAG has a cycle");
-  }
-  // The data-parallel gradient all-reduce, after the pipeline: the slowest rank's, over its dp peers.
-  double grad_sync = 0;
-  if (par.dp > 1)
-    for (int r = 0; r < par.pp; r++) {
-      std::vector<std::int32_t> peers;
-      for (int d = 0; d < par.dp; d++) peers.push_back(full.gpu_of(d * par.pp + r));
-      const Link l = rings_link(c, {peers});
-      grad_sync = std::max(grad_sync, nccl ? nccl_rings_s(c, {peers}, cost->grad_bytes(r))
-                                           : ring_allreduce_s(cost->grad_bytes(r), par.dp, l.bw_Bps, l.latency_s));
-    }
-  return makespan + grad_sync;
 }
 
 void rank_by_estimate(std::vector<Candidate>& c) {

@@ -1,10 +1,11 @@
 #pragma once
 // `pipescope search`, the part without SimGrid: the search space of a scenario (every dp x pp x tp layout with tp
 // inside a node, chunks per rank v, micro-batch size, every registered schedule, the planners' token slicing,
-// recomputation on/off), stage 1 (prune: the cross-field checks and the memory model; rejections counted by
-// reason) and stage 2 (a fast estimate of the iteration time: the critical path of one replica's lowered DAG
-// with the cost model, plus the data-parallel gradient all-reduce; no SimGrid). Stage 3, simulating the best K,
-// is sim/run_scenario.h's job (cli/search_cmd.cc). docs/search.md describes the method.
+// recomputation on/off, the distributed optimizer on/off where dp > 1), stage 1 (prune: the cross-field checks and
+// the memory model; rejections counted by reason) and stage 2 (a fast estimate of the iteration time: the critical
+// path of one replica's lowered DAG, its gradient synchronisation included, with the cost model; no SimGrid;
+// core/search_estimate.h). Stage 3, simulating the best K, is sim/run_scenario.h's job (sim/search_run.h).
+// docs/search.md describes the method.
 
 #include <cstddef>
 #include <map>
@@ -21,6 +22,8 @@ struct SearchSpace {
   std::vector<int> micro_batch_sizes;  // empty = 1, 2, 4, 8 (those dividing the per-replica batch)
   std::vector<int> v = {2, 4};         // chunks per rank tried by interleaved schedules without a fixed v
   std::vector<Recompute> recompute = {Recompute::None, Recompute::Full};
+  // training.distributed_optimizer values tried where dp > 1 (dp = 1 has no optimizer state to shard: off only).
+  std::vector<bool> distributed_optimizer = {false, true};
   int seq1f1b_segments = 4;     // Seq1F1B kinds: this many cwp segments (the planner's split points)
   double max_memory_bytes = 0;  // per-GPU limit; 0 = the device's memory
 };
@@ -28,7 +31,7 @@ struct SearchSpace {
 // One point of the space that passed stage 1.
 struct Candidate {
   Scenario scenario;
-  std::string label;      // "1f1b dp2 pp4 tp2 v1 b1 rc0"; unique in a search, the deterministic tie-break
+  std::string label;      // "1f1b dp2 pp4 tp2 v1 b1 rc-none"; unique in a search, the deterministic tie-break
   double peak_bytes = 0;  // memory model, worst rank
   double estimate_s = 0;  // stage 2 (0 until estimated)
 };
@@ -43,13 +46,15 @@ struct Stage1 {
 // space is empty before any check (no layout divides the cluster, unknown schedule name in `space`).
 Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space);
 
-// Stage 2: the estimated iteration time of a candidate scenario (seconds). Deterministic.
+// Stage 2: the estimated iteration time of a candidate scenario (seconds). Deterministic. A search estimates many
+// with one Stage2Estimator (core/search_estimate.h), which gives the same values faster.
 double estimate_iteration_s(const Scenario& s);
 
 // The order stage 3 takes the candidates in: estimate ascending, then label (deterministic).
 void rank_by_estimate(std::vector<Candidate>& c);
 
-// The scenario's name for a candidate's label ("1f1b dp2 pp4 tp2 v1 b1 rc0").
+// The scenario's name for a candidate's label ("1f1b dp2 pp4 tp2 v1 b1 rc-none", " do" appended with the
+// distributed optimizer).
 std::string candidate_label(const Scenario& s);
 
 }  // namespace pipescope

@@ -15,6 +15,7 @@
 #include "core/memory_model.h"
 #include "core/pipeline.h"
 #include "core/schedule_registry.h"
+#include "core/search_estimate.h"
 #include "sim/child_process.h"
 
 namespace pipescope::sim {
@@ -70,9 +71,10 @@ nlohmann::json estimate_range(const std::vector<Candidate>& c, std::size_t lo, s
                               bool progress) {
   const auto t0 = Clock::now();
   const std::size_t n = hi - lo;
+  Stage2Estimator estimator;  // each worker process has its own copy (its structure cache)
   auto one = [&](std::size_t i) {
     try {
-      return nlohmann::json{{"s", estimate_iteration_s(c[i].scenario)}};
+      return nlohmann::json{{"s", estimator.estimate(c[i].scenario)}};
     } catch (const std::exception& e) {
       return nlohmann::json{{"error", e.what()}};
     }
@@ -130,6 +132,7 @@ nlohmann::json gather(const nlohmann::json& mine, MpiGroup* g) {
 // Stage 2 over every candidate (this process's share, all of them when alone); failures are dropped with their
 // reason.
 void estimate_all(std::vector<Candidate>& c, const SearchOptions& o, std::map<std::string, std::size_t>& rejected) {
+  order_by_structure(c);  // each worker builds a DAG once per structure; the ranking does not depend on the order
   const auto [lo, hi] = share(c.size(), o.group);
   const nlohmann::json est = gather(estimate_range(c, lo, hi, o.jobs, o.progress), o.group);
   if (est.size() != c.size()) throw std::runtime_error("search: stage 2 lost estimates");
@@ -151,7 +154,9 @@ bool same_config(const Scenario& a, const Scenario& b) {
   const ScheduleSpec &s = a.schedule, &t = b.schedule;
   return p.dp == q.dp && p.pp == q.pp && p.tp == q.tp && p.v == q.v && p.micro_batch_size == q.micro_batch_size &&
          p.stage_layers == q.stage_layers && s.kind == t.kind && s.seq_slices == t.seq_slices &&
-         s.slicing == t.slicing && s.slice_tokens == t.slice_tokens && s.recompute == t.recompute && s.file == t.file;
+         s.slicing == t.slicing && s.slice_tokens == t.slice_tokens && s.recompute == t.recompute && s.file == t.file &&
+         a.training.distributed_optimizer == b.training.distributed_optimizer &&
+         a.training.overlap_param_gather == b.training.overlap_param_gather;
 }
 
 void mark_pareto(std::vector<SearchRow>& rows) {
@@ -306,20 +311,20 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
                 r.scenario.c_str(), r.source.c_str(), r.gpus, r.enumerated, r.fits, r.memory_limit_bytes / 1e9,
                 r.estimated, r.rows.size());
   os << line;
-  std::snprintf(line, sizeof line, "%4s  %-36s %12s %12s %8s %9s %11s %11s  %s\n", "rank", "configuration", "tokens/s",
+  std::snprintf(line, sizeof line, "%4s  %-42s %12s %12s %8s %9s %11s %11s  %s\n", "rank", "configuration", "tokens/s",
                 "iteration_s", "bubble", "peak_GB", "TFLOP/s/GPU", "estimate_s", "");
   os << line;
   int rank = 0;
   for (const auto& row : r.rows) {
     if (!row.error.empty()) {
-      std::snprintf(line, sizeof line, "%4s  %-36s error: ", "-", row.label.c_str());
+      std::snprintf(line, sizeof line, "%4s  %-42s error: ", "-", row.label.c_str());
       os << line << row.error << "\n";
       continue;
     }
     const RunResult& x = row.result;
     std::string mark = row.pareto ? "pareto" : "";
     if (row.as_written) mark += mark.empty() ? "as written" : ", as written";
-    std::snprintf(line, sizeof line, "%4d  %-36s %12.1f %12.6f %8.4f %9.2f %11.2f %11.6f  %s\n", ++rank,
+    std::snprintf(line, sizeof line, "%4d  %-42s %12.1f %12.6f %8.4f %9.2f %11.2f %11.6f  %s\n", ++rank,
                   row.label.c_str(), x.tokens_per_s, x.iteration_s, x.bubble_idle_fraction, x.peak_memory_bytes / 1e9,
                   x.tflops_per_gpu, row.estimate_s, mark.c_str());
     os << line;
@@ -365,6 +370,7 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
       x["slices"] = s.slices;
       x["slice_tokens"] = s.slice_tokens;
       x["recompute"] = to_string(row.scenario.schedule.recompute);
+      x["distributed_optimizer"] = row.scenario.training.distributed_optimizer;
       x["tokens_per_s"] = s.tokens_per_s;
       x["iteration_s"] = s.iteration_s;
       x["bubble_idle_fraction"] = s.bubble_idle_fraction;
@@ -381,8 +387,9 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
 }
 
 void write_search_csv(std::ostream& os, const SearchResult& r) {
-  os << "rank,configuration,schedule,dp,pp,tp,v,m,micro_batch_size,slices,recompute,tokens_per_s,iteration_s,"
-        "bubble_idle_fraction,peak_memory_GB,tflops_per_gpu,estimate_s,pareto,as_written,error\n";
+  os << "rank,configuration,schedule,dp,pp,tp,v,m,micro_batch_size,slices,recompute,distributed_optimizer,"
+        "tokens_per_s,iteration_s,bubble_idle_fraction,peak_memory_GB,tflops_per_gpu,estimate_s,pareto,as_written,"
+        "error\n";
   int rank = 0;
   for (const auto& row : r.rows) {
     const RunResult& s = row.result;
@@ -394,11 +401,12 @@ void write_search_csv(std::ostream& os, const SearchResult& r) {
        << row.scenario.parallel.dp << ',' << row.scenario.parallel.pp << ',' << row.scenario.parallel.tp << ','
        << row.scenario.parallel.v << ',' << (ok ? std::to_string(s.m) : "") << ','
        << row.scenario.parallel.micro_batch_size << ',' << (ok ? std::to_string(s.slices) : "") << ','
-       << to_string(row.scenario.schedule.recompute) << ',' << (ok ? fmt("%.9g", s.tokens_per_s) : "") << ','
-       << (ok ? fmt("%.9g", s.iteration_s) : "") << ',' << (ok ? fmt("%.9g", s.bubble_idle_fraction) : "") << ','
-       << (ok ? fmt("%.9g", s.peak_memory_bytes / 1e9) : "") << ',' << (ok ? fmt("%.9g", s.tflops_per_gpu) : "") << ','
-       << fmt("%.9g", row.estimate_s) << ',' << (row.pareto ? 1 : 0) << ',' << (row.as_written ? 1 : 0) << ','
-       << (err.empty() ? "" : "\"" + err + "\"") << '\n';
+       << to_string(row.scenario.schedule.recompute) << ',' << (row.scenario.training.distributed_optimizer ? 1 : 0)
+       << ',' << (ok ? fmt("%.9g", s.tokens_per_s) : "") << ',' << (ok ? fmt("%.9g", s.iteration_s) : "") << ','
+       << (ok ? fmt("%.9g", s.bubble_idle_fraction) : "") << ',' << (ok ? fmt("%.9g", s.peak_memory_bytes / 1e9) : "")
+       << ',' << (ok ? fmt("%.9g", s.tflops_per_gpu) : "") << ',' << fmt("%.9g", row.estimate_s) << ','
+       << (row.pareto ? 1 : 0) << ',' << (row.as_written ? 1 : 0) << ',' << (err.empty() ? "" : "\"" + err + "\"")
+       << '\n';
   }
 }
 
@@ -471,7 +479,13 @@ std::string emit_scenario_yaml(const std::string& base_text, const Scenario& bes
   sch["slicing"] = s.slicing;
   sch["recompute"] = to_string(s.recompute);
   sch.remove("slice_tokens");
+  if (!s.slice_tokens.empty()) sch["slice_tokens"] = s.slice_tokens;  // the planner's slicing (slicing: explicit)
   sch.remove("file");
+  // The distributed optimizer is a search dimension; the other training keys stay as written.
+  if (!root["training"] || !root["training"].IsMap()) root["training"] = YAML::Node(YAML::NodeType::Map);
+  YAML::Node tr = root["training"];
+  tr["distributed_optimizer"] = best.training.distributed_optimizer;
+  if (!best.training.overlap_param_gather && tr["overlap_param_gather"]) tr["overlap_param_gather"] = false;
   root["name"] = best.name;
   YAML::Emitter out;
   out << root;

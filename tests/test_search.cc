@@ -1,5 +1,6 @@
 // `pipescope search` (issue 18): the search's top configurations against exhaustive simulation of the same space
-// on three small scenarios, identical outputs for -j 1, -j 2 and mpirun -n 2, --emit reproduced by `simulate`, and
+// on three small scenarios, stage 2's reused DAGs against fresh estimates, the distributed optimizer dimension,
+// identical outputs for -j 1, -j 2 and mpirun -n 2, --emit reproduced by `simulate`, and
 // bad input (no layout, a memory limit nothing fits, unknown schedule) exiting 1 with a clear message.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -9,14 +10,20 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/cost_model.h"
+#include "core/grad_sync.h"
+#include "core/lowering.h"
+#include "core/pipeline.h"
 #include "core/scenario.h"
 #include "core/search.h"
+#include "core/search_estimate.h"
 #include "sim/run_scenario.h"
 #include "sim/search_run.h"
 #include "tests/cli_run.h"
@@ -90,6 +97,102 @@ TEST(Search, TopMatchesExhaustiveSimulation) {
   }
 }
 
+// Stage 2 re-times a DAG built for an earlier candidate of the same structure: every value must be the one a fresh
+// estimate gives, whatever the gradient-sync options, p2p mode and collective model.
+TEST(Search, ReusedStructuresGiveTheFreshEstimate) {
+  const std::string variants[] = {
+      "",
+      "training: {distributed_optimizer: true, overlap_grad_reduce: true, overlap_param_gather: true, "
+      "grad_bucket_MB: 8}\n",
+      "training: {overlap_grad_reduce: true}\nsim: {p2p: blocking, collectives: ring}\n",
+  };
+  for (const char* text : kScenarios)
+    for (const std::string& extra : variants) {
+      const Scenario base = parse_scenario(std::string(text) + extra, "<test>");
+      SCOPED_TRACE(base.name + " " + extra);
+      SearchSpace sp = small_space();
+      sp.recompute = {Recompute::None, Recompute::Full};
+      Stage1 s1 = enumerate_candidates(base, sp);
+      ASSERT_GE(s1.survivors.size(), 5u);
+      order_by_structure(s1.survivors);
+      Stage2Estimator e;
+      for (const Candidate& c : s1.survivors)
+        EXPECT_EQ(e.estimate(c.scenario), estimate_iteration_s(c.scenario)) << c.label;
+      EXPECT_LT(e.structures_built(), s1.survivors.size());
+    }
+}
+
+// lower_one_replica puts the data-parallel collectives where the passes, called one by one in lower()'s order, put
+// them.
+TEST(Search, OneReplicaLoweringIsThePassesInOrder) {
+  const std::string variants[] = {
+      "", "training: {distributed_optimizer: true, overlap_grad_reduce: true, overlap_param_gather: true}\n",
+      "training: {overlap_grad_reduce: true, grad_bucket_MB: 4}\n"};
+  int compared = 0;
+  for (const char* text : kScenarios)
+    for (const std::string& extra : variants) {
+      const Scenario base = parse_scenario(std::string(text) + extra, "<test>");
+      for (const Candidate& c : enumerate_candidates(base, small_space()).survivors) {
+        const Scenario& s = c.scenario;
+        if (s.parallel.dp == 1) continue;
+        SCOPED_TRACE(c.label + " " + extra);
+        const auto cost = make_cost_model(s);
+        const Schedule sch = make_schedule(s);
+        const GradSyncOptions o = grad_sync_options(s.training);
+        LoweredSchedule want = add_p2p(lower_compute(sch, 1, s.parallel.tp, *cost), *cost);
+        if (s.schedule.scatter_gather) want = add_scatter_gather(want);
+        want = add_tp_allreduce(want, *cost);
+        add_dp_grad_sync(want, *cost, o);
+        want = add_optimizer(add_grad_sync(want, *cost, o), *cost, o);
+        add_param_gather(want, *cost, o);
+        const LoweredSchedule got = lower_one_replica(s, sch, *cost);
+        ASSERT_EQ(got.groups.size(), want.groups.size());
+        for (std::size_t g = 0; g < got.groups.size(); g++) {
+          EXPECT_EQ(got.groups[g].tag, want.groups[g].tag);
+          EXPECT_EQ(got.groups[g].workers, want.groups[g].workers);
+        }
+        ASSERT_EQ(got.per_worker.size(), want.per_worker.size());
+        for (std::size_t w = 0; w < got.per_worker.size(); w++) {
+          ASSERT_EQ(got.per_worker[w].size(), want.per_worker[w].size());
+          for (std::size_t i = 0; i < got.per_worker[w].size(); i++) {
+            const LoweredOp &x = got.per_worker[w][i], &y = want.per_worker[w][i];
+            EXPECT_TRUE(x.kind == y.kind && x.tag == y.tag && x.op == y.op && x.peer == y.peer && x.group == y.group &&
+                        x.count == y.count && x.seconds == y.seconds && x.bytes == y.bytes && x.async == y.async &&
+                        x.lead_s == y.lead_s)
+                << "worker " << w << " op " << i << ": " << lowered_text(x) << " vs " << lowered_text(y);
+          }
+        }
+        compared++;
+      }
+    }
+  EXPECT_GT(compared, 10);
+}
+
+// The distributed optimizer is a dimension where dp > 1 only; it shards the optimizer state (less memory) and
+// replaces the all-reduce by a reduce-scatter and a parameter all-gather (another estimate).
+TEST(Search, DistributedOptimizerWhereDataParallel) {
+  const Scenario base = parse_scenario(kScenarios[1], "<test>");
+  SearchSpace sp = small_space();
+  sp.schedules = {"1f1b"};
+  const Stage1 s1 = enumerate_candidates(base, sp);
+  std::map<std::string, const Candidate*> by_label;
+  for (const Candidate& c : s1.survivors) by_label[c.label] = &c;
+  int pairs = 0;
+  for (const Candidate& c : s1.survivors) {
+    const bool dist = c.scenario.training.distributed_optimizer;
+    EXPECT_EQ(dist, c.label.size() > 3 && c.label.compare(c.label.size() - 3, 3, " do") == 0) << c.label;
+    if (c.scenario.parallel.dp == 1) {
+      EXPECT_FALSE(dist) << c.label;
+    }
+    if (!dist || !by_label.count(c.label.substr(0, c.label.size() - 3))) continue;
+    const Candidate& plain = *by_label[c.label.substr(0, c.label.size() - 3)];
+    EXPECT_LT(c.peak_bytes, plain.peak_bytes) << c.label;
+    EXPECT_NE(estimate_iteration_s(c.scenario), estimate_iteration_s(plain.scenario)) << c.label;
+    pairs++;
+  }
+  EXPECT_GT(pairs, 0);
+}
+
 std::string write(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + "/search_" + name + "_" + std::to_string(getpid()) + ".yaml";
   std::ofstream(path) << text;
@@ -124,6 +227,26 @@ TEST(Search, IdenticalForEveryJobCountAndEmitReproduces) {
   ASSERT_EQ(s.rc, 0) << s.err;
   const auto sj = nlohmann::json::parse(slurp(dir + "best.json"));
   EXPECT_EQ(sj["iteration_s"].get<double>(), best["iteration_s"].get<double>());
+}
+
+// --distributed-optimizer narrows the dimension: "on" alone gives every dp > 1 row the distributed optimizer.
+TEST(Search, DistributedOptimizerOption) {
+  const std::string yaml = write("dopt", kScenarios[0]);
+  for (const char* value : {"on", "off"}) {
+    Result r = run("search " + yaml + " -q --schedules 1f1b -K 4 --distributed-optimizer " + value);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    std::istringstream lines(r.out);
+    int rows = 0;
+    for (std::string l; std::getline(lines, l);) {
+      if (l.find(" dp") == std::string::npos || l.find("rc-") == std::string::npos ||
+          l.find("as written") != std::string::npos)
+        continue;
+      const bool dp1 = l.find(" dp1 ") != std::string::npos;
+      EXPECT_EQ(l.find(" do ") != std::string::npos, std::string(value) == "on" && !dp1) << l;
+      rows++;
+    }
+    EXPECT_GE(rows, 4) << r.out;
+  }
 }
 
 // `mpirun -n 2 pipescope search`: the ranks share stages 2 and 3 through pipescope-mpi-relay; rank 0's outputs
@@ -177,6 +300,9 @@ TEST(Search, BadInputExitsOneWithAReason) {
   r = run("search " + yaml + " -q --tp 3");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("--tp"), std::string::npos) << r.err;
+  r = run("search " + yaml + " -q --distributed-optimizer maybe");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--distributed-optimizer"), std::string::npos) << r.err;
   r = run("search " + yaml + " -q --schedules 1f1b,nosuch");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("unknown schedule 'nosuch'"), std::string::npos) << r.err;
