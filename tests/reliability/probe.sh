@@ -193,6 +193,11 @@ case $case in
     run codes 2 "--fail-on-oom: the memory model says a rank does not fit" -- simulate in.yaml --fail-on-oom ;;
   code_no_launcher)
     run codes 3 "--launcher: 'no-such-mpirun' not found in PATH" -- validate --launcher no-such-mpirun --pp 2 --dp 1 --tp 1 ;;
+  code_calibrate_no_gpu)
+    # Only where there is no usable GPU (with one, this would calibrate it).
+    if "$(dirname "$bin")/pipescope-cuda-check" cuda-f16 2>/dev/null; then echo "SKIP: a GPU is present"; exit 0; fi
+    run codes 3 "--backend cuda-f16: (no usable GPU|this pipescope was built without CUDA)" -- calibrate --backend cuda-f16 \
+      --out p.yaml ;;
   *)
     echo "unknown case $case"; exit 2 ;;
 esac
