@@ -142,11 +142,24 @@ case $case in
     run work 1 "work estimate" --ulimit 1000000 -- simulate in.yaml --allow-large ;;
   work_sweep_1e6_points)
     v=$(seq -s, 1 100)
-    run work 1 "sweep: 1e\+06 runs, about .* hours; over the limit" -- sweep "$base" --vary "parallel.global_batch=$v" \
-      --vary "model.layers=$v" --vary "model.hidden=$v" ;;
+    run work 1 "sweep: work estimate: 1e\+06 runs, about .* hours; over the limit of 1e\+04 runs .*--allow-large" -- \
+      sweep "$base" --vary "parallel.global_batch=$v" --vary "model.layers=$v" --vary "model.hidden=$v" ;;
+  work_sweep_hours)
+    # 400 points of about 10 s each: under the count limit, over the time limit.
+    shape in.yaml 64 8 1 20000 1 64 1f1b
+    run work 1 "sweep: work estimate: 400 runs, about .* hours; over the limit of 1 hour .*--allow-large" -- \
+      sweep in.yaml --vary "model.hidden=$(seq -s, 8 8 160)" --vary "model.heads=$(seq -s, 1 1 20)" ;;
   work_plan_tables)
-    run work 1 "plan: .* cells, about .* MB; over the limit" -- plan "$src/scenarios/terapipe/setting-1.yaml" --grain 1 \
-      --max-micro-batch 1000 ;;
+    run work 1 "plan: work estimate: .* slice-time table cells, about .*; over the limit of 4e\+06 .*--allow-large" -- \
+      plan "$src/scenarios/terapipe/setting-1.yaml" --grain 1 --max-micro-batch 1000 ;;
+  work_plan_simulate)
+    # --simulate's finest uniform slicing of a 1M-token sequence: 131072 slices per micro-batch.
+    shape in.yaml 8 1 1 64 1 1048576 terapipe
+    run work 1 "plan: work estimate: .*the largest point: 262144 slices: .* schedule ops.*--simulate" -- plan in.yaml --grain 65536 --simulate ;;
+  work_search_batch_1e8)
+    # dp 1 points with 1e8 micro-batches: stage 1 alone would build schedules of 1e9 ops.
+    shape in.yaml 8 1 1 100000000 1 64 1f1b
+    run work 1 "search: work estimate: .* configurations, about .*the largest" -- search in.yaml ;;
   # ---- outputs (core/atomic_file.h)
   out_same_path)
     run outputs 1 "--trace o.json: the same file as --json" -- simulate "$base" --json o.json --trace o.json ;;
