@@ -69,7 +69,10 @@ int run_plan(const PlanOptions& o) {
                      (o.max_batch ? "--max-batch" : "Seq1F1B scenarios (simulate them with `pipescope simulate`)"));
   if (!o.json.empty() && (o.max_batch || seq1f1b))
     throw InputError("--json writes TeraPipe slicing plans, not --max-batch or Seq1F1B plans");
-  if (o.max_batch) return print_max_batch(s, o.memory_GB);
+  if (o.max_batch) {
+    check_grid(estimate_max_batch(s, o.memory_GB * 1e9));  // before the schedules it builds (core/work_estimate.h)
+    return print_max_batch(s, o.memory_GB);
+  }
   if (seq1f1b) return print_seq1f1b_plan(s);  // cli/repro.h
   // With --json -, stdout carries the document and the table goes to stderr.
   FILE* out = o.json == "-" ? stderr : stdout;

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "core/memory_model.h"
 #include "core/scenario.h"
+#include "core/schedule.h"
 #include "core/schedule_registry.h"
 
 namespace pipescope {
@@ -112,8 +115,12 @@ namespace {
 constexpr double kSecondsPerRun = 0.02;
 // Search's stages 1 and 2 per schedule op of a point (stage 1 builds every valid point's schedule and memory
 // model, stage 2 one replica's DAG of the survivors): `search` on scenarios/default.yaml spends 0.38 s in them
-// for 1.8e6 estimated ops (llama3-70b.yaml: 0.38 s for 8.6e6), rounded up.
+// for 1.8e6 estimated ops (llama3-70b.yaml: 0.38 s for 8.6e6), rounded up. The memory model alone on a GPipe
+// schedule (plan --max-batch on terapipe/setting-1.yaml at 1e5 GB: 1.9e8 ops in 47 s, 490 MB at 1.9e7 ops) is
+// about as fast, at 25 B per op.
 constexpr double kSecondsPerSearchOp = 2e-7;
+constexpr double kSecondsPerModelOp = 3e-7;
+constexpr double kBytesPerModelOp = 40;
 
 std::string duration_text(double s) {
   if (s < 120) return g3(s) + " s";
@@ -263,6 +270,31 @@ GridEstimate estimate_plan(const Scenario& s, int grain, int tables, bool simula
       if (s.model.seq_len / k < 8) break;
     }
   }
+  return g;
+}
+
+GridEstimate estimate_max_batch(const Scenario& s, double limit_bytes) {
+  GridEstimate g;
+  g.what = "plan --max-batch";
+  g.unit = "sequences per replica";
+  g.hint = "lower --memory-GB";
+  const int p = s.parallel.pp, L = s.model.seq_len;
+  if (s.parallel.v != 1 || p < 1) return g;  // max_batch_gpipe's own error
+  const double limit = limit_bytes > 0 ? limit_bytes : s.cluster.device.memory_bytes;
+  auto worst = [&](int batch) {
+    double w = 0;
+    for (const RankMemory& r : memory_report(s, make_gpipe(p, uniform_microbatches(batch, 1, L, 1), L)).ranks)
+      w = std::max(w, r.peak_bytes);
+    return w;
+  };
+  const double one = worst(1), per_sequence = worst(2) - one;
+  if (one > limit) return g;
+  g.points = per_sequence > 0 ? std::floor((limit - one) / per_sequence) + 1 : 1e300;
+  const double ops = 2.0 * p * 2 * std::min(g.points, 1e15);  // the largest schedule: F and B of 2 B sequences
+  g.largest_ops = ops;
+  g.largest = "a GPipe schedule of " + g3(2 * g.points) + " sequences on " + std::to_string(p) + " stages";
+  g.seconds = ops * (2 + std::log2(std::max(2.0, g.points))) * kSecondsPerModelOp;
+  g.bytes = kBaseBytes + ops * kBytesPerModelOp;
   return g;
 }
 

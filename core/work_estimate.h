@@ -69,6 +69,10 @@ GridEstimate estimate_search(const Scenario& base, const SearchSpace& space, int
 // `pipescope plan`: `tables` slice-time tables over seq_len / grain units, and with `simulate` the simulations of
 // the uniform slicings (1, 2, 4, ... slices) and of the DP's scheme.
 GridEstimate estimate_plan(const Scenario& s, int grain, int tables, bool simulate);
+// `pipescope plan --max-batch`: the GPipe baseline's peak grows by one sequence's activations per sequence, so the
+// batch that fills `limit_bytes` is known from batches 1 and 2; finding it builds schedules of up to twice that
+// batch about 2 + log2(batch) times (core/memory_model.h max_batch_gpipe).
+GridEstimate estimate_max_batch(const Scenario& s, double limit_bytes);
 // Throws WorkTooLarge with the estimate and the override when `g` is over the limits or needs more than
 // `available_bytes` (default: available_memory_bytes(); 0 = unknown).
 void check_grid(const GridEstimate& g, double available_bytes = -1);

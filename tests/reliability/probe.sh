@@ -156,6 +156,9 @@ case $case in
     # --simulate's finest uniform slicing of a 1M-token sequence: 131072 slices per micro-batch.
     shape in.yaml 8 1 1 64 1 1048576 terapipe
     run work 1 "plan: work estimate: .*the largest point: 262144 slices: .* schedule ops.*--simulate" -- plan in.yaml --grain 65536 --simulate ;;
+  work_plan_max_batch)
+    run work 1 "plan --max-batch: work estimate: 2.*e\+05 sequences per replica, .*Lower --memory-GB, or pass --allow-large" -- \
+      plan "$src/scenarios/terapipe/setting-1.yaml" --max-batch --memory-GB 1e5 ;;
   work_search_batch_1e8)
     # dp 1 points with 1e8 micro-batches: stage 1 alone would build schedules of 1e9 ops.
     shape in.yaml 8 1 1 100000000 1 64 1f1b

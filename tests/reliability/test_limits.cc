@@ -10,6 +10,7 @@
 
 #include "core/atomic_file.h"
 #include "core/input_file.h"
+#include "core/memory_model.h"
 #include "core/ranges.h"
 #include "core/scenario.h"
 #include "core/work_estimate.h"
@@ -149,6 +150,21 @@ TEST(GridEstimate, SweepAndPlanRefuseOverTheLimits) {
   EXPECT_NO_THROW(check_grid(estimate_plan(tp, 1, 10, false), 1e15));
   EXPECT_THROW(check_grid(estimate_plan(tp, 1, 1000, false), 1e9), WorkTooLarge);
   set_allow_large(false);
+}
+
+TEST(GridEstimate, MaxBatchPredictsTheBatchBeforeSearchingForIt) {
+  const Scenario s = load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/terapipe/setting-1.yaml");
+  const GridEstimate g = estimate_max_batch(s, 4000e9);
+  const double b = max_batch_gpipe(s, 4000e9).per_replica;  // 8079; peaks grow about linearly with the batch
+  EXPECT_NEAR(g.points, b, 0.05 * b);
+  set_allow_large(false);
+  EXPECT_NO_THROW(check_grid(estimate_max_batch(s, 0), 1e15));  // the device's 80 GB
+  try {
+    check_grid(estimate_max_batch(s, 1e14), 1e15);  // `plan --max-batch --memory-GB 1e5` ran 47 s
+    ADD_FAILURE() << "accepted " << estimate_max_batch(s, 1e14).text();
+  } catch (const WorkTooLarge& e) {
+    EXPECT_NE(std::string(e.what()).find("Lower --memory-GB, or pass --allow-large"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Ranges, EveryKeyHasAnOrderedRange) {
