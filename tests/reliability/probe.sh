@@ -66,9 +66,10 @@ fi
 case $case in
   # ---- physical ranges (core/ranges.h)
   range_nvlink_latency_1e14)
+    # It aborted inside SimGrid and left an empty --json file.
     with "nvlink_latency_us: 1}" "nvlink_latency_us: 1e14}" in.yaml
-    run ranges 1 "cluster.intra_node.nvlink_latency_us: 100000000000000 is outside the plausible range \\[0, 1000000\\]" -- simulate in.yaml --json o.json
-    ;;
+    run ranges 1 "cluster.intra_node.nvlink_latency_us: 100000000000000 is outside the plausible range \\[0, 1000000\\]" -- simulate in.yaml --json o.json || exit 1
+    [ ! -e o.json ] || { echo "FAIL: o.json was written"; exit 1; } ;;
   range_nvlink_bw_tiny)
     with "nvlink_bw_GBps: 300" "nvlink_bw_GBps: 1e-300" in.yaml
     run ranges 1 "nvlink_bw_GBps: 1e-300 is outside the plausible range" -- simulate in.yaml ;;
@@ -109,6 +110,22 @@ case $case in
   file_profile_truncated)
     head -n 12 "$src/calib/profiles/dgx-a100.analytic.yaml" >cut.yaml
     run profiles 1 "cut.yaml:.*complete: missing" -- simulate --profile cut.yaml ;;
+  file_profile_layers_deleted)
+    # A measured profile without its layers: section (it was accepted, iteration -0.7%).
+    awk '/^layers:/{skip=1; next} /^[a-z]/{skip=0} !skip' "$src/fuzz/corpus/fuzz_profile/cpu-small.yaml" >nolayers.yaml
+    run profiles 1 "--profile nolayers.yaml:.*layers: missing: the profile lists section layers" -- simulate "$base" \
+      --profile nolayers.yaml ;;
+  file_profile_bad_value)
+    # A profile's bad value was blamed on the scenario file.
+    sed 's/intra: {latency_us: 1, bw_GBps: 300/intra: {latency_us: 1, bw_GBps: -5/' \
+      "$src/calib/profiles/dgx-a100.analytic.yaml" >badval.yaml
+    run profiles 1 "--profile badval.yaml:24:35: links.intra.bw_GBps: must be > 0, got -5" -- simulate "$base" \
+      --profile badval.yaml ;;
+  file_slice_tokens_24mb)
+    # A 24 MB slice_tokens list took 34 s and 5.9 GB to be rejected inside the YAML parser.
+    { sed "s|schedule: {kind: 1f1b}|schedule: {kind: terapipe, slice_tokens: [|" "$base"
+      head -c 24000000 /dev/zero | tr '\0' '1' | sed 's/1/1,/g' | head -c 24000000; echo "1]}"; } >st.yaml
+    run files 1 "st.yaml: 24000[0-9]+ bytes: larger than the 16 MiB limit" -- simulate st.yaml ;;
   file_profile_section_deleted)
     grep -v "^links:\|^  inter:\|^  intra:" "$src/calib/profiles/dgx-a100.analytic.yaml" >nolinks.yaml
     run profiles 1 "nolinks.yaml:.*links: missing: the profile lists section links" -- simulate --profile nolinks.yaml ;;
@@ -116,6 +133,10 @@ case $case in
   work_pp_10000)
     shape in.yaml 10000 1 1 10000 1 64 1f1b
     run work 1 "work estimate: .* schedule ops" -- simulate in.yaml ;;
+  work_pp_100000)
+    shape in.yaml 100000 1 1 100000 1 64 1f1b
+    sed -i 's/layers: [0-9]*/layers: 10000/' in.yaml
+    run work 1 "parallel.pp: pp \\* v = 100000 model chunks but the model has only 10000 layers" -- simulate in.yaml ;;
   work_dp_1000000)
     shape in.yaml 1 1000000 1 1000000 1 64 1f1b
     run work 1 "work estimate: .* schedule ops" -- simulate in.yaml ;;
@@ -171,10 +192,13 @@ case $case in
   out_missing_dir)
     run outputs 1 "--json nodir/o.json: directory nodir does not exist" -- simulate "$base" --json nodir/o.json ;;
   out_failed_run_keeps_previous)
+    # A failed run truncated the previous good output files (JSON, SVG) to 0 bytes.
     echo '{"previous": true}' >prev.json
+    echo '<svg>previous</svg>' >prev.svg
     with "nvlink_latency_us: 1}" "nvlink_latency_us: 1e14}" in.yaml
-    run outputs 1 "outside the plausible range" -- simulate in.yaml --json prev.json || exit 1
-    grep -q '"previous": true' prev.json || { echo "FAIL: prev.json was changed"; exit 1; } ;;
+    run outputs 1 "outside the plausible range" -- simulate in.yaml --json prev.json --timeline prev.svg || exit 1
+    grep -q '"previous": true' prev.json || { echo "FAIL: prev.json was changed"; exit 1; }
+    grep -q '<svg>previous</svg>' prev.svg || { echo "FAIL: prev.svg was changed"; exit 1; } ;;
   out_two_on_stdout)
     run outputs 1 "--trace -: standard output is already taken by --json" -- simulate "$base" --json - --trace - ;;
   out_calibrate_missing_dir)
