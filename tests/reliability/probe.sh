@@ -3,12 +3,12 @@
 # naming the problem, fast and small; never a crash, a hang or a silent acceptance. One case per ctest test:
 #   probe.sh <pipescope> <source dir> <scratch dir> <case>
 # Each case writes <scratch>/<case>.result: class, exit code, wall seconds, peak RSS (KB), verdict; `probe.sh
-# ... table` prints them as the table of tests/reliability/README.md.
+# ... table` prints them all, `probe.sh x x <scratch> summary` the per-class table of tests/reliability/README.md.
 set -u
 bin=$1 src=$2 work=$3 case=$4
 mkdir -p "$work"
 cd "$work" || exit 1
-if [ "$case" != table ]; then
+if [ "$case" != table ] && [ "$case" != summary ]; then
   rm -rf "$case" && mkdir "$case" && cd "$case" || exit 1  # each case its own files (ctest runs them in parallel)
 fi
 base=$src/tests/reliability/inputs/base.yaml
@@ -52,6 +52,9 @@ run() {
     verdict=crash
   elif [ "$rc" -eq 0 ] && [ "$want" != 0 ]; then verdict=silent; elif [ "$rc" -ne "$want" ]; then verdict=wrong-code; fi
   if [ "$verdict" = ok ] && ! grep -Eq -- "$re" "$out"; then verdict=unclear; fi
+  # A refusal must be small (docs/limits.md): peak RSS under 200 MB (0: no bound, e.g. under ASan's shadow memory).
+  local max_kb=${PIPESCOPE_PROBE_MAX_KB:-204800}
+  if [ "$verdict" = ok ] && [ "$max_kb" -gt 0 ] && [ "$rss" != NA ] && [ "$rss" -gt "$max_kb" ]; then verdict=heavy; fi
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$cls" "$case" "$rc" "$wall" "$rss" "$verdict" >"../$case.result"
   echo "case $case ($cls): exit $rc (expected $want), ${wall} s, ${rss} KB peak: $verdict"
   [ "$verdict" = ok ]
@@ -60,6 +63,22 @@ run() {
 if [ "$case" = table ]; then
   printf 'class\tcase\texit\twall_s\tpeak_KB\tverdict\n'
   cat ./*.result 2>/dev/null | sort
+  exit 0
+fi
+# The note's table: per class, the cases and how many crashed, hung, were silently accepted or otherwise wrong
+# (wrong exit code, unclear message, over 200 MB), and the slowest refusal's wall time and the largest peak RSS.
+if [ "$case" = summary ]; then
+  cat ./*.result 2>/dev/null | sort | awk -F'\t' '
+    { c = $1; n[c]++; v = $6
+      if (v == "crash") cr[c]++; else if (v == "hang") h[c]++; else if (v == "silent") si[c]++; else if (v != "ok") o[c]++
+      if ($4 != "NA" && $4 + 0 > w[c]) w[c] = $4 + 0
+      if ($5 != "NA" && $5 + 0 > m[c]) m[c] = $5 + 0 }
+    END { printf "class\tcases\tcrashes\thangs\tsilent\tother_wrong\tslowest_s\tpeak_MB\n"
+          for (c in n) { printf "%s\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.0f\n", c, n[c], cr[c], h[c], si[c], o[c], w[c],
+                                m[c] / 1024 | "sort"
+                         N += n[c]; CR += cr[c]; H += h[c]; S += si[c]; O += o[c]; if (w[c] > W) W = w[c]; if (m[c] > M) M = m[c] }
+          close("sort")
+          printf "all\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.0f\n", N, CR, H, S, O, W, M / 1024 }'
   exit 0
 fi
 
