@@ -55,7 +55,8 @@ WorkEstimate estimate_work(const Scenario& s) {
   const double m = std::max(1, p.global_batch / std::max(1, p.micro_batch_size * p.dp));
   const double k = std::max(1, s.schedule.seq_slices);
   WorkEstimate w;
-  w.ops = static_cast<double>(p.dp) * p.pp * p.v * m * k * per_unit * std::max(1.0, std::min<double>(p.tp, 2));
+  w.pipeline_ops = static_cast<double>(p.pp) * p.v * m * k * per_unit;
+  w.ops = p.dp * w.pipeline_ops * std::max(1.0, std::min<double>(p.tp, 2));
   w.ops += static_cast<double>(p.dp) * p.pp * p.tp * (p.v + 2);  // collectives and optimizer per worker
   // The data-parallel gradient all-reduce as a ring: 2 (dp - 1) steps per member and stage chunk. The simulator
   // folds replicas that occupy whole nodes (sim/engine.cc) and then runs one member's ring; otherwise all dp
@@ -113,12 +114,14 @@ namespace {
 // report around the schedule's own cost. Measured: a 20-point sweep of scenarios/default.yaml (about 3000 ops
 // each) takes 0.3 s, 15 ms a run all included.
 constexpr double kSecondsPerRun = 0.02;
-// Search's stages 1 and 2 per schedule op of a point (stage 1 builds every valid point's schedule and memory
-// model, stage 2 one replica's DAG of the survivors): `search` on scenarios/default.yaml spends 0.38 s in them
-// for 1.8e6 estimated ops (llama3-70b.yaml: 0.38 s for 8.6e6), rounded up. The memory model alone on a GPipe
-// schedule (plan --max-batch on terapipe/setting-1.yaml at 1e5 GB: 1.9e8 ops in 47 s, 490 MB at 1.9e7 ops) is
-// about as fast, at 25 B per op.
-constexpr double kSecondsPerSearchOp = 2e-7;
+// Search's stages 1 and 2 (stage 1 builds every valid point's schedule and memory model, stage 2 one replica's
+// DAG of the survivors): a fixed cost per valid point and a cost per op of its one-pipeline schedule. Measured:
+// `search` on scenarios/default.yaml (1148 points, about 900 valid) spends 0.5 s in them; with global_batch 2048
+// 18 s (the whole search 16-18 s, estimated 30 s), with 16384 115 s (estimated 3.95 minutes in all). Rounded up. The
+// memory model alone on a GPipe schedule (plan --max-batch on terapipe/setting-1.yaml at 1e5 GB: 1.9e8 ops in 47 s, 490
+// MB at 1.9e7 ops) is about as fast, at 25 B per op.
+constexpr double kSecondsPerSearchPoint = 5e-4;
+constexpr double kSecondsPerSearchOp = 1e-6;
 constexpr double kSecondsPerModelOp = 3e-7;
 constexpr double kBytesPerModelOp = 40;
 
@@ -226,21 +229,24 @@ GridEstimate estimate_search(const Scenario& base, const SearchSpace& space, int
               }
               const WorkEstimate w = estimate_work(s);
               valid++;
-              stage12_ops += w.ops + w.ops / p.dp;
-              sim_s += w.seconds;
-              if (w.ops > g.largest_ops) {
-                g.largest_ops = w.ops;
+              // Stage 1 builds the point's schedule (one pipeline, not its dp replicas) and memory model, stage 2
+              // lowers one replica's; stage 3 simulates the point only if it ranks in the best K, and a
+              // simulation over the per-run limit is refused there at once (a row with its error).
+              stage12_ops += w.pipeline_ops;
+              sim_s += allow_large() || w.ops <= kMaxOps ? w.seconds : 0;
+              if (w.pipeline_ops > g.largest_ops) {
+                g.largest_ops = w.pipeline_ops;
                 g.largest = to_string(e->kind) + std::string(" dp") + std::to_string(p.dp) + " pp" +
                             std::to_string(pp) + " tp" + std::to_string(tp) + " v" + std::to_string(v) + " b" +
-                            std::to_string(b) + ": " + w.text();
-                g.bytes = w.bytes;
+                            std::to_string(b) + ": a schedule of " + g3(w.pipeline_ops) + " ops";
+                g.bytes = kBaseBytes + w.pipeline_ops * kBytesPerModelOp;
               }
             }
         }
   // Stage 3 simulates `keep` of the valid points; their mean stands for the ones the estimate will rank first.
   const double simulated = std::min<double>(keep, valid);
   const double stage3_s = valid > 0 ? simulated * (kSecondsPerRun + sim_s / valid) / std::max(1, jobs) : 0;
-  g.seconds = stage12_ops * kSecondsPerSearchOp + stage3_s;
+  g.seconds = valid * kSecondsPerSearchPoint + stage12_ops * kSecondsPerSearchOp + stage3_s;
   return g;
 }
 

@@ -17,6 +17,7 @@ namespace pipescope {
 
 struct WorkEstimate {
   double ops = 0;            // lowered ops over all workers (compute, p2p, collectives, optimizer)
+  double pipeline_ops = 0;   // the schedule's ops of one pipeline (what search's stage 1 builds per point)
   double planner_cells = 0;  // TeraPipe's slice-time table entries (slicing dp), 0 otherwise
   double seconds = 0;        // estimated wall time of one simulation
   double bytes = 0;          // estimated peak memory of one simulation
@@ -53,7 +54,7 @@ struct GridEstimate {
   double max_points = 0;     // the limit on `points` (0: none)
   double seconds = 0;        // estimated wall time of everything (divided by the parallel jobs)
   double bytes = 0;          // estimated peak memory of this process (the largest point)
-  double largest_ops = 0;    // the largest point's schedule ops (search: stage 1 builds each point's schedule)
+  double largest_ops = 0;    // the largest point's ops (search: its one-pipeline schedule, which stage 1 builds)
   std::string largest;       // and its description
   std::string hint;          // how to make the grid smaller
   std::string text() const;  // "1e+06 runs, about 83.3 hours"
