@@ -15,6 +15,7 @@
 
 #include "calib/calibrate.h"
 #include "calib/links.h"
+#include "calib/options_json.h"
 #include "cli/commands.h"
 #include "cli/fork_run.h"
 #include "cli/validators.h"
@@ -59,6 +60,36 @@ int write_out(const DeviceProfile& p, const std::string& out) {
   std::printf("%s", calib::fit_report(p).c_str());
   std::printf("wrote %s\n", out.c_str());
   return 0;
+}
+
+bool is_cuda(const std::string& backend) { return backend == "cuda-bf16" || backend == "cuda-f16"; }
+
+// The CUDA work runs in programs of its own (calib/cuda_check_main.cc, calib/cuda_main.cc), so that this one loads
+// no CUDA library. Their exit code, when not 0, is calibrate's (they have printed the reason): 1 bad options,
+// 3 no usable GPU, 5 refused by a quality gate; a crash is an internal error.
+int run_cuda_program(const std::string& program, const std::string& backend, std::vector<std::string> args) {
+  const std::string exe = sibling_exe(program);
+  if (access(exe.c_str(), X_OK) != 0)
+    throw EnvironmentError("--backend " + backend + ": this pipescope was built without CUDA (no " + exe + ")");
+  args.insert(args.begin(), exe);
+  const int rc = launch(args);
+  if (rc > 128) throw std::runtime_error(program + " died of signal " + std::to_string(rc - 128));
+  return rc;
+}
+
+// Before the link benchmarks: is there a GPU that runs the backend (3 otherwise)? pipescope-cuda-check links
+// cudart alone, so that this refusal stays small and fast.
+int check_cuda_backend(const std::string& backend) {
+  return run_cuda_program("pipescope-cuda-check", backend, {backend});
+}
+
+// The compute benchmarks and fits of `o` in pipescope-calibrate-cuda; the profile comes back through `dir`.
+int calibrate_on_gpu(const calib::CalibrateOptions& o, const TempDir& dir, DeviceProfile& p) {
+  const std::string opts = dir.path + "/options.json", prof = dir.path + "/profile.yaml";
+  write_file_atomic(opts, calib::options_to_json(o), "calibrate options");
+  const int rc = run_cuda_program("pipescope-calibrate-cuda", o.backend, {opts, prof});
+  if (rc == 0) p = load_profile(prof);
+  return rc;
 }
 
 int positive_override(int v, int scenario_value, const char* flag) {
@@ -119,9 +150,13 @@ int run(const CalibrateCli& c) {
   }
   o.micro_batches = c.micro_batches.empty() ? std::vector<int>{s.parallel.micro_batch_size} : c.micro_batches;
   if (c.link_class != "intra" && c.link_class != "inter") throw InputError("--link-class: intra or inter");
+  if (c.backend != "cpu-f64" && c.backend != "cpu-f32" && !is_cuda(c.backend))
+    throw InputError("--backend: unknown backend '" + c.backend + "' (cpu-f64, cpu-f32, cuda-bf16, cuda-f16)");
+  if (is_cuda(c.backend))
+    if (const int rc = check_cuda_backend(c.backend)) return rc;
 
   const std::string max_bytes = !c.max_bytes.empty() ? c.max_bytes : (c.quick ? "4M" : "32M");
-  std::unique_ptr<TempDir> dir;
+  auto dir = std::make_unique<TempDir>("pipescope-calibrate");
   if (!c.no_links) {
     if (c.link_ranks < 2) throw InputError("--link-ranks: at least 2");
     for (const auto* v : {&c.min_bytes, &max_bytes}) {
@@ -131,7 +166,6 @@ int run(const CalibrateCli& c) {
         throw InputError(std::string(v == &c.min_bytes ? "-b" : "-e") + ": " + e.what());
       }
     }
-    dir = std::make_unique<TempDir>("pipescope-calibrate");
     o.link_results = dir->path + "/links.json";
     std::vector<std::string> argv = launcher_argv(c.launcher);
     if (argv.empty()) throw InputError("--launcher: empty command");
@@ -150,12 +184,16 @@ int run(const CalibrateCli& c) {
   std::fprintf(stderr, "calibrate: compute benchmarks on %s, h=%d heads=%d ffn=%d vocab=%d, l up to %d\n",
                c.backend.c_str(), sh.layer.hidden, sh.layer.heads, sh.layer.ffn, sh.vocab, sh.max_seq);
   DeviceProfile p;
-  try {
-    p = calib::calibrate(o);
-  } catch (const calib::CalibrationRefused& e) {
-    std::fprintf(stderr, "error: %s\nno profile written (--accept-poor-fit writes it with the failures recorded)\n",
-                 e.what());
-    return kExitPoorFit;
+  if (is_cuda(c.backend)) {
+    if (const int rc = calibrate_on_gpu(o, *dir, p)) return rc;
+  } else {
+    try {
+      p = calib::calibrate(o);
+    } catch (const calib::CalibrationRefused& e) {
+      std::fprintf(stderr, "error: %s\nno profile written (--accept-poor-fit writes it with the failures recorded)\n",
+                   e.what());
+      return kExitPoorFit;
+    }
   }
   p.source = c.out;
   return write_out(p, c.out);

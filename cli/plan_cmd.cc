@@ -7,7 +7,6 @@
 // TeraPipe chose B (docs/papers.md#terapipe): per replica (what the planner slices) and global (Table 1's B).
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -16,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/repro.h"
 #include "cli/validators.h"
+#include "core/atomic_file.h"
 #include "core/memory_model.h"
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
@@ -61,6 +61,7 @@ int print_max_batch(const Scenario& s, double memory_GB) {
 
 int run_plan(const PlanOptions& o) {
   const Scenario s = load_scenario(o.scenario);
+  if (o.json != "-") check_output_paths({{"--json", o.json}});
   if (o.memory_GB < 0) throw InputError("--memory-GB must be >= 0");
   const bool seq1f1b = schedule_entry(s.schedule.kind).traits.slicing == SlicePlan::Seq1F1B;
   if (o.simulate && (o.max_batch || seq1f1b))
@@ -68,7 +69,10 @@ int run_plan(const PlanOptions& o) {
                      (o.max_batch ? "--max-batch" : "Seq1F1B scenarios (simulate them with `pipescope simulate`)"));
   if (!o.json.empty() && (o.max_batch || seq1f1b))
     throw InputError("--json writes TeraPipe slicing plans, not --max-batch or Seq1F1B plans");
-  if (o.max_batch) return print_max_batch(s, o.memory_GB);
+  if (o.max_batch) {
+    check_grid(estimate_max_batch(s, o.memory_GB * 1e9));  // before the schedules it builds (core/work_estimate.h)
+    return print_max_batch(s, o.memory_GB);
+  }
   if (seq1f1b) return print_seq1f1b_plan(s);  // cli/repro.h
   // With --json -, stdout carries the document and the table goes to stderr.
   FILE* out = o.json == "-" ? stderr : stdout;
@@ -82,15 +86,8 @@ int run_plan(const PlanOptions& o) {
   po.epsilon_s = o.epsilon_ms * 1e-3;
   po.linear_scan = o.linear_scan;
   const int bmax = std::min(o.max_micro_batch, m.batch);
-  // The planner's tables before building them (core/work_estimate.h): bmax tables of units^2 / 2 cells.
-  const double units = static_cast<double>(s.model.seq_len) / o.grain;
-  const double cells = bmax * units * units / 2;
-  if (cells > kMaxPlannerCells && !allow_large())
-    throw InputError("plan: " + std::to_string(bmax) + " slice-time tables of " + std::to_string(s.model.seq_len) +
-                     " / " + std::to_string(o.grain) + " tokens: " + std::to_string(static_cast<long long>(cells)) +
-                     " cells, about " + std::to_string(static_cast<long long>(cells * 8 / 1e6)) +
-                     " MB; over the limit of docs/limits.md (raise --grain, lower --max-micro-batch, or pass "
-                     "--allow-large)");
+  // The planner's tables (and --simulate's runs) before building them (core/work_estimate.h).
+  check_grid(estimate_plan(s, o.grain, bmax, o.simulate));
   const auto t0 = std::chrono::steady_clock::now();
   const auto tables = slice_tables(m, o.grain, bmax);
   const auto t1 = std::chrono::steady_clock::now();
@@ -169,9 +166,7 @@ int run_plan(const PlanOptions& o) {
   if (o.json == "-") {
     std::cout << j.dump(2) << "\n";
   } else if (!o.json.empty()) {
-    std::ofstream f(o.json, std::ios::binary);
-    f << j.dump(2) << "\n";
-    if (!f.flush()) throw InputError("--json " + o.json + ": cannot write the file");
+    write_file_atomic(o.json, j.dump(2) + "\n", "--json");
   }
   return 0;
 }

@@ -13,7 +13,9 @@
 
 #include "cli/commands.h"
 #include "cli/fork_run.h"
+#include "core/atomic_file.h"
 #include "core/scenario.h"
+#include "core/work_estimate.h"
 #include "sim/search_run.h"
 
 namespace pipescope::cli {
@@ -38,12 +40,12 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
+// Atomically (core/atomic_file.h): a failed or interrupted write leaves an older file as it was.
 template <class Write>
 void write_file(const std::string& path, const char* flag, Write write) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw InputError(std::string(flag) + " " + path + ": cannot open for writing");
-  write(f);
-  if (!f.flush()) throw InputError(std::string(flag) + " " + path + ": write failed");
+  std::ostringstream text;
+  write(text);
+  write_file_atomic(path, text.str(), flag);
 }
 
 int run_search_cmd(const SearchCmdOptions& o) {
@@ -64,6 +66,8 @@ int run_search_cmd(const SearchCmdOptions& o) {
   so.group = group.get();
   if (group && group->rank() != 0) so.progress = false;
   if (group && so.progress) std::fprintf(stderr, "search: %d MPI ranks x %d local workers\n", group->size(), o.jobs);
+  check_output_paths({{"--json", o.json}, {"--csv", o.csv}, {"--svg", o.svg}, {"--emit", o.emit}});
+  check_grid(estimate_search(base, so.space, so.keep, so.jobs));  // before stage 1 (core/work_estimate.h)
   const sim::SearchResult r = sim::run_search(base, so);
   if (group && group->rank() != 0) return 0;
   sim::print_search_table(std::cout, r);

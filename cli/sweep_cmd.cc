@@ -285,7 +285,7 @@ int run_sweep(const SweepOptions& o) {
   double points = 1;
   for (const auto& ax : axes) points *= static_cast<double>(ax.values.size());
   const Scenario base = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario);
-  check_run_count(points, 0.3 + estimate_work(base).seconds, "sweep");
+  check_grid(estimate_sweep(points, estimate_work(base).seconds, o.jobs));
 
   // Every variant first (cheap, no simulation): a bad key or value stops the sweep before anything runs.
   std::vector<Variant> variants;
@@ -299,17 +299,19 @@ int run_sweep(const SweepOptions& o) {
     if (a == 0) break;
   }
 
+  // The valid combinations run (in children, up to -j at once); the invalid ones are rows with their reason.
+  std::vector<Scenario> runs;
+  std::vector<std::size_t> run_of(variants.size(), 0);
+  for (std::size_t i = 0; i < variants.size(); i++)
+    if (variants[i].invalid.empty()) run_of[i] = runs.size(), runs.push_back(variants[i].scenario);
+  check_grid(estimate_sweep(runs, o.jobs));  // the grid again, from the runs themselves
+
   std::ostringstream file;  // --out: written atomically at the end (core/atomic_file.h)
   std::ostream& os = o.out.empty() ? std::cout : file;
   for (const auto& ax : axes) os << csv_field(ax.key) << ',';
   os << kResultColumns << ",error\n";
   os.flush();
 
-  // The valid combinations run (in children, up to -j at once); the invalid ones are rows with their reason.
-  std::vector<Scenario> runs;
-  std::vector<std::size_t> run_of(variants.size(), 0);
-  for (std::size_t i = 0; i < variants.size(); i++)
-    if (variants[i].invalid.empty()) run_of[i] = runs.size(), runs.push_back(variants[i].scenario);
   std::vector<std::size_t> variant_of;
   for (std::size_t i = 0; i < variants.size(); i++)
     if (variants[i].invalid.empty()) variant_of.push_back(i);

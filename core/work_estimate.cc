@@ -3,20 +3,26 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "core/memory_model.h"
+#include "core/scenario.h"
+#include "core/schedule.h"
 #include "core/schedule_registry.h"
 
 namespace pipescope {
 namespace {
 
 // Measured on this project's default 1F1B family, pp 64..1024 with m = pp (release build): about 300 B and
-// 5 us per lowered op, above a fixed ~250 MB for the executable and its libraries. Rounded up.
+// 5 us per lowered op, above a fixed ~45 MB for the executable and its libraries (250 MB while pipescope still
+// loaded cuBLAS; pp 256, m 512: 238 MB and 1.6 s). Rounded up.
 constexpr double kBytesPerOp = 400;
 constexpr double kSecondsPerOp = 6e-6;
-constexpr double kBaseBytes = 300e6;
+constexpr double kBaseBytes = 60e6;
 // TeraPipe's planner: measured with `plan --grain 1` on scenarios/terapipe/setting-1.yaml, 19e6 cells in 36 s and
 // 480 MB (building the tables is most of it).
 constexpr double kBytesPerCell = 32;
@@ -49,7 +55,8 @@ WorkEstimate estimate_work(const Scenario& s) {
   const double m = std::max(1, p.global_batch / std::max(1, p.micro_batch_size * p.dp));
   const double k = std::max(1, s.schedule.seq_slices);
   WorkEstimate w;
-  w.ops = static_cast<double>(p.dp) * p.pp * p.v * m * k * per_unit * std::max(1.0, std::min<double>(p.tp, 2));
+  w.pipeline_ops = static_cast<double>(p.pp) * p.v * m * k * per_unit;
+  w.ops = p.dp * w.pipeline_ops * std::max(1.0, std::min<double>(p.tp, 2));
   w.ops += static_cast<double>(p.dp) * p.pp * p.tp * (p.v + 2);  // collectives and optimizer per worker
   // The data-parallel gradient all-reduce as a ring: 2 (dp - 1) steps per member and stage chunk. The simulator
   // folds replicas that occupy whole nodes (sim/engine.cc) and then runs one member's ring; otherwise all dp
@@ -101,10 +108,221 @@ void check_work(const Scenario& s, double runs) {
                        "(global_batch / (micro_batch_size * dp)) or schedule.seq_slices, or pass --allow-large");
 }
 
-void check_run_count(double runs, double seconds_each, const std::string& what) {
-  if (allow_large() || runs <= kMaxRuns) return;
-  throw WorkTooLarge(what + ": " + g3(runs) + " runs, about " + g3(runs * seconds_each / 3600) +
-                     " hours; over the limit of " + g3(kMaxRuns) + " runs (docs/limits.md); pass --allow-large");
+namespace {
+
+// A simulation in a forked child (sweep rows, search's stage 3, plan --simulate): the fork, the platform and the
+// report around the schedule's own cost. Measured: a 20-point sweep of scenarios/default.yaml (about 3000 ops
+// each) takes 0.3 s, 15 ms a run all included.
+constexpr double kSecondsPerRun = 0.02;
+// Search's stages 1 and 2 (stage 1 builds every valid point's schedule and memory model, stage 2 one replica's
+// DAG of the survivors): a fixed cost per valid point and a cost per op of its one-pipeline schedule. Measured:
+// `search` on scenarios/default.yaml (1148 points, about 900 valid) spends 0.5 s in them; with global_batch 2048
+// 18 s (the whole search 16-18 s, estimated 30 s), with 16384 115 s (estimated 3.95 minutes in all). Rounded up. The
+// memory model alone on a GPipe schedule (plan --max-batch on terapipe/setting-1.yaml at 1e5 GB: 1.9e8 ops in 47 s, 490
+// MB at 1.9e7 ops) is about as fast, at 25 B per op.
+constexpr double kSecondsPerSearchPoint = 5e-4;
+constexpr double kSecondsPerSearchOp = 1e-6;
+constexpr double kSecondsPerModelOp = 3e-7;
+constexpr double kBytesPerModelOp = 40;
+
+std::string duration_text(double s) {
+  if (s < 120) return g3(s) + " s";
+  if (s < 2 * 3600) return g3(s / 60) + " minutes";
+  return g3(s / 3600) + " hours";
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> low, high;
+  for (int i = 1; static_cast<long long>(i) * i <= n; i++)
+    if (n % i == 0) {
+      low.push_back(i);
+      if (i != n / i) high.push_back(n / i);
+    }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
+}
+
+std::vector<int> allowed(const std::vector<int>& all, const std::vector<int>& only) {
+  if (only.empty()) return all;
+  std::vector<int> out;
+  for (int x : all)
+    if (std::find(only.begin(), only.end(), x) != only.end()) out.push_back(x);
+  return out;
+}
+
+// The schedules a search tries (unknown names are left to the search's own error).
+std::vector<const ScheduleEntry*> search_kinds(const SearchSpace& space) {
+  std::vector<const ScheduleEntry*> out;
+  if (space.schedules.empty()) {
+    for (const ScheduleEntry& e : schedule_registry())
+      if (!e.traits.from_file) out.push_back(&e);
+  } else {
+    for (const std::string& name : space.schedules)
+      if (const ScheduleEntry* e = find_schedule(name); e && !e->traits.from_file) out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string GridEstimate::text() const {
+  return g3(points) + " " + unit + ", about " + duration_text(seconds) +
+         (bytes > kBaseBytes ? " and " + g3(bytes / 1e9) + " GB" : "");
+}
+
+GridEstimate estimate_sweep(double points, double seconds_each, int jobs) {
+  GridEstimate g;
+  g.what = "sweep";
+  g.points = points;
+  g.max_points = kMaxRuns;
+  g.seconds = points * (kSecondsPerRun + seconds_each) / std::max(1, jobs);
+  g.hint = "vary fewer keys or values";
+  return g;
+}
+
+GridEstimate estimate_sweep(const std::vector<Scenario>& runs, int jobs) {
+  double seconds = 0;
+  for (const Scenario& s : runs) seconds += kSecondsPerRun + estimate_work(s).seconds;
+  GridEstimate g = estimate_sweep(static_cast<double>(runs.size()), 0, jobs);
+  g.seconds = seconds / std::max(1, jobs);
+  return g;
+}
+
+// Mirrors enumerate_candidates (core/search.cc; test_limits checks that both count the same points), with each
+// point's work estimated instead of built.
+GridEstimate estimate_search(const Scenario& base, const SearchSpace& space, int keep, int jobs) {
+  GridEstimate g;
+  g.what = "search";
+  g.unit = "configurations";
+  g.hint = "narrow the space with --pp, --tp, --micro-batch-sizes or --schedules, or lower --keep";
+  const ClusterSpec& c = base.cluster;
+  const int gpus = c.total_gpus();
+  if (gpus < 1 || c.gpus_per_node < 1) return g;  // the search's own error
+  const std::vector<int> mbs = space.micro_batch_sizes.empty() ? std::vector<int>{1, 2, 4, 8} : space.micro_batch_sizes;
+  double stage12_ops = 0, valid = 0, sim_s = 0;
+  Scenario s = base;
+  s.parallel.stage_layers.clear();
+  s.schedule.slice_tokens.clear();
+  for (int tp : allowed(divisors(c.gpus_per_node), space.tp))
+    for (int pp : allowed(divisors(gpus / tp), space.pp))
+      for (int b : mbs)
+        for (const ScheduleEntry* e : search_kinds(space)) {
+          const std::vector<int> vs = e->traits.fixed_v > 0   ? std::vector<int>{e->traits.fixed_v}
+                                      : e->traits.interleaved ? space.v
+                                                              : std::vector<int>{1};
+          for (int v : vs)
+            for (Recompute rc : space.recompute) {
+              if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;
+              g.points++;
+              ParallelSpec& p = s.parallel;
+              p.dp = gpus / (tp * pp), p.pp = pp, p.tp = tp, p.v = v, p.micro_batch_size = b;
+              s.schedule.kind = e->kind;
+              s.schedule.recompute = rc;
+              s.schedule.seq_slices = e->traits.slicing == SlicePlan::Seq1F1B ? space.seq1f1b_segments : 1;
+              s.schedule.slicing = e->traits.slicing == SlicePlan::TeraPipe  ? "dp"
+                                   : e->traits.slicing == SlicePlan::Seq1F1B ? "cwp"
+                                                                             : "uniform";
+              try {
+                validate_scenario(s);  // what stage 1 rejects first costs nothing more
+              } catch (const std::exception&) {
+                continue;
+              }
+              const WorkEstimate w = estimate_work(s);
+              valid++;
+              // Stage 1 builds the point's schedule (one pipeline, not its dp replicas) and memory model, stage 2
+              // lowers one replica's; stage 3 simulates the point only if it ranks in the best K, and a
+              // simulation over the per-run limit is refused there at once (a row with its error).
+              stage12_ops += w.pipeline_ops;
+              sim_s += allow_large() || w.ops <= kMaxOps ? w.seconds : 0;
+              if (w.pipeline_ops > g.largest_ops) {
+                g.largest_ops = w.pipeline_ops;
+                g.largest = to_string(e->kind) + std::string(" dp") + std::to_string(p.dp) + " pp" +
+                            std::to_string(pp) + " tp" + std::to_string(tp) + " v" + std::to_string(v) + " b" +
+                            std::to_string(b) + ": a schedule of " + g3(w.pipeline_ops) + " ops";
+                g.bytes = kBaseBytes + w.pipeline_ops * kBytesPerModelOp;
+              }
+            }
+        }
+  // Stage 3 simulates `keep` of the valid points; their mean stands for the ones the estimate will rank first.
+  const double simulated = std::min<double>(keep, valid);
+  const double stage3_s = valid > 0 ? simulated * (kSecondsPerRun + sim_s / valid) / std::max(1, jobs) : 0;
+  g.seconds = valid * kSecondsPerSearchPoint + stage12_ops * kSecondsPerSearchOp + stage3_s;
+  return g;
+}
+
+GridEstimate estimate_plan(const Scenario& s, int grain, int tables, bool simulate) {
+  GridEstimate g;
+  g.what = "plan";
+  g.unit = "slice-time table cells";
+  g.max_points = kMaxPlannerCells;
+  g.hint = simulate ? "raise --grain, lower --max-micro-batch or leave out --simulate"
+                    : "raise --grain or lower --max-micro-batch";
+  const double units = static_cast<double>(s.model.seq_len) / std::max(1, grain);
+  g.points = std::max(1, tables) * units * units / 2;
+  g.seconds = g.points * kSecondsPerCell;
+  g.bytes = kBaseBytes + g.points * kBytesPerCell;
+  if (simulate) {  // the uniform slicings 1, 2, 4, ... while slices hold >= 8 tokens, and the DP's scheme (<= L / 8)
+    Scenario t = s;
+    t.schedule.slice_tokens.clear();
+    for (int k = 1; k <= s.model.seq_len; k *= 2) {
+      t.schedule.seq_slices = k;
+      const WorkEstimate w = estimate_work(t);
+      g.seconds += 2 * (kSecondsPerRun + w.seconds);  // this slicing, and at most one DP scheme as fine
+      if (w.ops > g.largest_ops) {
+        g.largest_ops = w.ops;
+        g.largest = std::to_string(k) + " slices: " + w.text();
+        g.bytes = std::max(g.bytes, w.bytes);
+      }
+      if (s.model.seq_len / k < 8) break;
+    }
+  }
+  return g;
+}
+
+GridEstimate estimate_max_batch(const Scenario& s, double limit_bytes) {
+  GridEstimate g;
+  g.what = "plan --max-batch";
+  g.unit = "sequences per replica";
+  g.hint = "lower --memory-GB";
+  const int p = s.parallel.pp, L = s.model.seq_len;
+  if (s.parallel.v != 1 || p < 1) return g;  // max_batch_gpipe's own error
+  const double limit = limit_bytes > 0 ? limit_bytes : s.cluster.device.memory_bytes;
+  auto worst = [&](int batch) {
+    double w = 0;
+    for (const RankMemory& r : memory_report(s, make_gpipe(p, uniform_microbatches(batch, 1, L, 1), L)).ranks)
+      w = std::max(w, r.peak_bytes);
+    return w;
+  };
+  const double one = worst(1), per_sequence = worst(2) - one;
+  if (one > limit) return g;
+  g.points = per_sequence > 0 ? std::floor((limit - one) / per_sequence) + 1 : 1e300;
+  const double ops = 2.0 * p * 2 * std::min(g.points, 1e15);  // the largest schedule: F and B of 2 B sequences
+  g.largest_ops = ops;
+  g.largest = "a GPipe schedule of " + g3(2 * g.points) + " sequences on " + std::to_string(p) + " stages";
+  g.seconds = ops * (2 + std::log2(std::max(2.0, g.points))) * kSecondsPerModelOp;
+  g.bytes = kBaseBytes + ops * kBytesPerModelOp;
+  return g;
+}
+
+void check_grid(const GridEstimate& g, double available_bytes) {
+  const std::string what = g.what + ": work estimate: " + g.text();
+  const double avail = available_bytes < 0 ? available_memory_bytes() : available_bytes;
+  if (avail > 0 && g.bytes > avail)
+    throw WorkTooLarge(what + (g.largest.empty() ? "" : " (the largest point: " + g.largest + ")") +
+                       "; more than the " + g3(avail / 1e9) +
+                       " GB of memory available to this process (free memory, ulimit -v; refused even with "
+                       "--allow-large). " +
+                       std::string(1, static_cast<char>(std::toupper(g.hint[0]))) + g.hint.substr(1));
+  if (allow_large()) return;
+  std::string over;
+  if (g.max_points > 0 && g.points > g.max_points) over = g3(g.max_points) + " " + g.unit;
+  if (g.seconds > kMaxGridSeconds) over += (over.empty() ? "" : " and ") + g3(kMaxGridSeconds / 3600) + " hour";
+  if (g.largest_ops > kMaxOps)
+    over += (over.empty() ? "" : " and ") + g3(kMaxOps) + " schedule ops per run (the largest: " + g.largest + ")";
+  if (over.empty()) return;
+  throw WorkTooLarge(what + "; over the limit of " + over + " (docs/limits.md). " +
+                     std::string(1, static_cast<char>(std::toupper(g.hint[0]))) + g.hint.substr(1) +
+                     ", or pass --allow-large");
 }
 
 }  // namespace pipescope

@@ -8,13 +8,16 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
+#include "core/search.h"
 
 namespace pipescope {
 
 struct WorkEstimate {
   double ops = 0;            // lowered ops over all workers (compute, p2p, collectives, optimizer)
+  double pipeline_ops = 0;   // the schedule's ops of one pipeline (what search's stage 1 builds per point)
   double planner_cells = 0;  // TeraPipe's slice-time table entries (slicing dp), 0 otherwise
   double seconds = 0;        // estimated wall time of one simulation
   double bytes = 0;          // estimated peak memory of one simulation
@@ -39,9 +42,41 @@ bool allow_large();
 // Throws WorkTooLarge naming the scenario, the estimate and the override when `s` is over the limits;
 // `runs` multiplies the estimate (sweep grids, plan tables). Called by prepare() for every simulation.
 void check_work(const Scenario& s, double runs = 1);
-// The same for a count of runs alone (sweep and plan grids): over kMaxRuns without --allow-large is refused.
-inline constexpr double kMaxRuns = 10000;
-void check_run_count(double runs, double seconds_each, const std::string& what);
+// Grids of runs, before any of them: a sweep's points, a search's candidates, a plan's tables (and its
+// simulations). Over the limits below without --allow-large, or over the available memory at all, the command is
+// refused with the estimate and the override (docs/limits.md), before anything runs.
+inline constexpr double kMaxRuns = 10000;        // sweep points
+inline constexpr double kMaxGridSeconds = 3600;  // estimated wall time of a whole grid
+struct GridEstimate {
+  std::string what;   // "sweep", "search", "plan": the message's first word
+  double points = 0;  // runs, candidates or table cells
+  std::string unit = "runs";
+  double max_points = 0;     // the limit on `points` (0: none)
+  double seconds = 0;        // estimated wall time of everything (divided by the parallel jobs)
+  double bytes = 0;          // estimated peak memory of this process (the largest point)
+  double largest_ops = 0;    // the largest point's ops (search: its one-pipeline schedule, which stage 1 builds)
+  std::string largest;       // and its description
+  std::string hint;          // how to make the grid smaller
+  std::string text() const;  // "1e+06 runs, about 83.3 hours"
+};
+// A sweep of `points` runs of about `seconds_each` each, `jobs` at a time (before its variants are built).
+GridEstimate estimate_sweep(double points, double seconds_each, int jobs);
+// The same from the runs themselves, once built (each one's estimate_work).
+GridEstimate estimate_sweep(const std::vector<Scenario>& runs, int jobs);
+// `pipescope search`: every point of the space as core/search.h enumerates it (layouts, schedules, v, micro-batch
+// sizes, recomputation), each estimated alone; stage 1 (schedule and memory model of every point), stage 2 (one
+// replica's DAG of the survivors) and stage 3 (the best `keep` simulated, `jobs` at a time).
+GridEstimate estimate_search(const Scenario& base, const SearchSpace& space, int keep, int jobs);
+// `pipescope plan`: `tables` slice-time tables over seq_len / grain units, and with `simulate` the simulations of
+// the uniform slicings (1, 2, 4, ... slices) and of the DP's scheme.
+GridEstimate estimate_plan(const Scenario& s, int grain, int tables, bool simulate);
+// `pipescope plan --max-batch`: the GPipe baseline's peak grows by one sequence's activations per sequence, so the
+// batch that fills `limit_bytes` is known from batches 1 and 2; finding it builds schedules of up to twice that
+// batch about 2 + log2(batch) times (core/memory_model.h max_batch_gpipe).
+GridEstimate estimate_max_batch(const Scenario& s, double limit_bytes);
+// Throws WorkTooLarge with the estimate and the override when `g` is over the limits or needs more than
+// `available_bytes` (default: available_memory_bytes(); 0 = unknown).
+void check_grid(const GridEstimate& g, double available_bytes = -1);
 
 // Memory the kernel reports as available (MemAvailable of /proc/meminfo), or 0 when unknown.
 double available_memory_bytes();

@@ -68,7 +68,7 @@ endif()
 pipescope_add_test(test_shell_words SOURCES test_shell_words.cc DEPS pipescope_core LABELS core)
 # Install: the programs and data into a fresh prefix; the installed pipescope runs `repro terapipe` from /.
 add_test(NAME install_repro_terapipe
-         COMMAND ${CMAKE_COMMAND} -DBUILD=${PROJECT_BINARY_DIR} -DPREFIX=${fh_dir}/prefix
+         COMMAND ${CMAKE_COMMAND} -DBUILD=${PROJECT_BINARY_DIR} -DPREFIX=${fh_dir}/prefix -DCUDA=${PIPESCOPE_HAVE_CUDA}
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/install_repro.cmake)
 set_tests_properties(install_repro_terapipe PROPERTIES LABELS cli TIMEOUT 300)
 # Traces: the checker (core/trace_check.h) over `simulate --trace` of shipped scenarios.

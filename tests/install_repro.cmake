@@ -1,13 +1,17 @@
 # `cmake --install` into a fresh prefix, then the installed pipescope run from / (no scenarios/ there, no
-# source tree: an installed binary reads <prefix>/share/pipescope): `repro terapipe` works. BUILD, PREFIX.
+# source tree: an installed binary reads <prefix>/share/pipescope): `repro terapipe` works. BUILD, PREFIX, CUDA.
 file(REMOVE_RECURSE "${PREFIX}")
 execute_process(COMMAND ${CMAKE_COMMAND} --install "${BUILD}" --prefix "${PREFIX}" RESULT_VARIABLE rc
                 OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cmake --install: exit ${rc}\n${out}")
 endif()
-foreach(f bin/pipescope bin/pipescope-rank bin/pipescope-linkbench share/pipescope/scenarios/default.yaml
-          share/pipescope/scenarios/terapipe/setting-10.yaml share/pipescope/calib/profiles)
+set(programs bin/pipescope bin/pipescope-rank bin/pipescope-linkbench bin/pipescope-mpi-relay)
+if(CUDA)  # calibrate --backend cuda-* runs these two (calib/README.md)
+  list(APPEND programs bin/pipescope-calibrate-cuda bin/pipescope-cuda-check)
+endif()
+foreach(f ${programs} share/pipescope/scenarios/default.yaml share/pipescope/scenarios/terapipe/setting-10.yaml
+          share/pipescope/calib/profiles)
   if(NOT EXISTS "${PREFIX}/${f}")
     message(FATAL_ERROR "not installed: ${PREFIX}/${f}")
   endif()

@@ -3,12 +3,12 @@
 # naming the problem, fast and small; never a crash, a hang or a silent acceptance. One case per ctest test:
 #   probe.sh <pipescope> <source dir> <scratch dir> <case>
 # Each case writes <scratch>/<case>.result: class, exit code, wall seconds, peak RSS (KB), verdict; `probe.sh
-# ... table` prints them as the table of tests/reliability/README.md.
+# ... table` prints them all, `probe.sh x x <scratch> summary` the per-class table of tests/reliability/README.md.
 set -u
 bin=$1 src=$2 work=$3 case=$4
 mkdir -p "$work"
 cd "$work" || exit 1
-if [ "$case" != table ]; then
+if [ "$case" != table ] && [ "$case" != summary ]; then
   rm -rf "$case" && mkdir "$case" && cd "$case" || exit 1  # each case its own files (ctest runs them in parallel)
 fi
 base=$src/tests/reliability/inputs/base.yaml
@@ -52,6 +52,9 @@ run() {
     verdict=crash
   elif [ "$rc" -eq 0 ] && [ "$want" != 0 ]; then verdict=silent; elif [ "$rc" -ne "$want" ]; then verdict=wrong-code; fi
   if [ "$verdict" = ok ] && ! grep -Eq -- "$re" "$out"; then verdict=unclear; fi
+  # A refusal must be small (docs/limits.md): peak RSS under 200 MB (0: no bound, e.g. under ASan's shadow memory).
+  local max_kb=${PIPESCOPE_PROBE_MAX_KB:-204800}
+  if [ "$verdict" = ok ] && [ "$max_kb" -gt 0 ] && [ "$rss" != NA ] && [ "$rss" -gt "$max_kb" ]; then verdict=heavy; fi
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$cls" "$case" "$rc" "$wall" "$rss" "$verdict" >"../$case.result"
   echo "case $case ($cls): exit $rc (expected $want), ${wall} s, ${rss} KB peak: $verdict"
   [ "$verdict" = ok ]
@@ -62,13 +65,30 @@ if [ "$case" = table ]; then
   cat ./*.result 2>/dev/null | sort
   exit 0
 fi
+# The note's table: per class, the cases and how many crashed, hung, were silently accepted or otherwise wrong
+# (wrong exit code, unclear message, over 200 MB), and the slowest refusal's wall time and the largest peak RSS.
+if [ "$case" = summary ]; then
+  cat ./*.result 2>/dev/null | sort | awk -F'\t' '
+    { c = $1; n[c]++; v = $6
+      if (v == "crash") cr[c]++; else if (v == "hang") h[c]++; else if (v == "silent") si[c]++; else if (v != "ok") o[c]++
+      if ($4 != "NA" && $4 + 0 > w[c]) w[c] = $4 + 0
+      if ($5 != "NA" && $5 + 0 > m[c]) m[c] = $5 + 0 }
+    END { printf "class\tcases\tcrashes\thangs\tsilent\tother_wrong\tslowest_s\tpeak_MB\n"
+          for (c in n) { printf "%s\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.0f\n", c, n[c], cr[c], h[c], si[c], o[c], w[c],
+                                m[c] / 1024 | "sort"
+                         N += n[c]; CR += cr[c]; H += h[c]; S += si[c]; O += o[c]; if (w[c] > W) W = w[c]; if (m[c] > M) M = m[c] }
+          close("sort")
+          printf "all\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.0f\n", N, CR, H, S, O, W, M / 1024 }'
+  exit 0
+fi
 
 case $case in
   # ---- physical ranges (core/ranges.h)
   range_nvlink_latency_1e14)
+    # It aborted inside SimGrid and left an empty --json file.
     with "nvlink_latency_us: 1}" "nvlink_latency_us: 1e14}" in.yaml
-    run ranges 1 "cluster.intra_node.nvlink_latency_us: 100000000000000 is outside the plausible range \\[0, 1000000\\]" -- simulate in.yaml --json o.json
-    ;;
+    run ranges 1 "cluster.intra_node.nvlink_latency_us: 100000000000000 is outside the plausible range \\[0, 1000000\\]" -- simulate in.yaml --json o.json || exit 1
+    [ ! -e o.json ] || { echo "FAIL: o.json was written"; exit 1; } ;;
   range_nvlink_bw_tiny)
     with "nvlink_bw_GBps: 300" "nvlink_bw_GBps: 1e-300" in.yaml
     run ranges 1 "nvlink_bw_GBps: 1e-300 is outside the plausible range" -- simulate in.yaml ;;
@@ -109,6 +129,22 @@ case $case in
   file_profile_truncated)
     head -n 12 "$src/calib/profiles/dgx-a100.analytic.yaml" >cut.yaml
     run profiles 1 "cut.yaml:.*complete: missing" -- simulate --profile cut.yaml ;;
+  file_profile_layers_deleted)
+    # A measured profile without its layers: section (it was accepted, iteration -0.7%).
+    awk '/^layers:/{skip=1; next} /^[a-z]/{skip=0} !skip' "$src/fuzz/corpus/fuzz_profile/cpu-small.yaml" >nolayers.yaml
+    run profiles 1 "--profile nolayers.yaml:.*layers: missing: the profile lists section layers" -- simulate "$base" \
+      --profile nolayers.yaml ;;
+  file_profile_bad_value)
+    # A profile's bad value was blamed on the scenario file.
+    sed 's/intra: {latency_us: 1, bw_GBps: 300/intra: {latency_us: 1, bw_GBps: -5/' \
+      "$src/calib/profiles/dgx-a100.analytic.yaml" >badval.yaml
+    run profiles 1 "--profile badval.yaml:24:35: links.intra.bw_GBps: must be > 0, got -5" -- simulate "$base" \
+      --profile badval.yaml ;;
+  file_slice_tokens_24mb)
+    # A 24 MB slice_tokens list took 34 s and 5.9 GB to be rejected inside the YAML parser.
+    { sed "s|schedule: {kind: 1f1b}|schedule: {kind: terapipe, slice_tokens: [|" "$base"
+      head -c 24000000 /dev/zero | tr '\0' '1' | sed 's/1/1,/g' | head -c 24000000; echo "1]}"; } >st.yaml
+    run files 1 "st.yaml: 24000[0-9]+ bytes: larger than the 16 MiB limit" -- simulate st.yaml ;;
   file_profile_section_deleted)
     grep -v "^links:\|^  inter:\|^  intra:" "$src/calib/profiles/dgx-a100.analytic.yaml" >nolinks.yaml
     run profiles 1 "nolinks.yaml:.*links: missing: the profile lists section links" -- simulate --profile nolinks.yaml ;;
@@ -116,6 +152,10 @@ case $case in
   work_pp_10000)
     shape in.yaml 10000 1 1 10000 1 64 1f1b
     run work 1 "work estimate: .* schedule ops" -- simulate in.yaml ;;
+  work_pp_100000)
+    shape in.yaml 100000 1 1 100000 1 64 1f1b
+    sed -i 's/layers: [0-9]*/layers: 10000/' in.yaml
+    run work 1 "parallel.pp: pp \\* v = 100000 model chunks but the model has only 10000 layers" -- simulate in.yaml ;;
   work_dp_1000000)
     shape in.yaml 1 1000000 1 1000000 1 64 1f1b
     run work 1 "work estimate: .* schedule ops" -- simulate in.yaml ;;
@@ -142,11 +182,27 @@ case $case in
     run work 1 "work estimate" --ulimit 1000000 -- simulate in.yaml --allow-large ;;
   work_sweep_1e6_points)
     v=$(seq -s, 1 100)
-    run work 1 "sweep: 1e\+06 runs, about .* hours; over the limit" -- sweep "$base" --vary "parallel.global_batch=$v" \
-      --vary "model.layers=$v" --vary "model.hidden=$v" ;;
+    run work 1 "sweep: work estimate: 1e\+06 runs, about .* hours; over the limit of 1e\+04 runs .*--allow-large" -- \
+      sweep "$base" --vary "parallel.global_batch=$v" --vary "model.layers=$v" --vary "model.hidden=$v" ;;
+  work_sweep_hours)
+    # 400 points of about 10 s each: under the count limit, over the time limit.
+    shape in.yaml 64 8 1 20000 1 64 1f1b
+    run work 1 "sweep: work estimate: 400 runs, about .* hours; over the limit of 1 hour .*--allow-large" -- \
+      sweep in.yaml --vary "model.hidden=$(seq -s, 8 8 160)" --vary "model.heads=$(seq -s, 1 1 20)" ;;
   work_plan_tables)
-    run work 1 "plan: .* cells, about .* MB; over the limit" -- plan "$src/scenarios/terapipe/setting-1.yaml" --grain 1 \
-      --max-micro-batch 1000 ;;
+    run work 1 "plan: work estimate: .* slice-time table cells, about .*; over the limit of 4e\+06 .*--allow-large" -- \
+      plan "$src/scenarios/terapipe/setting-1.yaml" --grain 1 --max-micro-batch 1000 ;;
+  work_plan_simulate)
+    # --simulate's finest uniform slicing of a 1M-token sequence: 131072 slices per micro-batch.
+    shape in.yaml 8 1 1 64 1 1048576 terapipe
+    run work 1 "plan: work estimate: .*the largest point: 262144 slices: .* schedule ops.*--simulate" -- plan in.yaml --grain 65536 --simulate ;;
+  work_plan_max_batch)
+    run work 1 "plan --max-batch: work estimate: 2.*e\+05 sequences per replica, .*Lower --memory-GB, or pass --allow-large" -- \
+      plan "$src/scenarios/terapipe/setting-1.yaml" --max-batch --memory-GB 1e5 ;;
+  work_search_batch_1e8)
+    # dp 1 points with 1e8 micro-batches: stage 1 alone would build schedules of 1e9 ops.
+    shape in.yaml 8 1 1 100000000 1 64 1f1b
+    run work 1 "search: work estimate: .* configurations, about .*the largest" -- search in.yaml ;;
   # ---- outputs (core/atomic_file.h)
   out_same_path)
     run outputs 1 "--trace o.json: the same file as --json" -- simulate "$base" --json o.json --trace o.json ;;
@@ -155,10 +211,13 @@ case $case in
   out_missing_dir)
     run outputs 1 "--json nodir/o.json: directory nodir does not exist" -- simulate "$base" --json nodir/o.json ;;
   out_failed_run_keeps_previous)
+    # A failed run truncated the previous good output files (JSON, SVG) to 0 bytes.
     echo '{"previous": true}' >prev.json
+    echo '<svg>previous</svg>' >prev.svg
     with "nvlink_latency_us: 1}" "nvlink_latency_us: 1e14}" in.yaml
-    run outputs 1 "outside the plausible range" -- simulate in.yaml --json prev.json || exit 1
-    grep -q '"previous": true' prev.json || { echo "FAIL: prev.json was changed"; exit 1; } ;;
+    run outputs 1 "outside the plausible range" -- simulate in.yaml --json prev.json --timeline prev.svg || exit 1
+    grep -q '"previous": true' prev.json || { echo "FAIL: prev.json was changed"; exit 1; }
+    grep -q '<svg>previous</svg>' prev.svg || { echo "FAIL: prev.svg was changed"; exit 1; } ;;
   out_two_on_stdout)
     run outputs 1 "--trace -: standard output is already taken by --json" -- simulate "$base" --json - --trace - ;;
   out_calibrate_missing_dir)
@@ -193,6 +252,11 @@ case $case in
     run codes 2 "--fail-on-oom: the memory model says a rank does not fit" -- simulate in.yaml --fail-on-oom ;;
   code_no_launcher)
     run codes 3 "--launcher: 'no-such-mpirun' not found in PATH" -- validate --launcher no-such-mpirun --pp 2 --dp 1 --tp 1 ;;
+  code_calibrate_no_gpu)
+    # Only where there is no usable GPU (with one, this would calibrate it).
+    if "$(dirname "$bin")/pipescope-cuda-check" cuda-f16 2>/dev/null; then echo "SKIP: a GPU is present"; exit 0; fi
+    run codes 3 "--backend cuda-f16: (no usable GPU|this pipescope was built without CUDA)" -- calibrate --backend cuda-f16 \
+      --out p.yaml ;;
   *)
     echo "unknown case $case"; exit 2 ;;
 esac

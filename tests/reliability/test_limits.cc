@@ -10,6 +10,7 @@
 
 #include "core/atomic_file.h"
 #include "core/input_file.h"
+#include "core/memory_model.h"
 #include "core/ranges.h"
 #include "core/scenario.h"
 #include "core/work_estimate.h"
@@ -89,6 +90,80 @@ TEST(WorkEstimate, GrowsWithEveryCountAndRefusesOverTheLimit) {
     ADD_FAILURE() << "accepted " << estimate_work(big).text();
   } catch (const WorkTooLarge& e) {
     EXPECT_NE(std::string(e.what()).find("work estimate"), std::string::npos) << e.what();
+  }
+}
+
+// The grids (sweep, search, plan) are estimated before anything runs and refused over the limits.
+TEST(GridEstimate, SearchCountsThePointsTheSearchEnumerates) {
+  const Scenario base = default_scenario();
+  SearchSpace all, narrow, few;
+  narrow.pp = {2, 4};
+  narrow.micro_batch_sizes = {1, 2};
+  few.schedules = {"1f1b", "interleaved", "terapipe", "seq1f1b"};
+  few.tp = {1, 2};
+  for (const SearchSpace* sp : {&all, &narrow, &few}) {
+    const GridEstimate g = estimate_search(base, *sp, 20, 1);
+    EXPECT_EQ(g.points, static_cast<double>(enumerate_candidates(base, *sp).enumerated));
+    EXPECT_GT(g.seconds, 0);
+    EXPECT_LT(g.seconds, kMaxGridSeconds);
+    EXPECT_FALSE(g.largest.empty());
+  }
+  set_allow_large(false);
+  EXPECT_NO_THROW(check_grid(estimate_search(base, all, 20, 1)));
+  Scenario huge = base;  // dp 1 points of a 1e8 batch: stage 1 alone would build 1e10-op schedules
+  huge.parallel.global_batch = 100 * 1000 * 1000;
+  try {
+    check_grid(estimate_search(huge, all, 20, 1), 1e15);
+    ADD_FAILURE() << "accepted " << estimate_search(huge, all, 20, 1).text();
+  } catch (const WorkTooLarge& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("search: work estimate: "), std::string::npos) << m;
+    EXPECT_NE(m.find("schedule ops per run (the largest: "), std::string::npos) << m;
+    EXPECT_NE(m.find("--allow-large"), std::string::npos) << m;
+  }
+  set_allow_large(true);
+  EXPECT_NO_THROW(check_grid(estimate_search(base, all, 20, 1)));
+  set_allow_large(false);
+}
+
+TEST(GridEstimate, SweepAndPlanRefuseOverTheLimits) {
+  set_allow_large(false);
+  EXPECT_NO_THROW(check_grid(estimate_sweep(100, 1.0, 1)));
+  EXPECT_THROW(check_grid(estimate_sweep(1e6, 0.01, 1)), WorkTooLarge);   // the count
+  EXPECT_THROW(check_grid(estimate_sweep(5000, 10.0, 1)), WorkTooLarge);  // the time: 14 hours
+  EXPECT_NO_THROW(check_grid(estimate_sweep(5000, 10.0, 1000)));          // ... over 1000 jobs
+  const Scenario s = default_scenario();
+  const std::vector<Scenario> runs(3, s);
+  EXPECT_NEAR(estimate_sweep(runs, 1).seconds, 3 * estimate_sweep(1, estimate_work(s).seconds, 1).seconds, 1e-9);
+  try {
+    check_grid(estimate_sweep(1e6, 0.01, 1));
+  } catch (const WorkTooLarge& e) {
+    EXPECT_NE(std::string(e.what()).find("sweep: work estimate: 1e+06 runs, about "), std::string::npos) << e.what();
+  }
+  Scenario tp = s;
+  tp.model.seq_len = 2048;
+  EXPECT_NO_THROW(check_grid(estimate_plan(tp, 8, 1, false)));
+  EXPECT_THROW(check_grid(estimate_plan(tp, 1, 10, false), 1e15), WorkTooLarge);   // 2e7 cells
+  EXPECT_THROW(check_grid(estimate_plan(tp, 1, 1000, false), 1e9), WorkTooLarge);  // 67 GB: even --allow-large
+  EXPECT_GT(estimate_plan(tp, 8, 1, true).seconds, estimate_plan(tp, 8, 1, false).seconds);
+  set_allow_large(true);
+  EXPECT_NO_THROW(check_grid(estimate_plan(tp, 1, 10, false), 1e15));
+  EXPECT_THROW(check_grid(estimate_plan(tp, 1, 1000, false), 1e9), WorkTooLarge);
+  set_allow_large(false);
+}
+
+TEST(GridEstimate, MaxBatchPredictsTheBatchBeforeSearchingForIt) {
+  const Scenario s = load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/terapipe/setting-1.yaml");
+  const GridEstimate g = estimate_max_batch(s, 4000e9);
+  const double b = max_batch_gpipe(s, 4000e9).per_replica;  // 8079; peaks grow about linearly with the batch
+  EXPECT_NEAR(g.points, b, 0.05 * b);
+  set_allow_large(false);
+  EXPECT_NO_THROW(check_grid(estimate_max_batch(s, 0), 1e15));  // the device's 80 GB
+  try {
+    check_grid(estimate_max_batch(s, 1e14), 1e15);  // `plan --max-batch --memory-GB 1e5` ran 47 s
+    ADD_FAILURE() << "accepted " << estimate_max_batch(s, 1e14).text();
+  } catch (const WorkTooLarge& e) {
+    EXPECT_NE(std::string(e.what()).find("Lower --memory-GB, or pass --allow-large"), std::string::npos) << e.what();
   }
 }
 
