@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "core/analytic_cost.h"
+#include "core/context_parallel.h"
 #include "core/profile_cost.h"
 #include "core/schedule_csv.h"
 #include "core/schedule_registry.h"
@@ -61,8 +62,9 @@ std::unique_ptr<Prepared> prepare(const Scenario& s) {
   p->schedule = make_schedule(s);
   p->lowered = lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost, s.schedule.scatter_gather,
                      grad_sync_options(s.training));
+  p->lowered = add_cp_exchange(p->lowered, s);  // context-parallel K/V rings (no-op at cp = 1)
   p->lowered.blocking_sends = s.sim.p2p == "blocking";
-  p->placement = make_placement(s.sim.placement, s.parallel.dp, s.parallel.pp, s.parallel.tp, s.cluster);
+  p->placement = make_placement(s.sim.placement, s.parallel.dp, s.parallel.pp, s.parallel.tp, s.cluster, s.parallel.cp);
   return p;
 }
 

@@ -34,7 +34,7 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   rep.tp = ls.tp;
   rep.v = ls.schedule.v;
   rep.m = ls.schedule.m;
-  rep.gpus = ls.dp * ls.p * ls.tp;
+  rep.gpus = ls.dp * ls.p * ls.tp * ls.cp;
   rep.global_batch = s.parallel.global_batch;
   rep.micro_batch_size = s.parallel.micro_batch_size;
   rep.seq_len = s.model.seq_len;
