@@ -118,6 +118,9 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
          " but the scenario has parallel.pp = " + std::to_string(par.pp) + ", parallel.v = " + std::to_string(par.v));
   if (sched.seq_len != m.seq_len)
     fail("schedule seq_len " + std::to_string(sched.seq_len) + " != model.seq_len " + std::to_string(m.seq_len));
+  if (par.cp < 1 || m.seq_len % par.cp != 0)
+    fail("parallel.cp = " + std::to_string(par.cp) + " does not split seq_len " + std::to_string(m.seq_len) +
+         " evenly");
   std::vector<int> stage_layers;  // per virtual stage
   try {
     for (int g = 0; g < par.pp * par.v; g++) stage_layers.push_back(stage_layer_range(s, g).count);

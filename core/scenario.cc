@@ -894,7 +894,9 @@ void Validator::run() const {
   if (t.fp8() && !(d.peak_flops_fp8 > 0 && d.peak_flops_bf16 > 0))
     fail({"training.dtype", "cluster.device.peak_tflops_fp8", "cluster.device.preset", "cluster.preset"},
          "fp8 needs a device with FP8 tensor cores (H100, H200); " + d.name +
-             " has none (peak_tflops_fp8 = " + num(d.peak_flops_fp8 / units::kTflops) + "): use bf16");
+             (s_.sim.profile.empty() ? std::string() : " as described by the profile " + s_.sim.profile) +
+             " has none (peak_tflops_fp8 = " + num(d.peak_flops_fp8 / units::kTflops) +
+             (s_.sim.profile.empty() ? "): use bf16" : "; calibration profiles carry no FP8 rate): use bf16"));
   if (t.dtype == "bf16" && !(d.peak_flops_bf16 > 0))
     fail({"training.dtype", "cluster.device.peak_tflops_bf16", "cluster.device.preset", "cluster.preset"},
          "bf16 needs a device with bf16 support; " + d.name + " has none (peak_tflops_bf16 = 0): use fp16");
