@@ -64,6 +64,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/context_parallel.h"
+#include "core/fp8.h"
 #include "core/gemm_model.h"
 #include "core/placement.h"
 #include "core/schedule_registry.h"
@@ -113,7 +115,10 @@ AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
   };
   need(m.layers > 0 && m.hidden > 0 && m.heads > 0 && m.ffn_hidden > 0 && m.vocab > 0 && m.seq_len > 0,
        "model.layers, hidden, heads, ffn_hidden, vocab and seq_len must all be positive");
-  need(par.pp >= 1 && par.tp >= 1 && par.v >= 1, "parallel.pp, tp and v must be >= 1");
+  need(par.pp >= 1 && par.tp >= 1 && par.v >= 1 && par.cp >= 1, "parallel.pp, tp, cp and v must be >= 1");
+  need(par.cp == 1 || (m.seq_len % (2 * par.cp) == 0 && s_.training.flash_attention),
+       "parallel.cp = " + std::to_string(par.cp) +
+           " needs seq_len divisible by 2 * cp and training.flash_attention (ring attention)");
   try {
     for (int g = 0; g < par.pp * par.v; g++) stage_layers_.push_back(stage_layer_range(s_, g).count);
   } catch (const std::invalid_argument& e) {
@@ -130,8 +135,12 @@ AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
     dtype_peak_flops_ = d.peak_flops_fp32;
   else if (dt == "fp64")
     dtype_peak_flops_ = d.peak_flops_fp64;
+  else if (dt == "fp8")  // linear GEMMs in FP8, everything else in bf16 (core/fp8.h)
+    dtype_peak_flops_ = d.peak_flops_bf16, fp8_peak_flops_ = d.peak_flops_fp8;
   else
-    invalid(src + "training.dtype: unknown dtype '" + dt + "' (fp16 | bf16 | fp32 | fp64)");
+    invalid(src + "training.dtype: unknown dtype '" + dt + "' (fp16 | bf16 | fp32 | fp64 | fp8)");
+  need(dt != "fp8" || (std::isfinite(fp8_peak_flops_) && fp8_peak_flops_ > 0),
+       "training.dtype: device " + d.name + " has no FP8 tensor cores (peak FLOP/s for fp8 is 0)");
   need(std::isfinite(dtype_peak_flops_) && dtype_peak_flops_ > 0,
        "device " + d.name + " has no " + dt + " peak (peak FLOP/s for that dtype is 0)");
   need(std::isfinite(d.hbm_bw_Bps) && d.hbm_bw_Bps > 0, "cluster.device.hbm_bw_GBps must be > 0");
@@ -151,16 +160,17 @@ int AnalyticCostModel::layers_of_stage(int stage) const {
 
 double AnalyticCostModel::kernel_seconds(const KernelCost& k) const {
   const DeviceSpec& d = s_.cluster.device;
+  if (k.wait_s > 0) return k.wait_s;
   const double mem = k.bytes / (d.hbm_bw_Bps * d.memory_efficiency);
   if (k.flops <= 0) return mem;
+  const double peak = k.fp8 ? fp8_peak_flops_ : dtype_peak_flops_;
   if (k.gemm && k.m > 0) {  // tile and wave quantisation over the SMs (core/gemm_model.h)
-    const GemmDevice g{dtype_peak_flops_, d.gemm_efficiency,
-                       d.sm_count,        d.gemm_half_sat_flops / (dtype_peak_flops_ * d.gemm_efficiency),
-                       d.hbm_bw_Bps,      d.memory_efficiency};
+    const GemmDevice g{peak,         d.gemm_efficiency,  d.sm_count, d.gemm_half_sat_flops / (peak * d.gemm_efficiency),
+                       d.hbm_bw_Bps, d.memory_efficiency};
     return gemm_timing(g, k.m, k.n, k.k, k.bytes, k.batch).seconds;
   }
-  const double compute = k.gemm ? (k.flops + d.gemm_half_sat_flops) / (dtype_peak_flops_ * d.gemm_efficiency)
-                                : k.flops / dtype_peak_flops_;
+  const double compute =
+      k.gemm ? (k.flops + d.gemm_half_sat_flops) / (peak * d.gemm_efficiency) : k.flops / dtype_peak_flops_;
   return std::max(compute, mem);
 }
 
@@ -171,6 +181,7 @@ std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, 
   const double S = b * (m.heads / t) * l * K;                    // score elements on this GPU
   const double qk = 2.0 * b * l * K * h / t;                     // Q.K^T (and P.V) FLOPs over the full l x K rectangle
   const double L = l, hd = h / m.heads, bh = b * (m.heads / t);  // per-head GEMMs (rows, head dim, batch)
+  if (s_.parallel.cp > 1) return cp_attention_forward_kernels(*this, s_, b);  // ring attention (whole sequences)
   if (s_.training.flash_attention) {
     std::vector<KernelCost> k;
     if (c > 0) k.push_back({0, 4 * e * b * K * kv / t, false});  // K/V cache concatenation (a new contiguous copy)
@@ -206,7 +217,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
   const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
   auto gemm = [&](double M, double Kd, double N) {
-    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd};
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e);
   };
   std::vector<KernelCost> k = {
       {8 * Tr * h, 2 * e * Tr * h, false},  // LayerNorm
@@ -225,6 +236,8 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
       {3 * Tr * h, (3 * e + 1) * Tr * h, false},           // bias + dropout + residual add
   };
   k.insert(k.end(), rest.begin(), rest.end());
+  const std::vector<KernelCost> casts = fp8_layer_kernels(b, l, true);
+  k.insert(k.end(), casts.begin(), casts.end());
   return k;
 }
 
@@ -239,7 +252,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   const double qk = 2.0 * b * l * K * h / t;
   const double L = l, hd = h / m.heads, bh = b * (m.heads / t);  // per-head GEMMs (rows, head dim, batch)
   auto gemm = [&](double M, double Kd, double N) {
-    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd};
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e);
   };
   auto bias_grad = [&](double rows, double n) { return KernelCost{rows * n, e * (rows * n + n), false, true}; };
   // Weight gradients accumulate over the micro-batches and slices of an iteration (cuBLAS beta = 1 into the
@@ -248,7 +261,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   // fused: read + write of the gradient; autograd: the GEMM's own output, then grad += new reads both, writes one.
   const double acc = s_.training.wgrad_accumulation == "autograd" ? 2 * e + 2 * g : 2 * g;
   auto wgrad = [&](double M, double Kd, double N) {
-    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd};
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd}, acc);
   };
   std::vector<KernelCost> k = {
       {3 * Tr * h, (2 * e + 1) * Tr * h, false},               // dropout + add backward (MLP)
@@ -266,7 +279,10 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
       wgrad(h / t, T, h),                                      // output projection wgrad
       {0, 2 * e * T * h / t, false},                           // context transpose backward
   };
-  if (s_.training.flash_attention) {
+  if (s_.parallel.cp > 1) {  // ring attention (core/context_parallel.h)
+    const std::vector<KernelCost> ring = cp_attention_backward_kernels(*this, s_, b);
+    k.insert(k.end(), ring.begin(), ring.end());
+  } else if (s_.training.flash_attention) {
     const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
     const double lse = 4 * b * (m.heads / t) * l;                  // fp32 per query and head
     k.push_back({2 * T * h / t, 2 * e * T * h / t + lse, false});  // D = rowsum(dO * O)
@@ -291,7 +307,22 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
       {10 * Tr * h, 4 * e * Tr * h, false},  // LayerNorm backward (+ residual gradient)
   };
   k.insert(k.end(), rest.begin(), rest.end());
+  const std::vector<KernelCost> casts = fp8_layer_kernels(b, l, false);
+  k.insert(k.end(), casts.begin(), casts.end());
   return k;
+}
+
+KernelCost AnalyticCostModel::linear_gemm(const KernelCost& k, double out_bytes_per_elem) const {
+  return s_.training.fp8() ? fp8_gemm(k, out_bytes_per_elem) : k;
+}
+
+std::vector<KernelCost> AnalyticCostModel::fp8_layer_kernels(int b, int l, bool forward) const {
+  if (!s_.training.fp8()) return {};
+  const LayerDims d = layer_dims(s_.model);
+  const double t = s_.parallel.tp, e = elem_bytes(), T = static_cast<double>(b) * l;
+  // Forward: the inputs of QKV, projection, MLP up and MLP down; backward: the output gradients of the same four.
+  const double cols = forward ? d.h + d.h / t + d.h + d.f / t : d.qkv_out / t + d.h + d.up_out / t + d.h;
+  return {fp8_cast_transpose(T, cols, e)};
 }
 
 namespace {
@@ -332,7 +363,8 @@ void AnalyticCostModel::check_op(const Op& op, int microbatch_seqs) const {
 
 AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int microbatch_seqs, bool forward) const {
   const ModelSpec& m = s_.model;
-  const int b = microbatch_seqs, l = op.tokens(), c = op.tok_begin;
+  // With context parallelism a GPU holds seq_len / cp tokens of each (whole) sequence.
+  const int b = microbatch_seqs, l = op.tokens() / s_.parallel.cp, c = op.tok_begin;
   const double t = s_.parallel.tp, e = elem_bytes();
   const double h = m.hidden, V = m.vocab, T = static_cast<double>(b) * l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
@@ -353,6 +385,7 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
                 {T * V / t, e * T * V / t, false},             // cross entropy: max
                 {3 * T * V / t, (e + 4) * T * V / t, false}};  // exp, sum, softmax kept in fp32
     }
+    if (s_.training.fp8()) k.post.push_back(fp8_amax_update(true, layers_of_stage(op.stage)));
     return k;
   }
   if (last) {
@@ -371,6 +404,7 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
     k.post = {{Tr * h, (2 * e + 1) * Tr * h, false},   // dropout backward
               {T * h, (e + 8) * T * h, false, true}};  // embedding gradient scatter-add (fp32 rows)
   }
+  if (s_.training.fp8()) k.post.push_back(fp8_amax_update(false, layers_of_stage(op.stage)));
   return k;
 }
 
@@ -435,24 +469,28 @@ double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {
       break;
   }
   const double bwd = 2.0 * fwd + recomputed + (last ? 2.0 * logits : 0.0);
+  // Context parallelism: every GPU of the group does 1/cp of the work (load-balanced causal attention).
+  const double cp = s_.parallel.cp;
   switch (op.kind) {
     case OpKind::Forward:
-      return fwd + (last ? logits : 0.0);
+      return (fwd + (last ? logits : 0.0)) / cp;
     case OpKind::Backward:
-      return bwd;
+      return bwd / cp;
     case OpKind::BackwardInput:
-      return bwd - wgrad;
+      return (bwd - wgrad) / cp;
     case OpKind::BackwardWeight:
-      return wgrad;
+      return wgrad / cp;
   }
   return 0.0;
 }
 
 double AnalyticCostModel::p2p_bytes(const Op& op, int microbatch_seqs) const {
   check_op(op, microbatch_seqs);
-  // With sequence parallelism each TP rank holds (and sends) its 1/t share of the sequence.
+  // With sequence parallelism each TP rank holds (and sends) its 1/t share of the sequence; context parallelism
+  // splits the sequence over cp ranks.
   const double shard = s_.parallel.sequence_parallel ? s_.parallel.tp : 1.0;
-  return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes() / shard;
+  return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes() / shard /
+         s_.parallel.cp;
 }
 
 int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
@@ -474,7 +512,7 @@ int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
 
 double AnalyticCostModel::tp_allreduce_bytes(const Op& op, int microbatch_seqs) const {
   check_op(op, microbatch_seqs);
-  return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes();
+  return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes() / s_.parallel.cp;
 }
 
 double AnalyticCostModel::grad_bytes(int rank) const { return rank_parameter_count(s_, rank) * grad_elem_bytes(); }
@@ -486,7 +524,8 @@ double AnalyticCostModel::param_bytes(int rank) const {
 double AnalyticCostModel::optimizer_seconds(int rank) const {
   const DeviceSpec& d = s_.cluster.device;
   // The distributed optimizer updates its 1/dp shard only (the all-gather of the result is a collective).
-  const double shards = s_.training.distributed_optimizer ? s_.parallel.dp : 1.0;
+  // Megatron shards it over the data-parallel group with context parallelism: dp * cp GPUs.
+  const double shards = s_.training.distributed_optimizer ? 1.0 * s_.parallel.dp * s_.parallel.cp : 1.0;
   const double params = rank_parameter_count(s_, rank) / shards;
   const TrainingSpec::ParamBytes pb = s_.training.param_bytes();
   const double w = pb.weight, g = pb.grad, state = pb.state;  // state: fp32 master + moments
@@ -499,6 +538,13 @@ double AnalyticCostModel::optimizer_seconds(int rank) const {
   const double tensors = 12.0 * rank_layer_count(s_, rank) + 4.0;
   const int launches = 3 * static_cast<int>(std::ceil(tensors / 110.0));
   std::vector<double> ks(static_cast<std::size_t>(launches), gpu / launches);
+  if (s_.training.fp8()) {  // FP8 copies (+ transposes) of every linear weight, cast from the new bf16 weights
+    const double layers = rank_layer_count(s_, rank);
+    const double params = layers * fp8_linear_weight_params(s_.model) / s_.parallel.tp;
+    const double cast = params * (w + kFp8WeightCopyBytes) / (d.hbm_bw_Bps * d.memory_efficiency);
+    const auto casts = static_cast<std::size_t>(kFp8LinearsPerLayer * layers);
+    ks.insert(ks.end(), casts, cast / static_cast<double>(casts));
+  }
   return stream_seconds({}, ks, 1, {}, d.kernel_launch_s);
 }
 

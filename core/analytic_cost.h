@@ -19,6 +19,8 @@ struct KernelCost {
   bool weight = false;  // part of the weight-gradient pass W (wgrad GEMMs, bias and embedding gradients)
   // GEMM shape (core/gemm_model.h): batch x (m x k times k x n); m = 0 = not given (plain roofline).
   double m = 0, n = 0, k = 0, batch = 1;
+  bool fp8 = false;   // FP8 operands: runs at the device's FP8 peak (training.dtype fp8, core/fp8.h)
+  double wait_s = 0;  // > 0: a wait of this long, not a kernel's work (exposed ring transfer, core/context_parallel.h)
 };
 
 class AnalyticCostModel : public CostModel {
@@ -59,6 +61,7 @@ class AnalyticCostModel : public CostModel {
  protected:
   Scenario s_;
   double dtype_peak_flops_ = 0;
+  double fp8_peak_flops_ = 0;      // training.dtype fp8: the linear GEMMs' peak (dtype_peak_flops_ is bf16's then)
   std::vector<int> stage_layers_;  // per virtual stage
 
  private:
@@ -71,6 +74,10 @@ class AnalyticCostModel : public CostModel {
   double fused_seconds(const Op& op, int microbatch_seqs, bool forward) const;
   int elem_bytes() const { return s_.training.act_bytes_per_elem(); }
   int grad_elem_bytes() const { return s_.training.grad_fp32 ? 4 : elem_bytes(); }
+  // A linear layer's GEMM (not attention, not logits): FP8 operands with training.dtype fp8 (core/fp8.h).
+  KernelCost linear_gemm(const KernelCost& k, double out_bytes_per_elem) const;
+  // FP8 casts of one layer's linear-GEMM inputs (forward) or output gradients (backward) and its amax update.
+  std::vector<KernelCost> fp8_layer_kernels(int b, int l, bool forward) const;
 };
 
 }  // namespace pipescope

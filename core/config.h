@@ -59,6 +59,7 @@ struct DeviceSpec {
   double peak_flops_bf16 = 0;  // 0 = not supported (V100)
   double peak_flops_fp32 = 0;  // non-tensor FLOP/s
   double peak_flops_fp64 = 0;  // 0 = unknown (fp64 runs need a calibration profile, e.g. of a CPU)
+  double peak_flops_fp8 = 0;   // dense FP8 (E4M3 / E5M2) tensor-core FLOP/s; 0 = no FP8 tensor cores (pre-Hopper)
   double memory_bytes = 0;
   double hbm_bw_Bps = 0;
   // Analytic efficiency parameters (roofline with efficiency; docs/calibration.md/5.5).
@@ -105,6 +106,7 @@ struct ParallelSpec {
   int dp = 1;                      // data-parallel replicas
   int pp = 1;                      // pipeline stages (ranks)
   int tp = 1;                      // tensor-parallel degree
+  int cp = 1;                      // context-parallel degree: each rank of a cp group holds seq_len / cp tokens
   int v = 1;                       // model chunks per pipeline rank (interleaved schedules)
   int micro_batch_size = 1;        // b (sequences per micro-batch)
   int global_batch = 1;            // B (sequences per iteration, all replicas)
@@ -151,7 +153,10 @@ struct ScheduleSpec {
 
 // ---------------------------------------------------------------- training numerics
 struct TrainingSpec {
-  std::string dtype = "fp16";  // fp16 | bf16 | fp32 | fp64 (compute and p2p element type)
+  // fp16 | bf16 | fp32 | fp64 (compute and p2p element type) | fp8: bf16 training whose linear-layer GEMMs run
+  // in FP8 (Transformer Engine's hybrid recipe, core/fp8.h); activations, weights and optimizer as bf16.
+  std::string dtype = "fp16";
+  bool fp8() const { return dtype == "fp8"; }
   int act_bytes_per_elem() const { return dtype == "fp64" ? 8 : dtype == "fp32" ? 4 : 2; }
   // Bytes per parameter held by a GPU: < 0 (the default) = from the dtypes (param_bytes()); >= 0 = this total
   // (weights + gradients + optimizer state), the optimizer state being the rest after weights and gradients.

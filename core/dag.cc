@@ -48,7 +48,8 @@ void check_shape(const LoweredSchedule& ls, const Placement& pl) {
     fail("lowered schedule has " + std::to_string(ls.per_worker.size()) +
              " worker programs for dp = " + std::to_string(ls.dp) + ", p = " + std::to_string(ls.p),
          {});
-  if (pl.dp != ls.dp || pl.p != ls.p || pl.tp != ls.tp || pl.gpu.size() != workers * ls.tp)
+  if (pl.dp != ls.dp || pl.p != ls.p || pl.tp != ls.tp || pl.cp != ls.cp ||
+      pl.gpu.size() != workers * static_cast<std::size_t>(pl.width()))
     fail("placement is for dp = " + std::to_string(pl.dp) + ", p = " + std::to_string(pl.p) +
              ", tp = " + std::to_string(pl.tp) + " (" + std::to_string(pl.gpu.size()) +
              " GPUs) but the schedule is lowered for dp = " + std::to_string(ls.dp) + ", p = " + std::to_string(ls.p) +
@@ -373,19 +374,37 @@ Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
 }
 
 std::vector<std::vector<std::vector<std::int32_t>>> collective_rings(const LoweredSchedule& ls, const Placement& pl) {
-  // A one-worker group (TP, scatter/gather) is one ring of its tp GPUs; a multi-worker group (DP, embedding) runs
-  // as tp parallel rings, ring t over the members' TP rank t.
+  // Rings (lane c * tp + t of a worker is its context-parallel rank c, tensor-parallel rank t): a one-worker
+  // group is one ring of tp GPUs per context-parallel rank (TP, scatter/gather), or one ring of cp GPUs per TP
+  // rank (the context-parallel K/V exchange); a multi-worker group runs as tp parallel rings, ring t over TP rank
+  // t of every member and context-parallel rank (DP: Megatron's data-parallel group with context parallelism), or
+  // one ring per lane (embedding: first and last stage of the same context-parallel rank).
   std::vector<std::vector<std::vector<std::int32_t>>> out(ls.groups.size());
+  const int tp = ls.tp, cp = ls.cp;
   for (std::size_t g = 0; g < ls.groups.size(); g++) {
     const auto& ws = ls.groups[g].workers;
     auto& rings = out[g];
-    if (ws.size() == 1) {
-      rings.emplace_back();
-      for (int t = 0; t < ls.tp; t++) rings.back().push_back(pl.gpu_of(ws[0], t));
-    } else {
-      for (int t = 0; t < ls.tp; t++) {
+    const CollTag tag = ls.groups[g].tag;
+    if (ws.size() == 1 && tag == CollTag::ContextParallel) {
+      for (int t = 0; t < tp; t++) {
         rings.emplace_back();
-        for (std::int32_t w : ws) rings.back().push_back(pl.gpu_of(w, t));
+        for (int c = 0; c < cp; c++) rings.back().push_back(pl.gpu_of(ws[0], c * tp + t));
+      }
+    } else if (ws.size() == 1) {
+      for (int c = 0; c < cp; c++) {
+        rings.emplace_back();
+        for (int t = 0; t < tp; t++) rings.back().push_back(pl.gpu_of(ws[0], c * tp + t));
+      }
+    } else if (tag == CollTag::Embedding) {
+      for (int lane = 0; lane < tp * cp; lane++) {
+        rings.emplace_back();
+        for (std::int32_t w : ws) rings.back().push_back(pl.gpu_of(w, lane));
+      }
+    } else {
+      for (int t = 0; t < tp; t++) {
+        rings.emplace_back();
+        for (std::int32_t w : ws)
+          for (int c = 0; c < cp; c++) rings.back().push_back(pl.gpu_of(w, c * tp + t));
       }
     }
   }

@@ -43,6 +43,8 @@ const char* tag_text(CollTag t) {
       return "sg";
     case CollTag::ParamGather:
       return "params";
+    case CollTag::ContextParallel:
+      return "cp";
     case CollTag::None:
       break;
   }

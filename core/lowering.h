@@ -45,7 +45,16 @@ enum class LOpKind : std::uint8_t {
 };
 
 // ParamGather: the distributed optimizer's all-gather of the updated parameters over the DP group.
-enum class CollTag : std::uint8_t { None, DataParallel, TensorParallel, Embedding, ScatterGather, ParamGather };
+// ContextParallel: the K/V ring exchange of context-parallel attention (core/context_parallel.h), posted async.
+enum class CollTag : std::uint8_t {
+  None,
+  DataParallel,
+  TensorParallel,
+  Embedding,
+  ScatterGather,
+  ParamGather,
+  ContextParallel
+};
 
 struct LoweredOp {
   LOpKind kind = LOpKind::Compute;
@@ -62,8 +71,10 @@ struct LoweredOp {
 
 struct CollGroup {
   CollTag tag = CollTag::None;
-  // Member workers in ring order. A TP group has one member worker (its tp GPUs come from Placement);
-  // a DP group has the dp workers of one pipeline rank (the call runs as tp parallel rings, one per TP rank).
+  // Member workers in ring order. A TP group has one member worker (its tp GPUs come from Placement; with
+  // context parallelism cp rings of tp GPUs); a context-parallel group has one member worker too (tp rings of its
+  // cp ranks); a DP group has the dp workers of one pipeline rank (the call runs as tp parallel rings, one per TP
+  // rank, each over the dp * cp GPUs of that TP rank: Megatron reduces gradients over DP and CP together).
   std::vector<std::int32_t> workers;
 };
 
@@ -72,6 +83,7 @@ struct Placement;
 struct LoweredSchedule {
   Schedule schedule;  // the compute schedule it came from (for reports / checks)
   int dp = 1, p = 1, tp = 1;
+  int cp = 1;  // context-parallel ranks per worker (set by add_cp_exchange, core/context_parallel.h)
   std::vector<std::vector<LoweredOp>> per_worker;  // size dp * p; worker = d * p + r
   std::vector<CollGroup> groups;
   // Sends block the sender's stream: Megatron-LM's p2p calls (docs/papers.md)

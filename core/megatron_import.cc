@@ -58,7 +58,11 @@ const std::set<std::string> kIgnoredWithValue = {"--lr",
                                                  "--wandb-project",
                                                  "--wandb-exp-name",
                                                  "--data-cache-path",
-                                                 "--rampup-batch-size"};
+                                                 "--rampup-batch-size",
+                                                 "--fp8-margin",
+                                                 "--fp8-interval",
+                                                 "--fp8-amax-history-len",
+                                                 "--fp8-amax-compute-algo"};
 // Flags without a value that do not change an iteration's time.
 const std::set<std::string> kIgnoredFlags = {"--no-masked-softmax-fusion",
                                              "--no-bias-gelu-fusion",
@@ -110,7 +114,8 @@ bool takes_value(const std::string& flag) {
                                                    "--recompute-num-layers",
                                                    "--decoder-first-pipeline-num-layers",
                                                    "--decoder-last-pipeline-num-layers",
-                                                   "--transformer-impl"};
+                                                   "--transformer-impl",
+                                                   "--fp8-format"};
   return with_value.count(flag) > 0 || kIgnoredWithValue.count(flag) > 0;
 }
 
@@ -189,17 +194,17 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   const int seq = need("--seq-length"), mbs = need("--micro-batch-size"), gbs = need("--global-batch-size");
   const int tp = get("--tensor-model-parallel-size", 1), pp = get("--pipeline-model-parallel-size", 1);
   const int cp = std::max(get("--context-parallel-size", 1), get("--context-model-parallel-size", 1));
-  if (cp > 1) out.unsupported.push_back("--context-parallel-size " + std::to_string(cp) + ": context parallelism");
   const std::optional<ClusterSpec> cluster = cluster_preset(opt.cluster);
   if (!cluster) throw std::invalid_argument("--cluster: unknown cluster preset '" + opt.cluster + "'");
   const int gpn = cluster->gpus_per_node;
-  const int nodes = opt.nodes > 0 ? opt.nodes : (tp * pp + gpn - 1) / gpn;
+  const int model_gpus = tp * pp * cp;  // one data-parallel replica (Megatron: world = tp * cp * dp * pp)
+  const int nodes = opt.nodes > 0 ? opt.nodes : (model_gpus + gpn - 1) / gpn;
   const int gpus = nodes * gpn;
-  if (gpus % (tp * pp) != 0)
+  if (gpus % model_gpus != 0)
     throw std::invalid_argument(std::to_string(nodes) + " nodes x " + std::to_string(gpn) +
                                 " GPUs do not divide into tp " + std::to_string(tp) + " x pp " + std::to_string(pp) +
-                                " (give --nodes)");
-  const int dp = gpus / (tp * pp);
+                                (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) + " (give --nodes)");
+  const int dp = gpus / model_gpus;
   int v = 1;
   if (values.count("--num-layers-per-virtual-pipeline-stage")) {
     const int per =
@@ -214,6 +219,12 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   std::string dtype = "fp32";
   if (values.count("--bf16")) dtype = "bf16";
   if (values.count("--fp16")) dtype = "fp16";
+  // Transformer Engine FP8 (core/fp8.h): hybrid = E4M3 forward, E5M2 gradients; e4m3 everywhere. Same cost here.
+  if (values.count("--fp8-format")) {
+    const std::string f = values["--fp8-format"];
+    if (f != "hybrid" && f != "e4m3") throw std::invalid_argument("--fp8-format: '" + f + "' is not hybrid or e4m3");
+    dtype = "fp8";
+  }
   std::string recompute = "none";
   if (values.count("--recompute-activations")) recompute = "selective";  // Megatron's alias for selective
   if (values.count("--recompute-granularity")) {
@@ -261,12 +272,15 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
     << ", position: " << position << ", linear_bias: " << (values.count("--disable-bias-linear") ? "false" : "true")
     << "}\n";
   y << "cluster: {preset: " << opt.cluster << ", nodes: " << nodes << "}\n";
-  y << "parallel: {dp: " << dp << ", pp: " << pp << ", tp: " << tp << ", v: " << v << ", micro_batch_size: " << mbs
-    << ", global_batch: " << gbs << ", sequence_parallel: " << (values.count("--sequence-parallel") ? "true" : "false")
-    << "}\n";
+  y << "parallel: {dp: " << dp << ", pp: " << pp << ", tp: " << tp;
+  if (cp > 1) y << ", cp: " << cp;  // context parallelism: Transformer Engine's ring attention (flash kernels)
+  y << ", v: " << v << ", micro_batch_size: " << mbs << ", global_batch: " << gbs
+    << ", sequence_parallel: " << (values.count("--sequence-parallel") ? "true" : "false") << "}\n";
   y << "schedule: {kind: " << (v > 1 ? "interleaved" : "1f1b") << ", recompute: " << recompute
     << ", scatter_gather: " << (values.count("--no-scatter-gather-tensors-in-pipeline") ? "false" : "true") << "}\n";
-  y << "training: {dtype: " << dtype << ", flash_attention: " << (values.count("--use-flash-attn") ? "true" : "false")
+  // Context parallelism runs Transformer Engine's fused attention, whatever --use-flash-attn says.
+  const bool flash = values.count("--use-flash-attn") || cp > 1;
+  y << "training: {dtype: " << dtype << ", flash_attention: " << (flash ? "true" : "false")
     << ", grad_fp32: " << (values.count("--accumulate-allreduce-grads-in-fp32") ? "true" : "false")
     << ", distributed_optimizer: " << (dist_opt ? "true" : "false")
     << ", overlap_grad_reduce: " << (values.count("--overlap-grad-reduce") ? "true" : "false")

@@ -3,8 +3,8 @@
 // The model, batch, parallel layout, schedule and precision flags map to scenario keys; the cluster is not in
 // those arguments and comes from the import options (a cluster preset and a node count). Arguments that do not
 // change an iteration's time (learning rate, data paths, logging) are listed as ignored; arguments this
-// importer does not know are listed as unknown, and features pipescope does not model (context parallelism,
-// grouped-query attention, ...) as unsupported: nothing is dropped silently. The YAML goes through the scenario
+// importer does not know are listed as unknown, and features pipescope does not model (mixture of experts,
+// partial recomputation, ...) as unsupported: nothing is dropped silently. The YAML goes through the scenario
 // loader before it is returned, so an impossible layout fails here with the loader's message.
 
 #include <string>

@@ -6,6 +6,10 @@
 // e B (2 for fp16/bf16), gradients e B (4 with grad_fp32), optimizer state fp32 master 4 (16-bit dtypes) + Adam 8
 // (16 in all for fp16, 18 for bf16 with fp32 gradients), or what training.optimizer_bytes_per_param leaves; the
 // state divided by dp with training.distributed_optimizer (ZeRO-1).
+// Context parallelism (parallel.cp, core/context_parallel.h): activations are those of seq_len / cp tokens per
+// GPU (flash attention: no score term) and the distributed optimizer shards over dp * cp.
+// FP8 (training.dtype fp8, core/fp8.h): the weights also hold the FP8 copy and its transpose of every linear
+// weight (2 B per linear-layer parameter of the rank's layers, / t) and the layers' amax histories and scales.
 //
 // Activations per layer (Korthikanti et al. 2022, "Reducing activation recomputation", Table 2), for b
 // sequences of l tokens attending to c + l keys:
@@ -53,6 +57,7 @@
 #include <string>
 #include <tuple>
 
+#include "core/fp8.h"
 #include "core/model_shape.h"
 #include "core/placement.h"
 
@@ -63,6 +68,14 @@ bool MemoryReport::any_oom() const {
 }
 
 namespace {
+
+// FP8 copies (+ transposes) of the rank's linear weights and their amax / scale bookkeeping (core/fp8.h).
+double fp8_weight_cache_bytes(const Scenario& s, int rank) {
+  if (!s.training.fp8()) return 0.0;
+  const double layers = rank_layer_count(s, rank);
+  return layers *
+         (fp8_linear_weight_params(s.model) / s.parallel.tp * kFp8WeightCopyBytes + fp8_meta_bytes_per_layer());
+}
 
 void check_layer_args(const char* what, int b, int tokens, int context) {
   if (b < 1 || tokens < 1 || context < 0)
@@ -107,6 +120,9 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
          " but the scenario has parallel.pp = " + std::to_string(par.pp) + ", parallel.v = " + std::to_string(par.v));
   if (sched.seq_len != m.seq_len)
     fail("schedule seq_len " + std::to_string(sched.seq_len) + " != model.seq_len " + std::to_string(m.seq_len));
+  if (par.cp < 1 || m.seq_len % par.cp != 0)
+    fail("parallel.cp = " + std::to_string(par.cp) + " does not split seq_len " + std::to_string(m.seq_len) +
+         " evenly");
   std::vector<int> stage_layers;  // per virtual stage
   try {
     for (int g = 0; g < par.pp * par.v; g++) stage_layers.push_back(stage_layer_range(s, g).count);
@@ -119,7 +135,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
   const int e = s.training.act_bytes_per_elem();
   const TrainingSpec::ParamBytes pb = s.training.param_bytes();
   // The distributed optimizer keeps 1/dp of the master weights and Adam moments on each replica.
-  const double shards = s.training.distributed_optimizer ? par.dp : 1.0;
+  const double shards = s.training.distributed_optimizer ? 1.0 * par.dp * par.cp : 1.0;  // DP group with CP
   const double h = m.hidden, t = par.tp, V = m.vocab;
   const double rep_tp = par.sequence_parallel ? t : 1.0;  // what TP does to the residual-stream tensors
   const int last_stage = par.pp * par.v - 1;
@@ -132,7 +148,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
   for (int r = 0; r < par.pp; r++) {
     RankMemory& rm = rep.ranks[r];
     const double params = rank_parameter_count(s, r);
-    rm.weights_bytes = params * pb.weight;
+    rm.weights_bytes = params * pb.weight + fp8_weight_cache_bytes(s, r);
     rm.grads_bytes = params * pb.grad;
     rm.optimizer_bytes = params * pb.state / shards;
     const double static_bytes = rm.weights_bytes + rm.grads_bytes + rm.optimizer_bytes;
@@ -160,12 +176,13 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
         fail("rank " + std::to_string(r) + ": op " + op_text(op) + " has a stage or token range outside the model");
       const int b = sched.microbatches[op.microbatch].seq_count;
       const int l = op.tokens(), c = op.tok_begin;
-      const double bl = static_cast<double>(b) * l;
+      // Context parallelism: a GPU stores the activations of its seq_len / cp tokens (whole sequences only).
+      const double bl = static_cast<double>(b) * l / par.cp;
       const auto key = std::make_tuple(op.stage, op.microbatch, op.slice);
       const auto mb_key = std::make_pair(op.stage, op.microbatch);
       const bool sliced = sched.slices(op.microbatch) > 1;
       const int layers = stage_layers[static_cast<std::size_t>(op.stage)];
-      const double full_layer = layer_activation_bytes(s, b, l, c);
+      const double full_layer = layer_activation_bytes(s, b, l / par.cp, c);
       auto forward = [&] {
         double per_layer = full_layer, cache_growth = 0;
         if (recompute) {

@@ -59,32 +59,37 @@ int cube_mesh_nvlinks(int a, int b) {
   return kCubeMesh[a][b];
 }
 
-Placement make_placement(const std::string& layout, int dp, int p, int tp, const ClusterSpec& cluster) {
-  if (dp < 1 || p < 1 || tp < 1)
-    throw std::invalid_argument("placement: dp, pp and tp must be >= 1, got dp " + std::to_string(dp) + ", pp " +
-                                std::to_string(p) + ", tp " + std::to_string(tp));
+Placement make_placement(const std::string& layout, int dp, int p, int tp, const ClusterSpec& cluster, int cp) {
+  if (dp < 1 || p < 1 || tp < 1 || cp < 1)
+    throw std::invalid_argument("placement: dp, pp, tp and cp must be >= 1, got dp " + std::to_string(dp) + ", pp " +
+                                std::to_string(p) + ", tp " + std::to_string(tp) + ", cp " + std::to_string(cp));
   if (cluster.gpus_per_node < 1 || cluster.nodes < 1)
     throw std::invalid_argument("placement: the cluster has no GPUs (nodes " + std::to_string(cluster.nodes) +
                                 ", gpus_per_node " + std::to_string(cluster.gpus_per_node) + ")");
-  const long long n = 1LL * dp * p * tp;
+  const long long n = 1LL * dp * p * tp * cp;
   if (n > cluster.total_gpus())
-    throw std::invalid_argument("placement: dp * pp * tp = " + std::to_string(dp) + " * " + std::to_string(p) + " * " +
-                                std::to_string(tp) + " = " + std::to_string(n) + " GPUs, but the cluster has " +
-                                std::to_string(cluster.total_gpus()));
+    throw std::invalid_argument(std::string("placement: dp * pp * tp") + (cp > 1 ? " * cp" : "") + " = " +
+                                std::to_string(dp) + " * " + std::to_string(p) + " * " + std::to_string(tp) +
+                                (cp > 1 ? " * " + std::to_string(cp) : "") + " = " + std::to_string(n) +
+                                " GPUs, but the cluster has " + std::to_string(cluster.total_gpus()));
+  if (cp > 1 && layout == "terapipe")
+    throw std::invalid_argument("placement terapipe: no context parallelism (cp = " + std::to_string(cp) + ")");
   Placement pl;
   pl.dp = dp;
   pl.p = p;
   pl.tp = tp;
+  pl.cp = cp;
   pl.gpus_per_node = cluster.gpus_per_node;
   pl.gpu.assign(static_cast<std::size_t>(n), -1);
-  auto index = [&](int d, int r, int t) { return (static_cast<std::size_t>(d) * p + r) * tp + t; };
+  const int width = tp * cp;  // a worker's GPUs: its TP groups of its context-parallel ranks, side by side
+  auto index = [&](int d, int r, int t) { return (static_cast<std::size_t>(d) * p + r) * width + t; };
 
   if (layout == "megatron" || layout == "stage-major") {
-    // docs/papers.md#megatron: TP innermost, then DP; pipeline neighbours n/p ranks apart (other nodes).
+    // docs/papers.md#megatron: TP innermost, then CP, then DP; pipeline neighbours n/p ranks apart (other nodes).
     const long long block = n / p;
     for (int d = 0; d < dp; d++)
       for (int r = 0; r < p; r++)
-        for (int t = 0; t < tp; t++) pl.gpu[index(d, r, t)] = static_cast<std::int32_t>(r * block + d * tp + t);
+        for (int t = 0; t < width; t++) pl.gpu[index(d, r, t)] = static_cast<std::int32_t>(r * block + d * width + t);
     return pl;
   }
   if (layout != "replica-major" && layout != "terapipe")
@@ -95,7 +100,7 @@ Placement make_placement(const std::string& layout, int dp, int p, int tp, const
   std::vector<int> rank_d(n), rank_r(n), rank_t(n);
   for (int d = 0; d < dp; d++)
     for (int r = 0; r < p; r++)
-      for (int t = 0; t < tp; t++) {
+      for (int t = 0; t < width; t++) {
         const auto rank = index(d, r, t);
         pl.gpu[rank] = static_cast<std::int32_t>(rank);
         rank_d[rank] = d, rank_r[rank] = r, rank_t[rank] = t;

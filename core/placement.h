@@ -13,20 +13,24 @@ namespace pipescope {
 
 struct Placement {
   int dp = 1, p = 1, tp = 1;
+  int cp = 1;  // context-parallel ranks of each worker (core/context_parallel.h)
   int gpus_per_node = 1;
-  std::vector<std::int32_t> gpu;  // index (d * p + r) * tp + t
+  // index (d * p + r) * width() + lane; lane = c * tp + t (context-parallel rank c, tensor-parallel rank t)
+  std::vector<std::int32_t> gpu;
 
-  int gpu_of(int worker, int tp_rank = 0) const { return gpu[static_cast<std::size_t>(worker) * tp + tp_rank]; }
+  int width() const { return tp * cp; }  // GPUs per worker
+  int gpu_of(int worker, int lane = 0) const { return gpu[static_cast<std::size_t>(worker) * width() + lane]; }
   int node_of_gpu(int g) const { return g / gpus_per_node; }
 };
 
 // Layouts:
-// - "megatron": rank = r * (n / p) + d * tp + t (TP innermost, then DP, PP outermost; docs/papers.md#megatron)
+// - "megatron": rank = r * (n / p) + d * tp * cp + c * tp + t (Megatron's order tp, cp, dp, pp: TP innermost,
+//   then context parallelism, DP, PP outermost; docs/papers.md#megatron)
 // - "stage-major": same as megatron (alias)
-// - "replica-major": rank = d * (p * tp) + r * tp + t (a replica's pipeline is contiguous)
-// - "terapipe": TeraPipe's layout (TP inside a node, pipeline neighbours on NVLink-connected GPUs)
-// Throws std::invalid_argument when dp * p * tp exceeds the cluster or the name is unknown.
-Placement make_placement(const std::string& layout, int dp, int p, int tp, const ClusterSpec& cluster);
+// - "replica-major": rank = d * (p * tp * cp) + r * tp * cp + c * tp + t (a replica's pipeline is contiguous)
+// - "terapipe": TeraPipe's layout (TP inside a node, pipeline neighbours on NVLink-connected GPUs; cp = 1 only)
+// Throws std::invalid_argument when dp * p * tp * cp exceeds the cluster or the name is unknown.
+Placement make_placement(const std::string& layout, int dp, int p, int tp, const ClusterSpec& cluster, int cp = 1);
 // NVLink links between local GPUs a and b (0..7) of a cube-mesh node: 0 (PCIe/SYS), 1 or 2 (search's estimate).
 int cube_mesh_nvlinks(int a, int b);
 

@@ -107,6 +107,12 @@ DeviceSpec device(const char* name, double fp16_tflops, double bf16_tflops, doub
   return d;
 }
 
+// Hopper's FP8 tensor cores (E4M3 / E5M2, dense, no sparsity): twice the bf16 rate. Volta and Ampere have none.
+DeviceSpec with_fp8(DeviceSpec d, double fp8_tflops) {
+  d.peak_flops_fp8 = fp8_tflops * kTflops;
+  return d;
+}
+
 const std::vector<DeviceSpec>& devices() {
   static const std::vector<DeviceSpec> kDevices = {
       // Volta has FP16 tensor cores only: bf16 peak 0 = unsupported. Shares fit to TeraPipe's Table 2 (PyTorch
@@ -116,7 +122,9 @@ const std::vector<DeviceSpec>& devices() {
       // Shares fit to the vTrain A100 development set (Megatron-DeepSpeed, docs/cost-model.md "Fidelity").
       device("A100-SXM4-80GB", 312, 312, 19.5, 80, 2039, 108, 0.70, 0, 70),
       // No H100 measurements here: the A100's shares (same software stack).
-      device("H100-SXM", 989.4, 989.4, 67, 80, 3350, 132, 0.70, 0, 70),
+      with_fp8(device("H100-SXM", 989.4, 989.4, 67, 80, 3350, 132, 0.70, 0, 70), 1979),
+      // H200: the H100's Hopper die and clocks (same peaks and SMs) with 141 GB of HBM3e at 4.8 TB/s.
+      with_fp8(device("H200-SXM", 989.4, 989.4, 67, 141, 4800, 132, 0.70, 0, 70), 1979),
   };
   return kDevices;
 }

@@ -18,7 +18,7 @@ std::vector<std::string> model_preset_names();
 std::optional<ClusterSpec> cluster_preset(const std::string& name);
 std::vector<std::string> cluster_preset_names();
 
-// Device presets by name: V100-SXM2-16GB, V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM
+// Device presets by name: V100-SXM2-16GB, V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM, H200-SXM
 std::optional<DeviceSpec> device_preset(const std::string& name);
 std::vector<std::string> device_preset_names();
 

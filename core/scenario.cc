@@ -370,7 +370,7 @@ const auto& slicings() {
   return t;
 }
 const auto& dtypes() {
-  static const auto t = string_table({"fp16", "bf16", "fp32", "fp64"});
+  static const auto t = string_table({"fp16", "bf16", "fp32", "fp64", "fp8"});
   return t;
 }
 const auto& collective_models() {
@@ -454,9 +454,10 @@ ModelSpec parse_model(const Section& root) {
 }
 
 DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_from_preset) {
-  const Section d = c.sub("device", {"preset", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32",
-                                     "peak_tflops_fp64", "memory_GB", "hbm_bw_GBps", "gemm_efficiency",
-                                     "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency", "sm_count"});
+  const Section d =
+      c.sub("device", {"preset", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64",
+                       "peak_tflops_fp8", "memory_GB", "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop",
+                       "kernel_launch_us", "memory_efficiency", "sm_count"});
   if (!d.present() && !cluster_from_preset) c.missing("device", "required when cluster.preset is not given");
   DeviceSpec dev = base.device;
   std::string preset;
@@ -474,6 +475,7 @@ DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_
   d.get("peak_tflops_bf16", Num::NonNegative, kTflops, dev.peak_flops_bf16);
   d.get("peak_tflops_fp32", Num::Positive, kTflops, dev.peak_flops_fp32);
   d.get("peak_tflops_fp64", Num::NonNegative, kTflops, dev.peak_flops_fp64);
+  d.get("peak_tflops_fp8", Num::NonNegative, kTflops, dev.peak_flops_fp8);
   d.get("memory_GB", Num::Positive, kGB, dev.memory_bytes);
   d.get("hbm_bw_GBps", Num::Positive, kGBps, dev.hbm_bw_Bps);
   d.get("gemm_efficiency", Num::Fraction, 1.0, dev.gemm_efficiency);
@@ -588,6 +590,7 @@ class Validator {
  private:
   void check_stage_layers_key(const ModelSpec& m, const ParallelSpec& p) const;
   void check_ranges() const;
+  void check_context_parallel() const;  // parallel.cp (core/context_parallel.h)
   const Scenario& s_;
   const Marks* marks_;
 };
@@ -640,6 +643,7 @@ void Validator::check_ranges() const {
       {"cluster.device.peak_tflops_bf16", d.peak_flops_bf16 / kTflops},
       {"cluster.device.peak_tflops_fp32", d.peak_flops_fp32 / kTflops},
       {"cluster.device.peak_tflops_fp64", d.peak_flops_fp64 / kTflops},
+      {"cluster.device.peak_tflops_fp8", d.peak_flops_fp8 / kTflops},
       {"cluster.device.memory_GB", d.memory_bytes / kGB},
       {"cluster.device.hbm_bw_GBps", d.hbm_bw_Bps / kGBps},
       {"cluster.device.gemm_efficiency", d.gemm_efficiency},
@@ -652,6 +656,7 @@ void Validator::check_ranges() const {
       {"parallel.dp", p.dp},
       {"parallel.pp", p.pp},
       {"parallel.tp", p.tp},
+      {"parallel.cp", p.cp},
       {"parallel.v", p.v},
       {"parallel.micro_batch_size", p.micro_batch_size},
       {"parallel.global_batch", p.global_batch},
@@ -672,6 +677,34 @@ void Validator::check_ranges() const {
       if (const std::string why = range_violation(key, v); !why.empty()) fail({key}, why);
 }
 
+// Context parallelism as Megatron-LM runs it (Transformer Engine's ring attention): whole sequences in 2 * cp
+// load-balanced chunks, attention in the fused (flash) kernels, no token slicing on top, no measured profile.
+void Validator::check_context_parallel() const {
+  const ParallelSpec& p = s_.parallel;
+  if (p.cp == 1) return;
+  const std::string cp = std::to_string(p.cp);
+  if (s_.model.seq_len % (2 * p.cp) != 0)
+    fail({"parallel.cp", "model.seq_len"},
+         "context parallelism cuts each sequence into 2 * cp = " + std::to_string(2 * p.cp) +
+             " equal chunks (causal load balancing), "
+             "but seq_len = " +
+             std::to_string(s_.model.seq_len) + " is not divisible");
+  if (!s_.training.flash_attention)
+    fail({"parallel.cp", "training.flash_attention"},
+         "cp = " + cp +
+             " runs attention as ring steps of the fused (flash) attention kernel, as Transformer Engine "
+             "does: set training.flash_attention: true");
+  if (schedule_entry(s_.schedule.kind).traits.sliced())
+    fail({"parallel.cp", "schedule.kind"}, std::string("schedule ") + schedule_entry(s_.schedule.kind).name +
+                                               " slices sequences into tokens; context parallelism (cp = " + cp +
+                                               ") splits them over ranks instead: use one or the other");
+  if (s_.sim.placement == "terapipe")
+    fail({"parallel.cp", "sim.placement"}, "placement terapipe has no context-parallel ranks (cp = " + cp + ")");
+  if (!s_.sim.profile.empty())
+    fail({"parallel.cp", "sim.profile", "calibration"},
+         "a calibration profile times whole-sequence layers; cp = " + cp + " needs the analytic model");
+}
+
 void Validator::run() const {
   check_ranges();
   const ModelSpec& m = s_.model;
@@ -690,6 +723,7 @@ void Validator::run() const {
   for (const auto& [key, value] : pos)
     if (!positive(value)) fail({key}, "must be > 0, got " + num(value));
   const std::pair<const char*, double> nonneg[] = {{"cluster.device.peak_tflops_bf16", d.peak_flops_bf16},
+                                                   {"cluster.device.peak_tflops_fp8", d.peak_flops_fp8},
                                                    {"cluster.device.gemm_half_sat_gflop", d.gemm_half_sat_flops},
                                                    {"cluster.device.kernel_launch_us", d.kernel_launch_s},
                                                    {"cluster.intra_node.nvlink_latency_us", c.nvlink_latency_s},
@@ -724,13 +758,15 @@ void Validator::run() const {
 
   // Parallel layout vs cluster size.
   // 64-bit products: fuzzed sizes overflow int (UB, and a zero divisor below).
-  const long long used = 1LL * p.dp * p.pp * p.tp;
+  const long long used = 1LL * p.dp * p.pp * p.tp * p.cp;
   const long long total = 1LL * c.nodes * c.gpus_per_node;
+  const std::string cp_text = p.cp > 1 ? " * " + std::to_string(p.cp) : "";
   if (used != total)
-    fail({"parallel.dp", "parallel.pp", "parallel.tp", "parallel", "cluster.nodes", "cluster"},
-         "dp * pp * tp = " + std::to_string(p.dp) + " * " + std::to_string(p.pp) + " * " + std::to_string(p.tp) +
-             " = " + std::to_string(used) + " GPUs, but the cluster has nodes * gpus_per_node = " +
-             std::to_string(c.nodes) + " * " + std::to_string(c.gpus_per_node) + " = " + std::to_string(total));
+    fail({"parallel.dp", "parallel.pp", "parallel.tp", "parallel.cp", "parallel", "cluster.nodes", "cluster"},
+         std::string("dp * pp * tp") + (p.cp > 1 ? " * cp" : "") + " = " + std::to_string(p.dp) + " * " +
+             std::to_string(p.pp) + " * " + std::to_string(p.tp) + cp_text + " = " + std::to_string(used) +
+             " GPUs, but the cluster has nodes * gpus_per_node = " + std::to_string(c.nodes) + " * " +
+             std::to_string(c.gpus_per_node) + " = " + std::to_string(total));
 
   // Model split: even (layers / (pp * v) per virtual stage) or parallel.stage_layers (core/placement.h).
   if (1LL * p.pp * p.v > m.layers)
@@ -851,9 +887,16 @@ void Validator::run() const {
   // Numerics and simulation knobs.
   const auto& t = s_.training;
   if (!one_of(dtypes(), t.dtype)) fail({"training.dtype"}, unknown_value_message("value", t.dtype, names_of(dtypes())));
-  // FlashAttention kernels exist for 16-bit inputs only.
-  if (t.flash_attention && t.dtype != "fp16" && t.dtype != "bf16")
+  // FlashAttention kernels exist for 16-bit inputs only (FP8 training keeps attention in bf16).
+  if (t.flash_attention && t.dtype != "fp16" && t.dtype != "bf16" && !t.fp8())
     fail({"training.flash_attention", "training.dtype"}, "flash attention needs dtype fp16 or bf16, got " + t.dtype);
+  // FP8 GEMMs need FP8 tensor cores (Hopper and later); the rest of an FP8 run is bf16.
+  if (t.fp8() && !(d.peak_flops_fp8 > 0 && d.peak_flops_bf16 > 0))
+    fail({"training.dtype", "cluster.device.peak_tflops_fp8", "cluster.device.preset", "cluster.preset"},
+         "fp8 needs a device with FP8 tensor cores (H100, H200); " + d.name +
+             (s_.sim.profile.empty() ? std::string() : " as described by the profile " + s_.sim.profile) +
+             " has none (peak_tflops_fp8 = " + num(d.peak_flops_fp8 / units::kTflops) +
+             (s_.sim.profile.empty() ? "): use bf16" : "; calibration profiles carry no FP8 rate): use bf16"));
   if (t.dtype == "bf16" && !(d.peak_flops_bf16 > 0))
     fail({"training.dtype", "cluster.device.peak_tflops_bf16", "cluster.device.preset", "cluster.preset"},
          "bf16 needs a device with bf16 support; " + d.name + " has none (peak_tflops_bf16 = 0): use fp16");
@@ -876,6 +919,7 @@ void Validator::run() const {
     fail({"sim.p2p"}, unknown_value_message("value", s_.sim.p2p, names_of(p2p_modes())));
   if (!one_of(placements(), s_.sim.placement))
     fail({"sim.placement"}, unknown_value_message("value", s_.sim.placement, names_of(placements())));
+  check_context_parallel();
   // TeraPipe's layout keeps each tensor-parallel group inside one node.
   if (s_.sim.placement == "terapipe" && c.gpus_per_node % p.tp != 0)
     fail({"sim.placement", "parallel.tp"},
@@ -990,11 +1034,12 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   s.model = parse_model(root);
   s.cluster = parse_cluster(root);
 
-  const Section par = root.sub(
-      "parallel", {"dp", "pp", "tp", "v", "micro_batch_size", "global_batch", "sequence_parallel", "stage_layers"});
+  const Section par = root.sub("parallel", {"dp", "pp", "tp", "cp", "v", "micro_batch_size", "global_batch",
+                                            "sequence_parallel", "stage_layers"});
   par.get("dp", s.parallel.dp);
   par.get("pp", s.parallel.pp);
   par.get("tp", s.parallel.tp);
+  par.get("cp", s.parallel.cp);
   par.get("v", s.parallel.v);
   par.get("micro_batch_size", s.parallel.micro_batch_size);
   par.get("global_batch", s.parallel.global_batch);

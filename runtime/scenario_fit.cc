@@ -19,6 +19,10 @@ ScheduleKind kind_of(const std::string& name, const std::string& source) {
 // the scenario key, rather than a measured run of a different model.
 void refuse_unsupported(const Scenario& s) {
   const ModelSpec& m = s.model;
+  if (s.parallel.cp > 1)
+    throw ScenarioError(s.source + ": parallel.cp: the runtime does not execute context parallelism (cp = " +
+                        std::to_string(s.parallel.cp) +
+                        ": ring attention over context-parallel ranks); the simulator (pipescope simulate) models it");
   auto refuse = [&](const char* key, const std::string& what) {
     throw ScenarioError(s.source + ": " + key + ": the runtime does not execute " + what +
                         " (its kernels are the GPT layer: multi-head attention, GeLU MLP, LayerNorm, biases, learned "

@@ -32,9 +32,10 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   rep.dp = ls.dp;
   rep.pp = ls.p;
   rep.tp = ls.tp;
+  rep.cp = ls.cp;
   rep.v = ls.schedule.v;
   rep.m = ls.schedule.m;
-  rep.gpus = ls.dp * ls.p * ls.tp;
+  rep.gpus = ls.dp * ls.p * ls.tp * ls.cp;
   rep.global_batch = s.parallel.global_batch;
   rep.micro_batch_size = s.parallel.micro_batch_size;
   rep.seq_len = s.model.seq_len;
@@ -102,8 +103,9 @@ void print_table(std::ostream& os, const Report& r) {
   };
   line("scenario", r.scenario);
   line("schedule", r.schedule + " (p " + std::to_string(r.pp) + ", v " + std::to_string(r.v) + ", m " +
-                       std::to_string(r.m) + "; dp " + std::to_string(r.dp) + ", tp " + std::to_string(r.tp) + "; " +
-                       std::to_string(r.gpus) + " GPUs)");
+                       std::to_string(r.m) + "; dp " + std::to_string(r.dp) + ", tp " + std::to_string(r.tp) +
+                       (r.cp > 1 ? ", cp " + std::to_string(r.cp) : std::string()) + "; " + std::to_string(r.gpus) +
+                       " GPUs)");
   line("profile", describe_stamp(r.profile));
   for (const std::string& g : r.profile.gate_failures) line("", "failed gate: " + g);
   line("iteration time", fmt("%.9f s", r.iteration_s));

@@ -36,6 +36,7 @@ struct Report {
   std::string scenario;
   std::string schedule;
   int gpus = 0, dp = 1, pp = 1, tp = 1, v = 1, m = 0;
+  int cp = 1;  // context-parallel degree (printed when > 1; not in the JSON layout)
   int global_batch = 0, micro_batch_size = 0, seq_len = 0, seq_slices = 1;  // sequences, tokens
   double tokens_per_s = 0;                                                  // global_batch * seq_len / iteration_s
   double iteration_s = 0;

@@ -25,12 +25,13 @@ SimResult simulate(const ClusterSpec& cluster, const CheckedSchedule& cs, const 
       ann.allgather[i] = ls.per_worker[n.worker][n.index].kind == LOpKind::AllGather ||
                          ls.per_worker[n.worker][n.index].kind == LOpKind::ReduceScatter;
   }
-  // Each TP rank of a worker sends its own share to the same TP rank of the peer (docs/papers.md#megatron).
-  if (pl.tp > 1) {
+  // Each TP rank of a worker sends its own share to the same TP rank of the peer (docs/papers.md#megatron); with
+  // context parallelism each context-parallel rank its own tokens' share.
+  if (pl.width() > 1) {
     ann.lanes.assign(static_cast<std::size_t>(cluster.total_gpus()), {});
     for (int w = 0; w < pl.dp * pl.p; w++) {
       auto& lane = ann.lanes[pl.gpu_of(w, 0)];
-      for (int t = 0; t < pl.tp; t++) lane.push_back(pl.gpu_of(w, t));
+      for (int t = 0; t < pl.width(); t++) lane.push_back(pl.gpu_of(w, t));
     }
   }
   ann.node_name = [&dag, &ls](std::uint32_t i) { return dag_node_text(dag, ls, i); };

@@ -73,7 +73,7 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
   const LoweredSchedule& ls = cs.schedule();
   const Placement& pl = cs.placement();
   const int gpn = std::max(1, pl.gpus_per_node);
-  const int tp = std::max(1, ls.tp);
+  const int tp = std::max(1, pl.width());  // transfer lanes: every TP (and context-parallel) rank
 
   // Comm events: transfers on both ends (every TP lane), collectives on every GPU of the group's rings.
   std::vector<CommEvent> comms;

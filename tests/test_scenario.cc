@@ -324,7 +324,7 @@ TEST(ScenarioErrors, UnknownKeys) {
             "t.yaml:4:7: sim.xyzzy: unknown key \"xyzzy\"; valid keys: collectives, placement, profile, p2p");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, nodes: 2, device: {peak_tflops: 10}}\n" + kParallel),
             "t.yaml:2:48: cluster.device.peak_tflops: unknown key \"peak_tflops\" (did you mean "
-            "\"peak_tflops_fp16\"?)");
+            "\"peak_tflops_fp8\"?)");
   EXPECT_EQ(error_of(kBase + "parallel: {dp: 2}\n"), "t.yaml:4:1: parallel: duplicate key");
 }
 
@@ -413,7 +413,7 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, vtrain-a100, dgx-h100, dgx-h100-superpod");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, device: {preset: TPUv4}}\n" + kParallel),
             "t.yaml:2:46: cluster.device.preset: unknown device preset \"TPUv4\"; valid: V100-SXM2-16GB, "
-            "V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM");
+            "V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM, H200-SXM");
   EXPECT_EQ(error_of(kBase + "schedule:\n  kind: 1f1f\n"),
             "t.yaml:5:9: schedule.kind: unknown value \"1f1f\" (did you mean \"1f1b\"?); valid: gpipe, 1f1b, "
             "interleaved, terapipe, seq1f1b, seq1f1b-i, zb-h1, zb-h2, zb-v, file");
@@ -422,9 +422,9 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, nodes: 2, network: {topology: fattree}}\n" + kParallel),
             "t.yaml:2:59: cluster.network.topology: unknown value \"fattree\" (did you mean \"fat-tree\"?); valid: "
             "star, fat-tree, rail");
-  EXPECT_EQ(
-      error_of(kBase + "training: {dtype: fp8}\n"),
-      "t.yaml:4:19: training.dtype: unknown value \"fp8\" (did you mean \"fp16\"?); valid: fp16, bf16, fp32, fp64");
+  EXPECT_EQ(error_of(kBase + "training: {dtype: fp4}\n"),
+            "t.yaml:4:19: training.dtype: unknown value \"fp4\" (did you mean \"fp64\"?); valid: fp16, bf16, fp32, "
+            "fp64, fp8");
   EXPECT_EQ(error_of(kBase + "sim: {placement: terapip}\n"),
             "t.yaml:4:18: sim.placement: unknown value \"terapip\" (did you mean \"terapipe\"?); valid: megatron, "
             "stage-major, replica-major, terapipe");

@@ -1,0 +1,310 @@
+// Context parallelism (parallel.cp, core/context_parallel.h): the causal load balancing, the rank grid in Megatron's
+// order, the collective rings (TP per context-parallel rank, the K/V ring, DP over dp * cp), the ring-attention
+// kernels and their exposed transfers, memory per rank, the K/V traffic in the lowering, located errors, the
+// Megatron import, and cp 1 / 2 / 4 on a Llama-3-70B job at 32k tokens (scenarios/llama3-70b-32k.yaml).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "core/analytic_cost.h"
+#include "core/checks.h"
+#include "core/context_parallel.h"
+#include "core/dag.h"
+#include "core/megatron_import.h"
+#include "core/memory_model.h"
+#include "core/pipeline.h"
+#include "core/placement.h"
+#include "core/scenario.h"
+#include "sim/child_process.h"
+#include "sim/engine.h"
+#include "sim/run_scenario.h"
+
+namespace pipescope {
+namespace {
+
+// llama3-8b-like on DGX H100 nodes: tp, pp, dp, cp given; whole sequences of `seq` tokens, flash attention.
+std::string yaml(int dp, int cp, int pp, int tp, int nodes, int seq = 8192, const std::string& extra = "") {
+  return "model: {preset: llama3-8b, seq_len: " + std::to_string(seq) +
+         "}\n"
+         "cluster: {preset: dgx-h100, nodes: " +
+         std::to_string(nodes) + "}\nparallel: {dp: " + std::to_string(dp) + ", cp: " + std::to_string(cp) +
+         ", pp: " + std::to_string(pp) + ", tp: " + std::to_string(tp) +
+         ", global_batch: 8}\n"
+         "training: {dtype: bf16, flash_attention: true, distributed_optimizer: true}\n" +
+         extra;
+}
+
+Scenario load(const std::string& text) { return parse_scenario(text, "cp.yaml"); }
+
+TEST(ContextParallel, LoadBalancedStepsCoverTheCausalPairsEvenly) {
+  for (int cp : {1, 2, 4, 8}) {
+    SCOPED_TRACE(cp);
+    const int s = 64;
+    double per_rank = 0;
+    for (int i = 0; i < cp; i++) per_rank += cp_step_pairs(s, cp, i);
+    EXPECT_DOUBLE_EQ(per_rank * cp, s * (s + 1) / 2.0);  // every causal pair once, the same share on every rank
+    for (int i = 1; i < cp; i++) EXPECT_DOUBLE_EQ(cp_step_pairs(s, cp, i), 2.0 * (s / (2.0 * cp)) * (s / (2.0 * cp)));
+  }
+  EXPECT_THROW(cp_step_pairs(100, 8, 0), std::invalid_argument);  // 16 does not divide 100
+  EXPECT_THROW(cp_step_pairs(64, 2, 2), std::invalid_argument);
+}
+
+// Megatron's order tp, cp, dp, pp: lane c * tp + t of worker (d, r) is GPU r * (n / pp) + d * tp * cp + c * tp + t.
+TEST(ContextParallel, RankGridInMegatronOrder) {
+  const Scenario s = load(yaml(2, 2, 2, 2, 2));
+  const Placement pl = make_placement("megatron", 2, 2, 2, s.cluster, 2);
+  EXPECT_EQ(pl.width(), 4);
+  for (int d = 0; d < 2; d++)
+    for (int r = 0; r < 2; r++)
+      for (int c = 0; c < 2; c++)
+        for (int t = 0; t < 2; t++) EXPECT_EQ(pl.gpu_of(d * 2 + r, c * 2 + t), r * 8 + d * 4 + c * 2 + t);
+  EXPECT_THROW(make_placement("terapipe", 2, 2, 2, s.cluster, 2), std::invalid_argument);
+  EXPECT_THROW(make_placement("megatron", 4, 2, 2, s.cluster, 2), std::invalid_argument);  // 32 GPUs > 16
+}
+
+// Rings: TP per context-parallel rank, the K/V ring per TP rank (tp GPUs apart), gradients over dp * cp.
+TEST(ContextParallel, CollectiveRings) {
+  const Scenario s = load(yaml(2, 2, 2, 2, 2));
+  auto p = prepare(s);
+  EXPECT_EQ(p->lowered.cp, 2);
+  const Dag dag = build_dag(p->lowered, p->placement);
+  int cp_groups = 0, dp_groups = 0;
+  for (std::size_t g = 0; g < p->lowered.groups.size(); g++) {
+    const auto& rings = dag.rings[g];
+    const int w = p->lowered.groups[g].workers[0];
+    switch (p->lowered.groups[g].tag) {
+      case CollTag::ContextParallel:
+        cp_groups++;
+        ASSERT_EQ(rings.size(), 2u);  // one per TP rank
+        for (int t = 0; t < 2; t++)
+          EXPECT_EQ(rings[t], (std::vector<std::int32_t>{p->placement.gpu_of(w, t), p->placement.gpu_of(w, 2 + t)}));
+        break;
+      case CollTag::DataParallel:
+        dp_groups++;
+        ASSERT_EQ(rings.size(), 2u);  // one per TP rank, over dp * cp = 4 GPUs
+        for (const auto& ring : rings) EXPECT_EQ(std::set<std::int32_t>(ring.begin(), ring.end()).size(), 4u);
+        break;
+      case CollTag::TensorParallel:
+        ASSERT_EQ(rings.size(), 2u);  // one per context-parallel rank, of tp GPUs
+        EXPECT_EQ(rings[1], (std::vector<std::int32_t>{p->placement.gpu_of(w, 2), p->placement.gpu_of(w, 3)}));
+        break;
+      default:
+        break;
+    }
+  }
+  EXPECT_EQ(cp_groups, 4);  // one per worker
+  EXPECT_EQ(dp_groups, 2);  // one per pipeline rank
+  EXPECT_NO_THROW(check(p->lowered, p->placement));
+}
+
+// The K/V traffic: one async all-gather before every F and B, K/V of the rank's tokens per step, per layer (x2 in
+// backward: the dK/dV ring).
+TEST(ContextParallel, LoweringPostsTheKvRing) {
+  const Scenario s = load(yaml(1, 4, 2, 2, 2));
+  auto p = prepare(s);
+  const double kv = 2.0 * 1 * (8192 / 4) * (4096 * 8 / 32) / 2 * 2;  // 2 b (s/cp) (kv/t) e; llama3-8b kv = 1024
+  EXPECT_DOUBLE_EQ(cp_kv_step_bytes(s, 1), kv);
+  int f = 0, b = 0;
+  for (const auto& prog : p->lowered.per_worker)
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      if (prog[i].kind != LOpKind::Compute) continue;
+      ASSERT_GT(i, 0u);
+      const LoweredOp& x = prog[i - 1];
+      ASSERT_EQ(x.tag, CollTag::ContextParallel) << lowered_text(prog[i]);
+      EXPECT_TRUE(x.async);
+      EXPECT_EQ(x.kind, LOpKind::AllGather);
+      EXPECT_DOUBLE_EQ(x.bytes, 4 * kv);
+      EXPECT_EQ(x.count, (prog[i].op.kind == OpKind::Forward ? 1 : 2) * 16);  // 32 layers over pp 2
+      (prog[i].op.kind == OpKind::Forward ? f : b)++;
+    }
+  EXPECT_EQ(f, 2 * 8);
+  EXPECT_EQ(b, 2 * 8);
+  // cp = 1: nothing added.
+  const auto p1 = prepare(load(yaml(4, 1, 2, 2, 2)));
+  for (const auto& prog : p1->lowered.per_worker)
+    for (const auto& l : prog) EXPECT_NE(l.tag, CollTag::ContextParallel);
+}
+
+double forward_s(const Scenario& s) {
+  const AnalyticCostModel cm(s);
+  Op op;
+  op.kind = OpKind::Forward;
+  op.stage = 1;
+  op.tok_end = s.model.seq_len;
+  return cm.compute_seconds(op, 1);
+}
+
+// Time per GPU falls with cp (1/cp of the work) but by less than cp: launches, the correction kernels and, when the
+// ring's transfers outlast a step's attention, the exposed part. The ring across nodes (tp * cp > 8) exposes more
+// than inside one.
+TEST(ContextParallel, TimeAndFlopsPerGpu) {
+  const double t1 = forward_s(load(yaml(4, 1, 2, 2, 2, 32768)));
+  const double t2 = forward_s(load(yaml(2, 2, 2, 2, 2, 32768)));
+  const double t4 = forward_s(load(yaml(1, 4, 2, 2, 2, 32768)));
+  EXPECT_LT(t2, t1);
+  EXPECT_GT(t2, t1 / 2);
+  EXPECT_LT(t4, t2);
+  EXPECT_GT(t4, t1 / 4);
+  const Scenario s4 = load(yaml(1, 4, 2, 2, 2, 32768)), s1 = load(yaml(4, 1, 2, 2, 2, 32768));
+  const AnalyticCostModel c4(s4), c1(s1);
+  Op op;
+  op.kind = OpKind::Backward;
+  op.stage = 1;
+  op.tok_end = 32768;
+  EXPECT_DOUBLE_EQ(c4.op_flops(op, 1), c1.op_flops(op, 1) / 4);
+  EXPECT_DOUBLE_EQ(c4.p2p_bytes(op, 1), c1.p2p_bytes(op, 1) / 4);
+  EXPECT_DOUBLE_EQ(c4.tp_allreduce_bytes(op, 1), c1.tp_allreduce_bytes(op, 1) / 4);
+  // Exposed transfers: a short sequence (little attention per step) over the NIC (tp 8 x cp 2 > 8 GPUs per node).
+  auto exposed = [](const Scenario& s) {
+    const AnalyticCostModel cm(s);
+    double w = 0;
+    for (const KernelCost& k : cm.attention_core_kernels(1, s.model.seq_len / s.parallel.cp, 0)) w += k.wait_s;
+    return w;
+  };
+  const Scenario nic = load(yaml(1, 2, 1, 8, 2, 2048)), nvlink = load(yaml(1, 2, 1, 4, 1, 2048));
+  EXPECT_GT(exposed(nic), 0);
+  EXPECT_GT(exposed(nic), exposed(nvlink));
+  EXPECT_DOUBLE_EQ(exposed(load(yaml(1, 2, 1, 8, 2, 131072))), 0);  // long sequences hide the ring
+  EXPECT_DOUBLE_EQ(cp_step_comm_seconds(nic.cluster, nic.parallel, 50e9),
+                   nic.cluster.nic_latency_s + 50e9 / nic.cluster.nic_data_Bps());
+  EXPECT_DOUBLE_EQ(cp_step_comm_seconds(nvlink.cluster, nvlink.parallel, 450e9),
+                   nvlink.cluster.nvlink_latency_s + 450e9 / nvlink.cluster.nvlink_bw_Bps);
+}
+
+// Memory per GPU: activations of seq / cp tokens, weights and gradients unchanged, the distributed optimizer's
+// state over dp * cp.
+TEST(ContextParallel, MemoryPerRank) {
+  const Scenario s1 = load(yaml(4, 1, 2, 2, 2)), s2 = load(yaml(2, 2, 2, 2, 2)), s4 = load(yaml(1, 4, 2, 2, 2));
+  const Schedule sched = make_schedule(s1);
+  const MemoryReport m1 = memory_report(s1, sched);
+  for (const Scenario* s : {&s2, &s4}) {
+    const int cp = s->parallel.cp;
+    SCOPED_TRACE(cp);
+    const MemoryReport m = memory_report(*s, make_schedule(*s));
+    for (int r = 0; r < 2; r++) {
+      // m = B / dp micro-batches: the 1F1B peak holds the same pp - r of them in flight at each cp.
+      EXPECT_DOUBLE_EQ(m.ranks[r].activation_peak_bytes, m1.ranks[r].activation_peak_bytes / cp);
+      EXPECT_DOUBLE_EQ(m.ranks[r].weights_bytes, m1.ranks[r].weights_bytes);
+      EXPECT_DOUBLE_EQ(m.ranks[r].grads_bytes, m1.ranks[r].grads_bytes);
+      EXPECT_DOUBLE_EQ(m.ranks[r].optimizer_bytes, m1.ranks[r].optimizer_bytes);  // dp * cp = 4 shards at every cp
+    }
+  }
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s2, 1, 4096), layer_activation_bytes(s1, 1, 8192) / 2);
+}
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_scenario(text, "cp.yaml");
+  } catch (const ScenarioError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ContextParallel, BadValuesAreLocated) {
+  EXPECT_NE(error_of(yaml(2, 0, 2, 2, 1)).find("cp.yaml:3:23: parallel.cp: expected a positive integer"),
+            std::string::npos)
+      << error_of(yaml(2, 0, 2, 2, 1));
+  EXPECT_NE(error_of(yaml(2, 3, 2, 2, 2)).find("parallel.dp: dp * pp * tp * cp = 2 * 2 * 2 * 3 = 24 GPUs"),
+            std::string::npos)
+      << error_of(yaml(2, 3, 2, 2, 2));
+  const std::string seq = error_of(yaml(2, 2, 2, 2, 2, 8190));
+  EXPECT_NE(seq.find("parallel.cp: context parallelism cuts each sequence into 2 * cp = 4"), std::string::npos) << seq;
+  std::string no_flash = yaml(2, 2, 2, 2, 2);
+  no_flash.replace(no_flash.find("flash_attention: true"), 21, "flash_attention: false");
+  EXPECT_NE(error_of(no_flash).find("cp.yaml:3:23: parallel.cp: cp = 2 runs attention as ring steps"),
+            std::string::npos)
+      << error_of(no_flash);
+  const std::string sliced = error_of(yaml(2, 2, 2, 2, 2, 8192, "schedule: {kind: seq1f1b, seq_slices: 2}\n"));
+  EXPECT_NE(sliced.find("parallel.cp: schedule seq1f1b slices sequences"), std::string::npos) << sliced;
+  const std::string tera = error_of(yaml(2, 2, 2, 2, 2, 8192, "sim: {placement: terapipe}\n"));
+  EXPECT_NE(tera.find("parallel.cp: placement terapipe"), std::string::npos) << tera;
+  EXPECT_NE(error_of(yaml(2, 2000, 1, 1, 500)).find("parallel.cp:"), std::string::npos);  // above the range
+}
+
+TEST(ContextParallel, ImportMegatronMapsContextParallelSize) {
+  MegatronImportOptions o;
+  o.cluster = "dgx-h100";
+  o.nodes = 8;
+  const MegatronImport im =
+      import_megatron({"--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length",
+                       "32768", "--micro-batch-size", "1", "--global-batch-size", "16", "--tensor-model-parallel-size",
+                       "8", "--pipeline-model-parallel-size", "2", "--context-parallel-size", "2", "--bf16"},
+                      o);
+  EXPECT_TRUE(im.unsupported.empty());
+  const Scenario s = parse_scenario(im.yaml, "import.yaml");
+  EXPECT_EQ(s.parallel.cp, 2);
+  EXPECT_EQ(s.parallel.dp, 2);  // 64 GPUs / (tp 8 x pp 2 x cp 2)
+  EXPECT_TRUE(s.training.flash_attention);
+}
+
+// scenarios/llama3-70b-32k.yaml with cp traded against dp on its 128 GPUs (the README's sweep): memory per GPU
+// falls about cp-fold (activations), cp 1 does not fit, and with more micro-batches per replica (m = B / dp) the
+// pipeline bubble and the iteration time shrink.
+TEST(ContextParallel, Llama70bAt32kTradesDpForCp) {
+  const Scenario base = load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/llama3-70b-32k.yaml");
+  std::vector<sim::RunResult> r;
+  for (int cp : {1, 2, 4}) {
+    Scenario s = base;
+    s.parallel.cp = cp;
+    s.parallel.dp = 4 / cp;
+    validate_scenario(s);
+    r.push_back(sim::run_isolated(s));
+  }
+  EXPECT_TRUE(r[0].oom);
+  EXPECT_FALSE(r[1].oom);
+  EXPECT_FALSE(r[2].oom);
+  EXPECT_GT(r[0].peak_memory_bytes, 1.5 * r[1].peak_memory_bytes);
+  EXPECT_GT(r[1].peak_memory_bytes, 1.3 * r[2].peak_memory_bytes);
+  EXPECT_GT(r[0].iteration_s, r[1].iteration_s);
+  EXPECT_GT(r[1].iteration_s, r[2].iteration_s);
+  for (const auto& x : r) EXPECT_EQ(x.gpus, 128);
+}
+
+// Replica folding (sim/README.md) with data-parallel rings over dp * cp GPUs and explicit ring collectives: the
+// same times as the full run. The K/V rings run as ring steps on the links (SimGrid comms taking time beside the
+// compute); hidden behind the attention here, they leave the iteration time as it is.
+TEST(ContextParallel, SimulatedRingsFoldedAndFull) {
+  const Scenario s = load(yaml(2, 2, 2, 2, 2, 8192, "sim: {collectives: ring}\n"));
+  auto run = [&](bool fold, bool kv) {
+    return sim::run_in_child([&] {
+      auto p = prepare(s);
+      if (!kv)
+        for (auto& prog : p->lowered.per_worker)
+          for (auto& l : prog)
+            if (l.tag == CollTag::ContextParallel) l.bytes = 0;
+      const CheckedSchedule cs = check(p->lowered, p->placement);
+      sim::EngineOptions o;
+      o.collectives = "ring";
+      o.fold_replicas = fold;
+      const sim::SimResult r = sim::simulate(s.cluster, cs, o);
+      double ring_s = 0;  // time the K/V ring collectives were in flight
+      for (std::uint32_t i = 0; i < cs.dag().size(); i++) {
+        const DagNode& n = cs.dag().nodes[i];
+        if (n.kind == DagKind::Collective && p->lowered.groups[n.group].tag == CollTag::ContextParallel)
+          ring_s += r.timing[i].end - r.timing[i].start;
+      }
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "%.17g %zu %.17g", r.iteration_s, r.activities, ring_s);
+      return std::string(buf);
+    });
+  };
+  const std::string folded = run(true, true), full = run(false, true), none = run(false, false);
+  EXPECT_EQ(folded.substr(0, folded.find(' ')), full.substr(0, full.find(' ')));
+  double it_full = 0, it_none = 0, ring_full = 0, ring_none = 0;
+  std::size_t act_full = 0, act_none = 0;
+  std::sscanf(full.c_str(), "%lf %zu %lf", &it_full, &act_full, &ring_full);
+  std::sscanf(none.c_str(), "%lf %zu %lf", &it_none, &act_none, &ring_none);
+  // Per F and B of a worker: layers (x2 in backward) all-gather calls of one ring step each, as SimGrid comms.
+  const std::size_t calls = 8 * 4 * (16 + 2 * 16);  // m = 8, 4 workers; 32 layers over pp 2
+  EXPECT_GE(act_full - act_none, calls);
+  EXPECT_EQ((act_full - act_none) % calls, 0u);
+  EXPECT_GT(ring_full, 0);
+  EXPECT_EQ(ring_none, 0);
+  EXPECT_DOUBLE_EQ(it_full, it_none);
+}
+
+}  // namespace
+}  // namespace pipescope
