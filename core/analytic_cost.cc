@@ -489,8 +489,7 @@ double AnalyticCostModel::p2p_bytes(const Op& op, int microbatch_seqs) const {
   // With sequence parallelism each TP rank holds (and sends) its 1/t share of the sequence; context parallelism
   // splits the sequence over cp ranks.
   const double shard = s_.parallel.sequence_parallel ? s_.parallel.tp : 1.0;
-  return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes() / shard /
-         s_.parallel.cp;
+  return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes() / shard / s_.parallel.cp;
 }
 
 int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {

@@ -61,8 +61,8 @@ std::unique_ptr<Prepared> prepare(const Scenario& s) {
   p->scenario = s;
   p->cost = make_cost_model(s);
   p->schedule = make_schedule(s);
-  p->lowered = lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost, uses_scatter_gather(s),
-                     grad_sync_options(s.training));
+  p->lowered =
+      lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost, uses_scatter_gather(s), grad_sync_options(s.training));
   p->lowered = with_p2p_mode(add_cp_exchange(p->lowered, s), s);  // context-parallel K/V rings (no-op at cp = 1)
   p->placement = make_placement(s.sim.placement, s.parallel.dp, s.parallel.pp, s.parallel.tp, s.cluster, s.parallel.cp);
   return p;

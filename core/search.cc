@@ -54,12 +54,6 @@ std::string reason_of(const std::string& what, const std::string& source) {
   return out;
 }
 
-// The distributed optimizer's values for a layout: the space's where dp > 1, off alone for dp = 1 (or none given).
-std::vector<bool> dist_opts(const SearchSpace& space, int dp) {
-  if (dp == 1 || space.distributed_optimizer.empty()) return {false};
-  return space.distributed_optimizer;
-}
-
 std::vector<const ScheduleEntry*> kinds_of(const SearchSpace& space) {
   std::vector<const ScheduleEntry*> out;
   if (space.schedules.empty()) {
@@ -127,6 +121,11 @@ void terapipe_slices(Scenario& s) {
 }
 
 }  // namespace
+
+std::vector<bool> dist_opts(const SearchSpace& space, int dp) {
+  if (dp == 1 || space.distributed_optimizer.empty()) return {false};
+  return space.distributed_optimizer;
+}
 
 std::string candidate_label(const Scenario& s) {
   const ParallelSpec& p = s.parallel;

@@ -28,6 +28,9 @@ struct SearchSpace {
   double max_memory_bytes = 0;  // per-GPU limit; 0 = the device's memory
 };
 
+// The distributed optimizer's values for a layout: the space's where dp > 1, off alone for dp = 1 (or none given).
+std::vector<bool> dist_opts(const SearchSpace& space, int dp);
+
 // One point of the space that passed stage 1.
 struct Candidate {
   Scenario scenario;

@@ -214,9 +214,11 @@ GridEstimate estimate_search(const Scenario& base, const SearchSpace& space, int
           for (int v : vs)
             for (Recompute rc : space.recompute) {
               if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;
-              g.points++;
               ParallelSpec& p = s.parallel;
               p.dp = gpus / (tp * pp), p.pp = pp, p.tp = tp, p.v = v, p.micro_batch_size = b;
+              // Each distributed-optimizer value is a point of the same size.
+              const double n = static_cast<double>(dist_opts(space, p.dp).size());
+              g.points += n;
               s.schedule.kind = e->kind;
               s.schedule.recompute = rc;
               s.schedule.seq_slices = e->traits.slicing == SlicePlan::Seq1F1B ? space.seq1f1b_segments : 1;
@@ -229,12 +231,12 @@ GridEstimate estimate_search(const Scenario& base, const SearchSpace& space, int
                 continue;
               }
               const WorkEstimate w = estimate_work(s);
-              valid++;
+              valid += n;
               // Stage 1 builds the point's schedule (one pipeline, not its dp replicas) and memory model, stage 2
               // lowers one replica's; stage 3 simulates the point only if it ranks in the best K, and a
               // simulation over the per-run limit is refused there at once (a row with its error).
-              stage12_ops += w.pipeline_ops;
-              sim_s += allow_large() || w.ops <= kMaxOps ? w.seconds : 0;
+              stage12_ops += n * w.pipeline_ops;
+              sim_s += n * (allow_large() || w.ops <= kMaxOps ? w.seconds : 0);
               if (w.pipeline_ops > g.largest_ops) {
                 g.largest_ops = w.pipeline_ops;
                 g.largest = to_string(e->kind) + std::string(" dp") + std::to_string(p.dp) + " pp" +

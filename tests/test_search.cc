@@ -275,11 +275,13 @@ TEST(Search, InterruptPrintsTheBestSoFar) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     std::freopen(out.c_str(), "w", stdout);
-    std::freopen("/dev/null", "w", stderr);
+    std::freopen((out + ".err").c_str(), "w", stderr);
     execl(kExe.c_str(), kExe.c_str(), "search", yaml.c_str(), "-K", "400", "-j", "1", static_cast<char*>(nullptr));
     _exit(127);
   }
-  sleep(2);  // the whole search (hundreds of simulations) takes far longer
+  // Interrupted once stage 3 (hundreds of simulations, far longer than stages 1 and 2) has begun.
+  for (int i = 0; i < 600 && slurp(out + ".err").find("stage 2:") == std::string::npos; i++) usleep(100000);
+  usleep(300000);
   kill(pid, SIGINT);
   int st = 0;
   waitpid(pid, &st, 0);
