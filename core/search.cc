@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -72,35 +73,6 @@ std::vector<const ScheduleEntry*> kinds_of(const SearchSpace& space) {
   return out;
 }
 
-// The candidate scenario: the base with this layout, schedule and slicing (the planners' optimum).
-Scenario make_point(const Scenario& base, int dp, int pp, int tp, int v, int b, const ScheduleEntry& e, Recompute rc,
-                    bool dist_opt, int segments) {
-  Scenario s = base;
-  s.training.distributed_optimizer = dist_opt;
-  if (!dist_opt) s.training.overlap_param_gather = false;  // it overlaps the distributed optimizer's gather
-  s.parallel.dp = dp, s.parallel.pp = pp, s.parallel.tp = tp, s.parallel.v = v;
-  s.parallel.micro_batch_size = b;
-  s.parallel.stage_layers.clear();
-  s.schedule.kind = e.kind;
-  s.schedule.recompute = rc;
-  s.schedule.slice_tokens.clear();
-  s.schedule.seq_slices = 1;
-  s.schedule.slicing = "uniform";
-  switch (e.traits.slicing) {
-    case SlicePlan::Whole:
-      break;
-    case SlicePlan::TeraPipe:
-      s.schedule.slicing = "dp";  // TeraPipe's planner; made explicit in stage 1 (terapipe_slices)
-      break;
-    case SlicePlan::Seq1F1B:
-      s.schedule.slicing = "cwp";  // equal causal FLOPs per segment
-      s.schedule.seq_slices = segments;
-      break;
-  }
-  s.name = base.name + "/" + candidate_label(s);
-  return s;
-}
-
 // TeraPipe's planner at a search grain (about 64 units per sequence instead of 8 tokens, so that a plan costs
 // milliseconds), written out as explicit slices: stage 2, stage 3 and --emit then run the same slicing without
 // planning again. Micro-batches of one sequence (the joint batch split is `pipescope plan`'s).
@@ -137,14 +109,40 @@ std::string candidate_label(const Scenario& s) {
   return s.training.distributed_optimizer ? l + " do" : l;
 }
 
-Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {
+Scenario make_point(const Scenario& base, const SearchPoint& p, int segments) {
+  const ScheduleEntry& e = *p.kind;
+  Scenario s = base;
+  s.training.distributed_optimizer = p.distributed_optimizer;
+  if (!p.distributed_optimizer) s.training.overlap_param_gather = false;  // it overlaps the optimizer's gather
+  s.parallel.dp = p.dp, s.parallel.pp = p.pp, s.parallel.tp = p.tp, s.parallel.v = p.v;
+  s.parallel.micro_batch_size = p.micro_batch_size;
+  s.parallel.stage_layers.clear();
+  s.schedule.kind = e.kind;
+  s.schedule.recompute = p.recompute;
+  s.schedule.slice_tokens.clear();
+  s.schedule.seq_slices = 1;
+  s.schedule.slicing = "uniform";
+  switch (e.traits.slicing) {
+    case SlicePlan::Whole:
+      break;
+    case SlicePlan::TeraPipe:
+      s.schedule.slicing = "dp";  // TeraPipe's planner; made explicit in stage 1 (terapipe_slices)
+      break;
+    case SlicePlan::Seq1F1B:
+      s.schedule.slicing = "cwp";  // equal causal FLOPs per segment
+      s.schedule.seq_slices = segments;
+      break;
+  }
+  s.name = base.name + "/" + candidate_label(s);
+  return s;
+}
+
+void for_each_point(const Scenario& base, const SearchSpace& space, const std::function<void(const SearchPoint&)>& f) {
   const ClusterSpec& c = base.cluster;
   const int gpus = c.total_gpus();
   if (gpus < 1) throw std::invalid_argument(base.source + ": the cluster has no GPUs");
   const auto kinds = kinds_of(space);
-  const double limit = space.max_memory_bytes > 0 ? space.max_memory_bytes : c.device.memory_bytes;
   const std::vector<int> mbs = space.micro_batch_sizes.empty() ? std::vector<int>{1, 2, 4, 8} : space.micro_batch_sizes;
-  Stage1 out;
   const auto tps = allowed(divisors(c.gpus_per_node), space.tp);  // tensor parallelism stays inside a node
   if (tps.empty())
     throw std::invalid_argument("--tp: no value divides the " + std::to_string(c.gpus_per_node) + " GPUs of a node");
@@ -160,26 +158,34 @@ Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {
             for (Recompute rc : space.recompute)
               for (bool dist_opt : dist_opts(space, dp)) {
                 if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
-                out.enumerated++;
-                Scenario s = make_point(base, dp, pp, tp, v, b, *e, rc, dist_opt, space.seq1f1b_segments);
-                try {
-                  validate_scenario(s);
-                  if (e->traits.slicing == SlicePlan::TeraPipe) terapipe_slices(s), validate_scenario(s);
-                  const MemoryReport mem = memory_report(s, make_schedule(s));
-                  double peak = 0;
-                  for (const RankMemory& r : mem.ranks) peak = std::max(peak, r.peak_bytes);
-                  if (peak > limit) {
-                    out.rejected["memory: the worst rank's peak exceeds the " +
-                                 std::string(space.max_memory_bytes > 0 ? "--max-memory-GB limit" : "device memory")]++;
-                    continue;
-                  }
-                  out.survivors.push_back(Candidate{s, candidate_label(s), peak, 0});
-                } catch (const std::exception& ex) {
-                  out.rejected[reason_of(ex.what(), s.source)]++;
-                }
+                f(SearchPoint{dp, pp, tp, v, b, e, rc, dist_opt});
               }
         }
     }
+}
+
+Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {
+  const double limit = space.max_memory_bytes > 0 ? space.max_memory_bytes : base.cluster.device.memory_bytes;
+  Stage1 out;
+  for_each_point(base, space, [&](const SearchPoint& pt) {
+    out.enumerated++;
+    Scenario s = make_point(base, pt, space.seq1f1b_segments);
+    try {
+      validate_scenario(s);
+      if (pt.kind->traits.slicing == SlicePlan::TeraPipe) terapipe_slices(s), validate_scenario(s);
+      const MemoryReport mem = memory_report(s, make_schedule(s));
+      double peak = 0;
+      for (const RankMemory& r : mem.ranks) peak = std::max(peak, r.peak_bytes);
+      if (peak > limit) {
+        out.rejected["memory: the worst rank's peak exceeds the " +
+                     std::string(space.max_memory_bytes > 0 ? "--max-memory-GB limit" : "device memory")]++;
+        return;
+      }
+      out.survivors.push_back(Candidate{s, candidate_label(s), peak, 0});
+    } catch (const std::exception& ex) {
+      out.rejected[reason_of(ex.what(), s.source)]++;
+    }
+  });
   return out;
 }
 

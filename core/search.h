@@ -8,6 +8,7 @@
 // docs/search.md describes the method.
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,6 +16,8 @@
 #include "core/config.h"
 
 namespace pipescope {
+
+struct ScheduleEntry;
 
 struct SearchSpace {
   std::vector<std::string> schedules;  // registered names; empty = every generated schedule (not kind file)
@@ -30,6 +33,20 @@ struct SearchSpace {
 
 // The distributed optimizer's values for a layout: the space's where dp > 1, off alone for dp = 1 (or none given).
 std::vector<bool> dist_opts(const SearchSpace& space, int dp);
+
+// One point of the space before any check: layout, micro-batch size, schedule kind, chunks, recompute, optimizer.
+struct SearchPoint {
+  int dp = 1, pp = 1, tp = 1, v = 1, micro_batch_size = 1;
+  const ScheduleEntry* kind = nullptr;
+  Recompute recompute = Recompute::None;
+  bool distributed_optimizer = false;
+};
+// Every point of the space in the search's order (tp within a node, pp dividing the rest, then micro-batch size,
+// schedule, v, recompute, distributed optimizer); throws std::invalid_argument for an empty cluster, an unknown
+// or file schedule, or no --tp value fitting a node. The one walk of the space: stage 1 and the work estimate.
+void for_each_point(const Scenario& base, const SearchSpace& space, const std::function<void(const SearchPoint&)>& f);
+// The point's scenario: the base with its layout, schedule and slicing rule (TeraPipe: made explicit in stage 1).
+Scenario make_point(const Scenario& base, const SearchPoint& p, int segments);
 
 // One point of the space that passed stage 1.
 struct Candidate {

@@ -132,38 +132,6 @@ std::string duration_text(double s) {
   return g3(s / 3600) + " hours";
 }
 
-std::vector<int> divisors(int n) {
-  std::vector<int> low, high;
-  for (int i = 1; static_cast<long long>(i) * i <= n; i++)
-    if (n % i == 0) {
-      low.push_back(i);
-      if (i != n / i) high.push_back(n / i);
-    }
-  low.insert(low.end(), high.rbegin(), high.rend());
-  return low;
-}
-
-std::vector<int> allowed(const std::vector<int>& all, const std::vector<int>& only) {
-  if (only.empty()) return all;
-  std::vector<int> out;
-  for (int x : all)
-    if (std::find(only.begin(), only.end(), x) != only.end()) out.push_back(x);
-  return out;
-}
-
-// The schedules a search tries (unknown names are left to the search's own error).
-std::vector<const ScheduleEntry*> search_kinds(const SearchSpace& space) {
-  std::vector<const ScheduleEntry*> out;
-  if (space.schedules.empty()) {
-    for (const ScheduleEntry& e : schedule_registry())
-      if (!e.traits.from_file) out.push_back(&e);
-  } else {
-    for (const std::string& name : space.schedules)
-      if (const ScheduleEntry* e = find_schedule(name); e && !e->traits.from_file) out.push_back(e);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string GridEstimate::text() const {
@@ -197,55 +165,36 @@ GridEstimate estimate_search(const Scenario& base, const SearchSpace& space, int
   g.unit = "configurations";
   g.hint = "narrow the space with --pp, --tp, --micro-batch-sizes or --schedules, or lower --keep";
   const ClusterSpec& c = base.cluster;
-  const int gpus = c.total_gpus();
-  if (gpus < 1 || c.gpus_per_node < 1) return g;  // the search's own error
-  const std::vector<int> mbs = space.micro_batch_sizes.empty() ? std::vector<int>{1, 2, 4, 8} : space.micro_batch_sizes;
+  if (c.total_gpus() < 1 || c.gpus_per_node < 1) return g;  // the search's own error
   double stage12_ops = 0, valid = 0, sim_s = 0;
-  Scenario s = base;
-  s.parallel.stage_layers.clear();
-  s.schedule.slice_tokens.clear();
-  for (int tp : allowed(divisors(c.gpus_per_node), space.tp))
-    for (int pp : allowed(divisors(gpus / tp), space.pp))
-      for (int b : mbs)
-        for (const ScheduleEntry* e : search_kinds(space)) {
-          const std::vector<int> vs = e->traits.fixed_v > 0   ? std::vector<int>{e->traits.fixed_v}
-                                      : e->traits.interleaved ? space.v
-                                                              : std::vector<int>{1};
-          for (int v : vs)
-            for (Recompute rc : space.recompute) {
-              if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;
-              ParallelSpec& p = s.parallel;
-              p.dp = gpus / (tp * pp), p.pp = pp, p.tp = tp, p.v = v, p.micro_batch_size = b;
-              // Each distributed-optimizer value is a point of the same size.
-              const double n = static_cast<double>(dist_opts(space, p.dp).size());
-              g.points += n;
-              s.schedule.kind = e->kind;
-              s.schedule.recompute = rc;
-              s.schedule.seq_slices = e->traits.slicing == SlicePlan::Seq1F1B ? space.seq1f1b_segments : 1;
-              s.schedule.slicing = e->traits.slicing == SlicePlan::TeraPipe  ? "dp"
-                                   : e->traits.slicing == SlicePlan::Seq1F1B ? "cwp"
-                                                                             : "uniform";
-              try {
-                validate_scenario(s);  // what stage 1 rejects first costs nothing more
-              } catch (const std::exception&) {
-                continue;
-              }
-              const WorkEstimate w = estimate_work(s);
-              valid += n;
-              // Stage 1 builds the point's schedule (one pipeline, not its dp replicas) and memory model, stage 2
-              // lowers one replica's; stage 3 simulates the point only if it ranks in the best K, and a
-              // simulation over the per-run limit is refused there at once (a row with its error).
-              stage12_ops += n * w.pipeline_ops;
-              sim_s += n * (allow_large() || w.ops <= kMaxOps ? w.seconds : 0);
-              if (w.pipeline_ops > g.largest_ops) {
-                g.largest_ops = w.pipeline_ops;
-                g.largest = to_string(e->kind) + std::string(" dp") + std::to_string(p.dp) + " pp" +
-                            std::to_string(pp) + " tp" + std::to_string(tp) + " v" + std::to_string(v) + " b" +
-                            std::to_string(b) + ": a schedule of " + g3(w.pipeline_ops) + " ops";
-                g.bytes = kBaseBytes + w.pipeline_ops * kBytesPerModelOp;
-              }
-            }
-        }
+  Scenario base_point = base;
+  base_point.parallel.stage_layers.clear();
+  base_point.schedule.slice_tokens.clear();
+  try {
+    for_each_point(base_point, space, [&](const SearchPoint& pt) {
+      g.points++;
+      const Scenario s = make_point(base_point, pt, space.seq1f1b_segments);
+      try {
+        validate_scenario(s);  // what stage 1 rejects first costs nothing more
+      } catch (const std::exception&) {
+        return;
+      }
+      const WorkEstimate w = estimate_work(s);
+      valid++;
+      // Stage 1 builds the point's schedule (one pipeline, not its dp replicas) and memory model, stage 2 lowers
+      // one replica's; stage 3 simulates the point only if it ranks in the best K, and a simulation over the
+      // per-run limit is refused there at once (a row with its error).
+      stage12_ops += w.pipeline_ops;
+      sim_s += allow_large() || w.ops <= kMaxOps ? w.seconds : 0;
+      if (w.pipeline_ops > g.largest_ops) {
+        g.largest_ops = w.pipeline_ops;
+        g.largest = candidate_label(s) + ": a schedule of " + g3(w.pipeline_ops) + " ops";
+        g.bytes = kBaseBytes + w.pipeline_ops * kBytesPerModelOp;
+      }
+    });
+  } catch (const std::invalid_argument&) {
+    return g;  // the search's own error (an unknown schedule, no --tp value fitting a node)
+  }
   // Stage 3 simulates `keep` of the valid points; their mean stands for the ones the estimate will rank first.
   const double simulated = std::min<double>(keep, valid);
   const double stage3_s = valid > 0 ? simulated * (kSecondsPerRun + sim_s / valid) / std::max(1, jobs) : 0;
