@@ -776,7 +776,12 @@ Scenario apply_profile(const Scenario& in, const DeviceProfile& p, const std::st
 
 Scenario use_profile(const Scenario& s, const std::string& path) {
   Scenario out = apply_profile(s, load_profile(path), path);
-  validate_scenario(out);
+  try {
+    validate_scenario(out);
+  } catch (const ScenarioError& e) {
+    // The scenario was valid on its own: what its checks now refuse came from the profile.
+    throw ProfileError(path + ": this profile's values make " + s.source + " invalid: " + e.what());
+  }
   return out;
 }
 
