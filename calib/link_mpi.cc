@@ -155,17 +155,15 @@ double busy(std::vector<double>& scratch) {
   return acc;
 }
 
-// A size's figure: the median of its samples and the half-width of the median's 95% confidence interval (order
-// statistics n/2 -+ 0.98 sqrt(n)): what the calibration gates take as the measurement's own uncertainty.
+// A size's figure: the median of its samples and the half-width of the median's 95% confidence interval (the
+// calibration driver's statistics): what the calibration gates take as the measurement's own uncertainty.
 struct Central {
   double median_s = 0, ci_s = 0;
 };
 Central central(std::vector<double> v) {
   if (v.empty()) return {};
-  std::sort(v.begin(), v.end());
-  const double n = static_cast<double>(v.size()), w = 0.98 * std::sqrt(n);
-  const auto at = [&](double r) { return v[static_cast<std::size_t>(std::clamp(r, 0.0, n - 1))]; };
-  return {v[v.size() / 2], (at(std::ceil(n / 2 + w)) - at(std::floor(n / 2 - w))) / 2};
+  const TimeStats st = stats_of(std::move(v));
+  return {st.median_s, st.rel_spread() * st.median_s / 2};
 }
 
 // One exchange of the p2p benchmark; returns the receive's time on the receiving rank, 0 elsewhere.

@@ -278,14 +278,13 @@ nlohmann::ordered_json spread_json(std::vector<double> v) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   if (v.empty()) return j;
   std::sort(v.begin(), v.end());
-  double mean = 0, var = 0;
-  for (double x : v) mean += x;
-  mean /= static_cast<double>(v.size());
+  const double mean = KindStats::mean(v);
+  double var = 0;
   for (double x : v) var += (x - mean) * (x - mean);
   const std::size_t n = v.size();
   j["n"] = n;
   j["min"] = v.front();
-  j["median"] = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  j["median"] = median_of(v);
   j["max"] = v.back();
   j["mean"] = mean;
   j["stddev"] = n > 1 ? std::sqrt(var / static_cast<double>(n - 1)) : 0.0;

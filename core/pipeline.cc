@@ -55,16 +55,24 @@ std::unique_ptr<CostModel> make_cost_model(const Scenario& s) {
   return std::make_unique<AnalyticCostModel>(s);
 }
 
+LoweredSchedule lower_scenario(const Scenario& s, const Schedule& sch, const CostModel& cost) {
+  LoweredSchedule ls =
+      lower(sch, s.parallel.dp, s.parallel.tp, cost, uses_scatter_gather(s), grad_sync_options(s.training));
+  return with_p2p_mode(add_cp_exchange(ls, s), s);  // context-parallel K/V rings (no-op at cp = 1)
+}
+
+Placement scenario_placement(const Scenario& s) {
+  return make_placement(s.sim.placement, s.parallel.dp, s.parallel.pp, s.parallel.tp, s.cluster, s.parallel.cp);
+}
+
 std::unique_ptr<Prepared> prepare(const Scenario& s) {
   check_work(s);  // refuse runaway configurations before allocating anything (core/work_estimate.h)
   auto p = std::make_unique<Prepared>();
   p->scenario = s;
   p->cost = make_cost_model(s);
   p->schedule = make_schedule(s);
-  p->lowered =
-      lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost, uses_scatter_gather(s), grad_sync_options(s.training));
-  p->lowered = with_p2p_mode(add_cp_exchange(p->lowered, s), s);  // context-parallel K/V rings (no-op at cp = 1)
-  p->placement = make_placement(s.sim.placement, s.parallel.dp, s.parallel.pp, s.parallel.tp, s.cluster, s.parallel.cp);
+  p->lowered = lower_scenario(s, p->schedule, *p->cost);
+  p->placement = scenario_placement(s);
   return p;
 }
 

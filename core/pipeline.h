@@ -29,6 +29,12 @@ struct Prepared {
   Placement placement;
 };
 
+// The scenario's lowering: lower() with its scatter/gather and gradient-sync options, then the context-parallel
+// K/V exchange and the p2p mode (Megatron's order under blocking p2p). The one composition of the passes, for
+// prepare() and for anything that lowers a scenario with another cost model (the runtime's tests).
+LoweredSchedule lower_scenario(const Scenario& s, const Schedule& sch, const CostModel& cost);
+// The scenario's placement (sim.placement, dp x pp x tp x cp over the cluster).
+Placement scenario_placement(const Scenario& s);
 // Schedule, lowering and placement; the caller runs check() on the result (it keeps references into it,
 // so keep the Prepared object alive and unmoved while the CheckedSchedule is used).
 std::unique_ptr<Prepared> prepare(const Scenario& s);

@@ -252,7 +252,7 @@ double Stage2Estimator::estimate(const Scenario& s) {
   const MemoCost cost(*model);
   const Schedule sch = make_schedule(s);
   LoweredSchedule ls = lower_one_replica(s, sch, cost);
-  const Placement full = make_placement(s.sim.placement, par.dp, par.pp, par.tp, c);
+  const Placement full = scenario_placement(s);
   Placement one = full;
   one.dp = 1;
   one.gpu.assign(full.gpu.begin(), full.gpu.begin() + static_cast<std::ptrdiff_t>(par.pp) * par.tp);

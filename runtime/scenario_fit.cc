@@ -161,9 +161,8 @@ std::unique_ptr<Prepared> prepare_with_constant_costs(const Scenario& s) {
   }
   p->cost = std::make_unique<ConstantCostModel>(c);
   p->schedule = make_schedule(s);
-  p->lowered = lower(p->schedule, s.parallel.dp, s.parallel.tp, *p->cost, s.schedule.scatter_gather,
-                     grad_sync_options(s.training));
-  p->placement = make_placement(s.sim.placement, s.parallel.dp, s.parallel.pp, s.parallel.tp, s.cluster);
+  p->lowered = lower_scenario(s, p->schedule, *p->cost);
+  p->placement = scenario_placement(s);
   return p;
 }
 
