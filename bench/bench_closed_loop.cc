@@ -39,6 +39,8 @@ std::vector<Config> grid() {
       {"interleaved pp2 v2 A", "--schedule interleaved --pp 2 --v 2"},
       {"terapipe 128,64,64 pp2 A", "--schedule terapipe --pp 2 --slice-tokens 128,64,64"},
       {"seq1f1b 4 slices pp2 A", "--schedule seq1f1b --pp 2 --slices 4"},
+      {"1f1b dp2 A", "--schedule 1f1b --pp 1 --dp 2"},
+      {"gpipe tp2 B", "--schedule gpipe --pp 1 --tp 2 --dp 1" + B},
       {"1f1b pp2 dp2 A", "--schedule 1f1b --pp 2 --dp 2", 4},
       {"gpipe pp2 B", "--schedule gpipe --pp 2" + B},
       {"1f1b pp2 tp2 B", "--schedule 1f1b --pp 2 --tp 2 --dp 1" + B, 4},
@@ -70,6 +72,16 @@ double median(std::vector<double> v) {
 double rel(const nlohmann::json& j, const char* kind) {
   if (!j.contains("per_op_kind") || !j["per_op_kind"].contains(kind)) return NAN;
   return j["per_op_kind"][kind]["rel_error"].get<double>();
+}
+
+// "+12.3%" in 8 columns, "n/a" for an op kind the configuration does not have (p2p without a pipeline).
+std::string percent(double x) {
+  char b[32];
+  if (std::isnan(x))
+    std::snprintf(b, sizeof b, "%8s", "n/a");
+  else
+    std::snprintf(b, sizeof b, "%+7.1f%%", 100 * x);
+  return b;
 }
 
 }  // namespace
@@ -143,8 +155,8 @@ int main(int argc, char** argv) {
                                                                                  : "analytic";
     const int ranks = j["dp"].get<int>() * j["pp"].get<int>() * j["tp"].get<int>();
     const bool shared = ranks > cores;
-    std::printf("%-28s %5d %-13s %10.4f %10.4f %+7.1f%% %+7.1f%% %+7.1f%% %+7.1f%%%s\n", c.name.c_str(), ranks, timed,
-                meas, sim, 100 * e, 100 * ef, 100 * eb, 100 * ep, shared ? " *" : "");
+    std::printf("%-28s %5d %-13s %10.4f %10.4f %+7.1f%% %s %s %s%s\n", c.name.c_str(), ranks, timed, meas, sim, 100 * e,
+                percent(ef).c_str(), percent(eb).c_str(), percent(ep).c_str(), shared ? " *" : "");
     std::fflush(stdout);
     if (shared) {
       shared_iter_err.push_back(std::abs(e));
