@@ -92,14 +92,20 @@ double Stage2Estimator::estimate(const Scenario& s) {
   // A known structure: re-timed with the candidate's cost answers, nothing lowered.
   for (const auto& sh : shapes_)
     if (shape_key_of(*sh) == key.words && retimer_->load(*sh, s, key, *model)) return retimer_->critical_path_s(*sh, s);
-  const MemoCost cost(*model);
-  const LoweredSchedule ls = lower_one_replica(s, make_schedule(s), cost);
-  const Placement full = scenario_placement(s);
+  // A new structure, lowered once (with the distributed optimizer where the key says so: the shape then serves
+  // the candidates with and without it).
+  Scenario with_do;
+  if (key.lower_with_do) with_do = s, with_do.training.distributed_optimizer = true;
+  const Scenario& b = key.lower_with_do ? with_do : s;
+  const auto b_model = key.lower_with_do ? make_cost_model(b) : nullptr;
+  const MemoCost cost(b_model ? *b_model : *model);
+  const LoweredSchedule ls = lower_one_replica(b, make_schedule(b), cost);
   if (shapes_.size() >= kShapesKept) shapes_.erase(shapes_.begin());
-  shapes_.push_back(make_dag_shape(ls, s, one_replica(s, full), cost, key));
+  shapes_.push_back(make_dag_shape(ls, b, one_replica(b, scenario_placement(b)), cost, key));
   built_++;
-  if (!retimer_->load(*shapes_.back(), s, key, *model))
-    throw std::logic_error(s.source + ": stage 2: a structure's cost answers changed between two calls");
+  // The candidate's answers fit the shape it was lowered for; the superset shape of another candidate's answers
+  // might not (a parameter gather of no bytes): then the direct estimate.
+  if (!retimer_->load(*shapes_.back(), s, key, *model)) return estimate_iteration_s(s);
   return retimer_->critical_path_s(*shapes_.back(), s);
 }
 

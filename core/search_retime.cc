@@ -40,13 +40,18 @@ bool shape_key(const Scenario& s, ShapeKey& key) {
     return false;  // make_schedule reports it
   }
   const GradSyncOptions o = grad_sync_options(s.training);
+  // Without overlap_param_gather the distributed optimizer adds only a parameter gather after each optimizer step
+  // (a sink of the DAG: no time in the critical path when absent) and makes the gradients' all-reduce a
+  // reduce-scatter (a duration): the candidates with and without it share the shape lowered with it.
+  const bool shared_do = par.dp > 1 && !o.overlap_param_gather;
+  key.lower_with_do = shared_do && !o.distributed_optimizer;
   std::int64_t bucket_bits = 0;
   static_assert(sizeof bucket_bits == sizeof o.bucket_bytes);
   std::memcpy(&bucket_bits, &o.bucket_bytes, sizeof bucket_bits);
   key.slice_begin = std::move(one.front().slice_begin);
   key.words.assign({static_cast<std::int64_t>(sch.kind), par.pp, par.v, par.micro_batches(), s.model.seq_len,
                     static_cast<std::int64_t>(key.slice_begin.size()), par.tp > 1, par.dp > 1, uses_scatter_gather(s),
-                    o.distributed_optimizer, o.overlap_grad_reduce, o.overlap_param_gather, bucket_bits,
+                    shared_do ? 2 : o.distributed_optimizer, o.overlap_grad_reduce, o.overlap_param_gather, bucket_bits,
                     s.sim.p2p == "blocking"});
   return true;
 }
@@ -110,6 +115,7 @@ struct Retimer::Values {
   std::vector<double> grad, param, opt;  // per rank
   std::vector<int> n_grad, n_param;      // buckets per virtual stage, per rank (0: not bucketed)
   double emb = 0;
+  bool dist_opt = false;  // the candidate's distributed optimizer
   std::vector<std::int64_t> fingerprint;
   std::vector<double> dur, start;
 };
@@ -133,6 +139,7 @@ void ask(const DagShape& sh, const Scenario& s, const std::vector<std::int32_t>&
          Retimer::Values& v) {
   const std::size_t n = sh.ops.size();
   const int seqs = s.parallel.micro_batch_size;
+  v.dist_opt = s.training.distributed_optimizer;
   v.compute.assign(n, 0.0);
   v.p2p.assign(n, 0.0);
   v.tp_bytes.assign(n, 0.0);
@@ -163,6 +170,10 @@ void ask(const DagShape& sh, const Scenario& s, const std::vector<std::int32_t>&
     fp.push_back(v.grad[k] > 0);
     fp.push_back(v.n_grad[k]);
     if (!sh.o.distributed_optimizer) continue;
+    if (!v.dist_opt) {  // a shape with the parameter gather timing a candidate without it: nothing to ask
+      fp.insert(fp.end(), {1, 0});
+      continue;
+    }
     v.param[k] = cost.param_bytes(r);
     if (sh.o.overlap_param_gather && sh.param_spans[k] > 0)
       v.n_param[k] = bucket_count(v.param[k] / static_cast<double>(sh.param_spans[k]), sh.o.bucket_bytes);
@@ -212,6 +223,13 @@ CostedOp costed(const DagShape& sh, const Recipe& x, const Retimer::Values& v, i
         case CollTag::DataParallel:
         case CollTag::ParamGather: {
           const bool grads = x.tag == CollTag::DataParallel;
+          // A shape shared with and without the distributed optimizer (ShapeKey): the gradients' collective is the
+          // candidate's; without it the parameter gather (a sink after the optimizer step) takes no time.
+          if (grads) c.kind = v.dist_opt ? LOpKind::ReduceScatter : LOpKind::AllReduce;
+          if (!grads && !v.dist_opt) {
+            c.dag = DagKind::Join;
+            break;
+          }
           const double bytes = grads ? v.grad[r] : v.param[r];
           if (!x.async) {
             c.bytes = bytes;
@@ -236,21 +254,31 @@ CostedOp costed(const DagShape& sh, const Recipe& x, const Retimer::Values& v, i
 }
 
 // Class of an op by what the cost model reads of it: kind, virtual stage and token range, the range being the
-// slice's (every micro-batch has the same slices).
-struct OpClasses {
-  std::unordered_map<std::uint64_t, std::int32_t> index;
-  DagShape& sh;
+// slice's (every micro-batch has the same slices). A flat table over (stage, slice, kind).
+class OpClasses {
+ public:
+  OpClasses(DagShape& sh, int stages, int slices)
+      : sh_(sh), slices_(slices), index_(static_cast<std::size_t>(stages) * slices * kKinds, -1) {}
   std::int32_t of(const Op& op, std::uint8_t need) {
-    auto u32 = [](std::int32_t x) { return static_cast<std::uint64_t>(static_cast<std::uint32_t>(x)); };
-    const std::uint64_t key = static_cast<std::uint64_t>(op.kind) | u32(op.slice) << 8 | u32(op.stage) << 32;
-    const auto [it, added] = index.emplace(key, static_cast<std::int32_t>(sh.ops.size()));
-    if (added) {
-      sh.ops.push_back(op);
-      sh.need.push_back(0);
+    const auto kind = static_cast<std::size_t>(op.kind);
+    if (op.stage < 0 || op.slice < 0 || op.slice >= slices_ || kind >= kKinds ||
+        static_cast<std::size_t>(op.stage) * slices_ * kKinds >= index_.size())
+      throw std::logic_error("stage 2: " + op_text(op) + " is outside the schedule's stages and slices");
+    std::int32_t& c = index_[(static_cast<std::size_t>(op.stage) * slices_ + op.slice) * kKinds + kind];
+    if (c < 0) {
+      c = static_cast<std::int32_t>(sh_.ops.size());
+      sh_.ops.push_back(op);
+      sh_.need.push_back(0);
     }
-    sh.need[static_cast<std::size_t>(it->second)] |= need;
-    return it->second;
+    sh_.need[static_cast<std::size_t>(c)] |= need;
+    return c;
   }
+
+ private:
+  static constexpr std::size_t kKinds = 8;  // OpKind values
+  DagShape& sh_;
+  int slices_;
+  std::vector<std::int32_t> index_;
 };
 
 // The recipe of DAG node `n` (whose lowered op is ls.per_worker[n.worker][n.index]); j: the bucket's index.
@@ -311,12 +339,18 @@ void stage_counts(const LoweredSchedule& ls, DagShape& sh) {
   sh.grad_spans.assign(static_cast<std::size_t>(ls.p), 0);
   sh.param_spans = sh.grad_spans;
   for (int r = 0; r < ls.p; r++) {
-    std::map<int, bool> stages;  // stage -> has a backward
-    for (const LoweredOp& l : ls.per_worker[static_cast<std::size_t>(r)])
-      if (l.kind == LOpKind::Compute)
-        stages[l.op.stage] |= l.op.kind == OpKind::Backward || l.op.kind == OpKind::BackwardWeight;
-    sh.param_spans[static_cast<std::size_t>(r)] = static_cast<int>(stages.size());
-    for (const auto& [stage, grads] : stages) sh.grad_spans[static_cast<std::size_t>(r)] += grads;
+    std::vector<std::int8_t> stages;  // per virtual stage: -1 not run here, 0 run, 1 with a backward
+    for (const LoweredOp& l : ls.per_worker[static_cast<std::size_t>(r)]) {
+      if (l.kind != LOpKind::Compute) continue;
+      const auto g = static_cast<std::size_t>(l.op.stage);
+      if (g >= stages.size()) stages.resize(g + 1, -1);
+      stages[g] =
+          std::max<std::int8_t>(stages[g], l.op.kind == OpKind::Backward || l.op.kind == OpKind::BackwardWeight);
+    }
+    for (std::int8_t x : stages) {
+      sh.param_spans[static_cast<std::size_t>(r)] += x >= 0;
+      sh.grad_spans[static_cast<std::size_t>(r)] += x == 1;
+    }
   }
 }
 
@@ -369,25 +403,40 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const P
   sh->dp = s.parallel.dp > 1;
   sh->groups = ls.groups;
   stage_counts(ls, *sh);
-  OpClasses classes{{}, *sh};
-  // Every compute op asks the TP question when tp > 1 (core/lowering.cc, tp_pass), whether or not it issues one.
-  if (ls.tp > 1)
-    for (const auto& prog : ls.per_worker)
-      for (const LoweredOp& l : prog)
-        if (l.kind == LOpKind::Compute) classes.of(l.op, kTp);
+  OpClasses classes(*sh, ls.schedule.stages(), static_cast<int>(key.slice_begin.size()));
   std::unordered_map<Recipe, std::uint32_t, RecipeHash> ids;
+  auto add = [&](const Recipe& x) {
+    const auto [it, added] = ids.emplace(x, static_cast<std::uint32_t>(ids.size()));
+    if (added) sh->recipes.push_back(x);
+    return it->second;
+  };
+  // Compute ops and joins, most of the nodes, find their recipe by op class and op kind.
+  std::vector<std::int64_t> compute_recipe, join_recipe(8, -1);
+  // Every compute op asks the TP question when tp > 1 (core/lowering.cc, tp_pass), whether or not it issues one.
+  const std::uint8_t compute_need = ls.tp > 1 ? kCompute | kTp : kCompute;
   std::vector<std::uint32_t> node_cls(dag.size());
   std::map<std::pair<std::int32_t, int>, int> buckets;  // (worker, stage) -> async gradient buckets so far
   for (std::size_t u = 0; u < dag.size(); u++) {
     const DagNode& n = dag.nodes[u];
     const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(n.worker)][static_cast<std::size_t>(n.index)];
+    if (n.kind == DagKind::Compute && l.kind == LOpKind::Compute) {
+      const auto c = static_cast<std::size_t>(classes.of(l.op, compute_need));
+      if (c >= compute_recipe.size()) compute_recipe.resize(c + 1, -1);
+      if (compute_recipe[c] < 0) compute_recipe[c] = add(recipe_of(ls, n, 0, classes));
+      node_cls[u] = static_cast<std::uint32_t>(compute_recipe[c]);
+      continue;
+    }
+    if (n.kind == DagKind::Join) {
+      std::int64_t& x = join_recipe[static_cast<std::size_t>(l.kind)];
+      if (x < 0) x = add(recipe_of(ls, n, 0, classes));
+      node_cls[u] = static_cast<std::uint32_t>(x);
+      continue;
+    }
     int j = 0;
     // Bucket j of a stage is the j-th async gradient collective of that stage in the program (core/grad_sync.cc).
     if (n.kind == DagKind::Collective && l.tag == CollTag::DataParallel && l.async)
       j = buckets[{n.worker, l.op.stage}]++;
-    const auto [it, added] = ids.emplace(recipe_of(ls, n, j, classes), static_cast<std::uint32_t>(ids.size()));
-    if (added) sh->recipes.push_back(it->first);
-    node_cls[u] = it->second;
+    node_cls[u] = add(recipe_of(ls, n, j, classes));
   }
   // The buckets counted above are in program order only if each node's index runs in that order: it does
   // (build_dag numbers a group's calls in member program order), and the check below would catch it otherwise.

@@ -33,6 +33,7 @@ class CostModel;
 struct ShapeKey {
   std::vector<std::int64_t> words;
   std::vector<std::int32_t> slice_begin;
+  bool lower_with_do = false;  // the shape is the scenario's with training.distributed_optimizer on (see the .cc)
 };
 bool shape_key(const Scenario& s, ShapeKey& key);
 
