@@ -90,8 +90,10 @@ double Stage2Estimator::estimate(const Scenario& s) {
   if (!shape_key(s, key)) return estimate_iteration_s(s);
   const auto model = make_cost_model(s);
   // A known structure: re-timed with the candidate's cost answers, nothing lowered.
-  for (const auto& sh : shapes_)
-    if (shape_key_of(*sh) == key.words && retimer_->load(*sh, s, key, *model)) return retimer_->critical_path_s(*sh, s);
+  for (const auto* words : {&key.words, &key.tp_words})
+    for (const auto& sh : shapes_)
+      if (!words->empty() && shape_key_of(*sh) == *words && retimer_->load(*sh, s, key, *model))
+        return retimer_->critical_path_s(*sh, s);
   // A new structure, lowered once (with the distributed optimizer where the key says so: the shape then serves
   // the candidates with and without it).
   Scenario with_do;
@@ -163,7 +165,7 @@ void order_by_structure(std::vector<Candidate>& c) {
     const ParallelSpec& p = x.scenario.parallel;
     const ScheduleSpec& s = x.scenario.schedule;
     const TrainingSpec& t = x.scenario.training;
-    return std::make_tuple(s.kind, p.pp, p.v, p.micro_batches(), s.seq_slices, s.slice_tokens, p.tp > 1, p.dp > 1,
+    return std::make_tuple(s.kind, p.pp, p.v, p.micro_batches(), s.seq_slices, s.slice_tokens, p.tp == 1, p.dp > 1,
                            t.distributed_optimizer, t.overlap_grad_reduce, t.overlap_param_gather);
   };
   std::stable_sort(c.begin(), c.end(), [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });

@@ -49,8 +49,9 @@ class Stage2Estimator {
 LoweredSchedule lower_one_replica(const Scenario& s, const Schedule& sch, const CostModel& cost);
 
 // The candidates reordered so that those of one structure (schedule kind, pp, v, micro-batches and their slices,
-// whether tp and dp exceed 1, the gradient-sync options) come one after another: stage 2 in this order builds each
-// DAG once. Stable: the enumeration order within a structure.
+// whether tp and dp exceed 1, the gradient-sync options) come one after another, tp > 1 before tp = 1 (whose
+// candidates a tp > 1 structure times too): stage 2 in this order builds each DAG once. Stable: the enumeration
+// order within a structure.
 void order_by_structure(std::vector<Candidate>& c);
 
 }  // namespace pipescope

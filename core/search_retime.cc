@@ -19,6 +19,10 @@
 
 namespace pipescope {
 
+namespace {
+constexpr std::size_t kTpWord = 6;  // the key's word that says tp > 1
+}  // namespace
+
 bool shape_key(const Scenario& s, ShapeKey& key) {
   const ParallelSpec& par = s.parallel;
   const ScheduleSpec& sch = s.schedule;
@@ -53,6 +57,13 @@ bool shape_key(const Scenario& s, ShapeKey& key) {
                     static_cast<std::int64_t>(key.slice_begin.size()), par.tp > 1, par.dp > 1, uses_scatter_gather(s),
                     shared_do ? 2 : o.distributed_optimizer, o.overlap_grad_reduce, o.overlap_param_gather, bucket_bits,
                     s.sim.p2p == "blocking"});
+  // tp = 1 lowers without tensor-parallel collectives and scatter/gather; a tp > 1 shape has them after ops and
+  // receives, where with tp = 1 they would be rings of one GPU taking no time: such a shape times it too.
+  key.tp_words.clear();
+  if (par.tp == 1) {
+    key.tp_words = key.words;
+    key.tp_words[kTpWord] = 1;
+  }
   return true;
 }
 
@@ -90,7 +101,7 @@ struct RecipeHash {
 
 struct DagShape {
   std::vector<std::int64_t> key;
-  std::vector<std::int64_t> fingerprint;
+  std::vector<std::int64_t> fingerprint, tp_fingerprint;
   int p = 1;
   bool scatter_gather = false;  // message bytes / tp (scatter/gather with tp > 1)
   GradSyncOptions o;
@@ -115,8 +126,8 @@ struct Retimer::Values {
   std::vector<double> grad, param, opt;  // per rank
   std::vector<int> n_grad, n_param;      // buckets per virtual stage, per rank (0: not bucketed)
   double emb = 0;
-  bool dist_opt = false;  // the candidate's distributed optimizer
-  std::vector<std::int64_t> fingerprint;
+  bool dist_opt = false;                                  // the candidate's distributed optimizer
+  std::vector<std::int64_t> fingerprint, tp_fingerprint;  // the latter: the tensor-parallel answers
   std::vector<double> dur, start;
 };
 
@@ -146,13 +157,17 @@ void ask(const DagShape& sh, const Scenario& s, const std::vector<std::int32_t>&
   v.tp_calls.assign(n, 0);
   auto& fp = v.fingerprint;
   fp.clear();
+  v.tp_fingerprint.clear();
+  // A candidate with tp = 1 on a tp > 1 shape asks no tensor-parallel question: its TP and scatter/gather
+  // collectives are rings of one GPU (no time, so the shape's extra nodes change no path).
+  const bool ask_tp = s.parallel.tp > 1;
   for (std::size_t c = 0; c < n; c++) {
     const Op op = with_tokens(sh.ops[c], slice_begin, sh.seq_len);
     if (sh.need[c] & kCompute) fp.push_back((v.compute[c] = cost.compute_seconds(op, seqs)) > 0);
     if (sh.need[c] & kP2p) fp.push_back((v.p2p[c] = cost.p2p_bytes(op, seqs)) > 0);
-    if (sh.need[c] & kTp) {
-      fp.push_back((v.tp_calls[c] = cost.tp_allreduce_calls(op)) > 0);
-      if (v.tp_calls[c] > 0) fp.push_back((v.tp_bytes[c] = cost.tp_allreduce_bytes(op, seqs)) > 0);
+    if ((sh.need[c] & kTp) && ask_tp) {
+      v.tp_fingerprint.push_back((v.tp_calls[c] = cost.tp_allreduce_calls(op)) > 0);
+      if (v.tp_calls[c] > 0) v.tp_fingerprint.push_back((v.tp_bytes[c] = cost.tp_allreduce_bytes(op, seqs)) > 0);
     }
   }
   v.grad.assign(static_cast<std::size_t>(sh.p), 0.0);
@@ -451,6 +466,7 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const P
   Retimer::Values v;
   ask(*sh, s, key.slice_begin, cost, v);
   sh->fingerprint = v.fingerprint;
+  sh->tp_fingerprint = v.tp_fingerprint;
   for (std::size_t u = 0; u < dag.size(); u++) {
     const DagNode& n = dag.nodes[u];
     const CostedOp want = costed_op(ls, n);
@@ -465,7 +481,7 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const P
 
 bool Retimer::load(const DagShape& shape, const Scenario& s, const ShapeKey& key, const CostModel& cost) {
   ask(shape, s, key.slice_begin, cost, *v_);
-  return v_->fingerprint == shape.fingerprint;
+  return v_->fingerprint == shape.fingerprint && (s.parallel.tp == 1 || v_->tp_fingerprint == shape.tp_fingerprint);
 }
 
 double Retimer::critical_path_s(const DagShape& sh, const Scenario& s) {

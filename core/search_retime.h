@@ -34,6 +34,7 @@ struct ShapeKey {
   std::vector<std::int64_t> words;
   std::vector<std::int32_t> slice_begin;
   bool lower_with_do = false;  // the shape is the scenario's with training.distributed_optimizer on (see the .cc)
+  std::vector<std::int64_t> tp_words;  // tp = 1: the key of the tp > 1 shapes that time it too (see the .cc)
 };
 bool shape_key(const Scenario& s, ShapeKey& key);
 
