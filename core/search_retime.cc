@@ -426,7 +426,7 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const P
     return it->second;
   };
   // Compute ops and joins, most of the nodes, find their recipe by op class and op kind.
-  std::vector<std::int64_t> compute_recipe, join_recipe(8, -1);
+  std::vector<std::int64_t> compute_recipe, join_recipe(8, -1), per_class[3];
   // Every compute op asks the TP question when tp > 1 (core/lowering.cc, tp_pass), whether or not it issues one.
   const std::uint8_t compute_need = ls.tp > 1 ? kCompute | kTp : kCompute;
   std::vector<std::uint32_t> node_cls(dag.size());
@@ -445,6 +445,21 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const P
       std::int64_t& x = join_recipe[static_cast<std::size_t>(l.kind)];
       if (x < 0) x = add(recipe_of(ls, n, 0, classes));
       node_cls[u] = static_cast<std::uint32_t>(x);
+      continue;
+    }
+    // Transfers and per-op collectives (TP, scatter/gather): by op class too, the class's last recipe reused when
+    // equal.
+    const int slot = n.kind == DagKind::Transfer                                         ? 0
+                     : n.kind == DagKind::Collective && l.tag == CollTag::TensorParallel ? 1
+                     : n.kind == DagKind::Collective && l.tag == CollTag::ScatterGather  ? 2
+                                                                                         : -1;
+    if (slot >= 0) {
+      const Recipe x = recipe_of(ls, n, 0, classes);
+      auto& last = per_class[slot];
+      const auto c = static_cast<std::size_t>(x.cls);
+      if (c >= last.size()) last.resize(c + 1, -1);
+      if (last[c] < 0 || !(sh->recipes[static_cast<std::size_t>(last[c])] == x)) last[c] = add(x);
+      node_cls[u] = static_cast<std::uint32_t>(last[c]);
       continue;
     }
     int j = 0;
@@ -467,10 +482,13 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const P
   ask(*sh, s, key.slice_begin, cost, v);
   sh->fingerprint = v.fingerprint;
   sh->tp_fingerprint = v.tp_fingerprint;
+  std::vector<CostedOp> by_recipe;
+  by_recipe.reserve(sh->recipes.size());
+  for (const Recipe& x : sh->recipes) by_recipe.push_back(costed(*sh, x, v, s.parallel.tp));
   for (std::size_t u = 0; u < dag.size(); u++) {
     const DagNode& n = dag.nodes[u];
     const CostedOp want = costed_op(ls, n);
-    const CostedOp got = costed(*sh, sh->recipes[node_cls[u]], v, s.parallel.tp);
+    const CostedOp& got = by_recipe[node_cls[u]];
     if (!same(got, want))
       throw std::logic_error(s.source + ": stage 2: re-costing node " + std::to_string(u) + " (" +
                              dag_node_text(dag, ls, static_cast<std::uint32_t>(u)) +
