@@ -1,17 +1,20 @@
 #pragma once
 // Stage 2's structure cache (core/search_estimate.h): one replica's lowered DAG kept per structure and re-timed for
 // every candidate of that structure WITHOUT lowering it again. A candidate's node durations come from a few
-// duration classes (one per distinct cost question: a compute op's (kind, virtual stage, token range), a transfer's
+// duration classes (one per distinct cost question: a compute op's (kind, virtual stage, slice), a transfer's
 // (link, message), a collective's (group, size, calls, lead)), each computed once from the candidate's own cost
-// model and placement with the same arithmetic the lowering passes and the estimate use; then one pass over the
-// nodes in a stored topological numbering (flat arrays, nothing allocated per candidate once the buffers have
-// grown). The values are bit-identical to lowering the candidate: the longest path takes the same sums, and a
-// structure's first candidate checks every re-costed node against its own lowering (a mismatch throws).
+// model, token slices and placement with the same arithmetic the lowering passes and the estimate use; then one
+// pass over the nodes in a stored topological numbering (flat arrays, nothing allocated per candidate once the
+// buffers have grown). The values are bit-identical to lowering the candidate: the longest path takes the same sums
+// (a zero-duration node adds exactly nothing), and a structure's first candidate checks every re-costed node against
+// its own lowering (a mismatch throws).
 //
 // What a structure is: ShapeKey (the scenario fields the lowered programs' shape follows: schedule kind, pp, v,
-// micro-batches and their token slices, whether tp and dp exceed 1, scatter/gather, the gradient-sync options, the
-// p2p mode) plus a fingerprint of the cost values the shape depends on (which messages and collectives have bytes,
-// which ops issue tensor-parallel all-reduces, which buckets have a lead, the bucket counts).
+// micro-batch count, number of token slices, whether tp and dp exceed 1, scatter/gather, the gradient-sync options,
+// the p2p mode) plus a fingerprint of the cost values the shape depends on (which messages and collectives have
+// bytes, which ops issue tensor-parallel all-reduces, which buckets have a lead, the bucket counts). Two supersets:
+// a shape lowered with the distributed optimizer also times the candidates without it (no overlap_param_gather), and
+// a tp > 1 shape the tp = 1 candidates (shape_key in the .cc says why the extra nodes take no time).
 
 #include <cstdint>
 #include <memory>
