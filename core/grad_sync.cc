@@ -61,14 +61,6 @@ std::vector<StageSpan> stage_spans(const std::vector<LoweredOp>& prog) {
   return out;
 }
 
-// Buckets per virtual stage, at most kMaxBuckets (tiny buckets would only multiply collectives: beyond that the
-// buckets grow).
-constexpr double kMaxBuckets = 1024;
-int bucket_count(double bytes, double bucket_bytes) {
-  if (!(bucket_bytes > 0) || !(bytes > 0)) return 1;
-  return static_cast<int>(std::clamp(std::ceil(bytes / bucket_bytes), 1.0, kMaxBuckets));
-}
-
 // Inserts each op before its position; ops for one position keep their order.
 void insert_before(std::vector<LoweredOp>& prog, std::vector<std::pair<std::size_t, LoweredOp>> ins) {
   std::stable_sort(ins.begin(), ins.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -84,6 +76,13 @@ void insert_before(std::vector<LoweredOp>& prog, std::vector<std::pair<std::size
 }
 
 }  // namespace
+
+// At most kMaxBuckets per virtual stage (tiny buckets would only multiply collectives: beyond that they grow).
+constexpr double kMaxBuckets = 1024;
+int bucket_count(double bytes, double bucket_bytes) {
+  if (!(bucket_bytes > 0) || !(bytes > 0)) return 1;
+  return static_cast<int>(std::clamp(std::ceil(bytes / bucket_bytes), 1.0, kMaxBuckets));
+}
 
 void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o) {
   const LOpKind kind = o.distributed_optimizer ? LOpKind::ReduceScatter : LOpKind::AllReduce;

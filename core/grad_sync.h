@@ -24,5 +24,8 @@ void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSync
 // With the distributed optimizer: the parameter all-gather after each worker's Optimizer op (or at its program
 // start with overlap_param_gather); nothing otherwise. Run after the Optimizer ops are appended; dp > 1.
 void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o);
+// Buckets of a virtual stage's `bytes` (overlap_grad_reduce / overlap_param_gather): bytes / bucket_bytes rounded
+// up, 1 to 1024 (the search's re-timing asks it too, core/search_retime.h).
+int bucket_count(double bytes, double bucket_bytes);
 
 }  // namespace pipescope

@@ -1,12 +1,13 @@
 #pragma once
 // Stage 2 of `pipescope search` (core/search.h), made fast enough for thousands of candidates: the critical path of
 // one replica's lowered DAG with the cost model, no SimGrid. What makes it fast, without changing a result:
-// - the cost model is asked once per distinct (op kind, virtual stage, token range, sequences) of a candidate (the
-//   lowering asks once per op, and a schedule repeats the same op for every micro-batch);
-// - the DAG is built once per structure (the lowered programs' op kinds, peers, groups and producer ops: a
-//   signature compared in full, so a hit can never be a different DAG) and its topological order kept; a candidate
-//   of a known structure (recompute on/off, the same micro-batch count with another tp, ...) is only re-timed: a
-//   duration per node from its own lowered ops and placement, then one pass in that order;
+// - the DAG is kept per structure (core/search_retime.h: a key of the scenario fields the lowered programs' shape
+//   follows, and a fingerprint of the cost answers it depends on); a candidate of a known structure (recompute
+//   on/off, the same micro-batch count with another tp, ...) is NOT lowered: its cost model answers each distinct
+//   question of the structure once (a compute op's kind, virtual stage and token range; a message; a collective),
+//   a duration per class follows, then one pass over the nodes in a stored topological numbering;
+// - a new structure is lowered once, the cost model asked once per distinct (op kind, virtual stage, token range,
+//   sequences) instead of once per op, and every re-costed node checked against that lowering;
 // - collective times are computed once per (group, bytes).
 // docs/search.md describes the method.
 
@@ -18,6 +19,7 @@
 #include "core/config.h"
 #include "core/lowering.h"
 #include "core/search.h"
+#include "core/search_retime.h"
 
 namespace pipescope {
 
@@ -34,14 +36,10 @@ class Stage2Estimator {
 
   std::size_t structures_built() const { return built_; }  // DAGs built so far (the rest were re-timed)
 
-  struct Shape;  // a cached DAG structure (core/search_estimate.cc)
-
  private:
-  // A few structures kept (candidates of one structure come close together in the search's enumeration order),
-  // the oldest dropped first.
-  std::vector<std::unique_ptr<Shape>> shapes_;
+  std::vector<DagShapePtr> shapes_;  // the latest structures (core/search_retime.h)
+  std::unique_ptr<Retimer> retimer_;
   std::size_t built_ = 0;
-  std::vector<double> dur_, start_;  // per node, reused
 };
 
 // One replica's programs (worker = pipeline rank) with everything lower() gives them for the scenario's dp, the
@@ -51,8 +49,9 @@ class Stage2Estimator {
 LoweredSchedule lower_one_replica(const Scenario& s, const Schedule& sch, const CostModel& cost);
 
 // The candidates reordered so that those of one structure (schedule kind, pp, v, micro-batches and their slices,
-// whether tp and dp exceed 1, the gradient-sync options) come one after another: stage 2 in this order builds each
-// DAG once. Stable: the enumeration order within a structure.
+// whether tp and dp exceed 1, the gradient-sync options) come one after another, tp > 1 before tp = 1 (whose
+// candidates a tp > 1 structure times too): stage 2 in this order builds each DAG once. Stable: the enumeration
+// order within a structure.
 void order_by_structure(std::vector<Candidate>& c);
 
 }  // namespace pipescope

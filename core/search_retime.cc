@@ -1,0 +1,528 @@
+#include "core/search_retime.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "core/cost_model.h"
+#include "core/dag.h"
+#include "core/grad_sync.h"
+#include "core/megatron_p2p.h"
+#include "core/pipeline.h"
+#include "core/schedule_registry.h"
+#include "core/search_timing.h"
+#include "core/seq1f1b.h"
+
+namespace pipescope {
+
+namespace {
+constexpr std::size_t kTpWord = 6;  // the key's word that says tp > 1
+}  // namespace
+
+bool shape_key(const Scenario& s, ShapeKey& key) {
+  const ParallelSpec& par = s.parallel;
+  const ScheduleSpec& sch = s.schedule;
+  const ScheduleTraits& t = schedule_entry(sch.kind).traits;
+  // A schedule file, TeraPipe's joint plan (micro-batches of different sizes) and context parallelism (not in the
+  // one-replica lowering) are estimated without the cache.
+  if (t.from_file || (t.slicing == SlicePlan::TeraPipe && sch.slicing == "dp") || par.cp != 1) return false;
+  // One micro-batch's slices, as make_schedule cuts every micro-batch (core/pipeline.cc): the generators take
+  // micro-batches of micro_batch_size sequences each, which only the costs see.
+  std::vector<MicroBatch> one;
+  try {
+    if (t.slicing == SlicePlan::Seq1F1B)
+      one = sliced_microbatches(1, par.micro_batch_size, seq1f1b_split_lengths(s));
+    else if (!sch.slice_tokens.empty())
+      one = sliced_microbatches(1, par.micro_batch_size, sch.slice_tokens);
+    else
+      one = uniform_microbatches(1, par.micro_batch_size, s.model.seq_len, sch.seq_slices);
+  } catch (const std::invalid_argument&) {
+    return false;  // make_schedule reports it
+  }
+  const GradSyncOptions o = grad_sync_options(s.training);
+  // Without overlap_param_gather the distributed optimizer adds only a parameter gather after each optimizer step
+  // (a sink of the DAG: no time in the critical path when absent) and makes the gradients' all-reduce a
+  // reduce-scatter (a duration): the candidates with and without it share the shape lowered with it.
+  const bool shared_do = par.dp > 1 && !o.overlap_param_gather;
+  key.lower_with_do = shared_do && !o.distributed_optimizer;
+  std::int64_t bucket_bits = 0;
+  static_assert(sizeof bucket_bits == sizeof o.bucket_bytes);
+  std::memcpy(&bucket_bits, &o.bucket_bytes, sizeof bucket_bits);
+  key.slice_begin = std::move(one.front().slice_begin);
+  key.words.assign({static_cast<std::int64_t>(sch.kind), par.pp, par.v, par.micro_batches(), s.model.seq_len,
+                    static_cast<std::int64_t>(key.slice_begin.size()), par.tp > 1, par.dp > 1, uses_scatter_gather(s),
+                    shared_do ? 2 : o.distributed_optimizer, o.overlap_grad_reduce, o.overlap_param_gather, bucket_bits,
+                    s.sim.p2p == "blocking"});
+  // tp = 1 lowers without tensor-parallel collectives and scatter/gather; a tp > 1 shape has them after ops and
+  // receives, where with tp = 1 they would be rings of one GPU taking no time: such a shape times it too.
+  key.tp_words.clear();
+  if (par.tp == 1) {
+    key.tp_words = key.words;
+    key.tp_words[kTpWord] = 1;
+  }
+  return true;
+}
+
+namespace {
+
+enum Need : std::uint8_t { kCompute = 1, kP2p = 2, kTp = 4 };
+
+// How one node's duration is made from the candidate's cost values (core/lowering.cc and core/grad_sync.cc give
+// each lowered op its values this way).
+struct Recipe {
+  enum class What : std::uint8_t { Zero, Compute, Optimizer, Transfer, Collective };
+  What what = What::Zero;
+  LOpKind kind = LOpKind::Compute;
+  CollTag tag = CollTag::None;
+  bool async = false;
+  std::int32_t cls = -1;   // op class: compute, message (transfer, scatter/gather), TP all-reduce, bucket lead
+  std::int32_t rank = -1;  // optimizer, data-parallel and parameter collectives
+  std::int32_t worker = -1, peer = -1, group = -1;
+  std::int32_t j = 0;  // bucket index (of n: the rank's bucket count)
+
+  auto tie() const { return std::tie(what, kind, tag, async, cls, rank, worker, peer, group, j); }
+  bool operator==(const Recipe& o) const { return tie() == o.tie(); }
+};
+struct RecipeHash {
+  std::size_t operator()(const Recipe& x) const {
+    std::uint64_t h = static_cast<std::uint64_t>(x.what) | static_cast<std::uint64_t>(x.kind) << 4 |
+                      static_cast<std::uint64_t>(x.tag) << 8 | static_cast<std::uint64_t>(x.async) << 12;
+    for (std::int32_t f : {x.cls, x.rank, x.worker, x.peer, x.group, x.j})
+      h = (h ^ static_cast<std::uint32_t>(f)) * 0x100000001B3ull;
+    return static_cast<std::size_t>(h ^ h >> 29);
+  }
+};
+
+}  // namespace
+
+struct DagShape {
+  std::vector<std::int64_t> key;
+  std::vector<std::int64_t> fingerprint, tp_fingerprint;
+  int p = 1;
+  bool scatter_gather = false;  // message bytes / tp (scatter/gather with tp > 1)
+  GradSyncOptions o;
+  bool dp = false;  // dp > 1: gradient and parameter collectives
+  int seq_len = 1;
+  std::vector<Op> ops;                          // an op of each class: (kind, virtual stage, slice)
+  std::vector<std::uint8_t> need;               // per op class: Need bits
+  std::vector<int> grad_spans, param_spans;     // per rank: virtual stages with a backward, with any op
+  std::vector<Recipe> recipes;                  // duration classes
+  std::vector<CollGroup> groups;                // the lowering's collective groups
+  std::vector<std::uint32_t> cls;               // per node (topological numbering): its recipe
+  std::vector<std::uint32_t> succ_begin, succ;  // successors, CSR, topological numbering
+};
+
+void DagShapeDelete::operator()(DagShape* p) const { delete p; }
+const std::vector<std::int64_t>& shape_key_of(const DagShape& shape) { return shape.key; }
+std::size_t shape_nodes(const DagShape& shape) { return shape.cls.size(); }
+
+struct Retimer::Values {
+  std::vector<double> compute, p2p, tp_bytes;  // per op class (where asked)
+  std::vector<int> tp_calls;
+  std::vector<double> grad, param, opt;  // per rank
+  std::vector<int> n_grad, n_param;      // buckets per virtual stage, per rank (0: not bucketed)
+  double emb = 0;
+  bool dist_opt = false;                                  // the candidate's distributed optimizer
+  std::vector<std::int64_t> fingerprint, tp_fingerprint;  // the latter: the tensor-parallel answers
+  std::vector<double> dur, start;
+};
+
+Retimer::Retimer() : v_(std::make_unique<Values>()) {}
+Retimer::~Retimer() = default;
+
+namespace {
+
+// The op with the token range of its slice (make_op's rule, core/schedule.cc).
+Op with_tokens(Op op, const std::vector<std::int32_t>& slice_begin, int seq_len) {
+  const auto k = static_cast<std::size_t>(op.slice);
+  op.tok_begin = slice_begin[k];
+  op.tok_end = k + 1 < slice_begin.size() ? slice_begin[k + 1] : seq_len;
+  return op;
+}
+
+// The cost questions of the shape, asked once per class as the passes ask them (core/lowering.cc,
+// core/grad_sync.cc), and the fingerprint of the answers that the lowering's shape depends on.
+void ask(const DagShape& sh, const Scenario& s, const std::vector<std::int32_t>& slice_begin, const CostModel& cost,
+         Retimer::Values& v) {
+  const std::size_t n = sh.ops.size();
+  const int seqs = s.parallel.micro_batch_size;
+  v.dist_opt = s.training.distributed_optimizer;
+  v.compute.assign(n, 0.0);
+  v.p2p.assign(n, 0.0);
+  v.tp_bytes.assign(n, 0.0);
+  v.tp_calls.assign(n, 0);
+  auto& fp = v.fingerprint;
+  fp.clear();
+  v.tp_fingerprint.clear();
+  // A candidate with tp = 1 on a tp > 1 shape asks no tensor-parallel question: its TP and scatter/gather
+  // collectives are rings of one GPU (no time, so the shape's extra nodes change no path).
+  const bool ask_tp = s.parallel.tp > 1;
+  for (std::size_t c = 0; c < n; c++) {
+    const Op op = with_tokens(sh.ops[c], slice_begin, sh.seq_len);
+    if (sh.need[c] & kCompute) fp.push_back((v.compute[c] = cost.compute_seconds(op, seqs)) > 0);
+    if (sh.need[c] & kP2p) fp.push_back((v.p2p[c] = cost.p2p_bytes(op, seqs)) > 0);
+    if ((sh.need[c] & kTp) && ask_tp) {
+      v.tp_fingerprint.push_back((v.tp_calls[c] = cost.tp_allreduce_calls(op)) > 0);
+      if (v.tp_calls[c] > 0) v.tp_fingerprint.push_back((v.tp_bytes[c] = cost.tp_allreduce_bytes(op, seqs)) > 0);
+    }
+  }
+  v.grad.assign(static_cast<std::size_t>(sh.p), 0.0);
+  v.param = v.grad;
+  v.opt = v.grad;
+  v.n_grad.assign(static_cast<std::size_t>(sh.p), 0);
+  v.n_param = v.n_grad;
+  for (int r = 0; r < sh.p; r++) {
+    const auto k = static_cast<std::size_t>(r);
+    v.opt[k] = cost.optimizer_seconds(r);
+    if (!sh.dp) continue;
+    v.grad[k] = cost.grad_bytes(r);
+    if (sh.o.overlap_grad_reduce && sh.grad_spans[k] > 0)
+      v.n_grad[k] = bucket_count(v.grad[k] / static_cast<double>(sh.grad_spans[k]), sh.o.bucket_bytes);
+    fp.push_back(v.grad[k] > 0);
+    fp.push_back(v.n_grad[k]);
+    if (!sh.o.distributed_optimizer) continue;
+    if (!v.dist_opt) {  // a shape with the parameter gather timing a candidate without it: nothing to ask
+      fp.insert(fp.end(), {1, 0});
+      continue;
+    }
+    v.param[k] = cost.param_bytes(r);
+    if (sh.o.overlap_param_gather && sh.param_spans[k] > 0)
+      v.n_param[k] = bucket_count(v.param[k] / static_cast<double>(sh.param_spans[k]), sh.o.bucket_bytes);
+    fp.push_back(v.param[k] > 0);
+    fp.push_back(v.n_param[k]);
+  }
+  v.emb = cost.embedding_grad_bytes();
+  fp.push_back(v.emb > 0);
+}
+
+// The lowered op's values that a recipe gives with the loaded answers (the same expressions as the passes).
+CostedOp costed(const DagShape& sh, const Recipe& x, const Retimer::Values& v, int tp) {
+  CostedOp c;
+  c.kind = x.kind;
+  c.async = x.async;
+  c.worker = x.worker;
+  c.peer = x.peer;
+  c.group = x.group;
+  const auto k = static_cast<std::size_t>(std::max(0, x.cls));
+  const auto r = static_cast<std::size_t>(std::max(0, x.rank));
+  switch (x.what) {
+    case Recipe::What::Zero:
+      c.dag = DagKind::Join;
+      break;
+    case Recipe::What::Compute:
+      c.dag = DagKind::Compute;
+      c.seconds = v.compute[k];
+      break;
+    case Recipe::What::Optimizer:
+      c.dag = DagKind::Compute;
+      c.seconds = v.opt[r];
+      break;
+    case Recipe::What::Transfer:
+      c.dag = DagKind::Transfer;
+      c.bytes = sh.scatter_gather ? v.p2p[k] / tp : v.p2p[k];
+      break;
+    case Recipe::What::Collective:
+      c.dag = DagKind::Collective;
+      switch (x.tag) {
+        case CollTag::TensorParallel:
+          c.count = v.tp_calls[k];
+          c.bytes = v.tp_bytes[k];
+          break;
+        case CollTag::ScatterGather:
+          c.bytes = v.p2p[k];
+          break;
+        case CollTag::DataParallel:
+        case CollTag::ParamGather: {
+          const bool grads = x.tag == CollTag::DataParallel;
+          // A shape shared with and without the distributed optimizer (ShapeKey): the gradients' collective is the
+          // candidate's; without it the parameter gather (a sink after the optimizer step) takes no time.
+          if (grads) c.kind = v.dist_opt ? LOpKind::ReduceScatter : LOpKind::AllReduce;
+          if (!grads && !v.dist_opt) {
+            c.dag = DagKind::Join;
+            break;
+          }
+          const double bytes = grads ? v.grad[r] : v.param[r];
+          if (!x.async) {
+            c.bytes = bytes;
+            break;
+          }
+          const int n = grads ? v.n_grad[r] : v.n_param[r];
+          const double per_stage = bytes / static_cast<double>(grads ? sh.grad_spans[r] : sh.param_spans[r]);
+          c.bytes = per_stage / n;
+          if (grads) c.lead_s = v.compute[k] * (x.j + 1) / n;
+          break;
+        }
+        case CollTag::Embedding:
+          c.bytes = v.emb;
+          break;
+        case CollTag::None:
+        case CollTag::ContextParallel:
+          break;  // not in a one-replica lowering (make_dag_shape refuses them)
+      }
+      break;
+  }
+  return c;
+}
+
+// Class of an op by what the cost model reads of it: kind, virtual stage and token range, the range being the
+// slice's (every micro-batch has the same slices). A flat table over (stage, slice, kind).
+class OpClasses {
+ public:
+  OpClasses(DagShape& sh, int stages, int slices)
+      : sh_(sh), slices_(slices), index_(static_cast<std::size_t>(stages) * slices * kKinds, -1) {}
+  std::int32_t of(const Op& op, std::uint8_t need) {
+    const auto kind = static_cast<std::size_t>(op.kind);
+    if (op.stage < 0 || op.slice < 0 || op.slice >= slices_ || kind >= kKinds ||
+        static_cast<std::size_t>(op.stage) * slices_ * kKinds >= index_.size())
+      throw std::logic_error("stage 2: " + op_text(op) + " is outside the schedule's stages and slices");
+    std::int32_t& c = index_[(static_cast<std::size_t>(op.stage) * slices_ + op.slice) * kKinds + kind];
+    if (c < 0) {
+      c = static_cast<std::int32_t>(sh_.ops.size());
+      sh_.ops.push_back(op);
+      sh_.need.push_back(0);
+    }
+    sh_.need[static_cast<std::size_t>(c)] |= need;
+    return c;
+  }
+
+ private:
+  static constexpr std::size_t kKinds = 8;  // OpKind values
+  DagShape& sh_;
+  int slices_;
+  std::vector<std::int32_t> index_;
+};
+
+// The recipe of DAG node `n` (whose lowered op is ls.per_worker[n.worker][n.index]); j: the bucket's index.
+Recipe recipe_of(const LoweredSchedule& ls, const DagNode& n, int j, OpClasses& classes) {
+  const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(n.worker)][static_cast<std::size_t>(n.index)];
+  Recipe x;
+  x.kind = l.kind;
+  switch (n.kind) {
+    case DagKind::Join:
+      return x;
+    case DagKind::Compute:
+      if (l.kind == LOpKind::Optimizer) {
+        x.what = Recipe::What::Optimizer;
+        x.rank = n.worker % ls.p;
+      } else {
+        x.what = Recipe::What::Compute;
+        x.cls = classes.of(l.op, kCompute);
+      }
+      return x;
+    case DagKind::Transfer:
+      x.what = Recipe::What::Transfer;
+      x.cls = classes.of(l.op, kP2p);
+      x.worker = n.worker;
+      x.peer = l.peer;
+      return x;
+    case DagKind::Collective:
+      break;
+  }
+  x.what = Recipe::What::Collective;
+  x.tag = l.tag;
+  x.async = l.async;
+  x.group = n.group;
+  switch (l.tag) {
+    case CollTag::TensorParallel:
+      x.cls = classes.of(l.op, kTp);
+      break;
+    case CollTag::ScatterGather:
+      x.cls = classes.of(l.op, kP2p);
+      break;
+    case CollTag::DataParallel:
+      x.rank = ls.groups[static_cast<std::size_t>(l.group)].workers.front() % ls.p;
+      if (l.async) x.cls = classes.of(l.op, kCompute), x.j = j;
+      break;
+    case CollTag::ParamGather:
+      x.rank = ls.groups[static_cast<std::size_t>(l.group)].workers.front() % ls.p;
+      break;
+    case CollTag::Embedding:
+      break;
+    case CollTag::None:
+    case CollTag::ContextParallel:
+      throw std::logic_error("stage 2: a one-replica lowering has no " + lowered_text(l) + " to re-cost");
+  }
+  return x;
+}
+
+// Per rank: the virtual stages whose weight gradients a program makes (B or W ops), and those it runs at all.
+void stage_counts(const LoweredSchedule& ls, DagShape& sh) {
+  sh.grad_spans.assign(static_cast<std::size_t>(ls.p), 0);
+  sh.param_spans = sh.grad_spans;
+  for (int r = 0; r < ls.p; r++) {
+    std::vector<std::int8_t> stages;  // per virtual stage: -1 not run here, 0 run, 1 with a backward
+    for (const LoweredOp& l : ls.per_worker[static_cast<std::size_t>(r)]) {
+      if (l.kind != LOpKind::Compute) continue;
+      const auto g = static_cast<std::size_t>(l.op.stage);
+      if (g >= stages.size()) stages.resize(g + 1, -1);
+      stages[g] =
+          std::max<std::int8_t>(stages[g], l.op.kind == OpKind::Backward || l.op.kind == OpKind::BackwardWeight);
+    }
+    for (std::int8_t x : stages) {
+      sh.param_spans[static_cast<std::size_t>(r)] += x >= 0;
+      sh.grad_spans[static_cast<std::size_t>(r)] += x == 1;
+    }
+  }
+}
+
+// Kahn's algorithm; the nodes renumbered in that order (a pass over them in index order is topological).
+void number_topologically(const Dag& dag, const std::vector<std::uint32_t>& node_cls, DagShape& sh,
+                          const std::string& source) {
+  const auto n = static_cast<std::uint32_t>(dag.size());
+  std::vector<std::uint32_t> pending(dag.preds), ready, order;
+  order.reserve(n);
+  for (std::uint32_t i = 0; i < n; i++)
+    if (pending[i] == 0) ready.push_back(i);
+  while (!ready.empty()) {
+    const std::uint32_t u = ready.back();
+    ready.pop_back();
+    order.push_back(u);
+    for (std::uint32_t e = dag.succ_begin[u]; e < dag.succ_begin[u + 1]; e++)
+      if (--pending[dag.succ[e]] == 0) ready.push_back(dag.succ[e]);
+  }
+  if (order.size() != n) throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
+  std::vector<std::uint32_t> id(n);
+  for (std::uint32_t k = 0; k < n; k++) id[order[k]] = k;
+  sh.cls.resize(n);
+  sh.succ_begin.assign(n + 1, 0);
+  sh.succ.clear();
+  sh.succ.reserve(dag.succ.size());
+  for (std::uint32_t k = 0; k < n; k++) {
+    const std::uint32_t u = order[k];
+    sh.cls[k] = node_cls[u];
+    for (std::uint32_t e = dag.succ_begin[u]; e < dag.succ_begin[u + 1]; e++) sh.succ.push_back(id[dag.succ[e]]);
+    sh.succ_begin[k + 1] = static_cast<std::uint32_t>(sh.succ.size());
+  }
+}
+
+bool same(const CostedOp& a, const CostedOp& b) {
+  return a.dag == b.dag && a.kind == b.kind && a.async == b.async && a.seconds == b.seconds && a.bytes == b.bytes &&
+         a.count == b.count && a.lead_s == b.lead_s && a.worker == b.worker && a.peer == b.peer && a.group == b.group;
+}
+
+}  // namespace
+
+DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const Placement& one, const CostModel& cost,
+                           const ShapeKey& key) {
+  const Dag dag = build_dag(ls, one);
+  DagShapePtr sh(new DagShape);
+  sh->key = key.words;
+  sh->seq_len = s.model.seq_len;
+  sh->p = ls.p;
+  sh->scatter_gather = uses_scatter_gather(s) && s.parallel.tp > 1;
+  sh->o = grad_sync_options(s.training);
+  sh->dp = s.parallel.dp > 1;
+  sh->groups = ls.groups;
+  stage_counts(ls, *sh);
+  OpClasses classes(*sh, ls.schedule.stages(), static_cast<int>(key.slice_begin.size()));
+  std::unordered_map<Recipe, std::uint32_t, RecipeHash> ids;
+  auto add = [&](const Recipe& x) {
+    const auto [it, added] = ids.emplace(x, static_cast<std::uint32_t>(ids.size()));
+    if (added) sh->recipes.push_back(x);
+    return it->second;
+  };
+  // Compute ops and joins, most of the nodes, find their recipe by op class and op kind.
+  std::vector<std::int64_t> compute_recipe, join_recipe(8, -1), per_class[3];
+  // Every compute op asks the TP question when tp > 1 (core/lowering.cc, tp_pass), whether or not it issues one.
+  const std::uint8_t compute_need = ls.tp > 1 ? kCompute | kTp : kCompute;
+  std::vector<std::uint32_t> node_cls(dag.size());
+  std::map<std::pair<std::int32_t, int>, int> buckets;  // (worker, stage) -> async gradient buckets so far
+  for (std::size_t u = 0; u < dag.size(); u++) {
+    const DagNode& n = dag.nodes[u];
+    const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(n.worker)][static_cast<std::size_t>(n.index)];
+    if (n.kind == DagKind::Compute && l.kind == LOpKind::Compute) {
+      const auto c = static_cast<std::size_t>(classes.of(l.op, compute_need));
+      if (c >= compute_recipe.size()) compute_recipe.resize(c + 1, -1);
+      if (compute_recipe[c] < 0) compute_recipe[c] = add(recipe_of(ls, n, 0, classes));
+      node_cls[u] = static_cast<std::uint32_t>(compute_recipe[c]);
+      continue;
+    }
+    if (n.kind == DagKind::Join) {
+      std::int64_t& x = join_recipe[static_cast<std::size_t>(l.kind)];
+      if (x < 0) x = add(recipe_of(ls, n, 0, classes));
+      node_cls[u] = static_cast<std::uint32_t>(x);
+      continue;
+    }
+    // Transfers and per-op collectives (TP, scatter/gather): by op class too, the class's last recipe reused when
+    // equal.
+    const int slot = n.kind == DagKind::Transfer                                         ? 0
+                     : n.kind == DagKind::Collective && l.tag == CollTag::TensorParallel ? 1
+                     : n.kind == DagKind::Collective && l.tag == CollTag::ScatterGather  ? 2
+                                                                                         : -1;
+    if (slot >= 0) {
+      const Recipe x = recipe_of(ls, n, 0, classes);
+      auto& last = per_class[slot];
+      const auto c = static_cast<std::size_t>(x.cls);
+      if (c >= last.size()) last.resize(c + 1, -1);
+      if (last[c] < 0 || !(sh->recipes[static_cast<std::size_t>(last[c])] == x)) last[c] = add(x);
+      node_cls[u] = static_cast<std::uint32_t>(last[c]);
+      continue;
+    }
+    int j = 0;
+    // Bucket j of a stage is the j-th async gradient collective of that stage in the program (core/grad_sync.cc).
+    if (n.kind == DagKind::Collective && l.tag == CollTag::DataParallel && l.async)
+      j = buckets[{n.worker, l.op.stage}]++;
+    node_cls[u] = add(recipe_of(ls, n, j, classes));
+  }
+  // The buckets counted above are in program order only if each node's index runs in that order: it does
+  // (build_dag numbers a group's calls in member program order), and the check below would catch it otherwise.
+  number_topologically(dag, node_cls, *sh, s.source);
+
+  // Check: every node re-costed from its recipe equals what the lowering gave it.
+  for (const Op& op : sh->ops) {
+    const Op want = with_tokens(op, key.slice_begin, sh->seq_len);
+    if (want.tok_begin != op.tok_begin || want.tok_end != op.tok_end)
+      throw std::logic_error(s.source + ": stage 2: " + op_text(op) + " does not take its slice's tokens");
+  }
+  Retimer::Values v;
+  ask(*sh, s, key.slice_begin, cost, v);
+  sh->fingerprint = v.fingerprint;
+  sh->tp_fingerprint = v.tp_fingerprint;
+  std::vector<CostedOp> by_recipe;
+  by_recipe.reserve(sh->recipes.size());
+  for (const Recipe& x : sh->recipes) by_recipe.push_back(costed(*sh, x, v, s.parallel.tp));
+  for (std::size_t u = 0; u < dag.size(); u++) {
+    const DagNode& n = dag.nodes[u];
+    const CostedOp want = costed_op(ls, n);
+    const CostedOp& got = by_recipe[node_cls[u]];
+    if (!same(got, want))
+      throw std::logic_error(s.source + ": stage 2: re-costing node " + std::to_string(u) + " (" +
+                             dag_node_text(dag, ls, static_cast<std::uint32_t>(u)) +
+                             ") differs from its lowering (core/search_retime.cc)");
+  }
+  return sh;
+}
+
+bool Retimer::load(const DagShape& shape, const Scenario& s, const ShapeKey& key, const CostModel& cost) {
+  ask(shape, s, key.slice_begin, cost, *v_);
+  return v_->fingerprint == shape.fingerprint && (s.parallel.tp == 1 || v_->tp_fingerprint == shape.tp_fingerprint);
+}
+
+double Retimer::critical_path_s(const DagShape& sh, const Scenario& s) {
+  Values& v = *v_;
+  const Placement full = scenario_placement(s);
+  ReplicaTiming timing(s, full, sh.groups);
+  v.dur.resize(sh.recipes.size());
+  for (std::size_t k = 0; k < sh.recipes.size(); k++)
+    v.dur[k] = timing.duration_s(costed(sh, sh.recipes[k], v, s.parallel.tp));
+  const std::size_t n = sh.cls.size();
+  v.start.assign(n, 0.0);
+  double makespan = 0;
+  const std::uint32_t* cls = sh.cls.data();
+  const std::uint32_t* begin = sh.succ_begin.data();
+  const std::uint32_t* succ = sh.succ.data();
+  double* start = v.start.data();
+  const double* dur = v.dur.data();
+  for (std::size_t u = 0; u < n; u++) {
+    const double f = start[u] + dur[cls[u]];
+    makespan = std::max(makespan, f);
+    for (std::uint32_t e = begin[u]; e < begin[u + 1]; e++) start[succ[e]] = std::max(start[succ[e]], f);
+  }
+  return makespan;
+}
+
+}  // namespace pipescope

@@ -1,0 +1,78 @@
+#pragma once
+// Stage 2's structure cache (core/search_estimate.h): one replica's lowered DAG kept per structure and re-timed for
+// every candidate of that structure WITHOUT lowering it again. A candidate's node durations come from a few
+// duration classes (one per distinct cost question: a compute op's (kind, virtual stage, slice), a transfer's
+// (link, message), a collective's (group, size, calls, lead)), each computed once from the candidate's own cost
+// model, token slices and placement with the same arithmetic the lowering passes and the estimate use; then one
+// pass over the nodes in a stored topological numbering (flat arrays, nothing allocated per candidate once the
+// buffers have grown). The values are bit-identical to lowering the candidate: the longest path takes the same sums
+// (a zero-duration node adds exactly nothing), and a structure's first candidate checks every re-costed node against
+// its own lowering (a mismatch throws).
+//
+// What a structure is: ShapeKey (the scenario fields the lowered programs' shape follows: schedule kind, pp, v,
+// micro-batch count, number of token slices, whether tp and dp exceed 1, scatter/gather, the gradient-sync options,
+// the p2p mode) plus a fingerprint of the cost values the shape depends on (which messages and collectives have
+// bytes, which ops issue tensor-parallel all-reduces, which buckets have a lead, the bucket counts). Two supersets:
+// a shape lowered with the distributed optimizer also times the candidates without it (no overlap_param_gather), and
+// a tp > 1 shape the tp = 1 candidates (shape_key in the .cc says why the extra nodes take no time).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/lowering.h"
+#include "core/placement.h"
+
+namespace pipescope {
+
+class CostModel;
+
+// The scenario fields a one-replica lowering's shape depends on (with the fingerprint below), and the token slices
+// every micro-batch gets (only their number is in the key: the generators order ops by slice, not by token). False
+// when the scenario cannot be keyed: a schedule file, TeraPipe's joint plan (micro-batches of different sizes),
+// context parallelism (not in the one-replica lowering).
+struct ShapeKey {
+  std::vector<std::int64_t> words;
+  std::vector<std::int32_t> slice_begin;
+  bool lower_with_do = false;  // the shape is the scenario's with training.distributed_optimizer on (see the .cc)
+  std::vector<std::int64_t> tp_words;  // tp = 1: the key of the tp > 1 shapes that time it too (see the .cc)
+};
+bool shape_key(const Scenario& s, ShapeKey& key);
+
+struct DagShape;  // core/search_retime.cc
+struct DagShapeDelete {
+  void operator()(DagShape* p) const;
+};
+using DagShapePtr = std::unique_ptr<DagShape, DagShapeDelete>;
+
+// The cost values of one candidate for a shape, and scratch buffers for re-timing; reused across candidates.
+class Retimer {
+ public:
+  Retimer();
+  ~Retimer();
+  Retimer(const Retimer&) = delete;
+  Retimer& operator=(const Retimer&) = delete;
+
+  // Asks the candidate's cost model every question of the shape (once per class); false when the answers would
+  // give the lowering another shape (its fingerprint differs): the candidate needs a shape of its own.
+  bool load(const DagShape& shape, const Scenario& s, const ShapeKey& key, const CostModel& cost);
+  // The critical path (seconds) of the shape with the loaded values on the scenario's placement.
+  double critical_path_s(const DagShape& shape, const Scenario& s);
+
+  struct Values;  // core/search_retime.cc
+
+ private:
+  std::unique_ptr<Values> v_;
+};
+
+// The shape of `ls` (one replica of `s`, lowered with `cost`; `one` its placement: replica 0's GPUs), checked:
+// every node re-costed from the shape's classes with `cost` equals the lowered op's value (std::logic_error
+// otherwise). Throws CheckError / std::runtime_error when the DAG does not build or has a cycle.
+DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const Placement& one, const CostModel& cost,
+                           const ShapeKey& key);
+const std::vector<std::int64_t>& shape_key_of(const DagShape& shape);
+std::size_t shape_nodes(const DagShape& shape);
+
+}  // namespace pipescope
