@@ -178,7 +178,7 @@ Scenario vtrain_scenario(const MeasuredRun& r, const std::string& cluster) {
                 "cluster: {preset: %s, nodes: %d, gpus_per_node: %d}\n"
                 "parallel: {dp: %d, pp: %d, tp: %d, micro_batch_size: %d, global_batch: %d}\n"
                 "schedule: {kind: 1f1b, recompute: full, scatter_gather: true}\n"
-                "training: {dtype: fp16}\n"
+                "training: {dtype: fp16, async_tp_allreduce: true}\n"
                 "sim: {placement: megatron, p2p: blocking}\n",
                 r.line, r.layers, r.hidden, r.heads, ffn, vocab, r.seq_len, cluster.c_str(), r.gpus / per_node,
                 per_node, r.dp, r.pp, r.tp, r.mbs, r.global_batch);
