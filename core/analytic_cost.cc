@@ -507,7 +507,7 @@ double AnalyticCostModel::p2p_bytes(const Op& op, int microbatch_seqs) const {
 }
 
 bool AnalyticCostModel::tp_overlap(const Op& op) const {
-  return s_.training.async_tp_allreduce && s_.parallel.tp > 1 && op.kind == OpKind::Backward;
+  return s_.training.async_tp_allreduce && s_.parallel.tp > 1 && op.kind == OpKind::Backward && kernels_time_backward();
 }
 
 double AnalyticCostModel::tp_overlap_seconds(int b, int l) const {

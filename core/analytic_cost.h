@@ -68,6 +68,9 @@ class AnalyticCostModel : public CostModel {
   double dtype_peak_flops_ = 0;
   double fp8_peak_flops_ = 0;      // training.dtype fp8: the linear GEMMs' peak (dtype_peak_flops_ is bf16's then)
   std::vector<int> stage_layers_;  // per virtual stage
+  // Whether this model's kernel lists time backward ops (a profile's layer tables or kernel fits do not, and carry
+  // no wgrad for training.async_tp_allreduce to hide the all-reduces behind: those stay exposed then).
+  virtual bool kernels_time_backward() const { return true; }
 
  private:
   void check_op(const Op& op, int microbatch_seqs) const;

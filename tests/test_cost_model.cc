@@ -11,7 +11,9 @@
 
 #include "core/analytic_cost.h"
 #include "core/nccl_model.h"
+#include "core/pipeline.h"
 #include "core/presets.h"
+#include "core/profile.h"
 #include "core/tp_overlap.h"
 
 namespace pipescope {
@@ -492,6 +494,24 @@ TEST(CostModel, AsyncTpAllReduceRunsBesideTheWgrad) {
   const double extra = cx_on.compute_seconds(xb, 4) - cx_off.compute_seconds(xb, 4);
   EXPECT_GT(extra, 0.5 * moved * xar);
   EXPECT_LT(extra, moved * xar);
+}
+
+// With a device profile the overlap follows what times the backward: the analytic kernels (an analytic profile:
+// the same costs and calls as the preset) hide the all-reduces; a profile's layer tables carry no wgrad to hide
+// them behind, so they stay exposed there (ProfileCostModel::kernels_time_backward).
+TEST(CostModel, AsyncTpAllReduceWithAnAnalyticProfile) {
+  Scenario s = default_scenario();  // tp 2
+  s.training.async_tp_allreduce = true;
+  const Scenario p = use_profile(s, std::string(PIPESCOPE_SOURCE_DIR) + "/calib/profiles/dgx-a100.analytic.yaml");
+  const AnalyticCostModel a(s);
+  const auto b = make_cost_model(p);
+  Op op;
+  op.kind = OpKind::Backward;
+  op.stage = op.rank = 1;
+  op.tok_end = s.model.seq_len;
+  EXPECT_EQ(b->tp_allreduce_calls(op), a.tp_allreduce_calls(op));
+  EXPECT_EQ(a.tp_allreduce_calls(op), 0);  // no recomputation: every backward all-reduce is beside a wgrad
+  EXPECT_DOUBLE_EQ(b->compute_seconds(op, 1), a.compute_seconds(op, 1));
 }
 
 TEST(CostModel, ConstantSplitBackward) {
