@@ -3,6 +3,7 @@
 // scenario on the one cluster description (core/measured_runs.h vtrain_scenario), simulated in its own process;
 // prints predicted vs measured per row, the MAPE, the worst rows and the pair-ranking accuracy (pairs of layouts
 // of the same model, GPU count and batch ordered as measured).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -69,6 +70,26 @@ int run_vtrain(const VtrainOptions& o) {
               100 * f.mean_err);
   std::printf("pair ranking: %d of %d pairs ordered right = %.1f%% (target >= 92%%)\n", f.pairs_right, f.pairs,
               100 * f.ranking());
+  // Where the ranking misses: by what differs between the two layouts, and the rows in the most wrong pairs.
+  std::printf("mis-ordered pairs by what differs:");
+  const char* sep = " ";
+  for (const auto& [what, g] : f.pairs_by_difference) {
+    std::printf("%s%s %d of %d", sep, what.c_str(), g.wrong, g.pairs);
+    sep = ", ";
+  }
+  std::printf("\n");
+  std::vector<std::size_t> by_wrong(runs.size());
+  for (std::size_t i = 0; i < runs.size(); i++) by_wrong[i] = i;
+  std::stable_sort(by_wrong.begin(), by_wrong.end(),
+                   [&](std::size_t a, std::size_t b) { return f.wrong_pairs_of_row[a] > f.wrong_pairs_of_row[b]; });
+  std::printf("rows in the most mis-ordered pairs:");
+  sep = " ";
+  for (std::size_t k = 0; k < by_wrong.size() && k < 6 && f.wrong_pairs_of_row[by_wrong[k]] > 0; k++) {
+    const MeasuredRun& r = runs[by_wrong[k]];
+    std::printf("%sline %d %s (%d)", sep, r.line, r.layout().c_str(), f.wrong_pairs_of_row[by_wrong[k]]);
+    sep = ", ";
+  }
+  std::printf("\n");
   std::printf("worst rows:\n");
   for (std::size_t k = 0; k < f.worst.size() && static_cast<int>(k) < o.worst; k++) {
     const MeasuredRun& r = runs[static_cast<std::size_t>(f.worst[k])];
@@ -87,6 +108,9 @@ int run_vtrain(const VtrainOptions& o) {
     j["pairs"] = f.pairs;
     j["pairs_ordered_right"] = f.pairs_right;
     j["ranking_accuracy"] = f.ranking();
+    nlohmann::ordered_json diff = nlohmann::ordered_json::object();
+    for (const auto& [what, g] : f.pairs_by_difference) diff[what] = {{"pairs", g.pairs}, {"wrong", g.wrong}};
+    j["misordered_by_difference"] = diff;
     nlohmann::ordered_json worst = nlohmann::ordered_json::array();
     for (int w : f.worst) worst.push_back(runs[static_cast<std::size_t>(w)].line);
     j["worst_lines"] = worst;

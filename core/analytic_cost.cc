@@ -69,6 +69,7 @@
 #include "core/gemm_model.h"
 #include "core/placement.h"
 #include "core/schedule_registry.h"
+#include "core/tp_overlap.h"
 
 namespace pipescope {
 
@@ -161,6 +162,11 @@ int AnalyticCostModel::layers_of_stage(int stage) const {
 double AnalyticCostModel::kernel_seconds(const KernelCost& k) const {
   const DeviceSpec& d = s_.cluster.device;
   if (k.wait_s > 0) return k.wait_s;
+  if (k.beside_s > 0) {
+    KernelCost own = k;
+    own.beside_s = 0;
+    return std::max(kernel_seconds(own), k.beside_s);
+  }
   const double mem = k.bytes / (d.hbm_bw_Bps * d.memory_efficiency);
   if (k.flops <= 0) return mem;
   const double peak = k.fp8 ? fp8_peak_flops_ : dtype_peak_flops_;
@@ -241,7 +247,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
   return k;
 }
 
-std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, int c) const {
+std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, int c, bool tp_overlap) const {
   const ModelSpec& m = s_.model;
   const LayerDims d = layer_dims(m);
   const double kv = d.kv;
@@ -263,6 +269,13 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   auto wgrad = [&](double M, double Kd, double N) {
     return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd}, acc);
   };
+  // A column-parallel linear's wgrad with its input gradient's all-reduce beside it (core/tp_overlap.h).
+  const double ar = tp_overlap ? tp_overlap_seconds(b, l) : 0.0;
+  auto column_wgrad = [&](double M, double Kd, double N) {
+    KernelCost k = wgrad(M, Kd, N);
+    k.beside_s = ar;
+    return k;
+  };
   std::vector<KernelCost> k = {
       {3 * Tr * h, (2 * e + 1) * Tr * h, false},               // dropout + add backward (MLP)
       bias_grad(Tr, h),                                        // MLP down bias
@@ -271,7 +284,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
       {8 * T * f / t, e * T * (f + 2 * d.up_out) / t, false},  // GeLU (SwiGLU) backward
       bias_grad(T, d.up_out / t),                              // MLP up bias
       gemm(T, d.up_out / t, h),                                // MLP up dgrad
-      wgrad(h, T, d.up_out / t),                               // MLP up wgrad
+      column_wgrad(h, T, d.up_out / t),                        // MLP up wgrad
       {10 * Tr * h, 4 * e * Tr * h, false},                    // LayerNorm backward (+ residual gradient)
       {3 * Tr * h, (2 * e + 1) * Tr * h, false},               // dropout + add backward (attention)
       bias_grad(Tr, h),                                        // output projection bias
@@ -303,7 +316,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   const std::vector<KernelCost> rest = {
       bias_grad(T, d.qkv_out / t),           // QKV bias
       gemm(T, d.qkv_out / t, h),             // QKV dgrad
-      wgrad(h, T, d.qkv_out / t),            // QKV wgrad
+      column_wgrad(h, T, d.qkv_out / t),     // QKV wgrad
       {10 * Tr * h, 4 * e * Tr * h, false},  // LayerNorm backward (+ residual gradient)
   };
   k.insert(k.end(), rest.begin(), rest.end());
@@ -391,12 +404,13 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
   if (last) {
     KernelCost logits_wgrad = gemm(h, T, V / t);
     logits_wgrad.weight = true;
-    k.pre = {{2 * T * V / t, (4 + e) * T * V / t, false},  // cross-entropy backward
-             gemm(T, V / t, h),                            // logits dgrad
-             logits_wgrad,                                 // logits wgrad
-             {10 * Tr * h, 4 * e * Tr * h, false}};        // final LayerNorm backward
+    if (tp_overlap(op)) logits_wgrad.beside_s = tp_overlap_seconds(b, l);  // the LM head's input gradient
+    k.pre = {{2 * T * V / t, (4 + e) * T * V / t, false},                  // cross-entropy backward
+             gemm(T, V / t, h),                                            // logits dgrad
+             logits_wgrad,                                                 // logits wgrad
+             {10 * Tr * h, 4 * e * Tr * h, false}};                        // final LayerNorm backward
   }
-  k.layer = layer_backward_kernels(b, l, c);
+  k.layer = layer_backward_kernels(b, l, c, tp_overlap(op));
   // Megatron recomputes each checkpointed layer (or its attention core) just before its backward.
   const std::vector<KernelCost> f = recompute_kernels(b, l, c);
   k.layer.insert(k.layer.begin(), f.begin(), f.end());
@@ -492,11 +506,22 @@ double AnalyticCostModel::p2p_bytes(const Op& op, int microbatch_seqs) const {
   return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes() / shard / s_.parallel.cp;
 }
 
+bool AnalyticCostModel::tp_overlap(const Op& op) const {
+  return s_.training.async_tp_allreduce && s_.parallel.tp > 1 && op.kind == OpKind::Backward && kernels_time_backward();
+}
+
+double AnalyticCostModel::tp_overlap_seconds(int b, int l) const {
+  // The all-reduce of b*l tokens of the hidden width, as tp_allreduce_bytes sizes it (l already / cp).
+  return tp_allreduce_seconds(s_, static_cast<double>(b) * l * s_.model.hidden * elem_bytes());
+}
+
 int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
   if (s_.parallel.tp == 1) return 0;
   const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
-  const int backward =
-      (s_.schedule.recompute == Recompute::Full ? 4 : 2) * layers_of_stage(op.stage) + (last ? 1 : 0);  // + LM head
+  const int recomputed = s_.schedule.recompute == Recompute::Full ? 2 * layers_of_stage(op.stage) : 0;
+  // + the LM head's input gradient; with async_tp_allreduce the input-gradient all-reduces (2 per layer and the
+  // LM head's) run beside their wgrads and are costed there (compute_seconds), leaving the recomputed forward's.
+  const int backward = tp_overlap(op) ? recomputed : recomputed + 2 * layers_of_stage(op.stage) + (last ? 1 : 0);
   switch (op.kind) {
     case OpKind::Forward:
       return 2 * layers_of_stage(op.stage) + (op.stage == 0 ? 1 : 0);  // + vocab-parallel embedding output

@@ -21,6 +21,9 @@ struct KernelCost {
   double m = 0, n = 0, k = 0, batch = 1;
   bool fp8 = false;   // FP8 operands: runs at the device's FP8 peak (training.dtype fp8, core/fp8.h)
   double wait_s = 0;  // > 0: a wait of this long, not a kernel's work (exposed ring transfer, core/context_parallel.h)
+  // > 0: a collective running beside this kernel that the next kernel waits for: the kernel lasts at least this
+  // long (a column-parallel wgrad with training.async_tp_allreduce, core/tp_overlap.h).
+  double beside_s = 0;
 };
 
 class AnalyticCostModel : public CostModel {
@@ -51,7 +54,9 @@ class AnalyticCostModel : public CostModel {
   double kernel_seconds(const KernelCost& k) const;
   // The kernels of one layer's forward / backward (without recomputation), in issue order.
   std::vector<KernelCost> layer_forward_kernels(int b, int l, int c) const;
-  std::vector<KernelCost> layer_backward_kernels(int b, int l, int c) const;
+  // tp_overlap: the fused backward with training.async_tp_allreduce (the column-parallel wgrads carry the all-reduce
+  // of their input gradient, core/tp_overlap.h); off for a split backward (I / W), whose W runs later.
+  std::vector<KernelCost> layer_backward_kernels(int b, int l, int c, bool tp_overlap = false) const;
   // The attention core of a layer's forward (Q.K^T, softmax, dropout, P.V; or the one flash kernel).
   std::vector<KernelCost> attention_core_kernels(int b, int l, int c) const;
   // What a layer's backward recomputes first: schedule.recompute full = the whole forward, selective = the
@@ -63,6 +68,9 @@ class AnalyticCostModel : public CostModel {
   double dtype_peak_flops_ = 0;
   double fp8_peak_flops_ = 0;      // training.dtype fp8: the linear GEMMs' peak (dtype_peak_flops_ is bf16's then)
   std::vector<int> stage_layers_;  // per virtual stage
+  // Whether this model's kernel lists time backward ops (a profile's layer tables or kernel fits do not, and carry
+  // no wgrad for training.async_tp_allreduce to hide the all-reduces behind: those stay exposed then).
+  virtual bool kernels_time_backward() const { return true; }
 
  private:
   void check_op(const Op& op, int microbatch_seqs) const;
@@ -72,6 +80,10 @@ class AnalyticCostModel : public CostModel {
   // The kernels of a forward (forward = true) or a fused backward (with the recomputed forward) of `op`.
   OpKernels op_kernels(const Op& op, int microbatch_seqs, bool forward) const;
   double fused_seconds(const Op& op, int microbatch_seqs, bool forward) const;
+  // Whether `op` runs the column-parallel input-gradient all-reduces beside its wgrads (a fused backward with
+  // training.async_tp_allreduce and tp > 1), and the time of one such all-reduce of b*l tokens.
+  bool tp_overlap(const Op& op) const;
+  double tp_overlap_seconds(int b, int l) const;
   int elem_bytes() const { return s_.training.act_bytes_per_elem(); }
   int grad_elem_bytes() const { return s_.training.grad_fp32 ? 4 : elem_bytes(); }
   // A linear layer's GEMM (not attention, not logits): FP8 operands with training.dtype fp8 (core/fp8.h).

@@ -198,6 +198,9 @@ struct TrainingSpec {
   // beta = 1, Megatron-LM's gradient accumulation fusion: reads and writes the gradient) or "autograd" (PyTorch's
   // AccumulateGrad, as TeraPipe's code: the GEMM writes a new tensor, then grad += new).
   std::string wgrad_accumulation = "fused";
+  // Megatron-LM's async tensor-parallel all-reduce: a column-parallel linear's input-gradient all-reduce runs beside
+  // its wgrad GEMM (core/tp_overlap.h).
+  bool async_tp_allreduce = false;
 };
 
 // ---------------------------------------------------------------- simulation knobs

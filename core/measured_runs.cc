@@ -119,6 +119,18 @@ MeasuredRun read_row(const Reader& rd) {
   return r;
 }
 
+// What differs between two layouts of one group: tp, pp, micro-batch size, joined by "+".
+std::string layout_difference(const MeasuredRun& a, const MeasuredRun& b) {
+  std::string key;
+  auto add = [&](bool differs, const char* name) {
+    if (differs) key += (key.empty() ? "" : "+") + std::string(name);
+  };
+  add(a.tp != b.tp, "tp");
+  add(a.pp != b.pp, "pp");
+  add(a.mbs != b.mbs, "mbs");
+  return key.empty() ? "other" : key;
+}
+
 }  // namespace
 
 std::string MeasuredRun::group() const {
@@ -178,7 +190,7 @@ Scenario vtrain_scenario(const MeasuredRun& r, const std::string& cluster) {
                 "cluster: {preset: %s, nodes: %d, gpus_per_node: %d}\n"
                 "parallel: {dp: %d, pp: %d, tp: %d, micro_batch_size: %d, global_batch: %d}\n"
                 "schedule: {kind: 1f1b, recompute: full, scatter_gather: true}\n"
-                "training: {dtype: fp16}\n"
+                "training: {dtype: fp16, async_tp_allreduce: true}\n"
                 "sim: {placement: megatron, p2p: blocking}\n",
                 r.line, r.layers, r.hidden, r.heads, ffn, vocab, r.seq_len, cluster.c_str(), r.gpus / per_node,
                 per_node, r.dp, r.pp, r.tp, r.mbs, r.global_batch);
@@ -206,13 +218,22 @@ Fidelity fidelity(const std::vector<MeasuredRun>& runs, const std::vector<double
   std::stable_sort(f.worst.begin(), f.worst.end(), [&](int a, int b) {
     return std::fabs(err[static_cast<std::size_t>(a)]) > std::fabs(err[static_cast<std::size_t>(b)]);
   });
+  f.wrong_pairs_of_row.assign(runs.size(), 0);
   for (std::size_t i = 0; i < runs.size(); i++)
     for (std::size_t j = i + 1; j < runs.size(); j++) {
       if (!(predicted_s[i] > 0) || !(predicted_s[j] > 0) || runs[i].group() != runs[j].group()) continue;
       const double dm = runs[i].measured_s - runs[j].measured_s;
       if (dm == 0) continue;
       f.pairs++;
-      if ((predicted_s[i] - predicted_s[j]) * dm > 0) f.pairs_right++;
+      Fidelity::PairCount& g = f.pairs_by_difference[layout_difference(runs[i], runs[j])];
+      g.pairs++;
+      if ((predicted_s[i] - predicted_s[j]) * dm > 0) {
+        f.pairs_right++;
+      } else {
+        g.wrong++;
+        f.wrong_pairs_of_row[i]++;
+        f.wrong_pairs_of_row[j]++;
+      }
     }
   return f;
 }

@@ -5,6 +5,7 @@
 // predicted vs measured (MAPE, worst rows, pair ranking). Simulating the rows is the caller's (one SimGrid
 // engine per process: cli/repro_vtrain.cc forks a child per row).
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,13 @@ struct Fidelity {
   int pairs = 0;           // pairs of rows of one group() with different measured times
   int pairs_right = 0;     // of those, ordered the same by the prediction
   std::vector<int> worst;  // row indices by |error|, largest first
+  // The pairs by what differs between the two layouts: "tp", "pp", "mbs" or their combinations joined by "+"
+  // (dp and the micro-batch count follow from them within a group), "other" when none of the three does.
+  struct PairCount {
+    int pairs = 0, wrong = 0;  // wrong: ordered the other way by the prediction
+  };
+  std::map<std::string, PairCount> pairs_by_difference;
+  std::vector<int> wrong_pairs_of_row;  // per row: the wrongly ordered pairs it takes part in
   double ranking() const { return pairs > 0 ? static_cast<double>(pairs_right) / pairs : 1.0; }
 };
 // `predicted_s[i]` belongs to `runs[i]`; a non-positive prediction (a failed run) counts as missing and is

@@ -75,6 +75,11 @@ TEST(MeasuredRuns, FidelityMapeWorstAndPairRanking) {
   EXPECT_EQ(f.pairs_right, 2);
   ASSERT_EQ(f.worst.size(), 3u);
   EXPECT_EQ(f.worst[0], 2);
+  // All three pairs differ in tp (dp and m follow); the wrong one is rows 2 and 3.
+  ASSERT_EQ(f.pairs_by_difference.size(), 1u);
+  EXPECT_EQ(f.pairs_by_difference.at("tp").pairs, 3);
+  EXPECT_EQ(f.pairs_by_difference.at("tp").wrong, 1);
+  EXPECT_EQ(f.wrong_pairs_of_row, (std::vector<int>{0, 1, 1, 0}));
   EXPECT_THROW(fidelity(runs, {1.0}), std::invalid_argument);
 }
 
