@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <stdexcept>
 #include <tuple>
 
 #include "core/checks.h"
@@ -21,6 +22,8 @@ struct Msg {
   std::int32_t stage, microbatch, slice;
   std::int32_t worker;  // the worker whose program holds it
   std::int32_t index;   // its position there
+  double bytes;         // its size and tag (compared between partners)
+  CollTag tag;
   auto key() const { return std::tie(sender, receiver, kind, stage, microbatch, slice); }
 };
 
@@ -81,28 +84,10 @@ std::vector<char> copied_replicas(const LoweredSchedule& ls) {
   return same;
 }
 
-// Matches Sends with Recvs; returns the matched (send, recv) positions, ordered by key within the replicas
-// matched here, then the copied replicas' pairs (replica 0's, moved).
-std::vector<std::pair<Msg, Msg>> match_p2p(const LoweredSchedule& ls) {
-  std::vector<Msg> sends, recvs;
-  const int workers = static_cast<int>(ls.per_worker.size());
-  const std::vector<char> same = copied_replicas(ls);
-  for (int w = 0; w < workers; w++) {
-    if (ls.p > 0 && same[w / ls.p]) continue;
-    const auto& prog = ls.per_worker[w];
-    for (std::size_t i = 0; i < prog.size(); i++) {
-      const LoweredOp& l = prog[i];
-      if (l.kind != LOpKind::Send && l.kind != LOpKind::Recv) continue;
-      if (l.peer < 0 || l.peer >= workers)
-        fail(at(ls, w, i) + " names peer worker " + std::to_string(l.peer) + " of " + std::to_string(workers),
-             {lowered_op_name(ls, w, i)});
-      if (l.peer == w) fail(at(ls, w, i) + " names its own worker as the peer", {lowered_op_name(ls, w, i)});
-      const bool send = l.kind == LOpKind::Send;
-      Msg m{send ? w : l.peer, send ? l.peer : w, l.op.kind, l.op.stage,
-            l.op.microbatch,   l.op.slice,        w,         static_cast<std::int32_t>(i)};
-      (send ? sends : recvs).push_back(m);
-    }
-  }
+// The sort-based matcher: reports the first problem in key order (a duplicate send or receive, a message without its
+// partner, sizes or tags that differ). Called only once the linear matcher below has found one, so that the error
+// names what it always named.
+[[noreturn]] void report_p2p_mismatch(const LoweredSchedule& ls, std::vector<Msg> sends, std::vector<Msg> recvs) {
   auto by_key = [](const Msg& a, const Msg& b) {
     return std::make_tuple(a.key(), a.worker, a.index) < std::make_tuple(b.key(), b.worker, b.index);
   };
@@ -117,8 +102,6 @@ std::vector<std::pair<Msg, Msg>> match_p2p(const LoweredSchedule& ls) {
   };
   dup(sends, "send");
   dup(recvs, "receive");
-  std::vector<std::pair<Msg, Msg>> pairs;
-  pairs.reserve(sends.size());
   std::size_t a = 0, b = 0;
   while (a < sends.size() || b < recvs.size()) {
     if (b == recvs.size() || (a < sends.size() && sends[a].key() < recvs[b].key())) {
@@ -139,10 +122,78 @@ std::vector<std::pair<Msg, Msg>> match_p2p(const LoweredSchedule& ls) {
               at(ls, recvs[b].worker, recvs[b].index) + " expects " + exact(ro.bytes) +
               (so.tag != ro.tag ? " (and the tags differ)" : ""),
           {lowered_op_name(ls, sends[a].worker, sends[a].index), lowered_op_name(ls, recvs[b].worker, recvs[b].index)});
-    pairs.emplace_back(sends[a++], recvs[b++]);
+    a++, b++;
   }
+  throw std::logic_error("build_dag: the message matchers disagree");  // unreachable: the caller found a problem
+}
+
+std::uint64_t key_hash(const Msg& m) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::int32_t f : {m.sender, m.receiver, static_cast<std::int32_t>(m.kind), m.stage, m.microbatch, m.slice})
+    h = (h ^ static_cast<std::uint32_t>(f)) * 0x100000001B3ull;
+  return h ^ h >> 31;
+}
+
+// Matches Sends with Recvs in linear time (an open-addressing table of the sends by message key); returns the
+// matched (send, recv) positions in receive order within the replicas matched here, then the copied replicas'
+// pairs (replica 0's, moved). The order does not reach the DAG: each send has exactly one matched edge.
+std::vector<std::pair<Msg, Msg>> match_p2p(const LoweredSchedule& ls) {
+  std::vector<Msg> sends, recvs;
+  const int workers = static_cast<int>(ls.per_worker.size());
+  const std::vector<char> same = copied_replicas(ls);
+  for (int w = 0; w < workers; w++) {
+    if (ls.p > 0 && same[w / ls.p]) continue;
+    const auto& prog = ls.per_worker[w];
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      const LoweredOp& l = prog[i];
+      if (l.kind != LOpKind::Send && l.kind != LOpKind::Recv) continue;
+      if (l.peer < 0 || l.peer >= workers)
+        fail(at(ls, w, i) + " names peer worker " + std::to_string(l.peer) + " of " + std::to_string(workers),
+             {lowered_op_name(ls, w, i)});
+      if (l.peer == w) fail(at(ls, w, i) + " names its own worker as the peer", {lowered_op_name(ls, w, i)});
+      const bool send = l.kind == LOpKind::Send;
+      Msg m{send ? w : l.peer,
+            send ? l.peer : w,
+            l.op.kind,
+            l.op.stage,
+            l.op.microbatch,
+            l.op.slice,
+            w,
+            static_cast<std::int32_t>(i),
+            l.bytes,
+            l.tag};
+      (send ? sends : recvs).push_back(m);
+    }
+  }
+  if (sends.size() != recvs.size()) report_p2p_mismatch(ls, std::move(sends), std::move(recvs));
+  std::size_t cap = 16;
+  while (cap < 2 * sends.size()) cap *= 2;
+  std::vector<std::int32_t> table(cap, -1);  // index into sends; matched sends become -2 - index
+  auto find = [&](const Msg& m) -> std::int32_t& {
+    for (std::size_t h = key_hash(m) & (cap - 1);; h = (h + 1) & (cap - 1)) {
+      std::int32_t& t = table[h];
+      if (t == -1) return t;
+      const std::int32_t k = t >= 0 ? t : -2 - t;
+      if (sends[static_cast<std::size_t>(k)].key() == m.key()) return t;
+    }
+  };
+  for (std::size_t k = 0; k < sends.size(); k++) {
+    std::int32_t& t = find(sends[k]);
+    if (t != -1) report_p2p_mismatch(ls, std::move(sends), std::move(recvs));  // a duplicate send
+    t = static_cast<std::int32_t>(k);
+  }
+  std::vector<std::pair<Msg, Msg>> pairs;
+  pairs.reserve(recvs.size() * static_cast<std::size_t>(std::count(same.begin(), same.end(), 1) + 1));
+  for (const Msg& r : recvs) {
+    std::int32_t& t = find(r);
+    if (t < 0) report_p2p_mismatch(ls, std::move(sends), std::move(recvs));  // no send, or a duplicate receive
+    const Msg& s = sends[static_cast<std::size_t>(t)];
+    if (s.bytes != r.bytes || s.tag != r.tag) report_p2p_mismatch(ls, std::move(sends), std::move(recvs));
+    pairs.emplace_back(s, r);
+    t = -2 - t;
+  }
+  // As many receives as sends, each matched to its own send: every send is matched.
   const std::size_t own = pairs.size();
-  pairs.reserve(own * static_cast<std::size_t>(std::count(same.begin(), same.end(), 1) + 1));
   for (int d = 1; d < ls.dp; d++) {
     if (!same[d]) continue;
     const std::int32_t shift = d * ls.p;

@@ -107,7 +107,9 @@ double Stage2Estimator::estimate(const Scenario& s) {
   built_++;
   // The candidate's answers fit the shape it was lowered for; the superset shape of another candidate's answers
   // might not (a parameter gather of no bytes): then the direct estimate.
-  if (!retimer_->load(*shapes_.back(), s, key, *model)) return estimate_iteration_s(s);
+  // Lowered with the candidate's own model: its memo has every answer already (the same values, asked once).
+  if (!retimer_->load(*shapes_.back(), s, key, b_model ? *model : static_cast<const CostModel&>(cost)))
+    return estimate_iteration_s(s);
   return retimer_->critical_path_s(*shapes_.back(), s);
 }
 
