@@ -9,6 +9,7 @@
 #include "core/cost_model.h"
 #include "core/dag.h"
 #include "core/grad_sync.h"
+#include "core/schedule_deps.h"
 
 namespace pipescope {
 
@@ -177,6 +178,8 @@ LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
   const OpKeyIndex index(s);
   const int p = in.p;
   std::vector<std::vector<Insert>> ins(in.per_worker.size());
+  for (int r = 0; r < p; r++)
+    ins[r].reserve(2 * in.per_worker[r].size());  // a middle rank: a receive and a send per op
   // Per replica: where each op of the grid runs, and (per consumer worker) which producers it already receives.
   std::vector<std::int32_t> at_worker(index.size()), at_index(index.size()), received_on(index.size());
   for (int d = 0; d < in.dp; d++) {
@@ -205,8 +208,10 @@ LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
       const auto& prog = in.per_worker[w];
       for (std::size_t i = 0; i < prog.size(); i++) {
         if (prog[i].kind != LOpKind::Compute) continue;
-        for (const OpKey& dep : op_dependencies(index, key_of(prog[i].op))) {
-          const std::int64_t slot = index.slot(dep);
+        OpKey deps[3];
+        const int n_deps = op_dependencies(index, key_of(prog[i].op), deps);
+        for (int k = 0; k < n_deps; k++) {
+          const std::int64_t slot = index.slot(deps[k]);
           // A producer missing from the schedule is left for the checker to report by name.
           if (slot < 0 || at_worker[slot] < 0 || at_worker[slot] == w || received_on[slot] == w) continue;
           received_on[slot] = w;
