@@ -406,9 +406,8 @@ bool same(const CostedOp& a, const CostedOp& b) {
 
 }  // namespace
 
-DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const Placement& one, const CostModel& cost,
+DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Dag& dag, const Scenario& s, const CostModel& cost,
                            const ShapeKey& key) {
-  const Dag dag = build_dag(ls, one);
   DagShapePtr sh(new DagShape);
   sh->key = key.words;
   sh->seq_len = s.model.seq_len;
