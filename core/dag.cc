@@ -29,6 +29,13 @@ struct Msg {
   auto key() const { return std::tie(sender, receiver, kind, stage, microbatch, slice); }
 };
 
+// Room for n elements, grown geometrically: a builder that builds DAGs of slowly growing sizes reallocates a few times,
+// not at every build (a fresh allocation is fresh pages to fault in).
+template <class T>
+void reserve_grown(std::vector<T>& v, std::size_t n) {
+  if (n > v.capacity()) v.reserve(std::max(n, 2 * v.capacity()));
+}
+
 std::string exact(double x) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", x);
@@ -203,7 +210,7 @@ void match_p2p(const LoweredSchedule& ls, P2pScratch& sc) {
   }
   std::vector<std::pair<Msg, Msg>>& pairs = sc.pairs;
   pairs.clear();
-  pairs.reserve(recvs.size() * static_cast<std::size_t>(std::count(same.begin(), same.end(), 1) + 1));
+  reserve_grown(pairs, recvs.size() * static_cast<std::size_t>(std::count(same.begin(), same.end(), 1) + 1));
   for (const Msg& r : recvs) {
     std::int32_t& t = find(r);
     if (t < 0) report_p2p_mismatch(ls, sends, recvs);  // no send, or a duplicate receive
@@ -310,7 +317,7 @@ void build_into(const LoweredSchedule& ls, const Placement& pl, Dag& dag, DagBui
   dag.nodes.clear();
   std::size_t ops = 0;
   for (const auto& prog : ls.per_worker) ops += prog.size();
-  dag.nodes.reserve(ops);
+  reserve_grown(dag.nodes, ops);
   dag.node_of.resize(workers);
   auto add = [&dag](DagKind kind, int w, std::size_t i) {
     DagNode n;
@@ -375,7 +382,7 @@ void build_into(const LoweredSchedule& ls, const Placement& pl, Dag& dag, DagBui
   std::vector<Edge>& shared = sc.shared;  // collective -> collective, may repeat once per member
   edges.clear();
   shared.clear();
-  edges.reserve(ops + pairs.size());
+  reserve_grown(edges, ops + pairs.size());
   for (std::size_t w = 0; w < workers; w++) {
     const auto& prog = ls.per_worker[w];
     const auto& nodes = dag.node_of[w];
@@ -449,6 +456,8 @@ void build_into(const LoweredSchedule& ls, const Placement& pl, Dag& dag, DagBui
 
   // CSR by counting sort; successors keep insertion order (program order first).
   const std::size_t n = dag.nodes.size();
+  reserve_grown(dag.succ_begin, n + 1);
+  reserve_grown(dag.preds, n);
   dag.succ_begin.assign(n + 1, 0);
   dag.preds.assign(n, 0);
   for (const Edge& e : edges) {
@@ -456,8 +465,10 @@ void build_into(const LoweredSchedule& ls, const Placement& pl, Dag& dag, DagBui
     dag.preds[e.second]++;
   }
   for (std::size_t i = 0; i < n; i++) dag.succ_begin[i + 1] += dag.succ_begin[i];
+  reserve_grown(dag.succ, edges.size());
   dag.succ.resize(edges.size());
   std::vector<std::uint32_t>& fill = sc.fill;
+  reserve_grown(fill, n);
   fill.assign(dag.succ_begin.begin(), dag.succ_begin.end() - 1);
   for (const Edge& e : edges) dag.succ[fill[e.first]++] = e.second;
 

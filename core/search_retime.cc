@@ -433,9 +433,9 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Dag& dag, const Scen
   // classed; each recipe's first node is then compared with the recipe re-costed.
   std::vector<CostedOp> first;  // per recipe: the values of its first node
   std::vector<std::uint32_t> first_node;
-  auto assign = [&](std::size_t u, std::uint32_t x) {
+  auto assign = [&](std::size_t u, const LoweredOp& l, std::uint32_t x) {
     node_cls[u] = x;
-    const CostedOp got = costed_op(ls, dag.nodes[u]);
+    const CostedOp got = costed_op(l, dag.nodes[u]);
     if (x == first.size()) {
       first.push_back(got);
       first_node.push_back(static_cast<std::uint32_t>(u));
@@ -454,13 +454,13 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Dag& dag, const Scen
       const auto c = static_cast<std::size_t>(classes.of(l.op, compute_need));
       if (c >= compute_recipe.size()) compute_recipe.resize(c + 1, -1);
       if (compute_recipe[c] < 0) compute_recipe[c] = add(recipe_of(ls, n, 0, classes));
-      assign(u, static_cast<std::uint32_t>(compute_recipe[c]));
+      assign(u, l, static_cast<std::uint32_t>(compute_recipe[c]));
       continue;
     }
     if (n.kind == DagKind::Join) {
       std::int64_t& x = join_recipe[static_cast<std::size_t>(l.kind)];
       if (x < 0) x = add(recipe_of(ls, n, 0, classes));
-      assign(u, static_cast<std::uint32_t>(x));
+      assign(u, l, static_cast<std::uint32_t>(x));
       continue;
     }
     // Transfers and per-op collectives (TP, scatter/gather): by op class too, the class's last recipe reused when
@@ -475,14 +475,14 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Dag& dag, const Scen
       const auto c = static_cast<std::size_t>(x.cls);
       if (c >= last.size()) last.resize(c + 1, -1);
       if (last[c] < 0 || !(sh->recipes[static_cast<std::size_t>(last[c])] == x)) last[c] = add(x);
-      assign(u, static_cast<std::uint32_t>(last[c]));
+      assign(u, l, static_cast<std::uint32_t>(last[c]));
       continue;
     }
     int j = 0;
     // Bucket j of a stage is the j-th async gradient collective of that stage in the program (core/grad_sync.cc).
     if (n.kind == DagKind::Collective && l.tag == CollTag::DataParallel && l.async)
       j = buckets[{n.worker, l.op.stage}]++;
-    assign(u, add(recipe_of(ls, n, j, classes)));
+    assign(u, l, add(recipe_of(ls, n, j, classes)));
   }
   // The buckets counted above are in program order only if each node's index runs in that order: it does
   // (build_dag numbers a group's calls in member program order), and the check below would catch it otherwise.
