@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <memory>
+#include <stdexcept>
 #include <tuple>
 
 #include "core/checks.h"
+#include "core/dag_builder.h"
 
 namespace pipescope {
 
@@ -21,8 +24,17 @@ struct Msg {
   std::int32_t stage, microbatch, slice;
   std::int32_t worker;  // the worker whose program holds it
   std::int32_t index;   // its position there
+  double bytes;         // its size and tag (compared between partners)
+  CollTag tag;
   auto key() const { return std::tie(sender, receiver, kind, stage, microbatch, slice); }
 };
+
+// Room for n elements, grown geometrically: a builder that builds DAGs of slowly growing sizes reallocates a few times,
+// not at every build (a fresh allocation is fresh pages to fault in).
+template <class T>
+void reserve_grown(std::vector<T>& v, std::size_t n) {
+  if (n > v.capacity()) v.reserve(std::max(n, 2 * v.capacity()));
+}
 
 std::string exact(double x) {
   char buf[40];
@@ -81,28 +93,10 @@ std::vector<char> copied_replicas(const LoweredSchedule& ls) {
   return same;
 }
 
-// Matches Sends with Recvs; returns the matched (send, recv) positions, ordered by key within the replicas
-// matched here, then the copied replicas' pairs (replica 0's, moved).
-std::vector<std::pair<Msg, Msg>> match_p2p(const LoweredSchedule& ls) {
-  std::vector<Msg> sends, recvs;
-  const int workers = static_cast<int>(ls.per_worker.size());
-  const std::vector<char> same = copied_replicas(ls);
-  for (int w = 0; w < workers; w++) {
-    if (ls.p > 0 && same[w / ls.p]) continue;
-    const auto& prog = ls.per_worker[w];
-    for (std::size_t i = 0; i < prog.size(); i++) {
-      const LoweredOp& l = prog[i];
-      if (l.kind != LOpKind::Send && l.kind != LOpKind::Recv) continue;
-      if (l.peer < 0 || l.peer >= workers)
-        fail(at(ls, w, i) + " names peer worker " + std::to_string(l.peer) + " of " + std::to_string(workers),
-             {lowered_op_name(ls, w, i)});
-      if (l.peer == w) fail(at(ls, w, i) + " names its own worker as the peer", {lowered_op_name(ls, w, i)});
-      const bool send = l.kind == LOpKind::Send;
-      Msg m{send ? w : l.peer, send ? l.peer : w, l.op.kind, l.op.stage,
-            l.op.microbatch,   l.op.slice,        w,         static_cast<std::int32_t>(i)};
-      (send ? sends : recvs).push_back(m);
-    }
-  }
+// The sort-based matcher: reports the first problem in key order (a duplicate send or receive, a message without its
+// partner, sizes or tags that differ). Called only once the linear matcher below has found one, so that the error
+// names what it always named.
+[[noreturn]] void report_p2p_mismatch(const LoweredSchedule& ls, std::vector<Msg> sends, std::vector<Msg> recvs) {
   auto by_key = [](const Msg& a, const Msg& b) {
     return std::make_tuple(a.key(), a.worker, a.index) < std::make_tuple(b.key(), b.worker, b.index);
   };
@@ -117,8 +111,6 @@ std::vector<std::pair<Msg, Msg>> match_p2p(const LoweredSchedule& ls) {
   };
   dup(sends, "send");
   dup(recvs, "receive");
-  std::vector<std::pair<Msg, Msg>> pairs;
-  pairs.reserve(sends.size());
   std::size_t a = 0, b = 0;
   while (a < sends.size() || b < recvs.size()) {
     if (b == recvs.size() || (a < sends.size() && sends[a].key() < recvs[b].key())) {
@@ -139,10 +131,96 @@ std::vector<std::pair<Msg, Msg>> match_p2p(const LoweredSchedule& ls) {
               at(ls, recvs[b].worker, recvs[b].index) + " expects " + exact(ro.bytes) +
               (so.tag != ro.tag ? " (and the tags differ)" : ""),
           {lowered_op_name(ls, sends[a].worker, sends[a].index), lowered_op_name(ls, recvs[b].worker, recvs[b].index)});
-    pairs.emplace_back(sends[a++], recvs[b++]);
+    a++, b++;
   }
+  throw std::logic_error("build_dag: the message matchers disagree");  // unreachable: the caller found a problem
+}
+
+// Murmur3's 64-bit finalizer: every input bit reaches the low bits the table index takes.
+std::uint64_t mix(std::uint64_t h) {
+  h = (h ^ h >> 33) * 0xff51afd7ed558ccdull;
+  h = (h ^ h >> 33) * 0xc4ceb9fe1a85ec53ull;
+  return h ^ h >> 33;
+}
+
+std::uint64_t key_hash(const Msg& m) {
+  auto u32 = [](std::int32_t x) { return static_cast<std::uint64_t>(static_cast<std::uint32_t>(x)); };
+  std::uint64_t h = mix(u32(m.sender) | u32(m.receiver) << 32);
+  h = mix(h ^ (u32(m.stage) | u32(m.microbatch) << 32));
+  return mix(h ^ (u32(m.slice) | static_cast<std::uint64_t>(m.kind) << 32));
+}
+
+// Matches Sends with Recvs in linear time (an open-addressing table of the sends by message key); returns the
+// matched (send, recv) positions in receive order within the replicas matched here, then the copied replicas'
+// pairs (replica 0's, moved). The order does not reach the DAG: each send has exactly one matched edge.
+struct P2pScratch {
+  std::vector<Msg> sends, recvs;
+  std::vector<std::int32_t> table;
+  std::vector<std::pair<Msg, Msg>> pairs;
+};
+
+void match_p2p(const LoweredSchedule& ls, P2pScratch& sc) {
+  std::vector<Msg>& sends = sc.sends;
+  std::vector<Msg>& recvs = sc.recvs;
+  sends.clear();
+  recvs.clear();
+  const int workers = static_cast<int>(ls.per_worker.size());
+  const std::vector<char> same = copied_replicas(ls);
+  for (int w = 0; w < workers; w++) {
+    if (ls.p > 0 && same[w / ls.p]) continue;
+    const auto& prog = ls.per_worker[w];
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      const LoweredOp& l = prog[i];
+      if (l.kind != LOpKind::Send && l.kind != LOpKind::Recv) continue;
+      if (l.peer < 0 || l.peer >= workers)
+        fail(at(ls, w, i) + " names peer worker " + std::to_string(l.peer) + " of " + std::to_string(workers),
+             {lowered_op_name(ls, w, i)});
+      if (l.peer == w) fail(at(ls, w, i) + " names its own worker as the peer", {lowered_op_name(ls, w, i)});
+      const bool send = l.kind == LOpKind::Send;
+      Msg m{send ? w : l.peer,
+            send ? l.peer : w,
+            l.op.kind,
+            l.op.stage,
+            l.op.microbatch,
+            l.op.slice,
+            w,
+            static_cast<std::int32_t>(i),
+            l.bytes,
+            l.tag};
+      (send ? sends : recvs).push_back(m);
+    }
+  }
+  if (sends.size() != recvs.size()) report_p2p_mismatch(ls, sends, recvs);
+  std::size_t cap = 16;
+  while (cap < 2 * sends.size()) cap *= 2;
+  std::vector<std::int32_t>& table = sc.table;  // index into sends; matched sends become -2 - index
+  table.assign(cap, -1);
+  auto find = [&](const Msg& m) -> std::int32_t& {
+    for (std::size_t h = key_hash(m) & (cap - 1);; h = (h + 1) & (cap - 1)) {
+      std::int32_t& t = table[h];
+      if (t == -1) return t;
+      const std::int32_t k = t >= 0 ? t : -2 - t;
+      if (sends[static_cast<std::size_t>(k)].key() == m.key()) return t;
+    }
+  };
+  for (std::size_t k = 0; k < sends.size(); k++) {
+    std::int32_t& t = find(sends[k]);
+    if (t != -1) report_p2p_mismatch(ls, sends, recvs);  // a duplicate send
+    t = static_cast<std::int32_t>(k);
+  }
+  std::vector<std::pair<Msg, Msg>>& pairs = sc.pairs;
+  pairs.clear();
+  reserve_grown(pairs, recvs.size() * static_cast<std::size_t>(std::count(same.begin(), same.end(), 1) + 1));
+  for (const Msg& r : recvs) {
+    std::int32_t& t = find(r);
+    if (t < 0) report_p2p_mismatch(ls, sends, recvs);  // no send, or a duplicate receive
+    const Msg& s = sends[static_cast<std::size_t>(t)];
+    if (s.bytes != r.bytes || s.tag != r.tag) report_p2p_mismatch(ls, sends, recvs);
+    pairs.emplace_back(s, r);
+    t = -2 - t;
+  }
+  // As many receives as sends, each matched to its own send: every send is matched.
   const std::size_t own = pairs.size();
-  pairs.reserve(own * static_cast<std::size_t>(std::count(same.begin(), same.end(), 1) + 1));
   for (int d = 1; d < ls.dp; d++) {
     if (!same[d]) continue;
     const std::int32_t shift = d * ls.p;
@@ -155,13 +233,15 @@ std::vector<std::pair<Msg, Msg>> match_p2p(const LoweredSchedule& ls) {
       pairs.emplace_back(moved(pairs[k].first), moved(pairs[k].second));
     }
   }
-  return pairs;
 }
 
 // Collective calls per group: calls[g][slot][n] = position of member `slot`'s n-th call on group g.
-std::vector<std::vector<std::vector<std::int32_t>>> match_collectives(const LoweredSchedule& ls) {
-  std::vector<std::vector<std::vector<std::int32_t>>> calls(ls.groups.size());
-  for (std::size_t g = 0; g < ls.groups.size(); g++) calls[g].resize(ls.groups[g].workers.size());
+void match_collectives(const LoweredSchedule& ls, std::vector<std::vector<std::vector<std::int32_t>>>& calls) {
+  calls.resize(ls.groups.size());
+  for (std::size_t g = 0; g < ls.groups.size(); g++) {
+    calls[g].resize(ls.groups[g].workers.size());
+    for (auto& c : calls[g]) c.clear();
+  }
   for (std::size_t w = 0; w < ls.per_worker.size(); w++) {
     const auto& prog = ls.per_worker[w];
     for (std::size_t i = 0; i < prog.size(); i++) {
@@ -210,21 +290,34 @@ std::vector<std::vector<std::vector<std::int32_t>>> match_collectives(const Lowe
       }
     }
   }
-  return calls;
 }
 
 }  // namespace
 
-Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
+// Everything a build needs besides the Dag itself, kept between builds by a DagBuilder.
+struct DagBuilder::Scratch {
+  P2pScratch p2p;
+  std::vector<std::vector<std::vector<std::int32_t>>> calls;  // match_collectives
+  std::vector<Edge> edges, shared;
+  std::vector<std::size_t> posted;
+  std::vector<std::uint32_t> posted_sends, fill;
+};
+
+namespace {
+
+// build_dag into `dag`, reusing its storage and the scratch's.
+void build_into(const LoweredSchedule& ls, const Placement& pl, Dag& dag, DagBuilder::Scratch& sc) {
   check_shape(ls, pl);
-  const auto pairs = match_p2p(ls);
-  const auto calls = match_collectives(ls);
+  match_p2p(ls, sc.p2p);
+  const auto& pairs = sc.p2p.pairs;
+  match_collectives(ls, sc.calls);
+  const auto& calls = sc.calls;
   const std::size_t workers = ls.per_worker.size();
 
-  Dag dag;
+  dag.nodes.clear();
   std::size_t ops = 0;
   for (const auto& prog : ls.per_worker) ops += prog.size();
-  dag.nodes.reserve(ops);
+  reserve_grown(dag.nodes, ops);
   dag.node_of.resize(workers);
   auto add = [&dag](DagKind kind, int w, std::size_t i) {
     DagNode n;
@@ -285,13 +378,17 @@ Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
   }
 
   // Edges.
-  std::vector<Edge> edges, shared;  // shared: collective -> collective, may repeat once per member
-  edges.reserve(ops + pairs.size());
+  std::vector<Edge>& edges = sc.edges;
+  std::vector<Edge>& shared = sc.shared;  // collective -> collective, may repeat once per member
+  edges.clear();
+  shared.clear();
+  reserve_grown(edges, ops + pairs.size());
   for (std::size_t w = 0; w < workers; w++) {
     const auto& prog = ls.per_worker[w];
     const auto& nodes = dag.node_of[w];
     std::int64_t prev = -1;
-    std::vector<std::size_t> posted;  // async collectives not awaited yet (core/lowering.h)
+    std::vector<std::size_t>& posted = sc.posted;  // async collectives not awaited yet (core/lowering.h)
+    posted.clear();
     auto link = [&](std::uint32_t from, std::uint32_t to) {
       (from >= first_coll && to >= first_coll ? shared : edges).emplace_back(from, to);
     };
@@ -337,7 +434,8 @@ Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
     for (std::size_t w = 0; w < workers; w++) {
       const auto& prog = ls.per_worker[w];
       const auto& nodes = dag.node_of[w];
-      std::vector<std::uint32_t> posted;
+      std::vector<std::uint32_t>& posted = sc.posted_sends;
+      posted.clear();
       for (std::size_t i = 0; i < prog.size(); i++) {
         const auto node = static_cast<std::uint32_t>(nodes[i]);
         if (prog[i].kind == LOpKind::Send) {
@@ -358,6 +456,8 @@ Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
 
   // CSR by counting sort; successors keep insertion order (program order first).
   const std::size_t n = dag.nodes.size();
+  reserve_grown(dag.succ_begin, n + 1);
+  reserve_grown(dag.preds, n);
   dag.succ_begin.assign(n + 1, 0);
   dag.preds.assign(n, 0);
   for (const Edge& e : edges) {
@@ -365,11 +465,30 @@ Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
     dag.preds[e.second]++;
   }
   for (std::size_t i = 0; i < n; i++) dag.succ_begin[i + 1] += dag.succ_begin[i];
+  reserve_grown(dag.succ, edges.size());
   dag.succ.resize(edges.size());
-  std::vector<std::uint32_t> fill(dag.succ_begin.begin(), dag.succ_begin.end() - 1);
+  std::vector<std::uint32_t>& fill = sc.fill;
+  reserve_grown(fill, n);
+  fill.assign(dag.succ_begin.begin(), dag.succ_begin.end() - 1);
   for (const Edge& e : edges) dag.succ[fill[e.first]++] = e.second;
 
   dag.rings = collective_rings(ls, pl);
+}
+
+}  // namespace
+
+DagBuilder::DagBuilder() : scratch_(std::make_unique<Scratch>()) {}
+DagBuilder::~DagBuilder() = default;
+
+const Dag& DagBuilder::build(const LoweredSchedule& ls, const Placement& placement) {
+  build_into(ls, placement, dag_, *scratch_);
+  return dag_;
+}
+
+Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
+  Dag dag;
+  DagBuilder::Scratch scratch;
+  build_into(ls, pl, dag, scratch);
   return dag;
 }
 

@@ -9,6 +9,7 @@
 #include "core/cost_model.h"
 #include "core/dag.h"
 #include "core/grad_sync.h"
+#include "core/schedule_deps.h"
 
 namespace pipescope {
 
@@ -62,17 +63,26 @@ struct Insert {
   LoweredOp op;
 };
 
-// Rebuilds a program with the inserts placed; inserts at the same spot keep their generation order.
-std::vector<LoweredOp> apply_inserts(const std::vector<LoweredOp>& prog, std::vector<Insert>& ins) {
-  std::stable_sort(ins.begin(), ins.end(),
-                   [](const Insert& a, const Insert& b) { return 2 * a.at + a.after < 2 * b.at + b.after; });
+// Rebuilds a program with the inserts placed; inserts at the same spot keep their generation order. Placed by
+// counting (each spot's inserts counted, then laid out in generation order): linear, no sort of the ops.
+std::vector<LoweredOp> apply_inserts(const std::vector<LoweredOp>& prog, const std::vector<Insert>& ins) {
+  // Spot 2 * at + after: before op `at` (even) or after it (odd).
+  std::vector<std::uint32_t> first(2 * prog.size() + 1, 0);
+  for (const Insert& x : ins) first[2 * x.at + x.after + 1]++;
+  for (std::size_t k = 1; k < first.size(); k++) first[k] += first[k - 1];
+  std::vector<std::uint32_t> order(ins.size());
+  {
+    std::vector<std::uint32_t> next(first.begin(), first.end() - 1);
+    for (std::size_t k = 0; k < ins.size(); k++)
+      order[next[2 * ins[k].at + ins[k].after]++] = static_cast<std::uint32_t>(k);
+  }
   std::vector<LoweredOp> out;
   out.reserve(prog.size() + ins.size() + kTailSlack);
   std::size_t k = 0;
   for (std::size_t i = 0; i < prog.size(); i++) {
-    for (; k < ins.size() && ins[k].at == i && !ins[k].after; k++) out.push_back(ins[k].op);
+    for (; k < first[2 * i + 1]; k++) out.push_back(ins[order[k]].op);
     out.push_back(prog[i]);
-    for (; k < ins.size() && ins[k].at == i && ins[k].after; k++) out.push_back(ins[k].op);
+    for (; k < first[2 * i + 2]; k++) out.push_back(ins[order[k]].op);
   }
   return out;
 }
@@ -168,6 +178,8 @@ LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
   const OpKeyIndex index(s);
   const int p = in.p;
   std::vector<std::vector<Insert>> ins(in.per_worker.size());
+  for (int r = 0; r < p; r++)
+    ins[r].reserve(2 * in.per_worker[r].size());  // a middle rank: a receive and a send per op
   // Per replica: where each op of the grid runs, and (per consumer worker) which producers it already receives.
   std::vector<std::int32_t> at_worker(index.size()), at_index(index.size()), received_on(index.size());
   for (int d = 0; d < in.dp; d++) {
@@ -196,8 +208,10 @@ LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
       const auto& prog = in.per_worker[w];
       for (std::size_t i = 0; i < prog.size(); i++) {
         if (prog[i].kind != LOpKind::Compute) continue;
-        for (const OpKey& dep : op_dependencies(index, key_of(prog[i].op))) {
-          const std::int64_t slot = index.slot(dep);
+        OpKey deps[3];
+        const int n_deps = op_dependencies(index, key_of(prog[i].op), deps);
+        for (int k = 0; k < n_deps; k++) {
+          const std::int64_t slot = index.slot(deps[k]);
           // A producer missing from the schedule is left for the checker to report by name.
           if (slot < 0 || at_worker[slot] < 0 || at_worker[slot] == w || received_on[slot] == w) continue;
           received_on[slot] = w;

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "core/schedule_deps.h"
+
 namespace pipescope {
 
 std::size_t Schedule::op_count() const {
@@ -183,29 +185,33 @@ std::string schedule_text(const Schedule& s) {
 
 OpKey key_of(const Op& op) { return OpKey{op.kind, op.stage, op.microbatch, op.slice}; }
 
-std::vector<OpKey> op_dependencies(const OpKeyIndex& index, const OpKey& op) {
-  std::vector<OpKey> deps;
-  deps.reserve(3);
+int op_dependencies(const OpKeyIndex& index, const OpKey& op, OpKey (&out)[3]) {
+  int n = 0;
   auto gradient_inputs = [&] {  // B and I: the forward, the gradient from stage g+1 and from slice i+1
-    deps.push_back(OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice});
-    if (op.stage + 1 < index.stages()) deps.push_back(index.grad_producer(op.stage + 1, op.microbatch, op.slice));
+    out[n++] = OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice};
+    if (op.stage + 1 < index.stages()) out[n++] = index.grad_producer(op.stage + 1, op.microbatch, op.slice);
     if (op.slice + 1 < index.slices(op.microbatch))
-      deps.push_back(index.grad_producer(op.stage, op.microbatch, op.slice + 1));
+      out[n++] = index.grad_producer(op.stage, op.microbatch, op.slice + 1);
   };
   switch (op.kind) {
     case OpKind::Forward:
-      if (op.stage > 0) deps.push_back(OpKey{OpKind::Forward, op.stage - 1, op.microbatch, op.slice});
-      if (op.slice > 0) deps.push_back(OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice - 1});
+      if (op.stage > 0) out[n++] = OpKey{OpKind::Forward, op.stage - 1, op.microbatch, op.slice};
+      if (op.slice > 0) out[n++] = OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice - 1};
       break;
     case OpKind::Backward:
     case OpKind::BackwardInput:
       gradient_inputs();
       break;
     case OpKind::BackwardWeight:
-      deps.push_back(OpKey{OpKind::BackwardInput, op.stage, op.microbatch, op.slice});
+      out[n++] = OpKey{OpKind::BackwardInput, op.stage, op.microbatch, op.slice};
       break;
   }
-  return deps;
+  return n;
+}
+
+std::vector<OpKey> op_dependencies(const OpKeyIndex& index, const OpKey& op) {
+  OpKey deps[3];
+  return std::vector<OpKey>(deps, deps + op_dependencies(index, op, deps));
 }
 
 std::vector<OpKey> op_dependencies(const Schedule& s, const OpKey& op) { return op_dependencies(OpKeyIndex(s), op); }

@@ -9,6 +9,7 @@
 
 #include "core/cost_model.h"
 #include "core/dag.h"
+#include "core/dag_builder.h"
 #include "core/grad_sync.h"
 #include "core/lowering.h"
 #include "core/megatron_p2p.h"
@@ -82,7 +83,7 @@ Placement one_replica(const Scenario& s, const Placement& full) {
 
 }  // namespace
 
-Stage2Estimator::Stage2Estimator() : retimer_(std::make_unique<Retimer>()) {}
+Stage2Estimator::Stage2Estimator() : retimer_(std::make_unique<Retimer>()), builder_(std::make_unique<DagBuilder>()) {}
 Stage2Estimator::~Stage2Estimator() = default;
 
 double Stage2Estimator::estimate(const Scenario& s) {
@@ -103,11 +104,13 @@ double Stage2Estimator::estimate(const Scenario& s) {
   const MemoCost cost(b_model ? *b_model : *model);
   const LoweredSchedule ls = lower_one_replica(b, make_schedule(b), cost);
   if (shapes_.size() >= kShapesKept) shapes_.erase(shapes_.begin());
-  shapes_.push_back(make_dag_shape(ls, b, one_replica(b, scenario_placement(b)), cost, key));
+  shapes_.push_back(make_dag_shape(ls, builder_->build(ls, one_replica(b, scenario_placement(b))), b, cost, key));
   built_++;
   // The candidate's answers fit the shape it was lowered for; the superset shape of another candidate's answers
   // might not (a parameter gather of no bytes): then the direct estimate.
-  if (!retimer_->load(*shapes_.back(), s, key, *model)) return estimate_iteration_s(s);
+  // Lowered with the candidate's own model: its memo has every answer already (the same values, asked once).
+  if (!retimer_->load(*shapes_.back(), s, key, b_model ? *model : static_cast<const CostModel&>(cost)))
+    return estimate_iteration_s(s);
   return retimer_->critical_path_s(*shapes_.back(), s);
 }
 

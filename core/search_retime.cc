@@ -406,9 +406,8 @@ bool same(const CostedOp& a, const CostedOp& b) {
 
 }  // namespace
 
-DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const Placement& one, const CostModel& cost,
+DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Dag& dag, const Scenario& s, const CostModel& cost,
                            const ShapeKey& key) {
-  const Dag dag = build_dag(ls, one);
   DagShapePtr sh(new DagShape);
   sh->key = key.words;
   sh->seq_len = s.model.seq_len;
@@ -430,6 +429,23 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const P
   // Every compute op asks the TP question when tp > 1 (core/lowering.cc, tp_pass), whether or not it issues one.
   const std::uint8_t compute_need = ls.tp > 1 ? kCompute | kTp : kCompute;
   std::vector<std::uint32_t> node_cls(dag.size());
+  // The check (below): every node's lowered values equal its recipe's first node's, compared here as the nodes are
+  // classed; each recipe's first node is then compared with the recipe re-costed.
+  std::vector<CostedOp> first;  // per recipe: the values of its first node
+  std::vector<std::uint32_t> first_node;
+  auto assign = [&](std::size_t u, const LoweredOp& l, std::uint32_t x) {
+    node_cls[u] = x;
+    const CostedOp got = costed_op(l, dag.nodes[u]);
+    if (x == first.size()) {
+      first.push_back(got);
+      first_node.push_back(static_cast<std::uint32_t>(u));
+    } else if (!same(got, first[x])) {
+      throw std::logic_error(s.source + ": stage 2: node " + std::to_string(u) + " (" +
+                             dag_node_text(dag, ls, static_cast<std::uint32_t>(u)) + ") and node " +
+                             std::to_string(first_node[x]) + " (" + dag_node_text(dag, ls, first_node[x]) +
+                             ") share a duration class but differ in their lowering (core/search_retime.cc)");
+    }
+  };
   std::map<std::pair<std::int32_t, int>, int> buckets;  // (worker, stage) -> async gradient buckets so far
   for (std::size_t u = 0; u < dag.size(); u++) {
     const DagNode& n = dag.nodes[u];
@@ -438,13 +454,13 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const P
       const auto c = static_cast<std::size_t>(classes.of(l.op, compute_need));
       if (c >= compute_recipe.size()) compute_recipe.resize(c + 1, -1);
       if (compute_recipe[c] < 0) compute_recipe[c] = add(recipe_of(ls, n, 0, classes));
-      node_cls[u] = static_cast<std::uint32_t>(compute_recipe[c]);
+      assign(u, l, static_cast<std::uint32_t>(compute_recipe[c]));
       continue;
     }
     if (n.kind == DagKind::Join) {
       std::int64_t& x = join_recipe[static_cast<std::size_t>(l.kind)];
       if (x < 0) x = add(recipe_of(ls, n, 0, classes));
-      node_cls[u] = static_cast<std::uint32_t>(x);
+      assign(u, l, static_cast<std::uint32_t>(x));
       continue;
     }
     // Transfers and per-op collectives (TP, scatter/gather): by op class too, the class's last recipe reused when
@@ -459,14 +475,14 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const P
       const auto c = static_cast<std::size_t>(x.cls);
       if (c >= last.size()) last.resize(c + 1, -1);
       if (last[c] < 0 || !(sh->recipes[static_cast<std::size_t>(last[c])] == x)) last[c] = add(x);
-      node_cls[u] = static_cast<std::uint32_t>(last[c]);
+      assign(u, l, static_cast<std::uint32_t>(last[c]));
       continue;
     }
     int j = 0;
     // Bucket j of a stage is the j-th async gradient collective of that stage in the program (core/grad_sync.cc).
     if (n.kind == DagKind::Collective && l.tag == CollTag::DataParallel && l.async)
       j = buckets[{n.worker, l.op.stage}]++;
-    node_cls[u] = add(recipe_of(ls, n, j, classes));
+    assign(u, l, add(recipe_of(ls, n, j, classes)));
   }
   // The buckets counted above are in program order only if each node's index runs in that order: it does
   // (build_dag numbers a group's calls in member program order), and the check below would catch it otherwise.
@@ -485,15 +501,11 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const P
   std::vector<CostedOp> by_recipe;
   by_recipe.reserve(sh->recipes.size());
   for (const Recipe& x : sh->recipes) by_recipe.push_back(costed(*sh, x, v, s.parallel.tp));
-  for (std::size_t u = 0; u < dag.size(); u++) {
-    const DagNode& n = dag.nodes[u];
-    const CostedOp want = costed_op(ls, n);
-    const CostedOp& got = by_recipe[node_cls[u]];
-    if (!same(got, want))
-      throw std::logic_error(s.source + ": stage 2: re-costing node " + std::to_string(u) + " (" +
-                             dag_node_text(dag, ls, static_cast<std::uint32_t>(u)) +
+  for (std::size_t x = 0; x < first.size(); x++)
+    if (!same(by_recipe[x], first[x]))
+      throw std::logic_error(s.source + ": stage 2: re-costing node " + std::to_string(first_node[x]) + " (" +
+                             dag_node_text(dag, ls, first_node[x]) +
                              ") differs from its lowering (core/search_retime.cc)");
-  }
   return sh;
 }
 

@@ -28,6 +28,7 @@
 namespace pipescope {
 
 class CostModel;
+struct Dag;
 
 // The scenario fields a one-replica lowering's shape depends on (with the fingerprint below), and the token slices
 // every micro-batch gets (only their number is in the key: the generators order ops by slice, not by token). False
@@ -67,10 +68,10 @@ class Retimer {
   std::unique_ptr<Values> v_;
 };
 
-// The shape of `ls` (one replica of `s`, lowered with `cost`; `one` its placement: replica 0's GPUs), checked:
-// every node re-costed from the shape's classes with `cost` equals the lowered op's value (std::logic_error
-// otherwise). Throws CheckError / std::runtime_error when the DAG does not build or has a cycle.
-DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Scenario& s, const Placement& one, const CostModel& cost,
+// The shape of `ls` (one replica of `s`, lowered with `cost`) from its DAG (`dag`: build_dag of `ls` on replica 0's
+// GPUs), checked: every node re-costed from the shape's classes with `cost` equals the lowered op's value
+// (std::logic_error otherwise). Throws std::runtime_error when the DAG has a cycle.
+DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Dag& dag, const Scenario& s, const CostModel& cost,
                            const ShapeKey& key);
 const std::vector<std::int64_t>& shape_key_of(const DagShape& shape);
 std::size_t shape_nodes(const DagShape& shape);

@@ -71,39 +71,7 @@ double nccl_rings_s(const ClusterSpec& c, const Rings& rings, double bytes, bool
                           allgather));
   return t;
 }
-
-bool is_collective(LOpKind k) {
-  return k == LOpKind::AllReduce || k == LOpKind::AllGather || k == LOpKind::ReduceScatter;
-}
-
 }  // namespace
-
-CostedOp costed_op(const LoweredSchedule& ls, const DagNode& n) {
-  const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(n.worker)][static_cast<std::size_t>(n.index)];
-  CostedOp c;
-  c.dag = n.kind;
-  c.kind = l.kind;
-  switch (n.kind) {
-    case DagKind::Compute:
-      c.seconds = l.seconds;
-      break;
-    case DagKind::Transfer:
-      c.bytes = l.bytes;
-      c.worker = n.worker;
-      c.peer = l.peer;
-      break;
-    case DagKind::Collective:
-      c.async = l.async && is_collective(l.kind);
-      c.bytes = l.bytes;
-      c.count = l.count;
-      c.lead_s = l.async ? l.lead_s : 0.0;
-      c.group = n.group;
-      break;
-    case DagKind::Join:
-      break;
-  }
-  return c;
-}
 
 // One call of a collective group, timed once per distinct (size, kind) (a group's calls repeat a few).
 struct ReplicaTiming::Group {

@@ -26,8 +26,38 @@ struct CostedOp {
   std::int32_t worker = -1, peer = -1, group = -1;
 };
 
-// The values of DAG node n of `ls` (as build_dag made it from ls.per_worker[n.worker][n.index]).
-CostedOp costed_op(const LoweredSchedule& ls, const DagNode& n);
+// The values of DAG node n whose lowered op is l (as build_dag made n from it). Inline: stage 2's structure check
+// takes it for every node.
+inline CostedOp costed_op(const LoweredOp& l, const DagNode& n) {
+  CostedOp c;
+  c.dag = n.kind;
+  c.kind = l.kind;
+  switch (n.kind) {
+    case DagKind::Compute:
+      c.seconds = l.seconds;
+      break;
+    case DagKind::Transfer:
+      c.bytes = l.bytes;
+      c.worker = n.worker;
+      c.peer = l.peer;
+      break;
+    case DagKind::Collective:
+      c.async =
+          l.async && (l.kind == LOpKind::AllReduce || l.kind == LOpKind::AllGather || l.kind == LOpKind::ReduceScatter);
+      c.bytes = l.bytes;
+      c.count = l.count;
+      c.lead_s = l.async ? l.lead_s : 0.0;
+      c.group = n.group;
+      break;
+    case DagKind::Join:
+      break;
+  }
+  return c;
+}
+// The same for DAG node n of `ls` (its op: ls.per_worker[n.worker][n.index]).
+inline CostedOp costed_op(const LoweredSchedule& ls, const DagNode& n) {
+  return costed_op(ls.per_worker[static_cast<std::size_t>(n.worker)][static_cast<std::size_t>(n.index)], n);
+}
 
 // The candidate's links and collective groups (`groups` of its one-replica lowering; `full` its placement).
 class ReplicaTiming {

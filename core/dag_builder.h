@@ -1,0 +1,29 @@
+#pragma once
+// build_dag (core/dag.h) for callers that build many DAGs one after another (the search builds one per structure):
+// the DAG's and the build's vectors keep their capacity between builds, so a build writes memory that is already
+// mapped instead of fresh pages, and allocates nothing once the largest DAG has been built.
+
+#include <memory>
+
+#include "core/dag.h"
+
+namespace pipescope {
+
+class DagBuilder {
+ public:
+  DagBuilder();
+  ~DagBuilder();
+  DagBuilder(const DagBuilder&) = delete;
+  DagBuilder& operator=(const DagBuilder&) = delete;
+
+  // The same DAG as build_dag(ls, placement) (same errors); valid until the next build.
+  const Dag& build(const LoweredSchedule& ls, const Placement& placement);
+
+  struct Scratch;  // core/dag.cc
+
+ private:
+  std::unique_ptr<Scratch> scratch_;
+  Dag dag_;
+};
+
+}  // namespace pipescope
