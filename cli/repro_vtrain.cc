@@ -78,15 +78,11 @@ int run_vtrain(const VtrainOptions& o) {
     sep = ", ";
   }
   std::printf("\n");
-  std::vector<std::size_t> by_wrong(runs.size());
-  for (std::size_t i = 0; i < runs.size(); i++) by_wrong[i] = i;
-  std::stable_sort(by_wrong.begin(), by_wrong.end(),
-                   [&](std::size_t a, std::size_t b) { return f.wrong_pairs_of_row[a] > f.wrong_pairs_of_row[b]; });
   std::printf("rows in the most mis-ordered pairs:");
   sep = " ";
-  for (std::size_t k = 0; k < by_wrong.size() && k < 6 && f.wrong_pairs_of_row[by_wrong[k]] > 0; k++) {
-    const MeasuredRun& r = runs[by_wrong[k]];
-    std::printf("%sline %d %s (%d)", sep, r.line, r.layout().c_str(), f.wrong_pairs_of_row[by_wrong[k]]);
+  for (std::size_t k = 0; k < f.most_wrong.size() && k < 6; k++) {
+    const auto i = static_cast<std::size_t>(f.most_wrong[k]);
+    std::printf("%sline %d %s (%d)", sep, runs[i].line, runs[i].layout().c_str(), f.wrong_pairs_of_row[i]);
     sep = ", ";
   }
   std::printf("\n");

@@ -129,7 +129,9 @@ std::vector<char> copied_replicas(const LoweredSchedule& ls) {
       fail(
           at(ls, sends[a].worker, sends[a].index) + " sends " + exact(so.bytes) + " bytes but " +
               at(ls, recvs[b].worker, recvs[b].index) + " expects " + exact(ro.bytes) +
-              (so.tag != ro.tag ? " (and the tags differ)" : ""),
+              (so.tag != ro.tag
+                   ? (so.bytes == ro.bytes ? " as it should, but their tags differ" : " (and the tags differ)")
+                   : ""),
           {lowered_op_name(ls, sends[a].worker, sends[a].index), lowered_op_name(ls, recvs[b].worker, recvs[b].index)});
     a++, b++;
   }

@@ -1,7 +1,7 @@
 #pragma once
 // build_dag (core/dag.h) for callers that build many DAGs one after another (the search builds one per structure):
 // the DAG's and the build's vectors keep their capacity between builds, so a build writes memory that is already
-// mapped instead of fresh pages, and allocates nothing once the largest DAG has been built.
+// mapped instead of fresh pages (the replica copy and the collective rings are still allocated per build).
 
 #include <memory>
 

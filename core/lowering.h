@@ -43,6 +43,7 @@ enum class LOpKind : std::uint8_t {
   ReduceScatter,  // group, bytes (total input); the distributed optimizer's gradient reduction
   Optimizer,      // seconds
 };
+constexpr std::size_t kLOpKinds = static_cast<std::size_t>(LOpKind::Optimizer) + 1;  // flat per-kind tables
 
 // ParamGather: the distributed optimizer's all-gather of the updated parameters over the DP group.
 // ContextParallel: the K/V ring exchange of context-parallel attention (core/context_parallel.h), posted async.

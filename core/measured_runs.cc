@@ -235,6 +235,11 @@ Fidelity fidelity(const std::vector<MeasuredRun>& runs, const std::vector<double
         f.wrong_pairs_of_row[j]++;
       }
     }
+  for (std::size_t i = 0; i < runs.size(); i++)
+    if (f.wrong_pairs_of_row[i] > 0) f.most_wrong.push_back(static_cast<int>(i));
+  std::stable_sort(f.most_wrong.begin(), f.most_wrong.end(), [&](int a, int b) {
+    return f.wrong_pairs_of_row[static_cast<std::size_t>(a)] > f.wrong_pairs_of_row[static_cast<std::size_t>(b)];
+  });
   return f;
 }
 

@@ -55,6 +55,7 @@ struct Fidelity {
   };
   std::map<std::string, PairCount> pairs_by_difference;
   std::vector<int> wrong_pairs_of_row;  // per row: the wrongly ordered pairs it takes part in
+  std::vector<int> most_wrong;          // rows taking part in wrong pairs, most such pairs first (ties: row order)
   double ranking() const { return pairs > 0 ? static_cast<double>(pairs_right) / pairs : 1.0; }
 };
 // `predicted_s[i]` belongs to `runs[i]`; a non-positive prediction (a failed run) counts as missing and is

@@ -14,6 +14,16 @@
 
 namespace pipescope {
 
+std::vector<MicroBatch> sliced_scenario_microbatches(const Scenario& s, int m) {
+  const ParallelSpec& par = s.parallel;
+  const ScheduleSpec& sch = s.schedule;
+  // Seq1F1B segments: cwp (equal causal FLOPs, TP-rounded), uniform or explicit (core/seq1f1b.h).
+  if (schedule_entry(sch.kind).traits.slicing == SlicePlan::Seq1F1B)
+    return sliced_microbatches(m, par.micro_batch_size, seq1f1b_split_lengths(s));
+  if (!sch.slice_tokens.empty()) return sliced_microbatches(m, par.micro_batch_size, sch.slice_tokens);
+  return uniform_microbatches(m, par.micro_batch_size, s.model.seq_len, sch.seq_slices);
+}
+
 Schedule make_schedule(const Scenario& s) {
   const ParallelSpec& par = s.parallel;
   const ScheduleSpec& sch = s.schedule;
@@ -34,13 +44,9 @@ Schedule make_schedule(const Scenario& s) {
         mbs.push_back(std::move(mb));
         seq += g.b;
       }
-  } else if (entry.traits.slicing == SlicePlan::Seq1F1B) {
-    // Seq1F1B segments: cwp (equal causal FLOPs, TP-rounded), uniform or explicit (core/seq1f1b.h).
-    mbs = sliced_microbatches(m, par.micro_batch_size, seq1f1b_split_lengths(s));
-  } else if (!sch.slice_tokens.empty())
-    mbs = sliced_microbatches(m, par.micro_batch_size, sch.slice_tokens);
-  else
-    mbs = uniform_microbatches(m, par.micro_batch_size, s.model.seq_len, sch.seq_slices);
+  } else {
+    mbs = sliced_scenario_microbatches(s, m);
+  }
   if (entry.traits.from_file) return load_schedule_csv(sch.file, {par.pp, par.v, mbs, s.model.seq_len});
   try {
     return entry.generate(par.pp, par.v, mbs, s.model.seq_len);

@@ -17,6 +17,9 @@ namespace pipescope {
 // token slices from parallel/schedule). Throws std::invalid_argument naming the scenario on impossible
 // requests.
 Schedule make_schedule(const Scenario& s);
+// The m micro-batches make_schedule cuts when no planner decides them (every case but TeraPipe's joint "dp" plan):
+// Seq1F1B's segments, the scenario's slice_tokens, or seq_slices uniform slices. Throws std::invalid_argument.
+std::vector<MicroBatch> sliced_scenario_microbatches(const Scenario& s, int m);
 
 // The cost model the scenario asks for (analytic, or a calibration profile when sim.profile is set).
 std::unique_ptr<CostModel> make_cost_model(const Scenario& s);

@@ -46,7 +46,7 @@ class ProfileCostModel final : public AnalyticCostModel {
 
  private:
   double table_end_seconds(bool embedding, bool forward, int b, int l) const;
-  bool kernels_time_backward() const override { return tables_.empty() && !kernels_; }  // else TP stays exposed
+  bool kernels_time_backward() const override { return source(OpKind::Backward) == CostSource::Analytic; }
   double kernel_op_seconds(const Op& op, int b) const;
   DeviceProfile p_;
   std::vector<const LayerTable*> tables_;  // matching shape, by micro_batch

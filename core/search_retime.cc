@@ -30,16 +30,11 @@ bool shape_key(const Scenario& s, ShapeKey& key) {
   // A schedule file, TeraPipe's joint plan (micro-batches of different sizes) and context parallelism (not in the
   // one-replica lowering) are estimated without the cache.
   if (t.from_file || (t.slicing == SlicePlan::TeraPipe && sch.slicing == "dp") || par.cp != 1) return false;
-  // One micro-batch's slices, as make_schedule cuts every micro-batch (core/pipeline.cc): the generators take
-  // micro-batches of micro_batch_size sequences each, which only the costs see.
+  // One micro-batch's slices, as make_schedule cuts every micro-batch: the generators take micro-batches of
+  // micro_batch_size sequences each, which only the costs see.
   std::vector<MicroBatch> one;
   try {
-    if (t.slicing == SlicePlan::Seq1F1B)
-      one = sliced_microbatches(1, par.micro_batch_size, seq1f1b_split_lengths(s));
-    else if (!sch.slice_tokens.empty())
-      one = sliced_microbatches(1, par.micro_batch_size, sch.slice_tokens);
-    else
-      one = uniform_microbatches(1, par.micro_batch_size, s.model.seq_len, sch.seq_slices);
+    one = sliced_scenario_microbatches(s, 1);
   } catch (const std::invalid_argument&) {
     return false;  // make_schedule reports it
   }
@@ -186,7 +181,7 @@ void ask(const DagShape& sh, const Scenario& s, const std::vector<std::int32_t>&
     fp.push_back(v.n_grad[k]);
     if (!sh.o.distributed_optimizer) continue;
     if (!v.dist_opt) {  // a shape with the parameter gather timing a candidate without it: nothing to ask
-      fp.insert(fp.end(), {1, 0});
+      fp.insert(fp.end(), {cost.param_bytes(r) > 0, 0});  // as the shape's own candidates answer (no overlap)
       continue;
     }
     v.param[k] = cost.param_bytes(r);
@@ -290,7 +285,7 @@ class OpClasses {
   }
 
  private:
-  static constexpr std::size_t kKinds = 8;  // OpKind values
+  static constexpr auto kKinds = static_cast<std::size_t>(kOpKinds);
   DagShape& sh_;
   int slices_;
   std::vector<std::int32_t> index_;
@@ -425,7 +420,7 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Dag& dag, const Scen
     return it->second;
   };
   // Compute ops and joins, most of the nodes, find their recipe by op class and op kind.
-  std::vector<std::int64_t> compute_recipe, join_recipe(8, -1), per_class[3];
+  std::vector<std::int64_t> compute_recipe, join_recipe(kLOpKinds, -1), per_class[3];
   // Every compute op asks the TP question when tp > 1 (core/lowering.cc, tp_pass), whether or not it issues one.
   const std::uint8_t compute_need = ls.tp > 1 ? kCompute | kTp : kCompute;
   std::vector<std::uint32_t> node_cls(dag.size());

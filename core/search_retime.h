@@ -6,8 +6,9 @@
 // model, token slices and placement with the same arithmetic the lowering passes and the estimate use; then one
 // pass over the nodes in a stored topological numbering (flat arrays, nothing allocated per candidate once the
 // buffers have grown). The values are bit-identical to lowering the candidate: the longest path takes the same sums
-// (a zero-duration node adds exactly nothing), and a structure's first candidate checks every re-costed node against
-// its own lowering (a mismatch throws).
+// (a zero-duration node adds exactly nothing), and the candidate a structure is built for checks every re-costed node
+// against that lowering (a mismatch throws). The candidates a superset shape times (below) are not checked at run
+// time; tests/test_search.cc re-times every candidate of whole searches against fresh lowerings.
 //
 // What a structure is: ShapeKey (the scenario fields the lowered programs' shape follows: schedule kind, pp, v,
 // micro-batch count, number of token slices, whether tp and dp exceed 1, scatter/gather, the gradient-sync options,

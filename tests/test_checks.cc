@@ -344,5 +344,32 @@ TEST(CheckSchedule, CrossRankDeadlock) {
   }
 }
 
+// build_dag matches messages through a hash table and falls back to the full report on any mismatch: these keep the
+// counts of sends and receives equal, so only the fallback can find what is wrong.
+TEST(Checks, DuplicatedSendWithAsManySendsAsRecvs) {
+  LoweredSchedule ls = lowered_1f1b(2, 3);
+  auto& w0 = ls.per_worker[0];
+  const std::size_t i = find_op(ls, 0, "send(0F2->1)");
+  w0.insert(w0.begin() + static_cast<std::ptrdiff_t>(i), w0[i]);
+  w0.erase(w0.begin() + static_cast<std::ptrdiff_t>(find_op(ls, 0, "send(0F1->1)")));
+  expect_rejected(ls, flat_placement(1, 2, 1), {"duplicate send", "send(0F2->1)", "worker 0"}, {"send(0F2->1)"});
+}
+
+TEST(Checks, DuplicatedRecvWithAsManyRecvsAsSends) {
+  LoweredSchedule ls = lowered_1f1b(2, 3);
+  auto& w1 = ls.per_worker[1];
+  const std::size_t i = find_op(ls, 1, "recv(0F2<-0)");
+  w1.insert(w1.begin() + static_cast<std::ptrdiff_t>(i), w1[i]);
+  w1.erase(w1.begin() + static_cast<std::ptrdiff_t>(find_op(ls, 1, "recv(0F1<-0)")));
+  expect_rejected(ls, flat_placement(1, 2, 1), {"duplicate receive", "recv(0F2<-0)", "worker 1"}, {"recv(0F2<-0)"});
+}
+
+TEST(Checks, ChangedMessageTag) {
+  LoweredSchedule ls = lowered_1f1b(3, 2);
+  ls.per_worker[2][find_op(ls, 2, "recv(1F1<-1)")].tag = CollTag::TensorParallel;
+  expect_rejected(ls, flat_placement(1, 3, 1), {"send(1F1->2)", "recv(1F1<-1)", "their tags differ"},
+                  {"send(1F1->2)", "recv(1F1<-1)"});
+}
+
 }  // namespace
 }  // namespace pipescope

@@ -270,8 +270,9 @@ TEST_P(Conformance, SimulationJsonIsByteIdenticalOnRerun) {
   EXPECT_FALSE(out[0].empty());
   EXPECT_EQ(out[0], out[1]) << GetParam();
   // (TeraPipe without slices is GPipe, and reports itself so: the default scenario has whole sequences.)
-  if (!entry().traits.sliced())
+  if (!entry().traits.sliced()) {
     EXPECT_NE(out[0].find("\"schedule\": \"" + GetParam() + "\""), std::string::npos) << out[0].substr(0, 400);
+  }
 }
 
 // Every generator (kind file reads a schedule instead: tests/test_schedule_csv.cc loads each of these back).

@@ -68,7 +68,9 @@ TEST(ScatterGather, RecvFollowedByAllGatherOverTpGroup) {
     for (const auto& prog : off->lowered.per_worker)
       for (const LoweredOp& l : prog) {
         EXPECT_NE(l.kind, LOpKind::AllGather);
-        if (l.kind == LOpKind::Send) EXPECT_NEAR(l.bytes, off->cost->p2p_bytes(l.op, 1), 1e-6);
+        if (l.kind == LOpKind::Send) {
+          EXPECT_NEAR(l.bytes, off->cost->p2p_bytes(l.op, 1), 1e-6);
+        }
       }
     // Both lowerings pass the static checker; the scatter/gather groups become rings of the worker's 8 GPUs.
     const CheckedSchedule cs = check(on->lowered, on->placement);

@@ -242,7 +242,9 @@ TEST(MemoryModel, FlashAttentionDropsExactlyTheScoreTerm) {
         EXPECT_NEAR(plain - flash, score, 1e-12 * plain);
         // Megatron's 34*s*b*h (+ 5*a*s^2*b) over t with sequence parallelism; 10 of the 34 replicated without.
         EXPECT_NEAR(flash, bl * h * (10.0 / r + 24.0 / t), 1e-12 * flash);
-        if (sp) EXPECT_NEAR(plain, (34.0 * bl * h + 5.0 * a * bl * (k.c + k.l)) / t, 1e-12 * plain);
+        if (sp) {
+          EXPECT_NEAR(plain, (34.0 * bl * h + 5.0 * a * bl * (k.c + k.l)) / t, 1e-12 * plain);
+        }
         // The context only enters through the score rectangle.
         EXPECT_DOUBLE_EQ(flash, layer_activation_bytes(s, k.b, k.l, 0));
       }

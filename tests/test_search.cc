@@ -105,6 +105,8 @@ TEST(Search, ReusedStructuresGiveTheFreshEstimate) {
       "training: {distributed_optimizer: true, overlap_grad_reduce: true, overlap_param_gather: true, "
       "grad_bucket_MB: 8}\n",
       "training: {overlap_grad_reduce: true}\nsim: {p2p: blocking, collectives: ring}\n",
+      // The Seq1F1B scenarios' setting: the backward's TP all-reduces partly hidden (core/tp_overlap.h).
+      "training: {async_tp_allreduce: true}\nsim: {p2p: blocking}\n",
   };
   for (const char* text : kScenarios)
     for (const std::string& extra : variants) {
