@@ -110,6 +110,11 @@ int run_vtrain(const VtrainOptions& o) {
     nlohmann::ordered_json worst = nlohmann::ordered_json::array();
     for (int w : f.worst) worst.push_back(runs[static_cast<std::size_t>(w)].line);
     j["worst_lines"] = worst;
+    nlohmann::ordered_json most = nlohmann::ordered_json::array();
+    for (int w : f.most_wrong)
+      most.push_back({{"line", runs[static_cast<std::size_t>(w)].line},
+                      {"wrong_pairs", f.wrong_pairs_of_row[static_cast<std::size_t>(w)]}});
+    j["most_misordered_lines"] = most;
     write_file_atomic(o.json, j.dump(2) + "\n", "--json");
   }
   return failed ? kExitSchedule : 0;
