@@ -107,7 +107,9 @@ TEST(Profile, RoundTripIsExactAndDeterministic) {
 // quotes, backslashes, control characters, U+2028 and U+0085 (line breaks to YAML), reads back unchanged.
 TEST(Profile, StringsRoundTripThroughTheYamlEmitter) {
   DeviceProfile p = synthetic();
-  const std::string odd = "a\"b\\c\td\x7f e\xe2\x80\xa8" "f\xc2\x85g: #h 'i'";
+  const std::string odd =
+      "a\"b\\c\td\x7f e\xe2\x80\xa8"
+      "f\xc2\x85g: #h 'i'";
   p.name = odd;
   p.provenance["host"] = odd;
   p.provenance["note: \"x\""] = "line1\nline2";
