@@ -233,19 +233,42 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     legend += "<text class=\"lg\" x=\"" + f2(lx + 21) + "\" y=\"" + f2(ly + 10) + "\">" + xml(text) + "</text>\n";
     lx += 21 + text_width(text, 12) + 16;
   };
-  auto words = [&](const std::string& text) {  // plain text, wrapped word by word
+  // Plain text, wrapped between words: each line's run of words is one <text>, so the renderer's own spacing
+  // applies (a <text> per word spread them by the width estimate).
+  auto words = [&](const std::string& text) {
+    std::string run;
+    double run_x = lx;
+    auto flush = [&] {
+      if (!run.empty())
+        legend += "<text class=\"lg\" x=\"" + f2(run_x) + "\" y=\"" + f2(ly + 10) + "\">" + xml(run) + "</text>";
+      run.clear();
+    };
     std::size_t i = 0;
     while (i < text.size()) {
       std::size_t j = text.find(' ', i);
       if (j == std::string::npos) j = text.size();
       const std::string w = text.substr(i, j - i);
-      room(text_width(w, 12));
-      legend += "<text class=\"lg\" x=\"" + f2(lx) + "\" y=\"" + f2(ly + 10) + "\">" + xml(w) + "</text>";
-      lx += text_width(w + " ", 12);
+      const std::string joined = run.empty() ? w : run + " " + w;
+      if (lx + text_width(joined, 12) > right && (!run.empty() || lx > ml)) {
+        flush();
+        lx = ml, ly += 19;
+        run_x = lx;
+        run = w;
+      } else {
+        if (run.empty()) run_x = lx;
+        run = joined;
+      }
       i = j + 1;
     }
+    lx = run_x + text_width(run + " ", 12);
+    flush();
     legend += "\n";
     lx += 10;
+  };
+  auto phrase = [&](const std::string& text) {  // kept on one line
+    room(text_width(text, 12));
+    legend += "<text class=\"lg\" x=\"" + f2(lx) + "\" y=\"" + f2(ly + 10) + "\">" + xml(text) + "</text>\n";
+    lx += text_width(text, 12) + 10;
   };
   // Op kinds in neutral grey: the hue is the micro-batch's.
   swatch("F cg", "F forward");
@@ -256,7 +279,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   if (opt.comm && any_coll) swatch("C", "collective");
   swatch("idle", "idle");
   lx = ml, ly += 19;
-  words("micro-batch:");
+  phrase("micro-batch:");
   for (int c = 0; c < kColours; c++) {
     room(30);
     legend += "<rect class=\"F c" + std::to_string(c) + "\" x=\"" + f2(lx) + "\" y=\"" + f2(ly) +
@@ -265,7 +288,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
               f2(ly + 10) + "\">" + std::to_string(c) + "</text>\n";
     lx += 19 + text_width(std::to_string(c), 12) + 8;
   }
-  words("(hue repeats every " + std::to_string(kColours) + ")");
+  phrase("(hue repeats every " + std::to_string(kColours) + ")");
   if (any_chunk) {
     swatch("F cg", "chunk 0");
     swatch("F cg", "chunk 1", "k1");
@@ -273,7 +296,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     swatch("F cg", "chunk 3+", "k3");
   }
   lx = ml, ly += 19;
-  words(std::string("block label = micro-batch[.slice][c chunk], 0-based") +
+  words(std::string("block label: micro-batch[.slice][c<chunk>], counted from 0") +
         (opt.comm ? "; thin strip under each row = communication" : "") + (compact ? "; compact: no labels" : ""));
   const double header_h = std::ceil(ly + 12 + 14);
 

@@ -303,6 +303,10 @@ TEST(Timeline, LegendByKindHueAndChunkWithinTheWidth) {
   for (auto it = std::sregex_iterator(text.begin(), text.end(), lg); it != std::sregex_iterator(); ++it, n++)
     EXPECT_LE(std::stod((*it)[1]) + (*it)[2].length() * 12 * 0.62, 700.0) << (*it)[2];
   EXPECT_GT(n, 10);
+  // A line's words are one <text> (the renderer spaces them), and the parenthetical is not split.
+  for (const char* want :
+       {">block label: micro-batch[.slice][c&lt;chunk&gt;], counted from 0<", ">(hue repeats every 10)<"})
+    EXPECT_NE(text.find(want), std::string::npos) << want;
   EXPECT_NE(text.find("<text class=\"pt\" x=\"70.00\" y=\""), std::string::npos);
   EXPECT_NE(text.find("style=\"font-size:"), std::string::npos);
   // The chunk-1 blocks carry a hatch over their colour; chunk 0 does not.
@@ -320,7 +324,7 @@ TEST(Timeline, LegendByKindHueAndChunkWithinTheWidth) {
   std::ostringstream bo;
   write_timeline_svg(bo, {big}, {});
   EXPECT_EQ(bo.str().find("<title>"), std::string::npos);
-  EXPECT_NE(bo.str().find(">compact:<"), std::string::npos);
+  EXPECT_NE(bo.str().find("; compact: no labels<"), std::string::npos);
 }
 
 // ------------------------------------------------------------------------------------------ legibility
