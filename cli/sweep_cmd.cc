@@ -24,6 +24,7 @@
 #include "core/atomic_file.h"
 #include "core/input_file.h"
 #include "core/scenario.h"
+#include "core/scenario_vary.h"
 #include "core/work_estimate.h"
 #include "sim/run_scenario.h"
 
@@ -37,156 +38,12 @@ struct SweepOptions {
   int jobs = 1;
 };
 
-struct Axis {
-  std::string key;                  // "schedule.seq_slices"
-  std::vector<std::string> path;    // {"schedule", "seq_slices"}
-  std::vector<std::string> values;  // YAML text of each value
-};
-
-// Splits on commas outside [...] and {...}, so a flow sequence can be one value: slice_tokens=[8,8],[4,12].
-std::vector<std::string> split_values(const std::string& s, const std::string& what) {
-  std::vector<std::string> out;
-  std::string cur;
-  int depth = 0;
-  for (char c : s) {
-    if (c == '[' || c == '{') depth++;
-    if (c == ']' || c == '}') depth--;
-    if (depth < 0) throw InputError("--vary " + what + ": unbalanced brackets");
-    if (c == ',' && depth == 0) {
-      out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  if (depth != 0) throw InputError("--vary " + what + ": unbalanced brackets");
-  out.push_back(cur);
-  for (auto& v : out) {
-    const auto b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");
-    v = b == std::string::npos ? "" : v.substr(b, e - b + 1);
-    if (v.empty()) throw InputError("--vary " + what + ": empty value (expected key=v1,v2,...)");
-  }
-  return out;
-}
-
-Axis parse_axis(const std::string& arg) {
-  const auto eq = arg.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw InputError("--vary " + arg + ": expected key=v1,v2,... with key a scenario path such as schedule.seq_slices");
-  Axis a;
-  a.key = arg.substr(0, eq);
-  std::string seg;
-  for (char c : a.key + ".") {
-    if (c == '.') {
-      if (seg.empty()) throw InputError("--vary " + arg + ": malformed key '" + a.key + "'");
-      a.path.push_back(seg);
-      seg.clear();
-    } else if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') {
-      seg += c;
-    } else {
-      throw InputError("--vary " + arg + ": malformed key '" + a.key + "' (letters, digits, '_' and '.' only)");
-    }
-  }
-  a.values = split_values(arg.substr(eq + 1), a.key);
-  return a;
-}
-
 std::string read_file(const std::string& path) {
   try {
     return read_input_file(path, "scenario file");  // regular, <= 16 MiB, UTF-8 (core/input_file.h)
   } catch (const InputFileError& e) {
     throw ScenarioError(e.what());
   }
-}
-
-// The node at `path` in the original document, or an undefined node.
-YAML::Node find(const YAML::Node& root, const std::vector<std::string>& path) {
-  YAML::Node cur = root;
-  for (const auto& seg : path) {
-    if (!cur.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
-    YAML::Node next = cur[seg];
-    if (!next.IsDefined()) return next;
-    cur.reset(next);
-  }
-  return cur;
-}
-
-struct Variant {
-  Scenario scenario;
-  std::vector<std::string> values;  // one per axis
-  std::string text;                 // "schedule.seq_slices=4 parallel.micro_batch_size=2"
-  std::string invalid;              // why the cross-field checks reject this combination (empty: valid)
-};
-
-// The base document with one value per axis set (missing mappings are created; the loader rejects unknown keys).
-Variant make_variant(const std::string& source, const std::string& base_text, const std::vector<Axis>& axes,
-                     const std::vector<std::size_t>& pick) {
-  YAML::Node root = YAML::Load(base_text);  // the base text parsed once already: no syntax errors here
-  const YAML::Node original = YAML::Load(base_text);
-  Variant v;
-  for (std::size_t a = 0; a < axes.size(); a++) {
-    const Axis& ax = axes[a];
-    const std::string& value = ax.values[pick[a]];
-    v.values.push_back(value);
-    v.text += (v.text.empty() ? "" : " ") + ax.key + "=" + value;
-    YAML::Node cur = root;
-    for (std::size_t i = 0; i + 1 < ax.path.size(); i++) {
-      YAML::Node next = cur[ax.path[i]];
-      if (next.IsDefined() && !next.IsMap()) {
-        std::string at;
-        for (std::size_t j = 0; j <= i; j++) at += (j ? "." : "") + ax.path[j];
-        throw ScenarioError(source + ": --vary " + ax.key + ": " + at + " is not a mapping");
-      }
-      if (!next.IsDefined()) cur[ax.path[i]] = YAML::Node(YAML::NodeType::Map);
-      YAML::Node n = cur[ax.path[i]];
-      cur.reset(n);
-    }
-    YAML::Node val;
-    try {
-      val = YAML::Load(value);
-    } catch (const YAML::Exception& e) {
-      throw ScenarioError(source + ": --vary " + ax.key + "=" + value + ": not a YAML value: " + e.msg);
-    }
-    cur[ax.path.back()] = val;
-  }
-  YAML::Emitter out;
-  out << root;
-  const std::string tag = source + " [" + v.text + "]";
-  try {
-    v.scenario = parse_scenario(out.c_str(), tag);
-  } catch (const ScenarioError& e) {
-    // Messages read "<tag>:L:C: key: message" with L:C in the rewritten text: point at the key in the original
-    // file when it is written there, else name the file alone.
-    std::string msg = e.what();
-    if (msg.rfind(tag, 0) == 0) {
-      msg = msg.substr(tag.size());
-      if (!msg.empty() && msg[0] == ':') {
-        const auto sp = msg.find(": ");
-        msg = sp == std::string::npos ? msg.substr(1) : msg.substr(sp + 2);
-      }
-    }
-    std::string where = source;
-    const auto colon = msg.find(": ");
-    if (colon != std::string::npos) {
-      std::vector<std::string> path;
-      std::stringstream ks(msg.substr(0, colon));
-      for (std::string seg; std::getline(ks, seg, '.');) path.push_back(seg);
-      const YAML::Node n = find(original, path);
-      if (n.IsDefined() && n.Mark().line >= 0)
-        where += ":" + std::to_string(n.Mark().line + 1) + ":" + std::to_string(n.Mark().column + 1);
-    }
-    const std::string full = where + ": " + msg + " (with --vary " + v.text + ")";
-    if (dynamic_cast<const ScenarioCombinationError*>(&e) == nullptr) throw ScenarioError(full);
-    v.invalid = full;
-    return v;
-  }
-  v.scenario.source = source;
-  // As load_scenario does: a relative profile path is relative to the scenario file.
-  if (!v.scenario.sim.profile.empty() && v.scenario.sim.profile[0] != '/') {
-    const auto slash = source.find_last_of('/');
-    if (slash != std::string::npos) v.scenario.sim.profile = source.substr(0, slash + 1) + v.scenario.sim.profile;
-  }
-  return v;
 }
 
 std::string csv_field(const std::string& s) {
@@ -264,13 +121,7 @@ std::string row_of(const sim::RunResult& r) {
 }
 
 int run_sweep(const SweepOptions& o) {
-  std::vector<Axis> axes;
-  for (const auto& arg : o.vary) {
-    axes.push_back(parse_axis(arg));
-    for (std::size_t i = 0; i + 1 < axes.size(); i++)
-      if (axes[i].key == axes.back().key) throw InputError("--vary " + axes.back().key + ": given twice");
-  }
-  if (axes.empty()) throw InputError("sweep: give at least one --vary key=v1,v2,...");
+  const std::vector<VaryAxis> axes = parse_vary_axes(o.vary);
   check_output_paths({{"--out", o.out}, {"--json", o.json}});
   if (o.json == "-" && o.out.empty())
     throw InputError("--json -: standard output carries the CSV; write it to a file with --out");
@@ -288,10 +139,10 @@ int run_sweep(const SweepOptions& o) {
   check_grid(estimate_sweep(points, estimate_work(base).seconds, o.jobs));
 
   // Every variant first (cheap, no simulation): a bad key or value stops the sweep before anything runs.
-  std::vector<Variant> variants;
+  std::vector<ScenarioVariant> variants;
   std::vector<std::size_t> pick(axes.size(), 0);
   for (;;) {
-    variants.push_back(make_variant(source, base_text, axes, pick));
+    variants.push_back(make_scenario_variant(source, base_text, axes, pick));
     // A point over the work limits is refused before anything runs (an invalid combination is a row instead).
     if (variants.back().invalid.empty()) check_work(variants.back().scenario);
     std::size_t a = axes.size();
@@ -336,7 +187,7 @@ int run_sweep(const SweepOptions& o) {
   int failed = invalid;
   nlohmann::ordered_json json_rows = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < variants.size(); i++) {
-    const Variant& v = variants[i];
+    const ScenarioVariant& v = variants[i];
     std::string row, error = v.invalid;
     nlohmann::ordered_json jrow;
     for (std::size_t a = 0; a < axes.size(); a++) jrow["values"][axes[a].key] = v.values[a];

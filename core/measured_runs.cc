@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/scenario.h"
+#include "core/schedule_registry.h"
 
 namespace pipescope {
 namespace {
@@ -158,6 +159,7 @@ std::vector<MeasuredRun> parse_measured_runs(const std::string& csv_text, const 
     if (line.empty() || line == "\r") continue;
     rd.cells = split_csv_line(line);
     out.push_back(read_row(rd));
+    out.back().source = source;
   }
   if (out.empty()) throw std::invalid_argument(source + ": no rows");
   return out;
@@ -177,11 +179,14 @@ Scenario vtrain_scenario(const MeasuredRun& r, const std::string& cluster) {
   const int vocab = r.vocab > 0 ? r.vocab : (50257 + pad - 1) / pad * pad;
   const int ffn = r.ffn_hidden > 0 ? r.ffn_hidden : 4 * r.hidden;
   const int per_node = std::min(r.gpus, r.gpus_per_node);
+  const std::string where = r.source + ":" + std::to_string(r.line) + ": ";
   if (r.gpus % per_node != 0)
-    throw std::invalid_argument("line " + std::to_string(r.line) + ": " + std::to_string(r.gpus) +
-                                " GPUs do not fill nodes of " + std::to_string(per_node));
-  if (r.schedule != "1f1b" || r.vp != 1)
-    throw std::invalid_argument("line " + std::to_string(r.line) + ": only 1f1b without interleaving (vp 1) is read");
+    throw std::invalid_argument(where + "gpus: " + std::to_string(r.gpus) + " GPUs do not fill nodes of " +
+                                std::to_string(per_node));
+  const ScheduleEntry* entry = find_schedule(r.schedule);
+  if (entry == nullptr || entry->kind != ScheduleKind::OneFOneB || r.vp != 1)
+    throw std::invalid_argument(where + "schedule: only 1f1b without interleaving (vp 1) is read, got '" + r.schedule +
+                                "' vp " + std::to_string(r.vp));
   char yaml[1200];
   std::snprintf(yaml, sizeof yaml,
                 "name: vtrain-line-%d\n"

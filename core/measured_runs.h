@@ -16,8 +16,9 @@ namespace pipescope {
 // One measured run (one CSV row). Empty cells of the source are 0 here; vtrain_scenario() fills them the way
 // Megatron-DeepSpeed would.
 struct MeasuredRun {
-  int line = 0;       // line in the CSV (messages)
-  std::string model;  // the model cell, e.g. "GPT 3.6B (Megatron-DeepSpeed)"
+  std::string source;  // the CSV file (messages)
+  int line = 0;        // line in the CSV (messages)
+  std::string model;   // the model cell, e.g. "GPT 3.6B (Megatron-DeepSpeed)"
   int layers = 0, hidden = 0, heads = 0, ffn_hidden = 0, vocab = 0, seq_len = 0;
   int gpus = 0, gpus_per_node = 0;
   int tp = 1, pp = 1, dp = 1, vp = 1, mbs = 1, micro_batches = 1, global_batch = 0;

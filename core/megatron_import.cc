@@ -276,7 +276,8 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   if (cp > 1) y << ", cp: " << cp;  // context parallelism: Transformer Engine's ring attention (flash kernels)
   y << ", v: " << v << ", micro_batch_size: " << mbs << ", global_batch: " << gbs
     << ", sequence_parallel: " << (values.count("--sequence-parallel") ? "true" : "false") << "}\n";
-  y << "schedule: {kind: " << (v > 1 ? "interleaved" : "1f1b") << ", recompute: " << recompute
+  y << "schedule: {kind: " << to_string(v > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB)
+    << ", recompute: " << recompute
     << ", scatter_gather: " << (values.count("--no-scatter-gather-tensors-in-pipeline") ? "false" : "true") << "}\n";
   // Context parallelism runs Transformer Engine's fused attention, whatever --use-flash-attn says.
   const bool flash = values.count("--use-flash-attn") || cp > 1;

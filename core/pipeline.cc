@@ -49,7 +49,9 @@ Schedule make_schedule(const Scenario& s) {
   }
   if (entry.traits.from_file) return load_schedule_csv(sch.file, {par.pp, par.v, mbs, s.model.seq_len});
   try {
-    return entry.generate(par.pp, par.v, mbs, s.model.seq_len);
+    Schedule out = entry.generate(par.pp, par.v, mbs, s.model.seq_len);
+    out.name = entry.name;  // the scenario's kind, also where one generator serves two (gpipe / terapipe)
+    return out;
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(s.source + ": schedule: " + e.what());
   }

@@ -55,9 +55,11 @@ std::string describe(const YAML::Node& n) {
       return "a sequence";
     case YAML::NodeType::Map:
       return "a mapping";
-    default:
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
       return "nothing";
   }
+  return "nothing";
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -984,7 +986,16 @@ void check_quotes(const YAML::Node& n, const std::string& text, const std::strin
   }
 }
 
-Scenario parse_impl(const std::string& text, const std::string& source, const std::string& profile_override = "") {
+// `path` as written in the scenario: relative to the directory of `base` (the scenario file), absolute as is.
+std::string relative_to(const std::string& base, const std::string& path) {
+  const auto slash = base.find_last_of('/');
+  return path.empty() || path[0] == '/' || slash == std::string::npos ? path : base.substr(0, slash + 1) + path;
+}
+
+// `path_base`: the file relative paths (schedule.file, sim.profile) are taken from; `source` names the text in
+// messages (a sweep variant's source is "f.yaml [key=value]", whose value may itself hold a '/').
+Scenario parse_impl(const std::string& text, const std::string& source, const std::string& profile_override,
+                    const std::string& path_base) {
   // The limits of core/input_file.h also for text that did not come from a file (sweep variants, tests).
   if (text.size() > kMaxInputBytes)
     throw ScenarioError(source + ": " + std::to_string(text.size()) + " bytes: larger than the " +
@@ -1071,8 +1082,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   if (sch.get("file", s.schedule.file) && !s.schedule.file.empty()) {
     // Relative to the scenario file, like sim.profile; the stage placement is read now (core/schedule_csv.h).
     std::string& path = s.schedule.file;
-    const auto slash = source.find_last_of('/');
-    if (path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
+    path = relative_to(path_base, path);
     try {
       s.schedule.file_style = csv_stage_style(path, s.parallel.pp);
     } catch (const std::invalid_argument& e) {
@@ -1115,9 +1125,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
     // The profile's device (and measured link classes) replace the cluster's before validation. A relative
     // path is relative to the scenario file, so scenarios can be run from anywhere.
     const std::string key = marks.count("calibration") ? "calibration" : "sim.profile";
-    std::string path = s.sim.profile;
-    const auto slash = source.find_last_of('/');
-    if (path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
+    const std::string path = relative_to(path_base, s.sim.profile);
     try {
       s = apply_profile(s, load_profile(path), path);
     } catch (const ProfileError& e) {
@@ -1133,8 +1141,8 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
 
 }  // namespace
 
-Scenario parse_scenario(const std::string& yaml_text, const std::string& source) {
-  return parse_impl(yaml_text, source);
+Scenario parse_scenario(const std::string& yaml_text, const std::string& source, const std::string& path_base) {
+  return parse_impl(yaml_text, source, "", path_base.empty() ? source : path_base);
 }
 
 Scenario load_scenario(const std::string& path, const std::string& profile) {
@@ -1144,7 +1152,7 @@ Scenario load_scenario(const std::string& path, const std::string& profile) {
   } catch (const InputFileError& e) {
     throw ScenarioError(e.what());
   }
-  return parse_impl(text, path, profile);
+  return parse_impl(text, path, profile, path);
 }
 
 const char* default_scenario_yaml() {
@@ -1181,7 +1189,7 @@ sim:
 )";
 }
 
-Scenario default_scenario() { return parse_impl(default_scenario_yaml(), "<builtin>"); }
+Scenario default_scenario() { return parse_impl(default_scenario_yaml(), "<builtin>", "", "<builtin>"); }
 
 void validate_scenario(const Scenario& s) { Validator(s, nullptr).run(); }
 

@@ -26,8 +26,9 @@ class ScenarioCombinationError : public ScenarioError {
 // `--profile`) takes the place of the file's sim.profile before validation, so that settings only a profile can
 // serve (training.dtype fp64 on a CPU profile) load.
 Scenario load_scenario(const std::string& path, const std::string& profile = "");
-// Parse YAML text; `source` is the name used in messages.
-Scenario parse_scenario(const std::string& yaml_text, const std::string& source);
+// Parse YAML text; `source` is the name used in messages. Relative paths in it (schedule.file, sim.profile) are
+// relative to the directory of `path_base` (default: `source`).
+Scenario parse_scenario(const std::string& yaml_text, const std::string& source, const std::string& path_base = "");
 // The built-in default scenario (`pipescope simulate` with no argument).
 Scenario default_scenario();
 // YAML text of the built-in default scenario.

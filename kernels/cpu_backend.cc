@@ -241,9 +241,11 @@ std::unique_ptr<Backend> make_cpu_backend(DType dtype) {
       return std::make_unique<CpuBackend<double>>();
     case DType::kF32:
       return std::make_unique<CpuBackend<float>>();
-    default:
-      throw KernelError(std::string("make_cpu_backend: dtype ") + dtype_name(dtype) + " unsupported (f64 or f32)");
+    case DType::kF16:
+    case DType::kBF16:
+      break;  // half types need tensor-core kernels: the CUDA backend
   }
+  throw KernelError(std::string("make_cpu_backend: dtype ") + dtype_name(dtype) + " unsupported (f64 or f32)");
 }
 
 }  // namespace pipescope::kernels

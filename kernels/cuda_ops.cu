@@ -88,7 +88,8 @@ int blocks_for(std::size_t n, int threads = kThreads) {
       __VA_ARGS__;                                                                                  \
       break;                                                                                        \
     }                                                                                               \
-    default:                                                                                        \
+    case DType::kF64:                                                                               \
+    case DType::kF32:                                                                               \
       throw KernelError(std::string("CUDA kernels: dtype ") + dtype_name(dt) + " is not f16/bf16"); \
   }
 

@@ -10,8 +10,9 @@ ElemType elem_type(kernels::DType t) {
       return ElemType::kF64;
     case kernels::DType::kF32:
       return ElemType::kF32;
-    default:
-      break;
+    case kernels::DType::kF16:
+    case kernels::DType::kBF16:
+      break;  // half-precision gradients go through NCCL
   }
   throw RuntimeError(std::string("gradients of dtype ") + kernels::dtype_name(t) +
                      " cannot be all-reduced by the host transports (f64 or f32 only)");

@@ -62,6 +62,22 @@ TEST(MeasuredRuns, ScenarioFillsMegatronDefaults) {
   EXPECT_EQ(s.parallel.micro_batches(), 8);
 }
 
+TEST(MeasuredRuns, ScenarioErrorsNameFileLineAndKey) {
+  auto error_of = [](const std::string& r) {
+    try {
+      vtrain_scenario(parse_measured_runs(kHeader + r, "t.csv")[0], "vtrain-a100");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string gpipe = row("GPT", 2, 2, 16, 4, 8, "10");
+  gpipe.replace(gpipe.find(",1f1b,"), 6, ",gpipe,");
+  EXPECT_EQ(error_of(gpipe), "t.csv:2: schedule: only 1f1b without interleaving (vp 1) is read, got 'gpipe' vp 1");
+  std::string odd = row("GPT", 2, 2, 3, 4, 8, "10");  // 12 GPUs on nodes of 8
+  EXPECT_EQ(error_of(odd), "t.csv:2: gpus: 12 GPUs do not fill nodes of 8");
+}
+
 TEST(MeasuredRuns, FidelityMapeWorstAndPairRanking) {
   const auto runs = parse_measured_runs(kHeader + row("A", 1, 1, 8, 1, 1, "100") + row("A", 2, 1, 4, 1, 2, "200") +
                                             row("A", 4, 1, 2, 1, 4, "300") + row("B", 1, 1, 8, 1, 1, "50"),

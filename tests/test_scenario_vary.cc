@@ -1,0 +1,88 @@
+// Scenario variants (core/scenario_vary.h), the grid of `pipescope sweep`: --vary parsing, values set at YAML paths,
+// errors pointed at the original file, and relative paths kept relative to the scenario file (not to the variant's
+// message tag, whose values may hold a '/').
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include "core/pipeline.h"
+#include "core/scenario_vary.h"
+#include "core/schedule_csv.h"
+
+namespace pipescope {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+std::string vary_error(const std::string& arg) {
+  try {
+    parse_vary_axis(arg);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(ScenarioVary, AxesSplitOutsideBracketsAndNameBadArguments) {
+  const VaryAxis a = parse_vary_axis("schedule.slice_tokens=[8,8], [4,12]");
+  EXPECT_EQ(a.path, (std::vector<std::string>{"schedule", "slice_tokens"}));
+  EXPECT_EQ(a.values, (std::vector<std::string>{"[8,8]", "[4,12]"}));
+  EXPECT_EQ(vary_error("pp"), "--vary pp: expected key=v1,v2,... with key a scenario path such as schedule.seq_slices");
+  EXPECT_EQ(vary_error("parallel..pp=2"), "--vary parallel..pp=2: malformed key 'parallel..pp'");
+  EXPECT_EQ(vary_error("parallel.pp=[2"), "--vary parallel.pp: unbalanced brackets");
+  EXPECT_EQ(vary_error("parallel.pp=2,"), "--vary parallel.pp: empty value (expected key=v1,v2,...)");
+  EXPECT_THROW(parse_vary_axes({"parallel.pp=2", "parallel.pp=4"}), std::invalid_argument);
+  EXPECT_THROW(parse_vary_axes({}), std::invalid_argument);
+}
+
+TEST(ScenarioVary, CombinationErrorsAreRowsAndKeyErrorsPointIntoTheFile) {
+  const std::string src = std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/default.yaml";
+  const std::string text = read(src);
+  const auto pp = parse_vary_axes({"parallel.pp=3,4"});
+  const ScenarioVariant bad = make_scenario_variant(src, text, pp, {0});
+  EXPECT_NE(bad.invalid.find("(with --vary parallel.pp=3)"), std::string::npos) << bad.invalid;
+  const ScenarioVariant good = make_scenario_variant(src, text, pp, {1});
+  EXPECT_EQ(good.invalid, "");
+  EXPECT_EQ(good.scenario.parallel.pp, 4);
+  EXPECT_EQ(good.scenario.source, src);
+  try {
+    make_scenario_variant(src, text, parse_vary_axes({"parallel.pp=x"}), {0});
+    ADD_FAILURE() << "no error";
+  } catch (const ScenarioError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(src + ":", 0), 0u) << e.what();
+  }
+}
+
+// A schedule file and a profile given relative to a scenario in a sub-directory: the variant finds them where
+// `simulate` of the same file does (before, "f.yaml [schedule.file=csvs/s.csv]" made the tag's own '/' the base).
+TEST(ScenarioVary, RelativePathsAreRelativeToTheScenarioFile) {
+  const fs::path dir = fs::path(testing::TempDir()) / "scenario_vary" / "w";
+  fs::create_directories(dir / "csvs");
+  const std::string text = read(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/default.yaml");
+  const Scenario base = parse_scenario(text, "default.yaml");
+  write((dir / "csvs" / "s.csv").string(), schedule_to_csv(make_schedule(base)));
+  fs::copy_file(std::string(PIPESCOPE_SOURCE_DIR) + "/calib/profiles/dgx-a100.analytic.yaml", dir / "p.yaml",
+                fs::copy_options::overwrite_existing);
+  const std::string file = (dir / "f.yaml").string();
+  write(file, text);
+  const ScenarioVariant v =
+      make_scenario_variant(file, text, parse_vary_axes({"schedule.kind=file", "schedule.file=csvs/s.csv"}), {0, 0});
+  ASSERT_EQ(v.invalid, "");
+  EXPECT_EQ(v.scenario.schedule.file, (dir / "csvs" / "s.csv").string());
+  const ScenarioVariant p = make_scenario_variant(file, text, parse_vary_axes({"sim.profile=p.yaml"}), {0});
+  ASSERT_EQ(p.invalid, "");
+  EXPECT_EQ(p.scenario.sim.profile, (dir / "p.yaml").string());
+}
+
+}  // namespace
+}  // namespace pipescope
