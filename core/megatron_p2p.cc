@@ -71,6 +71,19 @@ LoweredSchedule with_p2p_mode(LoweredSchedule ls, const Scenario& s) {
   return ls;
 }
 
+bool every_forward_first(const Schedule& s) {
+  for (const auto& ops : s.per_rank) {
+    bool seen_backward = false;
+    for (const Op& op : ops) {
+      if (is_backward(op.kind))
+        seen_backward = true;
+      else if (seen_backward)
+        return false;
+    }
+  }
+  return true;
+}
+
 bool uses_scatter_gather(const Scenario& s) { return s.schedule.scatter_gather && !s.parallel.sequence_parallel; }
 
 }  // namespace pipescope

@@ -19,6 +19,12 @@ namespace pipescope {
 // all-reduce, before B's own sends) and B's receives to right before F: one batched call between steps.
 LoweredSchedule with_p2p_mode(LoweredSchedule ls, const Scenario& s);
 
+// Whether every rank runs all its forwards before its first backward. Megatron's interleaved schedule (and the
+// Seq1F1B authors' Seq1F1B-I, built on it) does so when the micro-batch count equals the pipeline ranks: every
+// unit is warm-up, GPipe-like, and all micro-batches are in flight at the end of the forwards (docs/cost-model.md,
+// "Megatron's p2p order").
+bool every_forward_first(const Schedule& s);
+
 // Whether pipeline messages take Megatron's scatter/gather (schedule.scatter_gather, tp > 1). Not with sequence
 // parallelism: there the activation between layers is already split along the sequence over the TP group, so
 // each TP rank sends its own shard (the cost model's p2p bytes are that shard) and nothing is gathered after the

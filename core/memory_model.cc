@@ -26,14 +26,16 @@
 //   - without flash (TeraPipe's code, docs/papers.md#terapipe): one cache of the full sequence is allocated at the
 //     micro-batch's first slice and the slices' saved K/V are views of it, so a slice stores its activations
 //     less its own K/V, and the cache holds the K/V of all L tokens from the first forward on;
-//   - with flash (Seq1F1B's code, docs/papers.md#seq1f1b): every segment's forward concatenates its K/V to the
-//     cache (a new contiguous copy), on top of the K/V the segment saved itself, so the cache grows by the
-//     segment's K/V at each forward.
+//   - with flash (Seq1F1B's code, docs/papers.md#seq1f1b): the first segment's K/V is the cache (no copy); every
+//     later segment's forward concatenates its K/V to the cache (torch.cat: a new contiguous tensor of c + l
+//     keys, on top of the K/V the segment saved itself) and the old cache is dropped unless it is the first
+//     segment's own K/V, so after segment j >= 1 the copy holds the c_j + l_j keys forwarded so far.
 //   Either cache lives until the micro-batch's first slice has run its backward. Backward hands a dK/dV buffer
 //   over the prefix before slice j (2*b*c_j*(h/t)*e per layer) from slice j to slice j - 1 (docs/papers.md#terapipe,
 //   docs/papers.md#seq1f1b); it is held between the two backwards. With flash (Seq1F1B) that buffer is a view of
-//   the segment's whole dK/dV, so c_j + l_j keys stay alive, and the backward of one layer holds a transient copy
-//   of the prefix K/V plus its new dK/dV (2 * 2*b*(c_j + l_j)*(h/t)*e).
+//   the segment's whole dK/dV, so c_j + l_j keys stay alive, and the backward of one layer holds its new dK/dV
+//   (2*b*(c_j + l_j)*(h/t)*e) while the old buffer is still referenced; the prefix K/V it reads are slices of the
+//   cache, views at b = 1 and contiguous copies (as much again) for b > 1.
 // With full recomputation only each layer's input survives the forward: b*l*h*e per layer (replicated over
 // TP unless sequence parallel), plus for token-sliced schedules the slice's K and V (2*b*l*h*e/t per layer),
 // which later slices' recomputed forwards need (they are the cache); during a backward one layer's full
@@ -188,9 +190,11 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
         if (recompute) {
           per_layer = bl * h * e / rep_tp;
           if (sliced) per_layer += layer_kv_bytes(s, b, l);
-        } else if (sliced && flash) {
-          cache_growth = layers * layer_kv_bytes(s, b, l);  // concatenated copy on top of the saved K/V
-        } else if (sliced) {
+        } else if (sliced && flash && c > 0) {
+          // torch.cat makes a new cache of c + l keys and drops the old one, except the first segment's own K/V,
+          // which was the cache until now and stays saved for its backward (kv_cache holds only copies).
+          cache_growth = layers * layer_kv_bytes(s, b, c + l) - kv_cache[mb_key];
+        } else if (sliced && !flash) {
           per_layer -= layer_kv_bytes(s, b, l);  // the slice's K/V live in the preallocated cache
           if (!kv_cache.count(mb_key)) cache_growth = layers * layer_kv_bytes(s, b, m.seq_len);
         }
@@ -199,7 +203,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
         if (op.stage == last_stage) bytes += 2.0 * bl * h * e / rep_tp + 4.0 * bl * V / t;
         if (!live_ops.emplace(key, Stored{bytes, l}).second)
           fail("rank " + std::to_string(r) + ": forward " + op_text(op) + " appears twice");
-        if (sliced && !recompute) kv_cache[mb_key] += cache_growth;
+        if (sliced && !recompute && cache_growth != 0) kv_cache[mb_key] += cache_growth;
         live += bytes + cache_growth;
         units += l;
         consider(live);
@@ -208,9 +212,11 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
       auto input_gradient = [&] {
         if (live_ops.find(key) == live_ops.end())
           fail("rank " + std::to_string(r) + ": backward " + op_text(op) + " comes before its forward");
-        // Seq1F1B's flash backward of one layer copies the prefix K/V (c + l keys) and writes dK/dV over it
-        // while the later segments' buffer is still held: a transient of twice the prefix K/V.
-        const double flash_prefix = sliced && flash && !recompute ? 2.0 * layer_kv_bytes(s, b, c + l) : 0.0;
+        // Seq1F1B's flash backward of one layer writes a new dK/dV over the prefix (c + l keys) while the later
+        // segments' buffer is still held. The prefix K/V it reads are slices of the cache: views at b = 1 (the
+        // paper's micro-batch), contiguous copies for b > 1 (a strided slice).
+        const double flash_prefix =
+            sliced && flash && !recompute ? (b > 1 ? 2.0 : 1.0) * layer_kv_bytes(s, b, c + l) : 0.0;
         consider(live + (recompute ? full_layer : 0.0) + flash_prefix);
         if (!sliced) return;
         // This backward consumed the dK/dV buffer of the later slices and hands one over its prefix down. With

@@ -66,12 +66,14 @@ const std::vector<ModelSpec>& models() {
       gpt("megatron-310.1b", 96, 16384, 128),
       gpt("megatron-529.6b", 105, 20480, 128),
       gpt("megatron-1t", 128, 25600, 160),
-      // docs/papers.md#seq1f1b: untied embeddings (11.2), V = 32000 as the spec's FLOP accounting assumes;
-      // s = 32768 is the one length that the result grid (11.4) uses for every model.
-      gpt("seq1f1b-2.7b", 32, 2560, 32, 32000, 32768, false),
-      gpt("seq1f1b-7b", 32, 4096, 32, 32000, 32768, false),
-      gpt("seq1f1b-13b", 40, 5120, 40, 32000, 32768, false),
-      gpt("seq1f1b-30b", 64, 6144, 64, 32000, 32768, false),
+      // docs/papers.md#seq1f1b: untied embeddings; the authors' run script trains on codeparrot with GPT-2's BPE
+      // (--vocab-file vocab.json --merge-file merges.txt), 50257 tokens, which Megatron pads to a multiple of
+      // 128 * tp: 50304 for the 2.7B (tp 1), 51200 for the others (tp 8). s = 32768 is the one length that the
+      // result grid uses for every model.
+      gpt("seq1f1b-2.7b", 32, 2560, 32, 50304, 32768, false),
+      gpt("seq1f1b-7b", 32, 4096, 32, 51200, 32768, false),
+      gpt("seq1f1b-13b", 40, 5120, 40, 51200, 32768, false),
+      gpt("seq1f1b-30b", 64, 6144, 64, 51200, 32768, false),
       // Llama 3 / 3.1 (Meta's model cards and params.json: layers, hidden, heads, K/V heads, FFN, V = 128256,
       // s = 8192 training context) and Nemotron-4 340B (NVIDIA's technical report).
       llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),

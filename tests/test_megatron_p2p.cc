@@ -67,6 +67,27 @@ TEST(MegatronP2p, AllWarmupOneFOneBAndZbvUnchanged) {
   }
 }
 
+// every_forward_first: Megatron's interleaved schedules (1F1B-I, Seq1F1B-I) at m == p run every unit as warm-up;
+// at m = 2p, and 1F1B / Seq1F1B at m == p, backwards start before the last forward.
+TEST(MegatronP2p, EveryForwardFirstOnlyWhenInterleavedAtMEqualsP) {
+  EXPECT_TRUE(every_forward_first(prepared("blocking", 2, 4)->schedule));
+  EXPECT_FALSE(every_forward_first(prepared("blocking", 2, 8)->schedule));
+  EXPECT_FALSE(every_forward_first(prepared("blocking", 1, 4)->schedule));
+  EXPECT_TRUE(every_forward_first(prepared("blocking", 1, 4, "gpipe")->schedule));
+  const auto sliced = [](int v, int m) {
+    const std::string yaml =
+        "model: {preset: gpt3-1b}\ncluster: {preset: dgx-a100, nodes: 1}\n"
+        "parallel: {dp: 1, pp: 4, tp: 2, v: " +
+        std::to_string(v) + ", micro_batch_size: 1, global_batch: " + std::to_string(m) +
+        "}\nschedule: {kind: " + (v > 1 ? "seq1f1b-i" : "seq1f1b") +
+        ", seq_slices: 4}\ntraining: {dtype: bf16, flash_attention: true}\n";
+    return prepare(parse_scenario(yaml, "<test>"))->schedule;
+  };
+  EXPECT_TRUE(every_forward_first(sliced(2, 4)));
+  EXPECT_FALSE(every_forward_first(sliced(2, 8)));
+  EXPECT_FALSE(every_forward_first(sliced(1, 4)));
+}
+
 // Sequence parallelism: each TP rank sends its own sequence shard (p2p bytes / t) and nothing is gathered after the
 // receive; without it, scatter/gather splits the message and all-gathers it on arrival.
 TEST(MegatronP2p, SequenceParallelSendsShardsWithoutGather) {

@@ -318,25 +318,26 @@ TEST(MemoryModel, SlicedKvCacheAndGradientBuffers) {
   const double slices = layer_activation_bytes(s, 1, 1024, 0) + layer_activation_bytes(s, 1, 1024, 1024);
   EXPECT_NEAR(sliced_plain, 2 * (layers * slices + 2 * extras(1024)), 1e-9 * sliced_plain);
   // With flash (Seq1F1B's concatenated cache): the full-sequence cache comes on top, one per micro-batch, and the
-  // first backward (the last slice, 2048 keys) adds its one-layer transient of prefix K/V and dK/dV.
+  // first backward (the last slice, 2048 keys) adds its one-layer transient dK/dV (the prefix K/V it reads are views
+  // of the cache at b = 1).
   s.training.flash_attention = true;
   const double sliced_flash = memory_report(s, gp).ranks[0].activation_peak_bytes;
   const double unsliced_flash = memory_report(s, whole).ranks[0].activation_peak_bytes;
-  EXPECT_NEAR(sliced_flash - unsliced_flash, 2 * layers * layer_kv_bytes(s, 1, L) + 2 * layer_kv_bytes(s, 1, L),
+  EXPECT_NEAR(sliced_flash - unsliced_flash, 2 * layers * layer_kv_bytes(s, 1, L) + layer_kv_bytes(s, 1, L),
               1e-9 * sliced_flash);
   EXPECT_NEAR(unsliced_flash, 2 * (layers * layer_activation_bytes(s, 1, L) + extras(L)), 1e-9 * unsliced_flash);
 
   // Hand order: micro-batch 0's last slice runs its backward (leaving its dK/dV buffer, a view of the slice's whole
   // dK/dV over all 2048 keys with flash, and its cache) before micro-batch 1 enters. The peak is at 1's last-slice
-  // backward: three slices, two full caches, one buffer, and that backward's transient prefix K/V copy and dK/dV
-  // (one layer, 2048 keys each).
+  // backward: three slices, two full caches, one buffer, and that backward's transient dK/dV (one layer, 2048
+  // keys).
   Schedule hand = gp;
   hand.per_rank[0].clear();
   for (const char* t : {"0F0", "0F0s1", "0B0s1", "0F1", "0F1s1", "0B1s1", "0B1", "0B0"})
     hand.per_rank[0].push_back(parse_op(t, hand));
   const RankMemory rm = memory_report(s, hand).ranks[0];
   const double per_slice = layers * layer_activation_bytes(s, 1, 1024) + extras(1024);
-  const double expect = 3 * per_slice + 3 * layers * layer_kv_bytes(s, 1, L) + 2 * layer_kv_bytes(s, 1, L);
+  const double expect = 3 * per_slice + 3 * layers * layer_kv_bytes(s, 1, L) + layer_kv_bytes(s, 1, L);
   EXPECT_NEAR(rm.activation_peak_bytes, expect, 1e-9 * expect);
   EXPECT_DOUBLE_EQ(rm.peak_in_flight, 1.5);
   EXPECT_DOUBLE_EQ(rm.max_in_flight, 1.5);
@@ -346,8 +347,23 @@ TEST(MemoryModel, SlicedKvCacheAndGradientBuffers) {
   seq.per_rank[0].clear();
   for (const char* t : {"0F0", "0F0s1", "0B0s1", "0B0", "0F1", "0F1s1", "0B1s1", "0B1"})
     seq.per_rank[0].push_back(parse_op(t, seq));
-  const double alone = 2 * per_slice + layers * layer_kv_bytes(s, 1, L) + 2 * layer_kv_bytes(s, 1, L);
+  const double alone = 2 * per_slice + layers * layer_kv_bytes(s, 1, L) + layer_kv_bytes(s, 1, L);
   EXPECT_NEAR(memory_report(s, seq).ranks[0].activation_peak_bytes, alone, 1e-9 * alone);
+  // A micro-batch with only its first segment forwarded has no cache copy (its K/V is the cache): micro-batch 1
+  // enters before 0's backwards, and the peak at 0's last-slice backward holds three slices, 0's cache, the
+  // transient and no copy for 1.
+  Schedule early = gp;
+  early.per_rank[0].clear();
+  for (const char* t : {"0F0", "0F0s1", "0F1", "0B0s1", "0B0", "0F1s1", "0B1s1", "0B1"})
+    early.per_rank[0].push_back(parse_op(t, early));
+  const double first_only = 3 * per_slice + layers * layer_kv_bytes(s, 1, L) + layer_kv_bytes(s, 1, L);
+  EXPECT_NEAR(memory_report(s, early).ranks[0].activation_peak_bytes, first_only, 1e-9 * first_only);
+  // Two sequences per micro-batch: the prefix K/V slices are strided, so the backward copies them (twice the
+  // transient).
+  const Schedule b2 = make_gpipe(1, uniform_microbatches(1, 2, L, 2), L);
+  const double per_slice_b2 = layers * layer_activation_bytes(s, 2, 1024) + 2 * extras(1024);
+  const double two_seq = 2 * per_slice_b2 + layers * layer_kv_bytes(s, 2, L) + 2 * layer_kv_bytes(s, 2, L);
+  EXPECT_NEAR(memory_report(s, b2).ranks[0].activation_peak_bytes, two_seq, 1e-9 * two_seq);
 }
 
 // Scenario keys: training.flash_attention and parallel.sequence_parallel parse, default off, and reject bad input.

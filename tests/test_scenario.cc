@@ -200,7 +200,8 @@ TEST(Scenario, EveryModelPresetLoads) {
   EXPECT_EQ(m530.hidden, 20480);
   const ModelSpec s30 = *model_preset("seq1f1b-30b");  // docs/papers.md#seq1f1b: head dim 96
   EXPECT_EQ(s30.hidden / s30.heads, 96);
-  EXPECT_EQ(s30.vocab, 32000);
+  EXPECT_EQ(s30.vocab, 51200);  // GPT-2's 50257 BPE tokens padded to a multiple of 128 * tp (tp 8)
+  EXPECT_EQ(model_preset("seq1f1b-2.7b")->vocab, 50304);  // tp 1
   EXPECT_FALSE(s30.tied_embeddings);
   EXPECT_EQ(model_preset("seq1f1b-2.7b")->hidden / model_preset("seq1f1b-2.7b")->heads, 80);
   EXPECT_FALSE(model_preset("gpt3-2b").has_value());
