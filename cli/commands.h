@@ -37,6 +37,9 @@ struct Interrupted : std::runtime_error {
   int signal;
 };
 
+// The exit code of an error, from its type (the table above): every handler that maps errors to codes asks here.
+int exit_code_of(const std::exception& e);
+
 struct Command {
   CLI::App* app = nullptr;   // the subcommand
   std::function<int()> run;  // runs it after parsing; returns the exit code

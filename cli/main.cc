@@ -75,33 +75,6 @@ int main(int argc, char** argv) {
     for (auto& c : commands)
       if (c.app->parsed()) return c.run();
     return cli::kExitInput;
-  } catch (const ProfileError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return cli::kExitInput;
-  } catch (const ScenarioError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return cli::kExitInput;
-  } catch (const cli::InputError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return cli::kExitInput;
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return cli::kExitInput;
-  } catch (const InputFileError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return cli::kExitInput;
-  } catch (const WorkTooLarge& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return cli::kExitInput;
-  } catch (const OutputPathError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return cli::kExitInput;
-  } catch (const OutputWriteError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return cli::kExitEnvironment;
-  } catch (const cli::EnvironmentError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return cli::kExitEnvironment;
   } catch (const cli::Interrupted& e) {
     std::fprintf(stderr, "error: %s; the job was stopped and its temporary files removed\n", e.what());
     return 128 + e.signal;
@@ -114,7 +87,8 @@ int main(int argc, char** argv) {
     for (const auto& op : e.ops()) std::fprintf(stderr, "  %s\n", op.c_str());
     return cli::kExitSchedule;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n", e.what());
-    return cli::kExitInternal;
+    const int code = cli::exit_code_of(e);
+    std::fprintf(stderr, "%s: %s\n", code == cli::kExitInternal ? "internal error" : "error", e.what());
+    return code;
   }
 }

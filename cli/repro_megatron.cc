@@ -80,7 +80,7 @@ int run_repro(const ReproOptions& o) {
               "paper", "sim", "err", "iter_s", "peak_GB");
   double ape_sum = 0;
   int n_ape = 0;
-  bool failed = false;
+  int failed = 0;  // the exit code of the first row that failed (exit_code_of)
   nlohmann::ordered_json rows = nlohmann::ordered_json::array(), ablation = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < std::size(kTable1); i++) {
     const PaperRow& row = kTable1[i];
@@ -96,7 +96,7 @@ int run_repro(const ReproOptions& o) {
       r = simulate_in_child(s);
     } catch (const std::exception& e) {
       std::printf("%-7s | error: %s\n", row.params, e.what());
-      failed = true;
+      if (!failed) failed = exit_code_of(e);
       continue;
     }
     const double err = (r.tflops_per_gpu - row.tflops) / row.tflops;
@@ -141,7 +141,7 @@ int run_repro(const ReproOptions& o) {
                     100 * (i.tflops_per_gpu / n.tflops_per_gpu - 1));
       } catch (const std::exception& e) {
         std::printf("%6d | error: %s\n", batch, e.what());
-        failed = true;
+        if (!failed) failed = exit_code_of(e);
       }
     }
   }
@@ -156,7 +156,7 @@ int run_repro(const ReproOptions& o) {
     f << j.dump(2) << "\n";
     if (!f.flush()) throw InputError("--json " + o.json + ": cannot write the file");
   }
-  return failed ? kExitSchedule : 0;
+  return failed;
 }
 
 }  // namespace

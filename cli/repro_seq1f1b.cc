@@ -98,7 +98,7 @@ int run_repro(const ReproOptions& o) {
       "scenarios from %s/\n",
       o.dir.c_str());
   std::printf("The Seq1F1B paper gives the set-up but no measured values: simulated figures, no error column.\n");
-  bool failed = false;
+  int failed = 0;  // the exit code of the first row that failed (exit_code_of)
   std::vector<Row> rows;
   for (const Cell& c : grid()) {
     if (!o.models.empty() && std::find(o.models.begin(), o.models.end(), c.model) == o.models.end()) continue;
@@ -120,7 +120,7 @@ int run_repro(const ReproOptions& o) {
       }
     } catch (const std::exception& e) {
       std::printf("%-5s %6d %3d | error: %s\n", c.model, c.seq, c.m, e.what());
-      failed = true;
+      if (!failed) failed = exit_code_of(e);
       continue;
     }
     rows.push_back(row);
@@ -214,7 +214,7 @@ int run_repro(const ReproOptions& o) {
     f << j.dump(2) << "\n";
     if (!f.flush()) throw InputError("--json " + o.json + ": cannot write the file");
   }
-  return failed ? kExitSchedule : 0;
+  return failed;
 }
 
 }  // namespace

@@ -142,7 +142,7 @@ int run_repro(const ReproOptions& o) {
   double ape_sum = 0, worst_speedup = 0, worst_slices = 0;
   int n_ape = 0;
   std::vector<SchemeRow> schemes;
-  bool failed = false;
+  int failed = 0;  // the exit code of the first row that failed (exit_code_of)
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const PaperRow& row : kTable2) {
     if (!selected(o, row.setting)) continue;
@@ -160,7 +160,7 @@ int run_repro(const ReproOptions& o) {
       w_paper = same_scheme ? w : simulate_figures(paper).iteration_s;
     } catch (const std::exception& e) {
       std::printf("%3d %-9s | error: %s\n", row.setting, row.model, e.what());
-      failed = true;
+      if (!failed) failed = exit_code_of(e);
       continue;
     }
     const double e_wo = (wo - row.without_s) / row.without_s, e_w = (w - row.with_s) / row.with_s;
@@ -210,7 +210,7 @@ int run_repro(const ReproOptions& o) {
     f << j.dump(2) << "\n";
     if (!f.flush()) throw InputError("--json " + o.json + ": cannot write the file");
   }
-  return failed ? kExitSchedule : 0;
+  return failed;
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ int run_vtrain(const VtrainOptions& o) {
               o.cluster.c_str());
   std::printf("%4s %-14s %5s %-22s | %10s %10s %7s\n", "line", "model", "GPUs", "layout", "measured_s", "sim_s", "err");
   std::vector<double> pred(runs.size(), 0.0);
-  bool failed = false;
+  int failed = 0;  // the exit code of the first row that failed (exit_code_of)
   for (std::size_t i = 0; i < runs.size(); i++) {
     const MeasuredRun& r = runs[i];
     const std::string model = r.model.substr(0, r.model.find(" ("));
@@ -52,7 +52,7 @@ int run_vtrain(const VtrainOptions& o) {
                       {"layout", r.layout()},
                       {"measured_s", r.measured_s},
                       {"error", e.what()}});
-      failed = true;
+      if (!failed) failed = exit_code_of(e);
       continue;
     }
     rows.push_back({{"line", r.line},
@@ -117,7 +117,7 @@ int run_vtrain(const VtrainOptions& o) {
     j["most_misordered_lines"] = most;
     write_file_atomic(o.json, j.dump(2) + "\n", "--json");
   }
-  return failed ? kExitSchedule : 0;
+  return failed;
 }
 
 }  // namespace

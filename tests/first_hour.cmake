@@ -52,6 +52,14 @@ add_test(NAME scenarios_readme_schema
 # Every shipped scenario is one file: two files named megatron-39.1b disagreed on recomputation.
 add_test(NAME scenarios_unique_names
          COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -P ${CMAKE_CURRENT_SOURCE_DIR}/scenario_names.cmake)
+# A repro table whose scenario files are missing is bad input (1), like any missing file; its rows said 2
+# (schedule rejected) before. Each table exits with the code of its first failed row (cli/exit_code.cc).
+foreach(paper seq1f1b megatron)
+  add_test(NAME cli_repro_${paper}_missing_dir_is_input
+           COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};repro;${paper};--dir;${fh_dir}/no-such-dir" -DEXPECT_RC=1
+                   "-DREGEX=error: [^\n]*no-such-dir/[^\n]*cannot open scenario file" -P ${fh_expect})
+  set_tests_properties(cli_repro_${paper}_missing_dir_is_input PROPERTIES LABELS cli TIMEOUT 120)
+endforeach()
 set_tests_properties(cli_compare_writes_json_and_trace cli_simulate_json_stdout cli_show_worker_out_of_range
                      cli_show_lowered_wrapped cli_repro_from_another_directory cli_compare_shows_v_and_warns_k1
                      cli_validate_help_lists_schedules linkbench_help linkbench_bad_flag scenarios_readme_schema

@@ -1,0 +1,30 @@
+// The exit code of an error (cli/commands.h's table), in one place: main's last handler and the repro tables
+// (which keep going past a failed row and exit with the first failure's code) both ask here.
+#include <new>
+
+#include "cli/commands.h"
+#include "core/atomic_file.h"
+#include "core/checks.h"
+#include "core/input_file.h"
+#include "core/profile.h"
+#include "core/scenario.h"
+#include "core/work_estimate.h"
+
+namespace pipescope::cli {
+
+template <class T>
+bool is(const std::exception& e) {
+  return dynamic_cast<const T*>(&e) != nullptr;
+}
+
+int exit_code_of(const std::exception& e) {
+  if (is<ProfileError>(e) || is<ScenarioError>(e) || is<InputError>(e) || is<std::invalid_argument>(e) ||
+      is<InputFileError>(e) || is<WorkTooLarge>(e) || is<OutputPathError>(e))
+    return kExitInput;
+  if (is<OutputWriteError>(e) || is<EnvironmentError>(e)) return kExitEnvironment;
+  if (is<Interrupted>(e)) return 128 + dynamic_cast<const Interrupted&>(e).signal;
+  if (is<CheckError>(e)) return kExitSchedule;
+  return kExitInternal;  // std::bad_alloc included: the work estimate should have refused the run
+}
+
+}  // namespace pipescope::cli
