@@ -60,7 +60,7 @@ struct SimOut {
 };
 
 // docs/papers.md#seq1f1b: 3 * M * F_fwd(s) / T / world, F_fwd(s) = c_lin * s + c_att * s^2 / 2 with the authors'
-// forward-FLOP model of 8.2 (causal attention at half, (4*dh + 3) per pair, embedding + LM head 4*s*h*V).
+// forward-FLOP model of docs/papers.md#seq1f1b (causal attention at half, (4*dh + 3) per pair, embedding + LM head 4*s*h*V).
 double paper_tflops_per_gpu(const Scenario& s, double iteration_s) {
   const CausalCost c = seq1f1b_flop_cost(s.model);
   const double L = s.model.seq_len;

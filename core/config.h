@@ -62,7 +62,7 @@ struct DeviceSpec {
   double peak_flops_fp8 = 0;   // dense FP8 (E4M3 / E5M2) tensor-core FLOP/s; 0 = no FP8 tensor cores (pre-Hopper)
   double memory_bytes = 0;
   double hbm_bw_Bps = 0;
-  // Analytic efficiency parameters (roofline with efficiency; docs/calibration.md/5.5).
+  // Analytic efficiency parameters (roofline with efficiency; docs/cost-model.md, "Device and cluster descriptions").
   double gemm_efficiency = 0.0;      // large-GEMM share of peak reached
   double gemm_half_sat_flops = 0.0;  // GEMM FLOPs at which efficiency reaches half of gemm_efficiency
   double kernel_launch_s = 0.0;      // per-kernel launch / fixed overhead

@@ -3,7 +3,7 @@
 // (core/memory_model.h) and the reports: GEMM widths per layer (grouped-query attention, SwiGLU), parameter
 // counts (norm kind, biases, position embeddings, untied output layer), Megatron's FLOP formula, and the bytes
 // one layer's forward stores (Korthikanti et al. 2022, generalised to GQA and SwiGLU). Formulas:
-// docs/cost-model.md#model-shapes.
+// docs/cost-model.md, "Model shapes".
 
 #include "core/config.h"
 
@@ -32,7 +32,7 @@ struct LayerFlops {
 };
 LayerFlops layer_forward_flops(const ModelSpec& m, int t, int b, int l, int c);
 
-// Model accounting (docs/papers.md#megatron; docs/cost-model.md#model-shapes).
+// Model accounting (docs/papers.md#megatron; docs/cost-model.md, "Model shapes").
 double layer_parameter_count(const ModelSpec& m);  // GPT: 4h^2 + 2hf + f + 9h (12h^2 + 13h at f = 4h)
 // Eq. 2 (+ V*h output layer when untied; learned position embeddings only; the final norm left out, as in Eq. 2).
 double parameter_count(const ModelSpec& m);

@@ -3,7 +3,7 @@
 // completes) for `timeout_s`, and hands the handler the op the worker is blocked on. A checked schedule
 // cannot deadlock, so a firing watchdog means a broken program, a lost message or a hung device; the run
 // must end with a report instead of hanging. The handler decides how: MPI ranks print
-// "rank R (worker W): blocked on <op>" and abort the job (runtime/job.h mpi_watchdog_handler); in-process
+// "rank R (worker W): blocked on <op>" and abort the job (runtime/mpi_rank.h mpi_watchdog_handler); in-process
 // runs cancel their LocalFabric so every waiting worker throws.
 
 #include <atomic>

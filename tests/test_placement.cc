@@ -18,8 +18,8 @@
 namespace pipescope {
 namespace {
 
-// docs/calibration.md (`nvidia-smi topo -m` of a p3.16xlarge): 0 = SYS, 1 = NV1, 2 = NV2. Written out
-// here from the spec, independently of core/placement.cc.
+// docs/cost-model.md ("aws-p3.16xlarge's NVLink mesh", `nvidia-smi topo -m`): 0 = SYS, 1 = NV1, 2 = NV2.
+// Written out here from that table, independently of core/placement.cc.
 constexpr int kTopo[8][8] = {
     {0, 1, 1, 2, 2, 0, 0, 0}, {1, 0, 2, 1, 0, 2, 0, 0}, {1, 2, 0, 2, 0, 0, 1, 0}, {2, 1, 2, 0, 0, 0, 0, 1},
     {2, 0, 0, 0, 0, 1, 1, 2}, {0, 2, 0, 0, 1, 0, 2, 1}, {0, 0, 1, 0, 1, 2, 0, 2}, {0, 0, 0, 1, 2, 1, 2, 0},

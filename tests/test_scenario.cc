@@ -185,7 +185,7 @@ TEST(Scenario, EveryModelPresetLoads) {
     EXPECT_EQ(s.model.hidden % s.model.heads, 0);
     EXPECT_EQ(s.model.heads % s.model.kv_heads(), 0);
   }
-  // Spot checks against the spec tables.
+  // Spot checks against the papers' model tables (docs/papers.md).
   const ModelSpec g175 = *model_preset("gpt3-175b");  // docs/papers.md#terapipe
   EXPECT_EQ(g175.layers, 96);
   EXPECT_EQ(g175.hidden, 12288);
@@ -228,7 +228,7 @@ TEST(Scenario, EveryClusterAndDevicePresetLoads) {
     EXPECT_EQ(s.cluster.device.name, name);
     EXPECT_DOUBLE_EQ(s.cluster.device.kernel_launch_s, device_preset(name)->kernel_launch_s);
   }
-  // docs/calibration.md/8: V100 has no bf16; p3.16xlarge is a cube mesh with one 25 Gbps NIC.
+  // docs/cost-model.md (device and cluster tables): V100 has no bf16; p3.16xlarge is a cube mesh with one 25 Gbps NIC.
   const ClusterSpec p3 = *cluster_preset("aws-p3.16xlarge");
   EXPECT_EQ(p3.device.name, "V100-SXM2-16GB");
   EXPECT_EQ(p3.device.peak_flops_bf16, 0);

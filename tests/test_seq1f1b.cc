@@ -1,6 +1,6 @@
 // Seq1F1B / Seq1F1B-I generators and computation-wise partitioning (docs/papers.md#seq1f1b): golden orders (6.3, 7.3),
 // warm-up counts, properties over a (p, m, k, n) grid, closed-form bubbles and peak in-flight activations with
-// equal costs and free communication (9), and the reference cwp splits (8.4).
+// equal costs and free communication, and the reference cwp splits (docs/papers.md#seq1f1b).
 #include <gtest/gtest.h>
 
 #include <algorithm>
