@@ -23,6 +23,7 @@
 #include "core/memory_model.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
+#include "core/scenario_vary.h"
 #include "core/schedule_registry.h"
 #include "core/seq1f1b.h"
 #include "sim/engine.h"
@@ -51,7 +52,10 @@ std::vector<Cell> grid() {
       for (int m : r.ms) out.push_back({r.model, s, m});
   return out;
 }
-const char* kMethods[] = {"1f1b", "interleaved", "seq1f1b", "seq1f1b-i"};
+// The four methods of the paper's tables, in their column order; file names and labels are the registry's names.
+constexpr ScheduleKind kMethods[] = {ScheduleKind::OneFOneB, ScheduleKind::Interleaved, ScheduleKind::Seq1F1B,
+                                     ScheduleKind::Seq1F1BInterleaved};
+const char* method_name(int i) { return schedule_entry(kMethods[i]).name; }
 
 struct SimOut {
   double iteration_s = 0, tflops = 0, peak_GB = 0, in_flight0 = 0;
@@ -60,7 +64,8 @@ struct SimOut {
 };
 
 // docs/papers.md#seq1f1b: 3 * M * F_fwd(s) / T / world, F_fwd(s) = c_lin * s + c_att * s^2 / 2 with the authors'
-// forward-FLOP model of docs/papers.md#seq1f1b (causal attention at half, (4*dh + 3) per pair, embedding + LM head 4*s*h*V).
+// forward-FLOP model of docs/papers.md#seq1f1b (causal attention at half, (4*dh + 3) per pair, embedding + LM head
+// 4*s*h*V).
 double paper_tflops_per_gpu(const Scenario& s, double iteration_s) {
   const CausalCost c = seq1f1b_flop_cost(s.model);
   const double L = s.model.seq_len;
@@ -106,7 +111,7 @@ int run_repro(const ReproOptions& o) {
     try {
       for (int i = 0; i < 4; i++) {
         const std::string f = o.dir + "/" + c.model + "-s" + std::to_string(c.seq) + "-m" + std::to_string(c.m) + "-" +
-                              kMethods[i] + ".yaml";
+                              method_name(i) + ".yaml";
         const Scenario s = load_scenario(f);
         if (i == 2)
           for (int x : split_points(seq1f1b_split_lengths(s)))
@@ -197,7 +202,7 @@ int run_repro(const ReproOptions& o) {
                                  {"oom", w.r[i].oom},
                                  {"all_warmup", w.r[i].all_warmup}};
         if (!o.memory_only) m["iteration_s"] = w.r[i].iteration_s, m["tflops_per_gpu"] = w.r[i].tflops;
-        methods[kMethods[i]] = std::move(m);
+        methods[method_name(i)] = std::move(m);
       }
       cells_json.push_back({{"model", w.cell.model},
                             {"seq_len", w.cell.seq},
@@ -236,17 +241,9 @@ int print_seq1f1b_plan(const Scenario& s) {
   std::printf(
       "\npeak memory per GPU (GB), worst stage; activations; stage-0 in-flight micro-batch units; 80 GB A100\n");
   std::printf("%-12s %10s %10s %10s  %s\n", "method", "peak_GB", "act_GB", "in_flight", "oom");
-  for (const char* kind : kMethods) {
-    Scenario v = s;
-    const ScheduleEntry* e = find_schedule(kind);
-    if (e == nullptr) throw std::logic_error(std::string("repro seq1f1b: unregistered schedule ") + kind);
-    v.schedule.kind = e->kind;
-    v.parallel.v = e->traits.fit_v(s.parallel.v);
-    if (!e->traits.sliced()) {
-      v.schedule.seq_slices = 1;
-      v.schedule.slicing = "uniform";
-      v.schedule.slice_tokens.clear();
-    }
+  for (ScheduleKind k : kMethods) {
+    const Scenario v = with_schedule(s, k);
+    const char* kind = schedule_entry(k).name;
     try {
       const MemoryReport rep = memory_report(v, make_schedule(v));
       double peak = 0, act = 0;

@@ -15,6 +15,7 @@
 #include "core/profile.h"
 #include "core/profile_cost.h"
 #include "core/scenario.h"
+#include "core/scenario_vary.h"
 #include "core/schedule_registry.h"
 #include "core/work_estimate.h"
 #include "sim/engine.h"
@@ -47,17 +48,9 @@ const ScheduleEntry& kind_from_string(const std::string& name, const char* flag 
   throw InputError(std::string(flag) + ": unknown schedule '" + name + "' (valid: " + schedule_names() + ")");
 }
 
-// The same scenario with another schedule kind; interleaving gets v = 2 when the scenario has v = 1 (or the
-// schedule's fixed v), schedules of whole sequences drop the token slicing.
+// The same scenario with another schedule kind (core/scenario_vary.h), named and checked.
 Scenario variant(const Scenario& base, const ScheduleEntry& e) {
-  Scenario s = base;
-  s.schedule.kind = e.kind;
-  s.parallel.v = e.traits.fit_v(base.parallel.v);
-  if (!e.traits.sliced()) {
-    s.schedule.seq_slices = 1;
-    s.schedule.slice_tokens.clear();
-    s.schedule.slicing = "uniform";
-  }
+  Scenario s = with_schedule(base, e.kind);
   s.name = base.name + "/" + e.name;
   validate_scenario(s);
   return s;

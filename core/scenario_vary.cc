@@ -8,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/schedule_registry.h"
+
 namespace pipescope {
 namespace {
 
@@ -139,6 +141,19 @@ ScenarioVariant make_scenario_variant(const std::string& source, const std::stri
   }
   v.scenario.source = source;
   return v;
+}
+
+Scenario with_schedule(const Scenario& base, ScheduleKind kind) {
+  const ScheduleEntry& e = schedule_entry(kind);
+  Scenario s = base;
+  s.schedule.kind = kind;
+  s.parallel.v = e.traits.fit_v(base.parallel.v);
+  if (!e.traits.sliced()) {
+    s.schedule.seq_slices = 1;
+    s.schedule.slice_tokens.clear();
+    s.schedule.slicing = "uniform";
+  }
+  return s;
 }
 
 std::vector<VaryAxis> parse_vary_axes(const std::vector<std::string>& args) {

@@ -36,4 +36,9 @@ struct ScenarioVariant {
 ScenarioVariant make_scenario_variant(const std::string& source, const std::string& base_text,
                                       const std::vector<VaryAxis>& axes, const std::vector<std::size_t>& pick);
 
+// The same scenario with another schedule kind (`simulate --compare`, `repro seq1f1b`): interleaving gets v = 2
+// when the scenario has v = 1 (or the schedule's fixed v), schedules of whole sequences drop the token slicing.
+// Not validated: the caller's checks name the variant.
+Scenario with_schedule(const Scenario& base, ScheduleKind kind);
+
 }  // namespace pipescope
