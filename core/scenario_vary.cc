@@ -153,6 +153,7 @@ Scenario with_schedule(const Scenario& base, ScheduleKind kind) {
     s.schedule.slice_tokens.clear();
     s.schedule.slicing = "uniform";
   }
+  if (!e.traits.from_file) s.schedule.file.clear(), s.schedule.file_style = ScheduleSpec{}.file_style;
   return s;
 }
 

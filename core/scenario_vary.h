@@ -37,7 +37,8 @@ ScenarioVariant make_scenario_variant(const std::string& source, const std::stri
                                       const std::vector<VaryAxis>& axes, const std::vector<std::size_t>& pick);
 
 // The same scenario with another schedule kind (`simulate --compare`, `repro seq1f1b`): interleaving gets v = 2
-// when the scenario has v = 1 (or the schedule's fixed v), schedules of whole sequences drop the token slicing.
+// when the scenario has v = 1 (or the schedule's fixed v), schedules of whole sequences drop the token slicing, and
+// a generated kind drops the schedule file a `kind: file` scenario names.
 // Not validated: the caller's checks name the variant.
 Scenario with_schedule(const Scenario& base, ScheduleKind kind);
 

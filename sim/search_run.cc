@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <stdexcept>
@@ -263,7 +265,7 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
       try {
         w.estimate_s = estimate_iteration_s(base);
       } catch (const std::exception&) {
-        w.estimate_s = 0;
+        w.estimate_s = std::numeric_limits<double>::quiet_NaN();  // not estimated: "-", no JSON key, empty CSV cell
       }
       rows.push_back(w);
     }
@@ -324,9 +326,10 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
     const RunResult& x = row.result;
     std::string mark = row.pareto ? "pareto" : "";
     if (row.as_written) mark += mark.empty() ? "as written" : ", as written";
-    std::snprintf(line, sizeof line, "%4d  %-42s %12.1f %12.6f %8.4f %9.2f %11.2f %11.6f  %s\n", ++rank,
+    const std::string estimate = std::isnan(row.estimate_s) ? "-" : fmt("%.6f", row.estimate_s);
+    std::snprintf(line, sizeof line, "%4d  %-42s %12.1f %12.6f %8.4f %9.2f %11.2f %11s  %s\n", ++rank,
                   row.label.c_str(), x.tokens_per_s, x.iteration_s, x.bubble_idle_fraction, x.peak_memory_bytes / 1e9,
-                  x.tflops_per_gpu, row.estimate_s, mark.c_str());
+                  x.tflops_per_gpu, estimate.c_str(), mark.c_str());
     os << line;
   }
   if (!r.as_written_note.empty()) os << "note: " << r.as_written_note << "\n";
@@ -358,7 +361,7 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
   for (const auto& row : r.rows) {
     nlohmann::json x;
     x["configuration"] = row.label;
-    x["estimate_s"] = row.estimate_s;
+    if (!std::isnan(row.estimate_s)) x["estimate_s"] = row.estimate_s;
     x["as_written"] = row.as_written;
     if (!row.error.empty()) {
       x["error"] = row.error;
@@ -404,9 +407,9 @@ void write_search_csv(std::ostream& os, const SearchResult& r) {
        << to_string(row.scenario.schedule.recompute) << ',' << (row.scenario.training.distributed_optimizer ? 1 : 0)
        << ',' << (ok ? fmt("%.9g", s.tokens_per_s) : "") << ',' << (ok ? fmt("%.9g", s.iteration_s) : "") << ','
        << (ok ? fmt("%.9g", s.bubble_idle_fraction) : "") << ',' << (ok ? fmt("%.9g", s.peak_memory_bytes / 1e9) : "")
-       << ',' << (ok ? fmt("%.9g", s.tflops_per_gpu) : "") << ',' << fmt("%.9g", row.estimate_s) << ','
-       << (row.pareto ? 1 : 0) << ',' << (row.as_written ? 1 : 0) << ',' << (err.empty() ? "" : "\"" + err + "\"")
-       << '\n';
+       << ',' << (ok ? fmt("%.9g", s.tflops_per_gpu) : "") << ','
+       << (std::isnan(row.estimate_s) ? "" : fmt("%.9g", row.estimate_s)) << ',' << (row.pareto ? 1 : 0) << ','
+       << (row.as_written ? 1 : 0) << ',' << (err.empty() ? "" : "\"" + err + "\"") << '\n';
   }
 }
 

@@ -82,6 +82,22 @@ TEST(ScenarioVary, RelativePathsAreRelativeToTheScenarioFile) {
   const ScenarioVariant p = make_scenario_variant(file, text, parse_vary_axes({"sim.profile=p.yaml"}), {0});
   ASSERT_EQ(p.invalid, "");
   EXPECT_EQ(p.scenario.sim.profile, (dir / "p.yaml").string());
+  // The file-kind scenario compared with a generated kind (simulate --compare): the file goes with the kind.
+  const Scenario other = with_schedule(v.scenario, ScheduleKind::GPipe);
+  EXPECT_EQ(other.schedule.file, "");
+  EXPECT_NO_THROW(validate_scenario(other));
+  EXPECT_EQ(with_schedule(v.scenario, ScheduleKind::File).schedule.file, v.scenario.schedule.file);
+}
+
+TEST(ScenarioVary, WithScheduleFitsVAndSlicing) {
+  Scenario s = parse_scenario(read(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/default.yaml"), "default.yaml");
+  const Scenario il = with_schedule(s, ScheduleKind::Interleaved);
+  EXPECT_EQ(il.parallel.v, 2);
+  s.schedule.kind = ScheduleKind::TeraPipe, s.schedule.seq_slices = 4;
+  const Scenario g = with_schedule(s, ScheduleKind::OneFOneB);
+  EXPECT_EQ(g.schedule.seq_slices, 1);
+  EXPECT_EQ(g.schedule.slicing, "uniform");
+  EXPECT_EQ(with_schedule(s, ScheduleKind::Seq1F1B).schedule.seq_slices, 4);
 }
 
 }  // namespace
