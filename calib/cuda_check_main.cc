@@ -8,17 +8,19 @@
 #include <cstdio>
 #include <string>
 
+#include "core/exit_codes.h"
+
 int main(int argc, char** argv) {
   const std::string backend = argc == 2 ? argv[1] : "";
   if (backend != "cuda-bf16" && backend != "cuda-f16") {
     std::fprintf(stderr, "usage: pipescope-cuda-check cuda-bf16|cuda-f16\n");
-    return 1;
+    return pipescope::kExitInput;
   }
   int n = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess || n == 0) {
     std::fprintf(stderr, "error: --backend %s: no usable GPU (cudaGetDeviceCount: %s)\n", backend.c_str(),
                  e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    return 3;
+    return pipescope::kExitEnvironment;
   }
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
@@ -27,7 +29,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "error: --backend cuda-bf16: GPU 0 has compute capability %d.%d; bf16 needs 8.0 (use cuda-f16)\n",
                  major, minor);
-    return 3;
+    return pipescope::kExitEnvironment;
   }
   return 0;
 }

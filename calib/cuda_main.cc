@@ -14,14 +14,13 @@
 
 #include "calib/calibrate.h"
 #include "calib/options_json.h"
+#include "core/exit_codes.h"
 #include "core/profile.h"
 #include "kernels/backend.h"
 #include "runtime/parent_watch.h"
 
 namespace pipescope::calib {
 namespace {
-
-constexpr int kExitInput = 1, kExitEnvironment = 3, kExitInternal = 4, kExitPoorFit = 5;
 
 struct NoGpu : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -67,6 +66,7 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace pipescope::calib;
+  using namespace pipescope;  // the exit codes (core/exit_codes.h)
   pipescope::runtime::exit_with_parent();  // header-only: no link dependency on runtime/
   try {
     return run(argc, argv);

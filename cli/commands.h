@@ -8,19 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "core/exit_codes.h"
 #include "sim/svg_render.h"
 
 namespace pipescope::cli {
 
-// Exit codes (the one table; README.md and cli/README.md repeat it): 0 ok, 1 bad input (scenario, flags, files,
-// CLI11's own parse errors), 2 schedule rejected by the static checker or deadlocked, 3 environment (no MPI
-// launcher, no GPU, a job killed from outside), 4 internal error, 5 calibration refused by a quality gate
-// (calib/gates.h; no profile written), 128 + N interrupted by signal N (SIGINT 130, SIGTERM 143).
-inline constexpr int kExitInput = 1;
-inline constexpr int kExitSchedule = 2;
-inline constexpr int kExitEnvironment = 3;
-inline constexpr int kExitInternal = 4;
-inline constexpr int kExitPoorFit = 5;
+// Exit codes: the one table is core/exit_codes.h (README.md and cli/README.md repeat it).
+using pipescope::kExitEnvironment;
+using pipescope::kExitInput;
+using pipescope::kExitInternal;
+using pipescope::kExitPoorFit;
+using pipescope::kExitSchedule;
 inline constexpr int kExitInterrupted = 130;  // 128 + SIGINT: search stopped by Ctrl-C after printing the best so far
 
 // Thrown for user errors detected in cli/ (bad flag values, unwritable files).

@@ -43,6 +43,7 @@
 #include "core/work_estimate.h"
 #include "runtime/exactness.h"
 #include "runtime/job.h"
+#include "runtime/mpi_rank.h"
 #include "runtime/rank_job.h"
 #include "runtime/scenario_fit.h"
 #include "runtime/trace.h"
@@ -55,8 +56,7 @@
 namespace pipescope::cli {
 namespace {
 
-// Exit codes of pipescope-rank (runtime/mpi_rank.h; this binary does not link the MPI part).
-constexpr int kRankWatchdog = 2;
+using runtime::kRankExitWatchdog;  // pipescope-rank's exit codes (declarations only: no MPI linked here)
 constexpr int kMaxValidateRanks = 256;
 
 struct ValidateOptions {
@@ -355,7 +355,7 @@ int run_validate(const ValidateOptions& vo) {
   const sim::SimResult sr = simulate_forked(s, cs, vo.collectives);
   runtime::JobResult mr;
   const int rc = run_measured(vo, o, ls, mc.layers, mr);
-  if (rc == kRankWatchdog) {
+  if (rc == kRankExitWatchdog) {
     std::fprintf(stderr, "error: the measured run did not finish: a rank's watchdog fired (reports above)\n");
     return kExitSchedule;
   }

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <thread>
 
+#include "core/exit_codes.h"
+
 namespace pipescope::runtime {
 
 inline void exit_with_parent() {
@@ -19,7 +21,7 @@ inline void exit_with_parent() {
       if (getppid() != parent) {
         std::fprintf(stderr, "pid %d: the launcher (pid %d) is gone; exiting\n", static_cast<int>(getpid()),
                      static_cast<int>(parent));
-        _exit(3);
+        _exit(kExitEnvironment);
       }
     }
   }).detach();
