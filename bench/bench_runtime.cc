@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/backends.h"
 #include "core/checks.h"
 #include "runtime/job.h"
 #include "runtime/local_transport.h"
@@ -31,7 +32,7 @@ void BM_RuntimeOverhead(benchmark::State& state) {
   const CheckedSchedule cs = check(p->lowered, p->placement);
   const ModelConfig mc = ModelConfig::from(s.model);
   JobOptions opt;
-  opt.backend = "null";
+  opt.backend = backend_info(BackendKind::Null).name;
   opt.iterations = 20;
   opt.collect_modules = false;
   double overhead = 0, wall = 0;

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "calib/benches.h"
+#include "core/backends.h"
 
 namespace pipescope::calib {
 namespace {
@@ -58,7 +59,7 @@ std::pair<TimeStats, TimeStats> time_attention(int b, int heads, int dh, int l, 
 }  // namespace
 
 void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b, LayerTable& t, double flop_s) {
-  if (backend != "cpu-f64" && backend != "cpu-f32") return;
+  if (!backend_on(backend, BackendDevice::Cpu)) return;
   const auto& s = cfg.shape;
   const int dh = s.layer.head_dim(), heads = s.layer.heads, L = cfg.longest();
   const int step = context_step(cfg);
@@ -69,8 +70,9 @@ void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b
   Progress prog("attention with context, micro-batch " + std::to_string(b), static_cast<int>(grid.size()),
                 cfg.progress);
   for (auto [l, c] : grid) {
-    const auto [f, bw] = backend == "cpu-f64" ? time_attention<double>(b, heads, dh, l, c, cfg.policy)
-                                              : time_attention<float>(b, heads, dh, l, c, cfg.policy);
+    const auto [f, bw] = backend_named(backend).kind == BackendKind::CpuF64
+                             ? time_attention<double>(b, heads, dh, l, c, cfg.policy)
+                             : time_attention<float>(b, heads, dh, l, c, cfg.policy);
     t.attention.push_back(ContextPoint{l, c, f.median_s, bw.median_s, f.rel_spread(), bw.rel_spread()});
     const double call = attention_flops(cfg, b, l, c) / flop_s;
     prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c),
@@ -87,8 +89,9 @@ AttentionModel bench_attention_kernel(const std::string& backend, int head_dim, 
   Progress prog("attention kernel, head_dim " + std::to_string(head_dim), static_cast<int>(grid.size()), progress);
   std::vector<AttentionSample> pts;
   for (auto [l, c] : grid) {
-    const auto [f, bw] = backend == "cpu-f64" ? time_attention<double>(1, 1, head_dim, l, c, policy)
-                                              : time_attention<float>(1, 1, head_dim, l, c, policy);
+    const auto [f, bw] = backend_named(backend).kind == BackendKind::CpuF64
+                             ? time_attention<double>(1, 1, head_dim, l, c, policy)
+                             : time_attention<float>(1, 1, head_dim, l, c, policy);
     pts.push_back(AttentionSample{l, c + l, f.median_s, bw.median_s});
     prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c));
   }

@@ -5,6 +5,7 @@
 #include <array>
 
 #include "calib/benches.h"
+#include "core/backends.h"
 
 namespace pipescope::calib {
 namespace {
@@ -37,11 +38,11 @@ std::vector<std::array<int, 3>> gemm_shapes(const ComputeConfig& cfg, const std:
 
 std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs,
                                   double flop_s) {
-  if (backend != "cpu-f64" && backend != "cpu-f32") return {};
+  if (!backend_on(backend, BackendDevice::Cpu)) return {};
   const auto shapes = gemm_shapes(cfg, bs);
   Progress prog("GEMM", static_cast<int>(shapes.size()), cfg.progress);
   std::vector<GemmPoint> out;
-  const std::string dt = backend == "cpu-f64" ? "fp64" : "fp32";
+  const std::string dt = backend_named(backend).dtype;
   for (const auto& [m, k, n] : shapes) {
     const double t = dt == "fp64" ? time_gemm<double>(m, k, n, cfg.policy) : time_gemm<float>(m, k, n, cfg.policy);
     out.push_back(GemmPoint{m, n, k, dt, t});
@@ -52,7 +53,7 @@ std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfi
 }
 
 std::vector<GemmSample> bench_gemm_spread(const std::string& backend, const TimingPolicy& policy, bool progress) {
-  if (backend != "cpu-f64" && backend != "cpu-f32") return {};
+  if (!backend_on(backend, BackendDevice::Cpu)) return {};
   // A spread of shapes independent of any one model, so the fit transfers: m (token rows) and n, k (widths) over
   // two decades each, capped at 0.07 GFLOP a call (the layers of the shapes a CPU runs; longer calls mostly measure
   // the machine's other load).
@@ -64,7 +65,8 @@ std::vector<GemmSample> bench_gemm_spread(const std::string& backend, const Timi
   Progress prog("GEMM spread", static_cast<int>(shapes.size()), progress);
   std::vector<GemmSample> out;
   for (const auto& [m, k, n] : shapes) {
-    const double t = backend == "cpu-f64" ? time_gemm<double>(m, k, n, policy) : time_gemm<float>(m, k, n, policy);
+    const double t = backend_named(backend).kind == BackendKind::CpuF64 ? time_gemm<double>(m, k, n, policy)
+                                                                        : time_gemm<float>(m, k, n, policy);
     out.push_back(GemmSample{m, n, k, t});
     prog.step(std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n));
   }

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "calib/benches.h"
+#include "core/backends.h"
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_timer.h"
 
@@ -33,7 +34,7 @@ std::unique_ptr<Timer> cuda_event_timer(void* stream) {
 
 std::vector<GemmPoint> bench_gemm_cuda(const std::string& backend, const ComputeConfig& cfg,
                                        const std::vector<int>& bs) {
-  const bool bf16 = backend == "cuda-bf16";
+  const bool bf16 = backend_named(backend).kind == BackendKind::CudaBF16;
   const cudaDataType_t dt = bf16 ? CUDA_R_16BF : CUDA_R_16F;
   const auto shapes = gemm_shapes(cfg, bs);
   std::size_t max_elems = 0;

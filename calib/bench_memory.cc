@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "calib/benches.h"
+#include "core/backends.h"
 #include "kernels/reference.h"
 
 namespace pipescope::calib {
@@ -104,8 +105,8 @@ double time_class(MemoryKernel k, int rows, int cols, const TimingPolicy& p) {
 
 std::vector<MemoryModel> bench_memory_kernels(const std::string& backend, int cols, int vocab,
                                               const TimingPolicy& policy, bool progress) {
-  if (backend != "cpu-f64" && backend != "cpu-f32") return {};
-  const bool f64 = backend == "cpu-f64";
+  if (!backend_on(backend, BackendDevice::Cpu)) return {};
+  const bool f64 = backend_named(backend).kind == BackendKind::CpuF64;
   const int e = f64 ? 8 : 4;
   // Sizes from a few rows to 1024 rows (the layer activations of the shapes a CPU runs: 256 tokens x 4h at h = 128).
   const std::vector<int> rows = {4, 8, 16, 32, 64, 128, 256, 512, 1024};

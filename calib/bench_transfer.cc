@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "calib/benches.h"
+#include "core/backends.h"
 
 namespace pipescope::calib {
 namespace {
@@ -83,7 +84,7 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
 }
 
 KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::string& backend, const ComputeConfig& cfg) {
-  if (backend != "cpu-f64" && backend != "cpu-f32") return {};
+  if (!backend_on(backend, BackendDevice::Cpu)) return {};
   KernelFits f;
   f.dtype = dtype_of_backend(backend);
   f.gemm = fit_gemm_model(bench_gemm_spread(backend, cfg.policy, cfg.progress));

@@ -8,17 +8,28 @@
 #include "calib/fit.h"
 #include "calib/links.h"
 #include "calib/provenance.h"
+#include "core/backends.h"
 #include "core/presets.h"
 
 namespace pipescope::calib {
 namespace {
 
 std::unique_ptr<kernels::Backend> backend_of(const std::string& name) {
-  if (name == "cpu-f64") return kernels::make_cpu_backend(kernels::DType::kF64);
-  if (name == "cpu-f32") return kernels::make_cpu_backend(kernels::DType::kF32);
-  if (name == "cuda-bf16") return kernels::make_cuda_backend(kernels::DType::kBF16);
-  if (name == "cuda-f16") return kernels::make_cuda_backend(kernels::DType::kF16);
-  throw std::invalid_argument("--backend: unknown backend '" + name + "' (cpu-f64, cpu-f32, cuda-bf16, cuda-f16)");
+  switch (backend_named(name).kind) {
+    case BackendKind::CpuF64:
+      return kernels::make_cpu_backend(kernels::DType::kF64);
+    case BackendKind::CpuF32:
+      return kernels::make_cpu_backend(kernels::DType::kF32);
+    case BackendKind::CudaBF16:
+      return kernels::make_cuda_backend(kernels::DType::kBF16);
+    case BackendKind::CudaF16:
+      return kernels::make_cuda_backend(kernels::DType::kF16);
+    case BackendKind::Null:
+      break;  // nothing to measure
+  }
+  throw std::invalid_argument("--backend " + name + ": calibrate measures kernels (valid: " +
+                              backend_names([](const BackendInfo& b) { return b.device != BackendDevice::None; }) +
+                              ")");
 }
 
 // The public peak specs of a GPU, from --device-preset or its name.
@@ -205,7 +216,8 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
       p.gemms = bench_gemm_cuda(o.backend, cfg, o.micro_batches);
       const GemmFit g = fit_gemm(p.gemms);
       gemm_holdout = g.holdout_rel_err;
-      const double peak = o.backend == "cuda-bf16" ? p.device.peak_flops_bf16 : p.device.peak_flops_fp16;
+      const double peak =
+          backend_named(o.backend).kind == BackendKind::CudaBF16 ? p.device.peak_flops_bf16 : p.device.peak_flops_fp16;
       p.device.gemm_efficiency = std::min(1.0, g.rate_flops / peak);
       p.device.gemm_half_sat_flops = g.half_sat_flops;
       char buf[160];

@@ -12,7 +12,7 @@
 namespace pipescope::calib {
 
 struct CalibrateOptions {
-  std::string backend = "cpu-f64";  // cpu-f64 | cpu-f32 | cuda-bf16 | cuda-f16
+  std::string backend = "cpu-f64";  // a measuring backend of core/backends.h
   ComputeConfig compute;
   std::vector<int> micro_batches{1};
   bool gemm = true;

@@ -8,28 +8,31 @@
 #include <cstdio>
 #include <string>
 
+#include "core/backends.h"
 #include "core/exit_codes.h"
 
 int main(int argc, char** argv) {
+  using namespace pipescope;
   const std::string backend = argc == 2 ? argv[1] : "";
-  if (backend != "cuda-bf16" && backend != "cuda-f16") {
-    std::fprintf(stderr, "usage: pipescope-cuda-check cuda-bf16|cuda-f16\n");
-    return pipescope::kExitInput;
+  if (!backend_on(backend, BackendDevice::Cuda)) {
+    std::fprintf(stderr, "usage: pipescope-cuda-check %s\n",
+                 backend_names([](const BackendInfo& b) { return b.device == BackendDevice::Cuda; }).c_str());
+    return kExitInput;
   }
   int n = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess || n == 0) {
     std::fprintf(stderr, "error: --backend %s: no usable GPU (cudaGetDeviceCount: %s)\n", backend.c_str(),
                  e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    return pipescope::kExitEnvironment;
+    return kExitEnvironment;
   }
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  if (backend == "cuda-bf16" && major < 8) {
+  if (backend_named(backend).kind == BackendKind::CudaBF16 && major < 8) {
     std::fprintf(stderr,
                  "error: --backend cuda-bf16: GPU 0 has compute capability %d.%d; bf16 needs 8.0 (use cuda-f16)\n",
                  major, minor);
-    return pipescope::kExitEnvironment;
+    return kExitEnvironment;
   }
   return 0;
 }

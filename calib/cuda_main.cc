@@ -14,6 +14,7 @@
 
 #include "calib/calibrate.h"
 #include "calib/options_json.h"
+#include "core/backends.h"
 #include "core/exit_codes.h"
 #include "core/profile.h"
 #include "kernels/backend.h"
@@ -28,10 +29,13 @@ struct NoGpu : std::runtime_error {
 
 // The backend once, before anything is measured: no device, a driver too old, bf16 on a pre-Ampere GPU.
 void check_gpu(const std::string& backend) {
-  if (backend != "cuda-bf16" && backend != "cuda-f16")
-    throw std::invalid_argument("--backend: '" + backend + "' is not a CUDA backend (cuda-bf16, cuda-f16)");
+  if (!backend_on(backend, BackendDevice::Cuda))
+    throw std::invalid_argument("--backend: '" + backend + "' is not a CUDA backend (" +
+                                backend_names([](const BackendInfo& b) { return b.device == BackendDevice::Cuda; }) +
+                                ")");
   try {
-    kernels::make_cuda_backend(backend == "cuda-bf16" ? kernels::DType::kBF16 : kernels::DType::kF16);
+    kernels::make_cuda_backend(backend_named(backend).kind == BackendKind::CudaBF16 ? kernels::DType::kBF16
+                                                                                    : kernels::DType::kF16);
   } catch (const std::exception& e) {
     throw NoGpu("--backend " + backend + ": no usable GPU: " + e.what());
   }
@@ -66,7 +70,7 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace pipescope::calib;
-  using namespace pipescope;  // the exit codes (core/exit_codes.h)
+  using namespace pipescope;               // the exit codes (core/exit_codes.h)
   pipescope::runtime::exit_with_parent();  // header-only: no link dependency on runtime/
   try {
     return run(argc, argv);

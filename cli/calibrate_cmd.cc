@@ -20,6 +20,7 @@
 #include "cli/fork_run.h"
 #include "cli/validators.h"
 #include "core/atomic_file.h"
+#include "core/backends.h"
 #include "core/profile.h"
 #include "core/scenario.h"
 
@@ -62,7 +63,8 @@ int write_out(const DeviceProfile& p, const std::string& out) {
   return 0;
 }
 
-bool is_cuda(const std::string& backend) { return backend == "cuda-bf16" || backend == "cuda-f16"; }
+bool is_cuda(const std::string& backend) { return backend_on(backend, BackendDevice::Cuda); }
+bool measures(const BackendInfo& b) { return b.device != BackendDevice::None; }
 
 // The CUDA work runs in programs of its own (calib/cuda_check_main.cc, calib/cuda_main.cc), so that this one loads
 // no CUDA library. Their exit code, when not 0, is calibrate's (they have printed the reason): 1 bad options,
@@ -150,8 +152,8 @@ int run(const CalibrateCli& c) {
   }
   o.micro_batches = c.micro_batches.empty() ? std::vector<int>{s.parallel.micro_batch_size} : c.micro_batches;
   if (c.link_class != "intra" && c.link_class != "inter") throw InputError("--link-class: intra or inter");
-  if (c.backend != "cpu-f64" && c.backend != "cpu-f32" && !is_cuda(c.backend))
-    throw InputError("--backend: unknown backend '" + c.backend + "' (cpu-f64, cpu-f32, cuda-bf16, cuda-f16)");
+  if (const BackendInfo* b = find_backend(c.backend); b == nullptr || !measures(*b))
+    throw InputError("--backend: unknown backend '" + c.backend + "' (" + backend_names(measures) + ")");
   if (is_cuda(c.backend))
     if (const int rc = check_cuda_backend(c.backend)) return rc;
 
@@ -206,7 +208,7 @@ Command add_calibrate(CLI::App& app) {
   CLI::App* sub =
       app.add_subcommand("calibrate", "Measure this machine's kernels and links and write a device profile");
   sub->add_option("scenario", o->scenario, "Scenario whose model shape to measure (default: the built-in default)");
-  sub->add_option("--backend", o->backend, "cpu-f64 | cpu-f32 | cuda-bf16 | cuda-f16")->capture_default_str();
+  sub->add_option("--backend", o->backend, backend_names(measures))->capture_default_str();
   sub->add_option("--out", o->out, "Profile file to write (YAML)")->required();
   sub->add_option("--hidden", o->hidden, "Override the model's hidden size");
   sub->add_option("--heads", o->heads, "Override the number of attention heads");

@@ -36,6 +36,7 @@
 #include "cli/commands.h"
 #include "cli/fork_run.h"
 #include "core/atomic_file.h"
+#include "core/backends.h"
 #include "core/pipeline.h"
 #include "core/profile.h"
 #include "core/profile_cost.h"
@@ -300,7 +301,8 @@ std::string pct(double sim, double meas) {
 
 int run_validate(const ValidateOptions& vo) {
   runtime::RankJob o = vo.job;
-  if (o.backend == "null") o.no_check = true;  // no arithmetic: nothing to compare with the reference
+  if (backend_on(o.backend, BackendDevice::None))
+    o.no_check = true;  // no arithmetic: nothing to compare with the reference
   if (o.iterations < 1 || o.warmup < 0) throw InputError("--iterations must be >= 1 and --warmup >= 0");
   check_output_paths({{"--json", vo.json}, {"--trace", vo.trace}, {"--timeline", vo.timeline}});
   if (!(o.watchdog_s > 0)) throw InputError("--watchdog must be > 0 seconds");
@@ -321,7 +323,7 @@ int run_validate(const ValidateOptions& vo) {
   // The simulated twin runs in the measured backend's precision with the profile's device, links and tables
   // (a profile of this machine, `pipescope calibrate --backend <the same>`, closes the loop).
   const std::string profile = !vo.profile.empty() ? vo.profile : s.sim.profile;
-  if (!profile.empty() && o.backend != "null") {
+  if (!profile.empty() && !backend_on(o.backend, BackendDevice::None)) {
     s.training.dtype = dtype_of_backend(o.backend);
     s = use_profile(s, profile);
   }

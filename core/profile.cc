@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/backends.h"
 #include "core/input_file.h"
 #include "core/profile_kernels.h"
 #include "core/scenario.h"
@@ -786,14 +787,11 @@ Scenario use_profile(const Scenario& s, const std::string& path) {
 }
 
 std::string dtype_of_backend(const std::string& backend) {
-  if (backend.size() >= 3) {
-    const std::string t = backend.substr(backend.rfind('-') + 1);
-    if (t == "f64") return "fp64";
-    if (t == "f32") return "fp32";
-    if (t == "f16") return "fp16";
-    if (t == "bf16") return "bf16";
-  }
-  throw ProfileError("unknown backend '" + backend + "' (expected cpu-f64, cpu-f32, cuda-f16 or cuda-bf16)");
+  auto computes = [](const BackendInfo& b) { return b.device != BackendDevice::None; };
+  const BackendInfo* b = find_backend(backend);
+  if (b == nullptr || !computes(*b))
+    throw ProfileError("unknown backend '" + backend + "' (expected " + backend_names(computes) + ")");
+  return b->dtype;
 }
 
 }  // namespace pipescope

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <set>
 
+#include "core/backends.h"
+
 namespace pipescope::runtime {
 
 namespace {
@@ -153,9 +155,17 @@ std::string format_exactness(const Exactness& e) {
 }
 
 double exactness_tolerance(const std::string& backend) {
-  if (backend == "cpu-f64") return 1e-10;
-  if (backend == "cpu-f32") return 1e-3;
-  if (is_cuda_backend(backend)) return 3e-2;
+  if (const BackendInfo* b = find_backend(backend)) switch (b->kind) {
+      case BackendKind::CpuF64:
+        return 1e-10;
+      case BackendKind::CpuF32:
+        return 1e-3;
+      case BackendKind::CudaBF16:
+      case BackendKind::CudaF16:
+        return 3e-2;
+      case BackendKind::Null:
+        break;
+    }
   throw RuntimeError("backend '" + backend + "' has no exactness tolerance (it does no arithmetic, or is unknown)");
 }
 

@@ -2,6 +2,7 @@
 
 #include <tuple>
 
+#include "core/backends.h"
 #include "runtime/null_backend.h"
 
 namespace pipescope::runtime {
@@ -149,28 +150,41 @@ bool built_with_nccl() {
 #endif
 }
 
-bool is_cuda_backend(const std::string& name) { return name == "cuda-bf16" || name == "cuda-f16"; }
+bool is_cuda_backend(const std::string& name) { return backend_on(name, BackendDevice::Cuda); }
+
+namespace {
+
+bool usable_here(const BackendInfo& b) { return b.device != BackendDevice::Cuda || built_with_nccl(); }
+
+}  // namespace
 
 void check_backend(const std::string& name) {
-  if (name == "cpu-f64" || name == "cpu-f32" || name == "null") return;
-  if (is_cuda_backend(name)) {
-    if (!built_with_nccl())
-      throw RuntimeError("backend '" + name + "': this pipescope was built without the runtime's GPU path (" +
-                         (kernels::built_with_cuda() ? "NCCL" : "CUDA and NCCL") +
-                         " not found at configure time); use cpu-f64 or cpu-f32");
-    return;
-  }
-  throw RuntimeError("unknown backend '" + name + "' (valid: cpu-f64, cpu-f32, null" +
-                     (built_with_nccl() ? ", cuda-bf16, cuda-f16)" : ")"));
+  const BackendInfo* b = find_backend(name);
+  if (b == nullptr) throw RuntimeError("unknown backend '" + name + "' (valid: " + backend_names(usable_here) + ")");
+  if (!usable_here(*b))
+    throw RuntimeError("backend '" + name + "': this pipescope was built without the runtime's GPU path (" +
+                       (kernels::built_with_cuda() ? "NCCL" : "CUDA and NCCL") + " not found at configure time); use " +
+                       backend_names([](const BackendInfo& x) { return x.device == BackendDevice::Cpu; }));
 }
 
 std::unique_ptr<kernels::Backend> make_backend(const std::string& name, int device) {
   check_backend(name);
-  if (name == "cpu-f64") return kernels::make_cpu_backend(kernels::DType::kF64);
-  if (name == "cpu-f32") return kernels::make_cpu_backend(kernels::DType::kF32);
-  if (name == "null") return make_null_backend();
+  kernels::DType cuda_dtype = kernels::DType::kF16;
+  switch (backend_named(name).kind) {
+    case BackendKind::CpuF64:
+      return kernels::make_cpu_backend(kernels::DType::kF64);
+    case BackendKind::CpuF32:
+      return kernels::make_cpu_backend(kernels::DType::kF32);
+    case BackendKind::Null:
+      return make_null_backend();
+    case BackendKind::CudaBF16:
+      cuda_dtype = kernels::DType::kBF16;
+      break;
+    case BackendKind::CudaF16:
+      break;
+  }
   try {
-    return kernels::make_cuda_backend(name == "cuda-bf16" ? kernels::DType::kBF16 : kernels::DType::kF16, device);
+    return kernels::make_cuda_backend(cuda_dtype, device);
   } catch (const std::exception& e) {
     throw RuntimeError("backend '" + name + "' on GPU " + std::to_string(device) + ": " + e.what());
   }

@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "core/backends.h"
+
 namespace pipescope::runtime {
 
 namespace {
@@ -70,7 +72,7 @@ class NullRecord final : public kernels::Record {
 
 class NullBackend final : public kernels::Backend {
  public:
-  std::string name() const override { return "null"; }
+  std::string name() const override { return backend_info(BackendKind::Null).name; }
   DType dtype() const override { return DType::kF32; }
   std::unique_ptr<kernels::Tensor> tensor(int rows, int cols) override {
     return std::make_unique<NullTensor>(rows, cols);

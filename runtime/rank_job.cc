@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "core/backends.h"
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
 
@@ -56,10 +57,10 @@ void RankJob::add_shrink_options(CLI::App& app) {
 }
 
 void RankJob::add_run_options(CLI::App& app) {
-  app.add_option(
-         "--backend", backend,
-         "Kernels backend: cpu-f64 | cpu-f32 | null (no compute) | cuda-bf16 | cuda-f16 (one rank per GPU, NCCL)")
-      ->capture_default_str();
+  std::string help = "Kernels backend:";
+  for (const BackendInfo& b : backend_table()) help += std::string(" ") + b.name + " (" + b.help + ");";
+  help.back() = ' ';
+  app.add_option("--backend", backend, help + "one rank per GPU with the CUDA ones (NCCL)")->capture_default_str();
   app.add_option("--iterations", iterations, "Timed iterations")->check(CLI::Range(1, 1000000))->capture_default_str();
   app.add_option("--warmup", warmup, "Untimed iterations first")->check(CLI::Range(0, 1000000))->capture_default_str();
   app.add_option("--watchdog", watchdog_s, "Seconds without progress before a rank reports and aborts the job")
