@@ -9,7 +9,6 @@
 
 #include "core/cost_model.h"
 #include "core/dag.h"
-#include "core/dag_builder.h"
 #include "core/grad_sync.h"
 #include "core/lowering.h"
 #include "core/megatron_p2p.h"
@@ -83,7 +82,8 @@ Placement one_replica(const Scenario& s, const Placement& full) {
 
 }  // namespace
 
-Stage2Estimator::Stage2Estimator() : retimer_(std::make_unique<Retimer>()), builder_(std::make_unique<DagBuilder>()) {}
+Stage2Estimator::Stage2Estimator()
+    : retimer_(std::make_unique<Retimer>()), builder_(std::make_unique<ShapeBuilder>()) {}
 Stage2Estimator::~Stage2Estimator() = default;
 
 double Stage2Estimator::estimate(const Scenario& s) {
@@ -104,7 +104,7 @@ double Stage2Estimator::estimate(const Scenario& s) {
   const MemoCost cost(b_model ? *b_model : *model);
   const LoweredSchedule ls = lower_one_replica(b, make_schedule(b), cost);
   if (shapes_.size() >= kShapesKept) shapes_.erase(shapes_.begin());
-  shapes_.push_back(make_dag_shape(ls, builder_->build(ls, one_replica(b, scenario_placement(b))), b, cost, key));
+  shapes_.push_back(builder_->build(ls, one_replica(b, scenario_placement(b)), b, cost, key));
   built_++;
   // The candidate's answers fit the shape it was lowered for; the superset shape of another candidate's answers
   // might not (a parameter gather of no bytes): then the direct estimate.
