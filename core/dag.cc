@@ -68,6 +68,7 @@ void check_shape(const LoweredSchedule& ls, const Placement& pl) {
 // itself: their messages match exactly as replica 0's do.
 std::vector<char> copied_replicas(const LoweredSchedule& ls) {
   std::vector<char> same(static_cast<std::size_t>(std::max(ls.dp, 1)), 0);
+  if (ls.dp <= 1) return same;  // no other replica (the search's one-replica DAGs): no pass over the programs
   for (int r = 0; r < ls.p && r < static_cast<int>(ls.per_worker.size()); r++)
     for (const LoweredOp& l : ls.per_worker[r])
       if ((l.kind == LOpKind::Send || l.kind == LOpKind::Recv) && (l.peer < 0 || l.peer >= ls.p)) return same;

@@ -191,10 +191,9 @@ void build_graph(const LoweredSchedule& ls, Dag& dag, Scratch& sc, Sink& sink) {
   std::sort(shared.begin(), shared.end());
   shared.erase(std::unique(shared.begin(), shared.end()), shared.end());
   edges.insert(edges.end(), shared.begin(), shared.end());
-  // Sends are folded into their transfer node.
-  for (std::size_t w = 0; w < workers; w++)
-    for (std::size_t i = 0; i < ls.per_worker[w].size(); i++)
-      if (ls.per_worker[w][i].kind == LOpKind::Send) dag.node_of[w][i] = -1;
+  // Sends are folded into their transfer node. Every send is in a matched pair (check_and_match): no pass over the
+  // programs needed.
+  for (const auto& [s, r] : pairs) dag.node_of[s.worker][s.index] = -1;
 
   // CSR by counting sort; successors keep insertion order (program order first).
   const std::size_t n = sink.size();

@@ -344,24 +344,16 @@ Recipe recipe_of(const LoweredSchedule& ls, const LoweredOp& l, const DagNode& n
   return x;
 }
 
-// Per rank: the virtual stages whose weight gradients a program makes (B or W ops), and those it runs at all.
-void stage_counts(const LoweredSchedule& ls, DagShape& sh) {
-  sh.grad_spans.assign(static_cast<std::size_t>(ls.p), 0);
+// Per rank: the virtual stages whose weight gradients a program makes (B or W ops), and those it runs at all, from
+// `stages` (per rank and virtual stage: -1 not run there, 0 run, 1 with a backward; ShapeSink marks them).
+void stage_counts(const std::vector<std::vector<std::int8_t>>& stages, int p, DagShape& sh) {
+  sh.grad_spans.assign(static_cast<std::size_t>(p), 0);
   sh.param_spans = sh.grad_spans;
-  for (int r = 0; r < ls.p; r++) {
-    std::vector<std::int8_t> stages;  // per virtual stage: -1 not run here, 0 run, 1 with a backward
-    for (const LoweredOp& l : ls.per_worker[static_cast<std::size_t>(r)]) {
-      if (l.kind != LOpKind::Compute) continue;
-      const auto g = static_cast<std::size_t>(l.op.stage);
-      if (g >= stages.size()) stages.resize(g + 1, -1);
-      stages[g] =
-          std::max<std::int8_t>(stages[g], l.op.kind == OpKind::Backward || l.op.kind == OpKind::BackwardWeight);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(p); r++)
+    for (std::int8_t x : stages[r]) {
+      sh.param_spans[r] += x >= 0;
+      sh.grad_spans[r] += x == 1;
     }
-    for (std::int8_t x : stages) {
-      sh.param_spans[static_cast<std::size_t>(r)] += x >= 0;
-      sh.grad_spans[static_cast<std::size_t>(r)] += x == 1;
-    }
-  }
 }
 
 // Kahn's algorithm; the nodes renumbered in that order (a pass over them in index order is topological).
@@ -411,7 +403,8 @@ struct ShapeBuilder::Storage {
   Dag dag;  // node_of and the successor lists (no DagNode: the sink below classes each node instead)
   dag_build::Scratch scratch;
   std::vector<std::uint32_t> node_cls, pending, order, id;
-  std::vector<CostedOp> first;  // per recipe: the values of its first node
+  std::vector<std::vector<std::int8_t>> stages;  // per rank and virtual stage (stage_counts)
+  std::vector<CostedOp> first;                   // per recipe: the values of its first node
   struct At {
     std::uint32_t node;
     std::int32_t worker, index;
@@ -433,6 +426,8 @@ class ShapeSink {
     st_.node_cls.clear();
     st_.first.clear();
     st_.first_at.clear();
+    st_.stages.resize(static_cast<std::size_t>(ls.p));
+    for (auto& x : st_.stages) x.clear();
   }
   void begin(std::size_t ops) { st_.node_cls.reserve(ops); }
   std::uint32_t size() const { return static_cast<std::uint32_t>(st_.node_cls.size()); }
@@ -448,6 +443,7 @@ class ShapeSink {
       const auto c = static_cast<std::size_t>(classes_.of(l.op, compute_need_));
       if (c >= compute_recipe_.size()) compute_recipe_.resize(c + 1, -1);
       if (compute_recipe_[c] < 0) compute_recipe_[c] = add_recipe(recipe_of(ls_, l, n, 0, classes_));
+      if (w < ls_.p) mark_stage(w, l.op);
       return assign(n, l, static_cast<std::uint32_t>(compute_recipe_[c]));
     }
     if (kind == DagKind::Join) {
@@ -477,6 +473,13 @@ class ShapeSink {
   }
 
  private:
+  // The stage of a compute op (a valid one: OpClasses checked it) as stage_counts counts it.
+  void mark_stage(int w, const Op& op) {
+    auto& stages = st_.stages[static_cast<std::size_t>(w)];
+    const auto g = static_cast<std::size_t>(op.stage);
+    if (g >= stages.size()) stages.resize(g + 1, -1);
+    stages[g] = std::max<std::int8_t>(stages[g], op.kind == OpKind::Backward || op.kind == OpKind::BackwardWeight);
+  }
   std::uint32_t add_recipe(const Recipe& x) {
     const auto [it, added] = ids_.emplace(x, static_cast<std::uint32_t>(ids_.size()));
     if (added) sh_.recipes.push_back(x);
@@ -526,11 +529,11 @@ DagShapePtr ShapeBuilder::build(const LoweredSchedule& ls, const Placement& repl
   sh->o = grad_sync_options(s.training);
   sh->dp = s.parallel.dp > 1;
   sh->groups = ls.groups;
-  stage_counts(ls, *sh);
   OpClasses classes(*sh, ls.schedule.stages(), static_cast<int>(key.slice_begin.size()));
   dag_build::check_and_match(ls, replica, st.scratch);
   ShapeSink sink(ls, s, *sh, classes, st);
   dag_build::build_graph(ls, st.dag, st.scratch, sink);
+  stage_counts(st.stages, ls.p, *sh);
   number_topologically(st.dag, st.node_cls, *sh, s.source, st.pending, st.order, st.id);
 
   // Check: every node re-costed from its recipe equals what the lowering gave it.
