@@ -444,11 +444,16 @@ class ShapeSink {
       if (c >= compute_recipe_.size()) compute_recipe_.resize(c + 1, -1);
       if (compute_recipe_[c] < 0) compute_recipe_[c] = add_recipe(recipe_of(ls_, l, n, 0, classes_));
       if (w < ls_.p) mark_stage(w, l.op);
-      return assign(n, l, static_cast<std::uint32_t>(compute_recipe_[c]));
+      const auto x = static_cast<std::uint32_t>(compute_recipe_[c]);
+      // A compute node's values are its kind (the recipe's) and its seconds: the check compares the seconds.
+      if (x < st_.first.size() && l.seconds == st_.first[x].seconds) return st_.node_cls.push_back(x);
+      return assign(n, l, x);
     }
     if (kind == DagKind::Join) {
       std::int64_t& x = join_recipe_[static_cast<std::size_t>(l.kind)];
       if (x < 0) x = add_recipe(recipe_of(ls_, l, n, 0, classes_));
+      // A join's values are its lowered kind alone, the recipe's: nothing to compare after its first node.
+      if (static_cast<std::size_t>(x) < st_.first.size()) return st_.node_cls.push_back(static_cast<std::uint32_t>(x));
       return assign(n, l, static_cast<std::uint32_t>(x));
     }
     // Transfers and per-op collectives (TP, scatter/gather): by op class too, the class's last recipe reused when
