@@ -135,40 +135,80 @@ std::uint64_t key_hash(const Msg& m) {
   return mix(h ^ (u32(m.slice) | static_cast<std::uint64_t>(m.kind) << 32));
 }
 
-// Matches Sends with Recvs in linear time (an open-addressing table of the sends by message key); returns the
-// matched (send, recv) positions in receive order within the replicas matched here, then the copied replicas'
-// pairs (replica 0's, moved). The order does not reach the DAG: each send has exactly one matched edge.
-void match_p2p(const LoweredSchedule& ls, P2pScratch& sc) {
-  std::vector<Msg>& sends = sc.sends;
-  std::vector<Msg>& recvs = sc.recvs;
-  sends.clear();
-  recvs.clear();
+// One Send or Recv of worker w's program at position i, checked (its peer) and added to the messages.
+void add_message(const LoweredSchedule& ls, int w, std::size_t i, P2pScratch& sc) {
   const int workers = static_cast<int>(ls.per_worker.size());
-  const std::vector<char> same = copied_replicas(ls);
+  const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(w)][i];
+  if (l.peer < 0 || l.peer >= workers)
+    fail(at(ls, w, i) + " names peer worker " + std::to_string(l.peer) + " of " + std::to_string(workers),
+         {lowered_op_name(ls, w, i)});
+  if (l.peer == w) fail(at(ls, w, i) + " names its own worker as the peer", {lowered_op_name(ls, w, i)});
+  const bool send = l.kind == LOpKind::Send;
+  Msg m{send ? w : l.peer,
+        send ? l.peer : w,
+        l.op.kind,
+        l.op.stage,
+        l.op.microbatch,
+        l.op.slice,
+        w,
+        static_cast<std::int32_t>(i),
+        l.bytes,
+        l.tag};
+  (send ? sc.sends : sc.recvs).push_back(m);
+}
+
+// The member slot of a collective call of worker w in its group, or -1 when match_collectives would reject the call
+// (group out of range, not a member, another tag, fewer than one call).
+int call_slot(const LoweredSchedule& ls, int w, const LoweredOp& l) {
+  if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls.groups.size()) return -1;
+  const CollGroup& g = ls.groups[static_cast<std::size_t>(l.group)];
+  const auto it = std::find(g.workers.begin(), g.workers.end(), w);
+  if (it == g.workers.end() || l.tag != g.tag || l.count < 1) return -1;
+  return static_cast<int>(it - g.workers.begin());
+}
+
+void clear_calls(const LoweredSchedule& ls, std::vector<std::vector<std::vector<std::int32_t>>>& calls) {
+  calls.resize(ls.groups.size());
+  for (std::size_t g = 0; g < ls.groups.size(); g++) {
+    calls[g].resize(ls.groups[g].workers.size());
+    for (auto& c : calls[g]) c.clear();
+  }
+}
+
+// One pass over the programs: the messages (workers of copied replicas left out) and the collective calls. A call
+// that match_collectives would reject is only noted (false): its error comes after the messages' (check_and_match).
+bool collect(const LoweredSchedule& ls, const std::vector<char>& same, dag_build::Scratch& sc) {
+  sc.p2p.sends.clear();
+  sc.p2p.recvs.clear();
+  clear_calls(ls, sc.calls);
+  bool calls_ok = true;
+  const int workers = static_cast<int>(ls.per_worker.size());
   for (int w = 0; w < workers; w++) {
-    if (ls.p > 0 && same[w / ls.p]) continue;
-    const auto& prog = ls.per_worker[w];
+    const bool messages = !(ls.p > 0 && same[static_cast<std::size_t>(w / ls.p)]);
+    const auto& prog = ls.per_worker[static_cast<std::size_t>(w)];
     for (std::size_t i = 0; i < prog.size(); i++) {
       const LoweredOp& l = prog[i];
-      if (l.kind != LOpKind::Send && l.kind != LOpKind::Recv) continue;
-      if (l.peer < 0 || l.peer >= workers)
-        fail(at(ls, w, i) + " names peer worker " + std::to_string(l.peer) + " of " + std::to_string(workers),
-             {lowered_op_name(ls, w, i)});
-      if (l.peer == w) fail(at(ls, w, i) + " names its own worker as the peer", {lowered_op_name(ls, w, i)});
-      const bool send = l.kind == LOpKind::Send;
-      Msg m{send ? w : l.peer,
-            send ? l.peer : w,
-            l.op.kind,
-            l.op.stage,
-            l.op.microbatch,
-            l.op.slice,
-            w,
-            static_cast<std::int32_t>(i),
-            l.bytes,
-            l.tag};
-      (send ? sends : recvs).push_back(m);
+      if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) {
+        if (messages) add_message(ls, w, i, sc.p2p);
+      } else if (calls_ok && is_collective(l.kind)) {
+        const int slot = call_slot(ls, w, l);
+        if (slot < 0)
+          calls_ok = false;
+        else
+          sc.calls[static_cast<std::size_t>(l.group)][static_cast<std::size_t>(slot)].push_back(
+              static_cast<std::int32_t>(i));
+      }
     }
   }
+  return calls_ok;
+}
+
+// Matches the collected Sends with Recvs in linear time (an open-addressing table of the sends by message key);
+// returns the matched (send, recv) positions in receive order within the replicas matched here, then the copied
+// replicas' pairs (replica 0's, moved). The order does not reach the DAG: each send has exactly one matched edge.
+void match_p2p(const LoweredSchedule& ls, const std::vector<char>& same, P2pScratch& sc) {
+  std::vector<Msg>& sends = sc.sends;
+  std::vector<Msg>& recvs = sc.recvs;
   if (sends.size() != recvs.size()) report_p2p_mismatch(ls, sends, recvs);
   std::size_t cap = 16;
   while (cap < 2 * sends.size()) cap *= 2;
@@ -215,12 +255,9 @@ void match_p2p(const LoweredSchedule& ls, P2pScratch& sc) {
 }
 
 // Collective calls per group: calls[g][slot][n] = position of member `slot`'s n-th call on group g.
-void match_collectives(const LoweredSchedule& ls, std::vector<std::vector<std::vector<std::int32_t>>>& calls) {
-  calls.resize(ls.groups.size());
-  for (std::size_t g = 0; g < ls.groups.size(); g++) {
-    calls[g].resize(ls.groups[g].workers.size());
-    for (auto& c : calls[g]) c.clear();
-  }
+// (collect_calls throws the first malformed call's error; check_calls compares the members' calls.)
+void collect_calls(const LoweredSchedule& ls, std::vector<std::vector<std::vector<std::int32_t>>>& calls) {
+  clear_calls(ls, calls);
   for (std::size_t w = 0; w < ls.per_worker.size(); w++) {
     const auto& prog = ls.per_worker[w];
     for (std::size_t i = 0; i < prog.size(); i++) {
@@ -244,6 +281,9 @@ void match_collectives(const LoweredSchedule& ls, std::vector<std::vector<std::v
       calls[l.group][it - ws.begin()].push_back(static_cast<std::int32_t>(i));
     }
   }
+}
+
+void check_calls(const LoweredSchedule& ls, const std::vector<std::vector<std::vector<std::int32_t>>>& calls) {
   for (std::size_t g = 0; g < ls.groups.size(); g++) {
     const auto& ws = ls.groups[g].workers;
     const auto& c0 = calls[g][0];
@@ -277,8 +317,12 @@ namespace dag_build {
 
 void check_and_match(const LoweredSchedule& ls, const Placement& pl, Scratch& sc) {
   check_shape(ls, pl);
-  match_p2p(ls, sc.p2p);
-  match_collectives(ls, sc.calls);
+  const std::vector<char> same = copied_replicas(ls);
+  const bool calls_ok = collect(ls, same, sc);
+  match_p2p(ls, same, sc.p2p);
+  // build_dag's errors in their order: the messages', then the collective calls' (collect_calls throws the first).
+  if (!calls_ok) collect_calls(ls, sc.calls);
+  check_calls(ls, sc.calls);
 }
 
 }  // namespace dag_build
