@@ -356,39 +356,36 @@ void stage_counts(const std::vector<std::vector<std::int8_t>>& stages, int p, Da
     }
 }
 
-// Kahn's algorithm; the nodes renumbered in that order (a pass over them in index order is topological).
+// Kahn's algorithm; the nodes renumbered in that order (a pass over them in index order is topological). Each node's
+// class and successors are copied as it is taken (successors in the old numbering, translated once all are known).
 void number_topologically(const Dag& dag, const std::vector<std::uint32_t>& node_cls, DagShape& sh,
                           const std::string& source, std::vector<std::uint32_t>& pending,
-                          std::vector<std::uint32_t>& order, std::vector<std::uint32_t>& id) {
+                          std::vector<std::uint32_t>& ready, std::vector<std::uint32_t>& id) {
   const auto n = static_cast<std::uint32_t>(node_cls.size());
   pending.assign(dag.preds.begin(), dag.preds.end());
-  order.clear();
-  order.reserve(n);
-  // The ready nodes are a stack kept at the end of `id` (unused until the order is complete).
+  ready.resize(n);  // a stack
   id.resize(n);
-  std::uint32_t* ready = id.data();
-  std::size_t top = 0;
-  for (std::uint32_t i = 0; i < n; i++)
-    if (pending[i] == 0) ready[top++] = i;
-  while (top > 0) {
-    const std::uint32_t u = ready[--top];
-    order.push_back(u);
-    for (std::uint32_t e = dag.succ_begin[u]; e < dag.succ_begin[u + 1]; e++)
-      if (--pending[dag.succ[e]] == 0) ready[top++] = dag.succ[e];
-  }
-  if (order.size() != n) throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
-  for (std::uint32_t k = 0; k < n; k++) id[order[k]] = k;
   sh.cls.resize(n);
   sh.succ_begin.resize(n + 1);
   sh.succ.resize(dag.succ.size());
-  std::uint32_t fill = 0;
+  std::size_t top = 0;
+  for (std::uint32_t i = 0; i < n; i++)
+    if (pending[i] == 0) ready[top++] = i;
+  std::uint32_t k = 0, fill = 0;
   sh.succ_begin[0] = 0;
-  for (std::uint32_t k = 0; k < n; k++) {
-    const std::uint32_t u = order[k];
+  while (top > 0) {
+    const std::uint32_t u = ready[--top];
+    id[u] = k;
     sh.cls[k] = node_cls[u];
-    for (std::uint32_t e = dag.succ_begin[u]; e < dag.succ_begin[u + 1]; e++) sh.succ[fill++] = id[dag.succ[e]];
-    sh.succ_begin[k + 1] = fill;
+    for (std::uint32_t e = dag.succ_begin[u]; e < dag.succ_begin[u + 1]; e++) {
+      const std::uint32_t v = dag.succ[e];
+      sh.succ[fill++] = v;
+      if (--pending[v] == 0) ready[top++] = v;
+    }
+    sh.succ_begin[++k] = fill;
   }
+  if (k != n) throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
+  for (std::uint32_t& v : sh.succ) v = id[v];
 }
 
 bool same(const CostedOp& a, const CostedOp& b) {
@@ -402,7 +399,7 @@ bool same(const CostedOp& a, const CostedOp& b) {
 struct ShapeBuilder::Storage {
   Dag dag;  // node_of and the successor lists (no DagNode: the sink below classes each node instead)
   dag_build::Scratch scratch;
-  std::vector<std::uint32_t> node_cls, pending, order, id;
+  std::vector<std::uint32_t> node_cls, pending, ready, id;
   std::vector<std::vector<std::int8_t>> stages;  // per rank and virtual stage (stage_counts)
   std::vector<CostedOp> first;                   // per recipe: the values of its first node
   struct At {
@@ -539,7 +536,7 @@ DagShapePtr ShapeBuilder::build(const LoweredSchedule& ls, const Placement& repl
   ShapeSink sink(ls, s, *sh, classes, st);
   dag_build::build_graph(ls, st.dag, st.scratch, sink);
   stage_counts(st.stages, ls.p, *sh);
-  number_topologically(st.dag, st.node_cls, *sh, s.source, st.pending, st.order, st.id);
+  number_topologically(st.dag, st.node_cls, *sh, s.source, st.pending, st.ready, st.id);
 
   // Check: every node re-costed from its recipe equals what the lowering gave it.
   for (const Op& op : sh->ops) {
