@@ -460,6 +460,7 @@ class ShapeSink {
                      : kind == DagKind::Collective && l.tag == CollTag::ScatterGather  ? 2
                                                                                        : -1;
     if (slot >= 0) {
+      if (same_as_last(slot, w, l, group)) return;
       const Recipe x = recipe_of(ls_, l, n, 0, classes_);
       auto& last = per_class_[slot];
       const auto c = static_cast<std::size_t>(x.cls);
@@ -475,6 +476,24 @@ class ShapeSink {
   }
 
  private:
+  // Whether a transfer (slot 0), TP (1) or scatter/gather (2) node takes its op class's last recipe with the values
+  // of that recipe's first node; then the node is classed. The recipe's fields other than those compared here are
+  // the slot's and the class's, and the node's values other than those compared are the recipe's (recipe_of,
+  // costed_op): the same answer as building the node's recipe and comparing all fields.
+  bool same_as_last(int slot, int w, const LoweredOp& l, std::int32_t group) {
+    const auto c = static_cast<std::size_t>(classes_.of(l.op, slot == 1 ? kTp : kP2p));
+    const auto& last = per_class_[slot];
+    if (c >= last.size() || last[c] < 0) return false;
+    const auto x = static_cast<std::uint32_t>(last[c]);
+    const Recipe& r = sh_.recipes[x];
+    const CostedOp& f = st_.first[x];
+    const bool same_values = slot == 0
+                                 ? r.kind == l.kind && r.worker == w && r.peer == l.peer && l.bytes == f.bytes
+                                 : r.kind == l.kind && r.async == l.async && r.group == group && l.bytes == f.bytes &&
+                                       l.count == f.count && (l.async ? l.lead_s : 0.0) == f.lead_s;
+    if (same_values) st_.node_cls.push_back(x);
+    return same_values;
+  }
   // The stage of a compute op (a valid one: OpClasses checked it) as stage_counts counts it.
   void mark_stage(int w, const Op& op) {
     auto& stages = st_.stages[static_cast<std::size_t>(w)];
