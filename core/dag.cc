@@ -9,41 +9,23 @@
 #include <tuple>
 
 #include "core/checks.h"
+#include "core/dag_build.h"
 #include "core/dag_builder.h"
 
 namespace pipescope {
 
 namespace {
 
-using Edge = std::pair<std::uint32_t, std::uint32_t>;
-
-// One Send or Recv, keyed by (sender, receiver, producer op).
-struct Msg {
-  std::int32_t sender, receiver;
-  OpKind kind;
-  std::int32_t stage, microbatch, slice;
-  std::int32_t worker;  // the worker whose program holds it
-  std::int32_t index;   // its position there
-  double bytes;         // its size and tag (compared between partners)
-  CollTag tag;
-  auto key() const { return std::tie(sender, receiver, kind, stage, microbatch, slice); }
-};
-
-// Room for n elements, grown geometrically: a builder that builds DAGs of slowly growing sizes reallocates a few times,
-// not at every build (a fresh allocation is fresh pages to fault in).
-template <class T>
-void reserve_grown(std::vector<T>& v, std::size_t n) {
-  if (n > v.capacity()) v.reserve(std::max(n, 2 * v.capacity()));
-}
+using dag_build::Edge;
+using dag_build::is_collective;
+using dag_build::Msg;
+using dag_build::P2pScratch;
+using dag_build::reserve_grown;
 
 std::string exact(double x) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", x);
   return buf;
-}
-
-bool is_collective(LOpKind k) {
-  return k == LOpKind::AllReduce || k == LOpKind::AllGather || k == LOpKind::ReduceScatter;
 }
 
 std::string at(const LoweredSchedule& ls, int w, std::size_t i) {
@@ -86,6 +68,7 @@ void check_shape(const LoweredSchedule& ls, const Placement& pl) {
 // itself: their messages match exactly as replica 0's do.
 std::vector<char> copied_replicas(const LoweredSchedule& ls) {
   std::vector<char> same(static_cast<std::size_t>(std::max(ls.dp, 1)), 0);
+  if (ls.dp <= 1) return same;  // no other replica (the search's one-replica DAGs): no pass over the programs
   for (int r = 0; r < ls.p && r < static_cast<int>(ls.per_worker.size()); r++)
     for (const LoweredOp& l : ls.per_worker[r])
       if ((l.kind == LOpKind::Send || l.kind == LOpKind::Recv) && (l.peer < 0 || l.peer >= ls.p)) return same;
@@ -152,46 +135,80 @@ std::uint64_t key_hash(const Msg& m) {
   return mix(h ^ (u32(m.slice) | static_cast<std::uint64_t>(m.kind) << 32));
 }
 
-// Matches Sends with Recvs in linear time (an open-addressing table of the sends by message key); returns the
-// matched (send, recv) positions in receive order within the replicas matched here, then the copied replicas'
-// pairs (replica 0's, moved). The order does not reach the DAG: each send has exactly one matched edge.
-struct P2pScratch {
-  std::vector<Msg> sends, recvs;
-  std::vector<std::int32_t> table;
-  std::vector<std::pair<Msg, Msg>> pairs;
-};
-
-void match_p2p(const LoweredSchedule& ls, P2pScratch& sc) {
-  std::vector<Msg>& sends = sc.sends;
-  std::vector<Msg>& recvs = sc.recvs;
-  sends.clear();
-  recvs.clear();
+// One Send or Recv of worker w's program at position i, checked (its peer) and added to the messages.
+void add_message(const LoweredSchedule& ls, int w, std::size_t i, P2pScratch& sc) {
   const int workers = static_cast<int>(ls.per_worker.size());
-  const std::vector<char> same = copied_replicas(ls);
+  const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(w)][i];
+  if (l.peer < 0 || l.peer >= workers)
+    fail(at(ls, w, i) + " names peer worker " + std::to_string(l.peer) + " of " + std::to_string(workers),
+         {lowered_op_name(ls, w, i)});
+  if (l.peer == w) fail(at(ls, w, i) + " names its own worker as the peer", {lowered_op_name(ls, w, i)});
+  const bool send = l.kind == LOpKind::Send;
+  Msg m{send ? w : l.peer,
+        send ? l.peer : w,
+        l.op.kind,
+        l.op.stage,
+        l.op.microbatch,
+        l.op.slice,
+        w,
+        static_cast<std::int32_t>(i),
+        l.bytes,
+        l.tag};
+  (send ? sc.sends : sc.recvs).push_back(m);
+}
+
+// The member slot of a collective call of worker w in its group, or -1 when match_collectives would reject the call
+// (group out of range, not a member, another tag, fewer than one call).
+int call_slot(const LoweredSchedule& ls, int w, const LoweredOp& l) {
+  if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls.groups.size()) return -1;
+  const CollGroup& g = ls.groups[static_cast<std::size_t>(l.group)];
+  const auto it = std::find(g.workers.begin(), g.workers.end(), w);
+  if (it == g.workers.end() || l.tag != g.tag || l.count < 1) return -1;
+  return static_cast<int>(it - g.workers.begin());
+}
+
+void clear_calls(const LoweredSchedule& ls, std::vector<std::vector<std::vector<std::int32_t>>>& calls) {
+  calls.resize(ls.groups.size());
+  for (std::size_t g = 0; g < ls.groups.size(); g++) {
+    calls[g].resize(ls.groups[g].workers.size());
+    for (auto& c : calls[g]) c.clear();
+  }
+}
+
+// One pass over the programs: the messages (workers of copied replicas left out) and the collective calls. A call
+// that match_collectives would reject is only noted (false): its error comes after the messages' (check_and_match).
+bool collect(const LoweredSchedule& ls, const std::vector<char>& same, dag_build::Scratch& sc) {
+  sc.p2p.sends.clear();
+  sc.p2p.recvs.clear();
+  clear_calls(ls, sc.calls);
+  bool calls_ok = true;
+  const int workers = static_cast<int>(ls.per_worker.size());
   for (int w = 0; w < workers; w++) {
-    if (ls.p > 0 && same[w / ls.p]) continue;
-    const auto& prog = ls.per_worker[w];
+    const bool messages = !(ls.p > 0 && same[static_cast<std::size_t>(w / ls.p)]);
+    const auto& prog = ls.per_worker[static_cast<std::size_t>(w)];
     for (std::size_t i = 0; i < prog.size(); i++) {
       const LoweredOp& l = prog[i];
-      if (l.kind != LOpKind::Send && l.kind != LOpKind::Recv) continue;
-      if (l.peer < 0 || l.peer >= workers)
-        fail(at(ls, w, i) + " names peer worker " + std::to_string(l.peer) + " of " + std::to_string(workers),
-             {lowered_op_name(ls, w, i)});
-      if (l.peer == w) fail(at(ls, w, i) + " names its own worker as the peer", {lowered_op_name(ls, w, i)});
-      const bool send = l.kind == LOpKind::Send;
-      Msg m{send ? w : l.peer,
-            send ? l.peer : w,
-            l.op.kind,
-            l.op.stage,
-            l.op.microbatch,
-            l.op.slice,
-            w,
-            static_cast<std::int32_t>(i),
-            l.bytes,
-            l.tag};
-      (send ? sends : recvs).push_back(m);
+      if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) {
+        if (messages) add_message(ls, w, i, sc.p2p);
+      } else if (calls_ok && is_collective(l.kind)) {
+        const int slot = call_slot(ls, w, l);
+        if (slot < 0)
+          calls_ok = false;
+        else
+          sc.calls[static_cast<std::size_t>(l.group)][static_cast<std::size_t>(slot)].push_back(
+              static_cast<std::int32_t>(i));
+      }
     }
   }
+  return calls_ok;
+}
+
+// Matches the collected Sends with Recvs in linear time (an open-addressing table of the sends by message key);
+// returns the matched (send, recv) positions in receive order within the replicas matched here, then the copied
+// replicas' pairs (replica 0's, moved). The order does not reach the DAG: each send has exactly one matched edge.
+void match_p2p(const LoweredSchedule& ls, const std::vector<char>& same, P2pScratch& sc) {
+  std::vector<Msg>& sends = sc.sends;
+  std::vector<Msg>& recvs = sc.recvs;
   if (sends.size() != recvs.size()) report_p2p_mismatch(ls, sends, recvs);
   std::size_t cap = 16;
   while (cap < 2 * sends.size()) cap *= 2;
@@ -238,12 +255,9 @@ void match_p2p(const LoweredSchedule& ls, P2pScratch& sc) {
 }
 
 // Collective calls per group: calls[g][slot][n] = position of member `slot`'s n-th call on group g.
-void match_collectives(const LoweredSchedule& ls, std::vector<std::vector<std::vector<std::int32_t>>>& calls) {
-  calls.resize(ls.groups.size());
-  for (std::size_t g = 0; g < ls.groups.size(); g++) {
-    calls[g].resize(ls.groups[g].workers.size());
-    for (auto& c : calls[g]) c.clear();
-  }
+// (collect_calls throws the first malformed call's error; check_calls compares the members' calls.)
+void collect_calls(const LoweredSchedule& ls, std::vector<std::vector<std::vector<std::int32_t>>>& calls) {
+  clear_calls(ls, calls);
   for (std::size_t w = 0; w < ls.per_worker.size(); w++) {
     const auto& prog = ls.per_worker[w];
     for (std::size_t i = 0; i < prog.size(); i++) {
@@ -267,6 +281,9 @@ void match_collectives(const LoweredSchedule& ls, std::vector<std::vector<std::v
       calls[l.group][it - ws.begin()].push_back(static_cast<std::int32_t>(i));
     }
   }
+}
+
+void check_calls(const LoweredSchedule& ls, const std::vector<std::vector<std::vector<std::int32_t>>>& calls) {
   for (std::size_t g = 0; g < ls.groups.size(); g++) {
     const auto& ws = ls.groups[g].workers;
     const auto& c0 = calls[g][0];
@@ -296,188 +313,73 @@ void match_collectives(const LoweredSchedule& ls, std::vector<std::vector<std::v
 
 }  // namespace
 
-// Everything a build needs besides the Dag itself, kept between builds by a DagBuilder.
-struct DagBuilder::Scratch {
-  P2pScratch p2p;
-  std::vector<std::vector<std::vector<std::int32_t>>> calls;  // match_collectives
-  std::vector<Edge> edges, shared;
-  std::vector<std::size_t> posted;
-  std::vector<std::uint32_t> posted_sends, fill;
-};
+namespace dag_build {
+
+void check_and_match(const LoweredSchedule& ls, const Placement& pl, Scratch& sc) {
+  check_shape(ls, pl);
+  const std::vector<char> same = copied_replicas(ls);
+  const bool calls_ok = collect(ls, same, sc);
+  match_p2p(ls, same, sc.p2p);
+  // build_dag's errors in their order: the messages', then the collective calls' (collect_calls throws the first).
+  if (!calls_ok) collect_calls(ls, sc.calls);
+  check_calls(ls, sc.calls);
+}
+
+}  // namespace dag_build
 
 namespace {
 
-// build_dag into `dag`, reusing its storage and the scratch's.
-void build_into(const LoweredSchedule& ls, const Placement& pl, Dag& dag, DagBuilder::Scratch& sc) {
-  check_shape(ls, pl);
-  match_p2p(ls, sc.p2p);
-  const auto& pairs = sc.p2p.pairs;
-  match_collectives(ls, sc.calls);
-  const auto& calls = sc.calls;
-  const std::size_t workers = ls.per_worker.size();
-
-  dag.nodes.clear();
-  std::size_t ops = 0;
-  for (const auto& prog : ls.per_worker) ops += prog.size();
-  reserve_grown(dag.nodes, ops);
-  dag.node_of.resize(workers);
-  auto add = [&dag](DagKind kind, int w, std::size_t i) {
+// A DagNode per node (build_dag's nodes).
+struct DagNodes {
+  Dag& dag;
+  const Placement& pl;
+  void begin(std::size_t ops) {
+    dag.nodes.clear();
+    reserve_grown(dag.nodes, ops);
+  }
+  std::uint32_t size() const { return static_cast<std::uint32_t>(dag.nodes.size()); }
+  void add(DagKind kind, int w, std::size_t i, const LoweredOp& l, std::int32_t group) {
     DagNode n;
     n.kind = kind;
     n.worker = w;
     n.index = static_cast<std::int32_t>(i);
+    switch (l.kind) {
+      case LOpKind::Compute:
+      case LOpKind::Optimizer:
+        n.gpu = pl.gpu_of(w, 0);
+        n.amount = l.seconds;
+        break;
+      case LOpKind::Recv:
+        break;
+      case LOpKind::Send:
+        n.gpu = pl.gpu_of(w, 0);
+        n.gpu2 = pl.gpu_of(l.peer, 0);
+        n.amount = l.bytes;
+        break;
+      case LOpKind::AllReduce:
+      case LOpKind::AllGather:
+      case LOpKind::ReduceScatter:
+        n.group = group;
+        n.count = l.count;
+        n.amount = l.bytes;
+        n.lead_s = l.async ? l.lead_s : 0.0;
+        break;
+    }
     dag.nodes.push_back(n);
-    return static_cast<std::int32_t>(dag.nodes.size() - 1);
-  };
-  // Nodes of everything but collectives, in program order; a Send's slot holds its transfer node for now.
-  for (std::size_t w = 0; w < workers; w++) {
-    const int wi = static_cast<int>(w);
-    const auto& prog = ls.per_worker[w];
-    auto& nodes = dag.node_of[w];
-    nodes.assign(prog.size(), -1);
-    for (std::size_t i = 0; i < prog.size(); i++) {
-      const LoweredOp& l = prog[i];
-      switch (l.kind) {
-        case LOpKind::Compute:
-        case LOpKind::Optimizer: {
-          nodes[i] = add(DagKind::Compute, wi, i);
-          dag.nodes.back().gpu = pl.gpu_of(wi, 0);
-          dag.nodes.back().amount = l.seconds;
-          break;
-        }
-        case LOpKind::Recv:
-          nodes[i] = add(DagKind::Join, wi, i);
-          break;
-        case LOpKind::Send: {
-          nodes[i] = add(l.bytes > 0 ? DagKind::Transfer : DagKind::Join, wi, i);
-          DagNode& n = dag.nodes.back();
-          n.gpu = pl.gpu_of(wi, 0);
-          n.gpu2 = pl.gpu_of(l.peer, 0);
-          n.amount = l.bytes;
-          break;
-        }
-        case LOpKind::AllReduce:
-        case LOpKind::AllGather:
-        case LOpKind::ReduceScatter:
-          break;
-      }
-    }
   }
-  // One node per collective call, owned by the group's first member.
-  const auto first_coll = static_cast<std::uint32_t>(dag.nodes.size());
-  for (std::size_t g = 0; g < ls.groups.size(); g++) {
-    const auto& ws = ls.groups[g].workers;
-    for (std::size_t k = 0; k < calls[g][0].size(); k++) {
-      const LoweredOp& l = ls.per_worker[ws[0]][calls[g][0][k]];
-      const std::int32_t id = add(l.bytes > 0 ? DagKind::Collective : DagKind::Join, ws[0], calls[g][0][k]);
-      DagNode& n = dag.nodes.back();
-      n.group = static_cast<std::int32_t>(g);
-      n.count = l.count;
-      n.amount = l.bytes;
-      n.lead_s = l.async ? l.lead_s : 0.0;
-      for (std::size_t s = 0; s < ws.size(); s++) dag.node_of[ws[s]][calls[g][s][k]] = id;
-    }
-  }
+};
 
-  // Edges.
-  std::vector<Edge>& edges = sc.edges;
-  std::vector<Edge>& shared = sc.shared;  // collective -> collective, may repeat once per member
-  edges.clear();
-  shared.clear();
-  reserve_grown(edges, ops + pairs.size());
-  for (std::size_t w = 0; w < workers; w++) {
-    const auto& prog = ls.per_worker[w];
-    const auto& nodes = dag.node_of[w];
-    std::int64_t prev = -1;
-    std::vector<std::size_t>& posted = sc.posted;  // async collectives not awaited yet (core/lowering.h)
-    posted.clear();
-    auto link = [&](std::uint32_t from, std::uint32_t to) {
-      (from >= first_coll && to >= first_coll ? shared : edges).emplace_back(from, to);
-    };
-    for (std::size_t i = 0; i < prog.size(); i++) {
-      const auto node = static_cast<std::uint32_t>(nodes[i]);
-      if (prev >= 0) link(static_cast<std::uint32_t>(prev), node);
-      if (prog[i].async && is_collective(prog[i].kind)) {
-        // One communication stream per group: a bucket without a lead (posted all at once: the parameter
-        // gather) starts after the group's previous one. A bucket with a lead starts at its own ready time, counted
-        // from its predecessor op; if the previous bucket still runs, the two share the links.
-        if (!posted.empty() && !(prog[i].lead_s > 0)) {
-          for (auto a = posted.rbegin(); a != posted.rend(); ++a)
-            if (prog[*a].group == prog[i].group) {
-              link(static_cast<std::uint32_t>(nodes[*a]), node);
-              break;
-            }
-        }
-        posted.push_back(i);
-        continue;
-      }
-      // An Optimizer waits for every posted collective; a Compute for the parameter gathers of its stage.
-      auto awaited = [&](std::size_t a) {
-        if (prog[i].kind == LOpKind::Optimizer) return true;
-        return prog[a].tag == CollTag::ParamGather && prog[i].kind == LOpKind::Compute &&
-               prog[i].op.stage == prog[a].op.stage;
-      };
-      std::size_t keep = 0;
-      for (std::size_t a : posted) {
-        if (awaited(a))
-          link(static_cast<std::uint32_t>(nodes[a]), node);
-        else
-          posted[keep++] = a;
-      }
-      posted.resize(keep);
-      if (prog[i].kind != LOpKind::Send) prev = node;
-    }
-  }
-  for (const auto& [s, r] : pairs)
-    edges.emplace_back(static_cast<std::uint32_t>(dag.node_of[s.worker][s.index]),
-                       static_cast<std::uint32_t>(dag.node_of[r.worker][r.index]));
-  // Blocking sends: the worker's next non-Send op also waits for each transfer posted before it.
-  if (ls.blocking_sends)
-    for (std::size_t w = 0; w < workers; w++) {
-      const auto& prog = ls.per_worker[w];
-      const auto& nodes = dag.node_of[w];
-      std::vector<std::uint32_t>& posted = sc.posted_sends;
-      posted.clear();
-      for (std::size_t i = 0; i < prog.size(); i++) {
-        const auto node = static_cast<std::uint32_t>(nodes[i]);
-        if (prog[i].kind == LOpKind::Send) {
-          posted.push_back(node);
-          continue;
-        }
-        for (std::uint32_t t : posted) edges.emplace_back(t, node);
-        posted.clear();
-      }
-    }
-  std::sort(shared.begin(), shared.end());
-  shared.erase(std::unique(shared.begin(), shared.end()), shared.end());
-  edges.insert(edges.end(), shared.begin(), shared.end());
-  // Sends are folded into their transfer node.
-  for (std::size_t w = 0; w < workers; w++)
-    for (std::size_t i = 0; i < ls.per_worker[w].size(); i++)
-      if (ls.per_worker[w][i].kind == LOpKind::Send) dag.node_of[w][i] = -1;
-
-  // CSR by counting sort; successors keep insertion order (program order first).
-  const std::size_t n = dag.nodes.size();
-  reserve_grown(dag.succ_begin, n + 1);
-  reserve_grown(dag.preds, n);
-  dag.succ_begin.assign(n + 1, 0);
-  dag.preds.assign(n, 0);
-  for (const Edge& e : edges) {
-    dag.succ_begin[e.first + 1]++;
-    dag.preds[e.second]++;
-  }
-  for (std::size_t i = 0; i < n; i++) dag.succ_begin[i + 1] += dag.succ_begin[i];
-  reserve_grown(dag.succ, edges.size());
-  dag.succ.resize(edges.size());
-  std::vector<std::uint32_t>& fill = sc.fill;
-  reserve_grown(fill, n);
-  fill.assign(dag.succ_begin.begin(), dag.succ_begin.end() - 1);
-  for (const Edge& e : edges) dag.succ[fill[e.first]++] = e.second;
-
+// build_dag into `dag`, reusing its storage and the scratch's.
+void build_into(const LoweredSchedule& ls, const Placement& pl, Dag& dag, dag_build::Scratch& sc) {
+  dag_build::check_and_match(ls, pl, sc);
+  DagNodes nodes{dag, pl};
+  dag_build::build_graph(ls, dag, sc, nodes);
   dag.rings = collective_rings(ls, pl);
 }
 
 }  // namespace
+
+struct DagBuilder::Scratch : dag_build::Scratch {};
 
 DagBuilder::DagBuilder() : scratch_(std::make_unique<Scratch>()) {}
 DagBuilder::~DagBuilder() = default;
@@ -489,7 +391,7 @@ const Dag& DagBuilder::build(const LoweredSchedule& ls, const Placement& placeme
 
 Dag build_dag(const LoweredSchedule& ls, const Placement& pl) {
   Dag dag;
-  DagBuilder::Scratch scratch;
+  dag_build::Scratch scratch;
   build_into(ls, pl, dag, scratch);
   return dag;
 }

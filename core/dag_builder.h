@@ -1,7 +1,8 @@
 #pragma once
-// build_dag (core/dag.h) for callers that build many DAGs one after another (the search builds one per structure):
-// the DAG's and the build's vectors keep their capacity between builds, so a build writes memory that is already
-// mapped instead of fresh pages (the replica copy and the collective rings are still allocated per build).
+// build_dag (core/dag.h) for callers that build many DAGs one after another: the DAG's and the build's vectors keep
+// their capacity between builds, so a build writes memory that is already mapped instead of fresh pages (the replica
+// copy and the collective rings are still allocated per build). Stage 2 of the search builds its shapes through the
+// same steps without DagNodes (core/dag_build.h, ShapeBuilder in core/search_retime.h).
 
 #include <memory>
 

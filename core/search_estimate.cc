@@ -1,15 +1,12 @@
 #include "core/search_estimate.h"
 
 #include <algorithm>
-#include <functional>
 #include <stdexcept>
 #include <tuple>
-#include <unordered_map>
 #include <utility>
 
 #include "core/cost_model.h"
 #include "core/dag.h"
-#include "core/dag_builder.h"
 #include "core/grad_sync.h"
 #include "core/lowering.h"
 #include "core/megatron_p2p.h"
@@ -45,24 +42,55 @@ class MemoCost final : public CostModel {
   double param_bytes(int rank) const override { return c_.param_bytes(rank); }
 
  private:
-  struct Key {
-    std::uint64_t a, b;  // kind | stage | sequences, token range
-    bool operator==(const Key& o) const { return a == o.a && b == o.b; }
+  // An open-addressing table (linear probing, grown at half full): the lowering asks for every op, a few distinct
+  // questions many times each.
+  class Table {
+   public:
+    template <class F>
+    double get(std::uint64_t a, std::uint64_t b, const F& ask) {
+      if (2 * (used_ + 1) > slots_.size()) grow();
+      for (std::size_t h = slot_of(a, b);; h = (h + 1) & (slots_.size() - 1)) {
+        Slot& x = slots_[h];
+        if (x.full && x.a == a && x.b == b) return x.v;
+        if (!x.full) {
+          const double v = ask();
+          x = Slot{a, b, v, true};
+          used_++;
+          return v;
+        }
+      }
+    }
+
+   private:
+    struct Slot {
+      std::uint64_t a = 0, b = 0;
+      double v = 0;
+      bool full = false;
+    };
+    std::size_t slot_of(std::uint64_t a, std::uint64_t b) const {
+      std::uint64_t h = (a ^ b * 0x9E3779B97F4A7C15ull) * 0xff51afd7ed558ccdull;
+      return static_cast<std::size_t>(h ^ h >> 32) & (slots_.size() - 1);
+    }
+    void grow() {
+      std::vector<Slot> old = std::move(slots_);
+      slots_.assign(old.empty() ? 64 : 2 * old.size(), Slot{});
+      for (const Slot& x : old)
+        if (x.full)
+          for (std::size_t h = slot_of(x.a, x.b);; h = (h + 1) & (slots_.size() - 1))
+            if (!slots_[h].full) {
+              slots_[h] = x;
+              break;
+            }
+    }
+    std::vector<Slot> slots_;
+    std::size_t used_ = 0;
   };
-  struct KeyHash {
-    std::size_t operator()(const Key& k) const { return std::hash<std::uint64_t>()(k.a * 0x9E3779B97F4A7C15ull ^ k.b); }
-  };
-  using Table = std::unordered_map<Key, double, KeyHash>;
   template <class F>
   static double memo(Table& table, const Op& op, int seqs, const F& ask) {
     auto u32 = [](std::int32_t x) { return static_cast<std::uint64_t>(static_cast<std::uint32_t>(x)); };
-    const Key k{static_cast<std::uint64_t>(op.kind) | u32(op.stage) << 8 | u32(seqs) << 32,
-                u32(op.tok_begin) | u32(op.tok_end) << 32};
-    const auto it = table.find(k);
-    if (it != table.end()) return it->second;
-    const double v = ask();
-    table.emplace(k, v);
-    return v;
+    // kind | stage | sequences, token range
+    return table.get(static_cast<std::uint64_t>(op.kind) | u32(op.stage) << 8 | u32(seqs) << 32,
+                     u32(op.tok_begin) | u32(op.tok_end) << 32, ask);
   }
   const CostModel& c_;
   mutable Table compute_, p2p_, tp_;
@@ -83,7 +111,8 @@ Placement one_replica(const Scenario& s, const Placement& full) {
 
 }  // namespace
 
-Stage2Estimator::Stage2Estimator() : retimer_(std::make_unique<Retimer>()), builder_(std::make_unique<DagBuilder>()) {}
+Stage2Estimator::Stage2Estimator()
+    : retimer_(std::make_unique<Retimer>()), builder_(std::make_unique<ShapeBuilder>()) {}
 Stage2Estimator::~Stage2Estimator() = default;
 
 double Stage2Estimator::estimate(const Scenario& s) {
@@ -104,7 +133,7 @@ double Stage2Estimator::estimate(const Scenario& s) {
   const MemoCost cost(b_model ? *b_model : *model);
   const LoweredSchedule ls = lower_one_replica(b, make_schedule(b), cost);
   if (shapes_.size() >= kShapesKept) shapes_.erase(shapes_.begin());
-  shapes_.push_back(make_dag_shape(ls, builder_->build(ls, one_replica(b, scenario_placement(b))), b, cost, key));
+  shapes_.push_back(builder_->build(ls, one_replica(b, scenario_placement(b)), b, cost, key));
   built_++;
   // The candidate's answers fit the shape it was lowered for; the superset shape of another candidate's answers
   // might not (a parameter gather of no bytes): then the direct estimate.

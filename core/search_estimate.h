@@ -23,8 +23,6 @@
 
 namespace pipescope {
 
-class DagBuilder;
-
 class Stage2Estimator {
  public:
   Stage2Estimator();
@@ -41,7 +39,7 @@ class Stage2Estimator {
  private:
   std::vector<DagShapePtr> shapes_;  // the latest structures (core/search_retime.h)
   std::unique_ptr<Retimer> retimer_;
-  std::unique_ptr<DagBuilder> builder_;  // a new structure's DAG, built in the storage of the previous one
+  std::unique_ptr<ShapeBuilder> builder_;  // a new structure's shape, built in the storage of the previous one
   std::size_t built_ = 0;
 };
 

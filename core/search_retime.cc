@@ -10,6 +10,7 @@
 
 #include "core/cost_model.h"
 #include "core/dag.h"
+#include "core/dag_build.h"
 #include "core/grad_sync.h"
 #include "core/megatron_p2p.h"
 #include "core/pipeline.h"
@@ -291,9 +292,8 @@ class OpClasses {
   std::vector<std::int32_t> index_;
 };
 
-// The recipe of DAG node `n` (whose lowered op is ls.per_worker[n.worker][n.index]); j: the bucket's index.
-Recipe recipe_of(const LoweredSchedule& ls, const DagNode& n, int j, OpClasses& classes) {
-  const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(n.worker)][static_cast<std::size_t>(n.index)];
+// The recipe of DAG node `n` whose lowered op is `l`; j: the bucket's index.
+Recipe recipe_of(const LoweredSchedule& ls, const LoweredOp& l, const DagNode& n, int j, OpClasses& classes) {
   Recipe x;
   x.kind = l.kind;
   switch (n.kind) {
@@ -344,54 +344,48 @@ Recipe recipe_of(const LoweredSchedule& ls, const DagNode& n, int j, OpClasses& 
   return x;
 }
 
-// Per rank: the virtual stages whose weight gradients a program makes (B or W ops), and those it runs at all.
-void stage_counts(const LoweredSchedule& ls, DagShape& sh) {
-  sh.grad_spans.assign(static_cast<std::size_t>(ls.p), 0);
+// Per rank: the virtual stages whose weight gradients a program makes (B or W ops), and those it runs at all, from
+// `stages` (per rank and virtual stage: -1 not run there, 0 run, 1 with a backward; ShapeSink marks them).
+void stage_counts(const std::vector<std::vector<std::int8_t>>& stages, int p, DagShape& sh) {
+  sh.grad_spans.assign(static_cast<std::size_t>(p), 0);
   sh.param_spans = sh.grad_spans;
-  for (int r = 0; r < ls.p; r++) {
-    std::vector<std::int8_t> stages;  // per virtual stage: -1 not run here, 0 run, 1 with a backward
-    for (const LoweredOp& l : ls.per_worker[static_cast<std::size_t>(r)]) {
-      if (l.kind != LOpKind::Compute) continue;
-      const auto g = static_cast<std::size_t>(l.op.stage);
-      if (g >= stages.size()) stages.resize(g + 1, -1);
-      stages[g] =
-          std::max<std::int8_t>(stages[g], l.op.kind == OpKind::Backward || l.op.kind == OpKind::BackwardWeight);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(p); r++)
+    for (std::int8_t x : stages[r]) {
+      sh.param_spans[r] += x >= 0;
+      sh.grad_spans[r] += x == 1;
     }
-    for (std::int8_t x : stages) {
-      sh.param_spans[static_cast<std::size_t>(r)] += x >= 0;
-      sh.grad_spans[static_cast<std::size_t>(r)] += x == 1;
-    }
-  }
 }
 
-// Kahn's algorithm; the nodes renumbered in that order (a pass over them in index order is topological).
+// Kahn's algorithm; the nodes renumbered in that order (a pass over them in index order is topological). Each node's
+// class and successors are copied as it is taken (successors in the old numbering, translated once all are known).
 void number_topologically(const Dag& dag, const std::vector<std::uint32_t>& node_cls, DagShape& sh,
-                          const std::string& source) {
-  const auto n = static_cast<std::uint32_t>(dag.size());
-  std::vector<std::uint32_t> pending(dag.preds), ready, order;
-  order.reserve(n);
-  for (std::uint32_t i = 0; i < n; i++)
-    if (pending[i] == 0) ready.push_back(i);
-  while (!ready.empty()) {
-    const std::uint32_t u = ready.back();
-    ready.pop_back();
-    order.push_back(u);
-    for (std::uint32_t e = dag.succ_begin[u]; e < dag.succ_begin[u + 1]; e++)
-      if (--pending[dag.succ[e]] == 0) ready.push_back(dag.succ[e]);
-  }
-  if (order.size() != n) throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
-  std::vector<std::uint32_t> id(n);
-  for (std::uint32_t k = 0; k < n; k++) id[order[k]] = k;
+                          const std::string& source, std::vector<std::uint32_t>& pending,
+                          std::vector<std::uint32_t>& ready, std::vector<std::uint32_t>& id) {
+  const auto n = static_cast<std::uint32_t>(node_cls.size());
+  pending.assign(dag.preds.begin(), dag.preds.end());
+  ready.resize(n);  // a stack
+  id.resize(n);
   sh.cls.resize(n);
-  sh.succ_begin.assign(n + 1, 0);
-  sh.succ.clear();
-  sh.succ.reserve(dag.succ.size());
-  for (std::uint32_t k = 0; k < n; k++) {
-    const std::uint32_t u = order[k];
+  sh.succ_begin.resize(n + 1);
+  sh.succ.resize(dag.succ.size());
+  std::size_t top = 0;
+  for (std::uint32_t i = 0; i < n; i++)
+    if (pending[i] == 0) ready[top++] = i;
+  std::uint32_t k = 0, fill = 0;
+  sh.succ_begin[0] = 0;
+  while (top > 0) {
+    const std::uint32_t u = ready[--top];
+    id[u] = k;
     sh.cls[k] = node_cls[u];
-    for (std::uint32_t e = dag.succ_begin[u]; e < dag.succ_begin[u + 1]; e++) sh.succ.push_back(id[dag.succ[e]]);
-    sh.succ_begin[k + 1] = static_cast<std::uint32_t>(sh.succ.size());
+    for (std::uint32_t e = dag.succ_begin[u]; e < dag.succ_begin[u + 1]; e++) {
+      const std::uint32_t v = dag.succ[e];
+      sh.succ[fill++] = v;
+      if (--pending[v] == 0) ready[top++] = v;
+    }
+    sh.succ_begin[++k] = fill;
   }
+  if (k != n) throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
+  for (std::uint32_t& v : sh.succ) v = id[v];
 }
 
 bool same(const CostedOp& a, const CostedOp& b) {
@@ -401,8 +395,153 @@ bool same(const CostedOp& a, const CostedOp& b) {
 
 }  // namespace
 
-DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Dag& dag, const Scenario& s, const CostModel& cost,
-                           const ShapeKey& key) {
+// Everything a shape build keeps between structures (the DAG's edges and the classes' scratch).
+struct ShapeBuilder::Storage {
+  Dag dag;  // node_of and the successor lists (no DagNode: the sink below classes each node instead)
+  dag_build::Scratch scratch;
+  std::vector<std::uint32_t> node_cls, pending, ready, id;
+  std::vector<std::vector<std::int8_t>> stages;  // per rank and virtual stage (stage_counts)
+  std::vector<CostedOp> first;                   // per recipe: the values of its first node
+  struct At {
+    std::uint32_t node;
+    std::int32_t worker, index;
+  };
+  std::vector<At> first_at;  // per recipe: its first node and that node's lowered op
+};
+
+namespace {
+
+// build_graph's sink (core/dag_build.h) for a shape: each node classed into its recipe as it is numbered, and its
+// lowered values compared with its recipe's first node's (the check; each recipe's first node is compared with the
+// recipe re-costed once the classes are complete).
+class ShapeSink {
+ public:
+  ShapeSink(const LoweredSchedule& ls, const Scenario& s, DagShape& sh, OpClasses& classes, ShapeBuilder::Storage& st)
+      : ls_(ls), s_(s), sh_(sh), classes_(classes), st_(st), join_recipe_(kLOpKinds, -1) {
+    // Every compute op asks the TP question when tp > 1 (core/lowering.cc, tp_pass), whether or not it issues one.
+    compute_need_ = ls.tp > 1 ? kCompute | kTp : kCompute;
+    st_.node_cls.clear();
+    st_.first.clear();
+    st_.first_at.clear();
+    st_.stages.resize(static_cast<std::size_t>(ls.p));
+    for (auto& x : st_.stages) x.clear();
+  }
+  void begin(std::size_t ops) { st_.node_cls.reserve(ops); }
+  std::uint32_t size() const { return static_cast<std::uint32_t>(st_.node_cls.size()); }
+
+  void add(DagKind kind, int w, std::size_t i, const LoweredOp& l, std::int32_t group) {
+    DagNode n;
+    n.kind = kind;
+    n.worker = w;
+    n.index = static_cast<std::int32_t>(i);
+    n.group = group;
+    // Compute ops and joins, most of the nodes, find their recipe by op class and op kind.
+    if (kind == DagKind::Compute && l.kind == LOpKind::Compute) {
+      const auto c = static_cast<std::size_t>(classes_.of(l.op, compute_need_));
+      if (c >= compute_recipe_.size()) compute_recipe_.resize(c + 1, -1);
+      if (compute_recipe_[c] < 0) compute_recipe_[c] = add_recipe(recipe_of(ls_, l, n, 0, classes_));
+      if (w < ls_.p) mark_stage(w, l.op);
+      const auto x = static_cast<std::uint32_t>(compute_recipe_[c]);
+      // A compute node's values are its kind (the recipe's) and its seconds: the check compares the seconds.
+      if (x < st_.first.size() && l.seconds == st_.first[x].seconds) return st_.node_cls.push_back(x);
+      return assign(n, l, x);
+    }
+    if (kind == DagKind::Join) {
+      std::int64_t& x = join_recipe_[static_cast<std::size_t>(l.kind)];
+      if (x < 0) x = add_recipe(recipe_of(ls_, l, n, 0, classes_));
+      // A join's values are its lowered kind alone, the recipe's: nothing to compare after its first node.
+      if (static_cast<std::size_t>(x) < st_.first.size()) return st_.node_cls.push_back(static_cast<std::uint32_t>(x));
+      return assign(n, l, static_cast<std::uint32_t>(x));
+    }
+    // Transfers and per-op collectives (TP, scatter/gather): by op class too, the class's last recipe reused when
+    // equal.
+    const int slot = kind == DagKind::Transfer                                         ? 0
+                     : kind == DagKind::Collective && l.tag == CollTag::TensorParallel ? 1
+                     : kind == DagKind::Collective && l.tag == CollTag::ScatterGather  ? 2
+                                                                                       : -1;
+    if (slot >= 0) {
+      if (same_as_last(slot, w, l, group)) return;
+      const Recipe x = recipe_of(ls_, l, n, 0, classes_);
+      auto& last = per_class_[slot];
+      const auto c = static_cast<std::size_t>(x.cls);
+      if (c >= last.size()) last.resize(c + 1, -1);
+      if (last[c] < 0 || !(sh_.recipes[static_cast<std::size_t>(last[c])] == x)) last[c] = add_recipe(x);
+      return assign(n, l, static_cast<std::uint32_t>(last[c]));
+    }
+    int j = 0;
+    // Bucket j of a stage is the j-th async gradient collective of that stage in the program (core/grad_sync.cc):
+    // build_graph numbers a group's calls in member program order, and the check would catch it otherwise.
+    if (kind == DagKind::Collective && l.tag == CollTag::DataParallel && l.async) j = buckets_[{w, l.op.stage}]++;
+    assign(n, l, add_recipe(recipe_of(ls_, l, n, j, classes_)));
+  }
+
+ private:
+  // Whether a transfer (slot 0), TP (1) or scatter/gather (2) node takes its op class's last recipe with the values
+  // of that recipe's first node; then the node is classed. The recipe's fields other than those compared here are
+  // the slot's and the class's, and the node's values other than those compared are the recipe's (recipe_of,
+  // costed_op): the same answer as building the node's recipe and comparing all fields.
+  bool same_as_last(int slot, int w, const LoweredOp& l, std::int32_t group) {
+    const auto c = static_cast<std::size_t>(classes_.of(l.op, slot == 1 ? kTp : kP2p));
+    const auto& last = per_class_[slot];
+    if (c >= last.size() || last[c] < 0) return false;
+    const auto x = static_cast<std::uint32_t>(last[c]);
+    const Recipe& r = sh_.recipes[x];
+    const CostedOp& f = st_.first[x];
+    const bool same_values = slot == 0
+                                 ? r.kind == l.kind && r.worker == w && r.peer == l.peer && l.bytes == f.bytes
+                                 : r.kind == l.kind && r.async == l.async && r.group == group && l.bytes == f.bytes &&
+                                       l.count == f.count && (l.async ? l.lead_s : 0.0) == f.lead_s;
+    if (same_values) st_.node_cls.push_back(x);
+    return same_values;
+  }
+  // The stage of a compute op (a valid one: OpClasses checked it) as stage_counts counts it.
+  void mark_stage(int w, const Op& op) {
+    auto& stages = st_.stages[static_cast<std::size_t>(w)];
+    const auto g = static_cast<std::size_t>(op.stage);
+    if (g >= stages.size()) stages.resize(g + 1, -1);
+    stages[g] = std::max<std::int8_t>(stages[g], op.kind == OpKind::Backward || op.kind == OpKind::BackwardWeight);
+  }
+  std::uint32_t add_recipe(const Recipe& x) {
+    const auto [it, added] = ids_.emplace(x, static_cast<std::uint32_t>(ids_.size()));
+    if (added) sh_.recipes.push_back(x);
+    return it->second;
+  }
+  void assign(const DagNode& n, const LoweredOp& l, std::uint32_t x) {
+    const auto u = static_cast<std::uint32_t>(st_.node_cls.size());
+    st_.node_cls.push_back(x);
+    const CostedOp got = costed_op(l, n);
+    if (x == st_.first.size()) {
+      st_.first.push_back(got);
+      st_.first_at.push_back({u, n.worker, n.index});
+    } else if (!same(got, st_.first[x])) {
+      const ShapeBuilder::Storage::At& f = st_.first_at[x];
+      throw std::logic_error(s_.source + ": stage 2: node " + std::to_string(u) + " (" +
+                             lowered_op_name(ls_, n.worker, static_cast<std::size_t>(n.index)) + ") and node " +
+                             std::to_string(f.node) + " (" +
+                             lowered_op_name(ls_, f.worker, static_cast<std::size_t>(f.index)) +
+                             ") share a duration class but differ in their lowering (core/search_retime.cc)");
+    }
+  }
+
+  const LoweredSchedule& ls_;
+  const Scenario& s_;
+  DagShape& sh_;
+  OpClasses& classes_;
+  ShapeBuilder::Storage& st_;
+  std::uint8_t compute_need_;
+  std::unordered_map<Recipe, std::uint32_t, RecipeHash> ids_;
+  std::vector<std::int64_t> compute_recipe_, join_recipe_, per_class_[3];
+  std::map<std::pair<std::int32_t, int>, int> buckets_;  // (worker, stage) -> async gradient buckets so far
+};
+
+}  // namespace
+
+ShapeBuilder::ShapeBuilder() : st_(std::make_unique<Storage>()) {}
+ShapeBuilder::~ShapeBuilder() = default;
+
+DagShapePtr ShapeBuilder::build(const LoweredSchedule& ls, const Placement& replica, const Scenario& s,
+                                const CostModel& cost, const ShapeKey& key) {
+  Storage& st = *st_;
   DagShapePtr sh(new DagShape);
   sh->key = key.words;
   sh->seq_len = s.model.seq_len;
@@ -411,77 +550,12 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Dag& dag, const Scen
   sh->o = grad_sync_options(s.training);
   sh->dp = s.parallel.dp > 1;
   sh->groups = ls.groups;
-  stage_counts(ls, *sh);
   OpClasses classes(*sh, ls.schedule.stages(), static_cast<int>(key.slice_begin.size()));
-  std::unordered_map<Recipe, std::uint32_t, RecipeHash> ids;
-  auto add = [&](const Recipe& x) {
-    const auto [it, added] = ids.emplace(x, static_cast<std::uint32_t>(ids.size()));
-    if (added) sh->recipes.push_back(x);
-    return it->second;
-  };
-  // Compute ops and joins, most of the nodes, find their recipe by op class and op kind.
-  std::vector<std::int64_t> compute_recipe, join_recipe(kLOpKinds, -1), per_class[3];
-  // Every compute op asks the TP question when tp > 1 (core/lowering.cc, tp_pass), whether or not it issues one.
-  const std::uint8_t compute_need = ls.tp > 1 ? kCompute | kTp : kCompute;
-  std::vector<std::uint32_t> node_cls(dag.size());
-  // The check (below): every node's lowered values equal its recipe's first node's, compared here as the nodes are
-  // classed; each recipe's first node is then compared with the recipe re-costed.
-  std::vector<CostedOp> first;  // per recipe: the values of its first node
-  std::vector<std::uint32_t> first_node;
-  auto assign = [&](std::size_t u, const LoweredOp& l, std::uint32_t x) {
-    node_cls[u] = x;
-    const CostedOp got = costed_op(l, dag.nodes[u]);
-    if (x == first.size()) {
-      first.push_back(got);
-      first_node.push_back(static_cast<std::uint32_t>(u));
-    } else if (!same(got, first[x])) {
-      throw std::logic_error(s.source + ": stage 2: node " + std::to_string(u) + " (" +
-                             dag_node_text(dag, ls, static_cast<std::uint32_t>(u)) + ") and node " +
-                             std::to_string(first_node[x]) + " (" + dag_node_text(dag, ls, first_node[x]) +
-                             ") share a duration class but differ in their lowering (core/search_retime.cc)");
-    }
-  };
-  std::map<std::pair<std::int32_t, int>, int> buckets;  // (worker, stage) -> async gradient buckets so far
-  for (std::size_t u = 0; u < dag.size(); u++) {
-    const DagNode& n = dag.nodes[u];
-    const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(n.worker)][static_cast<std::size_t>(n.index)];
-    if (n.kind == DagKind::Compute && l.kind == LOpKind::Compute) {
-      const auto c = static_cast<std::size_t>(classes.of(l.op, compute_need));
-      if (c >= compute_recipe.size()) compute_recipe.resize(c + 1, -1);
-      if (compute_recipe[c] < 0) compute_recipe[c] = add(recipe_of(ls, n, 0, classes));
-      assign(u, l, static_cast<std::uint32_t>(compute_recipe[c]));
-      continue;
-    }
-    if (n.kind == DagKind::Join) {
-      std::int64_t& x = join_recipe[static_cast<std::size_t>(l.kind)];
-      if (x < 0) x = add(recipe_of(ls, n, 0, classes));
-      assign(u, l, static_cast<std::uint32_t>(x));
-      continue;
-    }
-    // Transfers and per-op collectives (TP, scatter/gather): by op class too, the class's last recipe reused when
-    // equal.
-    const int slot = n.kind == DagKind::Transfer                                         ? 0
-                     : n.kind == DagKind::Collective && l.tag == CollTag::TensorParallel ? 1
-                     : n.kind == DagKind::Collective && l.tag == CollTag::ScatterGather  ? 2
-                                                                                         : -1;
-    if (slot >= 0) {
-      const Recipe x = recipe_of(ls, n, 0, classes);
-      auto& last = per_class[slot];
-      const auto c = static_cast<std::size_t>(x.cls);
-      if (c >= last.size()) last.resize(c + 1, -1);
-      if (last[c] < 0 || !(sh->recipes[static_cast<std::size_t>(last[c])] == x)) last[c] = add(x);
-      assign(u, l, static_cast<std::uint32_t>(last[c]));
-      continue;
-    }
-    int j = 0;
-    // Bucket j of a stage is the j-th async gradient collective of that stage in the program (core/grad_sync.cc).
-    if (n.kind == DagKind::Collective && l.tag == CollTag::DataParallel && l.async)
-      j = buckets[{n.worker, l.op.stage}]++;
-    assign(u, l, add(recipe_of(ls, n, j, classes)));
-  }
-  // The buckets counted above are in program order only if each node's index runs in that order: it does
-  // (build_dag numbers a group's calls in member program order), and the check below would catch it otherwise.
-  number_topologically(dag, node_cls, *sh, s.source);
+  dag_build::check_and_match(ls, replica, st.scratch);
+  ShapeSink sink(ls, s, *sh, classes, st);
+  dag_build::build_graph(ls, st.dag, st.scratch, sink);
+  stage_counts(st.stages, ls.p, *sh);
+  number_topologically(st.dag, st.node_cls, *sh, s.source, st.pending, st.ready, st.id);
 
   // Check: every node re-costed from its recipe equals what the lowering gave it.
   for (const Op& op : sh->ops) {
@@ -493,14 +567,13 @@ DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Dag& dag, const Scen
   ask(*sh, s, key.slice_begin, cost, v);
   sh->fingerprint = v.fingerprint;
   sh->tp_fingerprint = v.tp_fingerprint;
-  std::vector<CostedOp> by_recipe;
-  by_recipe.reserve(sh->recipes.size());
-  for (const Recipe& x : sh->recipes) by_recipe.push_back(costed(*sh, x, v, s.parallel.tp));
-  for (std::size_t x = 0; x < first.size(); x++)
-    if (!same(by_recipe[x], first[x]))
-      throw std::logic_error(s.source + ": stage 2: re-costing node " + std::to_string(first_node[x]) + " (" +
-                             dag_node_text(dag, ls, first_node[x]) +
+  for (std::size_t x = 0; x < st.first.size(); x++)
+    if (!same(costed(*sh, sh->recipes[x], v, s.parallel.tp), st.first[x])) {
+      const Storage::At& f = st.first_at[x];
+      throw std::logic_error(s.source + ": stage 2: re-costing node " + std::to_string(f.node) + " (" +
+                             lowered_op_name(ls, f.worker, static_cast<std::size_t>(f.index)) +
                              ") differs from its lowering (core/search_retime.cc)");
+    }
   return sh;
 }
 

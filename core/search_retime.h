@@ -69,11 +69,27 @@ class Retimer {
   std::unique_ptr<Values> v_;
 };
 
-// The shape of `ls` (one replica of `s`, lowered with `cost`) from its DAG (`dag`: build_dag of `ls` on replica 0's
-// GPUs), checked: every node re-costed from the shape's classes with `cost` equals the lowered op's value
-// (std::logic_error otherwise). Throws std::runtime_error when the DAG has a cycle.
-DagShapePtr make_dag_shape(const LoweredSchedule& ls, const Dag& dag, const Scenario& s, const CostModel& cost,
-                           const ShapeKey& key);
+// Builds shapes, keeping its storage (the DAG's successor lists, the build's scratch) from one structure to the next.
+class ShapeBuilder {
+ public:
+  ShapeBuilder();
+  ~ShapeBuilder();
+  ShapeBuilder(const ShapeBuilder&) = delete;
+  ShapeBuilder& operator=(const ShapeBuilder&) = delete;
+
+  // The shape of `ls` (one replica of `s`, lowered with `cost`) on `replica` (replica 0's GPUs): build_dag's nodes and
+  // edges (core/dag_build.h, the same code), each node classed into its duration class as it is made (no DagNode
+  // kept), then numbered topologically. Checked: every node re-costed from the shape's classes with `cost` equals
+  // the lowered op's value (std::logic_error otherwise). Throws CheckError as build_dag does, std::runtime_error
+  // when the DAG has a cycle.
+  DagShapePtr build(const LoweredSchedule& ls, const Placement& replica, const Scenario& s, const CostModel& cost,
+                    const ShapeKey& key);
+
+  struct Storage;  // core/search_retime.cc
+
+ private:
+  std::unique_ptr<Storage> st_;
+};
 const std::vector<std::int64_t>& shape_key_of(const DagShape& shape);
 std::size_t shape_nodes(const DagShape& shape);
 

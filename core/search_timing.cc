@@ -60,15 +60,22 @@ Link rings_link(const ClusterSpec& c, const Rings& rings) {
   return slow;
 }
 
-// A collective call as the simulator's analytic collectives time it (NCCL's algorithm and protocol choice over
-// the group's bandwidths, core/nccl_model.h): the slowest of the group's rings.
-double nccl_rings_s(const ClusterSpec& c, const Rings& rings, double bytes, bool allgather) {
-  double t = 0;
+// The NCCL view of each ring of a group (core/nccl_model.h), made once per group: its calls of other sizes reuse it.
+std::vector<NcclGroup> nccl_groups(const ClusterSpec& c, const Rings& rings) {
+  std::vector<NcclGroup> out;
+  out.reserve(rings.size());
   for (const auto& ring : rings)
-    if (ring.size() > 1 && bytes > 0)
-      t = std::max(t, nccl_collective_seconds(
-                          nccl_ring_group(c, ring, [&](int a, int b) { return link_between(c, a, b).bw_Bps; }), bytes,
-                          allgather));
+    if (ring.size() > 1)
+      out.push_back(nccl_ring_group(c, ring, [&](int a, int b) { return link_between(c, a, b).bw_Bps; }));
+  return out;
+}
+
+// A collective call as the simulator's analytic collectives time it (NCCL's algorithm and protocol choice over
+// the group's bandwidths): the slowest of the group's rings (`groups`: nccl_groups of them).
+double nccl_rings_s(const std::vector<NcclGroup>& groups, double bytes, bool allgather) {
+  double t = 0;
+  if (bytes > 0)
+    for (const NcclGroup& g : groups) t = std::max(t, nccl_collective_seconds(g, bytes, allgather));
   return t;
 }
 }  // namespace
@@ -78,6 +85,7 @@ struct ReplicaTiming::Group {
   const Rings* rings = nullptr;
   bool link_known = false;
   Link link;
+  std::vector<NcclGroup> nccl;  // with link_known: nccl_groups of the rings
   struct Seen {
     double bytes;
     bool allgather;
@@ -88,8 +96,14 @@ struct ReplicaTiming::Group {
   double call_s(const ClusterSpec& c, bool nccl, double bytes, bool allgather) {
     for (const Seen& x : seen)
       if (x.bytes == bytes && x.allgather == allgather) return x.s;
-    if (!nccl && !link_known) link = rings_link(c, *rings), link_known = true;
-    const double t = nccl ? nccl_rings_s(c, *rings, bytes, allgather)
+    if (!link_known) {
+      if (nccl)
+        this->nccl = nccl_groups(c, *rings);
+      else
+        link = rings_link(c, *rings);
+      link_known = true;
+    }
+    const double t = nccl ? nccl_rings_s(this->nccl, bytes, allgather)
                           : ring_collective_s(bytes, static_cast<int>(rings->front().size()), link.bw_Bps,
                                               link.latency_s, allgather);
     seen.push_back({bytes, allgather, t});
