@@ -12,6 +12,7 @@
 #include "core/memory_model.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
+#include "core/scenario_vary.h"
 #include "core/schedule_registry.h"
 #include "core/terapipe_planner.h"
 
@@ -111,13 +112,12 @@ std::string candidate_label(const Scenario& s) {
 
 Scenario make_point(const Scenario& base, const SearchPoint& p, int segments) {
   const ScheduleEntry& e = *p.kind;
-  Scenario s = base;
+  Scenario s = with_schedule(base, e.kind);  // a kind-file scenario's file goes with its kind
   s.training.distributed_optimizer = p.distributed_optimizer;
   if (!p.distributed_optimizer) s.training.overlap_param_gather = false;  // it overlaps the optimizer's gather
   s.parallel.dp = p.dp, s.parallel.pp = p.pp, s.parallel.tp = p.tp, s.parallel.v = p.v;
   s.parallel.micro_batch_size = p.micro_batch_size;
   s.parallel.stage_layers.clear();
-  s.schedule.kind = e.kind;
   s.schedule.recompute = p.recompute;
   s.schedule.slice_tokens.clear();
   s.schedule.seq_slices = 1;

@@ -22,6 +22,7 @@
 #include "core/lowering.h"
 #include "core/pipeline.h"
 #include "core/scenario.h"
+#include "core/schedule_csv.h"
 #include "core/search.h"
 #include "core/search_estimate.h"
 #include "sim/run_scenario.h"
@@ -215,6 +216,23 @@ TEST(Search, DistributedOptimizerWhereDataParallel) {
     pairs++;
   }
   EXPECT_GT(pairs, 0);
+}
+
+// A scenario whose schedule is a file: its layouts of generated kinds are candidates (the file names one
+// layout's schedule and goes with that kind), the file itself is the scenario as written.
+TEST(Search, ScheduleFileScenarioSearchesGeneratedKinds) {
+  const Scenario written = parse_scenario(kScenarios[0], "<test>");
+  const std::string csv = ::testing::TempDir() + "/search_file_" + std::to_string(getpid()) + ".csv";
+  std::ofstream(csv) << schedule_to_csv(make_schedule(written));
+  std::string text = kScenarios[0];
+  text.replace(text.find("schedule: {kind: 1f1b}"), 22, "schedule: {kind: file, file: " + csv + "}");
+  const Scenario base = parse_scenario(text, "<test>");
+  SearchSpace sp = small_space();
+  sp.schedules = {"1f1b"};
+  const Stage1 s1 = enumerate_candidates(base, sp);
+  ASSERT_FALSE(s1.survivors.empty());
+  for (const Candidate& c : s1.survivors) EXPECT_EQ(c.scenario.schedule.file, "") << c.label;
+  EXPECT_EQ(s1.survivors.size(), enumerate_candidates(written, sp).survivors.size());
 }
 
 std::string write(const std::string& name, const std::string& text) {
