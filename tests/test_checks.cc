@@ -10,19 +10,12 @@
 #include "core/dag.h"
 #include "core/lowering.h"
 #include "core/schedule.h"
+#include "tests/flat_placement.h"
 
 namespace pipescope {
 namespace {
 
-Placement flat_placement(int dp, int p, int tp) {
-  Placement pl;
-  pl.dp = dp;
-  pl.p = p;
-  pl.tp = tp;
-  pl.gpus_per_node = 8;
-  for (int i = 0; i < dp * p * tp; i++) pl.gpu.push_back(i);
-  return pl;
-}
+using test::flat_placement;
 
 ConstantCosts costs(int v = 1) {
   ConstantCosts cc;

@@ -42,6 +42,7 @@
 #include "core/memory_model.h"
 #include "core/scenario.h"
 #include "core/schedule_registry.h"
+#include "tests/flat_placement.h"
 
 namespace pipescope {
 namespace {
@@ -63,15 +64,7 @@ Schedule build(const ScheduleEntry& e, const Shape& sh) {
   return e.generate(sh.p, chunks_of(e), uniform_microbatches(sh.m, 1, kSeqLen, slices_of(e, sh)), kSeqLen);
 }
 
-Placement flat_placement(int p) {
-  Placement pl;
-  pl.dp = 1;
-  pl.p = p;
-  pl.tp = 1;
-  pl.gpus_per_node = 8;
-  for (int i = 0; i < p; i++) pl.gpu.push_back(i);
-  return pl;
-}
+using test::flat_placement;
 
 double makespan(const Schedule& s, const Costs& c) {
   ConstantCosts cc;
@@ -82,7 +75,7 @@ double makespan(const Schedule& s, const Costs& c) {
   cc.seq_len = kSeqLen;
   const ConstantCostModel cost(cc);
   const LoweredSchedule ls = lower(s, 1, 1, cost);
-  const Placement pl = flat_placement(s.p);
+  const Placement pl = flat_placement(1, s.p, 1);
   const CheckedSchedule cs = check(ls, pl);
   const auto f = earliest_finish(cs.dag());
   return *std::max_element(f.begin(), f.end());

@@ -16,19 +16,12 @@
 #include "core/scenario.h"
 #include "core/search_estimate.h"
 #include "core/search_retime.h"
+#include "tests/flat_placement.h"
 
 namespace pipescope {
 namespace {
 
-Placement flat_placement(int dp, int p, int tp) {
-  Placement pl;
-  pl.dp = dp;
-  pl.p = p;
-  pl.tp = tp;
-  pl.gpus_per_node = 8;
-  for (int i = 0; i < dp * p * tp; i++) pl.gpu.push_back(i);
-  return pl;
-}
+using test::flat_placement;
 
 LoweredSchedule lowered(int p, int m, int dp, int tp) {
   ConstantCosts cc;

@@ -11,19 +11,13 @@
 #include "core/dag.h"
 #include "core/lowering.h"
 #include "core/schedule.h"
+#include "tests/flat_placement.h"
 
 namespace pipescope {
 namespace {
 
-Placement flat_placement(int dp, int p, int tp) {
-  Placement pl;
-  pl.dp = dp;
-  pl.p = p;
-  pl.tp = tp;
-  pl.gpus_per_node = 8;
-  for (int i = 0; i < dp * p * tp; i++) pl.gpu.push_back(100 + i);  // offset: GPU ids are not worker ids
-  return pl;
-}
+// GPU ids offset by 100: they are not worker ids.
+Placement flat_placement(int dp, int p, int tp) { return test::flat_placement(dp, p, tp, 8, 100); }
 
 std::string program(const LoweredSchedule& ls, int w) {
   std::string out;

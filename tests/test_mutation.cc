@@ -18,21 +18,14 @@
 #include "core/lowering.h"
 #include "core/schedule.h"
 #include "core/seq1f1b.h"
+#include "tests/flat_placement.h"
 
 namespace pipescope {
 namespace {
 
 constexpr int kSeqLen = 8;
 
-Placement flat_placement(int dp, int p, int tp) {
-  Placement pl;
-  pl.dp = dp;
-  pl.p = p;
-  pl.tp = tp;
-  pl.gpus_per_node = 4;
-  for (int i = 0; i < dp * p * tp; i++) pl.gpu.push_back(i);
-  return pl;
-}
+Placement flat_placement(int dp, int p, int tp) { return test::flat_placement(dp, p, tp, 4); }
 
 struct Case {
   std::string label;

@@ -13,19 +13,12 @@
 #include "core/dag.h"
 #include "core/lowering.h"
 #include "core/schedule.h"
+#include "tests/flat_placement.h"
 
 namespace pipescope {
 namespace {
 
-Placement flat_placement(int dp, int p, int tp) {
-  Placement pl;
-  pl.dp = dp;
-  pl.p = p;
-  pl.tp = tp;
-  pl.gpus_per_node = 8;
-  for (int i = 0; i < dp * p * tp; i++) pl.gpu.push_back(i);
-  return pl;
-}
+using test::flat_placement;
 
 // Spec notation "F5b" on rank r -> op_text form "<r>F4c1" (1-based micro-batch, chunk letter a/b).
 std::string spec_line(int r, const std::string& line) {

@@ -18,19 +18,12 @@
 #include "core/presets.h"
 #include "core/schedule.h"
 #include "core/seq1f1b.h"
+#include "tests/flat_placement.h"
 
 namespace pipescope {
 namespace {
 
-Placement flat_placement(int p) {
-  Placement pl;
-  pl.dp = 1;
-  pl.p = p;
-  pl.tp = 1;
-  pl.gpus_per_node = 8;
-  for (int i = 0; i < p; i++) pl.gpu.push_back(i);
-  return pl;
-}
+using test::flat_placement;
 
 // Spec notation on device d (1-based): "F3.2" / "B1.2c1" -> op_text "<d-1>F2s1" / "<d-1>B0c1s1".
 std::vector<std::string> spec_tokens(int dev, const std::string& line) {
@@ -86,7 +79,7 @@ double makespan(const Schedule& s, int v) {
   cc.seq_len = s.seq_len;
   const ConstantCostModel cost(cc);
   const LoweredSchedule ls = lower(s, 1, 1, cost);
-  const CheckedSchedule cs = check(ls, flat_placement(s.p));
+  const CheckedSchedule cs = check(ls, flat_placement(1, s.p, 1));
   const auto f = earliest_finish(cs.dag());
   return *std::max_element(f.begin(), f.end());
 }
@@ -175,7 +168,7 @@ void expect_properties(const Schedule& s, int k) {
   cc.v = s.v;
   cc.seq_len = s.seq_len;
   const ConstantCostModel cost(cc);
-  EXPECT_NO_THROW(check(lower(s, 1, 1, cost), flat_placement(s.p))) << what;
+  EXPECT_NO_THROW(check(lower(s, 1, 1, cost), flat_placement(1, s.p, 1))) << what;
 }
 
 TEST(Seq1F1B, PropertiesOverGrid) {

@@ -22,6 +22,7 @@
 #include "core/lowering.h"
 #include "core/schedule.h"
 #include "sim/timeline_svg.h"
+#include "tests/flat_placement.h"
 
 namespace pipescope::sim {
 namespace {
@@ -113,15 +114,7 @@ double trailing_idle_s(const Panel& p, const Row& r) {
 }
 
 // ------------------------------------------------------------------------------------------ schedules
-Placement flat_placement(int dp, int p) {
-  Placement pl;
-  pl.dp = dp;
-  pl.p = p;
-  pl.tp = 1;
-  pl.gpus_per_node = 8;
-  for (int i = 0; i < dp * p; i++) pl.gpu.push_back(i);
-  return pl;
-}
+using test::flat_placement;
 
 // A schedule lowered with ConstantCostModel (forward 1 s, backward 2 s per stage, free communication) and its
 // per-node times: compute nodes run [finish - duration, finish), everything else takes no time.
@@ -141,7 +134,7 @@ std::unique_ptr<Run> run(const Schedule& s, int dp = 1, int v = 1, int seq_len =
   cc.seq_len = seq_len;
   const ConstantCostModel cost(cc);
   out->ls = lower(s, dp, 1, cost);
-  out->pl = flat_placement(dp, s.p);
+  out->pl = flat_placement(dp, s.p, 1);
   out->cs = std::make_unique<CheckedSchedule>(check(out->ls, out->pl));
   const Dag& dag = out->cs->dag();
   const std::vector<double> f = earliest_finish(dag);
