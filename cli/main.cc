@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <iostream>
 #include <new>
 #include <string>
 #include <vector>
@@ -48,6 +49,15 @@ std::string subcommand_hint(const CLI::App& app, int argc, char** argv) {
   return hint + "; `pipescope --help` lists them";
 }
 
+// A command's result once its standard output is out: a table or CSV that could not be written (a full disk,
+// /dev/full, a closed pipe's EIO) is an environment error (exit 3), not a success.
+int stdout_written(int code) {
+  std::cout.flush();
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout)
+    throw pipescope::OutputWriteError("standard output: write failed");
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,7 +83,7 @@ int main(int argc, char** argv) {
   set_allow_large(allow_large);
   try {
     for (auto& c : commands)
-      if (c.app->parsed()) return c.run();
+      if (c.app->parsed()) return stdout_written(c.run());
     return cli::kExitInput;
   } catch (const cli::Interrupted& e) {
     std::fprintf(stderr, "error: %s; the job was stopped and its temporary files removed\n", e.what());

@@ -20,6 +20,10 @@ SimFigures simulate_figures(const Scenario& s);  // cli/repro_cmd.cc
 // `s` run as TeraPipe with micro-batches of one sequence, each cut into `slice_tokens` (explicit slicing):
 // a plan's or a paper's scheme, to simulate.
 Scenario with_token_slices(Scenario s, const std::vector<int>& slice_tokens);  // cli/repro_cmd.cc
+// A table's --json: checked before the run (stdout carries the table, so "-" is refused) and written atomically
+// after it (cli/repro_cmd.cc).
+void check_repro_json(const std::string& path);
+void write_repro_json(const std::string& path, const std::string& json_text);
 
 Command add_repro_terapipe(CLI::App& repro);  // cli/repro_terapipe.cc
 Command add_repro_megatron(CLI::App& repro);  // cli/repro_megatron.cc

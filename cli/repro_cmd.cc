@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/repro.h"
+#include "core/atomic_file.h"
 #include "sim/run_scenario.h"
 
 namespace pipescope::cli {
@@ -25,6 +26,15 @@ Scenario with_token_slices(Scenario s, const std::vector<int>& slice_tokens) {
   s.schedule.seq_slices = static_cast<int>(slice_tokens.size());
   s.parallel.micro_batch_size = 1;
   return s;
+}
+
+void check_repro_json(const std::string& path) {
+  if (path == "-") throw InputError("--json -: standard output carries the table; write the JSON to a file");
+  check_output_paths({{"--json", path}});
+}
+
+void write_repro_json(const std::string& path, const std::string& json_text) {
+  write_file_atomic(path, json_text + "\n", "--json");
 }
 
 Command add_repro(CLI::App& app) {

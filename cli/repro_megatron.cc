@@ -73,6 +73,7 @@ Scenario gpt3_175b(int batch, bool interleaved, bool scatter_gather) {
 }
 
 int run_repro(const ReproOptions& o) {
+  if (!o.json.empty()) check_repro_json(o.json);
   std::printf("Megatron-LM Table 1 (docs/papers.md#megatron) on simulated DGX A100 (fat tree); scenarios from %s/\n",
               o.dir.c_str());
   std::printf("p2p calls block the sending stage, as Megatron-LM's do (docs/papers.md#megatron)\n");
@@ -152,9 +153,7 @@ int run_repro(const ReproOptions& o) {
     j["rows"] = std::move(rows);
     j["mape"] = n_ape > 0 ? ape_sum / n_ape : 0.0;
     j["ablation"] = std::move(ablation);
-    std::ofstream f(o.json, std::ios::binary);
-    f << j.dump(2) << "\n";
-    if (!f.flush()) throw InputError("--json " + o.json + ": cannot write the file");
+    write_repro_json(o.json, j.dump(2));
   }
   return failed;
 }

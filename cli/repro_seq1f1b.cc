@@ -98,6 +98,7 @@ struct Row {
 };
 
 int run_repro(const ReproOptions& o) {
+  if (!o.json.empty()) check_repro_json(o.json);
   std::printf(
       "Seq1F1B grid (docs/papers.md#seq1f1b), k = 4, n = 2, cwp, FlashAttention, sequence parallelism; "
       "scenarios from %s/\n",
@@ -215,9 +216,7 @@ int run_repro(const ReproOptions& o) {
     j["scenarios"] = o.dir;
     j["memory_only"] = o.memory_only;
     j["cells"] = std::move(cells_json);
-    std::ofstream f(o.json, std::ios::binary);
-    f << j.dump(2) << "\n";
-    if (!f.flush()) throw InputError("--json " + o.json + ": cannot write the file");
+    write_repro_json(o.json, j.dump(2));
   }
   return failed;
 }

@@ -131,6 +131,7 @@ void print_scheme_table(const std::vector<SchemeRow>& rows) {
 }
 
 int run_repro(const ReproOptions& o) {
+  if (!o.json.empty()) check_repro_json(o.json);
   if (o.max_batch_only) {
     print_max_batch_table(o);
     return 0;
@@ -206,9 +207,7 @@ int run_repro(const ReproOptions& o) {
     j["mape"] = n_ape > 0 ? ape_sum / n_ape : 0.0;
     j["worst_speedup_error"] = worst_speedup;
     j["worst_slice_count_error"] = worst_slices;
-    std::ofstream f(o.json, std::ios::binary);
-    f << j.dump(2) << "\n";
-    if (!f.flush()) throw InputError("--json " + o.json + ": cannot write the file");
+    write_repro_json(o.json, j.dump(2));
   }
   return failed;
 }

@@ -29,8 +29,7 @@ struct VtrainOptions {
 
 int run_vtrain(const VtrainOptions& o) {
   if (!cluster_preset(o.cluster)) throw InputError("--cluster: unknown cluster preset '" + o.cluster + "'");
-  check_output_paths({{"--json", o.json}});
-  if (o.json == "-") throw InputError("--json -: standard output carries the table; write the JSON to a file");
+  if (!o.json.empty()) check_repro_json(o.json);
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   // The shipped data from any directory (core/data_path.h); the report names the path as given.
   const std::vector<MeasuredRun> runs = read_measured_runs(data_path(o.csv));

@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/fork_run.h"
+#include "cli/validators.h"
 #include "core/atomic_file.h"
 #include "core/scenario.h"
 #include "core/work_estimate.h"
@@ -70,7 +71,9 @@ int run_search_cmd(const SearchCmdOptions& o) {
   check_grid(estimate_search(base, so.space, so.keep, so.jobs));  // before stage 1 (core/work_estimate.h)
   const sim::SearchResult r = sim::run_search(base, so);
   if (group && group->rank() != 0) return 0;
-  sim::print_search_table(std::cout, r);
+  // An output on standard output ("-") gets it alone; the table then goes to stderr.
+  const bool stdout_taken = o.json == "-" || o.csv == "-" || o.svg == "-" || o.emit == "-";
+  sim::print_search_table(stdout_taken ? std::cerr : std::cout, r);
   if (!o.json.empty()) write_file(o.json, "--json", [&](std::ostream& f) { sim::write_search_json(f, r); });
   if (!o.csv.empty()) write_file(o.csv, "--csv", [&](std::ostream& f) { sim::write_search_csv(f, r); });
   if (!o.svg.empty()) write_file(o.svg, "--svg", [&](std::ostream& f) { sim::write_search_svg(f, r); });
@@ -104,12 +107,12 @@ Command add_search(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::IsMember({"off", "on"}));
   sub->add_option("--max-memory-GB", o->max_memory_GB, "Per-GPU memory limit (default: the device's memory)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_range(1e-3, 1e6));
   sub->add_option("--keep,-K", o->keep, "Simulate the best K estimates (default 20)")->check(CLI::Range(1, 100000));
   sub->add_option("-j,--jobs", o->jobs, "Worker processes (default 1); results are identical for every N")
       ->check(CLI::Range(1, 1024));
   sub->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
-  sub->add_option("--json", o->json, "Write the ranked results as JSON");
+  sub->add_option("--json", o->json, "Write the ranked results as JSON (- for stdout; the table then goes to stderr)");
   sub->add_option("--csv", o->csv, "Write the ranked results as CSV");
   sub->add_option("--svg", o->svg, "Plot throughput against peak memory, Pareto front marked");
   sub->add_option("--emit", o->emit, "Write the best configuration as a scenario YAML (`pipescope simulate` runs it)");

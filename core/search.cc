@@ -106,6 +106,10 @@ std::string candidate_label(const Scenario& s) {
                   std::to_string(p.pp) + " tp" + std::to_string(p.tp) + " v" + std::to_string(p.v) + " b" +
                   std::to_string(p.micro_batch_size);
   if (s.schedule.seq_slices > 1) l += " k" + std::to_string(s.schedule.seq_slices);
+  if (!p.stage_layers.empty()) {  // an uneven layout (the scenario as written: candidates split evenly)
+    l += " layers";
+    for (std::size_t i = 0; i < p.stage_layers.size(); i++) l += (i ? "," : " ") + std::to_string(p.stage_layers[i]);
+  }
   l += std::string(" rc-") + to_string(s.schedule.recompute);
   return s.training.distributed_optimizer ? l + " do" : l;
 }

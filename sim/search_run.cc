@@ -9,6 +9,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -476,6 +477,7 @@ std::string emit_scenario_yaml(const std::string& base_text, const Scenario& bes
   par["dp"] = p.dp, par["pp"] = p.pp, par["tp"] = p.tp, par["v"] = p.v;
   par["micro_batch_size"] = p.micro_batch_size;
   par.remove("stage_layers");
+  if (!p.stage_layers.empty()) par["stage_layers"] = p.stage_layers;  // the scenario as written, uneven
   const ScheduleSpec& s = best.schedule;
   sch["kind"] = schedule_entry(s.kind).name;
   sch["seq_slices"] = s.seq_slices;
@@ -484,6 +486,16 @@ std::string emit_scenario_yaml(const std::string& base_text, const Scenario& bes
   sch.remove("slice_tokens");
   if (!s.slice_tokens.empty()) sch["slice_tokens"] = s.slice_tokens;  // the planner's slicing (slicing: explicit)
   sch.remove("file");
+  // Paths the loader resolved against the scenario's directory, written absolute: the emitted file may live
+  // elsewhere.
+  if (!s.file.empty()) sch["file"] = std::filesystem::absolute(s.file).string();
+  if (!best.sim.profile.empty()) {
+    const std::string profile = std::filesystem::absolute(best.sim.profile).string();
+    if (root["calibration"])
+      root["calibration"] = profile;
+    else
+      root["sim"]["profile"] = profile;
+  }
   // The distributed optimizer is a search dimension; the other training keys stay as written.
   if (!root["training"] || !root["training"].IsMap()) root["training"] = YAML::Node(YAML::NodeType::Map);
   YAML::Node tr = root["training"];

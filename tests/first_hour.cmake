@@ -60,6 +60,20 @@ foreach(paper seq1f1b megatron)
                    "-DREGEX=error: [^\n]*no-such-dir/[^\n]*cannot open scenario file" -P ${fh_expect})
   set_tests_properties(cli_repro_${paper}_missing_dir_is_input PROPERTIES LABELS cli TIMEOUT 120)
 endforeach()
+# A table or CSV that cannot be written to standard output is an environment error (3), as for simulate: sweep,
+# show and --compare exited 0 with their output lost (cli/main.cc stdout_written).
+foreach(cmd "show" "sweep --vary parallel.micro_batch_size=1,2" "simulate --compare gpipe,1f1b")
+  string(REGEX REPLACE "[^a-z]+" "_" tag "${cmd}")
+  add_test(NAME cli_stdout_full_${tag}
+           COMMAND ${CMAKE_COMMAND} "-DCMD=sh;-c;${fh_bin} ${cmd} > /dev/full" -DEXPECT_RC=3
+                   "-DREGEX=error: standard output: write failed" -P ${fh_expect})
+  set_tests_properties(cli_stdout_full_${tag} PROPERTIES LABELS cli TIMEOUT 120)
+endforeach()
+# repro's tables own standard output: --json - is refused before anything runs (it wrote a file named "-").
+add_test(NAME cli_repro_json_stdout_refused
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};repro;seq1f1b;--json;-" -DEXPECT_RC=1 -DWORKDIR=${fh_dir}
+                 "-DREGEX=--json -: standard output carries the table" -P ${fh_expect})
+set_tests_properties(cli_repro_json_stdout_refused PROPERTIES LABELS cli TIMEOUT 120)
 set_tests_properties(cli_compare_writes_json_and_trace cli_simulate_json_stdout cli_show_worker_out_of_range
                      cli_show_lowered_wrapped cli_repro_from_another_directory cli_compare_shows_v_and_warns_k1
                      cli_validate_help_lists_schedules linkbench_help linkbench_bad_flag scenarios_readme_schema

@@ -332,6 +332,36 @@ TEST(Search, InterruptPrintsTheBestSoFar) {
   EXPECT_NE(slurp(out).find("interrupted (Ctrl-C): the best found so far"), std::string::npos) << slurp(out);
 }
 
+// The scenario as written with an uneven layout is its own row (labelled with its layers) and --emit keeps the
+// layers; a profile the scenario names relative to itself is emitted absolute, so the emitted file loads anywhere.
+TEST(Search, EmitKeepsTheAsWrittenLayoutAndPaths) {
+  const std::string dir = ::testing::TempDir() + "/search_emit_" + std::to_string(getpid());
+  ASSERT_EQ(std::system(("mkdir -p " + dir + "/sub && cp " + std::string(PIPESCOPE_SOURCE_DIR) +
+                         "/calib/profiles/dgx-a100.analytic.yaml " + dir + "/sub/prof.yaml")
+                            .c_str()),
+            0);
+  std::ofstream(dir + "/sub/uneven.yaml") << "model: {preset: gpt3-1b, layers: 16, vocab: 128000}\n"
+                                             "cluster: {preset: dgx-a100, nodes: 1}\n"
+                                             "parallel: {dp: 1, pp: 4, tp: 2, global_batch: 16, "
+                                             "stage_layers: [5, 5, 5, 1]}\n"
+                                             "schedule: {kind: 1f1b}\n"
+                                             "sim: {profile: prof.yaml}\n";
+  Result r = run("search " + dir + "/sub/uneven.yaml -q -K 1 --pp 4 --tp 2 --schedules 1f1b --emit " + dir +
+                 "/best.yaml --json -");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);  // --json -: stdout is the JSON alone, the table on stderr
+  EXPECT_EQ(j["results"][0]["configuration"], "1f1b dp1 pp4 tp2 v1 b1 layers 5,5,5,1 rc-none");
+  EXPECT_NE(r.err.find("layers 5,5,5,1"), std::string::npos) << r.err;
+  const std::string emitted = slurp(dir + "/best.yaml");
+  EXPECT_NE(emitted.find("stage_layers: [5, 5, 5, 1]"), std::string::npos) << emitted;
+  const Scenario e = load_scenario(dir + "/best.yaml");
+  EXPECT_EQ(e.sim.profile, dir + "/sub/prof.yaml");
+  EXPECT_EQ(e.parallel.stage_layers, (std::vector<int>{5, 5, 5, 1}));
+  const Result sim = test::run("simulate " + dir + "/best.yaml --json -", "search_emit");
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(sim.out)["iteration_s"].get<double>(),
+                   j["results"][0]["iteration_s"].get<double>());
+}
+
 TEST(Search, BadInputExitsOneWithAReason) {
   const std::string yaml = write("bad", kScenarios[0]);
   Result r = run("search " + yaml + " -q --max-memory-GB 0.5");
@@ -347,6 +377,9 @@ TEST(Search, BadInputExitsOneWithAReason) {
   r = run("search " + yaml + " -q --distributed-optimizer maybe");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("--distributed-optimizer"), std::string::npos) << r.err;
+  r = run("search " + yaml + " -q --max-memory-GB nan");  // NaN passed CLI11's PositiveNumber
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--max-memory-GB"), std::string::npos) << r.err;
   r = run("search " + yaml + " -q --schedules 1f1b,nosuch");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("unknown schedule 'nosuch'"), std::string::npos) << r.err;
