@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/atomic_file.h"
 #include "core/megatron_import.h"
 
 namespace pipescope::cli {
@@ -29,6 +30,7 @@ void list(const char* what, const std::vector<std::string>& v) {
 
 int run_import_megatron(const ImportOptions& o) {
   if (o.args.empty()) throw InputError("import megatron: give the pretrain_gpt.py arguments after --");
+  if (!o.out.empty() && o.out != "-") check_output_paths({{"-o", o.out}});
   const MegatronImport r = import_megatron(o.args, o.megatron);
   list("unknown arguments, not mapped", r.unknown);
   list("not modelled", r.unsupported);
@@ -36,9 +38,7 @@ int run_import_megatron(const ImportOptions& o) {
   if (o.out.empty() || o.out == "-") {
     std::cout << r.yaml;
   } else {
-    std::ofstream f(o.out, std::ios::binary);
-    f << r.yaml;
-    if (!f.flush()) throw InputError("-o " + o.out + ": cannot write the file");
+    write_file_atomic(o.out, r.yaml, "-o");  // a write error is the environment's (exit 3)
     std::fprintf(stderr, "wrote %s\n", o.out.c_str());
   }
   if (o.strict && (!r.unknown.empty() || !r.unsupported.empty()))

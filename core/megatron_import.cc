@@ -219,6 +219,10 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   std::string dtype = "fp32";
   if (values.count("--bf16")) dtype = "bf16";
   if (values.count("--fp16")) dtype = "fp16";
+  if (values.count("--bf16") && values.count("--fp16"))
+    throw std::invalid_argument("import megatron: --fp16 and --bf16 together (Megatron-LM refuses the pair)");
+  // Megatron-LM's arguments.py: bf16 training accumulates and all-reduces gradients in fp32 whatever the flag says.
+  const bool grad_fp32 = values.count("--accumulate-allreduce-grads-in-fp32") || values.count("--bf16");
   // Transformer Engine FP8 (core/fp8.h): hybrid = E4M3 forward, E5M2 gradients; e4m3 everywhere. Same cost here.
   if (values.count("--fp8-format")) {
     const std::string f = values["--fp8-format"];
@@ -282,7 +286,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   // Context parallelism runs Transformer Engine's fused attention, whatever --use-flash-attn says.
   const bool flash = values.count("--use-flash-attn") || cp > 1;
   y << "training: {dtype: " << dtype << ", flash_attention: " << (flash ? "true" : "false")
-    << ", grad_fp32: " << (values.count("--accumulate-allreduce-grads-in-fp32") ? "true" : "false")
+    << ", grad_fp32: " << (grad_fp32 ? "true" : "false")
     << ", distributed_optimizer: " << (dist_opt ? "true" : "false")
     << ", overlap_grad_reduce: " << (values.count("--overlap-grad-reduce") ? "true" : "false")
     << ", overlap_param_gather: " << (dist_opt && values.count("--overlap-param-gather") ? "true" : "false") << "}\n";

@@ -111,6 +111,15 @@ TEST(MegatronImport, SwitchesAndDefaults) {
   EXPECT_EQ(s.model.vocab, 32000);
   EXPECT_EQ(s.schedule.recompute, Recompute::Selective);  // --recompute-activations is selective recomputation
   EXPECT_TRUE(r.unsupported.empty());
+  // bf16: Megatron-LM accumulates and all-reduces gradients in fp32 (arguments.py), without the flag.
+  EXPECT_TRUE(s.training.grad_fp32);
+  const std::vector<std::string> shape = {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "2",
+                                          "--seq-length", "64", "--micro-batch-size", "1", "--global-batch-size", "8"};
+  std::vector<std::string> fp16 = shape;
+  fp16.push_back("--fp16");
+  EXPECT_FALSE(parse_scenario(import_megatron(fp16).yaml, "i.yaml").training.grad_fp32);
+  fp16.push_back("--bf16");
+  EXPECT_THROW(import_megatron(fp16), std::invalid_argument);  // Megatron refuses both
 }
 
 TEST(MegatronImport, Llama3ShapeAndDistributedOptimizer) {
