@@ -864,6 +864,16 @@ void Validator::run() const {
       fail({"schedule.slicing", "schedule.kind"},
            std::string("schedule ") + kind + " runs whole sequences: slicing must be uniform, got " + sch.slicing);
   }
+  // The planned slicings belong to one slice plan each; elsewhere they would silently become uniform slices.
+  if (sliced && sch.slicing == "cwp" && entry.traits.slicing != SlicePlan::Seq1F1B)
+    fail({"schedule.slicing", "schedule.kind"},
+         std::string("slicing cwp is Seq1F1B's equal-FLOPs split (schedules ") +
+             schedule_names_if([](const ScheduleTraits& t) { return t.slicing == SlicePlan::Seq1F1B; }) +
+             "); schedule " + kind + " takes uniform or explicit slices");
+  if (sliced && sch.slicing == "dp" && (entry.traits.slicing != SlicePlan::TeraPipe || entry.traits.from_file))
+    fail({"schedule.slicing", "schedule.kind"}, std::string("slicing dp is TeraPipe's planner (schedule ") +
+                                                    to_string(ScheduleKind::TeraPipe) + "); schedule " + kind +
+                                                    " takes uniform or explicit slices");
   if (sch.slicing == "explicit" && sch.slice_tokens.empty())
     fail({"schedule.slicing", "schedule.slice_tokens"}, "slicing explicit needs a non-empty schedule.slice_tokens");
   if (!sch.slice_tokens.empty()) {

@@ -533,6 +533,13 @@ TEST(ScenarioErrors, SliceTokens) {
             "slicing: explicit)");
   EXPECT_EQ(error_of(kBase + "schedule: {kind: terapipe, slicing: explicit}\n"),
             "t.yaml:4:37: schedule.slicing: slicing explicit needs a non-empty schedule.slice_tokens");
+  // A planned slicing of another slice plan would have run as uniform slices without a word.
+  EXPECT_EQ(error_of(kBase + "schedule: {kind: terapipe, seq_slices: 4, slicing: cwp}\n"),
+            "t.yaml:4:52: schedule.slicing: slicing cwp is Seq1F1B's equal-FLOPs split (schedules seq1f1b or "
+            "seq1f1b-i); schedule terapipe takes uniform or explicit slices");
+  EXPECT_EQ(error_of(kBase + "schedule: {kind: seq1f1b, seq_slices: 4, slicing: dp}\n"),
+            "t.yaml:4:51: schedule.slicing: slicing dp is TeraPipe's planner (schedule terapipe); schedule seq1f1b "
+            "takes uniform or explicit slices");
 }
 
 TEST(ScenarioErrors, StageLayers) {
