@@ -1047,7 +1047,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
 
   Scenario s;
   s.source = source;
-  if (!root.get("name", s.name) || s.name.empty()) s.name = file_stem(source);
+  if (!root.get("name", s.name) || s.name.empty()) s.name = file_stem(path_base);  // the file's, not a message tag's
   if (!root.has("model"))
     fail_at(source, doc_mark, "model", "missing required section (e.g. model: {preset: gpt3-1b})");
   if (!root.has("cluster"))

@@ -89,6 +89,18 @@ TEST(ScenarioVary, RelativePathsAreRelativeToTheScenarioFile) {
   EXPECT_EQ(with_schedule(v.scenario, ScheduleKind::File).schedule.file, v.scenario.schedule.file);
 }
 
+// Without a name: key a scenario is named after its file, also as a variant (its message tag was cut at a dot:
+// "one.yaml [parallel.micro_batch_size=1 schedule").
+TEST(ScenarioVary, UnnamedVariantIsNamedAfterTheFile) {
+  const std::string text =
+      "model: {preset: gpt3-1b}\ncluster: {preset: dgx-a100, nodes: 1}\nparallel: {global_batch: 8, "
+      "dp: 8}\n";
+  const ScenarioVariant v =
+      make_scenario_variant("dir/one.yaml", text, parse_vary_axes({"parallel.micro_batch_size=1"}), {0});
+  ASSERT_EQ(v.invalid, "");
+  EXPECT_EQ(v.scenario.name, "one");
+}
+
 TEST(ScenarioVary, WithScheduleFitsVAndSlicing) {
   Scenario s = parse_scenario(read(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/default.yaml"), "default.yaml");
   const Scenario il = with_schedule(s, ScheduleKind::Interleaved);
