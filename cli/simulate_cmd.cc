@@ -92,7 +92,10 @@ int run_compare(const Scenario& base, const SimulateOptions& o) {
                    e.name);
     variants.push_back(variant(base, e));
   }
-  for (const auto& s : variants) check_work(s);  // refused here (exit 1), not as a failed row
+  for (const auto& s : variants) {  // refused here (exit 1), not as a failed row
+    check_work(s);
+    make_schedule(s);  // a variant the scenario cannot give (slicing, layout) is bad input, as with --schedule
+  }
   // SimGrid allows one Engine per process: each variant runs in a forked child (sim/run_scenario.h).
   sim::RunOptions ro{o.collectives};
   ro.report_json = !o.json.empty();
@@ -117,11 +120,12 @@ int run_compare(const Scenario& base, const SimulateOptions& o) {
                "idle_phi", "bubble_b", "TFLOP/s/GPU", "peak_mem_GB", "");
   int rc = 0;
   std::vector<std::string> reports;
-  std::vector<std::pair<std::string, std::string>> traces;
+  std::vector<std::pair<std::string, std::string>> traces, failed;
   for (std::size_t i = 0; i < res.size(); i++) {
     const char* name = to_string(variants[i].schedule.kind);
     if (!res[i].ok()) {
       std::fprintf(out, "%-14s error: %s\n", name, res[i].error.c_str());
+      failed.emplace_back(name, res[i].error);
       rc = kExitSchedule;
       continue;
     }
@@ -140,7 +144,7 @@ int run_compare(const Scenario& base, const SimulateOptions& o) {
   // Outputs are rendered in memory and written atomically after the runs (core/atomic_file.h).
   if (!o.json.empty()) {
     std::ostringstream json;
-    sim::write_compare_json(json, reports);
+    sim::write_compare_json(json, reports, failed);
     write_file_atomic(o.json, json.str(), "--json");
   }
   if (!o.trace.empty()) {

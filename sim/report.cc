@@ -211,12 +211,16 @@ void write_json(std::ostream& os, const Report& r) {
   os << j.dump(2) << '\n';
 }
 
-void write_compare_json(std::ostream& os, const std::vector<std::string>& reports_json) {
+void write_compare_json(std::ostream& os, const std::vector<std::string>& reports_json,
+                        const std::vector<std::pair<std::string, std::string>>& failed) {
   nlohmann::ordered_json j;
   j["schema"] = "pipescope.compare/1";
   auto variants = nlohmann::ordered_json::array();
   for (const auto& r : reports_json) variants.push_back(nlohmann::ordered_json::parse(r));
   j["variants"] = std::move(variants);
+  auto f = nlohmann::ordered_json::array();
+  for (const auto& [schedule, error] : failed) f.push_back({{"schedule", schedule}, {"error", error}});
+  j["failed"] = std::move(f);
   os << j.dump(2) << '\n';
 }
 
@@ -225,15 +229,29 @@ void write_merged_traces(std::ostream& os, const std::vector<std::pair<std::stri
   out["displayTimeUnit"] = "ms";
   auto other = nlohmann::ordered_json::object();
   auto events = nlohmann::ordered_json::array();
-  for (std::size_t i = 0; i < name_and_trace.size(); i++) {
-    const auto& [name, text] = name_and_trace[i];
-    const auto t = nlohmann::ordered_json::parse(text, nullptr, false);
-    if (t.is_discarded() || !t.contains("traceEvents"))
+  std::vector<nlohmann::ordered_json> traces;
+  long long max_pid = 0;
+  for (const auto& [name, text] : name_and_trace) {
+    traces.push_back(nlohmann::ordered_json::parse(text, nullptr, false));
+    const auto& t = traces.back();
+    if (t.is_discarded() || !t.contains("traceEvents") || !t["traceEvents"].is_array())
       throw std::invalid_argument("trace of " + name + ": not a trace-event JSON document");
+    for (const auto& e : t["traceEvents"])
+      if (e.is_object() && e.contains("pid") && e["pid"].is_number_integer())
+        max_pid = std::max(max_pid, e["pid"].get<long long>());
+  }
+  // Variant i's processes from stride * i: a power of ten above every pid (1000 up to 999 nodes), so that the
+  // variants of a cluster of 1,001 nodes do not share a pid.
+  long long stride = 1000;
+  while (stride <= max_pid) stride *= 10;
+  for (std::size_t i = 0; i < name_and_trace.size(); i++) {
+    const std::string& name = name_and_trace[i].first;
+    const auto& t = traces[i];
     other[name] = t.value("otherData", nlohmann::ordered_json::object());
-    const int base = 1000 * static_cast<int>(i);
+    const long long base = stride * static_cast<long long>(i);
     for (auto e : t["traceEvents"]) {
-      e["pid"] = base + e.value("pid", 0);
+      if (!e.is_object()) throw std::invalid_argument("trace of " + name + ": an event that is not an object");
+      e["pid"] = base + (e.contains("pid") && e["pid"].is_number_integer() ? e["pid"].get<long long>() : 0LL);
       if (e.contains("id") && e["id"].is_number_unsigned())  // flow ids stay unique across the variants
         e["id"] = e["id"].get<std::uint64_t>() + (static_cast<std::uint64_t>(i) << 40);
       if (e.value("name", "") == "process_name") e["args"]["name"] = name + " " + e["args"].value("name", "");

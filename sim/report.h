@@ -54,10 +54,13 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
 void print_table(std::ostream& os, const Report& r);
 void write_json(std::ostream& os, const Report& r);
 // `pipescope simulate --compare --json`: {"schema": "pipescope.compare/1", "variants": [each variant's
-// write_json object]}; `reports_json` are write_json outputs in order.
-void write_compare_json(std::ostream& os, const std::vector<std::string>& reports_json);
+// write_json object], "failed": [{"schedule", "error"} of the variants whose run failed]}; `reports_json` are
+// write_json outputs in order.
+void write_compare_json(std::ostream& os, const std::vector<std::string>& reports_json,
+                        const std::vector<std::pair<std::string, std::string>>& failed = {});
 // `pipescope simulate --compare --trace`: the variants' traces (write_trace outputs) in one file, variant i's
-// processes at pid 1000 * i + node named "<name> node<N>". Throws std::invalid_argument on malformed input.
+// processes at pid stride * i + node (stride: 1000, or the power of ten above the largest node id) named "<name>
+// node<N>". Throws std::invalid_argument on malformed input.
 void write_merged_traces(std::ostream& os, const std::vector<std::pair<std::string, std::string>>& name_and_trace);
 // Chrome trace-event JSON: one track per GPU (compute), comm tracks per GPU, ops named by canonical text.
 // `profile` names the calibration profile in the trace's metadata (otherData.profile).

@@ -94,7 +94,7 @@ add_test(NAME install_repro_terapipe
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/install_repro.cmake)
 set_tests_properties(install_repro_terapipe PROPERTIES LABELS cli TIMEOUT 300)
 # Traces: the checker (core/trace_check.h) over `simulate --trace` of shipped scenarios.
-pipescope_add_test(test_traces SOURCES test_traces.cc DEPS pipescope_core nlohmann_json::nlohmann_json LABELS sim)
+pipescope_add_test(test_traces SOURCES test_traces.cc DEPS pipescope_core pipescope_sim nlohmann_json::nlohmann_json LABELS sim)
 add_dependencies(test_traces pipescope)
 # Machine-readable outputs against docs/schemas/ (validate runs 2 MPI ranks).
 pipescope_add_test(test_json_schemas SOURCES test_json_schemas.cc DEPS nlohmann_json::nlohmann_json LABELS cli)

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/trace_check.h"
+#include "sim/report.h"
 
 namespace pipescope {
 namespace {
@@ -105,6 +106,29 @@ INSTANTIATE_TEST_SUITE_P(Scenarios, ShippedTrace,
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
                          });
+
+// --compare --trace: each variant's processes get their own pid range, also on clusters of more than 1000 nodes
+// (with a fixed stride of 1000, variant 0's node 1000 and variant 1's node 0 shared pid 1000).
+TEST(MergedTraces, VariantsNeverShareAPid) {
+  auto trace = [](int nodes) {
+    nlohmann::json t;
+    t["traceEvents"] = nlohmann::json::array();
+    for (int n = 0; n < nodes; n++)
+      t["traceEvents"].push_back(
+          {{"name", "process_name"}, {"ph", "M"}, {"pid", n}, {"args", {{"name", "node" + std::to_string(n)}}}});
+    return t.dump();
+  };
+  for (int nodes : {2, 1001}) {
+    std::ostringstream os;
+    sim::write_merged_traces(os, {{"1f1b", trace(nodes)}, {"gpipe", trace(nodes)}});
+    const auto merged = nlohmann::json::parse(os.str());
+    std::set<long long> pids;
+    for (const auto& e : merged["traceEvents"]) EXPECT_TRUE(pids.insert(e["pid"].get<long long>()).second) << e;
+    EXPECT_EQ(pids.size(), static_cast<std::size_t>(2 * nodes));
+  }
+  std::ostringstream os;
+  EXPECT_THROW(sim::write_merged_traces(os, {{"x", "{\"traceEvents\": [1]}"}}), std::invalid_argument);
+}
 
 }  // namespace
 }  // namespace pipescope
