@@ -109,6 +109,7 @@ int run(const CalibrateCli& c) {
     return write_out(p, c.out);
   }
   const Scenario s = c.scenario.empty() ? default_scenario() : load_scenario(c.scenario);
+  check_output_paths({{"--out", c.out}});  // again, now that the inputs are read: --out may not overwrite one
   calib::CalibrateOptions o;
   o.backend = c.backend;
   o.device_preset = c.device_preset;

@@ -177,10 +177,11 @@ int list_schedules() {
 
 int run_simulate(const SimulateOptions& o) {
   if (o.list_schedules) return list_schedules();
-  check_output_paths({{"--json", o.json}, {"--trace", o.trace}, {"--timeline", o.timeline}});
   // A scenario file takes --profile before it is validated; the built-in default takes it here.
   Scenario s = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario, o.profile);
   if (o.scenario.empty() && !o.profile.empty()) s = use_profile(s, o.profile);
+  // After the inputs are read: an output may not overwrite one of them.
+  check_output_paths({{"--json", o.json}, {"--trace", o.trace}, {"--timeline", o.timeline}});
   if (!o.schedule.empty()) {
     if (!o.compare.empty()) throw InputError("--schedule picks one schedule; --compare runs several: give one");
     s = variant(s, kind_from_string(o.schedule, "--schedule"));

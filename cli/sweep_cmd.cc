@@ -122,7 +122,6 @@ std::string row_of(const sim::RunResult& r) {
 
 int run_sweep(const SweepOptions& o) {
   const std::vector<VaryAxis> axes = parse_vary_axes(o.vary);
-  check_output_paths({{"--out", o.out}, {"--json", o.json}});
   if (o.json == "-" && o.out.empty())
     throw InputError("--json -: standard output carries the CSV; write it to a file with --out");
 
@@ -131,7 +130,8 @@ int run_sweep(const SweepOptions& o) {
   if (o.scenario.empty())
     default_scenario();
   else
-    load_scenario(o.scenario);  // errors in the file itself, with its own positions
+    load_scenario(o.scenario);                                 // errors in the file itself, with its own positions
+  check_output_paths({{"--out", o.out}, {"--json", o.json}});  // after the inputs: none may be overwritten
   // The grid's size before building it (core/work_estimate.h): 10^6 points would run for hours.
   double points = 1;
   for (const auto& ax : axes) points *= static_cast<double>(ax.values.size());

@@ -327,6 +327,7 @@ int run_validate(const ValidateOptions& vo) {
     s.training.dtype = dtype_of_backend(o.backend);
     s = use_profile(s, profile);
   }
+  check_output_paths({{"--json", vo.json}, {"--trace", vo.trace}, {"--timeline", vo.timeline}});  // vs inputs
   auto prep = prepare(s);
   const CheckedSchedule cs = check(prep->lowered, prep->placement);
   const auto* pcm = dynamic_cast<const ProfileCostModel*>(prep->cost.get());

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <vector>
 
+#include "core/input_file.h"
+
 namespace pipescope {
 namespace {
 
@@ -57,6 +59,9 @@ void check_output_paths(const std::vector<std::pair<std::string, std::string>>& 
     struct stat st {};
     if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
       throw OutputPathError(flag + " " + path + ": is a directory (give a file name)");
+    if (stat(path.c_str(), &st) == 0)
+      if (const std::string input = input_file_read(st.st_dev, st.st_ino); !input.empty())
+        throw OutputPathError(flag + " " + path + ": the input file " + input + " (an output must not overwrite it)");
     const std::string dir = dir_of(path);
     if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       throw OutputPathError(flag + " " + path + ": directory " + dir + " does not exist");

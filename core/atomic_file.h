@@ -27,7 +27,8 @@ class OutputWriteError : public std::runtime_error {
 void write_file_atomic(const std::string& path, const std::string& content, const std::string& flag);
 
 // Checks output paths before any work: each (flag, path) with a non-empty path must be "-" or name a file in an
-// existing, writable directory, must not be a directory, and no two may name the same file. Throws OutputPathError.
+// existing, writable directory, must not be a directory or a file this process read as input (a scenario, profile
+// or schedule file), and no two may name the same file. Throws OutputPathError.
 void check_output_paths(const std::vector<std::pair<std::string, std::string>>& outputs);
 
 }  // namespace pipescope

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
 
 namespace pipescope {
 
@@ -49,6 +51,26 @@ std::string utf8_problem(const std::string& text, int* line_out, int* column_out
   return "";
 }
 
+namespace {
+
+struct InputRead {
+  unsigned long long dev, ino;
+  std::string path;
+};
+
+std::vector<InputRead>& inputs_read() {
+  static std::vector<InputRead> v;
+  return v;
+}
+
+}  // namespace
+
+std::string input_file_read(unsigned long long dev, unsigned long long ino) {
+  for (const InputRead& r : inputs_read())
+    if (r.dev == dev && r.ino == ino) return r.path;
+  return "";
+}
+
 std::string read_input_file(const std::string& path, const char* what) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw InputFileError(path + ": cannot open " + what + ": " + std::strerror(errno));
@@ -81,6 +103,8 @@ std::string read_input_file(const std::string& path, const char* what) {
   }
   close(fd);
   if (!fail.empty()) throw InputFileError(path + ": " + fail);
+  inputs_read().push_back(
+      {static_cast<unsigned long long>(st.st_dev), static_cast<unsigned long long>(st.st_ino), path});
   int line = 0, col = 0;
   const std::string bad = utf8_problem(text, &line, &col);
   if (!bad.empty())

@@ -19,6 +19,9 @@ class InputFileError : public std::runtime_error {
 
 // Reads `path` whole; `what` names it in messages ("scenario file", "profile"). Throws InputFileError.
 std::string read_input_file(const std::string& path, const char* what);
+// The path this process read through read_input_file that is the file (device, inode) `dev`:`ino`; "" if none.
+// core/atomic_file.h refuses an output that would overwrite an input.
+std::string input_file_read(unsigned long long dev, unsigned long long ino);
 // "" when `text` is valid UTF-8 (no overlong forms, no surrogates), else "line L, column C: invalid UTF-8 ...";
 // `line` / `column` (1-based), when given, receive the position.
 std::string utf8_problem(const std::string& text, int* line = nullptr, int* column = nullptr);

@@ -69,6 +69,13 @@ foreach(cmd "show" "sweep --vary parallel.micro_batch_size=1,2" "simulate --comp
                    "-DREGEX=error: standard output: write failed" -P ${fh_expect})
   set_tests_properties(cli_stdout_full_${tag} PROPERTIES LABELS cli TIMEOUT 120)
 endforeach()
+# An output may not overwrite an input the command read (the scenario became the JSON report, exit 0).
+add_test(NAME cli_output_not_the_input
+         COMMAND ${CMAKE_COMMAND}
+                 "-DCMD=sh;-c;cp ${PROJECT_SOURCE_DIR}/scenarios/default.yaml ${fh_dir}/in.yaml && ${fh_bin} simulate ${fh_dir}/in.yaml --json ${fh_dir}/in.yaml"
+                 -DEXPECT_RC=1 "-DREGEX=error: --json [^ ]*in.yaml: the input file [^ ]*in.yaml \\(an output must not overwrite it\\)"
+                 -P ${fh_expect})
+set_tests_properties(cli_output_not_the_input PROPERTIES LABELS cli TIMEOUT 120)
 # repro's tables own standard output: --json - is refused before anything runs (it wrote a file named "-").
 add_test(NAME cli_repro_json_stdout_refused
          COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};repro;seq1f1b;--json;-" -DEXPECT_RC=1 -DWORKDIR=${fh_dir}
