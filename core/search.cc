@@ -145,6 +145,11 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
   const ClusterSpec& c = base.cluster;
   const int gpus = c.total_gpus();
   if (gpus < 1) throw std::invalid_argument(base.source + ": the cluster has no GPUs");
+  // Every candidate would keep cp and miss the GPUs it takes, and stage 2 has no context-parallel rings.
+  if (base.parallel.cp > 1)
+    throw std::invalid_argument(base.source + ": parallel.cp = " + std::to_string(base.parallel.cp) +
+                                ": search does not handle context parallelism yet; search the scenario with cp: 1, "
+                                "and compare cp values with sweep (scenarios/README.md)");
   const auto kinds = kinds_of(space);
   const std::vector<int> mbs = space.micro_batch_sizes.empty() ? std::vector<int>{1, 2, 4, 8} : space.micro_batch_sizes;
   const auto tps = allowed(divisors(c.gpus_per_node), space.tp);  // tensor parallelism stays inside a node
