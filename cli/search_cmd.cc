@@ -50,7 +50,16 @@ void write_file(const std::string& path, const char* flag, Write write) {
 }
 
 int run_search_cmd(const SearchCmdOptions& o) {
-  const Scenario base = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario);
+  // The scenario's own layout is only the starting point: one that does not fit its cluster is not a row, and the
+  // search still runs over its model and cluster.
+  Scenario base;
+  std::string not_a_layout;
+  try {
+    base = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario);
+  } catch (const ScenarioCombinationError& e) {
+    base = load_scenario_fields(o.scenario);
+    not_a_layout = e.what();
+  }
   sim::SearchOptions so;
   so.space.schedules = o.schedules;
   so.space.tp = o.tp;
@@ -62,6 +71,7 @@ int run_search_cmd(const SearchCmdOptions& o) {
   so.keep = o.keep;
   so.jobs = o.jobs;
   so.progress = !o.quiet;
+  so.as_written = not_a_layout.empty();
   // Under `mpirun -n N pipescope search`: the ranks share the work through the MPI relay; rank 0 reports.
   const auto group = sim::MpiGroup::from_environment(sibling_exe("pipescope-mpi-relay"));
   so.group = group.get();
@@ -69,7 +79,9 @@ int run_search_cmd(const SearchCmdOptions& o) {
   if (group && so.progress) std::fprintf(stderr, "search: %d MPI ranks x %d local workers\n", group->size(), o.jobs);
   check_output_paths({{"--json", o.json}, {"--csv", o.csv}, {"--svg", o.svg}, {"--emit", o.emit}});
   check_grid(estimate_search(base, so.space, so.keep, so.jobs));  // before stage 1 (core/work_estimate.h)
-  const sim::SearchResult r = sim::run_search(base, so);
+  sim::SearchResult r = sim::run_search(base, so);
+  if (!not_a_layout.empty())
+    r.as_written_note = "the scenario as written is not a layout of its cluster: " + not_a_layout;
   if (group && group->rank() != 0) return 0;
   // An output on standard output ("-") gets it alone; the table then goes to stderr.
   const bool stdout_taken = o.json == "-" || o.csv == "-" || o.svg == "-" || o.emit == "-";

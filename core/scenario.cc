@@ -1005,7 +1005,7 @@ std::string relative_to(const std::string& base, const std::string& path) {
 // `path_base`: the file relative paths (schedule.file, sim.profile) are taken from; `source` names the text in
 // messages (a sweep variant's source is "f.yaml [key=value]", whose value may itself hold a '/').
 Scenario parse_impl(const std::string& text, const std::string& source, const std::string& profile_override,
-                    const std::string& path_base) {
+                    const std::string& path_base, bool cross_field_checks = true) {
   // The limits of core/input_file.h also for text that did not come from a file (sweep variants, tests).
   if (text.size() > kMaxInputBytes)
     throw ScenarioError(source + ": " + std::to_string(text.size()) + " bytes: larger than the " +
@@ -1145,7 +1145,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
     }
   }
 
-  Validator(s, &marks).run();
+  if (cross_field_checks) Validator(s, &marks).run();
   return s;
 }
 
@@ -1163,6 +1163,16 @@ Scenario load_scenario(const std::string& path, const std::string& profile) {
     throw ScenarioError(e.what());
   }
   return parse_impl(text, path, profile, path);
+}
+
+Scenario load_scenario_fields(const std::string& path) {
+  std::string text;
+  try {
+    text = read_input_file(path, "scenario file");
+  } catch (const InputFileError& e) {
+    throw ScenarioError(e.what());
+  }
+  return parse_impl(text, path, "", path, false);
 }
 
 const char* default_scenario_yaml() {

@@ -26,6 +26,10 @@ class ScenarioCombinationError : public ScenarioError {
 // `--profile`) takes the place of the file's sim.profile before validation, so that settings only a profile can
 // serve (training.dtype fp64 on a CPU profile) load.
 Scenario load_scenario(const std::string& path, const std::string& profile = "");
+// A scenario file's fields without the cross-field checks (the ScenarioCombinationError ones: layout against the
+// GPUs, divisibility, a schedule's constraints): `search` takes the model and cluster of a file whose own layout
+// may not fit. Every field is still checked on its own.
+Scenario load_scenario_fields(const std::string& path);
 // Parse YAML text; `source` is the name used in messages. Relative paths in it (schedule.file, sim.profile) are
 // relative to the directory of `path_base` (default: `source`).
 Scenario parse_scenario(const std::string& yaml_text, const std::string& source, const std::string& path_base = "");

@@ -362,6 +362,20 @@ TEST(Search, EmitKeepsTheAsWrittenLayoutAndPaths) {
                    j["results"][0]["iteration_s"].get<double>());
 }
 
+// A scenario whose own layout does not fit its cluster still gives its model and cluster to the search: its layout
+// is only the starting point (exit 1 before, "dp*pp*tp = 1 ... but the cluster has 16").
+TEST(Search, ScenarioLayoutThatDoesNotFitIsOnlyANote) {
+  const std::string yaml = write("nolayout",
+                                 "model: {preset: gpt3-1b, seq_len: 512}\n"
+                                 "cluster: {preset: dgx-a100, nodes: 1}\n"
+                                 "parallel: {global_batch: 16}\n");
+  const Result r = run("search " + yaml + " -q -K 1 --schedules 1f1b --tp 1,2");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("note: the scenario as written is not a layout of its cluster: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("   1  1f1b dp"), std::string::npos) << r.out;
+  EXPECT_EQ(run("search " + yaml + " -q -K 1 --schedules 1f1b --tp 3").rc, 1);  // bad flags stay errors
+}
+
 TEST(Search, BadInputExitsOneWithAReason) {
   const std::string yaml = write("bad", kScenarios[0]);
   Result r = run("search " + yaml + " -q --max-memory-GB 0.5");
