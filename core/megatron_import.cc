@@ -215,7 +215,11 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
                                   " x chunks of " + std::to_string(per));
     v = layers / (pp * per);
   }
-  const int vocab = get("--vocab-size", get("--padded-vocab-size", 51200));
+  // Megatron-LM pads the tokenizer's vocabulary to a multiple of make-vocab-size-divisible-by (128) x tp
+  // (_vocab_size_with_padding); --padded-vocab-size is that padded size already.
+  const int pad = get("--make-vocab-size-divisible-by", 128) * tp;
+  int vocab = get("--padded-vocab-size", 51200);
+  if (values.count("--vocab-size")) vocab = (get("--vocab-size", 1) + pad - 1) / pad * pad;
   std::string dtype = "fp32";
   if (values.count("--bf16")) dtype = "bf16";
   if (values.count("--fp16")) dtype = "fp16";
@@ -286,8 +290,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   // Context parallelism runs Transformer Engine's fused attention, whatever --use-flash-attn says.
   const bool flash = values.count("--use-flash-attn") || cp > 1;
   y << "training: {dtype: " << dtype << ", flash_attention: " << (flash ? "true" : "false")
-    << ", grad_fp32: " << (grad_fp32 ? "true" : "false")
-    << ", distributed_optimizer: " << (dist_opt ? "true" : "false")
+    << ", grad_fp32: " << (grad_fp32 ? "true" : "false") << ", distributed_optimizer: " << (dist_opt ? "true" : "false")
     << ", overlap_grad_reduce: " << (values.count("--overlap-grad-reduce") ? "true" : "false")
     << ", overlap_param_gather: " << (dist_opt && values.count("--overlap-param-gather") ? "true" : "false") << "}\n";
   y << "sim: {placement: megatron, p2p: blocking}  # Megatron-LM's p2p calls block\n";

@@ -113,13 +113,20 @@ TEST(MegatronImport, SwitchesAndDefaults) {
   EXPECT_TRUE(r.unsupported.empty());
   // bf16: Megatron-LM accumulates and all-reduces gradients in fp32 (arguments.py), without the flag.
   EXPECT_TRUE(s.training.grad_fp32);
-  const std::vector<std::string> shape = {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "2",
-                                          "--seq-length", "64", "--micro-batch-size", "1", "--global-batch-size", "8"};
+  const std::vector<std::string> shape = {"--num-layers",          "2", "--hidden-size",       "64",
+                                          "--num-attention-heads", "2", "--seq-length",        "64",
+                                          "--micro-batch-size",    "1", "--global-batch-size", "8"};
   std::vector<std::string> fp16 = shape;
   fp16.push_back("--fp16");
   EXPECT_FALSE(parse_scenario(import_megatron(fp16).yaml, "i.yaml").training.grad_fp32);
   fp16.push_back("--bf16");
   EXPECT_THROW(import_megatron(fp16), std::invalid_argument);  // Megatron refuses both
+  // The tokenizer's vocabulary padded as Megatron pads it: to make-vocab-size-divisible-by (128) x tp.
+  std::vector<std::string> v = shape;
+  for (const char* a : {"--vocab-size", "50257", "--tensor-model-parallel-size", "2"}) v.push_back(a);
+  EXPECT_NE(import_megatron(v).yaml.find("vocab: 50432,"), std::string::npos) << import_megatron(v).yaml;
+  for (const char* a : {"--make-vocab-size-divisible-by", "64"}) v.push_back(a);
+  EXPECT_NE(import_megatron(v).yaml.find("vocab: 50304,"), std::string::npos) << import_megatron(v).yaml;
 }
 
 TEST(MegatronImport, Llama3ShapeAndDistributedOptimizer) {
