@@ -87,6 +87,11 @@ Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o) {
     sch.seq_slices = static_cast<int>(o.slice_tokens->size());
     sch.slicing = "explicit";
   }
+  // Flags that slice a schedule of whole sequences would be dropped without a word: refused.
+  if (!sliced && ((o.slices && *o.slices > 1) || o.slice_tokens))
+    throw ScenarioError(s.source + ": schedule.kind: " + to_string(sch.kind) + " runs whole sequences: " +
+                        (o.slices ? "--slices" : "--slice-tokens") + " needs a slicing schedule (--schedule " +
+                        schedule_names_if([](const ScheduleTraits& t) { return t.sliced() && !t.from_file; }) + ")");
   if (!sliced) {
     sch.seq_slices = 1;
     sch.slice_tokens.clear();

@@ -76,6 +76,11 @@ add_test(NAME cli_output_not_the_input
                  -DEXPECT_RC=1 "-DREGEX=error: --json [^ ]*in.yaml: the input file [^ ]*in.yaml \\(an output must not overwrite it\\)"
                  -P ${fh_expect})
 set_tests_properties(cli_output_not_the_input PROPERTIES LABELS cli TIMEOUT 120)
+# validate --slices with a schedule of whole sequences was dropped without a word ("1 slice(s)").
+add_test(NAME cli_validate_slices_need_a_slicing_schedule
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};validate;--pp;2;--layers;4;--hidden;32;--heads;4;--slices;4"
+                 -DEXPECT_RC=1 "-DREGEX=1f1b runs whole sequences: --slices needs a slicing schedule" -P ${fh_expect})
+set_tests_properties(cli_validate_slices_need_a_slicing_schedule PROPERTIES LABELS cli TIMEOUT 120)
 # repro's tables own standard output: --json - is refused before anything runs (it wrote a file named "-").
 add_test(NAME cli_repro_json_stdout_refused
          COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};repro;seq1f1b;--json;-" -DEXPECT_RC=1 -DWORKDIR=${fh_dir}
