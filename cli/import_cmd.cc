@@ -58,7 +58,7 @@ Command add_import(CLI::App& app) {
   mg->add_option("--cluster", o->megatron.cluster, "Cluster preset (the launch's arguments do not say)")
       ->capture_default_str();
   mg->add_option("--nodes", o->megatron.nodes, "Nodes (default: enough for tp x pp, i.e. dp = 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 20));
   mg->add_option("-o,--out", o->out, "Write the YAML to this file (default: stdout)");
   mg->add_flag("--strict", o->strict, "Exit 1 when an argument is unknown or not modelled");
   mg->add_option("args", o->args, "pretrain_gpt.py arguments, after --");

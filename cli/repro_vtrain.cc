@@ -128,7 +128,7 @@ Command add_repro_vtrain(CLI::App& repro) {
   sub->add_option("--csv", o->csv, "Measured runs (default tests/data/vtrain_a100_dev.csv)");
   sub->add_option("--cluster", o->cluster, "Cluster preset every row runs on (default vtrain-a100)");
   sub->add_option("--json", o->json, "Also write the rows, MAPE and pair ranking as JSON to this file");
-  sub->add_option("--worst", o->worst, "Worst rows to list (default 8)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--worst", o->worst, "Worst rows to list (default 8)")->check(CLI::Range(0, 1 << 30));
   return {sub, [o] { return run_vtrain(*o); }};
 }
 

@@ -110,10 +110,13 @@ Command add_search(CLI::App& app) {
                   "Only these registered schedules (default: all; see simulate "
                   "--list-schedules)")
       ->delimiter(',');
-  sub->add_option("--tp", o->tp, "Only these tensor-parallel degrees, e.g. 2,4")->delimiter(',');
-  sub->add_option("--pp", o->pp, "Only these pipeline depths, e.g. 4,8")->delimiter(',');
+  sub->add_option("--tp", o->tp, "Only these tensor-parallel degrees, e.g. 2,4")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--pp", o->pp, "Only these pipeline depths, e.g. 4,8")->delimiter(',')->check(CLI::Range(1, 1 << 20));
   sub->add_option("--micro-batch-sizes", o->micro_batch_sizes, "Micro-batch sizes to try (default 1,2,4,8)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--distributed-optimizer", o->dist_opt,
                   "Distributed optimizer values to try where dp > 1: off, on or off,on (default)")
       ->delimiter(',')

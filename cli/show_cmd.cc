@@ -82,9 +82,9 @@ Command add_show(CLI::App& app) {
   sub->add_option("scenario", o->scenario, "Scenario YAML file (default: built-in)");
   sub->add_flag("--lowered", o->lowered, "Print the lowered per-worker programs (sends, receives, collectives)");
   sub->add_option("--worker", o->worker, "Only this worker (with --lowered; worker = replica * pp + rank)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 30));
   sub->add_option("--width", o->width, "Wrap each program at this many columns (default 100; 0: no wrapping)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 30));
   sub->add_option(
       "--csv", o->csv,
       "Also write the schedule as a PyTorch pipelining CSV (one row per rank; schedule kind file reads it)");

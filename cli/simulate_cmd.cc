@@ -85,7 +85,7 @@ int run_compare(const Scenario& base, const SimulateOptions& o) {
   std::vector<Scenario> variants;
   for (const auto& k : o.compare) {
     const ScheduleEntry& e = kind_from_string(k);
-    if (e.traits.sliced() && base.schedule.seq_slices == 1)
+    if (e.traits.sliced() && !e.traits.from_file && base.schedule.seq_slices == 1)  // a file has its own slices
       std::fprintf(stderr,
                    "warning: %s with one slice per micro-batch (schedule.seq_slices = 1) runs as its unsliced "
                    "schedule; set schedule.seq_slices (k) in the scenario to compare slicing\n",
