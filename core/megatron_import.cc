@@ -179,6 +179,9 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
       out.unknown.push_back(flag + (has_value ? " " + value : ""));
       continue;
     }
+    // argparse's store_true switches take no value: "--bf16=false" is an error there, not bf16 off.
+    if (switches.count(flag) && has_value)
+      throw std::invalid_argument(flag + "=" + value + ": " + flag + " is a switch and takes no value");
     values[flag] = value;
   }
   auto need = [&](const char* flag) {

@@ -121,6 +121,9 @@ TEST(MegatronImport, SwitchesAndDefaults) {
   EXPECT_FALSE(parse_scenario(import_megatron(fp16).yaml, "i.yaml").training.grad_fp32);
   fp16.push_back("--bf16");
   EXPECT_THROW(import_megatron(fp16), std::invalid_argument);  // Megatron refuses both
+  std::vector<std::string> off = shape;
+  off.push_back("--bf16=false");  // was read as bf16 on
+  EXPECT_THROW(import_megatron(off), std::invalid_argument);
   // The tokenizer's vocabulary padded as Megatron pads it: to make-vocab-size-divisible-by (128) x tp.
   std::vector<std::string> v = shape;
   for (const char* a : {"--vocab-size", "50257", "--tensor-model-parallel-size", "2"}) v.push_back(a);
