@@ -13,12 +13,20 @@
 namespace pipescope {
 namespace {
 
-// Splits on commas outside [...] and {...}, so a flow sequence can be one value: slice_tokens=[8,8],[4,12].
+// Splits on commas outside [...], {...} and quotes, so a flow sequence or a quoted string can be one value:
+// slice_tokens=[8,8],[4,12]; name="a,b".
 std::vector<std::string> split_values(const std::string& s, const std::string& what) {
   std::vector<std::string> out;
   std::string cur;
   int depth = 0;
+  char quote = 0;
   for (char c : s) {
+    if (quote != 0) {
+      if (c == quote) quote = 0;
+      cur += c;
+      continue;
+    }
+    if (c == '"' || c == '\'') quote = c;
     if (c == '[' || c == '{') depth++;
     if (c == ']' || c == '}') depth--;
     if (depth < 0) throw std::invalid_argument("--vary " + what + ": unbalanced brackets");
@@ -30,6 +38,7 @@ std::vector<std::string> split_values(const std::string& s, const std::string& w
     }
   }
   if (depth != 0) throw std::invalid_argument("--vary " + what + ": unbalanced brackets");
+  if (quote != 0) throw std::invalid_argument("--vary " + what + ": unterminated quote");
   out.push_back(cur);
   for (auto& v : out) {
     const auto b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");

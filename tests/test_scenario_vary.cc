@@ -37,6 +37,8 @@ TEST(ScenarioVary, AxesSplitOutsideBracketsAndNameBadArguments) {
   const VaryAxis a = parse_vary_axis("schedule.slice_tokens=[8,8], [4,12]");
   EXPECT_EQ(a.path, (std::vector<std::string>{"schedule", "slice_tokens"}));
   EXPECT_EQ(a.values, (std::vector<std::string>{"[8,8]", "[4,12]"}));
+  EXPECT_EQ(parse_vary_axis("name=\"a,b\",'c,d',e").values, (std::vector<std::string>{"\"a,b\"", "'c,d'", "e"}));
+  EXPECT_EQ(vary_error("name=\"a,b"), "--vary name: unterminated quote");
   EXPECT_EQ(vary_error("pp"), "--vary pp: expected key=v1,v2,... with key a scenario path such as schedule.seq_slices");
   EXPECT_EQ(vary_error("parallel..pp=2"), "--vary parallel..pp=2: malformed key 'parallel..pp'");
   EXPECT_EQ(vary_error("parallel.pp=[2"), "--vary parallel.pp: unbalanced brackets");
