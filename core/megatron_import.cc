@@ -84,9 +84,7 @@ const std::map<std::string, std::string> kUnsupported = {
     {"--num-experts", "mixture of experts"},
     {"--expert-model-parallel-size", "expert parallelism"},
     {"--recompute-method", "partial recomputation (recompute is all layers or none)"},
-    {"--recompute-num-layers", "partial recomputation"},
-    {"--decoder-first-pipeline-num-layers", "uneven first stage: use parallel.stage_layers"},
-    {"--decoder-last-pipeline-num-layers", "uneven last stage: use parallel.stage_layers"}};
+    {"--recompute-num-layers", "partial recomputation"}};
 
 bool takes_value(const std::string& flag) {
   static const std::set<std::string> with_value = {"--num-layers",
@@ -218,6 +216,22 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
                                   " x chunks of " + std::to_string(per));
     v = layers / (pp * per);
   }
+  // Uneven first / last pipeline stages (Megatron-Core): the other stages split the remaining layers evenly.
+  std::vector<int> stage_layers;
+  if (values.count("--decoder-first-pipeline-num-layers") || values.count("--decoder-last-pipeline-num-layers")) {
+    const int first = get("--decoder-first-pipeline-num-layers", 0),
+              last = get("--decoder-last-pipeline-num-layers", 0);
+    const int fixed = (first > 0) + (last > 0), rest = layers - first - last;
+    if (v > 1 || pp < 2 || pp - fixed < 0 || rest < pp - fixed || (pp > fixed && rest % (pp - fixed) != 0) ||
+        (pp == fixed && rest != 0))
+      throw std::invalid_argument("--decoder-first/last-pipeline-num-layers: " + std::to_string(first) + " / " +
+                                  std::to_string(last) + " of " + std::to_string(layers) + " layers leave " +
+                                  std::to_string(rest) + " that do not split evenly over the other " +
+                                  std::to_string(pp - fixed) + " of pp " + std::to_string(pp) +
+                                  " stages (or a virtual pipeline is set: not modelled with uneven stages)");
+    for (int r = 0; r < pp; r++)
+      stage_layers.push_back(r == 0 && first > 0 ? first : r == pp - 1 && last > 0 ? last : rest / (pp - fixed));
+  }
   // Megatron-LM pads the tokenizer's vocabulary to a multiple of make-vocab-size-divisible-by (128) x tp
   // (_vocab_size_with_padding); --padded-vocab-size is that padded size already.
   const int pad = get("--make-vocab-size-divisible-by", 128) * tp;
@@ -286,7 +300,13 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   y << "parallel: {dp: " << dp << ", pp: " << pp << ", tp: " << tp;
   if (cp > 1) y << ", cp: " << cp;  // context parallelism: Transformer Engine's ring attention (flash kernels)
   y << ", v: " << v << ", micro_batch_size: " << mbs << ", global_batch: " << gbs
-    << ", sequence_parallel: " << (values.count("--sequence-parallel") ? "true" : "false") << "}\n";
+    << ", sequence_parallel: " << (values.count("--sequence-parallel") ? "true" : "false");
+  if (!stage_layers.empty()) {
+    y << ", stage_layers: [";
+    for (std::size_t i = 0; i < stage_layers.size(); i++) y << (i ? ", " : "") << stage_layers[i];
+    y << "]";
+  }
+  y << "}\n";
   y << "schedule: {kind: " << to_string(v > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB)
     << ", recompute: " << recompute
     << ", scatter_gather: " << (values.count("--no-scatter-gather-tensors-in-pipeline") ? "false" : "true") << "}\n";

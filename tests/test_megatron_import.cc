@@ -124,6 +124,30 @@ TEST(MegatronImport, SwitchesAndDefaults) {
   std::vector<std::string> off = shape;
   off.push_back("--bf16=false");  // was read as bf16 on
   EXPECT_THROW(import_megatron(off), std::invalid_argument);
+  // Megatron-Core's uneven first / last stages are stage_layers (they were "not modelled", then a located error in
+  // the generated YAML).
+  std::vector<std::string> uneven = {"--num-layers",
+                                     "30",
+                                     "--hidden-size",
+                                     "64",
+                                     "--num-attention-heads",
+                                     "2",
+                                     "--seq-length",
+                                     "64",
+                                     "--micro-batch-size",
+                                     "1",
+                                     "--global-batch-size",
+                                     "8",
+                                     "--pipeline-model-parallel-size",
+                                     "4",
+                                     "--decoder-first-pipeline-num-layers",
+                                     "6",
+                                     "--decoder-last-pipeline-num-layers",
+                                     "6"};
+  EXPECT_EQ(parse_scenario(import_megatron(uneven).yaml, "u.yaml").parallel.stage_layers,
+            (std::vector<int>{6, 9, 9, 6}));
+  uneven[15] = "5";  // 25 layers over 3 stages
+  EXPECT_THROW(import_megatron(uneven), std::invalid_argument);
   // The tokenizer's vocabulary padded as Megatron pads it: to make-vocab-size-divisible-by (128) x tp.
   std::vector<std::string> v = shape;
   for (const char* a : {"--vocab-size", "50257", "--tensor-model-parallel-size", "2"}) v.push_back(a);
