@@ -148,7 +148,8 @@ ClusterSpec cube_mesh_node(const char* preset, const char* device_name, double n
   c.nvlink_latency_s = 1 * kUs;
   c.pcie_bw_Bps = 10 * kGBps;
   c.pcie_latency_s = 5 * kUs;
-  // One ENA interface per instance, shared by all 8 GPUs (docs/cost-model.md, "aws-p3.16xlarge's NVLink mesh"); TCP-level latency.
+  // One ENA interface per instance, shared by all 8 GPUs (docs/cost-model.md, "aws-p3.16xlarge's NVLink mesh");
+  // TCP-level latency.
   c.nics_per_node = 1;
   c.nic_bw_Bps = nic_Gbps * kGbps;
   c.nic_latency_s = 10 * kUs;

@@ -27,8 +27,7 @@ TEST(Backends, EveryKindHasOneRowAndAUniqueName) {
 
 TEST(Backends, MessagesListTheTable) {
   EXPECT_EQ(backend_names(), "cpu-f64, cpu-f32, cuda-bf16, cuda-f16, null");
-  EXPECT_EQ(backend_names([](const BackendInfo& b) { return b.device == BackendDevice::Cuda; }),
-            "cuda-bf16, cuda-f16");
+  EXPECT_EQ(backend_names([](const BackendInfo& b) { return b.device == BackendDevice::Cuda; }), "cuda-bf16, cuda-f16");
   try {
     backend_named("gpu");
     ADD_FAILURE() << "no error";
