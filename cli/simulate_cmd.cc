@@ -206,7 +206,6 @@ int run_simulate(const SimulateOptions& o) {
   if (!o.timeline.empty())
     write_file_atomic(o.timeline, sim::render_svg(timeline.str(), timeline_format(o.timeline, o.timeline_format)),
                       "--timeline");
-  if (!std::cout) throw OutputWriteError("standard output: write failed");
   if (o.fail_on_oom)
     for (const auto& rm : rep.memory.ranks)
       if (rm.oom) {
