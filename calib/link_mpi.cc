@@ -19,6 +19,7 @@
 
 #include "calib/driver.h"
 #include "calib/links.h"
+#include "kernels/host_memory.h"
 
 namespace pipescope::calib {
 namespace {
@@ -170,7 +171,7 @@ Central central(std::vector<double> v) {
 double p2p_once(int peer, bool sender, std::vector<float>& out, float value, std::vector<double>& scratch,
                 double& sink) {
   const int count = static_cast<int>(out.size());
-  std::unique_ptr<float[]> in(new float[out.size()]);  // fresh, untouched: as the runtime allocates a receive
+  std::unique_ptr<float[]> in(new float[out.size()]);  // new, as the runtime allocates a receive
   std::fill(out.begin(), out.end(), value);            // the sender has just written it
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   if (peer < 0) return 0;
@@ -246,6 +247,7 @@ Central time_collective(Op& op, const LinkOptions& o) {
 int link_bench_main(int argc, char** argv) {
   LinkOptions o;
   if (const int rc = parse_link_options(argc, argv, o); rc >= 0) return rc;
+  kernels::keep_freed_host_memory();  // receive buffers come from memory as the runtime's CPU backend gets them
   MPI_Init(&argc, &argv);
   int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

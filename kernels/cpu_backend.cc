@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "kernels/backend.h"
+#include "kernels/host_memory.h"
 #include "kernels/reference.h"
 
 namespace pipescope::kernels {
@@ -236,6 +237,7 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(DType dtype) {
+  keep_freed_host_memory();  // kernels/host_memory.h
   switch (dtype) {
     case DType::kF64:
       return std::make_unique<CpuBackend<double>>();
