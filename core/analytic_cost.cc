@@ -447,6 +447,18 @@ double AnalyticCostModel::backward_weight_share(const Op& op, int microbatch_seq
 
 double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) const {
   check_op(op, microbatch_seqs);
+  const int layers = layers_of_stage(op.stage);
+  // The key packs layers and sequences in 24 bits each; wider values are asked directly.
+  if (layers >= (1 << 24) || microbatch_seqs >= (1 << 24)) return compute_seconds_uncached(op, microbatch_seqs);
+  auto u32 = [](std::int32_t x) { return static_cast<std::uint64_t>(static_cast<std::uint32_t>(x)); };
+  const int last = s_.parallel.pp * s_.parallel.v - 1;
+  const std::uint64_t where = (op.stage == 0 ? 1u : 0u) | (op.stage == last ? 2u : 0u);
+  return compute_memo_.get(
+      static_cast<std::uint64_t>(op.kind) | where << 8 | u32(layers) << 16 | u32(microbatch_seqs) << 40,
+      u32(op.tok_begin) | u32(op.tok_end) << 32, [&] { return compute_seconds_uncached(op, microbatch_seqs); });
+}
+
+double AnalyticCostModel::compute_seconds_uncached(const Op& op, int microbatch_seqs) const {
   switch (op.kind) {
     case OpKind::Forward:
       return fused_seconds(op, microbatch_seqs, true);

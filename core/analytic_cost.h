@@ -7,6 +7,7 @@
 // The formulas are written out at the top of core/analytic_cost.cc.
 
 #include "core/cost_model.h"
+#include "core/memo_table.h"
 #include "core/model_shape.h"  // LayerFlops, parameter counts (declared there)
 
 namespace pipescope {
@@ -74,6 +75,11 @@ class AnalyticCostModel : public CostModel {
 
  private:
   void check_op(const Op& op, int microbatch_seqs) const;
+  double compute_seconds_uncached(const Op& op, int microbatch_seqs) const;
+  // compute_seconds by what it reads of an op: kind, first / last virtual stage, the stage's layer count, token
+  // range, sequences. Many stages of a pipeline hold the same layers, and a search or a planner asks the same
+  // questions thousands of times. Not for concurrent use (nothing shares a cost model across threads).
+  mutable MemoTable compute_memo_;
   struct OpKernels {
     std::vector<KernelCost> pre, layer, post;  // layer runs layers_of_stage(op.stage) times
   };

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -48,16 +48,21 @@ struct StageSpan {
   std::size_t first = kNone, last_backward = kNone;
 };
 std::vector<StageSpan> stage_spans(const std::vector<LoweredOp>& prog) {
-  std::map<int, StageSpan> by_stage;
+  // Indexed by virtual stage (a few per program; a search lowers millions of ops: no map per op).
+  std::vector<StageSpan> by_stage;
   for (std::size_t i = 0; i < prog.size(); i++) {
     if (prog[i].kind != LOpKind::Compute) continue;
-    StageSpan& s = by_stage[prog[i].op.stage];
-    s.stage = prog[i].op.stage;
+    const int stage = prog[i].op.stage;
+    if (stage < 0) throw std::invalid_argument("gradient sync: " + op_text(prog[i].op) + " has a negative stage");
+    if (static_cast<std::size_t>(stage) >= by_stage.size()) by_stage.resize(static_cast<std::size_t>(stage) + 1);
+    StageSpan& s = by_stage[static_cast<std::size_t>(stage)];
+    s.stage = stage;
     if (s.first == kNone) s.first = i;
     if (prog[i].op.kind == OpKind::Backward || prog[i].op.kind == OpKind::BackwardWeight) s.last_backward = i;
   }
   std::vector<StageSpan> out;
-  for (const auto& [stage, span] : by_stage) out.push_back(span);
+  for (const StageSpan& span : by_stage)
+    if (span.first != kNone) out.push_back(span);
   return out;
 }
 

@@ -64,8 +64,11 @@ struct Insert {
 };
 
 // Rebuilds a program with the inserts placed; inserts at the same spot keep their generation order. Placed by
-// counting (each spot's inserts counted, then laid out in generation order): linear, no sort of the ops.
-std::vector<LoweredOp> apply_inserts(const std::vector<LoweredOp>& prog, const std::vector<Insert>& ins) {
+// counting (each spot's inserts counted, then laid out in generation order): linear, no sort of the ops. Each op of
+// the new program goes through emit(out, op) (lower() applies the later passes' rules there; extra: their room).
+template <class Emit>
+std::vector<LoweredOp> apply_inserts(const std::vector<LoweredOp>& prog, const std::vector<Insert>& ins,
+                                     std::size_t extra, const Emit& emit) {
   // Spot 2 * at + after: before op `at` (even) or after it (odd).
   std::vector<std::uint32_t> first(2 * prog.size() + 1, 0);
   for (const Insert& x : ins) first[2 * x.at + x.after + 1]++;
@@ -77,14 +80,67 @@ std::vector<LoweredOp> apply_inserts(const std::vector<LoweredOp>& prog, const s
       order[next[2 * ins[k].at + ins[k].after]++] = static_cast<std::uint32_t>(k);
   }
   std::vector<LoweredOp> out;
-  out.reserve(prog.size() + ins.size() + kTailSlack);
+  out.reserve(prog.size() + ins.size() + extra + kTailSlack);
   std::size_t k = 0;
   for (std::size_t i = 0; i < prog.size(); i++) {
-    for (; k < first[2 * i + 1]; k++) out.push_back(ins[order[k]].op);
-    out.push_back(prog[i]);
-    for (; k < first[2 * i + 2]; k++) out.push_back(ins[order[k]].op);
+    for (; k < first[2 * i + 1]; k++) emit(out, ins[order[k]].op);
+    emit(out, prog[i]);
+    for (; k < first[2 * i + 2]; k++) emit(out, ins[order[k]].op);
   }
   return out;
+}
+void append(std::vector<LoweredOp>& out, const LoweredOp& l) { out.push_back(l); }
+
+// The scatter/gather rule for one op (add_scatter_gather): a Send or Recv carries its 1/tp share; a Recv of a
+// non-empty message is followed by the all-gather of the whole tensor over the receiver's TP group `group`.
+bool gathers(const LoweredOp& l) { return l.kind == LOpKind::Recv && l.bytes > 0; }
+void emit_scatter_gather(std::vector<LoweredOp>& out, LoweredOp l, int tp, std::int32_t group) {
+  const double full = l.bytes;
+  if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) l.bytes = full / tp;
+  out.push_back(l);
+  if (l.kind != LOpKind::Recv || full <= 0) return;
+  LoweredOp ag;
+  ag.kind = LOpKind::AllGather;
+  ag.tag = CollTag::ScatterGather;
+  ag.op = l.op;
+  ag.group = group;
+  ag.bytes = full;
+  out.push_back(ag);
+}
+
+// The tensor-parallel rule for one op (add_tp_allreduce): a compute op that issues TP all-reduces is followed by
+// them (one op, `calls` folded) on worker w's TP group, created in `groups` on first use.
+struct TpRule {
+  const Schedule& schedule;
+  const CostModel& cost;
+  std::vector<CollGroup>& groups;
+  void emit(std::vector<LoweredOp>& out, const LoweredOp& l, int w, std::int32_t& group) const {
+    if (l.kind != LOpKind::Compute) return;
+    const int calls = cost.tp_allreduce_calls(l.op);
+    if (calls <= 0) return;
+    if (group < 0) {
+      group = static_cast<std::int32_t>(groups.size());
+      groups.push_back(CollGroup{CollTag::TensorParallel, {static_cast<std::int32_t>(w)}});
+    }
+    LoweredOp ar;
+    ar.kind = LOpKind::AllReduce;
+    ar.tag = CollTag::TensorParallel;
+    ar.op = l.op;
+    ar.group = group;
+    ar.count = calls;
+    ar.bytes = cost.tp_allreduce_bytes(l.op, seqs_of(schedule, l.op));
+    out.push_back(ar);
+  }
+};
+
+// Worker w's scatter/gather group, made in `groups` when its program (with the inserts to come) gathers anything.
+std::int32_t scatter_gather_group(const std::vector<LoweredOp>& prog, const std::vector<Insert>* ins, std::size_t w,
+                                  std::vector<CollGroup>& groups) {
+  bool any = std::any_of(prog.begin(), prog.end(), gathers);
+  if (!any && ins) any = std::any_of(ins->begin(), ins->end(), [](const Insert& x) { return gathers(x.op); });
+  if (!any) return -1;
+  groups.push_back(CollGroup{CollTag::ScatterGather, {static_cast<std::int32_t>(w)}});
+  return static_cast<std::int32_t>(groups.size() - 1);
 }
 
 void require_shape(const LoweredSchedule& in, const char* pass) {
@@ -172,8 +228,8 @@ namespace {
 
 // The passes work on a value so that lower() can move one program set through all of them; the public
 // functions copy their input once.
-LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
-  require_shape(in, "add_p2p");
+// add_p2p's messages: per worker, its Sends (after their producers) and Recvs (before their first consumers).
+std::vector<std::vector<Insert>> p2p_inserts(const LoweredSchedule& in, const CostModel& cost) {
   const Schedule& s = in.schedule;
   const OpKeyIndex index(s);
   const int p = in.p;
@@ -230,8 +286,40 @@ LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
       }
     }
   }
+  return ins;
+}
+
+LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
+  require_shape(in, "add_p2p");
+  const std::vector<std::vector<Insert>> ins = p2p_inserts(in, cost);
   for (std::size_t w = 0; w < ins.size(); w++)
-    if (!ins[w].empty()) in.per_worker[w] = apply_inserts(in.per_worker[w], ins[w]);
+    if (!ins[w].empty()) in.per_worker[w] = apply_inserts(in.per_worker[w], ins[w], 0, append);
+  return in;
+}
+
+// add_p2p, then add_scatter_gather (when `scatter_gather`) and add_tp_allreduce in one sweep over each program: the
+// same rules (emit_scatter_gather, TpRule) and the same group numbering (every scatter/gather group before the
+// first TP group, each kind in worker order), without two more copies of every program.
+LoweredSchedule p2p_sg_tp_pass(LoweredSchedule in, const CostModel& cost, bool scatter_gather) {
+  require_shape(in, "add_p2p");
+  if (in.tp == 1) return p2p_pass(std::move(in), cost);  // neither later pass changes anything with tp = 1
+  const std::vector<std::vector<Insert>> ins = p2p_inserts(in, cost);
+  std::vector<std::int32_t> sg(in.per_worker.size(), -1);
+  if (scatter_gather)
+    for (std::size_t w = 0; w < sg.size(); w++) sg[w] = scatter_gather_group(in.per_worker[w], &ins[w], w, in.groups);
+  const TpRule tp{in.schedule, cost, in.groups};
+  for (std::size_t w = 0; w < ins.size(); w++) {
+    std::int32_t tp_group = -1;
+    auto emit = [&](std::vector<LoweredOp>& out, const LoweredOp& l) {
+      if (scatter_gather)
+        emit_scatter_gather(out, l, in.tp, sg[w]);
+      else
+        out.push_back(l);
+      tp.emit(out, l, static_cast<int>(w), tp_group);
+    };
+    // Room for a TP all-reduce after each compute op and an all-gather after each receive.
+    in.per_worker[w] = apply_inserts(in.per_worker[w], ins[w], in.per_worker[w].size() + ins[w].size(), emit);
+  }
   return in;
 }
 
@@ -240,28 +328,11 @@ LoweredSchedule scatter_gather_pass(LoweredSchedule in) {
   if (in.tp == 1) return in;
   for (std::size_t w = 0; w < in.per_worker.size(); w++) {
     auto& prog = in.per_worker[w];
-    std::int32_t group = -1;  // this worker's scatter/gather group (its TP GPUs), created on first use
+    const std::int32_t group = scatter_gather_group(prog, nullptr, w, in.groups);
     std::vector<LoweredOp> next;
-    const auto recvs =
-        std::count_if(prog.begin(), prog.end(), [](const LoweredOp& l) { return l.kind == LOpKind::Recv; });
+    const auto recvs = std::count_if(prog.begin(), prog.end(), gathers);
     next.reserve(prog.size() + static_cast<std::size_t>(recvs) + kTailSlack);
-    for (LoweredOp& l : prog) {
-      const double full = l.bytes;
-      if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) l.bytes = full / in.tp;
-      next.push_back(l);
-      if (l.kind != LOpKind::Recv || full <= 0) continue;
-      if (group < 0) {
-        group = static_cast<std::int32_t>(in.groups.size());
-        in.groups.push_back(CollGroup{CollTag::ScatterGather, {static_cast<std::int32_t>(w)}});
-      }
-      LoweredOp ag;
-      ag.kind = LOpKind::AllGather;
-      ag.tag = CollTag::ScatterGather;
-      ag.op = l.op;
-      ag.group = group;
-      ag.bytes = full;
-      next.push_back(ag);
-    }
+    for (const LoweredOp& l : prog) emit_scatter_gather(next, l, in.tp, group);
     prog = std::move(next);
   }
   return in;
@@ -270,7 +341,7 @@ LoweredSchedule scatter_gather_pass(LoweredSchedule in) {
 LoweredSchedule tp_pass(LoweredSchedule in, const CostModel& cost) {
   require_shape(in, "add_tp_allreduce");
   if (in.tp == 1) return in;
-  LoweredSchedule& out = in;
+  const TpRule tp{in.schedule, cost, in.groups};
   for (std::size_t w = 0; w < in.per_worker.size(); w++) {
     const auto& prog = in.per_worker[w];
     std::vector<LoweredOp> next;
@@ -280,25 +351,11 @@ LoweredSchedule tp_pass(LoweredSchedule in, const CostModel& cost) {
     std::int32_t group = -1;  // this worker's TP group, created on first use
     for (const LoweredOp& l : prog) {
       next.push_back(l);
-      if (l.kind != LOpKind::Compute) continue;
-      const int calls = cost.tp_allreduce_calls(l.op);
-      if (calls <= 0) continue;
-      if (group < 0) {
-        group = static_cast<std::int32_t>(out.groups.size());
-        out.groups.push_back(CollGroup{CollTag::TensorParallel, {static_cast<std::int32_t>(w)}});
-      }
-      LoweredOp ar;
-      ar.kind = LOpKind::AllReduce;
-      ar.tag = CollTag::TensorParallel;
-      ar.op = l.op;
-      ar.group = group;
-      ar.count = calls;
-      ar.bytes = cost.tp_allreduce_bytes(l.op, seqs_of(in.schedule, l.op));
-      next.push_back(ar);
+      tp.emit(next, l, static_cast<int>(w), group);
     }
-    out.per_worker[w] = std::move(next);
+    in.per_worker[w] = std::move(next);
   }
-  return in;  // `in` itself: returning the reference `out` would copy the whole schedule
+  return in;
 }
 
 LoweredSchedule grad_sync_pass(LoweredSchedule in, const CostModel& cost, const GradSyncOptions& o) {
@@ -376,9 +433,7 @@ Schedule fuse_adjacent_iw(const Schedule& s) {
 LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost, bool scatter_gather,
                       const GradSyncOptions& grad_sync) {
   LoweredSchedule ls = lower_compute(s, dp, tp, cost);
-  ls = p2p_pass(std::move(ls), cost);
-  if (scatter_gather) ls = scatter_gather_pass(std::move(ls));
-  ls = tp_pass(std::move(ls), cost);
+  ls = p2p_sg_tp_pass(std::move(ls), cost, scatter_gather);  // add_p2p, add_scatter_gather, add_tp_allreduce
   ls = grad_sync_pass(std::move(ls), cost, grad_sync);
   return optimizer_pass(std::move(ls), cost, grad_sync);
 }

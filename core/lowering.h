@@ -57,18 +57,20 @@ enum class CollTag : std::uint8_t {
   ContextParallel
 };
 
+// Fields ordered so that the struct packs into 72 bytes (the lowering passes copy millions of them in a search).
 struct LoweredOp {
   LOpKind kind = LOpKind::Compute;
   CollTag tag = CollTag::None;
+  bool async = false;       // collectives only: posted, not waited for by the next op (see the semantics above)
   Op op;                    // compute op (Compute) or producer op (Send/Recv/TP collective)
   std::int32_t peer = -1;   // peer worker (Send/Recv)
   std::int32_t group = -1;  // collective group index (AllReduce/AllGather)
   std::int32_t count = 1;   // number of back-to-back collective calls folded into this one (TP: per layer)
   double seconds = 0;       // Compute / Optimizer duration
   double bytes = 0;         // Send/Recv message size; collective size per call
-  bool async = false;       // collectives only: posted, not waited for by the next op (see the semantics above)
   double lead_s = 0;        // async collectives: ready this long after the previous op completes
 };
+static_assert(sizeof(LoweredOp) == 72);
 
 struct CollGroup {
   CollTag tag = CollTag::None;

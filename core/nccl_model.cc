@@ -15,8 +15,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <stdexcept>
+#include <vector>
 
 #include "core/placement.h"
 
@@ -127,10 +127,11 @@ NcclGroup nccl_ring_group(const ClusterSpec& cluster, const std::vector<std::int
   const std::size_t n = ring.size();
   const int G = std::max(1, cluster.gpus_per_node);
   double intra_bw = std::numeric_limits<double>::infinity();
-  std::map<int, int> per_node;  // members per node
+  std::vector<int> nodes;  // each member's node (sorted below: members per node are its runs)
+  nodes.reserve(n);
   for (std::size_t i = 0; n > 1 && i < n; i++) {
     const std::int32_t a = ring[i], b = ring[(i + 1) % n];
-    per_node[a / G]++;
+    nodes.push_back(a / G);
     if (a / G == b / G) intra_bw = std::min(intra_bw, hop_bw_Bps(a, b));
   }
   if (!std::isfinite(intra_bw)) intra_bw = cluster.nvlink_bw_Bps;
@@ -143,10 +144,16 @@ NcclGroup nccl_ring_group(const ClusterSpec& cluster, const std::vector<std::int
       intra_bw = std::min(intra_bw, links > 0 ? links * cluster.nvlink_bw_Bps : cluster.pcie_bw_Bps);
     }
   }
-  int most = 1;
-  for (const auto& [node, k] : per_node) most = std::max(most, k);
-  return nccl_group(cluster, static_cast<int>(n), static_cast<int>(std::max<std::size_t>(1, per_node.size())), most,
-                    intra_bw);
+  std::sort(nodes.begin(), nodes.end());
+  int most = 1, distinct = 0;
+  for (std::size_t i = 0; i < nodes.size();) {
+    std::size_t j = i;
+    while (j < nodes.size() && nodes[j] == nodes[i]) j++;
+    most = std::max(most, static_cast<int>(j - i));
+    distinct++;
+    i = j;
+  }
+  return nccl_group(cluster, static_cast<int>(n), std::max(1, distinct), most, intra_bw);
 }
 
 }  // namespace pipescope

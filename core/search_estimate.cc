@@ -10,6 +10,7 @@
 #include "core/grad_sync.h"
 #include "core/lowering.h"
 #include "core/megatron_p2p.h"
+#include "core/memo_table.h"
 #include "core/pipeline.h"
 #include "core/placement.h"
 #include "core/scenario.h"
@@ -42,58 +43,15 @@ class MemoCost final : public CostModel {
   double param_bytes(int rank) const override { return c_.param_bytes(rank); }
 
  private:
-  // An open-addressing table (linear probing, grown at half full): the lowering asks for every op, a few distinct
-  // questions many times each.
-  class Table {
-   public:
-    template <class F>
-    double get(std::uint64_t a, std::uint64_t b, const F& ask) {
-      if (2 * (used_ + 1) > slots_.size()) grow();
-      for (std::size_t h = slot_of(a, b);; h = (h + 1) & (slots_.size() - 1)) {
-        Slot& x = slots_[h];
-        if (x.full && x.a == a && x.b == b) return x.v;
-        if (!x.full) {
-          const double v = ask();
-          x = Slot{a, b, v, true};
-          used_++;
-          return v;
-        }
-      }
-    }
-
-   private:
-    struct Slot {
-      std::uint64_t a = 0, b = 0;
-      double v = 0;
-      bool full = false;
-    };
-    std::size_t slot_of(std::uint64_t a, std::uint64_t b) const {
-      std::uint64_t h = (a ^ b * 0x9E3779B97F4A7C15ull) * 0xff51afd7ed558ccdull;
-      return static_cast<std::size_t>(h ^ h >> 32) & (slots_.size() - 1);
-    }
-    void grow() {
-      std::vector<Slot> old = std::move(slots_);
-      slots_.assign(old.empty() ? 64 : 2 * old.size(), Slot{});
-      for (const Slot& x : old)
-        if (x.full)
-          for (std::size_t h = slot_of(x.a, x.b);; h = (h + 1) & (slots_.size() - 1))
-            if (!slots_[h].full) {
-              slots_[h] = x;
-              break;
-            }
-    }
-    std::vector<Slot> slots_;
-    std::size_t used_ = 0;
-  };
   template <class F>
-  static double memo(Table& table, const Op& op, int seqs, const F& ask) {
+  static double memo(MemoTable& table, const Op& op, int seqs, const F& ask) {
     auto u32 = [](std::int32_t x) { return static_cast<std::uint64_t>(static_cast<std::uint32_t>(x)); };
     // kind | stage | sequences, token range
     return table.get(static_cast<std::uint64_t>(op.kind) | u32(op.stage) << 8 | u32(seqs) << 32,
                      u32(op.tok_begin) | u32(op.tok_end) << 32, ask);
   }
   const CostModel& c_;
-  mutable Table compute_, p2p_, tp_;
+  mutable MemoTable compute_, p2p_, tp_;
 };
 
 // A few structures kept (candidates of one structure come close together in the search's enumeration order), the

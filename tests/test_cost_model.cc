@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/analytic_cost.h"
+#include "core/memo_table.h"
 #include "core/nccl_model.h"
 #include "core/pipeline.h"
 #include "core/presets.h"
@@ -543,5 +544,48 @@ TEST(CostModel, VShapeHoldsEmbeddingAndHeadOnRankZero) {
   EXPECT_NEAR(rank_parameter_count(v, 3), rank_parameter_count(loop, 1), 1e-6);
   EXPECT_GT(rank_parameter_count(loop, 3), rank_parameter_count(loop, 1));
 }
+}  // namespace
+}  // namespace pipescope
+
+namespace pipescope {
+namespace {
+
+// The analytic model's memo (core/memo_table.h) answers what a fresh model computes, for every stage (the first and
+// the last hold the embedding and the head; middle stages of equal layers share answers), kind and token range.
+TEST(CostModel, MemoizedAnswersEqualAFreshModels) {
+  const Scenario s = scenario("gpt3-1b", "dgx-a100", 4, 2);
+  const AnalyticCostModel warm(s);
+  for (int pass = 0; pass < 2; pass++)
+    for (int stage = 0; stage < 4; stage++)
+      for (OpKind k : {OpKind::Forward, OpKind::Backward, OpKind::BackwardInput, OpKind::BackwardWeight})
+        for (int b : {1, 3}) {
+          const Op o = op(k, stage, 128, 640, 4);
+          EXPECT_EQ(warm.compute_seconds(o, b), AnalyticCostModel(s).compute_seconds(o, b)) << stage << " " << b;
+        }
+  // Stages 1 and 2 hold the same layers and are neither end: the same answer; the ends differ.
+  EXPECT_EQ(warm.compute_seconds(op(OpKind::Forward, 1, 0, 512, 4), 1),
+            warm.compute_seconds(op(OpKind::Forward, 2, 0, 512, 4), 1));
+  EXPECT_NE(warm.compute_seconds(op(OpKind::Forward, 0, 0, 512, 4), 1),
+            warm.compute_seconds(op(OpKind::Forward, 1, 0, 512, 4), 1));
+  EXPECT_NE(warm.compute_seconds(op(OpKind::Forward, 3, 0, 512, 4), 1),
+            warm.compute_seconds(op(OpKind::Forward, 1, 0, 512, 4), 1));
+}
+
+TEST(MemoTable, AsksOncePerKeyAndKeepsValuesThroughGrowth) {
+  MemoTable t;
+  int asked = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (std::uint64_t k = 0; k < 1000; k++)
+      EXPECT_EQ(t.get(k, k * 7, [&] { return asked++, static_cast<double>(k) + 0.5; }), static_cast<double>(k) + 0.5);
+  EXPECT_EQ(asked, 1000);
+  // An ask that itself uses the table (and may grow it) still lands its own value.
+  const double v = t.get(5000, 1, [&] {
+    for (std::uint64_t k = 2000; k < 3000; k++) t.get(k, 0, [] { return 1.0; });
+    return 42.0;
+  });
+  EXPECT_EQ(v, 42.0);
+  EXPECT_EQ(t.get(5000, 1, [] { return -1.0; }), 42.0);
+}
+
 }  // namespace
 }  // namespace pipescope

@@ -232,6 +232,32 @@ TEST(LoweringPasses, TensorParallelAllReduce) {
   EXPECT_TRUE(none.groups.empty());
 }
 
+// lower() runs add_p2p, add_scatter_gather and add_tp_allreduce in one sweep over each program (core/lowering.cc):
+// the same programs and groups, numbered alike, as the passes called one by one.
+TEST(LoweringPasses, FusedSweepIsThePassesOneByOne) {
+  ConstantCosts cc = costs(2);
+  cc.tp_calls_fwd = 2;
+  cc.tp_bytes = 3e6;
+  const ConstantCostModel cost(cc);
+  const Schedule s = make_interleaved(2, 2, uniform_microbatches(4, 1, 1, 1), 1);
+  for (int dp : {1, 2})
+    for (int tp : {1, 4})
+      for (bool sg : {false, true}) {
+        SCOPED_TRACE("dp " + std::to_string(dp) + " tp " + std::to_string(tp) + (sg ? " scatter/gather" : ""));
+        const LoweredSchedule got = lower(s, dp, tp, cost, sg);
+        LoweredSchedule want = add_p2p(lower_compute(s, dp, tp, cost), cost);
+        if (sg) want = add_scatter_gather(want);
+        want = add_optimizer(add_grad_sync(add_tp_allreduce(want, cost), cost), cost);
+        ASSERT_EQ(got.groups.size(), want.groups.size());
+        for (std::size_t g = 0; g < got.groups.size(); g++) {
+          EXPECT_EQ(got.groups[g].tag, want.groups[g].tag);
+          EXPECT_EQ(got.groups[g].workers, want.groups[g].workers);
+        }
+        for (int w = 0; w < dp * 2; w++) EXPECT_EQ(program(got, w), program(want, w));
+        if (sg && tp > 1) EXPECT_NE(program(got, 1).find("allgather[sg"), std::string::npos) << program(got, 1);
+      }
+}
+
 TEST(LoweringPasses, GradSyncEmbeddingAndOptimizerAtTheEnd) {
   const int p = 3, dp = 2;
   const Schedule s = make_1f1b(p, uniform_microbatches(3, 1, 1, 1), 1);
