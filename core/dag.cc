@@ -227,7 +227,7 @@ void match_p2p(const LoweredSchedule& ls, const std::vector<char>& same, P2pScra
     if (t != -1) report_p2p_mismatch(ls, sends, recvs);  // a duplicate send
     t = static_cast<std::int32_t>(k);
   }
-  std::vector<std::pair<Msg, Msg>>& pairs = sc.pairs;
+  std::vector<dag_build::MsgPair>& pairs = sc.pairs;
   pairs.clear();
   reserve_grown(pairs, recvs.size() * static_cast<std::size_t>(std::count(same.begin(), same.end(), 1) + 1));
   for (const Msg& r : recvs) {
@@ -235,7 +235,7 @@ void match_p2p(const LoweredSchedule& ls, const std::vector<char>& same, P2pScra
     if (t < 0) report_p2p_mismatch(ls, sends, recvs);  // no send, or a duplicate receive
     const Msg& s = sends[static_cast<std::size_t>(t)];
     if (s.bytes != r.bytes || s.tag != r.tag) report_p2p_mismatch(ls, sends, recvs);
-    pairs.emplace_back(s, r);
+    pairs.push_back({s.worker, s.index, r.worker, r.index});
     t = -2 - t;
   }
   // As many receives as sends, each matched to its own send: every send is matched.
@@ -244,12 +244,9 @@ void match_p2p(const LoweredSchedule& ls, const std::vector<char>& same, P2pScra
     if (!same[d]) continue;
     const std::int32_t shift = d * ls.p;
     for (std::size_t k = 0; k < own; k++) {
-      if (pairs[k].first.worker >= ls.p) continue;
-      auto moved = [shift](Msg m) {
-        m.sender += shift, m.receiver += shift, m.worker += shift;
-        return m;
-      };
-      pairs.emplace_back(moved(pairs[k].first), moved(pairs[k].second));
+      const dag_build::MsgPair m = pairs[k];
+      if (m.send_worker >= ls.p) continue;
+      pairs.push_back({m.send_worker + shift, m.send_index, m.recv_worker + shift, m.recv_index});
     }
   }
 }

@@ -43,10 +43,16 @@ inline bool is_collective(LOpKind k) {
   return k == LOpKind::AllReduce || k == LOpKind::AllGather || k == LOpKind::ReduceScatter;
 }
 
+// A matched message: where its Send and its Recv are (worker, position in the program). Kept small: a search
+// matches millions.
+struct MsgPair {
+  std::int32_t send_worker, send_index, recv_worker, recv_index;
+};
+
 struct P2pScratch {
   std::vector<Msg> sends, recvs;
   std::vector<std::int32_t> table;
-  std::vector<std::pair<Msg, Msg>> pairs;  // matched (send, recv)
+  std::vector<MsgPair> pairs;  // matched (send, recv)
 };
 
 // Everything a build needs besides the Dag itself, kept between builds by a builder.
@@ -111,10 +117,14 @@ void build_graph(const LoweredSchedule& ls, Dag& dag, Scratch& sc, Sink& sink) {
   const std::uint32_t first_coll = sink.size();
   for (std::size_t g = 0; g < ls.groups.size(); g++) {
     const auto& ws = ls.groups[g].workers;
-    for (std::size_t k = 0; k < calls[g][0].size(); k++) {
-      const LoweredOp& l = ls.per_worker[ws[0]][calls[g][0][k]];
+    const auto& prog = ls.per_worker[ws[0]];
+    const auto& mine = calls[g][0];
+    for (std::size_t k = 0; k < mine.size(); k++) {
+      // The calls are spread over a program that no longer fits in the caches: fetched ahead.
+      if (k + 8 < mine.size()) __builtin_prefetch(&prog[static_cast<std::size_t>(mine[k + 8])]);
+      const LoweredOp& l = prog[static_cast<std::size_t>(mine[k])];
       const std::int32_t id = add(l.bytes > 0 ? DagKind::Collective : DagKind::Join, ws[0],
-                                  static_cast<std::size_t>(calls[g][0][k]), l, static_cast<std::int32_t>(g));
+                                  static_cast<std::size_t>(mine[k]), l, static_cast<std::int32_t>(g));
       for (std::size_t s = 0; s < ws.size(); s++) dag.node_of[ws[s]][calls[g][s][k]] = id;
     }
   }
@@ -168,9 +178,9 @@ void build_graph(const LoweredSchedule& ls, Dag& dag, Scratch& sc, Sink& sink) {
       if (prog[i].kind != LOpKind::Send) prev = node;
     }
   }
-  for (const auto& [s, r] : pairs)
-    edges.emplace_back(static_cast<std::uint32_t>(dag.node_of[s.worker][s.index]),
-                       static_cast<std::uint32_t>(dag.node_of[r.worker][r.index]));
+  for (const MsgPair& m : pairs)
+    edges.emplace_back(static_cast<std::uint32_t>(dag.node_of[m.send_worker][m.send_index]),
+                       static_cast<std::uint32_t>(dag.node_of[m.recv_worker][m.recv_index]));
   // Blocking sends: the worker's next non-Send op also waits for each transfer posted before it.
   if (ls.blocking_sends)
     for (std::size_t w = 0; w < workers; w++) {
@@ -193,7 +203,7 @@ void build_graph(const LoweredSchedule& ls, Dag& dag, Scratch& sc, Sink& sink) {
   edges.insert(edges.end(), shared.begin(), shared.end());
   // Sends are folded into their transfer node. Every send is in a matched pair (check_and_match): no pass over the
   // programs needed.
-  for (const auto& [s, r] : pairs) dag.node_of[s.worker][s.index] = -1;
+  for (const MsgPair& m : pairs) dag.node_of[m.send_worker][m.send_index] = -1;
 
   // CSR by counting sort; successors keep insertion order (program order first).
   const std::size_t n = sink.size();

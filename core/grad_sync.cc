@@ -96,11 +96,16 @@ void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSync
     const double bytes = cost.grad_bytes(r);
     for (std::int32_t w : ls.groups[g].workers) {
       std::vector<LoweredOp>& prog = ls.per_worker[w];
+      // Not overlapped: one call at the end (no scan of the program: a search lowers millions of ops).
+      if (!o.overlap_grad_reduce) {
+        prog.push_back(collective(kind, CollTag::DataParallel, g, bytes));
+        continue;
+      }
       std::vector<StageSpan> spans = stage_spans(prog);
       spans.erase(
           std::remove_if(spans.begin(), spans.end(), [](const StageSpan& s) { return s.last_backward == kNone; }),
           spans.end());
-      if (!o.overlap_grad_reduce || spans.empty()) {
+      if (spans.empty()) {
         prog.push_back(collective(kind, CollTag::DataParallel, g, bytes));
         continue;
       }
@@ -129,8 +134,12 @@ void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSync
     const double bytes = cost.param_bytes(r);
     for (std::int32_t w : ls.groups[g].workers) {
       std::vector<LoweredOp>& prog = ls.per_worker[w];
+      if (!o.overlap_param_gather) {
+        prog.push_back(collective(LOpKind::AllGather, CollTag::ParamGather, g, bytes));
+        continue;
+      }
       std::vector<StageSpan> spans = stage_spans(prog);
-      if (!o.overlap_param_gather || spans.empty()) {
+      if (spans.empty()) {
         prog.push_back(collective(LOpKind::AllGather, CollTag::ParamGather, g, bytes));
         continue;
       }
