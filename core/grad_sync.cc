@@ -32,15 +32,6 @@ std::int32_t new_group(LoweredSchedule& ls, CollTag tag, int r) {
   return static_cast<std::int32_t>(ls.groups.size() - 1);
 }
 
-LoweredOp collective(LOpKind kind, CollTag tag, std::int32_t group, double bytes) {
-  LoweredOp c;
-  c.kind = kind;
-  c.tag = tag;
-  c.group = group;
-  c.bytes = bytes;
-  return c;
-}
-
 // Where each virtual stage of a program starts (its first compute op) and where its weight gradients become final
 // (its last B or W), in stage order.
 struct StageSpan {
@@ -98,7 +89,7 @@ void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSync
       std::vector<LoweredOp>& prog = ls.per_worker[w];
       // Not overlapped: one call at the end (no scan of the program: a search lowers millions of ops).
       if (!o.overlap_grad_reduce) {
-        prog.push_back(collective(kind, CollTag::DataParallel, g, bytes));
+        prog.push_back(collective_op(kind, CollTag::DataParallel, g, bytes));
         continue;
       }
       std::vector<StageSpan> spans = stage_spans(prog);
@@ -106,7 +97,7 @@ void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSync
           std::remove_if(spans.begin(), spans.end(), [](const StageSpan& s) { return s.last_backward == kNone; }),
           spans.end());
       if (spans.empty()) {
-        prog.push_back(collective(kind, CollTag::DataParallel, g, bytes));
+        prog.push_back(collective_op(kind, CollTag::DataParallel, g, bytes));
         continue;
       }
       const double per_stage = bytes / static_cast<double>(spans.size());
@@ -115,7 +106,7 @@ void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSync
       for (const StageSpan& s : spans) {
         const LoweredOp& last = prog[s.last_backward];
         for (int j = 0; j < n; j++) {
-          LoweredOp c = collective(kind, CollTag::DataParallel, g, per_stage / n);
+          LoweredOp c = collective_op(kind, CollTag::DataParallel, g, per_stage / n);
           c.async = true;
           c.op = last.op;
           c.lead_s = last.seconds * (j + 1) / n;
@@ -135,12 +126,12 @@ void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSync
     for (std::int32_t w : ls.groups[g].workers) {
       std::vector<LoweredOp>& prog = ls.per_worker[w];
       if (!o.overlap_param_gather) {
-        prog.push_back(collective(LOpKind::AllGather, CollTag::ParamGather, g, bytes));
+        prog.push_back(collective_op(LOpKind::AllGather, CollTag::ParamGather, g, bytes));
         continue;
       }
       std::vector<StageSpan> spans = stage_spans(prog);
       if (spans.empty()) {
-        prog.push_back(collective(LOpKind::AllGather, CollTag::ParamGather, g, bytes));
+        prog.push_back(collective_op(LOpKind::AllGather, CollTag::ParamGather, g, bytes));
         continue;
       }
       // In the order the stages first run, all posted at the program start.
@@ -150,7 +141,7 @@ void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSync
       std::vector<std::pair<std::size_t, LoweredOp>> ins;
       for (const StageSpan& s : spans)
         for (int j = 0; j < n; j++) {
-          LoweredOp c = collective(LOpKind::AllGather, CollTag::ParamGather, g, per_stage / n);
+          LoweredOp c = collective_op(LOpKind::AllGather, CollTag::ParamGather, g, per_stage / n);
           c.async = true;
           c.op = prog[s.first].op;
           ins.emplace_back(0, c);

@@ -99,13 +99,7 @@ void emit_scatter_gather(std::vector<LoweredOp>& out, LoweredOp l, int tp, std::
   if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) l.bytes = full / tp;
   out.push_back(l);
   if (l.kind != LOpKind::Recv || full <= 0) return;
-  LoweredOp ag;
-  ag.kind = LOpKind::AllGather;
-  ag.tag = CollTag::ScatterGather;
-  ag.op = l.op;
-  ag.group = group;
-  ag.bytes = full;
-  out.push_back(ag);
+  out.push_back(collective_op(LOpKind::AllGather, CollTag::ScatterGather, group, full, l.op));
 }
 
 // The tensor-parallel rule for one op (add_tp_allreduce): a compute op that issues TP all-reduces is followed by
@@ -122,13 +116,9 @@ struct TpRule {
       group = static_cast<std::int32_t>(groups.size());
       groups.push_back(CollGroup{CollTag::TensorParallel, {static_cast<std::int32_t>(w)}});
     }
-    LoweredOp ar;
-    ar.kind = LOpKind::AllReduce;
-    ar.tag = CollTag::TensorParallel;
-    ar.op = l.op;
-    ar.group = group;
+    LoweredOp ar = collective_op(LOpKind::AllReduce, CollTag::TensorParallel, group,
+                                 cost.tp_allreduce_bytes(l.op, seqs_of(schedule, l.op)), l.op);
     ar.count = calls;
-    ar.bytes = cost.tp_allreduce_bytes(l.op, seqs_of(schedule, l.op));
     out.push_back(ar);
   }
 };
@@ -363,14 +353,8 @@ LoweredSchedule grad_sync_pass(LoweredSchedule in, const CostModel& cost, const 
   LoweredSchedule& out = in;
   const int p = in.p;
   auto append = [&](std::int32_t group, CollTag tag, double bytes) {
-    for (std::int32_t w : out.groups[group].workers) {
-      LoweredOp ar;
-      ar.kind = LOpKind::AllReduce;
-      ar.tag = tag;
-      ar.group = group;
-      ar.bytes = bytes;
-      out.per_worker[w].push_back(ar);
-    }
+    for (std::int32_t w : out.groups[group].workers)
+      out.per_worker[w].push_back(collective_op(LOpKind::AllReduce, tag, group, bytes));
   };
   if (in.dp > 1) add_dp_grad_sync(out, cost, o);  // core/grad_sync.cc
   const double emb = cost.embedding_grad_bytes();

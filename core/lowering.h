@@ -72,6 +72,18 @@ struct LoweredOp {
 };
 static_assert(sizeof(LoweredOp) == 72);
 
+// A collective op of `kind` and `tag` on `group`, `bytes` per call, for the compute op `op` (per-op collectives name
+// theirs; the gradient and parameter collectives carry the op whose weights they move, or none).
+inline LoweredOp collective_op(LOpKind kind, CollTag tag, std::int32_t group, double bytes, const Op& op = {}) {
+  LoweredOp c;
+  c.kind = kind;
+  c.tag = tag;
+  c.op = op;
+  c.group = group;
+  c.bytes = bytes;
+  return c;
+}
+
 struct CollGroup {
   CollTag tag = CollTag::None;
   // Member workers in ring order. A TP group has one member worker (its tp GPUs come from Placement; with
