@@ -181,7 +181,7 @@ std::string lowered_op_name(const LoweredSchedule& ls, int worker, std::size_t i
   return t;
 }
 
-LoweredSchedule lower_compute(const Schedule& s, int dp, int tp, const CostModel& cost) {
+LoweredSchedule lower_compute(Schedule s, int dp, int tp, const CostModel& cost) {
   const char* where = "lower_compute";
   if (dp < 1 || tp < 1)
     throw std::invalid_argument(std::string(where) + ": dp and tp must be >= 1, got dp = " + std::to_string(dp) +
@@ -190,14 +190,13 @@ LoweredSchedule lower_compute(const Schedule& s, int dp, int tp, const CostModel
     throw std::invalid_argument(std::string(where) + ": schedule '" + s.name + "' has " +
                                 std::to_string(s.per_rank.size()) + " rank lists for p = " + std::to_string(s.p));
   LoweredSchedule ls;
-  ls.schedule = s;
   ls.dp = dp;
   ls.p = s.p;
   ls.tp = tp;
   ls.per_worker.resize(static_cast<std::size_t>(dp) * s.p);
   for (int r = 0; r < s.p; r++) {
     std::vector<LoweredOp> prog;
-    prog.reserve(s.per_rank[r].size());
+    prog.reserve(s.per_rank[r].size() + kTailSlack);
     for (const Op& op : s.per_rank[r]) {
       if (op.microbatch < 0 || op.microbatch >= static_cast<int>(s.microbatches.size()))
         throw std::invalid_argument(std::string(where) + ": op " + op_text(op) + " on rank " + std::to_string(r) +
@@ -209,8 +208,10 @@ LoweredSchedule lower_compute(const Schedule& s, int dp, int tp, const CostModel
       l.seconds = cost.compute_seconds(op, seqs_of(s, op));
       prog.push_back(l);
     }
-    for (int d = 0; d < dp; d++) ls.per_worker[LoweredSchedule::worker(d, r, s.p)] = prog;
+    for (int d = 0; d + 1 < dp; d++) ls.per_worker[LoweredSchedule::worker(d, r, s.p)] = prog;
+    ls.per_worker[LoweredSchedule::worker(dp - 1, r, s.p)] = std::move(prog);
   }
+  ls.schedule = std::move(s);  // a search lowers schedules of millions of ops: moved, not copied
   return ls;
 }
 
@@ -414,9 +415,9 @@ Schedule fuse_adjacent_iw(const Schedule& s) {
   return out;
 }
 
-LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost, bool scatter_gather,
+LoweredSchedule lower(Schedule s, int dp, int tp, const CostModel& cost, bool scatter_gather,
                       const GradSyncOptions& grad_sync) {
-  LoweredSchedule ls = lower_compute(s, dp, tp, cost);
+  LoweredSchedule ls = lower_compute(std::move(s), dp, tp, cost);
   ls = p2p_sg_tp_pass(std::move(ls), cost, scatter_gather);  // add_p2p, add_scatter_gather, add_tp_allreduce
   ls = grad_sync_pass(std::move(ls), cost, grad_sync);
   return optimizer_pass(std::move(ls), cost, grad_sync);

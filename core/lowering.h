@@ -118,7 +118,7 @@ std::string lowered_op_name(const LoweredSchedule& ls, int worker, std::size_t i
 
 // ---------------------------------------------------------------- passes
 // 1. Replicate the schedule over dp replicas; compute ops get their durations from the cost model.
-LoweredSchedule lower_compute(const Schedule& s, int dp, int tp, const CostModel& cost);
+LoweredSchedule lower_compute(Schedule s, int dp, int tp, const CostModel& cost);
 // 2. Point-to-point send/recv for every cross-rank dependency (including the interleaved wrap-around
 //    from the last rank to the first): each Send right after its producer, each Recv right before the
 //    first consumer. Sizes from the cost model.
@@ -155,7 +155,8 @@ Schedule fuse_adjacent_iw(const Schedule& s);
 
 // All passes in order: what `simulate` and `validate` run.
 // scatter_gather: run pass 2b (Scenario::schedule.scatter_gather).
-LoweredSchedule lower(const Schedule& s, int dp, int tp, const CostModel& cost, bool scatter_gather = false,
+// (The schedule is taken by value: a temporary is moved into the result, not copied.)
+LoweredSchedule lower(Schedule s, int dp, int tp, const CostModel& cost, bool scatter_gather = false,
                       const GradSyncOptions& grad_sync = {});
 
 }  // namespace pipescope

@@ -101,9 +101,9 @@ double Stage2Estimator::estimate(const Scenario& s) {
   return retimer_->critical_path_s(*shapes_.back(), s);
 }
 
-LoweredSchedule lower_one_replica(const Scenario& s, const Schedule& sch, const CostModel& cost) {
+LoweredSchedule lower_one_replica(const Scenario& s, Schedule sch, const CostModel& cost) {
   const GradSyncOptions o = grad_sync_options(s.training);
-  LoweredSchedule ls = lower(sch, 1, s.parallel.tp, cost, uses_scatter_gather(s), o);
+  LoweredSchedule ls = lower(std::move(sch), 1, s.parallel.tp, cost, uses_scatter_gather(s), o);
   // The p2p mode last, as prepare() applies it to the whole lowering.
   if (s.parallel.dp == 1) return with_p2p_mode(std::move(ls), s);
   // lower() of one replica has no data-parallel collectives. They go where lower() puts them for dp > 1: before the

@@ -47,7 +47,7 @@ class Stage2Estimator {
 // data-parallel gradient synchronisation included (core/grad_sync.h: all-reduce, or the distributed optimizer's
 // reduce-scatter and parameter all-gather, bucketed and overlapped as the training options say); its data-parallel
 // groups have the one worker (the estimate rings them over the real dp peers). Blocking sends as sim.p2p says.
-LoweredSchedule lower_one_replica(const Scenario& s, const Schedule& sch, const CostModel& cost);
+LoweredSchedule lower_one_replica(const Scenario& s, Schedule sch, const CostModel& cost);
 
 // The candidates reordered so that those of one structure (schedule kind, pp, v, micro-batches and their slices,
 // whether tp and dp exceed 1, the gradient-sync options) come one after another, tp > 1 before tp = 1 (whose
