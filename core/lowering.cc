@@ -58,7 +58,7 @@ constexpr std::size_t kTailSlack = 4;
 
 // An op inserted into a worker's program before (after = false) or after (after = true) position `at`.
 struct Insert {
-  std::size_t at;
+  std::uint32_t at;  // a program position (programs stay far below 2^32 ops: docs/limits.md)
   bool after;
   LoweredOp op;
 };
@@ -269,10 +269,10 @@ std::vector<std::vector<Insert>> p2p_inserts(const LoweredSchedule& in, const Co
           msg.bytes = cost.p2p_bytes(producer.op, seqs_of(s, producer.op));
           msg.kind = LOpKind::Send;
           msg.peer = w;
-          ins[pw].push_back(Insert{static_cast<std::size_t>(at_index[slot]), true, msg});
+          ins[pw].push_back(Insert{static_cast<std::uint32_t>(at_index[slot]), true, msg});
           msg.kind = LOpKind::Recv;
           msg.peer = pw;
-          ins[w].push_back(Insert{i, false, msg});
+          ins[w].push_back(Insert{static_cast<std::uint32_t>(i), false, msg});
         }
       }
     }
