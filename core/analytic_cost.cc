@@ -29,7 +29,11 @@
 //                 residual adds, copies, cross entropy).
 // Kernels per layer forward (14): LN, QKV, Q.K^T, scale+mask+softmax, dropout, P.V, context transpose,
 // output projection, bias+dropout+add, LN, MLP up, bias+GeLU, MLP down, bias+dropout+add. Backward (24):
-// dgrad + wgrad per GEMM, 4 attention GEMMs, the element-wise backwards and 4 bias-gradient reductions. A wgrad
+// dgrad + wgrad per GEMM, 4 attention GEMMs, the element-wise backwards and 4 bias-gradient reductions.
+// training.dropout false drops the attention dropout (forward and backward) and the residual masks' byte;
+// training.softmax_fp32 replaces the fused softmax by PyTorch's unfused one (TeraPipe's code): mask add, softmax to
+// fp32, cast back (e, e + 4, 4 + e bytes per score after the add's 2e), and in backward the cast, an fp32 softmax
+// backward (12 B per score) and the cast back. A wgrad
 // accumulates into the weight gradient on every micro-batch and slice, the memory floor of short slices' backward:
 // training.wgrad_accumulation fused (beta = 1) reads and writes the gradient (2 g bytes per weight, g = 2, or 4
 // with grad_fp32); autograd (PyTorch AccumulateGrad) writes a new e-byte tensor, then grad += new (2 e + 2 g).
@@ -196,12 +200,20 @@ std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, 
     k.push_back({4 * b * h * pairs / t, e * (2 * T * h / t + 2 * b * K * kv / t) + 4 * b * (m.heads / t) * l, true});
     return k;
   }
-  return {
-      {qk, e * (T * h / t + b * K * kv / t + S), true, false, L, K, hd, bh},  // Q.K^T (GQA: the head's group's K)
-      {5 * S, 2 * e * S, false},                                              // scale + mask + softmax
-      {S, 2 * e * S + S, false},                                              // attention dropout (+ 1 B mask)
-      {qk, e * (S + b * K * kv / t + T * h / t), true, false, L, hd, K, bh},  // P.V
-  };
+  std::vector<KernelCost> k = {
+      {qk, e * (T * h / t + b * K * kv / t + S), true, false, L, K, hd, bh}};  // Q.K^T (GQA: the head's group's K)
+  if (s_.training.softmax_fp32) {
+    // Unfused PyTorch (TeraPipe's code): scores += mask in place, F.softmax(dtype=float32) writes fp32
+    // probabilities, .type_as() casts them back to e bytes.
+    k.push_back({S, 2 * e * S, false});
+    k.push_back({5 * S, (e + 4) * S, false});
+    k.push_back({0, (4 + e) * S, false});
+  } else {
+    k.push_back({5 * S, 2 * e * S, false});  // fused scale + mask + softmax
+  }
+  if (s_.training.dropout) k.push_back({S, 2 * e * S + S, false});                     // attention dropout (+ 1 B mask)
+  k.push_back({qk, e * (S + b * K * kv / t + T * h / t), true, false, L, hd, K, bh});  // P.V
+  return k;
 }
 
 std::vector<KernelCost> AnalyticCostModel::recompute_kernels(int b, int l, int c) const {
@@ -222,6 +234,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
   const double t = s_.parallel.tp, e = elem_bytes();
   const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
+  const double mask = s_.training.dropout ? 1.0 : 0.0;              // dropout mask bytes per element
   auto gemm = [&](double M, double Kd, double N) {
     return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e);
   };
@@ -234,12 +247,12 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
   const std::vector<KernelCost> rest = {
       {0, 2 * e * T * h / t, false},                       // context transpose
       gemm(T, h / t, h),                                   // output projection
-      {3 * Tr * h, (3 * e + 1) * Tr * h, false},           // bias + dropout + residual add
+      {3 * Tr * h, (3 * e + mask) * Tr * h, false},        // bias + dropout + residual add
       {8 * Tr * h, 2 * e * Tr * h, false},                 // LayerNorm
       gemm(T, h, d.up_out / t),                            // MLP up (SwiGLU: gate and up, 2f wide)
       {8 * T * f / t, e * T * (d.up_out + f) / t, false},  // bias + GeLU (SwiGLU: SiLU(gate) * up)
       gemm(T, f / t, h),                                   // MLP down
-      {3 * Tr * h, (3 * e + 1) * Tr * h, false},           // bias + dropout + residual add
+      {3 * Tr * h, (3 * e + mask) * Tr * h, false},        // bias + dropout + residual add
   };
   k.insert(k.end(), rest.begin(), rest.end());
   const std::vector<KernelCost> casts = fp8_layer_kernels(b, l, true);
@@ -276,8 +289,9 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     k.beside_s = ar;
     return k;
   };
+  const double mask = s_.training.dropout ? 1.0 : 0.0;  // dropout mask bytes per element
   std::vector<KernelCost> k = {
-      {3 * Tr * h, (2 * e + 1) * Tr * h, false},               // dropout + add backward (MLP)
+      {3 * Tr * h, (2 * e + mask) * Tr * h, false},            // dropout + add backward (MLP)
       bias_grad(Tr, h),                                        // MLP down bias
       gemm(T, h, f / t),                                       // MLP down dgrad
       wgrad(f / t, T, h),                                      // MLP down wgrad
@@ -286,7 +300,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
       gemm(T, d.up_out / t, h),                                // MLP up dgrad
       column_wgrad(h, T, d.up_out / t),                        // MLP up wgrad
       {10 * Tr * h, 4 * e * Tr * h, false},                    // LayerNorm backward (+ residual gradient)
-      {3 * Tr * h, (2 * e + 1) * Tr * h, false},               // dropout + add backward (attention)
+      {3 * Tr * h, (2 * e + mask) * Tr * h, false},            // dropout + add backward (attention)
       bias_grad(Tr, h),                                        // output projection bias
       gemm(T, h, h / t),                                       // output projection dgrad
       wgrad(h / t, T, h),                                      // output projection wgrad
@@ -308,8 +322,16 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   } else {
     k.push_back({qk, e * (T * h / t + b * K * kv / t + S), true, false, L, K, hd, bh});  // dP = dO.V^T
     k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true, false, K, hd, L, bh});  // dV = P^T.dO
-    k.push_back({S, 2 * e * S + S, false});                                              // dropout backward
-    k.push_back({4 * S, 3 * e * S, false});                                              // softmax backward
+    if (s_.training.dropout) k.push_back({S, 2 * e * S + S, false});                     // dropout backward
+    if (s_.training.softmax_fp32) {
+      // The cast's backward (e -> fp32), softmax backward in fp32 (reads the gradient and the saved fp32
+      // probabilities, writes fp32), then the fp32 gradient back to the scores' e bytes.
+      k.push_back({0, (e + 4) * S, false});
+      k.push_back({4 * S, 12 * S, false});
+      k.push_back({0, (4 + e) * S, false});
+    } else {
+      k.push_back({4 * S, 3 * e * S, false});  // softmax backward
+    }
     k.push_back({qk, e * (S + b * K * kv / t + T * h / t), true, false, L, hd, K, bh});  // dQ = dS.K
     k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true, false, K, hd, L, bh});  // dK = dS^T.Q
   }
@@ -382,14 +404,15 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
   const double h = m.hidden, V = m.vocab, T = static_cast<double>(b) * l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
   const bool first = op.stage == 0, last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
+  const double mask = s_.training.dropout ? 1.0 : 0.0;  // dropout mask bytes per element
   auto gemm = [&](double M, double Kd, double N) {
     return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd};
   };
   OpKernels k;
   if (forward) {
     if (first) {
-      k.pre = {{0, 2 * e * T * h, false},                   // word-embedding gather (vocab-parallel)
-               {2 * Tr * h, (3 * e + 1) * Tr * h, false}};  // + position embedding, dropout
+      k.pre = {{0, 2 * e * T * h, false},                      // word-embedding gather (vocab-parallel)
+               {2 * Tr * h, (3 * e + mask) * Tr * h, false}};  // + position embedding, dropout
     }
     k.layer = layer_forward_kernels(b, l, c);
     if (last) {
@@ -415,8 +438,8 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
   const std::vector<KernelCost> f = recompute_kernels(b, l, c);
   k.layer.insert(k.layer.begin(), f.begin(), f.end());
   if (first) {
-    k.post = {{Tr * h, (2 * e + 1) * Tr * h, false},   // dropout backward
-              {T * h, (e + 8) * T * h, false, true}};  // embedding gradient scatter-add (fp32 rows)
+    k.post = {{Tr * h, (2 * e + mask) * Tr * h, false},  // dropout backward
+              {T * h, (e + 8) * T * h, false, true}};    // embedding gradient scatter-add (fp32 rows)
   }
   if (s_.training.fp8()) k.post.push_back(fp8_amax_update(false, layers_of_stage(op.stage)));
   return k;

@@ -198,6 +198,12 @@ struct TrainingSpec {
   // beta = 1, Megatron-LM's gradient accumulation fusion: reads and writes the gradient) or "autograd" (PyTorch's
   // AccumulateGrad, as TeraPipe's code: the GEMM writes a new tensor, then grad += new).
   std::string wgrad_accumulation = "fused";
+  // Dropout after attention's softmax and on the two residual branches (Megatron-LM's layer). TeraPipe's layer has
+  // none: no attention dropout kernel or mask bytes, and the residual add without a mask.
+  bool dropout = true;
+  // The attention softmax as unfused PyTorch: F.softmax(scores, dtype=float32) then cast back to the 16-bit dtype
+  // (TeraPipe's code), its backward in fp32 too; false = Megatron's fused scale-mask-softmax (16-bit in and out).
+  bool softmax_fp32 = false;
   // Megatron-LM's async tensor-parallel all-reduce: a column-parallel linear's input-gradient all-reduce runs beside
   // its wgrad GEMM (core/tp_overlap.h).
   bool async_tp_allreduce = false;

@@ -1100,9 +1100,10 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
     }
   }
 
-  const Section tr = root.sub("training", {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention",
-                                           "wgrad_accumulation", "distributed_optimizer", "overlap_grad_reduce",
-                                           "grad_bucket_MB", "overlap_param_gather", "async_tp_allreduce"});
+  const Section tr =
+      root.sub("training", {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention", "wgrad_accumulation",
+                            "distributed_optimizer", "overlap_grad_reduce", "grad_bucket_MB", "overlap_param_gather",
+                            "async_tp_allreduce", "dropout", "softmax_fp32"});
   tr.get_enum("dtype", dtypes(), s.training.dtype);
   tr.get("optimizer_bytes_per_param", Num::NonNegative, 1.0, s.training.optimizer_bytes_per_param);
   tr.get("grad_fp32", s.training.grad_fp32);
@@ -1113,6 +1114,8 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   tr.get("grad_bucket_MB", Num::Positive, units::kMB, s.training.grad_bucket_bytes);
   tr.get("overlap_param_gather", s.training.overlap_param_gather);
   tr.get("async_tp_allreduce", s.training.async_tp_allreduce);
+  tr.get("dropout", s.training.dropout);
+  tr.get("softmax_fp32", s.training.softmax_fp32);
 
   const Section sim = root.sub("sim", {"collectives", "placement", "profile", "p2p"});
   sim.get_enum("collectives", collective_models(), s.sim.collectives);

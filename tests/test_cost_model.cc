@@ -423,6 +423,43 @@ TEST(CostModel, WeightGradientAccumulationBoundsShortSliceBackward) {
   EXPECT_DOUBLE_EQ(autograd.layer_backward_seconds(1, 2048, 0) / fp16.layer_backward_seconds(1, 2048, 0), 1.0);
 }
 
+// TeraPipe's layer (training.dropout false, softmax_fp32 true): no attention dropout, no residual masks, and the
+// softmax unfused in fp32. Per score element (S = b a/t l K), forward: mask add 2e, softmax e + 4, cast back 4 + e
+// = 16 B at e = 2 against fused softmax 2e + dropout 2e + 1 = 9 B; backward: cast e + 4, fp32 softmax backward 12,
+// cast back 4 + e = 24 B against dropout 2e + 1 + softmax 3e = 11 B. The residual adds lose their 1 B mask (two
+// per layer each way). GEMMs are untouched.
+TEST(CostModel, TeraPipeAttentionFp32SoftmaxWithoutDropout) {
+  Scenario s = scenario("gpt3-1b", "aws-p3.16xlarge", 24, 8);
+  const AnalyticCostModel megatron(s);
+  s.training.dropout = false;
+  s.training.softmax_fp32 = true;
+  const AnalyticCostModel terapipe(s);
+  const double t = 8, h = 2048, a = 16, e = 2;
+  const int b = 1, l = 512, c = 1024;
+  const double S = b * (a / t) * l * (c + l), T = b * l;
+  const Sums f0 = sums(megatron.layer_forward_kernels(b, l, c)), f1 = sums(terapipe.layer_forward_kernels(b, l, c));
+  EXPECT_NEAR(f1.bytes - f0.bytes, (16 - 9) * S - 2 * T * h, 1e-9 * f1.bytes);
+  EXPECT_DOUBLE_EQ(f1.gemm_flops, f0.gemm_flops);
+  EXPECT_EQ(terapipe.layer_forward_kernels(b, l, c).size(), megatron.layer_forward_kernels(b, l, c).size() + 1);
+  const Sums b0 = sums(megatron.layer_backward_kernels(b, l, c)), b1 = sums(terapipe.layer_backward_kernels(b, l, c));
+  EXPECT_NEAR(b1.bytes - b0.bytes, (24 - 11) * S - 2 * T * h, 1e-9 * b1.bytes);
+  EXPECT_DOUBLE_EQ(b1.gemm_flops, b0.gemm_flops);
+  // Dropout alone: 5 B per score and the residual masks, each way.
+  s.training.softmax_fp32 = false;
+  const AnalyticCostModel no_dropout(s);
+  EXPECT_NEAR(f0.bytes - sums(no_dropout.layer_forward_kernels(b, l, c)).bytes, (2 * e + 1) * S + 2 * T * h,
+              1e-9 * f0.bytes);
+  EXPECT_NEAR(b0.bytes - sums(no_dropout.layer_backward_kernels(b, l, c)).bytes, (2 * e + 1) * S + 2 * T * h,
+              1e-9 * b0.bytes);
+  // Flash attention has no score matrix: the softmax setting changes nothing there.
+  s.training.flash_attention = true;
+  s.training.softmax_fp32 = true;
+  const AnalyticCostModel flash_fp32(s);
+  s.training.softmax_fp32 = false;
+  const AnalyticCostModel flash(s);
+  EXPECT_DOUBLE_EQ(flash_fp32.layer_forward_seconds(b, l, c), flash.layer_forward_seconds(b, l, c));
+}
+
 // ---------------------------------------------------------------- split backward (I / W)
 
 TEST(CostModel, SplitBackwardAddsUpToTheFusedBackward) {

@@ -112,6 +112,16 @@ TEST(Scenario, P2pModeReachesTheLoweredSchedule) {
   EXPECT_TRUE(prepare(parse_scenario(kBase + "sim: {p2p: blocking}\n", "t.yaml"))->lowered.blocking_sends);
 }
 
+// The layer's dropout and softmax precision (TeraPipe's code: none, fp32): Megatron's by default.
+TEST(Scenario, DropoutAndSoftmaxPrecisionKeys) {
+  const Scenario d = parse_scenario(kBase, "t.yaml");
+  EXPECT_TRUE(d.training.dropout);
+  EXPECT_FALSE(d.training.softmax_fp32);
+  const Scenario t = parse_scenario(kBase + "training: {dropout: false, softmax_fp32: true}\n", "t.yaml");
+  EXPECT_FALSE(t.training.dropout);
+  EXPECT_TRUE(t.training.softmax_fp32);
+}
+
 TEST(Scenario, FfnFollowsAnOverriddenHiddenSize) {
   Scenario s = parse_scenario("model: {preset: gpt3-1b, hidden: 1024}\n" + kCluster + kParallel, "t.yaml");
   EXPECT_EQ(s.model.ffn_hidden, 4096);
