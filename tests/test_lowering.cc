@@ -254,7 +254,9 @@ TEST(LoweringPasses, FusedSweepIsThePassesOneByOne) {
           EXPECT_EQ(got.groups[g].workers, want.groups[g].workers);
         }
         for (int w = 0; w < dp * 2; w++) EXPECT_EQ(program(got, w), program(want, w));
-        if (sg && tp > 1) EXPECT_NE(program(got, 1).find("allgather[sg"), std::string::npos) << program(got, 1);
+        if (sg && tp > 1) {
+          EXPECT_NE(program(got, 1).find("allgather[sg"), std::string::npos) << program(got, 1);
+        }
       }
 }
 
