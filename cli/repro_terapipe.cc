@@ -193,7 +193,7 @@ int run_repro(const ReproOptions& o) {
                 row.slices(), slices, scheme_text(plan).c_str());
   }
   if (n_ape > 0) {
-    std::printf("MAPE over %d latencies: %.1f%% (target <= 10%%)\n", n_ape, 100 * ape_sum / n_ape);
+    std::printf("MAPE over %d latencies: %.1f%% (target <= 9%%)\n", n_ape, 100 * ape_sum / n_ape);
     std::printf("worst speedup error: %.1f%% (target <= 15%%); worst slice-count error: %.1f%% (target <= 30%%)\n",
                 100 * worst_speedup, 100 * worst_slices);
   }
