@@ -87,12 +87,10 @@ void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSync
     const double bytes = cost.grad_bytes(r);
     for (std::int32_t w : ls.groups[g].workers) {
       std::vector<LoweredOp>& prog = ls.per_worker[w];
-      // Not overlapped: one call at the end (no scan of the program: a search lowers millions of ops).
-      if (!o.overlap_grad_reduce) {
-        prog.push_back(collective_op(kind, CollTag::DataParallel, g, bytes));
-        continue;
-      }
-      std::vector<StageSpan> spans = stage_spans(prog);
+      // Not overlapped (or nothing to overlap): one call at the end. The program is scanned only when overlapped
+      // (a search lowers millions of ops).
+      std::vector<StageSpan> spans;
+      if (o.overlap_grad_reduce) spans = stage_spans(prog);
       spans.erase(
           std::remove_if(spans.begin(), spans.end(), [](const StageSpan& s) { return s.last_backward == kNone; }),
           spans.end());
@@ -125,11 +123,8 @@ void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSync
     const double bytes = cost.param_bytes(r);
     for (std::int32_t w : ls.groups[g].workers) {
       std::vector<LoweredOp>& prog = ls.per_worker[w];
-      if (!o.overlap_param_gather) {
-        prog.push_back(collective_op(LOpKind::AllGather, CollTag::ParamGather, g, bytes));
-        continue;
-      }
-      std::vector<StageSpan> spans = stage_spans(prog);
+      std::vector<StageSpan> spans;
+      if (o.overlap_param_gather) spans = stage_spans(prog);  // scanned only when overlapped, as above
       if (spans.empty()) {
         prog.push_back(collective_op(LOpKind::AllGather, CollTag::ParamGather, g, bytes));
         continue;

@@ -126,8 +126,9 @@ struct TpRule {
 // Worker w's scatter/gather group, made in `groups` when its program (with the inserts to come) gathers anything.
 std::int32_t scatter_gather_group(const std::vector<LoweredOp>& prog, const std::vector<Insert>* ins, std::size_t w,
                                   std::vector<CollGroup>& groups) {
-  bool any = std::any_of(prog.begin(), prog.end(), gathers);
-  if (!any && ins) any = std::any_of(ins->begin(), ins->end(), [](const Insert& x) { return gathers(x.op); });
+  // The inserts first: lower()'s programs are compute ops only, and almost every worker receives something.
+  const bool any = (ins && std::any_of(ins->begin(), ins->end(), [](const Insert& x) { return gathers(x.op); })) ||
+                   std::any_of(prog.begin(), prog.end(), gathers);
   if (!any) return -1;
   groups.push_back(CollGroup{CollTag::ScatterGather, {static_cast<std::int32_t>(w)}});
   return static_cast<std::int32_t>(groups.size() - 1);

@@ -37,10 +37,12 @@ class MemoTable {
     const std::uint64_t h = (a ^ b * 0x9E3779B97F4A7C15ull) * 0xff51afd7ed558ccdull;
     return static_cast<std::size_t>(h ^ h >> 32) & (slots_.size() - 1);
   }
+  // (a, b) with v, unless an ask() that used this table put it there already (then that value stays: one entry).
   double insert(std::uint64_t a, std::uint64_t b, double v) {
     if (2 * (used_ + 1) > slots_.size()) grow();
     std::size_t h = slot_of(a, b);
-    while (slots_[h].full) h = (h + 1) & (slots_.size() - 1);
+    for (; slots_[h].full; h = (h + 1) & (slots_.size() - 1))
+      if (slots_[h].a == a && slots_[h].b == b) return slots_[h].v;
     slots_[h] = Slot{a, b, v, true};
     used_++;
     return v;

@@ -622,6 +622,9 @@ TEST(MemoTable, AsksOncePerKeyAndKeepsValuesThroughGrowth) {
   });
   EXPECT_EQ(v, 42.0);
   EXPECT_EQ(t.get(5000, 1, [] { return -1.0; }), 42.0);
+  // An ask that answers its own key first: that answer stays, one entry, and the outer call returns it.
+  EXPECT_EQ(t.get(6000, 2, [&] { return t.get(6000, 2, [] { return 7.0; }) + 1.0; }), 7.0);
+  EXPECT_EQ(t.get(6000, 2, [] { return -1.0; }), 7.0);
 }
 
 }  // namespace
