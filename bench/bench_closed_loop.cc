@@ -4,7 +4,8 @@
 // layer table for (it is timed by the kernel model). Prints one row per configuration and the summary the issue's
 // targets are stated in: iteration error <= 10% each and <= 5% median, forward / backward op means <= 15%, p2p
 // within 30%. Timing: run it on a quiet machine (`uptime` is printed); several ranks share the cores, so the
-// load of other processes shows up as error.
+// load of other processes shows up as error. The drift column is validate's check of the machine against the
+// profile (its layer point re-timed before and after each run): a row's error of that size is the machine's.
 //
 //   build/bench/bench_closed_loop [--profile FILE] [--out DIR] [--iterations N] [--only NAME]
 // --profile reuses a profile instead of calibrating; --out keeps the profile, logs and JSON (default
@@ -74,6 +75,14 @@ double rel(const nlohmann::json& j, const char* kind) {
   return j["per_op_kind"][kind]["rel_error"].get<double>();
 }
 
+// The machine's drift since the profile during the row (validate's re-timed layer point, mean of the readings
+// before and after the measured run); NaN when validate could not check it.
+double drift(const nlohmann::json& j) {
+  if (!j.contains("device_drift") || !j["device_drift"].value("checked", false)) return NAN;
+  const auto& d = j["device_drift"];
+  return 0.5 * (d["before"]["change"].get<double>() + d["after"]["change"].get<double>());
+}
+
 // "+12.3%" in 8 columns, "n/a" for an op kind the configuration does not have (p2p without a pipeline).
 std::string percent(double x) {
   char b[32];
@@ -124,13 +133,14 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::printf("%-28s %5s %-13s %10s %10s %8s %8s %8s %8s\n", "configuration", "ranks", "layers timed", "measured_s",
-              "simulated", "iter", "F", "B", "p2p");
+  std::printf("%-28s %5s %-13s %10s %10s %8s %8s %8s %8s %8s\n", "configuration", "ranks", "layers timed",
+              "measured_s", "simulated", "iter", "F", "B", "p2p", "drift");
   // A rank is a "device" only while it has a core to itself: with more ranks than cores they time-share, and
   // every measured op is slower than any per-device model says. Such rows are printed (marked *) but kept out of
   // the targets; the summary says how many.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<double> iter_err, f_err, b_err, p2p_err, shared_iter_err;
+  std::vector<double> iter_err, f_err, b_err, p2p_err, shared_iter_err, drifts;
+  std::vector<std::string> drifted;  // rows over the 10% target while the machine had moved by more than 5%
   bool ok = true;
   int n = 0;
   for (const Config& c : grid()) {
@@ -148,21 +158,24 @@ int main(int argc, char** argv) {
     std::ifstream f(json);
     const nlohmann::json j = nlohmann::json::parse(f);
     const double meas = j["iteration_s"]["measured"].get<double>(), sim = j["iteration_s"]["simulated"].get<double>();
-    const double e = (sim - meas) / meas, ef = rel(j, "F"), eb = rel(j, "B"), ep = rel(j, "p2p");
+    const double e = (sim - meas) / meas, ef = rel(j, "F"), eb = rel(j, "B"), ep = rel(j, "p2p"), dr = drift(j);
     const std::string src = j["cost_model"].get<std::string>();
     const char* timed = src.find("kernel model") != std::string::npos            ? "kernel model"
                         : src.find("measured layer tables") != std::string::npos ? "layer table"
                                                                                  : "analytic";
     const int ranks = j["dp"].get<int>() * j["pp"].get<int>() * j["tp"].get<int>();
     const bool shared = ranks > cores;
-    std::printf("%-28s %5d %-13s %10.4f %10.4f %+7.1f%% %s %s %s%s\n", c.name.c_str(), ranks, timed, meas, sim, 100 * e,
-                percent(ef).c_str(), percent(eb).c_str(), percent(ep).c_str(), shared ? " *" : "");
+    std::printf("%-28s %5d %-13s %10.4f %10.4f %+7.1f%% %s %s %s %s%s\n", c.name.c_str(), ranks, timed, meas, sim,
+                100 * e, percent(ef).c_str(), percent(eb).c_str(), percent(ep).c_str(), percent(dr).c_str(),
+                shared ? " *" : "");
     std::fflush(stdout);
     if (shared) {
       shared_iter_err.push_back(std::abs(e));
       continue;
     }
     iter_err.push_back(std::abs(e));
+    if (!std::isnan(dr)) drifts.push_back(std::abs(dr));
+    if (std::abs(e) > 0.10 && std::abs(dr) > 0.05) drifted.push_back(c.name);
     if (!std::isnan(ef)) f_err.push_back(ef);
     if (!std::isnan(eb)) b_err.push_back(eb);
     if (!std::isnan(ep)) p2p_err.push_back(std::abs(ep));
@@ -184,6 +197,12 @@ int main(int argc, char** argv) {
       "mean op error: forward %+.1f%%, backward %+.1f%% (targets within 15%%); p2p |error| median %.1f%% "
       "(target 30%%)\n",
       100 * mean(f_err), 100 * mean(b_err), 100 * median(p2p_err));
+  if (!drifts.empty())
+    std::printf(
+        "machine drift since the profile (validate's re-timed layer point): |drift| median %.1f%%, worst %.1f%%\n",
+        100 * median(drifts), 100 * *std::max_element(drifts.begin(), drifts.end()));
+  for (const std::string& name : drifted)
+    std::printf("  %s: over the 10%% target while the machine ran more than 5%% off its profile\n", name.c_str());
   std::printf("load average after %s\n", load().c_str());
   return ok ? 0 : 1;
 }

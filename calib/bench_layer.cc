@@ -62,6 +62,12 @@ struct LayerRig {
 
 }  // namespace
 
+std::pair<TimeStats, TimeStats> time_layer_point(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b,
+                                                 int l, int c) {
+  LayerRig rig(be, cfg, b);
+  return rig.time(timer, l, c);
+}
+
 LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b, double flop_s) {
   const auto& s = cfg.shape;
   LayerTable t;

@@ -47,6 +47,9 @@ bool all_finite(const kernels::Tensor& t);
 // size b, with the context fits; the shape keys (hidden ... dtype) filled in.
 // `flop_s`: the speed the progress estimates assume (calibrate measures it first).
 LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b, double flop_s = 1e10);
+// Forward and backward of one (l, c) point of the layer table, timed as bench_layer times it.
+std::pair<TimeStats, TimeStats> time_layer_point(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b,
+                                                 int l, int c);
 // Embedding (first stage) and final LayerNorm + LM head + loss (last stage) on l tokens, forward and backward,
 // on the same l grid as the layer table (added to `t`).
 void bench_ends(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b, LayerTable& t,

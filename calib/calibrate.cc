@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "calib/drift.h"
 #include "calib/fit.h"
 #include "calib/links.h"
 #include "calib/provenance.h"
@@ -95,6 +96,20 @@ int budget_length(const CalibrateOptions& o, ComputeConfig cfg, double flop_s) {
     if (estimate_compute_s(o, cfg, flop_s) <= o.budget_s || next < cfg.grain) return L;
     L = next;
   }
+}
+
+// How far the machine moved while it was measured: the layer point validate re-times (calib/drift.h), re-timed
+// once more at the end of the compute benchmarks. A shared machine can move by tens of per cent within a minute;
+// the profile records it so that a reader knows how consistent a snapshot it is.
+void record_drift(DeviceProfile& p, const std::string& backend) {
+  std::string why;
+  const auto probe = drift_probe_of(p, backend, why);
+  if (!probe) return;
+  const double change = drift_change(*probe, retime_probe(*probe, backend));
+  char b[200];
+  std::snprintf(b, sizeof b, "%+.1f%% (%s, forward + backward re-timed after the compute benchmarks)", 100 * change,
+                probe->describe().c_str());
+  p.provenance["drift_during_calibration"] = b;
 }
 
 }  // namespace
@@ -228,6 +243,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
 #endif
   }
   p.name = o.backend + " " + p.provenance["host"];
+  if (cpu) record_drift(p, o.backend);
 
   if (!o.link_results.empty()) {
     const LinkRun run = read_link_results(o.link_results);
@@ -308,6 +324,8 @@ std::string fit_report(const DeviceProfile& p) {
                   c.busbw_Bps / 1e9, pct(c.holdout_rel_err).c_str());
     os << buf;
   }
+  if (auto it = p.provenance.find("drift_during_calibration"); it != p.provenance.end())
+    os << "  machine drift during the calibration: " << it->second << "\n";
   if (auto it = p.provenance.find("gate_failures"); it != p.provenance.end())
     os << "  ACCEPTED WITH FAILED QUALITY GATES (--accept-poor-fit): " << it->second << "\n";
   return os.str();

@@ -28,11 +28,13 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "calib/drift.h"
 #include "cli/commands.h"
 #include "cli/fork_run.h"
 #include "core/atomic_file.h"
@@ -68,6 +70,7 @@ struct ValidateOptions {
   std::string timeline;         // a simulated and a measured panel: SVG, PDF or PNG
   std::string timeline_format;  // --timeline-format (default: from the file name)
   std::string profile;          // calibration profile for the simulated side
+  bool no_drift_check = false;  // skip re-timing the profile's layer point before and after the measured run
 };
 
 // ---------------------------------------------------------------- simulated side (forked child)
@@ -299,6 +302,38 @@ std::string pct(double sim, double meas) {
   return b;
 }
 
+// The machine's drift since the profile (calib/drift.h): its layer point re-timed before and after the run.
+struct Drift {
+  std::optional<calib::DriftProbe> probe;
+  std::string why;  // why there is no probe
+  calib::DriftReading before, after;
+};
+
+void print_drift(const Drift& d) {
+  if (!d.probe) return;
+  const double prof = d.probe->profile_fwd_s + d.probe->profile_bwd_s;
+  std::printf(
+      "device drift since the profile (%s, forward + backward %.3f ms in the profile): %.3f ms before the run "
+      "(%+.1f%%), %.3f ms after (%+.1f%%); simulated-vs-measured errors of this size are the machine's, not the "
+      "model's\n",
+      d.probe->describe().c_str(), prof * 1e3, (d.before.fwd_s + d.before.bwd_s) * 1e3,
+      100 * calib::drift_change(*d.probe, d.before), (d.after.fwd_s + d.after.bwd_s) * 1e3,
+      100 * calib::drift_change(*d.probe, d.after));
+}
+
+nlohmann::ordered_json drift_json(const Drift& d) {
+  if (!d.probe) return {{"checked", false}, {"why", d.why}};
+  auto reading = [&](const calib::DriftReading& r) {
+    return nlohmann::ordered_json{
+        {"forward_s", r.fwd_s}, {"backward_s", r.bwd_s}, {"change", calib::drift_change(*d.probe, r)}};
+  };
+  return {{"checked", true},
+          {"point", d.probe->describe()},
+          {"profile", {{"forward_s", d.probe->profile_fwd_s}, {"backward_s", d.probe->profile_bwd_s}}},
+          {"before", reading(d.before)},
+          {"after", reading(d.after)}};
+}
+
 int run_validate(const ValidateOptions& vo) {
   runtime::RankJob o = vo.job;
   if (backend_on(o.backend, BackendDevice::None))
@@ -356,8 +391,14 @@ int run_validate(const ValidateOptions& vo) {
 
   std::fprintf(stderr, "simulating ...\n");
   const sim::SimResult sr = simulate_forked(s, cs, vo.collectives);
+  Drift drift;
+  drift.why = vo.no_drift_check ? "--no-drift-check" : "no profile";
+  if (!vo.no_drift_check && !s.sim.profile.empty())
+    drift.probe = calib::drift_probe_of(load_profile(s.sim.profile), o.backend, drift.why);
+  if (drift.probe) drift.before = calib::retime_probe(*drift.probe, o.backend);
   runtime::JobResult mr;
   const int rc = run_measured(vo, o, ls, mc.layers, mr);
+  if (drift.probe && rc == 0) drift.after = calib::retime_probe(*drift.probe, o.backend);
   if (rc == kRankExitWatchdog) {
     std::fprintf(stderr, "error: the measured run did not finish: a rank's watchdog fired (reports above)\n");
     return kExitSchedule;
@@ -393,6 +434,7 @@ int run_validate(const ValidateOptions& vo) {
       c.overhead_s_per_op * 1e6, 100 * c.kernel_s / (c.kernel_s + c.comm_s + c.overhead_s),
       100 * c.comm_s / (c.kernel_s + c.comm_s + c.overhead_s),
       100 * c.overhead_s / (c.kernel_s + c.comm_s + c.overhead_s));
+  print_drift(drift);
   if (c.acausal)
     std::printf(
         "warning: %zu receives completed before their send was posted on the aligned clocks: the ranks' clock "
@@ -461,6 +503,7 @@ int run_validate(const ValidateOptions& vo) {
           {"rel_error", st.measured() > 0 ? (st.simulated() - st.measured()) / st.measured() : 0.0}};
     }
     j["runtime_overhead_us_per_op"] = c.overhead_s_per_op * 1e6;
+    j["device_drift"] = drift_json(drift);
     if (!o.no_check) j["exactness"] = exact_json;
     write_file_atomic(vo.json, j.dump(2) + "\n", "--json");
   }
@@ -524,6 +567,8 @@ Command add_validate(CLI::App& app) {
                   "Calibration profile for the simulated side (pipescope calibrate on this machine, same backend)");
   sub->add_option("--collectives", o->collectives, "Simulated collective model: ring | aggregate | analytic | auto")
       ->check(CLI::IsMember({"ring", "aggregate", "analytic", "auto"}));
+  sub->add_flag("--no-drift-check", o->no_drift_check,
+                "Do not re-time the profile's layer point before and after the measured run (CPU backends)");
   return {sub, [o] { return run_validate(*o); }};
 }
 
