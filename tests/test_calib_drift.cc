@@ -7,22 +7,13 @@
 #include "calib/calibrate.h"
 #include "calib/drift.h"
 #include "core/profile.h"
+#include "tests/calib_tiny.h"
 
 namespace pipescope {
 namespace {
 
 calib::CalibrateOptions tiny() {
-  calib::CalibrateOptions o;
-  o.backend = "cpu-f64";
-  auto& sh = o.compute.shape;
-  sh.layer = {32, 4, 128};
-  sh.vocab = 64;
-  sh.max_seq = 32;
-  o.compute.grain = 8;
-  o.compute.context_steps = 0;
-  o.compute.policy = calib::quick_policy();
-  o.compute.policy.max_time_s = 0.05;
-  o.compute.progress = false;
+  calib::CalibrateOptions o = testing_calib::tiny_calibration(0.0, 32);
   o.accept_poor_fit = true;  // about the drift record, not this machine's noise
   return o;
 }

@@ -14,6 +14,7 @@
 #include "core/profile.h"
 #include "core/scenario.h"
 #include "sim/scenario_options.h"
+#include "tests/calib_tiny.h"
 
 namespace pipescope {
 namespace {
@@ -109,21 +110,7 @@ TEST(CalibGates, HeldOutErrorsAboveTheBounds) {
 
 // The test hook: log-normal noise on every reading of a real (tiny) calibration is refused, naming the table
 // and its points; --accept-poor-fit writes the failures into the provenance instead.
-calib::CalibrateOptions tiny(double noise) {
-  calib::CalibrateOptions o;
-  o.backend = "cpu-f64";
-  auto& sh = o.compute.shape;
-  sh.layer = {32, 4, 128};
-  sh.vocab = 64;
-  sh.max_seq = 16;
-  o.compute.grain = 8;
-  o.compute.context_steps = 0;
-  o.compute.policy = calib::quick_policy();
-  o.compute.policy.max_time_s = 0.05;
-  o.compute.progress = false;
-  o.timer_noise = noise;
-  return o;
-}
+calib::CalibrateOptions tiny(double noise) { return testing_calib::tiny_calibration(noise); }
 
 TEST(CalibGates, InjectedNoiseIsRefusedWithTableAndPoints) {
   try {
