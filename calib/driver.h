@@ -4,7 +4,7 @@
 // >= min_samples covering >= min_time_s AND the relative spread (p90 - p10) / median is <= target_rel_spread,
 // or a cap is hit (max_samples, max_time_s); calls shorter than min_sample_s are timed as a batch of
 // back-to-back calls and divided. Outliers (samples beyond median +- 3 x the interquartile range) are measured
-// again once each. Hot cache (operands stay resident), recorded in the provenance. A Timer abstracts the
+// again once each; a point still wider than retry_spread is timed again from scratch (retries). Hot cache (operands stay resident), recorded in the provenance. A Timer abstracts the
 // clock: steady clock + device synchronisation on the CPU, CUDA events on a GPU.
 
 #include <chrono>
@@ -27,6 +27,11 @@ struct TimingPolicy {
   double max_time_s = 3.0;          // sampling stops here even when the spread is still above the target
   double target_rel_spread = 0.05;  // (p90 - p10) / median at which sampling may stop
   double min_sample_s = 1e-3;
+  // A point whose spread is still above retry_spread at the cap is timed again from scratch, up to `retries`
+  // times, and the tightest attempt is kept: a shared machine switches between speeds every few tens of seconds
+  // (calib/README.md "Drift"), and a point that straddled a switch is timed again within one of them.
+  double retry_spread = 0.25;
+  int retries = 2;
   // Cold cache: before every sample, write a buffer larger than the CPU's last-level cache (256 MiB) so the
   // operands come from DRAM; each sample is then one call (no batching).
   bool cold = false;

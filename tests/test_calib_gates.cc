@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "calib/calibrate.h"
+#include "calib/driver.h"
 #include "calib/fit.h"
 #include "calib/gates.h"
 #include "calib/links.h"
@@ -153,6 +154,54 @@ TEST(CalibDriver, SpreadIsTheMedianConfidenceInterval) {
   t.samples_s = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   t.median_s = 5.5;
   EXPECT_GT(t.rel_spread(), 0.5);
+}
+
+// A machine that switches speed: readings alternate 1 s / 2 s for the first `switching` readings, then stay at
+// 1.5 s. The first attempt straddles the switches (spread far above 25%); the point is timed again and the
+// tight attempt kept. A machine that never settles costs 1 + retries attempts, no more.
+class SwitchingTimer final : public calib::Timer {
+ public:
+  explicit SwitchingTimer(int switching) : switching_(switching) {}
+  void start() override {}
+  double stop() override {
+    const int i = readings++;
+    return i < switching_ ? (i % 2 ? 2.0 : 1.0) : 1.5;
+  }
+  int readings = 0;
+
+ private:
+  int switching_;
+};
+
+calib::TimingPolicy scripted_policy() {
+  calib::TimingPolicy p;
+  p.warmup_calls = 1;
+  p.warmup_s = 0;
+  p.min_samples = 10;
+  p.min_time_s = 0;
+  p.max_samples = 20;
+  p.max_time_s = 1e9;
+  p.min_sample_s = 0;
+  return p;
+}
+
+TEST(CalibDriver, PointThatStraddledASpeedSwitchIsTimedAgain) {
+  SwitchingTimer t(21);  // exactly the first attempt: 1 warm-up + 20 samples
+  const TimeStats st = calib::time_calls([] {}, t, scripted_policy());
+  EXPECT_DOUBLE_EQ(st.median_s, 1.5);
+  EXPECT_DOUBLE_EQ(st.rel_spread(), 0.0);
+  EXPECT_EQ(t.readings, 21 + 11);  // the second attempt stops at its 10 samples
+
+  SwitchingTimer never(1 << 30);
+  const TimeStats wide = calib::time_calls([] {}, never, scripted_policy());
+  EXPECT_GT(wide.rel_spread(), 0.25);  // kept as measured: the gate refuses it, naming the point
+  EXPECT_EQ(never.readings, 3 * 21);
+
+  calib::TimingPolicy once = scripted_policy();
+  once.retries = 0;
+  SwitchingTimer t0(21);
+  EXPECT_GT(calib::time_calls([] {}, t0, once).rel_spread(), 0.25);
+  EXPECT_EQ(t0.readings, 21);
 }
 
 TEST(PiecewiseLinks, InterpolatesAndExtrapolates) {
