@@ -90,7 +90,10 @@ double Stage2Estimator::estimate(const Scenario& s) {
   const auto b_model = key.lower_with_do ? make_cost_model(b) : nullptr;
   const MemoCost cost(b_model ? *b_model : *model);
   const LoweredSchedule ls = lower_one_replica(b, make_schedule(b), cost);
-  if (shapes_.size() >= kShapesKept) shapes_.erase(shapes_.begin());
+  if (shapes_.size() >= kShapesKept) {
+    builder_->recycle(std::move(shapes_.front()));
+    shapes_.erase(shapes_.begin());
+  }
   shapes_.push_back(builder_->build(ls, one_replica(b, scenario_placement(b)), b, cost, key));
   built_++;
   // The candidate's answers fit the shape it was lowered for; the superset shape of another candidate's answers
