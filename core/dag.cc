@@ -135,12 +135,72 @@ std::uint64_t key_hash(const Msg& m) {
   return mix(h ^ (u32(m.slice) | static_cast<std::uint64_t>(m.kind) << 32));
 }
 
+// One Send or Recv of worker w's program at position i, checked (its peer) and added to the messages.
+void add_message(const LoweredSchedule& ls, int w, std::size_t i, P2pScratch& sc) {
+  const int workers = static_cast<int>(ls.per_worker.size());
+  const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(w)][i];
+  if (l.peer < 0 || l.peer >= workers)
+    fail(at(ls, w, i) + " names peer worker " + std::to_string(l.peer) + " of " + std::to_string(workers),
+         {lowered_op_name(ls, w, i)});
+  if (l.peer == w) fail(at(ls, w, i) + " names its own worker as the peer", {lowered_op_name(ls, w, i)});
+  const bool send = l.kind == LOpKind::Send;
+  Msg m{send ? w : l.peer,
+        send ? l.peer : w,
+        l.op.kind,
+        l.op.stage,
+        l.op.microbatch,
+        l.op.slice,
+        w,
+        static_cast<std::int32_t>(i),
+        l.bytes,
+        l.tag};
+  (send ? sc.sends : sc.recvs).push_back(m);
+}
+
+// The member slot of a collective call of worker w in its group, or -1 when match_collectives would reject the call
+// (group out of range, not a member, another tag, fewer than one call).
+int call_slot(const LoweredSchedule& ls, int w, const LoweredOp& l) {
+  if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls.groups.size()) return -1;
+  const CollGroup& g = ls.groups[static_cast<std::size_t>(l.group)];
+  const auto it = std::find(g.workers.begin(), g.workers.end(), w);
+  if (it == g.workers.end() || l.tag != g.tag || l.count < 1) return -1;
+  return static_cast<int>(it - g.workers.begin());
+}
+
 void clear_calls(const LoweredSchedule& ls, std::vector<std::vector<std::vector<std::int32_t>>>& calls) {
   calls.resize(ls.groups.size());
   for (std::size_t g = 0; g < ls.groups.size(); g++) {
     calls[g].resize(ls.groups[g].workers.size());
     for (auto& c : calls[g]) c.clear();
   }
+}
+
+// One pass over the programs: the messages (workers of copied replicas left out) and the collective calls. A call
+// that match_collectives would reject is only noted (false): its error comes after the messages' (check_and_match).
+bool collect(const LoweredSchedule& ls, const std::vector<char>& same, dag_build::Scratch& sc) {
+  sc.p2p.sends.clear();
+  sc.p2p.recvs.clear();
+  clear_calls(ls, sc.calls);
+  bool calls_ok = true;
+  const int workers = static_cast<int>(ls.per_worker.size());
+  for (int w = 0; w < workers; w++) {
+    const bool messages = !(ls.p > 0 && same[static_cast<std::size_t>(w / ls.p)]);
+    const auto& prog = ls.per_worker[static_cast<std::size_t>(w)];
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      const LoweredOp& l = prog[i];
+      if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) {
+        if (messages) add_message(ls, w, i, sc.p2p);
+      } else if (calls_ok && is_collective(l.kind)) {
+        const int slot = call_slot(ls, w, l);
+        if (slot < 0)
+          calls_ok = false;
+        else
+          sc.calls[static_cast<std::size_t>(l.group)][static_cast<std::size_t>(slot)].push_back(
+              static_cast<std::int32_t>(i));
+      }
+    }
+  }
+  return calls_ok;
 }
 
 // Matches the collected Sends with Recvs in linear time (an open-addressing table of the sends by message key);
@@ -252,45 +312,10 @@ void check_calls(const LoweredSchedule& ls, const std::vector<std::vector<std::v
 
 namespace dag_build {
 
-// One Send or Recv of worker w's program at position i, checked (its peer) and added to the messages.
-void add_message(const LoweredSchedule& ls, int w, std::size_t i, P2pScratch& sc) {
-  const int workers = static_cast<int>(ls.per_worker.size());
-  const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(w)][i];
-  if (l.peer < 0 || l.peer >= workers)
-    fail(at(ls, w, i) + " names peer worker " + std::to_string(l.peer) + " of " + std::to_string(workers),
-         {lowered_op_name(ls, w, i)});
-  if (l.peer == w) fail(at(ls, w, i) + " names its own worker as the peer", {lowered_op_name(ls, w, i)});
-  const bool send = l.kind == LOpKind::Send;
-  Msg m{send ? w : l.peer,
-        send ? l.peer : w,
-        l.op.kind,
-        l.op.stage,
-        l.op.microbatch,
-        l.op.slice,
-        w,
-        static_cast<std::int32_t>(i),
-        l.bytes,
-        l.tag};
-  (send ? sc.sends : sc.recvs).push_back(m);
-}
-
-int call_slot(const LoweredSchedule& ls, int w, const LoweredOp& l) {
-  if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls.groups.size()) return -1;
-  const CollGroup& g = ls.groups[static_cast<std::size_t>(l.group)];
-  const auto it = std::find(g.workers.begin(), g.workers.end(), w);
-  if (it == g.workers.end() || l.tag != g.tag || l.count < 1) return -1;
-  return static_cast<int>(it - g.workers.begin());
-}
-
-std::vector<char> check_shape_and_start(const LoweredSchedule& ls, const Placement& pl, Scratch& sc) {
+void check_and_match(const LoweredSchedule& ls, const Placement& pl, Scratch& sc) {
   check_shape(ls, pl);
-  sc.p2p.sends.clear();
-  sc.p2p.recvs.clear();
-  clear_calls(ls, sc.calls);
-  return copied_replicas(ls);
-}
-
-void match_and_check(const LoweredSchedule& ls, const std::vector<char>& same, bool calls_ok, Scratch& sc) {
+  const std::vector<char> same = copied_replicas(ls);
+  const bool calls_ok = collect(ls, same, sc);
   match_p2p(ls, same, sc.p2p);
   // build_dag's errors in their order: the messages', then the collective calls' (collect_calls throws the first).
   if (!calls_ok) collect_calls(ls, sc.calls);
@@ -343,8 +368,9 @@ struct DagNodes {
 
 // build_dag into `dag`, reusing its storage and the scratch's.
 void build_into(const LoweredSchedule& ls, const Placement& pl, Dag& dag, dag_build::Scratch& sc) {
+  dag_build::check_and_match(ls, pl, sc);
   DagNodes nodes{dag, pl};
-  dag_build::build_graph(ls, pl, dag, sc, nodes);
+  dag_build::build_graph(ls, dag, sc, nodes);
   dag.rings = collective_rings(ls, pl);
 }
 
@@ -379,26 +405,32 @@ std::vector<std::vector<std::vector<std::int32_t>>> collective_rings(const Lower
     const auto& ws = ls.groups[g].workers;
     auto& rings = out[g];
     const CollTag tag = ls.groups[g].tag;
+    // A new ring with room for its n GPUs (the search builds the rings for every candidate: no growth step by step).
+    auto ring = [&](std::size_t n) -> std::vector<std::int32_t>& {
+      rings.emplace_back();
+      rings.back().reserve(n);
+      return rings.back();
+    };
     if (ws.size() == 1 && tag == CollTag::ContextParallel) {
       for (int t = 0; t < tp; t++) {
-        rings.emplace_back();
-        for (int c = 0; c < cp; c++) rings.back().push_back(pl.gpu_of(ws[0], c * tp + t));
+        auto& r = ring(static_cast<std::size_t>(cp));
+        for (int c = 0; c < cp; c++) r.push_back(pl.gpu_of(ws[0], c * tp + t));
       }
     } else if (ws.size() == 1) {
       for (int c = 0; c < cp; c++) {
-        rings.emplace_back();
-        for (int t = 0; t < tp; t++) rings.back().push_back(pl.gpu_of(ws[0], c * tp + t));
+        auto& r = ring(static_cast<std::size_t>(tp));
+        for (int t = 0; t < tp; t++) r.push_back(pl.gpu_of(ws[0], c * tp + t));
       }
     } else if (tag == CollTag::Embedding) {
       for (int lane = 0; lane < tp * cp; lane++) {
-        rings.emplace_back();
-        for (std::int32_t w : ws) rings.back().push_back(pl.gpu_of(w, lane));
+        auto& r = ring(ws.size());
+        for (std::int32_t w : ws) r.push_back(pl.gpu_of(w, lane));
       }
     } else {
       for (int t = 0; t < tp; t++) {
-        rings.emplace_back();
+        auto& r = ring(ws.size() * static_cast<std::size_t>(cp));
         for (std::int32_t w : ws)
-          for (int c = 0; c < cp; c++) rings.back().push_back(pl.gpu_of(w, c * tp + t));
+          for (int c = 0; c < cp; c++) r.push_back(pl.gpu_of(w, c * tp + t));
       }
     }
   }

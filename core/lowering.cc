@@ -63,15 +63,14 @@ struct Insert {
   LoweredOp op;
 };
 
-// Rebuilds a program of n ops (op_at(i): the i-th) with the inserts placed; inserts at the same spot keep their
-// generation order. Placed by counting (each spot's inserts counted, then laid out in generation order): linear, no sort
-// of the ops. Each op of the new program goes through emit(out, op) (lower() applies the later passes' rules there;
-// extra: their room).
-template <class OpAt, class Emit>
-std::vector<LoweredOp> apply_inserts(std::size_t n, const OpAt& op_at, const std::vector<Insert>& ins,
+// Rebuilds a program with the inserts placed; inserts at the same spot keep their generation order. Placed by
+// counting (each spot's inserts counted, then laid out in generation order): linear, no sort of the ops. Each op of
+// the new program goes through emit(out, op) (lower() applies the later passes' rules there; extra: their room).
+template <class Emit>
+std::vector<LoweredOp> apply_inserts(const std::vector<LoweredOp>& prog, const std::vector<Insert>& ins,
                                      std::size_t extra, const Emit& emit) {
   // Spot 2 * at + after: before op `at` (even) or after it (odd).
-  std::vector<std::uint32_t> first(2 * n + 1, 0);
+  std::vector<std::uint32_t> first(2 * prog.size() + 1, 0);
   for (const Insert& x : ins) first[2 * x.at + x.after + 1]++;
   for (std::size_t k = 1; k < first.size(); k++) first[k] += first[k - 1];
   std::vector<std::uint32_t> order(ins.size());
@@ -81,20 +80,14 @@ std::vector<LoweredOp> apply_inserts(std::size_t n, const OpAt& op_at, const std
       order[next[2 * ins[k].at + ins[k].after]++] = static_cast<std::uint32_t>(k);
   }
   std::vector<LoweredOp> out;
-  out.reserve(n + ins.size() + extra + kTailSlack);
+  out.reserve(prog.size() + ins.size() + extra + kTailSlack);
   std::size_t k = 0;
-  for (std::size_t i = 0; i < n; i++) {
+  for (std::size_t i = 0; i < prog.size(); i++) {
     for (; k < first[2 * i + 1]; k++) emit(out, ins[order[k]].op);
-    emit(out, op_at(i));
+    emit(out, prog[i]);
     for (; k < first[2 * i + 2]; k++) emit(out, ins[order[k]].op);
   }
   return out;
-}
-template <class Emit>
-std::vector<LoweredOp> apply_inserts(const std::vector<LoweredOp>& prog, const std::vector<Insert>& ins,
-                                     std::size_t extra, const Emit& emit) {
-  return apply_inserts(
-      prog.size(), [&](std::size_t i) -> const LoweredOp& { return prog[i]; }, ins, extra, emit);
 }
 void append(std::vector<LoweredOp>& out, const LoweredOp& l) { out.push_back(l); }
 
@@ -130,13 +123,12 @@ struct TpRule {
   }
 };
 
-// Worker w's scatter/gather group, made in `groups` when its program (with the inserts to come) gathers anything
-// (prog: its program before the inserts, or none when it holds compute ops only).
-std::int32_t scatter_gather_group(const std::vector<LoweredOp>* prog, const std::vector<Insert>* ins, std::size_t w,
+// Worker w's scatter/gather group, made in `groups` when its program (with the inserts to come) gathers anything.
+std::int32_t scatter_gather_group(const std::vector<LoweredOp>& prog, const std::vector<Insert>* ins, std::size_t w,
                                   std::vector<CollGroup>& groups) {
   // The inserts first: lower()'s programs are compute ops only, and almost every worker receives something.
   const bool any = (ins && std::any_of(ins->begin(), ins->end(), [](const Insert& x) { return gathers(x.op); })) ||
-                   (prog && std::any_of(prog->begin(), prog->end(), gathers));
+                   std::any_of(prog.begin(), prog.end(), gathers);
   if (!any) return -1;
   groups.push_back(CollGroup{CollTag::ScatterGather, {static_cast<std::int32_t>(w)}});
   return static_cast<std::int32_t>(groups.size() - 1);
@@ -190,32 +182,14 @@ std::string lowered_op_name(const LoweredSchedule& ls, int worker, std::size_t i
   return t;
 }
 
-namespace {
-
-const char* const kLowerCompute = "lower_compute";
-
-void check_lower_args(const Schedule& s, int dp, int tp) {
-  const char* where = kLowerCompute;
+LoweredSchedule lower_compute(Schedule s, int dp, int tp, const CostModel& cost) {
+  const char* where = "lower_compute";
   if (dp < 1 || tp < 1)
     throw std::invalid_argument(std::string(where) + ": dp and tp must be >= 1, got dp = " + std::to_string(dp) +
                                 ", tp = " + std::to_string(tp));
   if (s.p < 1 || s.per_rank.size() != static_cast<std::size_t>(s.p))
     throw std::invalid_argument(std::string(where) + ": schedule '" + s.name + "' has " +
                                 std::to_string(s.per_rank.size()) + " rank lists for p = " + std::to_string(s.p));
-}
-
-// lower_compute's check of an op of rank r.
-void check_microbatch(const Schedule& s, int r, const Op& op) {
-  if (op.microbatch < 0 || op.microbatch >= static_cast<int>(s.microbatches.size()))
-    throw std::invalid_argument(std::string(kLowerCompute) + ": op " + op_text(op) + " on rank " + std::to_string(r) +
-                                " names micro-batch " + std::to_string(op.microbatch) + " of " +
-                                std::to_string(s.microbatches.size()));
-}
-
-}  // namespace
-
-LoweredSchedule lower_compute(Schedule s, int dp, int tp, const CostModel& cost) {
-  check_lower_args(s, dp, tp);
   LoweredSchedule ls;
   ls.dp = dp;
   ls.p = s.p;
@@ -225,7 +199,10 @@ LoweredSchedule lower_compute(Schedule s, int dp, int tp, const CostModel& cost)
     std::vector<LoweredOp> prog;
     prog.reserve(s.per_rank[r].size() + kTailSlack);
     for (const Op& op : s.per_rank[r]) {
-      check_microbatch(s, r, op);
+      if (op.microbatch < 0 || op.microbatch >= static_cast<int>(s.microbatches.size()))
+        throw std::invalid_argument(std::string(where) + ": op " + op_text(op) + " on rank " + std::to_string(r) +
+                                    " names micro-batch " + std::to_string(op.microbatch) + " of " +
+                                    std::to_string(s.microbatches.size()));
       LoweredOp l;
       l.kind = LOpKind::Compute;
       l.op = op;
@@ -243,89 +220,63 @@ namespace {
 
 // The passes work on a value so that lower() can move one program set through all of them; the public
 // functions copy their input once.
-// add_p2p's messages of replica d (ins[d * p + r]): per worker, its Sends (after their producers) and Recvs (before
-// their first consumers). progs.size(w): the length of worker w's program; progs.op(w, i): its compute op at position
-// i, or nullptr where it holds something else. t: per op of the grid, where it runs and which worker receives it.
-struct P2pTables {
-  std::vector<std::int32_t> at_worker, at_index, received_on;
-};
-template <class Programs>
-void replica_p2p_inserts(const Schedule& s, const OpKeyIndex& index, int d, const Programs& progs,
-                         const CostModel& cost, P2pTables& t, std::vector<std::vector<Insert>>& ins) {
-  const int p = s.p;
-  std::fill(t.at_worker.begin(), t.at_worker.end(), -1);
-  std::fill(t.received_on.begin(), t.received_on.end(), -1);
-  for (int r = 0; r < p; r++) {
-    const int w = LoweredSchedule::worker(d, r, p);
-    for (std::size_t i = 0, n = progs.size(w); i < n; i++) {
-      const Op* op = progs.op(w, i);
-      if (!op) continue;
-      const std::int64_t slot = index.slot(key_of(*op));
-      if (slot >= 0 && t.at_worker[slot] < 0) t.at_worker[slot] = w, t.at_index[slot] = static_cast<std::int32_t>(i);
-    }
-  }
-  for (int r = 0; r < p; r++) {
-    const int w = LoweredSchedule::worker(d, r, p);
-    for (std::size_t i = 0, n = progs.size(w); i < n; i++) {
-      const Op* op = progs.op(w, i);
-      if (!op) continue;
-      OpKey deps[3];
-      const int n_deps = op_dependencies(index, key_of(*op), deps);
-      for (int k = 0; k < n_deps; k++) {
-        const std::int64_t slot = index.slot(deps[k]);
-        // A producer missing from the schedule is left for the checker to report by name.
-        if (slot < 0 || t.at_worker[slot] < 0 || t.at_worker[slot] == w || t.received_on[slot] == w) continue;
-        t.received_on[slot] = w;
-        const int pw = t.at_worker[slot];
-        const Op& producer = *progs.op(pw, static_cast<std::size_t>(t.at_index[slot]));
-        LoweredOp msg;
-        msg.op = producer;
-        msg.bytes = cost.p2p_bytes(producer, seqs_of(s, producer));
-        msg.kind = LOpKind::Send;
-        msg.peer = w;
-        ins[pw].push_back(Insert{static_cast<std::uint32_t>(t.at_index[slot]), true, msg});
-        msg.kind = LOpKind::Recv;
-        msg.peer = pw;
-        ins[w].push_back(Insert{static_cast<std::uint32_t>(i), false, msg});
-      }
-    }
-  }
-}
-
-// Replica d's inserts: replica 0's, moved to its own workers.
-void copy_replica_inserts(int d, int p, std::vector<std::vector<Insert>>& ins) {
-  for (int r = 0; r < p; r++) {
-    auto& mine = ins[LoweredSchedule::worker(d, r, p)];
-    mine = ins[r];
-    for (Insert& x : mine) x.op.peer += d * p;
-  }
-}
-
-// The passes work on a value so that lower() can move one program set through all of them; the public
-// functions copy their input once.
-// add_p2p's messages for every worker of `in`.
+// add_p2p's messages: per worker, its Sends (after their producers) and Recvs (before their first consumers).
 std::vector<std::vector<Insert>> p2p_inserts(const LoweredSchedule& in, const CostModel& cost) {
   const Schedule& s = in.schedule;
   const OpKeyIndex index(s);
+  const int p = in.p;
   std::vector<std::vector<Insert>> ins(in.per_worker.size());
-  for (int r = 0; r < in.p; r++)
+  for (int r = 0; r < p; r++)
     ins[r].reserve(2 * in.per_worker[r].size());  // a middle rank: a receive and a send per op
-  P2pTables t{std::vector<std::int32_t>(index.size()), std::vector<std::int32_t>(index.size()),
-              std::vector<std::int32_t>(index.size())};
-  struct Programs {
-    const LoweredSchedule& in;
-    std::size_t size(int w) const { return in.per_worker[w].size(); }
-    const Op* op(int w, std::size_t i) const {
-      const LoweredOp& l = in.per_worker[w][i];
-      return l.kind == LOpKind::Compute ? &l.op : nullptr;
-    }
-  };
+  // Per replica: where each op of the grid runs, and (per consumer worker) which producers it already receives.
+  std::vector<std::int32_t> at_worker(index.size()), at_index(index.size()), received_on(index.size());
   for (int d = 0; d < in.dp; d++) {
     // A replica whose programs are replica 0's gets replica 0's messages, moved to its own workers.
-    if (d > 0 && replica_programs_equal(in, d))
-      copy_replica_inserts(d, in.p, ins);
-    else
-      replica_p2p_inserts(s, index, d, Programs{in}, cost, t, ins);
+    if (d > 0 && replica_programs_equal(in, d)) {
+      for (int r = 0; r < p; r++) {
+        auto& mine = ins[LoweredSchedule::worker(d, r, p)];
+        mine = ins[r];
+        for (Insert& x : mine) x.op.peer += d * p;
+      }
+      continue;
+    }
+    std::fill(at_worker.begin(), at_worker.end(), -1);
+    std::fill(received_on.begin(), received_on.end(), -1);
+    for (int r = 0; r < p; r++) {
+      const int w = LoweredSchedule::worker(d, r, p);
+      const auto& prog = in.per_worker[w];
+      for (std::size_t i = 0; i < prog.size(); i++) {
+        if (prog[i].kind != LOpKind::Compute) continue;
+        const std::int64_t slot = index.slot(key_of(prog[i].op));
+        if (slot >= 0 && at_worker[slot] < 0) at_worker[slot] = w, at_index[slot] = static_cast<std::int32_t>(i);
+      }
+    }
+    for (int r = 0; r < p; r++) {
+      const int w = LoweredSchedule::worker(d, r, p);
+      const auto& prog = in.per_worker[w];
+      for (std::size_t i = 0; i < prog.size(); i++) {
+        if (prog[i].kind != LOpKind::Compute) continue;
+        OpKey deps[3];
+        const int n_deps = op_dependencies(index, key_of(prog[i].op), deps);
+        for (int k = 0; k < n_deps; k++) {
+          const std::int64_t slot = index.slot(deps[k]);
+          // A producer missing from the schedule is left for the checker to report by name.
+          if (slot < 0 || at_worker[slot] < 0 || at_worker[slot] == w || received_on[slot] == w) continue;
+          received_on[slot] = w;
+          const int pw = at_worker[slot];
+          const LoweredOp& producer = in.per_worker[pw][at_index[slot]];
+          LoweredOp msg;
+          msg.op = producer.op;
+          msg.bytes = cost.p2p_bytes(producer.op, seqs_of(s, producer.op));
+          msg.kind = LOpKind::Send;
+          msg.peer = w;
+          ins[pw].push_back(Insert{static_cast<std::uint32_t>(at_index[slot]), true, msg});
+          msg.kind = LOpKind::Recv;
+          msg.peer = pw;
+          ins[w].push_back(Insert{static_cast<std::uint32_t>(i), false, msg});
+        }
+      }
+    }
   }
   return ins;
 }
@@ -338,77 +289,30 @@ LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
   return in;
 }
 
-// lower_compute, add_p2p, then add_scatter_gather (when `scatter_gather`) and add_tp_allreduce in one sweep: each
-// worker's program made from the schedule's ops (compute ops costed as lower_compute costs them) with the messages,
-// scatter/gathers and TP all-reduces placed through the passes' own rules (emit_scatter_gather, TpRule) and the same
-// group numbering (every scatter/gather group before the first TP group, each kind in worker order), without the
-// compute-only programs written and read back (a search lowers millions of ops). The same programs and groups: every
-// replica of lower_compute's programs is replica 0's (p2p_inserts copies its messages), and they hold no receive
-// (scatter_gather_group looks at the inserts alone).
-LoweredSchedule lower_sweep(Schedule sch, int dp, int tp, const CostModel& cost, bool scatter_gather) {
-  check_lower_args(sch, dp, tp);
-  LoweredSchedule ls;
-  ls.dp = dp;
-  ls.p = sch.p;
-  ls.tp = tp;
-  ls.schedule = std::move(sch);  // moved, not copied
-  const Schedule& s = ls.schedule;
-  const int p = s.p;
-  const std::size_t workers = static_cast<std::size_t>(dp) * p;
-  ls.per_worker.resize(workers);
-  // Replica 0's messages from the schedule's ops, checked as lower_compute checks them (rank by rank, in order).
-  struct Programs {
-    const Schedule& s;
-    std::size_t size(int w) const { return s.per_rank[w].size(); }
-    const Op* op(int w, std::size_t i) const {
-      const Op& op = s.per_rank[w][i];
-      check_microbatch(s, w, op);
-      return &op;
-    }
-  };
-  std::vector<std::vector<Insert>> ins(workers);
-  {
-    const OpKeyIndex index(s);
-    for (int r = 0; r < p; r++) ins[r].reserve(2 * s.per_rank[r].size());
-    P2pTables t{std::vector<std::int32_t>(index.size()), std::vector<std::int32_t>(index.size()),
-                std::vector<std::int32_t>(index.size())};
-    replica_p2p_inserts(s, index, 0, Programs{s}, cost, t, ins);
-    for (int d = 1; d < dp; d++) copy_replica_inserts(d, p, ins);
-  }
-  // With several replicas each op is costed once, as lower_compute does.
-  std::vector<std::vector<double>> seconds(dp > 1 ? static_cast<std::size_t>(p) : 0);
-  for (std::size_t r = 0; r < seconds.size(); r++)
-    for (const Op& op : s.per_rank[r]) seconds[r].push_back(cost.compute_seconds(op, seqs_of(s, op)));
-  std::vector<std::int32_t> sg(workers, -1);
-  if (scatter_gather && tp > 1)
-    for (std::size_t w = 0; w < workers; w++) sg[w] = scatter_gather_group(nullptr, &ins[w], w, ls.groups);
-  const TpRule tp_rule{s, cost, ls.groups};
-  for (std::size_t w = 0; w < workers; w++) {
-    const auto r = w % static_cast<std::size_t>(p);
-    const std::vector<Op>& ops = s.per_rank[r];
-    auto op_at = [&](std::size_t i) {
-      LoweredOp l;
-      l.kind = LOpKind::Compute;
-      l.op = ops[i];
-      l.seconds = dp > 1 ? seconds[r][i] : cost.compute_seconds(l.op, seqs_of(s, l.op));
-      return l;
-    };
-    if (tp == 1) {  // neither later pass changes anything with tp = 1
-      ls.per_worker[w] = apply_inserts(ops.size(), op_at, ins[w], 0, append);
-      continue;
-    }
+// add_p2p, then add_scatter_gather (when `scatter_gather`) and add_tp_allreduce in one sweep over each program: the
+// same rules (emit_scatter_gather, TpRule) and the same group numbering (every scatter/gather group before the
+// first TP group, each kind in worker order), without two more copies of every program.
+LoweredSchedule p2p_sg_tp_pass(LoweredSchedule in, const CostModel& cost, bool scatter_gather) {
+  require_shape(in, "add_p2p");
+  if (in.tp == 1) return p2p_pass(std::move(in), cost);  // neither later pass changes anything with tp = 1
+  const std::vector<std::vector<Insert>> ins = p2p_inserts(in, cost);
+  std::vector<std::int32_t> sg(in.per_worker.size(), -1);
+  if (scatter_gather)
+    for (std::size_t w = 0; w < sg.size(); w++) sg[w] = scatter_gather_group(in.per_worker[w], &ins[w], w, in.groups);
+  const TpRule tp{in.schedule, cost, in.groups};
+  for (std::size_t w = 0; w < ins.size(); w++) {
     std::int32_t tp_group = -1;
     auto emit = [&](std::vector<LoweredOp>& out, const LoweredOp& l) {
       if (scatter_gather)
-        emit_scatter_gather(out, l, tp, sg[w]);
+        emit_scatter_gather(out, l, in.tp, sg[w]);
       else
         out.push_back(l);
-      tp_rule.emit(out, l, static_cast<int>(w), tp_group);
+      tp.emit(out, l, static_cast<int>(w), tp_group);
     };
     // Room for a TP all-reduce after each compute op and an all-gather after each receive.
-    ls.per_worker[w] = apply_inserts(ops.size(), op_at, ins[w], ops.size() + ins[w].size(), emit);
+    in.per_worker[w] = apply_inserts(in.per_worker[w], ins[w], in.per_worker[w].size() + ins[w].size(), emit);
   }
-  return ls;
+  return in;
 }
 
 LoweredSchedule scatter_gather_pass(LoweredSchedule in) {
@@ -416,7 +320,7 @@ LoweredSchedule scatter_gather_pass(LoweredSchedule in) {
   if (in.tp == 1) return in;
   for (std::size_t w = 0; w < in.per_worker.size(); w++) {
     auto& prog = in.per_worker[w];
-    const std::int32_t group = scatter_gather_group(&prog, nullptr, w, in.groups);
+    const std::int32_t group = scatter_gather_group(prog, nullptr, w, in.groups);
     std::vector<LoweredOp> next;
     const auto recvs = std::count_if(prog.begin(), prog.end(), gathers);
     next.reserve(prog.size() + static_cast<std::size_t>(recvs) + kTailSlack);
@@ -514,8 +418,8 @@ Schedule fuse_adjacent_iw(const Schedule& s) {
 
 LoweredSchedule lower(Schedule s, int dp, int tp, const CostModel& cost, bool scatter_gather,
                       const GradSyncOptions& grad_sync) {
-  // lower_compute, add_p2p, add_scatter_gather and add_tp_allreduce in one sweep
-  LoweredSchedule ls = lower_sweep(std::move(s), dp, tp, cost, scatter_gather);
+  LoweredSchedule ls = lower_compute(std::move(s), dp, tp, cost);
+  ls = p2p_sg_tp_pass(std::move(ls), cost, scatter_gather);  // add_p2p, add_scatter_gather, add_tp_allreduce
   ls = grad_sync_pass(std::move(ls), cost, grad_sync);
   return optimizer_pass(std::move(ls), cost, grad_sync);
 }

@@ -557,8 +557,9 @@ DagShapePtr ShapeBuilder::build(const LoweredSchedule& ls, const Placement& repl
   sh->dp = s.parallel.dp > 1;
   sh->groups = ls.groups;
   OpClasses classes(*sh, ls.schedule.stages(), static_cast<int>(key.slice_begin.size()));
+  dag_build::check_and_match(ls, replica, st.scratch);
   ShapeSink sink(ls, s, *sh, classes, st);
-  dag_build::build_graph(ls, replica, st.dag, st.scratch, sink);
+  dag_build::build_graph(ls, st.dag, st.scratch, sink);
   stage_counts(st.stages, ls.p, *sh);
   number_topologically(st.dag, st.node_cls, *sh, s.source, st.pending, st.ready, st.id);
 
