@@ -405,26 +405,32 @@ std::vector<std::vector<std::vector<std::int32_t>>> collective_rings(const Lower
     const auto& ws = ls.groups[g].workers;
     auto& rings = out[g];
     const CollTag tag = ls.groups[g].tag;
+    // A new ring with room for its n GPUs (the search builds the rings for every candidate: no growth step by step).
+    auto ring = [&](std::size_t n) -> std::vector<std::int32_t>& {
+      rings.emplace_back();
+      rings.back().reserve(n);
+      return rings.back();
+    };
     if (ws.size() == 1 && tag == CollTag::ContextParallel) {
       for (int t = 0; t < tp; t++) {
-        rings.emplace_back();
-        for (int c = 0; c < cp; c++) rings.back().push_back(pl.gpu_of(ws[0], c * tp + t));
+        auto& r = ring(static_cast<std::size_t>(cp));
+        for (int c = 0; c < cp; c++) r.push_back(pl.gpu_of(ws[0], c * tp + t));
       }
     } else if (ws.size() == 1) {
       for (int c = 0; c < cp; c++) {
-        rings.emplace_back();
-        for (int t = 0; t < tp; t++) rings.back().push_back(pl.gpu_of(ws[0], c * tp + t));
+        auto& r = ring(static_cast<std::size_t>(tp));
+        for (int t = 0; t < tp; t++) r.push_back(pl.gpu_of(ws[0], c * tp + t));
       }
     } else if (tag == CollTag::Embedding) {
       for (int lane = 0; lane < tp * cp; lane++) {
-        rings.emplace_back();
-        for (std::int32_t w : ws) rings.back().push_back(pl.gpu_of(w, lane));
+        auto& r = ring(ws.size());
+        for (std::int32_t w : ws) r.push_back(pl.gpu_of(w, lane));
       }
     } else {
       for (int t = 0; t < tp; t++) {
-        rings.emplace_back();
+        auto& r = ring(ws.size() * static_cast<std::size_t>(cp));
         for (std::int32_t w : ws)
-          for (int c = 0; c < cp; c++) rings.back().push_back(pl.gpu_of(w, c * tp + t));
+          for (int c = 0; c < cp; c++) r.push_back(pl.gpu_of(w, c * tp + t));
       }
     }
   }

@@ -33,7 +33,10 @@ class MemoCost final : public CostModel {
   double p2p_bytes(const Op& op, int seqs) const override {
     return memo(p2p_, op, seqs, [&] { return c_.p2p_bytes(op, seqs); });
   }
-  int tp_allreduce_calls(const Op& op) const override { return c_.tp_allreduce_calls(op); }
+  // Asked for every compute op when tp > 1 (core/lowering.cc, TpRule); an int, exact as a double.
+  int tp_allreduce_calls(const Op& op) const override {
+    return static_cast<int>(memo(tp_calls_, op, 0, [&] { return static_cast<double>(c_.tp_allreduce_calls(op)); }));
+  }
   double tp_allreduce_bytes(const Op& op, int seqs) const override {
     return memo(tp_, op, seqs, [&] { return c_.tp_allreduce_bytes(op, seqs); });
   }
@@ -51,7 +54,7 @@ class MemoCost final : public CostModel {
                      u32(op.tok_begin) | u32(op.tok_end) << 32, ask);
   }
   const CostModel& c_;
-  mutable MemoTable compute_, p2p_, tp_;
+  mutable MemoTable compute_, p2p_, tp_, tp_calls_;
 };
 
 // A few structures kept (candidates of one structure come close together in the search's enumeration order), the
@@ -90,7 +93,10 @@ double Stage2Estimator::estimate(const Scenario& s) {
   const auto b_model = key.lower_with_do ? make_cost_model(b) : nullptr;
   const MemoCost cost(b_model ? *b_model : *model);
   const LoweredSchedule ls = lower_one_replica(b, make_schedule(b), cost);
-  if (shapes_.size() >= kShapesKept) shapes_.erase(shapes_.begin());
+  if (shapes_.size() >= kShapesKept) {
+    builder_->recycle(std::move(shapes_.front()));
+    shapes_.erase(shapes_.begin());
+  }
   shapes_.push_back(builder_->build(ls, one_replica(b, scenario_placement(b)), b, cost, key));
   built_++;
   // The candidate's answers fit the shape it was lowered for; the superset shape of another candidate's answers

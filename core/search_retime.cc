@@ -407,6 +407,7 @@ struct ShapeBuilder::Storage {
     std::int32_t worker, index;
   };
   std::vector<At> first_at;  // per recipe: its first node and that node's lowered op
+  DagShapePtr spare;         // a shape no longer used, whose storage the next build takes (recycle)
 };
 
 namespace {
@@ -542,7 +543,12 @@ ShapeBuilder::~ShapeBuilder() = default;
 DagShapePtr ShapeBuilder::build(const LoweredSchedule& ls, const Placement& replica, const Scenario& s,
                                 const CostModel& cost, const ShapeKey& key) {
   Storage& st = *st_;
-  DagShapePtr sh(new DagShape);
+  // The storage of a shape dropped from the cache, where there is one: a fresh shape's arrays are fresh pages to fault
+  // in (megabytes per structure).
+  DagShapePtr sh = st.spare ? std::move(st.spare) : DagShapePtr(new DagShape);
+  sh->ops.clear();
+  sh->need.clear();
+  sh->recipes.clear();
   sh->key = key.words;
   sh->seq_len = s.model.seq_len;
   sh->p = ls.p;
@@ -576,6 +582,8 @@ DagShapePtr ShapeBuilder::build(const LoweredSchedule& ls, const Placement& repl
     }
   return sh;
 }
+
+void ShapeBuilder::recycle(DagShapePtr shape) { st_->spare = std::move(shape); }
 
 bool Retimer::load(const DagShape& shape, const Scenario& s, const ShapeKey& key, const CostModel& cost) {
   ask(shape, s, key.slice_begin, cost, *v_);

@@ -84,6 +84,8 @@ class ShapeBuilder {
   // when the DAG has a cycle.
   DagShapePtr build(const LoweredSchedule& ls, const Placement& replica, const Scenario& s, const CostModel& cost,
                     const ShapeKey& key);
+  // A shape no longer used: the next build writes into its storage (what it holds is overwritten).
+  void recycle(DagShapePtr shape);
 
   struct Storage;  // core/search_retime.cc
 

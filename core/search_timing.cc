@@ -128,8 +128,11 @@ ReplicaTiming::ReplicaTiming(const Scenario& s, const Placement& full, const std
     if (grp.tag != CollTag::DataParallel && grp.tag != CollTag::ParamGather) continue;
     const int r = grp.workers.front();
     rings_[g].assign(static_cast<std::size_t>(par.tp), {});
-    for (int t = 0; t < par.tp; t++)
-      for (int d = 0; d < par.dp; d++) rings_[g][static_cast<std::size_t>(t)].push_back(full.gpu_of(d * par.pp + r, t));
+    for (int t = 0; t < par.tp; t++) {
+      auto& ring = rings_[g][static_cast<std::size_t>(t)];
+      ring.reserve(static_cast<std::size_t>(par.dp));  // built for every candidate: no growth step by step
+      for (int d = 0; d < par.dp; d++) ring.push_back(full.gpu_of(d * par.pp + r, t));
+    }
   }
   groups_.resize(rings_.size());
   for (std::size_t g = 0; g < rings_.size(); g++) groups_[g].rings = &rings_[g];
