@@ -133,8 +133,8 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::printf("%-28s %5s %-13s %10s %10s %8s %8s %8s %8s %8s\n", "configuration", "ranks", "layers timed",
-              "measured_s", "simulated", "iter", "F", "B", "p2p", "drift");
+  std::printf("%-28s %5s %-13s %10s %10s %8s %8s %8s %8s %8s\n", "configuration", "ranks", "layers timed", "measured_s",
+              "simulated", "iter", "F", "B", "p2p", "drift");
   // A rank is a "device" only while it has a core to itself: with more ranks than cores they time-share, and
   // every measured op is slower than any per-device model says. Such rows are printed (marked *) but kept out of
   // the targets; the summary says how many.

@@ -16,7 +16,7 @@ namespace pipescope::calib {
 struct DriftProbe {
   int hidden = 0, heads = 0, ffn = 0, vocab = 0, micro_batch = 1, l = 0, seq_len = 0;
   double profile_fwd_s = 0, profile_bwd_s = 0;
-  bool cpu_clock = true;  // the profile's timer: thread CPU time (calibrate --clock cpu) or the steady clock
+  bool cpu_clock = true;         // the profile's timer: thread CPU time (calibrate --clock cpu) or the steady clock
   std::string describe() const;  // "layer h 128, 4 heads, ffn 512, b 1, l 128"
 };
 

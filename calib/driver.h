@@ -4,8 +4,9 @@
 // >= min_samples covering >= min_time_s AND the relative spread (p90 - p10) / median is <= target_rel_spread,
 // or a cap is hit (max_samples, max_time_s); calls shorter than min_sample_s are timed as a batch of
 // back-to-back calls and divided. Outliers (samples beyond median +- 3 x the interquartile range) are measured
-// again once each; a point still wider than retry_spread is timed again from scratch (retries). Hot cache (operands stay resident), recorded in the provenance. A Timer abstracts the
-// clock: steady clock + device synchronisation on the CPU, CUDA events on a GPU.
+// again once each; a point still wider than retry_spread is timed again from scratch (retries). Hot cache (operands
+// stay resident), recorded in the provenance. A Timer abstracts the clock: steady clock + device synchronisation on the
+// CPU, CUDA events on a GPU.
 
 #include <chrono>
 #include <cstdio>
