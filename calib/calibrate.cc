@@ -13,9 +13,8 @@
 #include "core/presets.h"
 
 namespace pipescope::calib {
-namespace {
 
-std::unique_ptr<kernels::Backend> backend_of(const std::string& name) {
+std::unique_ptr<kernels::Backend> measuring_backend(const std::string& name) {
   switch (backend_named(name).kind) {
     case BackendKind::CpuF64:
       return kernels::make_cpu_backend(kernels::DType::kF64);
@@ -32,6 +31,8 @@ std::unique_ptr<kernels::Backend> backend_of(const std::string& name) {
                               backend_names([](const BackendInfo& b) { return b.device != BackendDevice::None; }) +
                               ")");
 }
+
+namespace {
 
 // The public peak specs of a GPU, from --device-preset or its name.
 DeviceSpec gpu_device(const std::string& preset, const std::string& gpu_name) {
@@ -142,7 +143,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
   check_config(o.compute);
   for (int b : o.micro_batches)
     if (b < 1) throw std::invalid_argument("--micro-batch: sizes must be >= 1");
-  auto be = backend_of(o.backend);
+  auto be = measuring_backend(o.backend);
   ComputeConfig cfg = o.compute;
   DeviceProfile p;
   p.kind = "measured";

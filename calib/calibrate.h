@@ -2,6 +2,7 @@
 // `pipescope calibrate`: runs the compute benchmarks on a kernels/ backend, fits them, adds the link fits from a
 // pipescope-linkbench run, and assembles a DeviceProfile with its provenance.
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ double estimate_compute_s(const CalibrateOptions& o, const ComputeConfig& cfg, d
 
 // Throws CalibrationRefused (calib/gates.h) when a quality gate fails and !accept_poor_fit.
 DeviceProfile calibrate(const CalibrateOptions& o);
+// The kernels backend a calibration measures with, by name (cpu-f64, cpu-f32, cuda-bf16, cuda-f16); throws
+// std::invalid_argument for one that measures nothing (null).
+std::unique_ptr<kernels::Backend> measuring_backend(const std::string& name);
 
 // An analytic profile (kind: analytic) of a cluster preset: its device from public peak specs with the analytic
 // model's efficiency parameters, its NVLink (intra) and network (inter) links; no measured tables.

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "calib/benches.h"
+#include "calib/calibrate.h"
 #include "core/backends.h"
 
 namespace pipescope::calib {
@@ -49,8 +50,7 @@ std::optional<DriftProbe> drift_probe_of(const DeviceProfile& p, const std::stri
 }
 
 DriftReading retime_probe(const DriftProbe& d, const std::string& backend) {
-  const auto dtype = backend_named(backend).kind == BackendKind::CpuF32 ? kernels::DType::kF32 : kernels::DType::kF64;
-  auto be = kernels::make_cpu_backend(dtype);
+  auto be = measuring_backend(backend);
   ComputeConfig cfg;
   cfg.shape.layer = kernels::LayerShape{d.hidden, d.heads, d.ffn, 1};
   cfg.shape.vocab = d.vocab;
