@@ -3,6 +3,8 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <array>
+#include <functional>
+#include <memory>
 
 #include "calib/benches.h"
 #include "core/backends.h"
@@ -50,6 +52,17 @@ std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfi
               estimated_point_s(2.0 * m * n * k / flop_s, cfg.policy));
   }
   return out;
+}
+
+std::function<void()> gemm_call(const std::string& backend, int m, int k, int n) {
+  auto make = [&](auto zero) -> std::function<void()> {
+    using T = decltype(zero);
+    using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    auto mats =
+        std::make_shared<std::array<Mat, 3>>(std::array<Mat, 3>{Mat::Random(m, k), Mat::Random(k, n), Mat(m, n)});
+    return [mats] { (*mats)[2].noalias() = (*mats)[0] * (*mats)[1]; };
+  };
+  return backend_named(backend).kind == BackendKind::CpuF64 ? make(0.0) : make(0.0f);
 }
 
 std::vector<GemmSample> bench_gemm_spread(const std::string& backend, const TimingPolicy& policy, bool progress) {

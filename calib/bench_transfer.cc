@@ -22,8 +22,8 @@ kernels::ModelShape held_out_shape(const kernels::ModelShape& s) {
 
 }  // namespace
 
-std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg,
-                                          const KernelModel& model) {
+std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const std::string& backend,
+                                          const ComputeConfig& cfg, const KernelModel& model) {
   const kernels::ModelShape s = held_out_shape(cfg.shape);
   const int L = s.max_seq, h = s.layer.hidden, b = 1;
   const int e = static_cast<int>(kernels::dtype_bytes(be.dtype()));
@@ -38,6 +38,15 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
   m.ffn_hidden = s.layer.ffn;
   m.vocab = s.vocab;
   m.seq_len = L;
+  // The reference: a GEMM of the spread the GEMM fit was measured on (64 x 64 by 64 x 128), at its fitted time.
+  const int rm = 64, rk = 64, rn = 128;
+  const std::function<void()> ref = gemm_call(backend, rm, rk, rn);
+  KernelCall ref_call;
+  ref_call.kind = KernelCall::Kind::Gemm;
+  ref_call.m = rm;
+  ref_call.n = rn;
+  ref_call.k = rk;
+  const double ref_fit_s = model.seconds(ref_call);
   std::vector<TransferPoint> out;
   const std::vector<std::pair<int, int>> points = {{L / 2, 0}, {std::max(1, L / 4), L / 2}};
   Progress prog("kernel model transfer check (hidden " + std::to_string(h) + ")", 2 * static_cast<int>(points.size()),
@@ -51,21 +60,22 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
       be.layer_forward(*params, *xc, kernels::Slice{b, 0, c}, *kv, *prefix_rec, *y);
     }
     const kernels::Slice sl{b, c, l};
-    const TimeStats f = time_calls(
+    const PairedStats f = time_paired(
         [&] {
           kv->rewind(c);
           be.layer_forward(*params, *x, sl, *kv, *rec, *y);
         },
-        timer, cfg.policy);
+        ref, timer, cfg.policy);
     prog.step("forward l = " + std::to_string(l) + ", c = " + std::to_string(c));
-    const TimeStats bw = time_calls(
+    const PairedStats bw = time_paired(
         [&] {
           kv->rewind(c + l);
           be.layer_backward(*params, *rec, *kv, *dy, *dx);
         },
-        timer, cfg.policy);
+        ref, timer, cfg.policy);
     prog.step("backward l = " + std::to_string(l) + ", c = " + std::to_string(c));
     for (bool fwd : {true, false}) {
+      const PairedStats& st = fwd ? f : bw;
       TransferPoint t;
       t.op = fwd ? "layer forward" : "layer backward";
       t.hidden = h;
@@ -74,7 +84,9 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
       t.micro_batch = b;
       t.l = l;
       t.c = c;
-      t.measured_s = fwd ? f.median_s : bw.median_s;
+      t.measured_s = st.op.median_s;
+      // The layer at the fits' speed is median(layer / reference) x the reference's fitted time.
+      t.slowdown = t.measured_s / (st.median_ratio * ref_fit_s);
       t.predicted_s =
           model.seconds(fwd ? layer_forward_calls(m, 1, e, b, l, c) : layer_backward_calls(m, 1, e, b, l, c));
       out.push_back(t);
@@ -93,7 +105,7 @@ KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::stri
     if (hd >= 4) f.attention.push_back(bench_attention_kernel(backend, hd, L, cfg.policy, cfg.progress));
   f.memory = bench_memory_kernels(backend, cfg.shape.layer.hidden, cfg.shape.vocab, cfg.policy, cfg.progress);
   const KernelModel model(f);
-  f.transfer = bench_transfer(be, timer, cfg, model);
+  f.transfer = bench_transfer(be, timer, backend, cfg, model);
   return f;
 }
 
@@ -126,14 +138,14 @@ std::string kernel_fit_report(const KernelFits& f) {
   for (const auto& t : f.transfer) worst = std::max(worst, std::abs(t.rel_err()));
   if (!f.transfer.empty()) {
     std::snprintf(buf, sizeof buf, "    transfer to a shape outside the fits: worst |error| %.1f%% (target 15%%)%s\n",
-                  100 * worst, worst > 0.15 ? " -- above target (a loaded machine inflates long calls)" : "");
+                  100 * worst, worst > 0.15 ? " -- above target" : "");
     o += buf;
   }
   for (const auto& t : f.transfer) {
     std::snprintf(buf, sizeof buf,
                   "    transfer %-14s hidden %d heads %d ffn %d, l = %d, c = %d: measured %.1f us, predicted %.1f "
-                  "us, error %+.1f%%\n",
-                  t.op.c_str(), t.hidden, t.heads, t.ffn, t.l, t.c, t.measured_s * 1e6, t.predicted_s * 1e6,
+                  "us, slowdown x%.2f, error %+.1f%%\n",
+                  t.op.c_str(), t.hidden, t.heads, t.ffn, t.l, t.c, t.measured_s * 1e6, t.predicted_s * 1e6, t.slowdown,
                   100 * t.rel_err());
     o += buf;
   }

@@ -3,6 +3,7 @@
 // (so the CPU reference and CUDA run the same code path the validation runtime runs) and the shared driver.
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -76,12 +77,14 @@ std::unique_ptr<Timer> cuda_event_timer(void* stream);
 // (sequence, head) of head dimension d on an (l, c) grid, fitted; each memory-bound kernel class over a range of
 // sizes (rows of `cols` elements), fitted; layers at a shape none of them saw, against the model's prediction.
 std::vector<GemmSample> bench_gemm_spread(const std::string& backend, const TimingPolicy& p, bool progress);
+// One m x k by k x n GEMM of the spread's kind (Eigen, the backend's precision) on its own operands, as a call.
+std::function<void()> gemm_call(const std::string& backend, int m, int k, int n);
 AttentionModel bench_attention_kernel(const std::string& backend, int head_dim, int max_seq, const TimingPolicy& p,
                                       bool progress);
 std::vector<MemoryModel> bench_memory_kernels(const std::string& backend, int cols, int vocab, const TimingPolicy& p,
                                               bool progress);
-std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg,
-                                          const KernelModel& model);
+std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const std::string& backend,
+                                          const ComputeConfig& cfg, const KernelModel& model);
 // All of the above and the fits: the profile's `kernels` section (empty for a GPU backend).
 KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::string& backend, const ComputeConfig& cfg);
 // The kernel fits' lines of `pipescope calibrate`'s report (empty without kernel fits).

@@ -117,8 +117,8 @@ TimeStats stats_of(std::vector<double> samples) {
 
 namespace {
 
-TimeStats time_calls_once(const std::function<void()>& call, Timer& timer, const TimingPolicy& p) {
-  // Warm-up, which also estimates the cost of one call.
+// Warm-up, which also estimates the cost of one call: the number of back-to-back calls one sample times.
+int warm_up(const std::function<void()>& call, Timer& timer, const TimingPolicy& p) {
   int calls = 0;
   double spent = 0;
   while (calls < std::max(1, p.warmup_calls) || spent < p.warmup_s) {
@@ -129,8 +129,12 @@ TimeStats time_calls_once(const std::function<void()>& call, Timer& timer, const
     if (calls > 100000) break;
   }
   const double per_call = spent / calls;
-  const int batch =
-      per_call >= p.min_sample_s || p.cold ? 1 : static_cast<int>(std::ceil(p.min_sample_s / std::max(per_call, 1e-9)));
+  return per_call >= p.min_sample_s || p.cold ? 1
+                                              : static_cast<int>(std::ceil(p.min_sample_s / std::max(per_call, 1e-9)));
+}
+
+TimeStats time_calls_once(const std::function<void()>& call, Timer& timer, const TimingPolicy& p) {
+  const int batch = warm_up(call, timer, p);
   static std::vector<char> flush;
   if (p.cold && flush.empty()) flush.resize(256u << 20);
   auto sample = [&](std::size_t i) {
@@ -171,6 +175,29 @@ TimeStats time_calls(const std::function<void()>& call, Timer& timer, const Timi
     if (again.rel_spread() < best.rel_spread()) best = std::move(again);
   }
   return best;
+}
+
+PairedStats time_paired(const std::function<void()>& op, const std::function<void()>& ref, Timer& timer,
+                        const TimingPolicy& p) {
+  const int op_batch = warm_up(op, timer, p), ref_batch = warm_up(ref, timer, p);
+  auto sample = [&](const std::function<void()>& call, int batch) {
+    timer.start();
+    for (int k = 0; k < batch; k++) call();
+    return timer.stop() / batch;
+  };
+  std::vector<double> ops, refs, ratios;
+  double total = 0;
+  const int min_samples = std::max(1, p.min_samples);
+  while (static_cast<int>(ops.size()) < p.max_samples) {
+    const double t_op = sample(op, op_batch), t_ref = sample(ref, ref_batch);
+    total += t_op * op_batch + t_ref * ref_batch;
+    ops.push_back(t_op);
+    refs.push_back(t_ref);
+    ratios.push_back(t_op / std::max(t_ref, 1e-12));
+    if (static_cast<int>(ops.size()) < min_samples || total < p.min_time_s) continue;
+    if (total >= p.max_time_s || stats_of(ratios).rel_spread() <= p.target_rel_spread) break;
+  }
+  return PairedStats{stats_of(std::move(ops)), stats_of(std::move(refs)), stats_of(std::move(ratios)).median_s};
 }
 
 double estimated_point_s(double call_s, const TimingPolicy& p) {

@@ -60,6 +60,16 @@ std::unique_ptr<Timer> thread_cpu_timer();
 std::unique_ptr<Timer> noisy_timer(std::unique_ptr<Timer> inner, double sigma, unsigned seed = 1);
 
 TimeStats time_calls(const std::function<void()>& call, Timer& timer, const TimingPolicy& p);
+// Two calls timed in alternation, one sample of each after the other (same warm-up and stopping rules, the spread
+// being that of the per-pair ratio): `ref` is a reference whose time at another moment is known, so that
+// ratio * that time is what `op` would have taken then. A shared machine changes speed within a second by tens of
+// per cent (calib/README.md "Drift"); the ratio of calls timed milliseconds apart does not.
+struct PairedStats {
+  TimeStats op, ref;
+  double median_ratio = 0;  // median over the pairs of op / ref
+};
+PairedStats time_paired(const std::function<void()>& op, const std::function<void()>& ref, Timer& timer,
+                        const TimingPolicy& p);
 // Median, p10 and p90 of samples (nearest rank), keeping the samples in order.
 TimeStats stats_of(std::vector<double> samples);
 

@@ -145,7 +145,7 @@ KernelFits read_kernel_fits(const std::string& src, const YAML::Node& n) {
     for (std::size_t i = 0; i < tr.size(); i++) {
       const std::string T = P + ".transfer[" + std::to_string(i) + "]";
       check_keys(src, tr[i], T,
-                 {"op", "hidden", "heads", "ffn", "micro_batch", "l", "c", "measured_us", "predicted_us"});
+                 {"op", "hidden", "heads", "ffn", "micro_batch", "l", "c", "measured_us", "predicted_us", "slowdown"});
       TransferPoint t;
       const YAML::Node op = child(src, tr[i], T, "op");
       if (!op.IsScalar()) fail(src, op, T + ".op", "expected a string");
@@ -158,6 +158,7 @@ KernelFits read_kernel_fits(const std::string& src, const YAML::Node& n) {
       t.c = integer(src, tr[i], T, "c", 0);
       t.measured_s = num(src, tr[i], T, "measured_us", 0, true) * kUs;
       t.predicted_s = num(src, tr[i], T, "predicted_us", 0, true) * kUs;
+      t.slowdown = num(src, tr[i], T, "slowdown", 0, true, 1);  // profiles before it: 1
       f.transfer.push_back(t);
     }
   }
@@ -188,11 +189,12 @@ void write_kernel_fits(const KernelFits& f, std::ostream& os) {
     os << "    - {class: " << to_string(m.kind) << ", fixed_us: " << fmt(m.fixed_s / kUs)
        << ", bw_GBps: " << fmt(m.bw_Bps / 1e9) << ", holdout_rel_err: " << fmt(m.holdout_rel_err) << "}\n";
   if (!f.transfer.empty()) {
-    os << "  transfer:  # layers at shapes outside the fits\n";
+    os << "  transfer:  # layers at shapes outside the fits; slowdown: machine speed then vs during the fits\n";
     for (const auto& t : f.transfer)
       os << "    - {op: \"" << t.op << "\", hidden: " << t.hidden << ", heads: " << t.heads << ", ffn: " << t.ffn
          << ", micro_batch: " << t.micro_batch << ", l: " << t.l << ", c: " << t.c
-         << ", measured_us: " << fmt(t.measured_s / kUs) << ", predicted_us: " << fmt(t.predicted_s / kUs) << "}\n";
+         << ", measured_us: " << fmt(t.measured_s / kUs) << ", predicted_us: " << fmt(t.predicted_s / kUs)
+         << ", slowdown: " << fmt(t.slowdown) << "}\n";
   }
 }
 

@@ -204,6 +204,28 @@ TEST(CalibDriver, PointThatStraddledASpeedSwitchIsTimedAgain) {
   EXPECT_EQ(t0.readings, 21);
 }
 
+// A machine whose speed changes from one pair of readings to the next (x1, x2, x1.5, ...); the op is three times
+// the reference at every speed. Each reading is scripted from a counter: a call sets the work it did, the timer
+// returns work x the speed of the current pair. The ratio comes out exact although the op's own readings spread.
+TEST(CalibDriver, PairedTimingCancelsTheMachinesSpeed) {
+  struct Scripted final : calib::Timer {
+    void start() override {}
+    double stop() override {
+      const double speed[] = {1.0, 2.0, 1.5, 1.0, 1.25};
+      return work * speed[(readings++ / 2) % 5];
+    }
+    double work = 0;
+    int readings = 0;
+  } t;
+  calib::TimingPolicy p = scripted_policy();
+  p.warmup_calls = 2;  // the pairs line up after both warm-ups (2 readings each)
+  const calib::PairedStats st = calib::time_paired([&] { t.work = 3; }, [&] { t.work = 1; }, t, p);
+  EXPECT_DOUBLE_EQ(st.median_ratio, 3.0);
+  EXPECT_GT(st.op.rel_spread(), 0.25);     // the op alone straddles the speeds
+  EXPECT_EQ(st.op.samples_s.size(), 10u);  // the ratio's spread is 0: it stops at min_samples
+  EXPECT_EQ(st.ref.samples_s.size(), 10u);
+}
+
 TEST(PiecewiseLinks, InterpolatesAndExtrapolates) {
   const std::vector<std::pair<double, double>> pts{{8, 1e-6}, {4096, 1e-6}, {8192, 3e-6}, {16384, 4e-6}};
   EXPECT_DOUBLE_EQ(piecewise_seconds(pts, 2), 1e-6);

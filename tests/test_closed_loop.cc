@@ -109,8 +109,9 @@ TEST(ClosedLoop, KernelModelTransfersToAnotherHiddenSize) {
   std::vector<double> errs;
   for (const auto& t : p.kernels.transfer) {
     EXPECT_NE(t.hidden, 64) << "the transfer check must use a shape other than the calibrated one";
-    std::printf("transfer %s hidden %d l %d c %d: measured %.1f us, predicted %.1f us (%+.1f%%)\n", t.op.c_str(),
-                t.hidden, t.l, t.c, t.measured_s * 1e6, t.predicted_s * 1e6, 100 * t.rel_err());
+    std::printf("transfer %s hidden %d l %d c %d: measured %.1f us, predicted %.1f us, slowdown x%.2f (%+.1f%%)\n",
+                t.op.c_str(), t.hidden, t.l, t.c, t.measured_s * 1e6, t.predicted_s * 1e6, t.slowdown,
+                100 * t.rel_err());
     errs.push_back(std::abs(t.rel_err()));
   }
   std::sort(errs.begin(), errs.end());
