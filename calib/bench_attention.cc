@@ -13,7 +13,7 @@ namespace pipescope::calib {
 namespace {
 
 template <class T>
-std::pair<TimeStats, TimeStats> time_attention(int b, int heads, int dh, int l, int c, const TimingPolicy& p) {
+std::pair<std::size_t, std::size_t> time_attention(int b, int heads, int dh, int l, int c, TablePoints& pts) {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const int n = c + l;
   const Mat q = Mat::Random(l, dh), k = Mat::Random(n, dh), v = Mat::Random(n, dh), dout = Mat::Random(l, dh);
@@ -40,19 +40,14 @@ std::pair<TimeStats, TimeStats> time_attention(int b, int heads, int dh, int l, 
     dq.noalias() = ds * k;
     dk.noalias() = ds.transpose() * q;
   };
-  auto timer = thread_cpu_timer();
   const int reps = b * heads;
-  const TimeStats f = time_calls(
-      [&] {
-        for (int r = 0; r < reps; r++) forward();
-      },
-      *timer, p);
+  const std::size_t f = pts.time([&] {
+    for (int r = 0; r < reps; r++) forward();
+  });
   forward();
-  const TimeStats bw = time_calls(
-      [&] {
-        for (int r = 0; r < reps; r++) backward();
-      },
-      *timer, p);
+  const std::size_t bw = pts.time([&] {
+    for (int r = 0; r < reps; r++) backward();
+  });
   return {f, bw};
 }
 
@@ -69,14 +64,20 @@ void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b
     for (int c = 0; c + l <= L; c += step) grid.emplace_back(l, c);
   Progress prog("attention with context, micro-batch " + std::to_string(b), static_cast<int>(grid.size()),
                 cfg.progress);
+  auto timer = thread_cpu_timer();
+  TablePoints pts(*timer, cfg.policy);
+  std::vector<std::pair<std::size_t, std::size_t>> at;
   for (auto [l, c] : grid) {
-    const auto [f, bw] = backend_named(backend).kind == BackendKind::CpuF64
-                             ? time_attention<double>(b, heads, dh, l, c, cfg.policy)
-                             : time_attention<float>(b, heads, dh, l, c, cfg.policy);
-    t.attention.push_back(ContextPoint{l, c, f.median_s, bw.median_s, f.rel_spread(), bw.rel_spread()});
+    at.push_back(backend_named(backend).kind == BackendKind::CpuF64 ? time_attention<double>(b, heads, dh, l, c, pts)
+                                                                    : time_attention<float>(b, heads, dh, l, c, pts));
     const double call = attention_flops(cfg, b, l, c) / flop_s;
     prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c),
               estimated_point_s(call, cfg.policy) + estimated_point_s(2 * call, cfg.policy));
+  }
+  for (std::size_t i = 0; i < grid.size(); i++) {
+    const TimeStats f = pts.at(at[i].first), bw = pts.at(at[i].second);
+    t.attention.push_back(
+        ContextPoint{grid[i].first, grid[i].second, f.median_s, bw.median_s, f.rel_spread(), bw.rel_spread()});
   }
 }
 
@@ -87,14 +88,19 @@ AttentionModel bench_attention_kernel(const std::string& backend, int head_dim, 
     for (int c : {0, max_seq / 4, max_seq / 2})
       if (c + l <= max_seq && (c == 0 || c >= 8)) grid.emplace_back(l, c);
   Progress prog("attention kernel, head_dim " + std::to_string(head_dim), static_cast<int>(grid.size()), progress);
-  std::vector<AttentionSample> pts;
+  auto timer = thread_cpu_timer();
+  TablePoints table(*timer, policy);
+  std::vector<std::pair<std::size_t, std::size_t>> at;
   for (auto [l, c] : grid) {
-    const auto [f, bw] = backend_named(backend).kind == BackendKind::CpuF64
-                             ? time_attention<double>(1, 1, head_dim, l, c, policy)
-                             : time_attention<float>(1, 1, head_dim, l, c, policy);
-    pts.push_back(AttentionSample{l, c + l, f.median_s, bw.median_s});
+    at.push_back(backend_named(backend).kind == BackendKind::CpuF64
+                     ? time_attention<double>(1, 1, head_dim, l, c, table)
+                     : time_attention<float>(1, 1, head_dim, l, c, table));
     prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c));
   }
+  std::vector<AttentionSample> pts;
+  for (std::size_t i = 0; i < grid.size(); i++)
+    pts.push_back(AttentionSample{grid[i].first, grid[i].first + grid[i].second, table.at(at[i].first).median_s,
+                                  table.at(at[i].second).median_s});
   return fit_attention_model(head_dim, pts);
 }
 

@@ -21,6 +21,8 @@ void bench_ends(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, in
   t.vocab = s.vocab;
   Progress prog("embedding and LM head, micro-batch " + std::to_string(b), static_cast<int>(t.slices.size()),
                 cfg.progress);
+  TablePoints pts(timer, cfg.policy);
+  std::vector<std::pair<std::size_t, std::size_t>> at;  // per slice: embedding (fwd, bwd), head (fwd, bwd)
   for (const SlicePoint& sp : t.slices) {
     const int l = sp.l;
     const kernels::Slice sl{b, 0, l};
@@ -30,18 +32,23 @@ void bench_ends(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, in
     // Inputs at their final size, filled: the embedding's upstream gradient and the head's input.
     const auto dy = filled_tensor(be, b * l, h, 4000u + static_cast<unsigned>(l));
     const auto hx = filled_tensor(be, b * l, h, 5000u + static_cast<unsigned>(l));
-    const TimeStats ef = time_calls([&] { be.embedding_forward(*emb, tokens, sl, *x); }, timer, cfg.policy);
-    const TimeStats eb = time_calls([&] { be.embedding_backward(*emb, tokens, sl, *dy); }, timer, cfg.policy);
+    at.push_back({pts.time([&] { be.embedding_forward(*emb, tokens, sl, *x); }),
+                  pts.time([&] { be.embedding_backward(*emb, tokens, sl, *dy); })});
     const double norm = static_cast<double>(tokens.size());
-    const TimeStats hf =
-        time_calls([&] { be.head_forward(*head, *hx, targets, sl, norm, 1.0, *rec); }, timer, cfg.policy);
-    const TimeStats hb = time_calls([&] { be.head_backward(*head, *rec, *dx); }, timer, cfg.policy);
-    t.embedding.push_back(EndPoint{l, ef.median_s, eb.median_s, ef.rel_spread(), eb.rel_spread()});
-    t.head.push_back(EndPoint{l, hf.median_s, hb.median_s, hf.rel_spread(), hb.rel_spread()});
+    at.push_back({pts.time([&] { be.head_forward(*head, *hx, targets, sl, norm, 1.0, *rec); }),
+                  pts.time([&] { be.head_backward(*head, *rec, *dx); })});
     const double call = head_flops(cfg, b, l) / flop_s;
     prog.step("l = " + std::to_string(l), estimated_point_s(call, cfg.policy) +
                                               estimated_point_s(2 * call, cfg.policy) +
                                               2 * estimated_point_s(0, cfg.policy));
+  }
+  auto point = [&](int l, std::pair<std::size_t, std::size_t> fb) {
+    const TimeStats f = pts.at(fb.first), bw = pts.at(fb.second);
+    return EndPoint{l, f.median_s, bw.median_s, f.rel_spread(), bw.rel_spread()};
+  };
+  for (std::size_t i = 0; i < t.slices.size(); i++) {
+    t.embedding.push_back(point(t.slices[i].l, at[2 * i]));
+    t.head.push_back(point(t.slices[i].l, at[2 * i + 1]));
   }
 }
 

@@ -10,18 +10,6 @@
 #include "core/backends.h"
 
 namespace pipescope::calib {
-namespace {
-
-template <class T>
-double time_gemm(int m, int k, int n, const TimingPolicy& p) {
-  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  const Mat a = Mat::Random(m, k), b = Mat::Random(k, n);
-  Mat c(m, n);
-  auto timer = thread_cpu_timer();
-  return time_calls([&] { c.noalias() = a * b; }, *timer, p).median_s;
-}
-
-}  // namespace
 
 std::vector<std::array<int, 3>> gemm_shapes(const ComputeConfig& cfg, const std::vector<int>& bs) {
   const auto& s = cfg.shape;
@@ -45,12 +33,15 @@ std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfi
   Progress prog("GEMM", static_cast<int>(shapes.size()), cfg.progress);
   std::vector<GemmPoint> out;
   const std::string dt = backend_named(backend).dtype;
+  auto timer = thread_cpu_timer();
+  TablePoints pts(*timer, cfg.policy);
   for (const auto& [m, k, n] : shapes) {
-    const double t = dt == "fp64" ? time_gemm<double>(m, k, n, cfg.policy) : time_gemm<float>(m, k, n, cfg.policy);
-    out.push_back(GemmPoint{m, n, k, dt, t});
+    pts.time(gemm_call(backend, m, k, n));
     prog.step(std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n),
               estimated_point_s(2.0 * m * n * k / flop_s, cfg.policy));
   }
+  for (std::size_t i = 0; i < shapes.size(); i++)
+    out.push_back(GemmPoint{shapes[i][0], shapes[i][2], shapes[i][1], dt, pts.at(i).median_s});
   return out;
 }
 
@@ -77,12 +68,14 @@ std::vector<GemmSample> bench_gemm_spread(const std::string& backend, const Timi
         if (2.0 * m * n * k <= 7e7) shapes.push_back({m, k, n});
   Progress prog("GEMM spread", static_cast<int>(shapes.size()), progress);
   std::vector<GemmSample> out;
+  auto timer = thread_cpu_timer();
+  TablePoints pts(*timer, policy);
   for (const auto& [m, k, n] : shapes) {
-    const double t = backend_named(backend).kind == BackendKind::CpuF64 ? time_gemm<double>(m, k, n, policy)
-                                                                        : time_gemm<float>(m, k, n, policy);
-    out.push_back(GemmSample{m, n, k, t});
+    pts.time(gemm_call(backend, m, k, n));
     prog.step(std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n));
   }
+  for (std::size_t i = 0; i < shapes.size(); i++)
+    out.push_back(GemmSample{shapes[i][0], shapes[i][2], shapes[i][1], pts.at(i).median_s});
   return out;
 }
 

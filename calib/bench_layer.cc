@@ -33,8 +33,8 @@ struct LayerRig {
     dx = be.tensor(1, s.layer.hidden);
   }
 
-  // Times forward and backward of the slice [c, c + l).
-  std::pair<TimeStats, TimeStats> time(Timer& timer, int l, int c) {
+  // Times forward and backward of the slice [c, c + l) as two points of `pts`; their indices.
+  std::pair<std::size_t, std::size_t> time(TablePoints& pts, int l, int c) {
     const int h = cfg.shape.layer.hidden;
     kv->reset();
     if (c > 0) {
@@ -44,18 +44,14 @@ struct LayerRig {
     const auto x = filled_tensor(be, b * l, h, 2000u + static_cast<unsigned>(l));
     const auto dy = filled_tensor(be, b * l, h, 3000u + static_cast<unsigned>(l));
     const kernels::Slice s{b, c, l};
-    const TimeStats f = time_calls(
-        [&] {
-          kv->rewind(c);
-          be.layer_forward(*params, *x, s, *kv, *rec, *y);
-        },
-        timer, cfg.policy);
-    const TimeStats bw = time_calls(
-        [&] {
-          kv->rewind(c + l);
-          be.layer_backward(*params, *rec, *kv, *dy, *dx);
-        },
-        timer, cfg.policy);
+    const std::size_t f = pts.time([&] {
+      kv->rewind(c);
+      be.layer_forward(*params, *x, s, *kv, *rec, *y);
+    });
+    const std::size_t bw = pts.time([&] {
+      kv->rewind(c + l);
+      be.layer_backward(*params, *rec, *kv, *dy, *dx);
+    });
     return {f, bw};
   }
 };
@@ -64,8 +60,13 @@ struct LayerRig {
 
 std::pair<TimeStats, TimeStats> time_layer_point(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b,
                                                  int l, int c) {
+  // Unpaired: the drift probe measures the machine's speed now, which a reference would cancel.
+  TimingPolicy direct = cfg.policy;
+  direct.reference = nullptr;
+  TablePoints pts(timer, direct);
   LayerRig rig(be, cfg, b);
-  return rig.time(timer, l, c);
+  const auto [f, bw] = rig.time(pts, l, c);
+  return {pts.at(f), pts.at(bw)};
 }
 
 LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b, double flop_s) {
@@ -88,11 +89,18 @@ LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& 
   };
   Progress prog("layer t(l, c), micro-batch " + std::to_string(b), static_cast<int>(ls.size() + grid.size()),
                 cfg.progress);
+  TablePoints pts(timer, cfg.policy);
+  std::vector<std::pair<std::size_t, std::size_t>> at_l, at_lc;
   for (int l : ls) {
-    auto [f, bw] = rig.time(timer, l, 0);
-    t.slices.push_back(SlicePoint{l, std::move(f), std::move(bw)});
+    at_l.push_back(rig.time(pts, l, 0));
     prog.step("l = " + std::to_string(l) + ", c = 0", est(l, 0));
   }
+  for (auto [l, c] : grid) {
+    at_lc.push_back(rig.time(pts, l, c));
+    prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c), est(l, c));
+  }
+  for (std::size_t i = 0; i < ls.size(); i++)
+    t.slices.push_back(SlicePoint{ls[i], pts.at(at_l[i].first), pts.at(at_l[i].second)});
   auto t0 = [&](bool fwd) {
     return [&t, fwd](int l) {
       for (const auto& p : t.slices)
@@ -106,10 +114,10 @@ LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& 
       if (p.l == l)
         t.context_grid.push_back(
             ContextPoint{l, 0, p.fwd.median_s, p.bwd.median_s, p.fwd.rel_spread(), p.bwd.rel_spread()});
-  for (auto [l, c] : grid) {
-    auto [f, bw] = rig.time(timer, l, c);
-    t.context_grid.push_back(ContextPoint{l, c, f.median_s, bw.median_s, f.rel_spread(), bw.rel_spread()});
-    prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c), est(l, c));
+  for (std::size_t i = 0; i < grid.size(); i++) {
+    const TimeStats f = pts.at(at_lc[i].first), bw = pts.at(at_lc[i].second);
+    t.context_grid.push_back(
+        ContextPoint{grid[i].first, grid[i].second, f.median_s, bw.median_s, f.rel_spread(), bw.rel_spread()});
   }
   std::sort(t.context_grid.begin(), t.context_grid.end(),
             [](const ContextPoint& a, const ContextPoint& b) { return std::tie(a.l, a.c) < std::tie(b.l, b.c); });

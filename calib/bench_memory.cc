@@ -30,9 +30,10 @@ using Row = Eigen::Matrix<T, 1, Eigen::Dynamic>;
 using kernels::ref::gelu;
 using kernels::ref::gelu_grad;
 
-// Seconds of one call of kernel class `k` on a rows x cols tensor (random data in [-1, 1]: no denormals).
+// One call of kernel class `k` on a rows x cols tensor (random data in [-1, 1]: no denormals), timed as a point of
+// `pts`; its index.
 template <class T>
-double time_class(MemoryKernel k, int rows, int cols, const TimingPolicy& p) {
+std::size_t time_class(MemoryKernel k, int rows, int cols, TablePoints& pts) {
   const Mat<T> x = Mat<T>::Random(rows, cols), dy = Mat<T>::Random(rows, cols);
   Mat<T> y = Mat<T>::Random(rows, cols), dx = Mat<T>::Random(rows, cols);
   Row<T> g = Row<T>::Random(cols), bias = Row<T>::Random(cols), dg = Row<T>::Zero(cols), db = Row<T>::Zero(cols);
@@ -97,8 +98,7 @@ double time_class(MemoryKernel k, int rows, int cols, const TimingPolicy& p) {
       };
       break;
   }
-  auto timer = steady_timer({});
-  return time_calls(call, *timer, p).median_s;
+  return pts.time(call);
 }
 
 }  // namespace
@@ -111,17 +111,23 @@ std::vector<MemoryModel> bench_memory_kernels(const std::string& backend, int co
   // Sizes from a few rows to 1024 rows (the layer activations of the shapes a CPU runs: 256 tokens x 4h at h = 128).
   const std::vector<int> rows = {4, 8, 16, 32, 64, 128, 256, 512, 1024};
   Progress prog("memory-bound kernels", kMemoryKernels * static_cast<int>(rows.size()), progress);
-  std::vector<MemoryModel> out;
+  auto timer = steady_timer({});
+  TablePoints table(*timer, policy);
+  std::vector<std::vector<std::pair<double, std::size_t>>> at(kMemoryKernels);  // per class: (bytes, point)
   for (int i = 0; i < kMemoryKernels; i++) {
     const auto k = static_cast<MemoryKernel>(i);
     const int c = k == MemoryKernel::Softmax ? vocab : cols;
-    std::vector<std::pair<double, double>> pts;
     for (int r : rows) {
-      const double t = f64 ? time_class<double>(k, r, c, policy) : time_class<float>(k, r, c, policy);
-      pts.emplace_back(memory_bytes(k, r, c, e), t);
+      at[i].emplace_back(memory_bytes(k, r, c, e),
+                         f64 ? time_class<double>(k, r, c, table) : time_class<float>(k, r, c, table));
       prog.step(std::string(to_string(k)) + " " + std::to_string(r) + " x " + std::to_string(c));
     }
-    out.push_back(fit_memory_model(k, pts));
+  }
+  std::vector<MemoryModel> out;
+  for (int i = 0; i < kMemoryKernels; i++) {
+    std::vector<std::pair<double, double>> pts;
+    for (const auto& [bytes, point] : at[i]) pts.emplace_back(bytes, table.at(point).median_s);
+    out.push_back(fit_memory_model(static_cast<MemoryKernel>(i), pts));
   }
   return out;
 }

@@ -38,8 +38,8 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
   m.ffn_hidden = s.layer.ffn;
   m.vocab = s.vocab;
   m.seq_len = L;
-  // The reference: a GEMM of the spread the GEMM fit was measured on (64 x 64 by 64 x 128), at its fitted time.
-  const int rm = 64, rk = 64, rn = 128;
+  // The reference: a GEMM of the spread the GEMM fit was measured on, at its fitted time.
+  const int rm = kReferenceGemm[0], rk = kReferenceGemm[1], rn = kReferenceGemm[2];
   const std::function<void()> ref = gemm_call(backend, rm, rk, rn);
   KernelCall ref_call;
   ref_call.kind = KernelCall::Kind::Gemm;

@@ -77,6 +77,8 @@ std::unique_ptr<Timer> cuda_event_timer(void* stream);
 // (sequence, head) of head dimension d on an (l, c) grid, fitted; each memory-bound kernel class over a range of
 // sizes (rows of `cols` elements), fitted; layers at a shape none of them saw, against the model's prediction.
 std::vector<GemmSample> bench_gemm_spread(const std::string& backend, const TimingPolicy& p, bool progress);
+// The reference every CPU table is timed against (m, k, n), a shape of the spread; the transfer check uses it too.
+constexpr int kReferenceGemm[3] = {64, 64, 128};
 // One m x k by k x n GEMM of the spread's kind (Eigen, the backend's precision) on its own operands, as a call.
 std::function<void()> gemm_call(const std::string& backend, int m, int k, int n);
 AttentionModel bench_attention_kernel(const std::string& backend, int head_dim, int max_seq, const TimingPolicy& p,

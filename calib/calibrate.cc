@@ -145,6 +145,14 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
     if (b < 1) throw std::invalid_argument("--micro-batch: sizes must be >= 1");
   auto be = measuring_backend(o.backend);
   ComputeConfig cfg = o.compute;
+  if (cpu) {
+    // Every CPU table is timed against one reference (calib/driver.h TablePoints): a GEMM of the kernel fits'
+    // spread, long enough (~0.1-1 ms) to be timed like the points, short enough to pair with each sample.
+    cfg.policy.reference = gemm_call(o.backend, kReferenceGemm[0], kReferenceGemm[1], kReferenceGemm[2]);
+    cfg.policy.reference_name = "Eigen GEMM " + std::to_string(kReferenceGemm[0]) + " x " +
+                                std::to_string(kReferenceGemm[1]) + " by " + std::to_string(kReferenceGemm[1]) + " x " +
+                                std::to_string(kReferenceGemm[2]);
+  }
   DeviceProfile p;
   p.kind = "measured";
   p.provenance = base_provenance(o.command);

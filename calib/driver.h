@@ -36,6 +36,10 @@ struct TimingPolicy {
   // Cold cache: before every sample, write a buffer larger than the CPU's last-level cache (256 MiB) so the
   // operands come from DRAM; each sample is then one call (no batching).
   bool cold = false;
+  // A reference call that TablePoints pairs every sample with (CPU backends: a GEMM of the kernel fits' spread);
+  // none on a GPU, whose clock does not wander with the host's.
+  std::function<void()> reference;
+  std::string reference_name;    // for the provenance ("Eigen GEMM 64 x 64 by 64 x 128")
   std::string describe() const;  // for the provenance
 };
 
@@ -60,16 +64,38 @@ std::unique_ptr<Timer> thread_cpu_timer();
 std::unique_ptr<Timer> noisy_timer(std::unique_ptr<Timer> inner, double sigma, unsigned seed = 1);
 
 TimeStats time_calls(const std::function<void()>& call, Timer& timer, const TimingPolicy& p);
-// Two calls timed in alternation, one sample of each after the other (same warm-up and stopping rules, the spread
-// being that of the per-pair ratio): `ref` is a reference whose time at another moment is known, so that
+// Two calls timed in alternation, one sample of each after the other (same warm-up, stopping and retry rules, the
+// spread being that of the per-pair ratio): `ref` is a reference whose time at another moment is known, so that
 // ratio * that time is what `op` would have taken then. A shared machine changes speed within a second by tens of
 // per cent (calib/README.md "Drift"); the ratio of calls timed milliseconds apart does not.
 struct PairedStats {
   TimeStats op, ref;
   double median_ratio = 0;  // median over the pairs of op / ref
+  TimeStats ratio;          // the per-pair ratios (their spread decides when to stop and whether to retry)
 };
 PairedStats time_paired(const std::function<void()>& op, const std::function<void()>& ref, Timer& timer,
                         const TimingPolicy& p);
+// The points of one table (layer t(l, c), the head's, the layer GEMM shapes), timed as a set. With a reference in the
+// policy, every sample is paired with one of the reference (time_paired) and each point is expressed at the
+// table's median speed: its per-pair ratios times the median of every reference sample the table took. A shared
+// machine switches speed by up to 1.5x within a second (calib/README.md "Drift"), while the ratio of two calls
+// timed a millisecond apart moves by a few per cent, so the table keeps its shape (increasing in l, smooth in c)
+// whatever the machine did meanwhile. Without a reference, each point is time_calls.
+class TablePoints {
+ public:
+  TablePoints(Timer& timer, const TimingPolicy& p) : timer_(timer), policy_(p) {}
+  std::size_t time(const std::function<void()>& op);  // the point's index
+  TimeStats at(std::size_t i) const;                  // valid once every point of the table is timed
+  double reference_median_s() const;                  // 0 without a reference
+
+ private:
+  Timer& timer_;
+  const TimingPolicy& policy_;
+  std::vector<TimeStats> direct_;           // no reference: the points as timed
+  std::vector<std::vector<double>> ratio_;  // reference: each point's per-pair ratios
+  std::vector<double> ref_s_;               // reference: every reference sample of the table
+};
+
 // Median, p10 and p90 of samples (nearest rank), keeping the samples in order.
 TimeStats stats_of(std::vector<double> samples);
 
