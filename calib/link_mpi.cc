@@ -227,19 +227,25 @@ Central mean_over_timing_ranks(Central local) {
   return {sum[0] / sum[2], sum[1] / sum[2]};
 }
 
-// The median of `iters` operations each timed on its own after a barrier, per rank: on a shared machine a rank that
-// is descheduled for a moment spoils a few operations, not the size's figure (nccl-tests times the mean of
-// back-to-back operations, which such pauses dominate).
-Central time_collective(Op& op, const LinkOptions& o) {
-  for (int i = 0; i < o.warmup; i++) op.run();
-  std::vector<double> each(static_cast<std::size_t>(o.iters));
-  for (int i = 0; i < o.iters; i++) {
-    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-    const double t0 = MPI_Wtime();
-    op.run();
-    each[static_cast<std::size_t>(i)] = MPI_Wtime() - t0;
-  }
-  return central(each);
+// Per size, the median of `iters` operations each timed on its own after a barrier, per rank: on a shared machine a
+// rank that is descheduled for a moment spoils a few operations, not the size's figure (nccl-tests times the mean
+// of back-to-back operations, which such pauses dominate). The sizes are interleaved as the p2p sweep's are (each
+// iteration visits every size): this machine switches speed within a second (calib/README.md "Speed reference"),
+// and a sweep that timed size after size gave neighbouring sizes different phases (allreduce 4, 6, 8 KiB at 2.94,
+// 2.03, 6.20 us) and a held-out error of 14% to the gate.
+std::vector<Central> time_collectives(std::vector<Op>& ops, const LinkOptions& o) {
+  std::vector<std::vector<double>> each(ops.size());
+  for (int i = -o.warmup; i < o.iters; i++)
+    for (std::size_t k = 0; k < ops.size(); k++) {
+      if (ops[k].empty()) continue;
+      MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+      const double t0 = MPI_Wtime();
+      ops[k].run();
+      if (i >= 0) each[k].push_back(MPI_Wtime() - t0);
+    }
+  std::vector<Central> out;
+  for (auto& e : each) out.push_back(central(e));
+  return out;
 }
 
 }  // namespace
@@ -282,12 +288,12 @@ int link_bench_main(int argc, char** argv) {
       for (const auto& [bytes, held_out] : sizes) ops.emplace_back(name, n, rank, bytes);
       std::vector<int> counts;
       for (const Op& op : ops) counts.push_back(op.count);
-      const std::vector<Central> p2p = name == "p2p" ? time_p2p(rank, n, counts, o) : std::vector<Central>{};
+      const std::vector<Central> times = name == "p2p" ? time_p2p(rank, n, counts, o) : time_collectives(ops, o);
       for (std::size_t k = 0; k < ops.size(); k++) {
         Op& op = ops[k];
         const bool held_out = sizes[k].second;
         if (op.empty()) continue;
-        const Central c = mean_over_timing_ranks(name == "p2p" ? p2p[k] : time_collective(op, o));
+        const Central c = mean_over_timing_ranks(times[k]);
         const double t = c.median_s;
         const double s = op.real_bytes();
         const double alg = s / t, bus = alg * bus_factor(name, n);
