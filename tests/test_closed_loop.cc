@@ -1,7 +1,8 @@
 // The closed loop of issue 6 on a machine without a GPU: calibrate the CPU backend (quick grid), simulate the
 // 2-rank pipeline scenario with that profile and run it with the CPU runtime under mpirun
 // (`pipescope validate --profile`); the simulated iteration must be within kTolerance of the measured one (when the
-// machine is not busier than its cores), and the kernel model must predict a layer at another hidden size.
+// machine is not busier than its cores and held its speed: see kMaxDrift), and the kernel model must predict a layer
+// at another hidden size.
 // Runs alone (RUN_SERIAL): timings taken while other tests load the cores would compare noise.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +37,21 @@ double load_per_core() {
   return l / (n ? n : 1);
 }
 constexpr double kMaxLoadPerCore = 1.0;
+
+// This machine switches speed by up to 1.5x within seconds (calib/README.md "Drift"); a run measured in another
+// phase than the profile's tables differs by the phase, not by the model. The timing gate applies to a run whose
+// drift readings (the calibration's own, and validate's before and after the run) are all within kMaxDrift;
+// validate runs up to kValidateAttempts times to find one.
+constexpr double kMaxDrift = 0.15;
+constexpr int kValidateAttempts = 3;
+
+// The profile's provenance.drift_during_calibration ("+5.7% (layer ...)") as a fraction.
+double calibration_drift(const std::string& profile) {
+  const pipescope::DeviceProfile p = pipescope::load_profile(profile);
+  const auto it = p.provenance.find("drift_during_calibration");
+  if (it == p.provenance.end()) throw std::runtime_error(profile + ": no drift_during_calibration");
+  return std::stod(it->second) / 100;
+}
 
 int run(const std::string& cmd) {
   const int rc = std::system(cmd.c_str());
@@ -61,27 +78,47 @@ TEST(ClosedLoop, CalibrateSimulateValidateCpu) {
                 "--accept-poor-fit --no-progress --out " + profile + " > " + dir + "/calibrate.log 2>&1"),
             0)
       << log_text(dir + "/calibrate.log");
-  ASSERT_EQ(run(bin + " validate " + scen + " --backend cpu-f64 --profile " + profile +
-                " --iterations 3 --warmup 1 --json " + json + " > " + dir + "/validate.log 2>&1"),
-            0)
-      << log_text(dir + "/validate.log");
-  std::ifstream f(json);
-  const nlohmann::json j = nlohmann::json::parse(f);
-  EXPECT_NE(j.at("cost_model").get<std::string>().find("measured layer tables"), std::string::npos);
-  EXPECT_TRUE(j.at("exactness").at("ok").get<bool>());
-  const double meas = j.at("iteration_s").at("measured").get<double>();
-  const double sim = j.at("iteration_s").at("simulated").get<double>();
-  const double err = (sim - meas) / meas;
-  std::printf("closed loop: measured %.4f s, simulated %.4f s, error %+.1f%%\n", meas, sim, 100 * err);
-  EXPECT_GT(meas, 0);
-  EXPECT_GT(sim, 0);
+  const double cal_drift = calibration_drift(profile);
+  double err = 0;
+  bool steady = false;
+  for (int attempt = 1; attempt <= kValidateAttempts && !steady; attempt++) {
+    ASSERT_EQ(run(bin + " validate " + scen + " --backend cpu-f64 --profile " + profile +
+                  " --iterations 3 --warmup 1 --json " + json + " > " + dir + "/validate.log 2>&1"),
+              0)
+        << log_text(dir + "/validate.log");
+    std::ifstream f(json);
+    const nlohmann::json j = nlohmann::json::parse(f);
+    EXPECT_NE(j.at("cost_model").get<std::string>().find("measured layer tables"), std::string::npos);
+    EXPECT_TRUE(j.at("exactness").at("ok").get<bool>());
+    const double meas = j.at("iteration_s").at("measured").get<double>();
+    const double sim = j.at("iteration_s").at("simulated").get<double>();
+    EXPECT_GT(meas, 0);
+    EXPECT_GT(sim, 0);
+    err = (sim - meas) / meas;
+    const nlohmann::json& d = j.at("device_drift");
+    ASSERT_TRUE(d.at("checked").get<bool>());
+    const double before = d.at("before").at("change").get<double>(), after = d.at("after").at("change").get<double>();
+    std::printf(
+        "closed loop: measured %.4f s, simulated %.4f s, error %+.1f%%; machine drift %+.1f%% during the "
+        "calibration, %+.1f%% / %+.1f%% before / after the run\n",
+        meas, sim, 100 * err, 100 * cal_drift, 100 * before, 100 * after);
+    steady = std::max({std::abs(cal_drift), std::abs(before), std::abs(after)}) <= kMaxDrift;
+    if (std::abs(cal_drift) > kMaxDrift) break;  // the profile itself straddles phases: another run cannot help
+  }
 #ifndef PIPESCOPE_SANITIZED
   if (load_per_core() > kMaxLoadPerCore) {
     std::printf("load average %.1f per core: the timing gate is not applied (see bench/bench_closed_loop)\n",
                 load_per_core());
     return;
   }
-  EXPECT_LE(std::abs(err), kTolerance) << "measured " << meas << " s, simulated " << sim << " s";
+  if (!steady) {
+    std::printf(
+        "the machine moved by more than %.0f%% against its profile: the timing gate is not applied (the error "
+        "is the machine's; calib/README.md \"Drift\")\n",
+        100 * kMaxDrift);
+    return;
+  }
+  EXPECT_LE(std::abs(err), kTolerance);
 #endif
 }
 

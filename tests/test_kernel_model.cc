@@ -149,6 +149,12 @@ std::string error_of(const std::string& text) {
   return "";
 }
 
+std::string with_first(std::string t, const std::string& from, const std::string& to) {
+  const auto at = t.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return at == std::string::npos ? t : t.replace(at, from.size(), to);
+}
+
 TEST(ProfileKernels, RoundTripAndErrors) {
   const std::string a = text_of(profile_with_kernels());
   const DeviceProfile q = parse_profile(a, "k.yaml");
@@ -158,6 +164,14 @@ TEST(ProfileKernels, RoundTripAndErrors) {
   EXPECT_NEAR(q.kernels.attention[1].bwd[2], 6e-9, 1e-18);
   ASSERT_EQ(q.kernels.transfer.size(), 1u);
   EXPECT_NEAR(q.kernels.transfer[0].rel_err(), 0.05, 1e-9);
+  // The slowdown (machine speed during the check vs during the fits) scales the prediction before the comparison;
+  // a profile written before it has none and reads as 1.
+  const DeviceProfile slow = parse_profile(with_first(a, "slowdown: 1}", "slowdown: 1.2}"), "k.yaml");
+  EXPECT_NEAR(slow.kernels.transfer[0].rel_err(), 1.05 * 1.2 - 1, 1e-9);
+  const DeviceProfile old = parse_profile(with_first(a, ", slowdown: 1}", "}"), "k.yaml");
+  EXPECT_DOUBLE_EQ(old.kernels.transfer[0].slowdown, 1.0);
+  EXPECT_NE(error_of(with_first(a, "slowdown: 1}", "slowdown: -1}")).find("kernels.transfer[0].slowdown"),
+            std::string::npos);
   auto with = [&](const std::string& from, const std::string& to) {
     std::string t = a;
     const auto at = t.find(from);
