@@ -25,7 +25,9 @@ kernels::ModelShape held_out_shape(const kernels::ModelShape& s) {
 std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const std::string& backend,
                                           const ComputeConfig& cfg, const KernelModel& model) {
   const kernels::ModelShape s = held_out_shape(cfg.shape);
-  const int L = s.max_seq, h = s.layer.hidden, b = 1;
+  // Up to the longest length the layer table measured (a quick budget lowers it): the check must not cost more
+  // than the table.
+  const int L = cfg.longest(), h = s.layer.hidden, b = 1;
   const int e = static_cast<int>(kernels::dtype_bytes(be.dtype()));
   auto params = be.params(kernels::ModuleKind::kLayer, s);
   params->set(kernels::init_params(kernels::ModuleKind::kLayer, s, 23));

@@ -121,8 +121,8 @@ TimeStats stats_of(std::vector<double> samples) {
 
 namespace {
 
-// Warm-up, which also estimates the cost of one call: the number of back-to-back calls one sample times.
-int warm_up(const std::function<void()>& call, Timer& timer, const TimingPolicy& p) {
+// Warm-up; returns the cost of one call.
+double warm_up_s(const std::function<void()>& call, Timer& timer, const TimingPolicy& p) {
   int calls = 0;
   double spent = 0;
   while (calls < std::max(1, p.warmup_calls) || spent < p.warmup_s) {
@@ -132,9 +132,18 @@ int warm_up(const std::function<void()>& call, Timer& timer, const TimingPolicy&
     calls++;
     if (calls > 100000) break;
   }
-  const double per_call = spent / calls;
-  return per_call >= p.min_sample_s || p.cold ? 1
-                                              : static_cast<int>(std::ceil(p.min_sample_s / std::max(per_call, 1e-9)));
+  return spent / calls;
+}
+
+// Back-to-back calls of `per_call` seconds one sample times so that it lasts at least `sample_s`.
+int batch_for(double per_call, double sample_s) {
+  return per_call >= sample_s ? 1 : static_cast<int>(std::ceil(sample_s / std::max(per_call, 1e-9)));
+}
+
+// Warm-up, which also estimates the cost of one call: the number of back-to-back calls one sample times.
+int warm_up(const std::function<void()>& call, Timer& timer, const TimingPolicy& p) {
+  const double per_call = warm_up_s(call, timer, p);
+  return p.cold ? 1 : batch_for(per_call, p.min_sample_s);
 }
 
 TimeStats time_calls_once(const std::function<void()>& call, Timer& timer, const TimingPolicy& p) {
@@ -185,7 +194,11 @@ namespace {
 
 PairedStats time_paired_once(const std::function<void()>& op, const std::function<void()>& ref, Timer& timer,
                              const TimingPolicy& p) {
-  const int op_batch = warm_up(op, timer, p), ref_batch = warm_up(ref, timer, p);
+  // The reference's sample lasts at least a quarter of the op's: a 1 ms reference beside a 100 ms op would make
+  // the ratio as noisy as one short call (the default scenario's layer points then spread over the 25% gate).
+  const double op_call_s = warm_up_s(op, timer, p);
+  const int op_batch = p.cold ? 1 : batch_for(op_call_s, p.min_sample_s);
+  const int ref_batch = batch_for(warm_up_s(ref, timer, p), std::max(p.min_sample_s, 0.25 * op_batch * op_call_s));
   auto sample = [&](const std::function<void()>& call, int batch) {
     timer.start();
     for (int k = 0; k < batch; k++) call();
