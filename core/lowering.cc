@@ -229,7 +229,8 @@ std::vector<std::vector<Insert>> p2p_inserts(const LoweredSchedule& in, const Co
   for (int r = 0; r < p; r++)
     ins[r].reserve(2 * in.per_worker[r].size());  // a middle rank: a receive and a send per op
   // Per replica: where each op of the grid runs, and (per consumer worker) which producers it already receives.
-  std::vector<std::int32_t> at_worker(index.size()), at_index(index.size()), received_on(index.size());
+  // Made unset (-1) here and cleared again only for a later replica: not zeroed, then filled.
+  std::vector<std::int32_t> at_worker(index.size(), -1), at_index(index.size()), received_on(index.size(), -1);
   for (int d = 0; d < in.dp; d++) {
     // A replica whose programs are replica 0's gets replica 0's messages, moved to its own workers.
     if (d > 0 && replica_programs_equal(in, d)) {
@@ -240,8 +241,10 @@ std::vector<std::vector<Insert>> p2p_inserts(const LoweredSchedule& in, const Co
       }
       continue;
     }
-    std::fill(at_worker.begin(), at_worker.end(), -1);
-    std::fill(received_on.begin(), received_on.end(), -1);
+    if (d > 0) {
+      std::fill(at_worker.begin(), at_worker.end(), -1);
+      std::fill(received_on.begin(), received_on.end(), -1);
+    }
     for (int r = 0; r < p; r++) {
       const int w = LoweredSchedule::worker(d, r, p);
       const auto& prog = in.per_worker[w];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <new>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_map>
@@ -67,6 +68,28 @@ namespace {
 
 enum Need : std::uint8_t { kCompute = 1, kP2p = 2, kTp = 4 };
 
+// An allocator whose resize() leaves new elements uninitialised: the numbering's arrays are written in full after
+// each resize, and zeroing them first (megabytes per structure) was a few percent of a pass.
+template <class T>
+struct DefaultInit : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = DefaultInit<U>;
+  };
+  DefaultInit() = default;
+  template <class U>
+  DefaultInit(const DefaultInit<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using U32s = std::vector<std::uint32_t, DefaultInit<std::uint32_t>>;
+
 // How one node's duration is made from the candidate's cost values (core/lowering.cc and core/grad_sync.cc give
 // each lowered op its values this way).
 struct Recipe {
@@ -103,13 +126,13 @@ struct DagShape {
   GradSyncOptions o;
   bool dp = false;  // dp > 1: gradient and parameter collectives
   int seq_len = 1;
-  std::vector<Op> ops;                          // an op of each class: (kind, virtual stage, slice)
-  std::vector<std::uint8_t> need;               // per op class: Need bits
-  std::vector<int> grad_spans, param_spans;     // per rank: virtual stages with a backward, with any op
-  std::vector<Recipe> recipes;                  // duration classes
-  std::vector<CollGroup> groups;                // the lowering's collective groups
-  std::vector<std::uint32_t> cls;               // per node (topological numbering): its recipe
-  std::vector<std::uint32_t> succ_begin, succ;  // successors, CSR, topological numbering
+  std::vector<Op> ops;                       // an op of each class: (kind, virtual stage, slice)
+  std::vector<std::uint8_t> need;            // per op class: Need bits
+  std::vector<int> grad_spans, param_spans;  // per rank: virtual stages with a backward, with any op
+  std::vector<Recipe> recipes;               // duration classes
+  std::vector<CollGroup> groups;             // the lowering's collective groups
+  U32s cls;                                  // per node (topological numbering): its recipe
+  U32s succ_begin, succ;                     // successors, CSR, topological numbering
 };
 
 void DagShapeDelete::operator()(DagShape* p) const { delete p; }
@@ -359,8 +382,7 @@ void stage_counts(const std::vector<std::vector<std::int8_t>>& stages, int p, Da
 // Kahn's algorithm; the nodes renumbered in that order (a pass over them in index order is topological). Each node's
 // class and successors are copied as it is taken (successors in the old numbering, translated once all are known).
 void number_topologically(const Dag& dag, const std::vector<std::uint32_t>& node_cls, DagShape& sh,
-                          const std::string& source, std::vector<std::uint32_t>& pending,
-                          std::vector<std::uint32_t>& ready, std::vector<std::uint32_t>& id) {
+                          const std::string& source, std::vector<std::uint32_t>& pending, U32s& ready, U32s& id) {
   const auto n = static_cast<std::uint32_t>(node_cls.size());
   pending.assign(dag.preds.begin(), dag.preds.end());
   ready.resize(n);  // a stack
@@ -399,7 +421,8 @@ bool same(const CostedOp& a, const CostedOp& b) {
 struct ShapeBuilder::Storage {
   Dag dag;  // node_of and the successor lists (no DagNode: the sink below classes each node instead)
   dag_build::Scratch scratch;
-  std::vector<std::uint32_t> node_cls, pending, ready, id;
+  std::vector<std::uint32_t> node_cls, pending;
+  U32s ready, id;
   std::vector<std::vector<std::int8_t>> stages;  // per rank and virtual stage (stage_counts)
   std::vector<CostedOp> first;                   // per recipe: the values of its first node
   struct At {
