@@ -3,6 +3,7 @@
 // the model's prediction. Inputs come from filled_tensor (calib/inputs.cc): the slice's size, filled once.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "calib/benches.h"
 #include "core/backends.h"
@@ -22,8 +23,9 @@ kernels::ModelShape held_out_shape(const kernels::ModelShape& s) {
 
 }  // namespace
 
-std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const std::string& backend,
-                                          const ComputeConfig& cfg, const KernelModel& model) {
+std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg,
+                                          const KernelModel& model) {
+  if (!cfg.policy.reference) throw std::logic_error("bench_transfer: the timing policy has no reference call");
   const kernels::ModelShape s = held_out_shape(cfg.shape);
   // Up to the longest length the layer table measured (a quick budget lowers it): the check must not cost more
   // than the table.
@@ -40,14 +42,13 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
   m.ffn_hidden = s.layer.ffn;
   m.vocab = s.vocab;
   m.seq_len = L;
-  // The reference: a GEMM of the spread the GEMM fit was measured on, at its fitted time.
-  const int rm = kReferenceGemm[0], rk = kReferenceGemm[1], rn = kReferenceGemm[2];
-  const std::function<void()> ref = gemm_call(backend, rm, rk, rn);
+  // The reference (calibrate's kReferenceGemm, a GEMM of the spread the GEMM fit was measured on) at its fitted time.
+  const std::function<void()>& ref = cfg.policy.reference;
   KernelCall ref_call;
   ref_call.kind = KernelCall::Kind::Gemm;
-  ref_call.m = rm;
-  ref_call.n = rn;
-  ref_call.k = rk;
+  ref_call.m = kReferenceGemm[0];
+  ref_call.k = kReferenceGemm[1];
+  ref_call.n = kReferenceGemm[2];
   const double ref_fit_s = model.seconds(ref_call);
   std::vector<TransferPoint> out;
   const std::vector<std::pair<int, int>> points = {{L / 2, 0}, {std::max(1, L / 4), L / 2}};
@@ -88,7 +89,7 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
       t.c = c;
       t.measured_s = st.op.median_s;
       // The layer at the fits' speed is median(layer / reference) x the reference's fitted time.
-      t.slowdown = t.measured_s / (st.median_ratio * ref_fit_s);
+      t.slowdown = t.measured_s / (st.ratio.median_s * ref_fit_s);
       t.predicted_s =
           model.seconds(fwd ? layer_forward_calls(m, 1, e, b, l, c) : layer_backward_calls(m, 1, e, b, l, c));
       out.push_back(t);
@@ -107,7 +108,7 @@ KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::stri
     if (hd >= 4) f.attention.push_back(bench_attention_kernel(backend, hd, L, cfg.policy, cfg.progress));
   f.memory = bench_memory_kernels(backend, cfg.shape.layer.hidden, cfg.shape.vocab, cfg.policy, cfg.progress);
   const KernelModel model(f);
-  f.transfer = bench_transfer(be, timer, backend, cfg, model);
+  f.transfer = bench_transfer(be, timer, cfg, model);
   return f;
 }
 

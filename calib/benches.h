@@ -85,8 +85,9 @@ AttentionModel bench_attention_kernel(const std::string& backend, int head_dim, 
                                       bool progress);
 std::vector<MemoryModel> bench_memory_kernels(const std::string& backend, int cols, int vocab, const TimingPolicy& p,
                                               bool progress);
-std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const std::string& backend,
-                                          const ComputeConfig& cfg, const KernelModel& model);
+// Needs cfg.policy.reference (calibrate sets it on CPU backends: kReferenceGemm).
+std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg,
+                                          const KernelModel& model);
 // All of the above and the fits: the profile's `kernels` section (empty for a GPU backend).
 KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::string& backend, const ComputeConfig& cfg);
 // The kernel fits' lines of `pipescope calibrate`'s report (empty without kernel fits).

@@ -146,6 +146,18 @@ int warm_up(const std::function<void()>& call, Timer& timer, const TimingPolicy&
   return p.cold ? 1 : batch_for(per_call, p.min_sample_s);
 }
 
+// A point whose spread `spread_of` is still above retry_spread is timed again from scratch (`once`), up to
+// p.retries times; the tightest attempt is kept.
+template <class Once, class Spread>
+auto keep_tightest(const TimingPolicy& p, Once once, Spread spread_of) {
+  auto best = once();
+  for (int r = 0; r < p.retries && spread_of(best) > p.retry_spread; r++) {
+    auto again = once();
+    if (spread_of(again) < spread_of(best)) best = std::move(again);
+  }
+  return best;
+}
+
 TimeStats time_calls_once(const std::function<void()>& call, Timer& timer, const TimingPolicy& p) {
   const int batch = warm_up(call, timer, p);
   static std::vector<char> flush;
@@ -182,12 +194,8 @@ TimeStats time_calls_once(const std::function<void()>& call, Timer& timer, const
 }  // namespace
 
 TimeStats time_calls(const std::function<void()>& call, Timer& timer, const TimingPolicy& p) {
-  TimeStats best = time_calls_once(call, timer, p);
-  for (int r = 0; r < p.retries && best.rel_spread() > p.retry_spread; r++) {
-    TimeStats again = time_calls_once(call, timer, p);
-    if (again.rel_spread() < best.rel_spread()) best = std::move(again);
-  }
-  return best;
+  return keep_tightest(
+      p, [&] { return time_calls_once(call, timer, p); }, [](const TimeStats& t) { return t.rel_spread(); });
 }
 
 namespace {
@@ -216,22 +224,16 @@ PairedStats time_paired_once(const std::function<void()>& op, const std::functio
     if (static_cast<int>(ops.size()) < min_samples || total < p.min_time_s) continue;
     if (total >= p.max_time_s || stats_of(ratios).rel_spread() <= p.target_rel_spread) break;
   }
-  PairedStats st{stats_of(std::move(ops)), stats_of(std::move(refs)), 0, {}};
-  st.ratio = stats_of(std::move(ratios));
-  st.median_ratio = st.ratio.median_s;
-  return st;
+  return PairedStats{stats_of(std::move(ops)), stats_of(std::move(refs)), stats_of(std::move(ratios))};
 }
 
 }  // namespace
 
 PairedStats time_paired(const std::function<void()>& op, const std::function<void()>& ref, Timer& timer,
                         const TimingPolicy& p) {
-  PairedStats best = time_paired_once(op, ref, timer, p);
-  for (int r = 0; r < p.retries && best.ratio.rel_spread() > p.retry_spread; r++) {
-    PairedStats again = time_paired_once(op, ref, timer, p);
-    if (again.ratio.rel_spread() < best.ratio.rel_spread()) best = std::move(again);
-  }
-  return best;
+  return keep_tightest(
+      p, [&] { return time_paired_once(op, ref, timer, p); },
+      [](const PairedStats& s) { return s.ratio.rel_spread(); });
 }
 
 std::size_t TablePoints::time(const std::function<void()>& op) {
@@ -242,14 +244,14 @@ std::size_t TablePoints::time(const std::function<void()>& op) {
   PairedStats st = time_paired(op, policy_.reference, timer_, policy_);
   ratio_.push_back(std::move(st.ratio.samples_s));
   ref_s_.insert(ref_s_.end(), st.ref.samples_s.begin(), st.ref.samples_s.end());
+  ref_median_s_ = 0;  // the table grew: its reference median is taken again at the next at()
   return ratio_.size() - 1;
 }
 
-double TablePoints::reference_median_s() const { return ref_s_.empty() ? 0.0 : stats_of(ref_s_).median_s; }
-
 TimeStats TablePoints::at(std::size_t i) const {
   if (!policy_.reference) return direct_.at(i);
-  const double r = reference_median_s();
+  if (ref_median_s_ == 0) ref_median_s_ = stats_of(ref_s_).median_s;
+  const double r = ref_median_s_;
   std::vector<double> s = ratio_.at(i);
   for (double& v : s) v *= r;
   return stats_of(std::move(s));

@@ -29,8 +29,8 @@ struct TimingPolicy {
   double target_rel_spread = 0.05;  // (p90 - p10) / median at which sampling may stop
   double min_sample_s = 1e-3;
   // A point whose spread is still above retry_spread at the cap is timed again from scratch, up to `retries`
-  // times, and the tightest attempt is kept: a shared machine switches between speeds every few tens of seconds
-  // (calib/README.md "Drift"), and a point that straddled a switch is timed again within one of them.
+  // times, and the tightest attempt is kept: a shared machine switches speed (calib/README.md "Drift"), and a
+  // point that straddled a switch is timed again.
   double retry_spread = 0.25;
   int retries = 2;
   // Cold cache: before every sample, write a buffer larger than the CPU's last-level cache (256 MiB) so the
@@ -70,8 +70,7 @@ TimeStats time_calls(const std::function<void()>& call, Timer& timer, const Timi
 // per cent (calib/README.md "Drift"); the ratio of calls timed milliseconds apart does not.
 struct PairedStats {
   TimeStats op, ref;
-  double median_ratio = 0;  // median over the pairs of op / ref
-  TimeStats ratio;          // the per-pair ratios (their spread decides when to stop and whether to retry)
+  TimeStats ratio;  // the per-pair op / ref (its median is the answer; its spread decides stopping and retries)
 };
 PairedStats time_paired(const std::function<void()>& op, const std::function<void()>& ref, Timer& timer,
                         const TimingPolicy& p);
@@ -86,7 +85,6 @@ class TablePoints {
   TablePoints(Timer& timer, const TimingPolicy& p) : timer_(timer), policy_(p) {}
   std::size_t time(const std::function<void()>& op);  // the point's index
   TimeStats at(std::size_t i) const;                  // valid once every point of the table is timed
-  double reference_median_s() const;                  // 0 without a reference
 
  private:
   Timer& timer_;
@@ -94,6 +92,7 @@ class TablePoints {
   std::vector<TimeStats> direct_;           // no reference: the points as timed
   std::vector<std::vector<double>> ratio_;  // reference: each point's per-pair ratios
   std::vector<double> ref_s_;               // reference: every reference sample of the table
+  mutable double ref_median_s_ = 0;         // their median, taken once (0: not yet)
 };
 
 // Median, p10 and p90 of samples (nearest rank), keeping the samples in order.

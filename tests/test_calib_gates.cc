@@ -220,7 +220,7 @@ TEST(CalibDriver, PairedTimingCancelsTheMachinesSpeed) {
   calib::TimingPolicy p = scripted_policy();
   p.warmup_calls = 2;  // the pairs line up after both warm-ups (2 readings each)
   const calib::PairedStats st = calib::time_paired([&] { t.work = 3; }, [&] { t.work = 1; }, t, p);
-  EXPECT_DOUBLE_EQ(st.median_ratio, 3.0);
+  EXPECT_DOUBLE_EQ(st.ratio.median_s, 3.0);
   EXPECT_GT(st.op.rel_spread(), 0.25);     // the op alone straddles the speeds
   EXPECT_EQ(st.op.samples_s.size(), 10u);  // the ratio's spread is 0: it stops at min_samples
   EXPECT_EQ(st.ref.samples_s.size(), 10u);
