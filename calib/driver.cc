@@ -53,11 +53,11 @@ std::string TimingPolicy::describe() const {
   std::snprintf(buf, sizeof buf,
                 "warm-up >= %d calls and >= %g ms; >= %d samples and >= %g ms, then until the median's 95%% "
                 "confidence interval (order statistics) is within %g%% of it (at most %d samples or %g s); outliers "
-                "beyond median +- 3 IQR measured again; a point still wider than %g%% timed again from scratch up "
-                "to %d times, the tightest kept; calls under %g ms timed as a back-to-back batch; median with "
+                "beyond median +- 3 IQR measured again; a point still wider than %g%% sampled further, up to %d times "
+                "as many samples, pooled; calls under %g ms timed as a back-to-back batch; median with "
                 "p10/p90; ",
                 warmup_calls, warmup_s * 1e3, min_samples, min_time_s * 1e3, 100 * target_rel_spread, max_samples,
-                max_time_s, 100 * retry_spread, retries, min_sample_s * 1e3);
+                max_time_s, 100 * retry_spread, 1 + retries, min_sample_s * 1e3);
   std::string d =
       buf + std::string(cold ? "cold cache (256 MiB written before every sample, one call per sample)" : "hot cache");
   if (reference)
@@ -146,19 +146,29 @@ int warm_up(const std::function<void()>& call, Timer& timer, const TimingPolicy&
   return p.cold ? 1 : batch_for(per_call, p.min_sample_s);
 }
 
-// A point whose spread `spread_of` is still above retry_spread is timed again from scratch (`once`), up to
-// p.retries times; the tightest attempt is kept.
-template <class Once, class Spread>
-auto keep_tightest(const TimingPolicy& p, Once once, Spread spread_of) {
-  auto best = once();
-  for (int r = 0; r < p.retries && spread_of(best) > p.retry_spread; r++) {
-    auto again = once();
-    if (spread_of(again) < spread_of(best)) best = std::move(again);
+// The sampling rule of a point: `take` adds one sample and returns the seconds it cost, `spread` is the current
+// median's confidence interval / median. At least min_samples covering min_time_s, then until the spread is within
+// target_rel_spread or a cap is hit. A point still wider than retry_spread then takes more samples, up to
+// (1 + retries) times as many, pooled: the median's interval narrows as 1 / sqrt(n) and stops as soon as it is
+// within retry_spread (a 1 s call on this VM spreads over 30-50% in 5 samples: the readings of one call straddle the
+// machine's speed switches).
+template <class Take, class Spread>
+void sample_point(const TimingPolicy& p, Take take, Spread spread) {
+  double total = 0;
+  int n = 0;
+  const int min_samples = std::max(1, p.min_samples);
+  while (n < p.max_samples) {
+    total += take();
+    n++;
+    if (n < min_samples || total < p.min_time_s) continue;
+    if (total >= p.max_time_s || spread() <= p.target_rel_spread) break;
   }
-  return best;
+  for (const int cap = (1 + std::max(0, p.retries)) * n; n < cap && spread() > p.retry_spread; n++) take();
 }
 
-TimeStats time_calls_once(const std::function<void()>& call, Timer& timer, const TimingPolicy& p) {
+}  // namespace
+
+TimeStats time_calls(const std::function<void()>& call, Timer& timer, const TimingPolicy& p) {
   const int batch = warm_up(call, timer, p);
   static std::vector<char> flush;
   if (p.cold && flush.empty()) flush.resize(256u << 20);
@@ -169,16 +179,14 @@ TimeStats time_calls_once(const std::function<void()>& call, Timer& timer, const
     return timer.stop();
   };
   std::vector<double> samples;
-  double total = 0;
-  auto spread = [&] { return stats_of(samples).rel_spread(); };
-  const int min_samples = std::max(1, p.min_samples);
-  while (static_cast<int>(samples.size()) < p.max_samples) {
-    const double t = sample(samples.size());
-    total += t;
-    samples.push_back(t / batch);
-    if (static_cast<int>(samples.size()) < min_samples || total < p.min_time_s) continue;
-    if (total >= p.max_time_s || spread() <= p.target_rel_spread) break;
-  }
+  sample_point(
+      p,
+      [&] {
+        const double t = sample(samples.size());
+        samples.push_back(t / batch);
+        return t;
+      },
+      [&] { return stats_of(samples).rel_spread(); });
   // Outliers (a preemption, a page fault storm): each is measured again once and replaced.
   if (samples.size() >= 4) {
     std::vector<double> sorted = samples;
@@ -191,17 +199,8 @@ TimeStats time_calls_once(const std::function<void()>& call, Timer& timer, const
   return stats_of(std::move(samples));
 }
 
-}  // namespace
-
-TimeStats time_calls(const std::function<void()>& call, Timer& timer, const TimingPolicy& p) {
-  return keep_tightest(
-      p, [&] { return time_calls_once(call, timer, p); }, [](const TimeStats& t) { return t.rel_spread(); });
-}
-
-namespace {
-
-PairedStats time_paired_once(const std::function<void()>& op, const std::function<void()>& ref, Timer& timer,
-                             const TimingPolicy& p) {
+PairedStats time_paired(const std::function<void()>& op, const std::function<void()>& ref, Timer& timer,
+                        const TimingPolicy& p) {
   // The reference's sample lasts at least a quarter of the op's: a 1 ms reference beside a 100 ms op would make
   // the ratio as noisy as one short call (the default scenario's layer points then spread over the 25% gate).
   const double op_call_s = warm_up_s(op, timer, p);
@@ -213,27 +212,17 @@ PairedStats time_paired_once(const std::function<void()>& op, const std::functio
     return timer.stop() / batch;
   };
   std::vector<double> ops, refs, ratios;
-  double total = 0;
-  const int min_samples = std::max(1, p.min_samples);
-  while (static_cast<int>(ops.size()) < p.max_samples) {
-    const double t_op = sample(op, op_batch), t_ref = sample(ref, ref_batch);
-    total += t_op * op_batch + t_ref * ref_batch;
-    ops.push_back(t_op);
-    refs.push_back(t_ref);
-    ratios.push_back(t_op / std::max(t_ref, 1e-12));
-    if (static_cast<int>(ops.size()) < min_samples || total < p.min_time_s) continue;
-    if (total >= p.max_time_s || stats_of(ratios).rel_spread() <= p.target_rel_spread) break;
-  }
+  sample_point(
+      p,
+      [&] {
+        const double t_op = sample(op, op_batch), t_ref = sample(ref, ref_batch);
+        ops.push_back(t_op);
+        refs.push_back(t_ref);
+        ratios.push_back(t_op / std::max(t_ref, 1e-12));
+        return t_op * op_batch + t_ref * ref_batch;
+      },
+      [&] { return stats_of(ratios).rel_spread(); });
   return PairedStats{stats_of(std::move(ops)), stats_of(std::move(refs)), stats_of(std::move(ratios))};
-}
-
-}  // namespace
-
-PairedStats time_paired(const std::function<void()>& op, const std::function<void()>& ref, Timer& timer,
-                        const TimingPolicy& p) {
-  return keep_tightest(
-      p, [&] { return time_paired_once(op, ref, timer, p); },
-      [](const PairedStats& s) { return s.ratio.rel_spread(); });
 }
 
 std::size_t TablePoints::time(const std::function<void()>& op) {

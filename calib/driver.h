@@ -1,12 +1,12 @@
 #pragma once
 // The shared driver of the calibration benchmarks (the nccl-tests shape: one small file per benchmark, this one
 // driver). Timing policy: a warm-up of >= warmup_calls calls and >= warmup_s; then samples until there are
-// >= min_samples covering >= min_time_s AND the relative spread (p90 - p10) / median is <= target_rel_spread,
-// or a cap is hit (max_samples, max_time_s); calls shorter than min_sample_s are timed as a batch of
-// back-to-back calls and divided. Outliers (samples beyond median +- 3 x the interquartile range) are measured
-// again once each; a point still wider than retry_spread is timed again from scratch (retries). Hot cache (operands
-// stay resident), recorded in the provenance. A Timer abstracts the clock: steady clock + device synchronisation on the
-// CPU, CUDA events on a GPU.
+// >= min_samples covering >= min_time_s AND the median's 95% confidence interval / median (order statistics,
+// TimeStats::rel_spread) is <= target_rel_spread, or a cap is hit (max_samples, max_time_s); calls shorter than
+// min_sample_s are timed as a batch of back-to-back calls and divided. A point still wider than retry_spread takes
+// more samples, pooled (up to 1 + retries times as many). Outliers (samples beyond median +- 3 x the interquartile
+// range) are measured again once each. Hot cache (operands stay resident), recorded in the provenance. A Timer
+// abstracts the clock: steady clock + device synchronisation on the CPU, CUDA events on a GPU.
 
 #include <chrono>
 #include <cstdio>
@@ -28,9 +28,9 @@ struct TimingPolicy {
   double max_time_s = 3.0;          // sampling stops here even when the spread is still above the target
   double target_rel_spread = 0.05;  // (p90 - p10) / median at which sampling may stop
   double min_sample_s = 1e-3;
-  // A point whose spread is still above retry_spread at the cap is timed again from scratch, up to `retries`
-  // times, and the tightest attempt is kept: a shared machine switches speed (calib/README.md "Drift"), and a
-  // point that straddled a switch is timed again.
+  // A point whose spread is still above retry_spread when it would stop takes more samples, up to (1 + retries)
+  // times as many, pooled, until its median's interval is within retry_spread: a shared machine switches speed
+  // (calib/README.md "Drift"), and the readings of long calls straddle the switches.
   double retry_spread = 0.25;
   int retries = 2;
   // Cold cache: before every sample, write a buffer larger than the CPU's last-level cache (256 MiB) so the
@@ -70,7 +70,7 @@ TimeStats time_calls(const std::function<void()>& call, Timer& timer, const Timi
 // per cent (calib/README.md "Drift"); the ratio of calls timed milliseconds apart does not.
 struct PairedStats {
   TimeStats op, ref;
-  TimeStats ratio;  // the per-pair op / ref (its median is the answer; its spread decides stopping and retries)
+  TimeStats ratio;  // the per-pair op / ref (its median is the answer; its spread decides when sampling stops)
 };
 PairedStats time_paired(const std::function<void()>& op, const std::function<void()>& ref, Timer& timer,
                         const TimingPolicy& p);

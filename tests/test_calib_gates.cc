@@ -157,8 +157,9 @@ TEST(CalibDriver, SpreadIsTheMedianConfidenceInterval) {
 }
 
 // A machine that switches speed: readings alternate 1 s / 2 s for the first `switching` readings, then stay at
-// 1.5 s. The first attempt straddles the switches (spread far above 25%); the point is timed again and the
-// tight attempt kept. A machine that never settles costs 1 + retries attempts, no more.
+// 1.5 s. The first 20 samples straddle the switches (spread far above 25%); the point takes more samples, pooled,
+// until its median's interval is within 25%. A machine that never settles costs 1 + retries times the samples, no
+// more.
 class SwitchingTimer final : public calib::Timer {
  public:
   explicit SwitchingTimer(int switching) : switching_(switching) {}
@@ -185,17 +186,19 @@ calib::TimingPolicy scripted_policy() {
   return p;
 }
 
-TEST(CalibDriver, PointThatStraddledASpeedSwitchIsTimedAgain) {
-  SwitchingTimer t(21);  // exactly the first attempt: 1 warm-up + 20 samples
+TEST(CalibDriver, PointThatStraddledASpeedSwitchTakesMoreSamples) {
+  SwitchingTimer t(21);  // 1 warm-up + 20 samples switch: ten of 1 s, ten of 2 s
   const TimeStats st = calib::time_calls([] {}, t, scripted_policy());
   EXPECT_DOUBLE_EQ(st.median_s, 1.5);
   EXPECT_DOUBLE_EQ(st.rel_spread(), 0.0);
-  EXPECT_EQ(t.readings, 21 + 11);  // the second attempt stops at its 10 samples
+  // With 11 more at 1.5 s the median's interval (order statistics 10 and 20 of 31) holds only 1.5 s.
+  EXPECT_EQ(t.readings, 21 + 11);
+  EXPECT_EQ(st.samples_s.size(), 31u);
 
   SwitchingTimer never(1 << 30);
   const TimeStats wide = calib::time_calls([] {}, never, scripted_policy());
   EXPECT_GT(wide.rel_spread(), 0.25);  // kept as measured: the gate refuses it, naming the point
-  EXPECT_EQ(never.readings, 3 * 21);
+  EXPECT_EQ(never.readings, 1 + 3 * 20);
 
   calib::TimingPolicy once = scripted_policy();
   once.retries = 0;
