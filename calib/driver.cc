@@ -62,7 +62,7 @@ std::string TimingPolicy::describe() const {
       buf + std::string(cold ? "cold cache (256 MiB written before every sample, one call per sample)" : "hot cache");
   if (reference)
     d += "; tables timed sample by sample in alternation with a reference (" + reference_name +
-         ") and expressed at the table's median reference time";
+         ") and expressed at the median reference time of the run's tables so far";
   return d;
 }
 
@@ -233,13 +233,18 @@ std::size_t TablePoints::time(const std::function<void()>& op) {
   PairedStats st = time_paired(op, policy_.reference, timer_, policy_);
   ratio_.push_back(std::move(st.ratio.samples_s));
   ref_s_.insert(ref_s_.end(), st.ref.samples_s.begin(), st.ref.samples_s.end());
+  if (policy_.reference_pool)
+    policy_.reference_pool->insert(policy_.reference_pool->end(), st.ref.samples_s.begin(), st.ref.samples_s.end());
   ref_median_s_ = 0;  // the table grew: its reference median is taken again at the next at()
   return ratio_.size() - 1;
 }
 
 TimeStats TablePoints::at(std::size_t i) const {
   if (!policy_.reference) return direct_.at(i);
-  if (ref_median_s_ == 0) ref_median_s_ = stats_of(ref_s_).median_s;
+  if (ref_median_s_ == 0) {
+    const auto& pool = policy_.reference_pool;
+    ref_median_s_ = stats_of(pool && !pool->empty() ? *pool : ref_s_).median_s;
+  }
   const double r = ref_median_s_;
   std::vector<double> s = ratio_.at(i);
   for (double& v : s) v *= r;

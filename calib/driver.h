@@ -39,7 +39,12 @@ struct TimingPolicy {
   // A reference call that TablePoints pairs every sample with (CPU backends: a GEMM of the kernel fits' spread);
   // none on a GPU, whose clock does not wander with the host's.
   std::function<void()> reference;
-  std::string reference_name;    // for the provenance ("Eigen GEMM 64 x 64 by 64 x 128")
+  std::string reference_name;  // for the provenance ("Eigen GEMM 64 x 64 by 64 x 128")
+  // Every reference sample the run's tables have taken so far (shared by the copies of the policy). With it a table
+  // is expressed at the median of the pool when it is read, not of its own samples: a 4 s table (the GEMM spread,
+  // one attention head dimension) sees one or two of the machine's phases, and a kernel model fitted at a fast
+  // phase predicted layers 27-30% below what the layer table, measured over minutes, says (session 13).
+  std::shared_ptr<std::vector<double>> reference_pool;
   std::string describe() const;  // for the provenance
 };
 
@@ -76,7 +81,8 @@ PairedStats time_paired(const std::function<void()>& op, const std::function<voi
                         const TimingPolicy& p);
 // The points of one table (layer t(l, c), the head's, the layer GEMM shapes), timed as a set. With a reference in the
 // policy, every sample is paired with one of the reference (time_paired) and each point is expressed at the
-// table's median speed: its per-pair ratios times the median of every reference sample the table took. A shared
+// run's median speed: its per-pair ratios times the median of every reference sample taken so far (the policy's
+// reference_pool; without one, the table's own). A shared
 // machine switches speed by up to 1.5x within a second (calib/README.md "Drift"), while the ratio of two calls
 // timed a millisecond apart moves by a few per cent, so the table keeps its shape (increasing in l, smooth in c)
 // whatever the machine did meanwhile. Without a reference, each point is time_calls.
@@ -92,7 +98,7 @@ class TablePoints {
   std::vector<TimeStats> direct_;           // no reference: the points as timed
   std::vector<std::vector<double>> ratio_;  // reference: each point's per-pair ratios
   std::vector<double> ref_s_;               // reference: every reference sample of the table
-  mutable double ref_median_s_ = 0;         // their median, taken once (0: not yet)
+  mutable double ref_median_s_ = 0;         // the median the table is expressed at, taken once (0: not yet)
 };
 
 // Median, p10 and p90 of samples (nearest rank), keeping the samples in order.
