@@ -229,6 +229,34 @@ TEST(CalibDriver, PairedTimingCancelsTheMachinesSpeed) {
   EXPECT_EQ(st.ref.samples_s.size(), 10u);
 }
 
+// Two tables of one run: the first timed at speed 1, the second (short, like the GEMM spread) wholly at speed 2.
+// With the run's reference pool both are expressed at the pool's median speed, so the second table's op (3 x the
+// reference) comes out at 3 x the first table's reference time, not at the fast phase's.
+TEST(CalibDriver, TablesOfOneRunShareTheReferencePoolsSpeed) {
+  struct Phased final : calib::Timer {
+    void start() override {}
+    double stop() override { return work * speed; }
+    double work = 0, speed = 1;
+  } t;
+  calib::TimingPolicy p = scripted_policy();
+  p.reference = [&] { t.work = 1; };
+  p.reference_pool = std::make_shared<std::vector<double>>();
+  calib::TablePoints first(t, p);
+  const std::size_t a = first.time([&] { t.work = 3; });
+  EXPECT_DOUBLE_EQ(first.at(a).median_s, 3.0);
+  const std::size_t extra = first.time([&] { t.work = 2; });  // more slow-phase samples in the pool
+  EXPECT_DOUBLE_EQ(first.at(extra).median_s, 2.0);
+  t.speed = 0.5;  // the machine doubles its speed for the second table
+  calib::TablePoints second(t, p);
+  const std::size_t b = second.time([&] { t.work = 3; });
+  EXPECT_DOUBLE_EQ(second.at(b).median_s, 3.0);  // the pool's median reference is still 1 s
+  calib::TimingPolicy own = p;
+  own.reference_pool.reset();
+  calib::TablePoints alone(t, own);
+  const std::size_t c = alone.time([&] { t.work = 3; });
+  EXPECT_DOUBLE_EQ(alone.at(c).median_s, 1.5);  // without the pool: the table's own fast phase
+}
+
 TEST(PiecewiseLinks, InterpolatesAndExtrapolates) {
   const std::vector<std::pair<double, double>> pts{{8, 1e-6}, {4096, 1e-6}, {8192, 3e-6}, {16384, 4e-6}};
   EXPECT_DOUBLE_EQ(piecewise_seconds(pts, 2), 1e-6);
