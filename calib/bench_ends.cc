@@ -11,9 +11,9 @@ void bench_ends(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, in
   const auto& s = cfg.shape;
   const int h = s.layer.hidden;
   auto emb = be.params(kernels::ModuleKind::kEmbedding, s);
-  emb->set(kernels::timing_params(kernels::ModuleKind::kEmbedding, s, 12));
+  emb->set(kernels::init_params(kernels::ModuleKind::kEmbedding, s, 12));
   auto head = be.params(kernels::ModuleKind::kHead, s);
-  head->set(kernels::timing_params(kernels::ModuleKind::kHead, s, 13));
+  head->set(kernels::init_params(kernels::ModuleKind::kHead, s, 13));
   auto x = be.tensor(1, h), dx = be.tensor(1, h);  // outputs: the kernels size them
   auto rec = be.record();
   std::mt19937 g(5);

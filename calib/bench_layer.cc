@@ -25,7 +25,7 @@ struct LayerRig {
   LayerRig(kernels::Backend& backend, const ComputeConfig& c, int batch) : be(backend), cfg(c), b(batch) {
     const auto& s = cfg.shape;
     params = be.params(kernels::ModuleKind::kLayer, s);
-    params->set(kernels::timing_params(kernels::ModuleKind::kLayer, s, 11));
+    params->set(kernels::init_params(kernels::ModuleKind::kLayer, s, 11));
     kv = be.kv_cache(s.layer, b, s.max_seq);
     prefix_rec = be.record();
     rec = be.record();

@@ -32,7 +32,7 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
   const int L = cfg.longest(), h = s.layer.hidden, b = 1;
   const int e = static_cast<int>(kernels::dtype_bytes(be.dtype()));
   auto params = be.params(kernels::ModuleKind::kLayer, s);
-  params->set(kernels::timing_params(kernels::ModuleKind::kLayer, s, 23));
+  params->set(kernels::init_params(kernels::ModuleKind::kLayer, s, 23));
   auto kv = be.kv_cache(s.layer, b, L);
   auto prefix_rec = be.record(), rec = be.record();
   auto y = be.tensor(1, h), dx = be.tensor(1, h);

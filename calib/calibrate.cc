@@ -63,7 +63,7 @@ double probe_flop_s(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg
   const auto& s = cfg.shape;
   const int l = std::min(cfg.longest(), 4 * cfg.grain);
   auto params = be.params(kernels::ModuleKind::kLayer, s);
-  params->set(kernels::timing_params(kernels::ModuleKind::kLayer, s, 11));
+  params->set(kernels::init_params(kernels::ModuleKind::kLayer, s, 11));
   auto kv = be.kv_cache(s.layer, 1, s.max_seq);
   auto rec = be.record();
   auto y = be.tensor(1, s.layer.hidden);

@@ -215,32 +215,18 @@ class Normal {
   std::mt19937_64 rng_;
 };
 
-// Uniform on [-sqrt 3, sqrt 3] (mean 0, variance 1) from splitmix64: a tenth of Box-Muller's cost.
-class UnitUniform {
- public:
-  explicit UnitUniform(std::uint64_t seed) : state_(seed) {}
-  double operator()() {
-    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (static_cast<double>(z >> 11) * 0x1.0p-53 * 2.0 - 1.0) * 1.7320508075688772;
-  }
-
- private:
-  std::uint64_t state_;
-};
-
-template <class Draw>
-void fill(std::vector<double>& p, std::size_t at, std::size_t n, double base, double sd, Draw& rnd) {
+void fill(std::vector<double>& p, std::size_t at, std::size_t n, double base, double sd, Normal& rnd) {
   for (std::size_t i = 0; i < n; ++i) p[at + i] = base + (sd > 0 ? sd * rnd() : 0.0);
 }
 
-template <class Draw>
-std::vector<double> draw_params(ModuleKind kind, const ModelShape& m, Draw& rnd, double std_dev, double perturb) {
+}  // namespace
+
+std::vector<double> init_params(ModuleKind kind, const ModelShape& m, std::uint64_t seed, double std_dev,
+                                double perturb) {
   if (kind == ModuleKind::kLayer && m.layer.tp != 1)
     throw KernelError("init_params: a tensor-parallel layer shard (tp = " + std::to_string(m.layer.tp) +
                       "); draw the unsharded layer and cut it with shard_params");
+  Normal rnd(seed);
   const std::size_t h = m.layer.hidden, f = m.layer.ffn, v = m.vocab;
   std::vector<double> p(param_count(kind, m), 0.0);
   switch (kind) {
@@ -272,20 +258,6 @@ std::vector<double> draw_params(ModuleKind kind, const ModelShape& m, Draw& rnd,
     }
   }
   return p;
-}
-
-}  // namespace
-
-std::vector<double> init_params(ModuleKind kind, const ModelShape& m, std::uint64_t seed, double std_dev,
-                                double perturb) {
-  Normal rnd(seed);
-  return draw_params(kind, m, rnd, std_dev, perturb);
-}
-
-std::vector<double> timing_params(ModuleKind kind, const ModelShape& m, std::uint64_t seed, double std_dev,
-                                  double perturb) {
-  UnitUniform rnd(seed);
-  return draw_params(kind, m, rnd, std_dev, perturb);
 }
 
 std::vector<double> shard_params(ModuleKind kind, const ModelShape& shard, int rank, const std::vector<double>& full) {

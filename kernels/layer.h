@@ -155,10 +155,6 @@ struct AdamConfig {
 // Layers of a tp > 1 shape are refused: draw the unsharded layer and cut it with shard_params.
 std::vector<double> init_params(ModuleKind kind, const ModelShape& m, std::uint64_t seed, double std_dev = 0.02,
                                 double perturb_norm_bias = 0.0);
-// The same means and standard deviations from a uniform draw, ten times faster: for benchmarks, whose times do not
-// depend on the values beyond their scale (drawing a 105M-parameter LM head with init_params takes 6 s here).
-std::vector<double> timing_params(ModuleKind kind, const ModelShape& m, std::uint64_t seed, double std_dev = 0.02,
-                                  double perturb_norm_bias = 0.0);
 
 // What tensor-parallel shard `rank` (0 <= rank < shard.layer.tp) of a module holds, cut from the unsharded
 // module's flat buffer `full` (parameters, gradients or moments; layout of the same shape with tp = 1): for a

@@ -948,36 +948,3 @@ TEST(KernelsBlockCache, ReusesBlocksWithoutFreeing) {
   EXPECT_EQ(dev.used, 0u);  // the cache frees every block when destroyed
   EXPECT_TRUE(dev.live.empty());
 }
-
-namespace pipescope::kernels {
-namespace {
-
-// timing_params (the calibration's fast draw) keeps init_params' layout, means and standard deviations.
-TEST(KernelsInit, TimingParamsHaveInitParamsScale) {
-  ModelShape m;
-  m.layer.hidden = 64;
-  m.layer.heads = 4;
-  m.layer.ffn = 256;
-  m.vocab = 512;
-  m.max_seq = 32;
-  const std::vector<double> fast = timing_params(ModuleKind::kHead, m, 3, 0.02);
-  ASSERT_EQ(fast.size(), init_params(ModuleKind::kHead, m, 3, 0.02).size());
-  const HeadLayout H = HeadLayout::of(m);
-  for (int i = 0; i < 64; i++) EXPECT_DOUBLE_EQ(fast[H.lnf_g + i], 1.0);  // gamma 1, beta 0 without perturbation
-  double sum = 0, sq = 0, most = 0;
-  const std::size_t n = 64u * 512u;
-  for (std::size_t i = 0; i < n; i++) {
-    const double w = fast[H.w_vocab + i];
-    sum += w;
-    sq += w * w;
-    most = std::max(most, std::abs(w));
-  }
-  EXPECT_NEAR(sum / n, 0.0, 0.001);
-  EXPECT_NEAR(std::sqrt(sq / n), 0.02, 0.001);
-  EXPECT_LE(most, 0.02 * std::sqrt(3.0));  // uniform on +-sqrt(3) sd: never a denormal, never large
-  EXPECT_EQ(fast, timing_params(ModuleKind::kHead, m, 3, 0.02));  // deterministic
-  EXPECT_NE(fast, timing_params(ModuleKind::kHead, m, 4, 0.02));
-}
-
-}  // namespace
-}  // namespace pipescope::kernels
