@@ -123,8 +123,12 @@ TEST(Search, ReusedStructuresGiveTheFreshEstimate) {
         EXPECT_EQ(e.estimate(c.scenario), estimate_iteration_s(c.scenario)) << c.label;
       EXPECT_LT(e.structures_built(), s1.survivors.size());
       // Compiled (ShapeBuilder::compile) with eager sends and nothing overlapped; lowered and built otherwise.
-      if (extra.empty()) EXPECT_EQ(e.structures_compiled(), e.structures_built());
-      if (extra.find("blocking") != std::string::npos) EXPECT_EQ(e.structures_compiled(), 0u);
+      if (extra.empty()) {
+        EXPECT_EQ(e.structures_compiled(), e.structures_built());
+      }
+      if (extra.find("blocking") != std::string::npos) {
+        EXPECT_EQ(e.structures_compiled(), 0u);
+      }
     }
 }
 
