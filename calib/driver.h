@@ -26,7 +26,7 @@ struct TimingPolicy {
   double min_time_s = 0.1;
   int max_samples = 200;
   double max_time_s = 3.0;          // sampling stops here even when the spread is still above the target
-  double target_rel_spread = 0.05;  // (p90 - p10) / median at which sampling may stop
+  double target_rel_spread = 0.05;  // the median's interval / median (TimeStats::rel_spread) to stop at
   double min_sample_s = 1e-3;
   // A point whose spread is still above retry_spread when it would stop takes more samples, up to (1 + retries)
   // times as many, pooled, until its median's interval is within retry_spread: a shared machine switches speed
@@ -82,10 +82,10 @@ PairedStats time_paired(const std::function<void()>& op, const std::function<voi
 // The points of one table (layer t(l, c), the head's, the layer GEMM shapes), timed as a set. With a reference in the
 // policy, every sample is paired with one of the reference (time_paired) and each point is expressed at the
 // run's median speed: its per-pair ratios times the median of every reference sample taken so far (the policy's
-// reference_pool; without one, the table's own). A shared
-// machine switches speed by up to 1.5x within a second (calib/README.md "Drift"), while the ratio of two calls
-// timed a millisecond apart moves by a few per cent, so the table keeps its shape (increasing in l, smooth in c)
-// whatever the machine did meanwhile. Without a reference, each point is time_calls.
+// reference_pool; without one, the table's own). A shared machine switches speed by up to 1.5x within a second
+// (calib/README.md "Drift"), while the ratio of two calls timed a millisecond apart moves by a few per cent, so the
+// table keeps its shape (increasing in l, smooth in c) whatever the machine did meanwhile. Without a reference, each
+// point is time_calls.
 class TablePoints {
  public:
   TablePoints(Timer& timer, const TimingPolicy& p) : timer_(timer), policy_(p) {}

@@ -92,19 +92,12 @@ double Stage2Estimator::estimate(const Scenario& s) {
   const Scenario& b = key.lower_with_do ? with_do : s;
   const auto b_model = key.lower_with_do ? make_cost_model(b) : nullptr;
   const MemoCost cost(b_model ? *b_model : *model);
+  const LoweredSchedule ls = lower_one_replica(b, make_schedule(b), cost);
   if (shapes_.size() >= kShapesKept) {
     builder_->recycle(std::move(shapes_.front()));
     shapes_.erase(shapes_.begin());
   }
-  // Made from the compute schedule where compile() can (no lowering, no DagNode); else lowered and built.
-  Schedule sch = make_schedule(b);
-  DagShapePtr shape = builder_->compile(sch, b, cost, key);
-  if (shape)
-    compiled_++;
-  else
-    shape = builder_->build(lower_one_replica(b, std::move(sch), cost), one_replica(b, scenario_placement(b)), b, cost,
-                            key);
-  shapes_.push_back(std::move(shape));
+  shapes_.push_back(builder_->build(ls, one_replica(b, scenario_placement(b)), b, cost, key));
   built_++;
   // The candidate's answers fit the shape it was lowered for; the superset shape of another candidate's answers
   // might not (a parameter gather of no bytes): then the direct estimate.

@@ -35,14 +35,12 @@ class Stage2Estimator {
   double estimate(const Scenario& s);
 
   std::size_t structures_built() const { return built_; }  // DAGs built so far (the rest were re-timed)
-  // Of those, the shapes made straight from the compute schedule (ShapeBuilder::compile; the others were lowered).
-  std::size_t structures_compiled() const { return compiled_; }
 
  private:
   std::vector<DagShapePtr> shapes_;  // the latest structures (core/search_retime.h)
   std::unique_ptr<Retimer> retimer_;
   std::unique_ptr<ShapeBuilder> builder_;  // a new structure's shape, built in the storage of the previous one
-  std::size_t built_ = 0, compiled_ = 0;
+  std::size_t built_ = 0;
 };
 
 // One replica's programs (worker = pipeline rank) with everything lower() gives them for the scenario's dp, the

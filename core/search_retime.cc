@@ -15,7 +15,6 @@
 #include "core/grad_sync.h"
 #include "core/megatron_p2p.h"
 #include "core/pipeline.h"
-#include "core/schedule_deps.h"
 #include "core/schedule_registry.h"
 #include "core/search_timing.h"
 #include "core/seq1f1b.h"
@@ -133,15 +132,12 @@ struct DagShape {
   std::vector<Recipe> recipes;               // duration classes
   std::vector<CollGroup> groups;             // the lowering's collective groups
   U32s cls;                                  // per node (topological numbering): its recipe
-  U32s succ_begin, succ;                     // successors, CSR, topological numbering (build())
-  // compile()'s shapes: node u >= 1 starts after nodes pred[2u] and pred[2u + 1]; node 0 is the start (finished at
-  // 0, a missing predecessor). Empty for build()'s.
-  U32s pred;
+  U32s succ_begin, succ;                     // successors, CSR, topological numbering
 };
 
 void DagShapeDelete::operator()(DagShape* p) const { delete p; }
 const std::vector<std::int64_t>& shape_key_of(const DagShape& shape) { return shape.key; }
-std::size_t shape_nodes(const DagShape& shape) { return shape.cls.size() - (shape.pred.empty() ? 0 : 1); }
+std::size_t shape_nodes(const DagShape& shape) { return shape.cls.size(); }
 
 struct Retimer::Values {
   std::vector<double> compute, p2p, tp_bytes;  // per op class (where asked)
@@ -435,20 +431,6 @@ struct ShapeBuilder::Storage {
   };
   std::vector<At> first_at;  // per recipe: its first node and that node's lowered op
   DagShapePtr spare;         // a shape no longer used, whose storage the next build takes (recycle)
-
-  // compile()'s: ops numbered rank by rank (op_base: each rank's first), each op's class, the p2p pass's tables
-  // per op slot, the messages in the order the pass makes them and, per op, those received before it and sent
-  // after it (offsets into the lists by op number).
-  Retimer::Values values;
-  std::vector<std::uint32_t> op_base, op_cls;
-  std::vector<std::int32_t> at_worker, at_index, received_on;
-  struct Message {
-    std::int32_t from, to, cls;
-    std::uint32_t from_op, to_op;
-  };
-  std::vector<Message> msgs;
-  std::vector<std::uint32_t> recv_off, recv_list, send_off, send_list, send_node;
-  std::vector<std::int32_t> waiter;
 };
 
 namespace {
@@ -578,35 +560,24 @@ class ShapeSink {
 
 }  // namespace
 
-namespace {
-
-// A shape with the scenario's settings and nothing else: the storage of a shape dropped from the cache, where there
-// is one (a fresh shape's arrays are fresh pages to fault in, megabytes per structure).
-DagShapePtr fresh_shape(ShapeBuilder::Storage& st, const Scenario& s, const ShapeKey& key, int p) {
-  DagShapePtr sh = st.spare ? std::move(st.spare) : DagShapePtr(new DagShape);
-  sh->ops.clear();
-  sh->need.clear();
-  sh->recipes.clear();
-  sh->groups.clear();
-  sh->pred.clear();
-  sh->key = key.words;
-  sh->seq_len = s.model.seq_len;
-  sh->p = p;
-  sh->scatter_gather = uses_scatter_gather(s) && s.parallel.tp > 1;
-  sh->o = grad_sync_options(s.training);
-  sh->dp = s.parallel.dp > 1;
-  return sh;
-}
-
-}  // namespace
-
 ShapeBuilder::ShapeBuilder() : st_(std::make_unique<Storage>()) {}
 ShapeBuilder::~ShapeBuilder() = default;
 
 DagShapePtr ShapeBuilder::build(const LoweredSchedule& ls, const Placement& replica, const Scenario& s,
                                 const CostModel& cost, const ShapeKey& key) {
   Storage& st = *st_;
-  DagShapePtr sh = fresh_shape(st, s, key, ls.p);
+  // The storage of a shape dropped from the cache, where there is one: a fresh shape's arrays are fresh pages to fault
+  // in (megabytes per structure).
+  DagShapePtr sh = st.spare ? std::move(st.spare) : DagShapePtr(new DagShape);
+  sh->ops.clear();
+  sh->need.clear();
+  sh->recipes.clear();
+  sh->key = key.words;
+  sh->seq_len = s.model.seq_len;
+  sh->p = ls.p;
+  sh->scatter_gather = uses_scatter_gather(s) && s.parallel.tp > 1;
+  sh->o = grad_sync_options(s.training);
+  sh->dp = s.parallel.dp > 1;
   sh->groups = ls.groups;
   OpClasses classes(*sh, ls.schedule.stages(), static_cast<int>(key.slice_begin.size()));
   dag_build::check_and_match(ls, replica, st.scratch);
@@ -637,393 +608,6 @@ DagShapePtr ShapeBuilder::build(const LoweredSchedule& ls, const Placement& repl
 
 void ShapeBuilder::recycle(DagShapePtr shape) { st_->spare = std::move(shape); }
 
-namespace {
-
-// compile()'s steps, in the order of the lowering passes they stand for (core/lowering.cc, core/grad_sync.cc,
-// core/search_estimate.cc lower_one_replica) and of build_dag's edges (core/dag_build.h build_graph).
-class ShapeCompiler {
- public:
-  ShapeCompiler(const Schedule& sch, const Scenario& s, const ShapeKey& key, DagShape& sh, ShapeBuilder::Storage& st)
-      : sch_(sch),
-        key_(key),
-        sh_(sh),
-        st_(st),
-        v_(st.values),
-        p_(sch.p),
-        tp_(s.parallel.tp),
-        classes_(sh, sch.stages(), static_cast<int>(key.slice_begin.size())) {}
-
-  // Every op's class (what the cost model reads of it); false when an op is not what the classes assume (its
-  // stage, slice or micro-batch outside the schedule's, a token range not its slice's).
-  bool classify() {
-    const std::size_t slices = key_.slice_begin.size();
-    st_.op_base.assign(static_cast<std::size_t>(p_) + 1, 0);
-    for (int r = 0; r < p_; r++)
-      st_.op_base[r + 1] = st_.op_base[r] + static_cast<std::uint32_t>(sch_.per_rank[r].size());
-    st_.op_cls.resize(st_.op_base.back());
-    st_.stages.resize(static_cast<std::size_t>(p_));
-    for (auto& x : st_.stages) x.clear();
-    // Every compute op asks the TP question when tp > 1 (core/lowering.cc, TpRule), whether or not it issues one.
-    const std::uint8_t need = tp_ > 1 ? kCompute | kTp : kCompute;
-    for (int r = 0; r < p_; r++) {
-      std::uint32_t* cls = st_.op_cls.data() + st_.op_base[r];
-      auto& stages = st_.stages[static_cast<std::size_t>(r)];
-      for (const Op& op : sch_.per_rank[r]) {
-        if (op.stage < 0 || op.stage >= sch_.stages() || op.slice < 0 || static_cast<std::size_t>(op.slice) >= slices ||
-            op.microbatch < 0 || static_cast<std::size_t>(op.microbatch) >= sch_.microbatches.size() ||
-            static_cast<std::size_t>(op.kind) >= static_cast<std::size_t>(kOpKinds))
-          return false;
-        const Op want = with_tokens(op, key_.slice_begin, sh_.seq_len);
-        if (want.tok_begin != op.tok_begin || want.tok_end != op.tok_end) return false;
-        *cls++ = static_cast<std::uint32_t>(classes_.of(op, need));
-        const auto g = static_cast<std::size_t>(op.stage);  // stage_counts' marks
-        if (g >= stages.size()) stages.resize(g + 1, -1);
-        stages[g] = std::max<std::int8_t>(stages[g], op.kind == OpKind::Backward || op.kind == OpKind::BackwardWeight);
-      }
-    }
-    stage_counts(st_.stages, p_, sh_);
-    return true;
-  }
-
-  // add_p2p's messages (p2p_inserts: the same tables and order), each op's received and sent ones listed.
-  void match() {
-    const OpKeyIndex index(sch_);
-    st_.at_worker.assign(index.size(), -1);
-    st_.at_index.resize(index.size());
-    st_.received_on.assign(index.size(), -1);
-    for (int r = 0; r < p_; r++)
-      for (std::size_t i = 0; i < sch_.per_rank[r].size(); i++) {
-        const std::int64_t slot = index.slot(key_of(sch_.per_rank[r][i]));
-        if (slot >= 0 && st_.at_worker[slot] < 0)
-          st_.at_worker[slot] = r, st_.at_index[slot] = static_cast<std::int32_t>(i);
-      }
-    st_.msgs.clear();
-    for (int r = 0; r < p_; r++)
-      for (std::size_t i = 0; i < sch_.per_rank[r].size(); i++) {
-        OpKey deps[3];
-        const int n_deps = op_dependencies(index, key_of(sch_.per_rank[r][i]), deps);
-        for (int k = 0; k < n_deps; k++) {
-          const std::int64_t slot = index.slot(deps[k]);
-          if (slot < 0 || st_.at_worker[slot] < 0 || st_.at_worker[slot] == r || st_.received_on[slot] == r) continue;
-          st_.received_on[slot] = r;
-          const int pw = st_.at_worker[slot];
-          const auto pi = static_cast<std::uint32_t>(st_.at_index[slot]);
-          st_.msgs.push_back({pw, r, classes_.of(sch_.per_rank[pw][pi], kP2p), st_.op_base[pw] + pi,
-                              st_.op_base[r] + static_cast<std::uint32_t>(i)});
-        }
-      }
-    // Counting sorts (stable: the pass's order among the messages of one op).
-    const std::size_t ops = st_.op_cls.size();
-    st_.recv_off.assign(ops + 1, 0);
-    st_.send_off.assign(ops + 1, 0);
-    for (const auto& m : st_.msgs) st_.recv_off[m.to_op + 1]++, st_.send_off[m.from_op + 1]++;
-    for (std::size_t g = 0; g < ops; g++)
-      st_.recv_off[g + 1] += st_.recv_off[g], st_.send_off[g + 1] += st_.send_off[g];
-    st_.recv_list.resize(st_.msgs.size());
-    st_.send_list.resize(st_.msgs.size());
-    st_.send_node.resize(st_.msgs.size());  // filled (0: not emitted yet) below
-    for (std::size_t k = 0, n = st_.msgs.size(); k < n; k++) {
-      st_.recv_list[st_.recv_off[st_.msgs[k].to_op]++] = static_cast<std::uint32_t>(k);
-      st_.send_list[st_.send_off[st_.msgs[k].from_op]++] = static_cast<std::uint32_t>(k);
-    }
-    // The offsets were advanced to each op's end: shifted back.
-    for (std::size_t g = ops; g > 0; g--) st_.recv_off[g] = st_.recv_off[g - 1], st_.send_off[g] = st_.send_off[g - 1];
-    st_.recv_off[0] = st_.send_off[0] = 0;
-  }
-
-  // The collective groups in the lowering's order: scatter/gather (workers that gather anything), TP (workers with
-  // a compute op that issues TP all-reduces), then the data-parallel ones, the embedding group and the parameter
-  // gathers (lower_one_replica).
-  void make_groups() {
-    const auto P = static_cast<std::size_t>(p_);
-    sg_group_.assign(P, -1);
-    tp_group_.assign(P, -1);
-    if (sh_.scatter_gather) {
-      std::vector<char> gathers(P, 0);
-      for (const auto& m : st_.msgs) gathers[static_cast<std::size_t>(m.to)] |= v_.p2p[m.cls] > 0;
-      for (std::size_t w = 0; w < P; w++)
-        if (gathers[w]) sg_group_[w] = add_group(CollTag::ScatterGather, {static_cast<std::int32_t>(w)});
-    }
-    if (tp_ > 1)
-      for (std::size_t w = 0; w < P; w++)
-        for (std::uint32_t g = st_.op_base[w]; g < st_.op_base[w + 1]; g++)
-          if (v_.tp_calls[st_.op_cls[g]] > 0) {
-            tp_group_[w] = add_group(CollTag::TensorParallel, {static_cast<std::int32_t>(w)});
-            break;
-          }
-    dp_group_.assign(P, -1);
-    pg_group_.assign(P, -1);
-    if (sh_.dp)
-      for (std::size_t r = 0; r < P; r++)
-        dp_group_[r] = add_group(CollTag::DataParallel, {static_cast<std::int32_t>(r)});
-    // The ranks of the first and the last virtual stage (core/lowering.cc grad_sync_pass).
-    r_first_ = sch_.rank_of_stage(0);
-    r_last_ = sch_.rank_of_stage(sch_.stages() - 1);
-    if (v_.emb > 0 && r_first_ != r_last_) emb_group_ = add_group(CollTag::Embedding, {r_first_, r_last_});
-    if (sh_.dp && sh_.o.distributed_optimizer)
-      for (std::size_t r = 0; r < P; r++)
-        pg_group_[r] = add_group(CollTag::ParamGather, {static_cast<std::int32_t>(r)});
-  }
-
-  // Every node in a topological order (each worker's program run until it waits for a message not yet sent or for
-  // the embedding all-reduce's other member), with its predecessors; false on a cycle.
-  bool emit() {
-    const auto P = static_cast<std::size_t>(p_);
-    sh_.cls.clear();
-    sh_.pred.clear();
-    const std::size_t ops = st_.op_cls.size(), msgs = st_.msgs.size();
-    reserve_nodes(1 + ops * (tp_ > 1 ? 2 : 1) + msgs * (sh_.scatter_gather ? 3 : 2) + 4 * P);
-    zero_ = recipe(Recipe{});
-    node(zero_, 0, 0);  // the start
-    std::fill(st_.send_node.begin(), st_.send_node.end(), 0u);
-    st_.waiter.assign(msgs, -1);
-    workers_.assign(P, Worker{});
-    for (std::size_t w = 0; w < P; w++) workers_[w].rc = st_.recv_off[st_.op_base[w]];
-    ready_.clear();
-    for (std::size_t w = P; w > 0; w--) ready_.push_back(static_cast<std::int32_t>(w - 1));
-    while (!ready_.empty()) {
-      const std::int32_t w = ready_.back();
-      ready_.pop_back();
-      run(w);
-    }
-    for (const Worker& x : workers_)
-      if (x.tail != kDone) return false;
-    return true;
-  }
-
- private:
-  struct Worker {
-    std::uint32_t pos = 0, rc = 0;  // the next op, the next message it receives (into recv_list)
-    std::uint32_t prev = 0;         // its last node that is not a send (0: none yet)
-    int tail = 0;                   // 0: program, 1: the embedding all-reduce, 2: the optimizer step, kDone
-  };
-  static constexpr int kDone = 3;
-
-  std::int32_t add_group(CollTag tag, std::vector<std::int32_t> workers) {
-    sh_.groups.push_back(CollGroup{tag, std::move(workers)});
-    return static_cast<std::int32_t>(sh_.groups.size() - 1);
-  }
-  void reserve_nodes(std::size_t n) {
-    auto grown = [](U32s& a, std::size_t k) {  // as dag_build::reserve_grown
-      if (k > a.capacity()) a.reserve(std::max(k, 2 * a.capacity()));
-    };
-    grown(sh_.cls, n);
-    grown(sh_.pred, 2 * n);
-  }
-  std::uint32_t node(std::uint32_t x, std::uint32_t a, std::uint32_t b) {
-    const auto u = static_cast<std::uint32_t>(sh_.cls.size());
-    sh_.cls.push_back(x);
-    sh_.pred.push_back(a);
-    sh_.pred.push_back(b);
-    return u;
-  }
-  std::uint32_t recipe(const Recipe& x) {
-    const auto [it, added] = ids_.emplace(x, static_cast<std::uint32_t>(ids_.size()));
-    if (added) sh_.recipes.push_back(x);
-    return it->second;
-  }
-  // A per-class recipe that also depends on a worker (or a worker pair): the class's last one when its key is the
-  // same (a class is one stage's: almost always).
-  std::uint32_t cached(std::vector<std::pair<std::int64_t, std::uint32_t>>& cache, std::int32_t cls, std::int64_t key,
-                       const Recipe& x) {
-    const auto c = static_cast<std::size_t>(cls);
-    if (c >= cache.size()) cache.resize(c + 1, {-1, 0});
-    if (cache[c].first != key) cache[c] = {key, recipe(x)};
-    return cache[c].second;
-  }
-  static Recipe collective(LOpKind kind, CollTag tag, std::int32_t group) {
-    Recipe x;
-    x.what = Recipe::What::Collective;
-    x.kind = kind;
-    x.tag = tag;
-    x.group = group;
-    return x;
-  }
-  std::uint32_t compute_recipe(std::uint32_t c) {
-    if (c >= compute_.size()) compute_.resize(c + 1, -1);
-    if (compute_[c] < 0) {
-      Recipe x;
-      x.what = Recipe::What::Compute;
-      x.cls = static_cast<std::int32_t>(c);
-      compute_[c] = recipe(x);
-    }
-    return static_cast<std::uint32_t>(compute_[c]);
-  }
-  std::uint32_t tp_recipe(std::uint32_t c, std::int32_t w) {
-    Recipe x = collective(LOpKind::AllReduce, CollTag::TensorParallel, tp_group_[static_cast<std::size_t>(w)]);
-    x.cls = static_cast<std::int32_t>(c);
-    return cached(tp_cache_, x.cls, w, x);
-  }
-  std::uint32_t sg_recipe(std::int32_t c, std::int32_t w) {
-    Recipe x = collective(LOpKind::AllGather, CollTag::ScatterGather, sg_group_[static_cast<std::size_t>(w)]);
-    x.cls = c;
-    return cached(sg_cache_, c, w, x);
-  }
-  std::uint32_t transfer_recipe(const ShapeBuilder::Storage::Message& m) {
-    Recipe x;
-    x.what = Recipe::What::Transfer;
-    x.kind = LOpKind::Send;
-    x.cls = m.cls;
-    x.worker = m.from;
-    x.peer = m.to;
-    return cached(transfer_cache_, m.cls, static_cast<std::int64_t>(m.from) << 32 | static_cast<std::uint32_t>(m.to),
-                  x);
-  }
-  // A rank's data-parallel collective (lowered with the scenario's distributed optimizer; costed() takes the
-  // candidate's), optimizer step and parameter gather.
-  std::uint32_t rank_recipe(Recipe x, std::int32_t r) {
-    x.rank = r;
-    return recipe(x);
-  }
-
-  // Worker w's nodes until it waits or ends.
-  void run(std::int32_t w) {
-    Worker& me = workers_[static_cast<std::size_t>(w)];
-    const auto& ops = sch_.per_rank[static_cast<std::size_t>(w)];
-    const std::uint32_t base = st_.op_base[static_cast<std::size_t>(w)];
-    while (me.pos < ops.size()) {
-      const std::uint32_t g = base + me.pos;
-      // Its receives (each followed by its scatter/gather all-gather), the op and its TP all-reduce, its sends
-      // (after the last op that is not a send; none waits for them).
-      for (; me.rc < st_.recv_off[g + 1]; me.rc++) {
-        const std::uint32_t k = st_.recv_list[me.rc];
-        if (st_.send_node[k] == 0) {
-          st_.waiter[k] = w;
-          return;
-        }
-        me.prev = node(zero_, me.prev, st_.send_node[k]);
-        const std::int32_t c = st_.msgs[k].cls;
-        if (sh_.scatter_gather && v_.p2p[static_cast<std::size_t>(c)] > 0) me.prev = node(sg_recipe(c, w), me.prev, 0);
-      }
-      const std::uint32_t c = st_.op_cls[g];
-      me.prev = node(compute_recipe(c), me.prev, 0);
-      if (tp_ > 1 && v_.tp_calls[c] > 0) me.prev = node(v_.tp_bytes[c] > 0 ? tp_recipe(c, w) : zero_, me.prev, 0);
-      for (std::uint32_t e = st_.send_off[g]; e < st_.send_off[g + 1]; e++) {
-        const std::uint32_t k = st_.send_list[e];
-        const auto& m = st_.msgs[k];
-        st_.send_node[k] = node(v_.p2p[static_cast<std::size_t>(m.cls)] > 0 ? transfer_recipe(m) : zero_, me.prev, 0);
-        if (st_.waiter[k] >= 0) ready_.push_back(st_.waiter[k]), st_.waiter[k] = -1;
-      }
-      me.pos++;
-    }
-    run_tail(w, me);
-  }
-
-  // The program's tail (lower_one_replica): the data-parallel collective, the embedding all-reduce (one node shared
-  // by its two members), the optimizer step, the parameter gather.
-  void run_tail(std::int32_t w, Worker& me) {
-    const auto r = static_cast<std::size_t>(w);
-    if (me.tail == 0) {
-      if (sh_.dp) {
-        const LOpKind kind = sh_.o.distributed_optimizer ? LOpKind::ReduceScatter : LOpKind::AllReduce;
-        const std::uint32_t x =
-            v_.grad[r] > 0 ? rank_recipe(collective(kind, CollTag::DataParallel, dp_group_[r]), w) : zero_;
-        me.prev = node(x, me.prev, 0);
-      }
-      me.tail = 1;
-    }
-    if (me.tail == 1) {
-      if (emb_group_ >= 0 && (w == r_first_ || w == r_last_)) {
-        if (emb_node_ == 0) {
-          if (emb_waiting_ < 0) {
-            emb_waiting_ = w;
-            return;
-          }
-          Worker& other = workers_[static_cast<std::size_t>(emb_waiting_)];
-          emb_node_ = node(recipe(collective(LOpKind::AllReduce, CollTag::Embedding, emb_group_)), other.prev, me.prev);
-          ready_.push_back(emb_waiting_);
-        }
-        me.prev = emb_node_;
-      }
-      me.tail = 2;
-    }
-    if (me.tail == 2) {
-      Recipe opt;
-      opt.what = Recipe::What::Optimizer;
-      opt.kind = LOpKind::Optimizer;
-      me.prev = node(rank_recipe(opt, w), me.prev, 0);
-      if (pg_group_[r] >= 0) {
-        const std::uint32_t x = v_.param[r] > 0
-                                    ? rank_recipe(collective(LOpKind::AllGather, CollTag::ParamGather, pg_group_[r]), w)
-                                    : zero_;
-        me.prev = node(x, me.prev, 0);
-      }
-      me.tail = kDone;
-    }
-  }
-
-  const Schedule& sch_;
-  const ShapeKey& key_;
-  DagShape& sh_;
-  ShapeBuilder::Storage& st_;
-  const Retimer::Values& v_;
-  const int p_, tp_;
-  OpClasses classes_;
-  std::unordered_map<Recipe, std::uint32_t, RecipeHash> ids_;
-  std::uint32_t zero_ = 0;
-  std::vector<std::int64_t> compute_;
-  std::vector<std::pair<std::int64_t, std::uint32_t>> tp_cache_, sg_cache_, transfer_cache_;
-  std::vector<std::int32_t> sg_group_, tp_group_, dp_group_, pg_group_;
-  std::int32_t emb_group_ = -1, r_first_ = 0, r_last_ = 0;
-  std::uint32_t emb_node_ = 0;
-  std::int32_t emb_waiting_ = -1;
-  std::vector<Worker> workers_;
-  std::vector<std::int32_t> ready_;
-};
-
-}  // namespace
-
-DagShapePtr ShapeBuilder::compile(const Schedule& sch, const Scenario& s, const CostModel& cost, const ShapeKey& key) {
-  const ParallelSpec& par = s.parallel;
-  const GradSyncOptions o = grad_sync_options(s.training);
-  if (s.sim.p2p == "blocking" || (par.dp > 1 && (o.overlap_grad_reduce || o.overlap_param_gather))) return nullptr;
-  if (sch.p != par.pp || sch.p < 1 || sch.per_rank.size() != static_cast<std::size_t>(sch.p)) return nullptr;
-  // The structure's classes ask the cost model for micro-batches of micro_batch_size sequences (ask()).
-  for (const MicroBatch& mb : sch.microbatches)
-    if (mb.seq_count != par.micro_batch_size) return nullptr;
-  Storage& st = *st_;
-  DagShapePtr sh = fresh_shape(st, s, key, sch.p);
-  ShapeCompiler c(sch, s, key, *sh, st);
-  bool ok = c.classify();
-  if (ok) {
-    c.match();
-    ask(*sh, s, key.slice_begin, cost, st.values);  // the answers the shape follows (bytes or none, TP calls or none)
-    sh->fingerprint = st.values.fingerprint;
-    sh->tp_fingerprint = st.values.tp_fingerprint;
-    c.make_groups();
-    ok = c.emit();
-  }
-  if (!ok) {
-    st.spare = std::move(sh);
-    return nullptr;
-  }
-  return sh;
-}
-
-namespace {
-
-// The critical path of a compiled shape: each node's start the latest finish of its two predecessors (node 0, the
-// start, finished at 0), the same maxima and sums as the push over successor lists below.
-double pulled_path_s(const DagShape& sh, Retimer::Values& v) {
-  const std::size_t n = sh.cls.size();
-  v.start.resize(n);  // finish times here
-  double* finish = v.start.data();
-  const std::uint32_t* cls = sh.cls.data();
-  const std::uint32_t* pred = sh.pred.data();
-  const double* dur = v.dur.data();
-  finish[0] = 0.0;
-  double makespan = 0;
-  for (std::size_t u = 1; u < n; u++) {
-    const double start = std::max(std::max(0.0, finish[pred[2 * u]]), finish[pred[2 * u + 1]]);
-    const double f = start + dur[cls[u]];
-    finish[u] = f;
-    makespan = std::max(makespan, f);
-  }
-  return makespan;
-}
-
-}  // namespace
-
 bool Retimer::load(const DagShape& shape, const Scenario& s, const ShapeKey& key, const CostModel& cost) {
   ask(shape, s, key.slice_begin, cost, *v_);
   return v_->fingerprint == shape.fingerprint && (s.parallel.tp == 1 || v_->tp_fingerprint == shape.tp_fingerprint);
@@ -1036,7 +620,6 @@ double Retimer::critical_path_s(const DagShape& sh, const Scenario& s) {
   v.dur.resize(sh.recipes.size());
   for (std::size_t k = 0; k < sh.recipes.size(); k++)
     v.dur[k] = timing.duration_s(costed(sh, sh.recipes[k], v, s.parallel.tp));
-  if (!sh.pred.empty()) return pulled_path_s(sh, v);
   const std::size_t n = sh.cls.size();
   v.start.assign(n, 0.0);
   double makespan = 0;

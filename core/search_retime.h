@@ -25,7 +25,6 @@
 #include "core/config.h"
 #include "core/lowering.h"
 #include "core/placement.h"
-#include "core/schedule.h"
 
 namespace pipescope {
 
@@ -85,15 +84,6 @@ class ShapeBuilder {
   // when the DAG has a cycle.
   DagShapePtr build(const LoweredSchedule& ls, const Placement& replica, const Scenario& s, const CostModel& cost,
                     const ShapeKey& key);
-  // The shape of the same candidate made straight from its compute schedule `sch` (make_schedule(s)), without
-  // lowering it or building its DAG: the lowering passes' messages, collectives and tails and build_dag's edges for
-  // a one-replica program with eager sends and no overlapped gradient or parameter collectives, each node emitted
-  // in a topological order with its (at most two) predecessors. Its critical paths are those of build()'s shape (the
-  // same nodes, durations and dependencies; tests/test_search.cc compares them over whole searches); not checked
-  // against a lowering at run time. Null (nothing thrown) for what it does not make: blocking sends, overlapped
-  // gradient or parameter collectives, a schedule whose ops the structure's classes do not describe (a token range
-  // not its slice's, micro-batches of another size), a cycle; build() then (which reports the errors).
-  DagShapePtr compile(const Schedule& sch, const Scenario& s, const CostModel& cost, const ShapeKey& key);
   // A shape no longer used: the next build writes into its storage (what it holds is overwritten).
   void recycle(DagShapePtr shape);
 
