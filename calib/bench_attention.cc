@@ -53,7 +53,7 @@ std::pair<std::size_t, std::size_t> time_attention(int b, int heads, int dh, int
 
 }  // namespace
 
-void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b, LayerTable& t, double flop_s) {
+void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b, LayerTable& t) {
   if (!backend_on(backend, BackendDevice::Cpu)) return;
   const auto& s = cfg.shape;
   const int dh = s.layer.head_dim(), heads = s.layer.heads, L = cfg.longest();
@@ -70,9 +70,7 @@ void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b
   for (auto [l, c] : grid) {
     at.push_back(backend_named(backend).kind == BackendKind::CpuF64 ? time_attention<double>(b, heads, dh, l, c, pts)
                                                                     : time_attention<float>(b, heads, dh, l, c, pts));
-    const double call = attention_flops(cfg, b, l, c) / flop_s;
-    prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c),
-              estimated_point_s(call, cfg.policy) + estimated_point_s(2 * call, cfg.policy));
+    prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c), context_attention_point_est_s(cfg, b, l, c));
   }
   for (std::size_t i = 0; i < grid.size(); i++) {
     const TimeStats f = pts.at(at[i].first), bw = pts.at(at[i].second);
@@ -82,12 +80,10 @@ void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b
 }
 
 AttentionModel bench_attention_kernel(const std::string& backend, int head_dim, int max_seq, const TimingPolicy& policy,
-                                      bool progress) {
-  std::vector<std::pair<int, int>> grid;  // (l, c): l over powers of two, c = 0, a quarter and half the sequence
-  for (int l = 8; l <= max_seq; l *= 2)
-    for (int c : {0, max_seq / 4, max_seq / 2})
-      if (c + l <= max_seq && (c == 0 || c >= 8)) grid.emplace_back(l, c);
-  Progress prog("attention kernel, head_dim " + std::to_string(head_dim), static_cast<int>(grid.size()), progress);
+                                      bool progress, double est_s) {
+  const std::vector<std::pair<int, int>> grid = attention_kernel_grid(max_seq);
+  Progress prog("attention kernel, head_dim " + std::to_string(head_dim), static_cast<int>(grid.size()), progress,
+                est_s);
   auto timer = thread_cpu_timer();
   TablePoints table(*timer, policy);
   std::vector<std::pair<std::size_t, std::size_t>> at;

@@ -7,7 +7,7 @@
 
 namespace pipescope::calib {
 
-void bench_ends(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b, LayerTable& t, double flop_s) {
+void bench_ends(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b, LayerTable& t) {
   const auto& s = cfg.shape;
   const int h = s.layer.hidden;
   auto emb = be.params(kernels::ModuleKind::kEmbedding, s);
@@ -37,10 +37,8 @@ void bench_ends(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, in
     const double norm = static_cast<double>(tokens.size());
     at.push_back({pts.time([&] { be.head_forward(*head, *hx, targets, sl, norm, 1.0, *rec); }),
                   pts.time([&] { be.head_backward(*head, *rec, *dx); })});
-    const double call = head_flops(cfg, b, l) / flop_s;
-    prog.step("l = " + std::to_string(l), estimated_point_s(call, cfg.policy) +
-                                              estimated_point_s(2 * call, cfg.policy) +
-                                              2 * estimated_point_s(0, cfg.policy));
+    // The first step's share includes making the modules, which happened before it.
+    prog.step("l = " + std::to_string(l), ends_point_est_s(cfg, b, l) + (at.size() == 2 ? ends_setup_est_s(cfg) : 0));
   }
   auto point = [&](int l, std::pair<std::size_t, std::size_t> fb) {
     const TimeStats f = pts.at(fb.first), bw = pts.at(fb.second);

@@ -26,8 +26,7 @@ std::vector<std::array<int, 3>> gemm_shapes(const ComputeConfig& cfg, const std:
   return shapes;
 }
 
-std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs,
-                                  double flop_s) {
+std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs) {
   if (!backend_on(backend, BackendDevice::Cpu)) return {};
   const auto shapes = gemm_shapes(cfg, bs);
   Progress prog("GEMM", static_cast<int>(shapes.size()), cfg.progress);
@@ -38,7 +37,7 @@ std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfi
   for (const auto& [m, k, n] : shapes) {
     pts.time(gemm_call(backend, m, k, n));
     prog.step(std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n),
-              estimated_point_s(2.0 * m * n * k / flop_s, cfg.policy));
+              gemm_point_est_s(cfg, m, k, n));
   }
   for (std::size_t i = 0; i < shapes.size(); i++)
     out.push_back(GemmPoint{shapes[i][0], shapes[i][2], shapes[i][1], dt, pts.at(i).median_s});
@@ -56,17 +55,11 @@ std::function<void()> gemm_call(const std::string& backend, int m, int k, int n)
   return backend_named(backend).kind == BackendKind::CpuF64 ? make(0.0) : make(0.0f);
 }
 
-std::vector<GemmSample> bench_gemm_spread(const std::string& backend, const TimingPolicy& policy, bool progress) {
+std::vector<GemmSample> bench_gemm_spread(const std::string& backend, const TimingPolicy& policy, bool progress,
+                                          double est_s) {
   if (!backend_on(backend, BackendDevice::Cpu)) return {};
-  // A spread of shapes independent of any one model, so the fit transfers: m (token rows) and n, k (widths) over
-  // two decades each, capped at 0.07 GFLOP a call (the layers of the shapes a CPU runs; longer calls mostly measure
-  // the machine's other load).
-  std::vector<std::array<int, 3>> shapes;
-  for (int m : {8, 24, 64, 192, 512})
-    for (int n : {16, 48, 128, 384, 1024})
-      for (int k : {16, 64, 256, 1024})
-        if (2.0 * m * n * k <= 7e7) shapes.push_back({m, k, n});
-  Progress prog("GEMM spread", static_cast<int>(shapes.size()), progress);
+  const std::vector<std::array<int, 3>> shapes = gemm_spread_shapes();
+  Progress prog("GEMM spread", static_cast<int>(shapes.size()), progress, est_s);
   std::vector<GemmSample> out;
   auto timer = thread_cpu_timer();
   TablePoints pts(*timer, policy);

@@ -69,7 +69,7 @@ std::pair<TimeStats, TimeStats> time_layer_point(kernels::Backend& be, Timer& ti
   return {pts.at(f), pts.at(bw)};
 }
 
-LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b, double flop_s) {
+LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b) {
   const auto& s = cfg.shape;
   LayerTable t;
   t.hidden = s.layer.hidden;
@@ -83,21 +83,17 @@ LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& 
 
   const std::vector<int> ls = slice_lengths(cfg);
   const std::vector<std::pair<int, int>> grid = context_points(cfg);
-  auto est = [&](int l, int c) {
-    const double call = layer_flops(cfg, b, l, c) / flop_s;
-    return estimated_point_s(call, cfg.policy) + estimated_point_s(2 * call, cfg.policy);
-  };
   Progress prog("layer t(l, c), micro-batch " + std::to_string(b), static_cast<int>(ls.size() + grid.size()),
                 cfg.progress);
   TablePoints pts(timer, cfg.policy);
   std::vector<std::pair<std::size_t, std::size_t>> at_l, at_lc;
   for (int l : ls) {
     at_l.push_back(rig.time(pts, l, 0));
-    prog.step("l = " + std::to_string(l) + ", c = 0", est(l, 0));
+    prog.step("l = " + std::to_string(l) + ", c = 0", layer_point_est_s(cfg, b, l, 0));
   }
   for (auto [l, c] : grid) {
     at_lc.push_back(rig.time(pts, l, c));
-    prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c), est(l, c));
+    prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c), layer_point_est_s(cfg, b, l, c));
   }
   for (std::size_t i = 0; i < ls.size(); i++)
     t.slices.push_back(SlicePoint{ls[i], pts.at(at_l[i].first), pts.at(at_l[i].second)});

@@ -104,20 +104,22 @@ std::size_t time_class(MemoryKernel k, int rows, int cols, TablePoints& pts) {
 }  // namespace
 
 std::vector<MemoryModel> bench_memory_kernels(const std::string& backend, int cols, int vocab,
-                                              const TimingPolicy& policy, bool progress) {
+                                              const TimingPolicy& policy, bool progress, double est_s) {
   if (!backend_on(backend, BackendDevice::Cpu)) return {};
   const bool f64 = backend_named(backend).kind == BackendKind::CpuF64;
   const int e = f64 ? 8 : 4;
-  // Sizes from a few rows to 1024 rows (the layer activations of the shapes a CPU runs: 256 tokens x 4h at h = 128).
-  const std::vector<int> rows = {4, 8, 16, 32, 64, 128, 256, 512, 1024};
-  Progress prog("memory-bound kernels", kMemoryKernels * static_cast<int>(rows.size()), progress);
+  int points = 0;
+  for (int i = 0; i < kMemoryKernels; i++)
+    points +=
+        static_cast<int>(memory_kernel_rows(memory_kernel_cols(static_cast<MemoryKernel>(i), cols, vocab), e).size());
+  Progress prog("memory-bound kernels", points, progress, est_s);
   auto timer = steady_timer({});
   TablePoints table(*timer, policy);
   std::vector<std::vector<std::pair<double, std::size_t>>> at(kMemoryKernels);  // per class: (bytes, point)
   for (int i = 0; i < kMemoryKernels; i++) {
     const auto k = static_cast<MemoryKernel>(i);
-    const int c = k == MemoryKernel::Softmax ? vocab : cols;
-    for (int r : rows) {
+    const int c = memory_kernel_cols(k, cols, vocab);
+    for (int r : memory_kernel_rows(c, e)) {
       at[i].emplace_back(memory_bytes(k, r, c, e),
                          f64 ? time_class<double>(k, r, c, table) : time_class<float>(k, r, c, table));
       prog.step(std::string(to_string(k)) + " " + std::to_string(r) + " x " + std::to_string(c));

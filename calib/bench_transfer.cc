@@ -9,26 +9,10 @@
 #include "core/backends.h"
 
 namespace pipescope::calib {
-namespace {
-
-kernels::ModelShape held_out_shape(const kernels::ModelShape& s) {
-  kernels::ModelShape h = s;
-  const bool halve = s.layer.heads % 2 == 0 && s.layer.hidden / 2 >= 32 && s.layer.ffn % 2 == 0;
-  h.layer.hidden = halve ? s.layer.hidden / 2 : s.layer.hidden * 2;
-  h.layer.heads = halve ? s.layer.heads / 2 : s.layer.heads * 2;
-  h.layer.ffn = halve ? s.layer.ffn / 2 : s.layer.ffn * 2;
-  h.layer.tp = 1;
-  return h;
-}
-
-}  // namespace
-
 std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg,
                                           const KernelModel& model) {
   if (!cfg.policy.reference) throw std::logic_error("bench_transfer: the timing policy has no reference call");
   const kernels::ModelShape s = held_out_shape(cfg.shape);
-  // Up to the longest length the layer table measured (a quick budget lowers it): the check must not cost more
-  // than the table.
   const int L = cfg.longest(), h = s.layer.hidden, b = 1;
   const int e = static_cast<int>(kernels::dtype_bytes(be.dtype()));
   auto params = be.params(kernels::ModuleKind::kLayer, s);
@@ -51,9 +35,9 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
   ref_call.n = kReferenceGemm[2];
   const double ref_fit_s = model.seconds(ref_call);
   std::vector<TransferPoint> out;
-  const std::vector<std::pair<int, int>> points = {{L / 2, 0}, {std::max(1, L / 4), L / 2}};
+  const std::vector<std::pair<int, int>> points = transfer_points(L);
   Progress prog("kernel model transfer check (hidden " + std::to_string(h) + ")", 2 * static_cast<int>(points.size()),
-                cfg.progress);
+                cfg.progress, transfer_est_s(cfg));
   for (const auto& point : points) {
     const int l = point.first, c = point.second;  // not a structured binding: lambdas capture it (clang 14)
     const auto x = filled_tensor(be, b * l, h, 5), dy = filled_tensor(be, b * l, h, 6);
@@ -102,13 +86,14 @@ KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::stri
   if (!backend_on(backend, BackendDevice::Cpu)) return {};
   KernelFits f;
   f.dtype = dtype_of_backend(backend);
-  f.gemm = fit_gemm_model(bench_gemm_spread(backend, cfg.policy, cfg.progress));
-  // Lengths up to the sequence length, or under a quick budget (which shortens the layer table) up to a quarter of
-  // it: the quadratic term dominates there already, and the default scenario's 2048 took 49 of its 236 s of compute.
-  const int d = cfg.shape.layer.head_dim(), L = std::max(cfg.longest(), cfg.shape.max_seq / 4);
+  f.gemm = fit_gemm_model(bench_gemm_spread(backend, cfg.policy, cfg.progress, gemm_spread_est_s(cfg)));
+  const int d = cfg.shape.layer.head_dim(), L = attention_kernel_length(cfg);
   for (int hd : {d / 2, d, 2 * d})
-    if (hd >= 4) f.attention.push_back(bench_attention_kernel(backend, hd, L, cfg.policy, cfg.progress));
-  f.memory = bench_memory_kernels(backend, cfg.shape.layer.hidden, cfg.shape.vocab, cfg.policy, cfg.progress);
+    if (hd >= 4)
+      f.attention.push_back(
+          bench_attention_kernel(backend, hd, L, cfg.policy, cfg.progress, attention_kernel_est_s(cfg, hd, L)));
+  f.memory = bench_memory_kernels(backend, cfg.shape.layer.hidden, cfg.shape.vocab, cfg.policy, cfg.progress,
+                                  memory_kernels_est_s(cfg, static_cast<int>(kernels::dtype_bytes(be.dtype()))));
   const KernelModel model(f);
   f.transfer = bench_transfer(be, timer, cfg, model);
   return f;

@@ -1,6 +1,7 @@
 #include "calib/calibrate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -57,13 +58,19 @@ std::string pct(double x) {
   return b;
 }
 
-// Speed of this machine on the layer (FLOP/s), from one forward at a short length after a warm-up call: the
-// scale of every estimate (progress, budget). Short slices run below the large-GEMM rate, so estimates err long.
-double probe_flop_s(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg) {
+// What the work estimates assume of this machine (calib/estimate.cc): the layer's FLOP rate from one forward at a
+// short length after a warm-up call (short slices run below the large-GEMM rate, so estimates err long); the cost per
+// value of making the probe's layer (normal draws, the gradient, first-touch page faults); the host bandwidth (CPU
+// backends: the device section's figure, measured here once).
+WorkRates probe_rates(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, bool cpu) {
   const auto& s = cfg.shape;
   const int l = std::min(cfg.longest(), 4 * cfg.grain);
+  WorkRates r;
+  const auto t0 = std::chrono::steady_clock::now();
   auto params = be.params(kernels::ModuleKind::kLayer, s);
   params->set(kernels::init_params(kernels::ModuleKind::kLayer, s, 11));
+  r.create_s_per_value = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                         static_cast<double>(std::max<std::size_t>(1, params->size()));
   auto kv = be.kv_cache(s.layer, 1, s.max_seq);
   auto rec = be.record();
   auto y = be.tensor(1, s.layer.hidden);
@@ -75,7 +82,9 @@ double probe_flop_s(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg
     be.layer_forward(*params, *x, kernels::Slice{1, 0, l}, *kv, *rec, *y);
     t = timer.stop();
   }
-  return layer_flops(cfg, 1, l, 0) / std::max(t, 1e-9);
+  r.flop_s = layer_flops(cfg, 1, l, 0) / std::max(t, 1e-9);
+  if (cpu) r.bw_Bps = bench_host_bandwidth(cfg.policy);
+  return r;
 }
 
 void check_config(const ComputeConfig& cfg) {
@@ -89,12 +98,12 @@ void check_config(const ComputeConfig& cfg) {
 }
 
 // The longest length (a multiple of the grain, halving from the sequence length) whose estimate fits.
-int budget_length(const CalibrateOptions& o, ComputeConfig cfg, double flop_s) {
+int budget_length(const CalibrateOptions& o, ComputeConfig cfg) {
   int L = cfg.shape.max_seq;
   for (;;) {
     cfg.max_len = L;
     const int next = L / 2 / cfg.grain * cfg.grain;
-    if (estimate_compute_s(o, cfg, flop_s) <= o.budget_s || next < cfg.grain) return L;
+    if (estimate_compute_s(o, cfg) <= o.budget_s || next < cfg.grain) return L;
     L = next;
   }
 }
@@ -115,27 +124,22 @@ void record_drift(DeviceProfile& p, const std::string& backend) {
 
 }  // namespace
 
-double estimate_compute_s(const CalibrateOptions& o, const ComputeConfig& cfg, double flop_s) {
+double estimate_compute_s(const CalibrateOptions& o, const ComputeConfig& cfg) {
   const bool cpu = o.backend.rfind("cpu-", 0) == 0;
-  const TimingPolicy& p = cfg.policy;
-  auto pair = [&](double flops) {
-    return estimated_point_s(flops / flop_s, p) + estimated_point_s(2 * flops / flop_s, p);
-  };
   double est = 0;
   for (int b : o.micro_batches) {
-    for (int l : slice_lengths(cfg)) {
-      est += pair(layer_flops(cfg, b, l, 0));
-      est += pair(head_flops(cfg, b, l)) + 2 * estimated_point_s(0, p);
-    }
-    for (auto [l, c] : context_points(cfg)) est += pair(layer_flops(cfg, b, l, c));
+    est += ends_setup_est_s(cfg);
+    for (int l : slice_lengths(cfg)) est += layer_point_est_s(cfg, b, l, 0) + ends_point_est_s(cfg, b, l);
+    for (auto [l, c] : context_points(cfg)) est += layer_point_est_s(cfg, b, l, c);
     if (cpu)
       for (int l = context_step(cfg); l > 0 && l <= cfg.longest(); l += context_step(cfg))
-        for (int c = 0; c + l <= cfg.longest(); c += context_step(cfg)) est += pair(attention_flops(cfg, b, l, c));
+        for (int c = 0; c + l <= cfg.longest(); c += context_step(cfg))
+          est += context_attention_point_est_s(cfg, b, l, c);
   }
+  est += kernel_fits_est_s(cfg, o.backend) + optimizer_est_s(cfg);
   if (cpu && o.gemm)
-    for (const auto& [m, k, n] : gemm_shapes(cfg, o.micro_batches))
-      est += estimated_point_s(2.0 * m * n * k / flop_s, p);
-  return est + 3 * estimated_point_s(1e-3, p);  // Adam, launch, host bandwidth
+    for (const auto& [m, k, n] : gemm_shapes(cfg, o.micro_batches)) est += gemm_point_est_s(cfg, m, k, n);
+  return est + estimated_point_s(1e-3, cfg.policy);  // launch
 }
 
 DeviceProfile calibrate(const CalibrateOptions& o) {
@@ -178,24 +182,25 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
   }
 
   reset_work_plan();
-  const double flop_s = probe_flop_s(*be, *timer, cfg);
+  cfg.rates = probe_rates(*be, *timer, cfg, cpu);
   if (o.budget_s > 0) {
-    cfg.max_len = budget_length(o, cfg, flop_s);
+    cfg.max_len = budget_length(o, cfg);
     if (cfg.max_len < cfg.shape.max_seq) {
       p.provenance["budget"] = "quick budget " + std::to_string(static_cast<int>(o.budget_s)) + " s: lengths up to " +
                                std::to_string(cfg.max_len) + " of " + std::to_string(cfg.shape.max_seq) + " measured";
       if (cfg.progress) std::fprintf(stderr, "calibrate: %s\n", p.provenance["budget"].c_str());
     }
   }
-  const double est = estimate_compute_s(o, cfg, flop_s);
+  const double est = estimate_compute_s(o, cfg);
   plan_work(est);
   if (cfg.progress)
-    std::fprintf(stderr, "calibrate: probe %.3g GFLOP/s; compute benchmarks estimated at ~%.0f s\n", flop_s / 1e9, est);
+    std::fprintf(stderr, "calibrate: probe %.3g GFLOP/s; compute benchmarks estimated at ~%.0f s\n",
+                 cfg.rates.flop_s / 1e9, est);
 
   for (int b : o.micro_batches) {
-    LayerTable t = bench_layer(*be, *timer, cfg, b, flop_s);
-    bench_ends(*be, *timer, cfg, b, t, flop_s);
-    bench_attention(o.backend, cfg, b, t, flop_s);
+    LayerTable t = bench_layer(*be, *timer, cfg, b);
+    bench_ends(*be, *timer, cfg, b, t);
+    bench_attention(o.backend, cfg, b, t);
     p.layers.push_back(std::move(t));
   }
   // Kernel-level fits for shapes without a layer table, with their held-out transfer check (CPU backends).
@@ -209,7 +214,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
     d.name = cpu_model() + " (" + o.backend + ")";
     double rate = 0, half = 0;
     if (o.gemm) {
-      p.gemms = bench_gemm(o.backend, cfg, o.micro_batches, flop_s);
+      p.gemms = bench_gemm(o.backend, cfg, o.micro_batches);
       const GemmFit g = fit_gemm(p.gemms);
       gemm_holdout = g.holdout_rel_err;
       rate = g.rate_flops;
@@ -228,7 +233,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
     d.gemm_efficiency = 1.0;
     d.gemm_half_sat_flops = half;
     d.memory_bytes = physical_memory_bytes();
-    d.hbm_bw_Bps = bench_host_bandwidth(cfg.policy);
+    d.hbm_bw_Bps = cfg.rates.bw_Bps;
     d.memory_efficiency = 1.0;
     d.kernel_launch_s = launch_s;
   } else {

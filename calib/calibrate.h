@@ -28,8 +28,8 @@ struct CalibrateOptions {
   double timer_noise = 0;     // test hook: sigma of log-normal noise on every compute reading (noisy_timer)
 };
 
-// Estimated seconds of the compute benchmarks of `o` with `cfg` on a machine doing `flop_s`.
-double estimate_compute_s(const CalibrateOptions& o, const ComputeConfig& cfg, double flop_s);
+// Estimated seconds of the compute benchmarks of `o` with `cfg` on a machine of cfg.rates (calib/estimate.cc).
+double estimate_compute_s(const CalibrateOptions& o, const ComputeConfig& cfg);
 
 // Throws CalibrationRefused (calib/gates.h) when a quality gate fails and !accept_poor_fit.
 DeviceProfile calibrate(const CalibrateOptions& o);

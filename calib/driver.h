@@ -115,18 +115,21 @@ double planned_work();
 // 0.5 s unless it is the last step; silent when disabled.
 class Progress {
  public:
-  Progress(std::string what, int total, bool enabled);
-  // `est_s`: this step's share of the announced plan (0: unplanned, counts for the phase's own estimate only).
-  void step(const std::string& detail, double est_s = 0);
+  // `phase_est_s`: the phase's share of the announced plan, counted evenly over its steps unless a step says its own.
+  Progress(std::string what, int total, bool enabled, double phase_est_s = 0);
+  // `est_s`: this step's share of the plan (negative: the phase's estimate / steps; 0: unplanned).
+  void step(const std::string& detail, double est_s = -1);
 
  private:
   std::string what_;
   int total_, done_ = 0;
   bool enabled_;
+  double phase_est_s_;
   std::chrono::steady_clock::time_point start_, last_;
 };
 
-// Estimated seconds of one time_calls on a call of `call_s` seconds under policy p (for progress and budgets).
+// Estimated seconds of one time_calls on a call of `call_s` seconds under policy p (for progress and budgets), the
+// reference paired with each sample included (it lasts at least a quarter of the sample).
 double estimated_point_s(double call_s, const TimingPolicy& p);
 
 // nccl-tests sizes: "8", "64K", "128M", "1G" (binary suffixes). Throws std::invalid_argument.
