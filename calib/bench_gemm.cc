@@ -15,11 +15,12 @@ std::vector<std::array<int, 3>> gemm_shapes(const ComputeConfig& cfg, const std:
   const auto& s = cfg.shape;
   const int h = s.layer.hidden, f = s.layer.ffn / cfg.tp, V = s.vocab / cfg.tp, ht = h / cfg.tp;
   std::vector<int> tokens;
-  // l = 16, 32, ... up to the longest length, and at least two lengths (from half the longest when it is under 32):
-  // the fit's saturation term needs two token counts (with one, a quick budget's l <= 16 left the fit five shapes
-  // of one m, and its held-out error at 33%).
+  // l = 16, 32, ... up to the longest length, and at least 16 and 32: the fit's saturation term needs two token
+  // counts (with one, a quick budget's l <= 16 left the fit five shapes of one m, and its held-out error at 33%), and
+  // at m = 8 the wide GEMMs stream their weights (3.6-6.8 GFLOP/s over the five shapes), which t = (F + F_half) / R
+  // cannot follow (held-out error 22% in one of two runs with l = 8, 16).
   for (int b : bs)
-    for (int l = std::min(16, std::max(1, cfg.longest() / 2)); l <= cfg.longest(); l *= 2) tokens.push_back(b * l);
+    for (int l = 16; l <= std::max(32, cfg.longest()); l *= 2) tokens.push_back(b * l);
   std::sort(tokens.begin(), tokens.end());
   tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
   std::vector<std::array<int, 3>> shapes;  // (M, K, N)

@@ -80,7 +80,7 @@ double bench_optimizer(kernels::Backend& be, Timer& timer, const ComputeConfig& 
 // Time of the smallest operation the backend runs (an Adam step of a 16-wide layer): the per-kernel fixed cost.
 double bench_launch(kernels::Backend& be, Timer& timer, const TimingPolicy& p);
 // GEMMs at the model's layer shapes (QKV, output projection, MLP up and down, logits) for token counts
-// b * l, l = 16, 32, ... up to the longest measured length (at least two); CPU backends only (Eigen, the kernels' own
+// b * l, l = 16, 32, ... up to the longest measured length (at least 32); CPU backends only (Eigen, the kernels' own
 // GEMM), empty otherwise.
 std::vector<GemmPoint> bench_gemm(const std::string& backend, const ComputeConfig& cfg, const std::vector<int>& bs);
 // The (M, K, N) shapes both GEMM benchmarks time: QKV, projection, MLP up and down, logits at tp for b * l tokens.

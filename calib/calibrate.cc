@@ -97,13 +97,15 @@ void check_config(const ComputeConfig& cfg) {
                                 std::to_string(cfg.context_steps));
 }
 
-// The longest length (a multiple of the grain, halving from the sequence length) whose estimate fits.
+// The longest length (a multiple of the grain, halving from the sequence length) whose estimate fits, but at least
+// two grains: a table of one length cannot show t(l, 0) growing (a gate), and the fixed costs (making the head,
+// the kernel fits) are most of a short table's time anyway.
 int budget_length(const CalibrateOptions& o, ComputeConfig cfg) {
   int L = cfg.shape.max_seq;
   for (;;) {
     cfg.max_len = L;
     const int next = L / 2 / cfg.grain * cfg.grain;
-    if (estimate_compute_s(o, cfg) <= o.budget_s || next < cfg.grain) return L;
+    if (estimate_compute_s(o, cfg) <= o.budget_s || next < 2 * cfg.grain) return L;
     L = next;
   }
 }
@@ -188,6 +190,9 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
     if (cfg.max_len < cfg.shape.max_seq) {
       p.provenance["budget"] = "quick budget " + std::to_string(static_cast<int>(o.budget_s)) + " s: lengths up to " +
                                std::to_string(cfg.max_len) + " of " + std::to_string(cfg.shape.max_seq) + " measured";
+      if (const double e = estimate_compute_s(o, cfg); e > o.budget_s)
+        p.provenance["budget"] +=
+            " (the shortest table of two lengths, estimated at " + std::to_string(static_cast<int>(e)) + " s)";
       if (cfg.progress) std::fprintf(stderr, "calibrate: %s\n", p.provenance["budget"].c_str());
     }
   }
