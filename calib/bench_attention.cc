@@ -56,12 +56,9 @@ std::pair<std::size_t, std::size_t> time_attention(int b, int heads, int dh, int
 void bench_attention(const std::string& backend, const ComputeConfig& cfg, int b, LayerTable& t) {
   if (!backend_on(backend, BackendDevice::Cpu)) return;
   const auto& s = cfg.shape;
-  const int dh = s.layer.head_dim(), heads = s.layer.heads, L = cfg.longest();
-  const int step = context_step(cfg);
-  if (step == 0) return;
-  std::vector<std::pair<int, int>> grid;
-  for (int l = step; l <= L; l += step)
-    for (int c = 0; c + l <= L; c += step) grid.emplace_back(l, c);
+  const int dh = s.layer.head_dim(), heads = s.layer.heads;
+  const std::vector<std::pair<int, int>> grid = context_attention_grid(cfg);
+  if (grid.empty()) return;
   Progress prog("attention with context, micro-batch " + std::to_string(b), static_cast<int>(grid.size()),
                 cfg.progress);
   auto timer = thread_cpu_timer();

@@ -41,6 +41,8 @@ struct ComputeConfig {
 std::vector<int> slice_lengths(const ComputeConfig& cfg);
 int context_step(const ComputeConfig& cfg);
 std::vector<std::pair<int, int>> context_points(const ComputeConfig& cfg);
+// The (l, c) points of attention alone (bench_attention): the context grid and c = 0.
+std::vector<std::pair<int, int>> context_attention_grid(const ComputeConfig& cfg);
 
 // The kernel-fit grids: rows of the memory-bound kernels' tensors of `cols` elements of `elem_bytes` each; the GEMM
 // spread's (m, k, n); the attention kernel's (l, c) up to `max_seq` and that length for a config; the shape and the

@@ -134,9 +134,7 @@ double estimate_compute_s(const CalibrateOptions& o, const ComputeConfig& cfg) {
     for (int l : slice_lengths(cfg)) est += layer_point_est_s(cfg, b, l, 0) + ends_point_est_s(cfg, b, l);
     for (auto [l, c] : context_points(cfg)) est += layer_point_est_s(cfg, b, l, c);
     if (cpu)
-      for (int l = context_step(cfg); l > 0 && l <= cfg.longest(); l += context_step(cfg))
-        for (int c = 0; c + l <= cfg.longest(); c += context_step(cfg))
-          est += context_attention_point_est_s(cfg, b, l, c);
+      for (auto [l, c] : context_attention_grid(cfg)) est += context_attention_point_est_s(cfg, b, l, c);
   }
   est += kernel_fits_est_s(cfg, o.backend) + optimizer_est_s(cfg);
   if (cpu && o.gemm)

@@ -97,6 +97,15 @@ std::vector<std::pair<int, int>> transfer_points(int longest) {
   return {{longest / 2, 0}, {std::max(1, longest / 4), longest / 2}};
 }
 
+std::vector<std::pair<int, int>> context_attention_grid(const ComputeConfig& cfg) {
+  std::vector<std::pair<int, int>> grid;  // the context grid with c = 0 too
+  const int step = context_step(cfg), L = cfg.longest();
+  if (step == 0) return grid;
+  for (int l = step; l <= L; l += step)
+    for (int c = 0; c + l <= L; c += step) grid.emplace_back(l, c);
+  return grid;
+}
+
 double layer_flops(const ComputeConfig& cfg, int b, int l, int c) {
   const double h = cfg.shape.layer.hidden, f = cfg.shape.layer.ffn;
   // QKV 3h^2 + projection h^2 + MLP 2 h f per token; scores and weighted sum 2 (c + l) h per token.
