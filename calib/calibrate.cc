@@ -197,8 +197,10 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
   const double est = estimate_compute_s(o, cfg);
   plan_work(est);
   if (cfg.progress)
-    std::fprintf(stderr, "calibrate: probe %.3g GFLOP/s; compute benchmarks estimated at ~%.0f s\n",
-                 cfg.rates.flop_s / 1e9, est);
+    std::fprintf(stderr,
+                 "calibrate: probe %.3g GFLOP/s, %.3g ns per parameter made, host %.3g GB/s; compute benchmarks "
+                 "estimated at ~%.0f s\n",
+                 cfg.rates.flop_s / 1e9, cfg.rates.create_s_per_value * 1e9, cfg.rates.bw_Bps / 1e9, est);
 
   for (int b : o.micro_batches) {
     LayerTable t = bench_layer(*be, *timer, cfg, b);
