@@ -144,8 +144,8 @@ TEST(DagBuild, ShapeBuilderRejectsNodesOfOneClassThatDiffer) {
   EXPECT_NE(transfer.find("send(0F7->1)"), std::string::npos) << transfer;
 }
 
-// emit() makes its shape while the lowering writes its ops (no programs, no matching): the same nodes and, re-timed,
-// the same critical path as build()'s from the kept programs.
+// emit() makes its shape while the lowering writes its ops (no programs, no matching): build()'s nodes less the joins
+// it folds and, re-timed, the same critical path as build()'s from the kept programs.
 TEST(DagBuild, EmittedShapeIsTheBuiltShape) {
   const char* layouts[] = {"{dp: 2, pp: 2, tp: 2, micro_batch_size: 1, global_batch: 16}",
                            "{dp: 1, pp: 4, tp: 2, micro_batch_size: 1, global_batch: 8}",
@@ -180,7 +180,7 @@ TEST(DagBuild, EmittedShapeIsTheBuiltShape) {
       const DagShapePtr emitted = e.emit(s, *cost, key, [&](LoweredSchedule& header, LoweringSink& sink) {
         lower_one_replica_to(s, make_schedule(s), *cost, header, sink);
       });
-      EXPECT_EQ(shape_nodes(*emitted), shape_nodes(*built));
+      EXPECT_LT(shape_nodes(*emitted), shape_nodes(*built));
       Retimer r;
       ASSERT_TRUE(r.load(*built, s, key, *cost));
       const double want = r.critical_path_s(*built, s);
