@@ -43,6 +43,26 @@ inline bool is_collective(LOpKind k) {
   return k == LOpKind::AllReduce || k == LOpKind::AllGather || k == LOpKind::ReduceScatter;
 }
 
+// The kind of node a lowered op becomes: compute ops and optimizer steps compute, a receive a join (it completes
+// when its transfer arrives), a send its transfer, a collective call its collective; a send or collective of no
+// bytes a join. Stage 2's shapes made as the lowering writes its ops (core/search_retime.cc) ask it too.
+inline DagKind dag_kind_of(const LoweredOp& l) {
+  switch (l.kind) {
+    case LOpKind::Compute:
+    case LOpKind::Optimizer:
+      return DagKind::Compute;
+    case LOpKind::Recv:
+      return DagKind::Join;
+    case LOpKind::Send:
+      return l.bytes > 0 ? DagKind::Transfer : DagKind::Join;
+    case LOpKind::AllReduce:
+    case LOpKind::AllGather:
+    case LOpKind::ReduceScatter:
+      break;
+  }
+  return l.bytes > 0 ? DagKind::Collective : DagKind::Join;
+}
+
 // A matched message: where its Send and its Recv are (worker, position in the program). Kept small: a search
 // matches millions.
 struct MsgPair {
@@ -93,25 +113,8 @@ void build_graph(const LoweredSchedule& ls, Dag& dag, Scratch& sc, Sink& sink) {
     const auto& prog = ls.per_worker[w];
     auto& nodes = dag.node_of[w];
     nodes.assign(prog.size(), -1);
-    for (std::size_t i = 0; i < prog.size(); i++) {
-      const LoweredOp& l = prog[i];
-      switch (l.kind) {
-        case LOpKind::Compute:
-        case LOpKind::Optimizer:
-          nodes[i] = add(DagKind::Compute, wi, i, l, -1);
-          break;
-        case LOpKind::Recv:
-          nodes[i] = add(DagKind::Join, wi, i, l, -1);
-          break;
-        case LOpKind::Send:
-          nodes[i] = add(l.bytes > 0 ? DagKind::Transfer : DagKind::Join, wi, i, l, -1);
-          break;
-        case LOpKind::AllReduce:
-        case LOpKind::AllGather:
-        case LOpKind::ReduceScatter:
-          break;
-      }
-    }
+    for (std::size_t i = 0; i < prog.size(); i++)
+      if (!is_collective(prog[i].kind)) nodes[i] = add(dag_kind_of(prog[i]), wi, i, prog[i], -1);
   }
   // One node per collective call, owned by the group's first member.
   const std::uint32_t first_coll = sink.size();
@@ -123,8 +126,8 @@ void build_graph(const LoweredSchedule& ls, Dag& dag, Scratch& sc, Sink& sink) {
       // The calls are spread over a program that no longer fits in the caches: fetched ahead.
       if (k + 8 < mine.size()) __builtin_prefetch(&prog[static_cast<std::size_t>(mine[k + 8])]);
       const LoweredOp& l = prog[static_cast<std::size_t>(mine[k])];
-      const std::int32_t id = add(l.bytes > 0 ? DagKind::Collective : DagKind::Join, ws[0],
-                                  static_cast<std::size_t>(mine[k]), l, static_cast<std::int32_t>(g));
+      const std::int32_t id =
+          add(dag_kind_of(l), ws[0], static_cast<std::size_t>(mine[k]), l, static_cast<std::int32_t>(g));
       for (std::size_t s = 0; s < ws.size(); s++) dag.node_of[ws[s]][calls[g][s][k]] = id;
     }
   }

@@ -71,6 +71,14 @@ void insert_before(std::vector<LoweredOp>& prog, std::vector<std::pair<std::size
   prog = std::move(out);
 }
 
+// Worker w's program so far, for a pass that inserts into it.
+std::vector<LoweredOp>& program_of(LoweringSink& sink, std::int32_t w) {
+  std::vector<LoweredOp>* prog = sink.program(static_cast<std::size_t>(w));
+  if (!prog)
+    throw std::logic_error("gradient sync: overlapped collectives need the programs, which this sink keeps not");
+  return *prog;
+}
+
 }  // namespace
 
 // At most kMaxBuckets per virtual stage (tiny buckets would only multiply collectives: beyond that they grow).
@@ -80,24 +88,24 @@ int bucket_count(double bytes, double bucket_bytes) {
   return static_cast<int>(std::clamp(std::ceil(bytes / bucket_bytes), 1.0, kMaxBuckets));
 }
 
-void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o) {
+void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o, LoweringSink& sink) {
   const LOpKind kind = o.distributed_optimizer ? LOpKind::ReduceScatter : LOpKind::AllReduce;
   for (int r = 0; r < ls.p; r++) {
     const std::int32_t g = new_group(ls, CollTag::DataParallel, r);
     const double bytes = cost.grad_bytes(r);
     for (std::int32_t w : ls.groups[g].workers) {
-      std::vector<LoweredOp>& prog = ls.per_worker[w];
       // Not overlapped (or nothing to overlap): one call at the end. The program is scanned only when overlapped
       // (a search lowers millions of ops).
       std::vector<StageSpan> spans;
-      if (o.overlap_grad_reduce) spans = stage_spans(prog);
+      if (o.overlap_grad_reduce) spans = stage_spans(program_of(sink, w));
       spans.erase(
           std::remove_if(spans.begin(), spans.end(), [](const StageSpan& s) { return s.last_backward == kNone; }),
           spans.end());
       if (spans.empty()) {
-        prog.push_back(collective_op(kind, CollTag::DataParallel, g, bytes));
+        sink.add(static_cast<std::size_t>(w), collective_op(kind, CollTag::DataParallel, g, bytes), -1);
         continue;
       }
+      std::vector<LoweredOp>& prog = program_of(sink, w);
       const double per_stage = bytes / static_cast<double>(spans.size());
       const int n = bucket_count(per_stage, o.bucket_bytes);
       std::vector<std::pair<std::size_t, LoweredOp>> ins;
@@ -116,19 +124,19 @@ void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSync
   }
 }
 
-void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o) {
+void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o, LoweringSink& sink) {
   if (!o.distributed_optimizer) return;
   for (int r = 0; r < ls.p; r++) {
     const std::int32_t g = new_group(ls, CollTag::ParamGather, r);
     const double bytes = cost.param_bytes(r);
     for (std::int32_t w : ls.groups[g].workers) {
-      std::vector<LoweredOp>& prog = ls.per_worker[w];
       std::vector<StageSpan> spans;
-      if (o.overlap_param_gather) spans = stage_spans(prog);  // scanned only when overlapped, as above
+      if (o.overlap_param_gather) spans = stage_spans(program_of(sink, w));  // scanned only when overlapped, as above
       if (spans.empty()) {
-        prog.push_back(collective_op(LOpKind::AllGather, CollTag::ParamGather, g, bytes));
+        sink.add(static_cast<std::size_t>(w), collective_op(LOpKind::AllGather, CollTag::ParamGather, g, bytes), -1);
         continue;
       }
+      std::vector<LoweredOp>& prog = program_of(sink, w);
       // In the order the stages first run, all posted at the program start.
       std::sort(spans.begin(), spans.end(), [](const StageSpan& a, const StageSpan& b) { return a.first < b.first; });
       const double per_stage = bytes / static_cast<double>(spans.size());
@@ -144,6 +152,16 @@ void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSync
       insert_before(prog, std::move(ins));
     }
   }
+}
+
+void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o) {
+  ProgramSink sink(ls.per_worker);
+  add_dp_grad_sync(ls, cost, o, sink);
+}
+
+void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o) {
+  ProgramSink sink(ls.per_worker);
+  add_param_gather(ls, cost, o, sink);
 }
 
 }  // namespace pipescope

@@ -19,10 +19,14 @@
 
 namespace pipescope {
 
-// Appends (or inserts) the DP gradient collectives for every pipeline rank; dp > 1.
-void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o);
+// Appends (or inserts) the DP gradient collectives for every pipeline rank; dp > 1 (or o.replica_of_dp). Its groups
+// go to ls.groups, its ops to `sink` (the overlapped buckets into sink.program(w)).
+void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o, LoweringSink& sink);
 // With the distributed optimizer: the parameter all-gather after each worker's Optimizer op (or at its program
 // start with overlap_param_gather); nothing otherwise. Run after the Optimizer ops are appended; dp > 1.
+void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o, LoweringSink& sink);
+// The same on ls's own programs.
+void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o);
 void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o);
 // Buckets of a virtual stage's `bytes` (overlap_grad_reduce / overlap_param_gather): bytes / bucket_bytes rounded
 // up, 1 to 1024 (the search's re-timing asks it too, core/search_retime.h).

@@ -56,19 +56,31 @@ const char* tag_text(CollTag t) {
 // appending them does not reallocate million-op programs.
 constexpr std::size_t kTailSlack = 4;
 
-// An op inserted into a worker's program before (after = false) or after (after = true) position `at`.
+// An op inserted into a worker's program before (after = false) or after (after = true) position `at`; msg: its
+// message (LoweringSink::add).
 struct Insert {
   std::uint32_t at;  // a program position (programs stay far below 2^32 ops: docs/limits.md)
+  std::int32_t msg;
   bool after;
   LoweredOp op;
 };
 
-// Rebuilds a program with the inserts placed; inserts at the same spot keep their generation order. Placed by
-// counting (each spot's inserts counted, then laid out in generation order): linear, no sort of the ops. Each op of
-// the new program goes through emit(out, op) (lower() applies the later passes' rules there; extra: their room).
+// Where a rule writes worker w's ops: the sink (lower()), or a vector (the passes run one by one).
+struct ToSink {
+  LoweringSink& sink;
+  std::size_t w;
+  void operator()(const LoweredOp& l, std::int32_t msg = -1) const { sink.add(w, l, msg); }
+};
+struct ToVector {
+  std::vector<LoweredOp>& out;
+  void operator()(const LoweredOp& l, std::int32_t = -1) const { out.push_back(l); }
+};
+
+// A program with the inserts placed, each op handed to emit(op, msg) in the new order; inserts at the same spot keep
+// their generation order. Placed by counting (each spot's inserts counted, then laid out in generation order):
+// linear, no sort of the ops.
 template <class Emit>
-std::vector<LoweredOp> apply_inserts(const std::vector<LoweredOp>& prog, const std::vector<Insert>& ins,
-                                     std::size_t extra, const Emit& emit) {
+void apply_inserts(const std::vector<LoweredOp>& prog, const std::vector<Insert>& ins, const Emit& emit) {
   // Spot 2 * at + after: before op `at` (even) or after it (odd).
   std::vector<std::uint32_t> first(2 * prog.size() + 1, 0);
   for (const Insert& x : ins) first[2 * x.at + x.after + 1]++;
@@ -79,27 +91,25 @@ std::vector<LoweredOp> apply_inserts(const std::vector<LoweredOp>& prog, const s
     for (std::size_t k = 0; k < ins.size(); k++)
       order[next[2 * ins[k].at + ins[k].after]++] = static_cast<std::uint32_t>(k);
   }
-  std::vector<LoweredOp> out;
-  out.reserve(prog.size() + ins.size() + extra + kTailSlack);
   std::size_t k = 0;
+  auto place = [&](std::size_t x) { emit(ins[x].op, ins[x].msg); };
   for (std::size_t i = 0; i < prog.size(); i++) {
-    for (; k < first[2 * i + 1]; k++) emit(out, ins[order[k]].op);
-    emit(out, prog[i]);
-    for (; k < first[2 * i + 2]; k++) emit(out, ins[order[k]].op);
+    for (; k < first[2 * i + 1]; k++) place(order[k]);
+    emit(prog[i], -1);
+    for (; k < first[2 * i + 2]; k++) place(order[k]);
   }
-  return out;
 }
-void append(std::vector<LoweredOp>& out, const LoweredOp& l) { out.push_back(l); }
 
 // The scatter/gather rule for one op (add_scatter_gather): a Send or Recv carries its 1/tp share; a Recv of a
 // non-empty message is followed by the all-gather of the whole tensor over the receiver's TP group `group`.
 bool gathers(const LoweredOp& l) { return l.kind == LOpKind::Recv && l.bytes > 0; }
-void emit_scatter_gather(std::vector<LoweredOp>& out, LoweredOp l, int tp, std::int32_t group) {
+template <class Out>
+void emit_scatter_gather(const Out& out, LoweredOp l, std::int32_t msg, int tp, std::int32_t group) {
   const double full = l.bytes;
   if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) l.bytes = full / tp;
-  out.push_back(l);
+  out(l, msg);
   if (l.kind != LOpKind::Recv || full <= 0) return;
-  out.push_back(collective_op(LOpKind::AllGather, CollTag::ScatterGather, group, full, l.op));
+  out(collective_op(LOpKind::AllGather, CollTag::ScatterGather, group, full, l.op));
 }
 
 // The tensor-parallel rule for one op (add_tp_allreduce): a compute op that issues TP all-reduces is followed by
@@ -108,7 +118,8 @@ struct TpRule {
   const Schedule& schedule;
   const CostModel& cost;
   std::vector<CollGroup>& groups;
-  void emit(std::vector<LoweredOp>& out, const LoweredOp& l, int w, std::int32_t& group) const {
+  template <class Out>
+  void emit(const Out& out, const LoweredOp& l, int w, std::int32_t& group) const {
     if (l.kind != LOpKind::Compute) return;
     const int calls = cost.tp_allreduce_calls(l.op);
     if (calls <= 0) return;
@@ -119,7 +130,7 @@ struct TpRule {
     LoweredOp ar = collective_op(LOpKind::AllReduce, CollTag::TensorParallel, group,
                                  cost.tp_allreduce_bytes(l.op, seqs_of(schedule, l.op)), l.op);
     ar.count = calls;
-    out.push_back(ar);
+    out(ar);
   }
 };
 
@@ -220,7 +231,8 @@ namespace {
 
 // The passes work on a value so that lower() can move one program set through all of them; the public
 // functions copy their input once.
-// add_p2p's messages: per worker, its Sends (after their producers) and Recvs (before their first consumers).
+// add_p2p's messages: per worker, its Sends (after their producers) and Recvs (before their first consumers), each
+// message numbered (its Send and its Recv alike) in the order made.
 std::vector<std::vector<Insert>> p2p_inserts(const LoweredSchedule& in, const CostModel& cost) {
   const Schedule& s = in.schedule;
   const OpKeyIndex index(s);
@@ -231,14 +243,17 @@ std::vector<std::vector<Insert>> p2p_inserts(const LoweredSchedule& in, const Co
   // Per replica: where each op of the grid runs, and (per consumer worker) which producers it already receives.
   // Made unset (-1) here and cleared again only for a later replica: not zeroed, then filled.
   std::vector<std::int32_t> at_worker(index.size(), -1), at_index(index.size()), received_on(index.size(), -1);
+  std::int32_t msgs = 0, replica0_msgs = 0;
   for (int d = 0; d < in.dp; d++) {
-    // A replica whose programs are replica 0's gets replica 0's messages, moved to its own workers.
+    if (d == 1) replica0_msgs = msgs;
+    // A replica whose programs are replica 0's gets replica 0's messages, moved to its own workers (and numbers).
     if (d > 0 && replica_programs_equal(in, d)) {
       for (int r = 0; r < p; r++) {
         auto& mine = ins[LoweredSchedule::worker(d, r, p)];
         mine = ins[r];
-        for (Insert& x : mine) x.op.peer += d * p;
+        for (Insert& x : mine) x.op.peer += d * p, x.msg += msgs;
       }
+      msgs += replica0_msgs;
       continue;
     }
     if (d > 0) {
@@ -273,10 +288,10 @@ std::vector<std::vector<Insert>> p2p_inserts(const LoweredSchedule& in, const Co
           msg.bytes = cost.p2p_bytes(producer.op, seqs_of(s, producer.op));
           msg.kind = LOpKind::Send;
           msg.peer = w;
-          ins[pw].push_back(Insert{static_cast<std::uint32_t>(at_index[slot]), true, msg});
+          ins[pw].push_back(Insert{static_cast<std::uint32_t>(at_index[slot]), msgs, true, msg});
           msg.kind = LOpKind::Recv;
           msg.peer = pw;
-          ins[w].push_back(Insert{static_cast<std::uint32_t>(i), false, msg});
+          ins[w].push_back(Insert{static_cast<std::uint32_t>(i), msgs++, false, msg});
         }
       }
     }
@@ -284,37 +299,43 @@ std::vector<std::vector<Insert>> p2p_inserts(const LoweredSchedule& in, const Co
   return ins;
 }
 
-LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
-  require_shape(in, "add_p2p");
+// add_p2p, then add_scatter_gather (when `scatter_gather`) and add_tp_allreduce (when `tp_allreduce`) in one sweep
+// over each program, every op written to `sink`: the same rules (emit_scatter_gather, TpRule) and the same group
+// numbering (every scatter/gather group before the first TP group, each kind in worker order) as the passes one by
+// one, without two more copies of every program. `in`: compute programs; its groups get the new ones.
+void p2p_sg_tp_to(LoweredSchedule& in, const CostModel& cost, bool scatter_gather, bool tp_allreduce,
+                  LoweringSink& sink) {
   const std::vector<std::vector<Insert>> ins = p2p_inserts(in, cost);
-  for (std::size_t w = 0; w < ins.size(); w++)
-    if (!ins[w].empty()) in.per_worker[w] = apply_inserts(in.per_worker[w], ins[w], 0, append);
-  return in;
+  const bool tp = tp_allreduce && in.tp > 1;  // neither later pass changes anything with tp = 1
+  std::vector<std::int32_t> sg(in.per_worker.size(), -1);
+  if (tp && scatter_gather)
+    for (std::size_t w = 0; w < sg.size(); w++) sg[w] = scatter_gather_group(in.per_worker[w], &ins[w], w, in.groups);
+  const TpRule tp_rule{in.schedule, cost, in.groups};
+  for (std::size_t w = 0; w < ins.size(); w++) {
+    const ToSink out{sink, w};
+    std::int32_t tp_group = -1;
+    auto emit = [&](const LoweredOp& l, std::int32_t msg) {
+      if (!tp) return out(l, msg);
+      if (scatter_gather)
+        emit_scatter_gather(out, l, msg, in.tp, sg[w]);
+      else
+        out(l, msg);
+      tp_rule.emit(out, l, static_cast<int>(w), tp_group);
+    };
+    // Room for a TP all-reduce after each compute op and an all-gather after each receive, and the tail.
+    const std::size_t n = in.per_worker[w].size() + ins[w].size();
+    sink.reserve(w, (tp ? 2 * n : n) + kTailSlack);
+    apply_inserts(in.per_worker[w], ins[w], emit);
+  }
 }
 
-// add_p2p, then add_scatter_gather (when `scatter_gather`) and add_tp_allreduce in one sweep over each program: the
-// same rules (emit_scatter_gather, TpRule) and the same group numbering (every scatter/gather group before the
-// first TP group, each kind in worker order), without two more copies of every program.
-LoweredSchedule p2p_sg_tp_pass(LoweredSchedule in, const CostModel& cost, bool scatter_gather) {
+LoweredSchedule p2p_pass(LoweredSchedule in, const CostModel& cost) {
   require_shape(in, "add_p2p");
-  if (in.tp == 1) return p2p_pass(std::move(in), cost);  // neither later pass changes anything with tp = 1
-  const std::vector<std::vector<Insert>> ins = p2p_inserts(in, cost);
-  std::vector<std::int32_t> sg(in.per_worker.size(), -1);
-  if (scatter_gather)
-    for (std::size_t w = 0; w < sg.size(); w++) sg[w] = scatter_gather_group(in.per_worker[w], &ins[w], w, in.groups);
-  const TpRule tp{in.schedule, cost, in.groups};
-  for (std::size_t w = 0; w < ins.size(); w++) {
-    std::int32_t tp_group = -1;
-    auto emit = [&](std::vector<LoweredOp>& out, const LoweredOp& l) {
-      if (scatter_gather)
-        emit_scatter_gather(out, l, in.tp, sg[w]);
-      else
-        out.push_back(l);
-      tp.emit(out, l, static_cast<int>(w), tp_group);
-    };
-    // Room for a TP all-reduce after each compute op and an all-gather after each receive.
-    in.per_worker[w] = apply_inserts(in.per_worker[w], ins[w], in.per_worker[w].size() + ins[w].size(), emit);
-  }
+  std::vector<std::vector<LoweredOp>> out;
+  ProgramSink sink(out);
+  sink.begin(in);
+  p2p_sg_tp_to(in, cost, false, false, sink);
+  in.per_worker = std::move(out);
   return in;
 }
 
@@ -327,7 +348,7 @@ LoweredSchedule scatter_gather_pass(LoweredSchedule in) {
     std::vector<LoweredOp> next;
     const auto recvs = std::count_if(prog.begin(), prog.end(), gathers);
     next.reserve(prog.size() + static_cast<std::size_t>(recvs) + kTailSlack);
-    for (const LoweredOp& l : prog) emit_scatter_gather(next, l, in.tp, group);
+    for (const LoweredOp& l : prog) emit_scatter_gather(ToVector{next}, l, -1, in.tp, group);
     prog = std::move(next);
   }
   return in;
@@ -346,46 +367,39 @@ LoweredSchedule tp_pass(LoweredSchedule in, const CostModel& cost) {
     std::int32_t group = -1;  // this worker's TP group, created on first use
     for (const LoweredOp& l : prog) {
       next.push_back(l);
-      tp.emit(next, l, static_cast<int>(w), group);
+      tp.emit(ToVector{next}, l, static_cast<int>(w), group);
     }
     in.per_worker[w] = std::move(next);
   }
   return in;
 }
 
-LoweredSchedule grad_sync_pass(LoweredSchedule in, const CostModel& cost, const GradSyncOptions& o) {
-  require_shape(in, "add_grad_sync");
-  LoweredSchedule& out = in;
-  const int p = in.p;
-  auto append = [&](std::int32_t group, CollTag tag, double bytes) {
-    for (std::int32_t w : out.groups[group].workers)
-      out.per_worker[w].push_back(collective_op(LOpKind::AllReduce, tag, group, bytes));
-  };
-  if (in.dp > 1) add_dp_grad_sync(out, cost, o);  // core/grad_sync.cc
+// Passes 4 and 5 on `ls` (its groups, schedule and shape), their ops written to `sink`.
+void grad_sync_to(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o, LoweringSink& sink) {
+  const int p = ls.p;
+  if (ls.dp > 1 || o.replica_of_dp) add_dp_grad_sync(ls, cost, o, sink);  // core/grad_sync.cc
   const double emb = cost.embedding_grad_bytes();
   // The ranks of the first and the last virtual stage (the same rank in a V-shaped schedule: nothing to sync).
-  const int r_first = in.schedule.rank_of_stage(0), r_last = in.schedule.rank_of_stage(in.schedule.stages() - 1);
+  const int r_first = ls.schedule.rank_of_stage(0), r_last = ls.schedule.rank_of_stage(ls.schedule.stages() - 1);
   if (emb > 0 && r_first != r_last) {
-    for (int d = 0; d < in.dp; d++) {
-      out.groups.push_back(CollGroup{CollTag::Embedding,
-                                     {LoweredSchedule::worker(d, r_first, p), LoweredSchedule::worker(d, r_last, p)}});
-      append(static_cast<std::int32_t>(out.groups.size() - 1), CollTag::Embedding, emb);
+    for (int d = 0; d < ls.dp; d++) {
+      ls.groups.push_back(CollGroup{CollTag::Embedding,
+                                    {LoweredSchedule::worker(d, r_first, p), LoweredSchedule::worker(d, r_last, p)}});
+      const auto group = static_cast<std::int32_t>(ls.groups.size() - 1);
+      for (std::int32_t w : ls.groups.back().workers)
+        sink.add(static_cast<std::size_t>(w), collective_op(LOpKind::AllReduce, CollTag::Embedding, group, emb), -1);
     }
   }
-  return in;
 }
 
-LoweredSchedule optimizer_pass(LoweredSchedule in, const CostModel& cost, const GradSyncOptions& opts) {
-  require_shape(in, "add_optimizer");
-  LoweredSchedule& out = in;
-  for (std::size_t w = 0; w < out.per_worker.size(); w++) {
+void optimizer_to(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& opts, LoweringSink& sink) {
+  for (int w = 0; w < ls.workers(); w++) {
     LoweredOp o;
     o.kind = LOpKind::Optimizer;
-    o.seconds = cost.optimizer_seconds(static_cast<int>(w) % in.p);
-    out.per_worker[w].push_back(o);
+    o.seconds = cost.optimizer_seconds(w % ls.p);
+    sink.add(static_cast<std::size_t>(w), o, -1);
   }
-  if (in.dp > 1) add_param_gather(out, cost, opts);  // core/grad_sync.cc
-  return in;
+  if (ls.dp > 1 || opts.replica_of_dp) add_param_gather(ls, cost, opts, sink);  // core/grad_sync.cc
 }
 
 }  // namespace
@@ -394,10 +408,18 @@ LoweredSchedule add_p2p(const LoweredSchedule& in, const CostModel& cost) { retu
 LoweredSchedule add_scatter_gather(const LoweredSchedule& in) { return scatter_gather_pass(in); }
 LoweredSchedule add_tp_allreduce(const LoweredSchedule& in, const CostModel& cost) { return tp_pass(in, cost); }
 LoweredSchedule add_grad_sync(const LoweredSchedule& in, const CostModel& cost, const GradSyncOptions& o) {
-  return grad_sync_pass(in, cost, o);
+  require_shape(in, "add_grad_sync");
+  LoweredSchedule out = in;
+  ProgramSink sink(out.per_worker);
+  grad_sync_to(out, cost, o, sink);
+  return out;
 }
 LoweredSchedule add_optimizer(const LoweredSchedule& in, const CostModel& cost, const GradSyncOptions& o) {
-  return optimizer_pass(in, cost, o);
+  require_shape(in, "add_optimizer");
+  LoweredSchedule out = in;
+  ProgramSink sink(out.per_worker);
+  optimizer_to(out, cost, o, sink);
+  return out;
 }
 
 Schedule fuse_adjacent_iw(const Schedule& s) {
@@ -419,12 +441,29 @@ Schedule fuse_adjacent_iw(const Schedule& s) {
   return out;
 }
 
+void ProgramSink::begin(const LoweredSchedule& ls) {
+  programs_.clear();
+  programs_.resize(static_cast<std::size_t>(ls.workers()));
+}
+
+void lower_to(Schedule s, int dp, int tp, const CostModel& cost, bool scatter_gather, const GradSyncOptions& grad_sync,
+              LoweredSchedule& ls, LoweringSink& sink) {
+  ls = lower_compute(std::move(s), dp, tp, cost);
+  sink.begin(ls);
+  p2p_sg_tp_to(ls, cost, scatter_gather, true, sink);  // add_p2p, add_scatter_gather, add_tp_allreduce
+  ls.per_worker.clear();                               // the compute programs: what the sink has replaces them
+  grad_sync_to(ls, cost, grad_sync, sink);
+  optimizer_to(ls, cost, grad_sync, sink);
+}
+
 LoweredSchedule lower(Schedule s, int dp, int tp, const CostModel& cost, bool scatter_gather,
                       const GradSyncOptions& grad_sync) {
-  LoweredSchedule ls = lower_compute(std::move(s), dp, tp, cost);
-  ls = p2p_sg_tp_pass(std::move(ls), cost, scatter_gather);  // add_p2p, add_scatter_gather, add_tp_allreduce
-  ls = grad_sync_pass(std::move(ls), cost, grad_sync);
-  return optimizer_pass(std::move(ls), cost, grad_sync);
+  LoweredSchedule ls;
+  std::vector<std::vector<LoweredOp>> programs;
+  ProgramSink sink(programs);
+  lower_to(std::move(s), dp, tp, cost, scatter_gather, grad_sync, ls, sink);
+  ls.per_worker = std::move(programs);
+  return ls;
 }
 
 }  // namespace pipescope

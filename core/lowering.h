@@ -138,6 +138,9 @@ struct GradSyncOptions {
   bool overlap_grad_reduce = false;    // bucketed reductions during the last backward of each virtual stage
   double bucket_bytes = 40e6;          // gradient bytes per bucket (overlap_grad_reduce)
   bool overlap_param_gather = false;   // the parameter all-gather beside the (next iteration's) first forwards
+  // One replica (dp = 1) of a data-parallel run lowered alone: its gradient (and parameter) collectives where lower()
+  // of the whole run puts them, on groups of its one worker (the search's estimate rings them over the dp peers).
+  bool replica_of_dp = false;
 };
 GradSyncOptions grad_sync_options(const TrainingSpec& t);
 // 4. Data-parallel gradient synchronisation (one DP group per pipeline rank, over the dp replicas of that rank):
@@ -158,5 +161,42 @@ Schedule fuse_adjacent_iw(const Schedule& s);
 // (The schedule is taken by value: a temporary is moved into the result, not copied.)
 LoweredSchedule lower(Schedule s, int dp, int tp, const CostModel& cost, bool scatter_gather = false,
                       const GradSyncOptions& grad_sync = {});
+
+// Where the passes write the ops they make: lower() keeps them as programs (ProgramSink); stage 2 of the search
+// (core/search_retime.h) makes its DAG from them as they come, keeping no program. One lowering, one set of rules,
+// whatever receives the ops.
+class LoweringSink {
+ public:
+  virtual ~LoweringSink() = default;
+  // Before the first op: the lowering's schedule, dp, p and tp (its groups grow as the ops that use them come).
+  virtual void begin(const LoweredSchedule& ls) = 0;
+  // Room for about n more ops of worker w (a hint).
+  virtual void reserve(std::size_t w, std::size_t n) = 0;
+  // Worker w's next op; each worker's ops come in program order, the workers' interleaved. msg: a Send's or a Recv's
+  // message, numbered from 0 in the order the p2p pass makes them (a Send and the Recv it goes to share it); -1 for
+  // other ops.
+  virtual void add(std::size_t w, const LoweredOp& l, std::int32_t msg) = 0;
+  // Worker w's program so far, for the passes that insert into it (overlapped gradient and parameter collectives,
+  // core/grad_sync.h); null from a sink that keeps none (the lowering then refuses those options).
+  virtual std::vector<LoweredOp>* program(std::size_t w) = 0;
+};
+
+// The sink that keeps the programs: each op appended to programs[w] (lower(); the passes run on a LoweredSchedule).
+class ProgramSink final : public LoweringSink {
+ public:
+  explicit ProgramSink(std::vector<std::vector<LoweredOp>>& programs) : programs_(programs) {}
+  void begin(const LoweredSchedule& ls) override;
+  void reserve(std::size_t w, std::size_t n) override { programs_[w].reserve(programs_[w].size() + n); }
+  void add(std::size_t w, const LoweredOp& l, std::int32_t) override { programs_[w].push_back(l); }
+  std::vector<LoweredOp>* program(std::size_t w) override { return &programs_[w]; }
+
+ private:
+  std::vector<std::vector<LoweredOp>>& programs_;
+};
+
+// lower() with every op written to `sink` as the passes make it: `ls` gets the rest (schedule, dp, p, tp, groups;
+// no programs).
+void lower_to(Schedule s, int dp, int tp, const CostModel& cost, bool scatter_gather, const GradSyncOptions& grad_sync,
+              LoweredSchedule& ls, LoweringSink& sink);
 
 }  // namespace pipescope

@@ -92,12 +92,18 @@ double Stage2Estimator::estimate(const Scenario& s) {
   const Scenario& b = key.lower_with_do ? with_do : s;
   const auto b_model = key.lower_with_do ? make_cost_model(b) : nullptr;
   const MemoCost cost(b_model ? *b_model : *model);
-  const LoweredSchedule ls = lower_one_replica(b, make_schedule(b), cost);
   if (shapes_.size() >= kShapesKept) {
     builder_->recycle(std::move(shapes_.front()));
     shapes_.erase(shapes_.begin());
   }
-  shapes_.push_back(builder_->build(ls, one_replica(b, scenario_placement(b)), b, cost, key));
+  if (ShapeBuilder::emits(b)) {
+    shapes_.push_back(builder_->emit(b, cost, key, [&](LoweredSchedule& ls, LoweringSink& sink) {
+      lower_one_replica_to(b, make_schedule(b), cost, ls, sink);
+    }));
+  } else {
+    const LoweredSchedule ls = lower_one_replica(b, make_schedule(b), cost);
+    shapes_.push_back(builder_->build(ls, one_replica(b, scenario_placement(b)), b, cost, key));
+  }
   built_++;
   // The candidate's answers fit the shape it was lowered for; the superset shape of another candidate's answers
   // might not (a parameter gather of no bytes): then the direct estimate.
@@ -107,37 +113,20 @@ double Stage2Estimator::estimate(const Scenario& s) {
   return retimer_->critical_path_s(*shapes_.back(), s);
 }
 
+void lower_one_replica_to(const Scenario& s, Schedule sch, const CostModel& cost, LoweredSchedule& ls,
+                          LoweringSink& sink) {
+  GradSyncOptions o = grad_sync_options(s.training);
+  o.replica_of_dp = s.parallel.dp > 1;
+  lower_to(std::move(sch), 1, s.parallel.tp, cost, uses_scatter_gather(s), o, ls, sink);
+}
+
 LoweredSchedule lower_one_replica(const Scenario& s, Schedule sch, const CostModel& cost) {
-  const GradSyncOptions o = grad_sync_options(s.training);
-  LoweredSchedule ls = lower(std::move(sch), 1, s.parallel.tp, cost, uses_scatter_gather(s), o);
+  LoweredSchedule ls;
+  std::vector<std::vector<LoweredOp>> programs;
+  ProgramSink sink(programs);
+  lower_one_replica_to(s, std::move(sch), cost, ls, sink);
+  ls.per_worker = std::move(programs);
   // The p2p mode last, as prepare() applies it to the whole lowering.
-  if (s.parallel.dp == 1) return with_p2p_mode(std::move(ls), s);
-  // lower() of one replica has no data-parallel collectives. They go where lower() puts them for dp > 1: before the
-  // tail its later passes appended (each program's embedding all-reduce and optimizer step; the embedding groups
-  // last), the parameter gather after it. (Calling the passes one by one would copy the programs at each.)
-  std::vector<std::vector<LoweredOp>> tails(ls.per_worker.size());
-  for (std::size_t w = 0; w < ls.per_worker.size(); w++) {
-    auto& prog = ls.per_worker[w];
-    while (!prog.empty() && (prog.back().kind == LOpKind::Optimizer || prog.back().tag == CollTag::Embedding)) {
-      tails[w].insert(tails[w].begin(), prog.back());
-      prog.pop_back();
-    }
-  }
-  std::vector<CollGroup> embedding;
-  while (!ls.groups.empty() && ls.groups.back().tag == CollTag::Embedding) {
-    embedding.insert(embedding.begin(), ls.groups.back());
-    ls.groups.pop_back();
-  }
-  const auto before = static_cast<std::int32_t>(ls.groups.size());
-  add_dp_grad_sync(ls, cost, o);
-  const auto shift = static_cast<std::int32_t>(ls.groups.size()) - before;
-  for (CollGroup& g : embedding) ls.groups.push_back(std::move(g));
-  for (std::size_t w = 0; w < ls.per_worker.size(); w++)
-    for (LoweredOp& l : tails[w]) {
-      if (l.tag == CollTag::Embedding) l.group += shift;
-      ls.per_worker[w].push_back(l);
-    }
-  add_param_gather(ls, cost, o);
   return with_p2p_mode(std::move(ls), s);
 }
 

@@ -48,6 +48,10 @@ class Stage2Estimator {
 // reduce-scatter and parameter all-gather, bucketed and overlapped as the training options say); its data-parallel
 // groups have the one worker (the estimate rings them over the real dp peers). Blocking sends as sim.p2p says.
 LoweredSchedule lower_one_replica(const Scenario& s, Schedule sch, const CostModel& cost);
+// The same lowering written to `sink` (core/lowering.h lower_to; `ls` gets the groups), before the p2p mode
+// (with_p2p_mode: eager sends are the lowering's own).
+void lower_one_replica_to(const Scenario& s, Schedule sch, const CostModel& cost, LoweredSchedule& ls,
+                          LoweringSink& sink);
 
 // The candidates reordered so that those of one structure (schedule kind, pp, v, micro-batches and their slices,
 // whether tp and dp exceed 1, the gradient-sync options) come one after another, tp > 1 before tp = 1 (whose

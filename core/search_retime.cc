@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_map>
@@ -132,12 +133,15 @@ struct DagShape {
   std::vector<Recipe> recipes;               // duration classes
   std::vector<CollGroup> groups;             // the lowering's collective groups
   U32s cls;                                  // per node (topological numbering): its recipe
-  U32s succ_begin, succ;                     // successors, CSR, topological numbering
+  U32s succ_begin, succ;                     // successors, CSR, topological numbering (build())
+  // emit()'s shapes: node u >= 1 starts after nodes pred[2u] and pred[2u + 1]; node 0 is the start (finished at 0,
+  // the missing predecessor). Empty for build()'s.
+  U32s pred;
 };
 
 void DagShapeDelete::operator()(DagShape* p) const { delete p; }
 const std::vector<std::int64_t>& shape_key_of(const DagShape& shape) { return shape.key; }
-std::size_t shape_nodes(const DagShape& shape) { return shape.cls.size(); }
+std::size_t shape_nodes(const DagShape& shape) { return shape.cls.size() - (shape.pred.empty() ? 0 : 1); }
 
 struct Retimer::Values {
   std::vector<double> compute, p2p, tp_bytes;  // per op class (where asked)
@@ -428,19 +432,34 @@ struct ShapeBuilder::Storage {
   struct At {
     std::uint32_t node;
     std::int32_t worker, index;
+    LoweredOp op;
   };
   std::vector<At> first_at;  // per recipe: its first node and that node's lowered op
   DagShapePtr spare;         // a shape no longer used, whose storage the next build takes (recycle)
+
+  // emit()'s, per node in the order made: its recipe and two predecessors (0: none; kPending | msg: the transfer of
+  // a message not sent yet); per worker its last node that is not a send and its ops so far; per message its
+  // transfer node; per collective group of several workers its calls' nodes and each member's calls so far; the
+  // topological numbering's marks, stack and new ids.
+  std::vector<std::uint32_t> node_pred, prev, pos, sent, recv_pending;
+  std::vector<std::vector<std::uint32_t>> call_node, calls;
+  std::vector<std::uint8_t> mark;
+  U32s stack;
 };
 
 namespace {
 
-// build_graph's sink (core/dag_build.h) for a shape: each node classed into its recipe as it is numbered, and its
-// lowered values compared with its recipe's first node's (the check; each recipe's first node is compared with the
-// recipe re-costed once the classes are complete).
-class ShapeSink {
+// Where a node's lowered op is, for errors.
+std::string op_at(const LoweredOp& l, int w, int i) {
+  return lowered_text(l) + " (worker " + std::to_string(w) + ", position " + std::to_string(i) + ")";
+}
+
+// Each node of a shape classed into its recipe as it is made, and its lowered values compared with its recipe's
+// first node's (the check; each recipe's first node is compared with the recipe re-costed once the classes are
+// complete, check_recipes). `ls`: the lowering's schedule, p, tp and groups (its programs are not read).
+class NodeClasses {
  public:
-  ShapeSink(const LoweredSchedule& ls, const Scenario& s, DagShape& sh, OpClasses& classes, ShapeBuilder::Storage& st)
+  NodeClasses(const LoweredSchedule& ls, const Scenario& s, DagShape& sh, OpClasses& classes, ShapeBuilder::Storage& st)
       : ls_(ls), s_(s), sh_(sh), classes_(classes), st_(st), join_recipe_(kLOpKinds, -1) {
     // Every compute op asks the TP question when tp > 1 (core/lowering.cc, tp_pass), whether or not it issues one.
     compute_need_ = ls.tp > 1 ? kCompute | kTp : kCompute;
@@ -450,10 +469,8 @@ class ShapeSink {
     st_.stages.resize(static_cast<std::size_t>(ls.p));
     for (auto& x : st_.stages) x.clear();
   }
-  void begin(std::size_t ops) { st_.node_cls.reserve(ops); }
-  std::uint32_t size() const { return static_cast<std::uint32_t>(st_.node_cls.size()); }
-
-  void add(DagKind kind, int w, std::size_t i, const LoweredOp& l, std::int32_t group) {
+  // The recipe of node u (of `kind`, worker w's op i, `l`; its collective group).
+  std::uint32_t of(std::uint32_t u, DagKind kind, int w, std::size_t i, const LoweredOp& l, std::int32_t group) {
     DagNode n;
     n.kind = kind;
     n.worker = w;
@@ -467,15 +484,15 @@ class ShapeSink {
       if (w < ls_.p) mark_stage(w, l.op);
       const auto x = static_cast<std::uint32_t>(compute_recipe_[c]);
       // A compute node's values are its kind (the recipe's) and its seconds: the check compares the seconds.
-      if (x < st_.first.size() && l.seconds == st_.first[x].seconds) return st_.node_cls.push_back(x);
-      return assign(n, l, x);
+      if (x < st_.first.size() && l.seconds == st_.first[x].seconds) return x;
+      return assign(u, n, l, x);
     }
     if (kind == DagKind::Join) {
       std::int64_t& x = join_recipe_[static_cast<std::size_t>(l.kind)];
       if (x < 0) x = add_recipe(recipe_of(ls_, l, n, 0, classes_));
       // A join's values are its lowered kind alone, the recipe's: nothing to compare after its first node.
-      if (static_cast<std::size_t>(x) < st_.first.size()) return st_.node_cls.push_back(static_cast<std::uint32_t>(x));
-      return assign(n, l, static_cast<std::uint32_t>(x));
+      if (static_cast<std::size_t>(x) < st_.first.size()) return static_cast<std::uint32_t>(x);
+      return assign(u, n, l, static_cast<std::uint32_t>(x));
     }
     // Transfers and per-op collectives (TP, scatter/gather): by op class too, the class's last recipe reused when
     // equal.
@@ -484,30 +501,31 @@ class ShapeSink {
                      : kind == DagKind::Collective && l.tag == CollTag::ScatterGather  ? 2
                                                                                        : -1;
     if (slot >= 0) {
-      if (same_as_last(slot, w, l, group)) return;
+      const std::int64_t same = same_as_last(slot, w, l, group);
+      if (same >= 0) return static_cast<std::uint32_t>(same);
       const Recipe x = recipe_of(ls_, l, n, 0, classes_);
       auto& last = per_class_[slot];
       const auto c = static_cast<std::size_t>(x.cls);
       if (c >= last.size()) last.resize(c + 1, -1);
       if (last[c] < 0 || !(sh_.recipes[static_cast<std::size_t>(last[c])] == x)) last[c] = add_recipe(x);
-      return assign(n, l, static_cast<std::uint32_t>(last[c]));
+      return assign(u, n, l, static_cast<std::uint32_t>(last[c]));
     }
     int j = 0;
     // Bucket j of a stage is the j-th async gradient collective of that stage in the program (core/grad_sync.cc):
     // build_graph numbers a group's calls in member program order, and the check would catch it otherwise.
     if (kind == DagKind::Collective && l.tag == CollTag::DataParallel && l.async) j = buckets_[{w, l.op.stage}]++;
-    assign(n, l, add_recipe(recipe_of(ls_, l, n, j, classes_)));
+    return assign(u, n, l, add_recipe(recipe_of(ls_, l, n, j, classes_)));
   }
 
  private:
-  // Whether a transfer (slot 0), TP (1) or scatter/gather (2) node takes its op class's last recipe with the values
-  // of that recipe's first node; then the node is classed. The recipe's fields other than those compared here are
+  // The op class's last recipe when a transfer (slot 0), TP (1) or scatter/gather (2) node takes it with the values
+  // of that recipe's first node, else -1. The recipe's fields other than those compared here are
   // the slot's and the class's, and the node's values other than those compared are the recipe's (recipe_of,
   // costed_op): the same answer as building the node's recipe and comparing all fields.
-  bool same_as_last(int slot, int w, const LoweredOp& l, std::int32_t group) {
+  std::int64_t same_as_last(int slot, int w, const LoweredOp& l, std::int32_t group) {
     const auto c = static_cast<std::size_t>(classes_.of(l.op, slot == 1 ? kTp : kP2p));
     const auto& last = per_class_[slot];
-    if (c >= last.size() || last[c] < 0) return false;
+    if (c >= last.size() || last[c] < 0) return -1;
     const auto x = static_cast<std::uint32_t>(last[c]);
     const Recipe& r = sh_.recipes[x];
     const CostedOp& f = st_.first[x];
@@ -515,8 +533,7 @@ class ShapeSink {
                                  ? r.kind == l.kind && r.worker == w && r.peer == l.peer && l.bytes == f.bytes
                                  : r.kind == l.kind && r.async == l.async && r.group == group && l.bytes == f.bytes &&
                                        l.count == f.count && (l.async ? l.lead_s : 0.0) == f.lead_s;
-    if (same_values) st_.node_cls.push_back(x);
-    return same_values;
+    return same_values ? static_cast<std::int64_t>(x) : -1;
   }
   // The stage of a compute op (a valid one: OpClasses checked it) as stage_counts counts it.
   void mark_stage(int w, const Op& op) {
@@ -530,21 +547,18 @@ class ShapeSink {
     if (added) sh_.recipes.push_back(x);
     return it->second;
   }
-  void assign(const DagNode& n, const LoweredOp& l, std::uint32_t x) {
-    const auto u = static_cast<std::uint32_t>(st_.node_cls.size());
-    st_.node_cls.push_back(x);
+  std::uint32_t assign(std::uint32_t u, const DagNode& n, const LoweredOp& l, std::uint32_t x) {
     const CostedOp got = costed_op(l, n);
     if (x == st_.first.size()) {
       st_.first.push_back(got);
-      st_.first_at.push_back({u, n.worker, n.index});
+      st_.first_at.push_back({u, n.worker, n.index, l});
     } else if (!same(got, st_.first[x])) {
       const ShapeBuilder::Storage::At& f = st_.first_at[x];
-      throw std::logic_error(s_.source + ": stage 2: node " + std::to_string(u) + " (" +
-                             lowered_op_name(ls_, n.worker, static_cast<std::size_t>(n.index)) + ") and node " +
-                             std::to_string(f.node) + " (" +
-                             lowered_op_name(ls_, f.worker, static_cast<std::size_t>(f.index)) +
+      throw std::logic_error(s_.source + ": stage 2: node " + std::to_string(u) + " (" + op_at(l, n.worker, n.index) +
+                             ") and node " + std::to_string(f.node) + " (" + op_at(f.op, f.worker, f.index) +
                              ") share a duration class but differ in their lowering (core/search_retime.cc)");
     }
+    return x;
   }
 
   const LoweredSchedule& ls_;
@@ -558,6 +572,228 @@ class ShapeSink {
   std::map<std::pair<std::int32_t, int>, int> buckets_;  // (worker, stage) -> async gradient buckets so far
 };
 
+// build_graph's sink (core/dag_build.h): each node classed as it is numbered.
+struct GraphSink {
+  NodeClasses& classes;
+  std::vector<std::uint32_t>& node_cls;
+  void begin(std::size_t ops) { node_cls.reserve(ops); }
+  std::uint32_t size() const { return static_cast<std::uint32_t>(node_cls.size()); }
+  void add(DagKind kind, int w, std::size_t i, const LoweredOp& l, std::int32_t group) {
+    node_cls.push_back(classes.of(size(), kind, w, i, l, group));
+  }
+};
+
+constexpr std::uint32_t kPending = 0x80000000u;  // a receive's predecessor: the transfer of message (pred ^ kPending)
+
+// The lowering's sink for emit(): each op the lowering writes becomes its node at once (dag_kind_of, the kind
+// build_graph gives it), classed and checked (NodeClasses), with its predecessors under the execution semantics of
+// core/lowering.h for eager sends and blocking collectives: the worker's previous op that is not a send; for a
+// receive also its message's transfer (the lowering numbered the pair: nothing to match); for a call of a group of
+// two workers (the embedding all-reduce) both members' previous ops. Nodes are numbered as made (node 0: the start).
+class EmitSink final : public LoweringSink {
+ public:
+  EmitSink(const Scenario& s, const ShapeKey& key, DagShape& sh, ShapeBuilder::Storage& st)
+      : s_(s), key_(key), sh_(sh), st_(st) {}
+
+  void begin(const LoweredSchedule& ls) override {
+    ls_ = &ls;
+    op_classes_.emplace(sh_, ls.schedule.stages(), static_cast<int>(key_.slice_begin.size()));
+    classes_.emplace(ls, s_, sh_, *op_classes_, st_);
+    const auto workers = static_cast<std::size_t>(ls.workers());
+    st_.prev.assign(workers, 0);
+    st_.pos.assign(workers, 0);
+    st_.sent.clear();
+    st_.recv_pending.clear();
+    st_.call_node.clear();
+    st_.calls.clear();
+    st_.node_pred.clear();
+    node(0, 0, 0);  // the start
+  }
+  void reserve(std::size_t, std::size_t n) override {
+    dag_build::reserve_grown(st_.node_cls, st_.node_cls.size() + n);
+    dag_build::reserve_grown(st_.node_pred, 2 * st_.node_cls.capacity());
+  }
+  std::vector<LoweredOp>* program(std::size_t) override { return nullptr; }
+
+  void add(std::size_t w, const LoweredOp& l, std::int32_t msg) override {
+    const auto wi = static_cast<int>(w);
+    const std::uint32_t i = st_.pos[w]++;
+    std::uint32_t& prev = st_.prev[w];
+    const auto u = static_cast<std::uint32_t>(st_.node_cls.size());
+    if (dag_build::is_collective(l.kind)) {
+      if (l.async) throw std::logic_error(s_.source + ": stage 2: emit() takes no overlapped collectives");
+      const auto g = static_cast<std::size_t>(l.group);
+      if (ls_->groups.at(g).workers.size() > 1)
+        prev = shared_call(w, g, l, i);
+      else
+        prev = node(classes_->of(u, dag_build::dag_kind_of(l), wi, i, l, l.group), prev, 0);
+      return;
+    }
+    const std::uint32_t x = classes_->of(u, dag_build::dag_kind_of(l), wi, i, l, -1);
+    if (l.kind == LOpKind::Send) return sent(msg, node(x, prev, 0));  // the ops after a send do not wait for it
+    std::uint32_t second = 0;
+    if (l.kind == LOpKind::Recv) {
+      const auto k = static_cast<std::size_t>(msg);
+      second = k < st_.sent.size() && st_.sent[k] ? st_.sent[k] : kPending | static_cast<std::uint32_t>(msg);
+      if (second & kPending) st_.recv_pending.push_back(u);
+    }
+    prev = node(x, prev, second);
+  }
+
+  // The nodes' receives of messages sent after them, pointed at their transfers.
+  void finish() {
+    for (std::uint32_t u : st_.recv_pending) {
+      std::uint32_t& p = st_.node_pred[2 * u + 1];
+      const std::size_t k = p ^ kPending;
+      if (k >= st_.sent.size() || !st_.sent[k])
+        throw std::logic_error(s_.source + ": stage 2: a receive's message was never sent");
+      p = st_.sent[k];
+    }
+  }
+
+ private:
+  std::uint32_t node(std::uint32_t x, std::uint32_t a, std::uint32_t b) {
+    const auto u = static_cast<std::uint32_t>(st_.node_cls.size());
+    st_.node_cls.push_back(x);
+    st_.node_pred.push_back(a);
+    st_.node_pred.push_back(b);
+    return u;
+  }
+  void sent(std::int32_t msg, std::uint32_t u) {
+    const auto k = static_cast<std::size_t>(msg);
+    if (k >= st_.sent.size()) st_.sent.resize(std::max(k + 1, 2 * st_.sent.size()), 0);
+    st_.sent[k] = u;
+  }
+  // Call n of worker w on group g (members match calls by their order): one node for the call, made by the member
+  // that comes first, the other member's previous op its second predecessor.
+  std::uint32_t shared_call(std::size_t w, std::size_t g, const LoweredOp& l, std::uint32_t i) {
+    const auto& ws = ls_->groups[g].workers;
+    if (ws.size() > 2) throw std::logic_error(s_.source + ": stage 2: emit() takes groups of at most two workers");
+    const std::size_t slot = static_cast<std::size_t>(ws[0]) == w ? 0 : 1;
+    if (st_.call_node.size() <= g) st_.call_node.resize(g + 1), st_.calls.resize(g + 1);
+    auto& calls = st_.calls[g];
+    calls.resize(2, 0);
+    const std::uint32_t n = calls[slot]++;
+    auto& nodes = st_.call_node[g];
+    if (n < nodes.size()) {
+      st_.node_pred[2 * nodes[n] + 1] = st_.prev[w];
+      return nodes[n];
+    }
+    const auto u = static_cast<std::uint32_t>(st_.node_cls.size());
+    nodes.push_back(
+        node(classes_->of(u, dag_build::dag_kind_of(l), static_cast<int>(w), i, l, l.group), st_.prev[w], 0));
+    return nodes.back();
+  }
+
+  const Scenario& s_;
+  const ShapeKey& key_;
+  DagShape& sh_;
+  ShapeBuilder::Storage& st_;
+  const LoweredSchedule* ls_ = nullptr;
+  std::optional<OpClasses> op_classes_;
+  std::optional<NodeClasses> classes_;
+};
+
+// Joins folded into their successor: a node of no duration (a Zero recipe: every candidate times it 0) that is the
+// one predecessor of its one successor gives that successor its own predecessors (the same maxima; one node fewer
+// to time per candidate). Marks the folded nodes 2 in `mark` (0 else). Each node's first predecessor is its worker's
+// previous op, made before it: one pass in the order made folds chains.
+void fold_joins(ShapeBuilder::Storage& st, const DagShape& sh) {
+  const std::size_t n = st.node_cls.size();
+  std::uint32_t* pred = st.node_pred.data();
+  auto& refs = st.mark;  // successors so far, 2 for two or more
+  refs.assign(n, 0);
+  for (std::size_t e = 2; e < 2 * n; e++) refs[pred[e]] = static_cast<std::uint8_t>(std::min(2, refs[pred[e]] + 1));
+  for (std::size_t v = 1; v < n; v++) {
+    const std::uint32_t a = pred[2 * v];
+    if (a == 0 || pred[2 * v + 1] != 0 || refs[a] != 1 || sh.recipes[st.node_cls[a]].what != Recipe::What::Zero)
+      continue;
+    pred[2 * v] = pred[2 * a], pred[2 * v + 1] = pred[2 * a + 1];
+    refs[a] = 3;  // folded
+  }
+  for (auto& r : refs) r = r == 3 ? 2 : 0;
+}
+
+// emit()'s nodes (those not folded) renumbered in a topological order (each node after its predecessors: a
+// depth-first search over them, the order of completion) into the shape's cls and pred.
+void number_emitted(ShapeBuilder::Storage& st, DagShape& sh, const std::string& source) {
+  const auto n = static_cast<std::uint32_t>(st.node_cls.size());
+  const std::uint32_t* pred = st.node_pred.data();
+  auto& mark = st.mark;  // 0: not reached, 1: on the stack, 2: numbered (or folded: fold_joins)
+  U32s& id = st.id;
+  id.resize(n);
+  sh.cls.resize(n);
+  sh.pred.resize(2 * static_cast<std::size_t>(n));
+  id[0] = 0, mark[0] = 2;  // the start, first
+  sh.cls[0] = 0;
+  sh.pred[0] = sh.pred[1] = 0;
+  std::uint32_t k = 1;
+  U32s& stack = st.stack;
+  stack.resize(n);
+  for (std::uint32_t root = 1; root < n; root++) {
+    if (mark[root]) continue;
+    std::size_t top = 0;
+    stack[top++] = root, mark[root] = 1;
+    while (top > 0) {
+      const std::uint32_t u = stack[top - 1];
+      const std::uint32_t a = pred[2 * u], b = pred[2 * u + 1];
+      if (mark[a] == 1 || mark[b] == 1) throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
+      if (!mark[a] || !mark[b]) {
+        const std::uint32_t next = !mark[a] ? a : b;
+        stack[top++] = next, mark[next] = 1;
+        continue;
+      }
+      top--;
+      mark[u] = 2;
+      id[u] = k;
+      sh.cls[k] = st.node_cls[u];
+      sh.pred[2 * k] = id[a];
+      sh.pred[2 * k + 1] = id[b];
+      k++;
+    }
+  }
+  sh.cls.resize(k);
+  sh.pred.resize(2 * static_cast<std::size_t>(k));
+}
+
+// A shape with the scenario's settings and nothing else, in the storage of a shape dropped from the cache where there
+// is one (a fresh shape's arrays are fresh pages to fault in, megabytes per structure).
+DagShapePtr fresh_shape(ShapeBuilder::Storage& st, const Scenario& s, const ShapeKey& key) {
+  DagShapePtr sh = st.spare ? std::move(st.spare) : DagShapePtr(new DagShape);
+  sh->ops.clear();
+  sh->need.clear();
+  sh->recipes.clear();
+  sh->groups.clear();
+  sh->pred.clear();
+  sh->key = key.words;
+  sh->seq_len = s.model.seq_len;
+  sh->scatter_gather = uses_scatter_gather(s) && s.parallel.tp > 1;
+  sh->o = grad_sync_options(s.training);
+  sh->dp = s.parallel.dp > 1;
+  return sh;
+}
+
+// Check: every recipe re-costed with `cost` equals its first node's lowered values (and so every node's: each was
+// compared with its recipe's first node as it was classed). Sets the shape's fingerprints.
+void check_recipes(DagShape& sh, const ShapeBuilder::Storage& st, const Scenario& s, const CostModel& cost,
+                   const ShapeKey& key) {
+  for (const Op& op : sh.ops) {
+    const Op want = with_tokens(op, key.slice_begin, sh.seq_len);
+    if (want.tok_begin != op.tok_begin || want.tok_end != op.tok_end)
+      throw std::logic_error(s.source + ": stage 2: " + op_text(op) + " does not take its slice's tokens");
+  }
+  Retimer::Values v;
+  ask(sh, s, key.slice_begin, cost, v);
+  sh.fingerprint = v.fingerprint;
+  sh.tp_fingerprint = v.tp_fingerprint;
+  for (std::size_t x = 0; x < st.first.size(); x++)
+    if (!same(costed(sh, sh.recipes[x], v, s.parallel.tp), st.first[x])) {
+      const ShapeBuilder::Storage::At& f = st.first_at[x];
+      throw std::logic_error(s.source + ": stage 2: re-costing node " + std::to_string(f.node) + " (" +
+                             op_at(f.op, f.worker, f.index) + ") differs from its lowering (core/search_retime.cc)");
+    }
+}
+
 }  // namespace
 
 ShapeBuilder::ShapeBuilder() : st_(std::make_unique<Storage>()) {}
@@ -566,43 +802,38 @@ ShapeBuilder::~ShapeBuilder() = default;
 DagShapePtr ShapeBuilder::build(const LoweredSchedule& ls, const Placement& replica, const Scenario& s,
                                 const CostModel& cost, const ShapeKey& key) {
   Storage& st = *st_;
-  // The storage of a shape dropped from the cache, where there is one: a fresh shape's arrays are fresh pages to fault
-  // in (megabytes per structure).
-  DagShapePtr sh = st.spare ? std::move(st.spare) : DagShapePtr(new DagShape);
-  sh->ops.clear();
-  sh->need.clear();
-  sh->recipes.clear();
-  sh->key = key.words;
-  sh->seq_len = s.model.seq_len;
+  DagShapePtr sh = fresh_shape(st, s, key);
   sh->p = ls.p;
-  sh->scatter_gather = uses_scatter_gather(s) && s.parallel.tp > 1;
-  sh->o = grad_sync_options(s.training);
-  sh->dp = s.parallel.dp > 1;
   sh->groups = ls.groups;
-  OpClasses classes(*sh, ls.schedule.stages(), static_cast<int>(key.slice_begin.size()));
+  OpClasses op_classes(*sh, ls.schedule.stages(), static_cast<int>(key.slice_begin.size()));
   dag_build::check_and_match(ls, replica, st.scratch);
-  ShapeSink sink(ls, s, *sh, classes, st);
+  NodeClasses classes(ls, s, *sh, op_classes, st);
+  GraphSink sink{classes, st.node_cls};
   dag_build::build_graph(ls, st.dag, st.scratch, sink);
   stage_counts(st.stages, ls.p, *sh);
   number_topologically(st.dag, st.node_cls, *sh, s.source, st.pending, st.ready, st.id);
+  check_recipes(*sh, st, s, cost, key);
+  return sh;
+}
 
-  // Check: every node re-costed from its recipe equals what the lowering gave it.
-  for (const Op& op : sh->ops) {
-    const Op want = with_tokens(op, key.slice_begin, sh->seq_len);
-    if (want.tok_begin != op.tok_begin || want.tok_end != op.tok_end)
-      throw std::logic_error(s.source + ": stage 2: " + op_text(op) + " does not take its slice's tokens");
-  }
-  Retimer::Values v;
-  ask(*sh, s, key.slice_begin, cost, v);
-  sh->fingerprint = v.fingerprint;
-  sh->tp_fingerprint = v.tp_fingerprint;
-  for (std::size_t x = 0; x < st.first.size(); x++)
-    if (!same(costed(*sh, sh->recipes[x], v, s.parallel.tp), st.first[x])) {
-      const Storage::At& f = st.first_at[x];
-      throw std::logic_error(s.source + ": stage 2: re-costing node " + std::to_string(f.node) + " (" +
-                             lowered_op_name(ls, f.worker, static_cast<std::size_t>(f.index)) +
-                             ") differs from its lowering (core/search_retime.cc)");
-    }
+bool ShapeBuilder::emits(const Scenario& s) {
+  const GradSyncOptions o = grad_sync_options(s.training);
+  return s.sim.p2p != "blocking" && !(s.parallel.dp > 1 && (o.overlap_grad_reduce || o.overlap_param_gather));
+}
+
+DagShapePtr ShapeBuilder::emit(const Scenario& s, const CostModel& cost, const ShapeKey& key, const LowerTo& lower) {
+  Storage& st = *st_;
+  DagShapePtr sh = fresh_shape(st, s, key);
+  LoweredSchedule ls;
+  EmitSink sink(s, key, *sh, st);
+  lower(ls, sink);
+  sink.finish();
+  sh->p = ls.p;
+  sh->groups = std::move(ls.groups);
+  stage_counts(st.stages, ls.p, *sh);
+  fold_joins(st, *sh);
+  number_emitted(st, *sh, s.source);
+  check_recipes(*sh, st, s, cost, key);
   return sh;
 }
 
@@ -613,6 +844,29 @@ bool Retimer::load(const DagShape& shape, const Scenario& s, const ShapeKey& key
   return v_->fingerprint == shape.fingerprint && (s.parallel.tp == 1 || v_->tp_fingerprint == shape.tp_fingerprint);
 }
 
+namespace {
+
+// The critical path of an emitted shape: each node's start the latest finish of its two predecessors (node 0, the
+// start, finished at 0): the same maxima and sums as the push over successor lists below.
+double pulled_path_s(const DagShape& sh, Retimer::Values& v) {
+  const std::size_t n = sh.cls.size();
+  v.start.resize(n);  // finish times here
+  double* finish = v.start.data();
+  const std::uint32_t* cls = sh.cls.data();
+  const std::uint32_t* pred = sh.pred.data();
+  const double* dur = v.dur.data();
+  finish[0] = 0.0;
+  double makespan = 0;
+  for (std::size_t u = 1; u < n; u++) {
+    const double f = std::max(std::max(0.0, finish[pred[2 * u]]), finish[pred[2 * u + 1]]) + dur[cls[u]];
+    finish[u] = f;
+    makespan = std::max(makespan, f);
+  }
+  return makespan;
+}
+
+}  // namespace
+
 double Retimer::critical_path_s(const DagShape& sh, const Scenario& s) {
   Values& v = *v_;
   const Placement full = scenario_placement(s);
@@ -620,6 +874,7 @@ double Retimer::critical_path_s(const DagShape& sh, const Scenario& s) {
   v.dur.resize(sh.recipes.size());
   for (std::size_t k = 0; k < sh.recipes.size(); k++)
     v.dur[k] = timing.duration_s(costed(sh, sh.recipes[k], v, s.parallel.tp));
+  if (!sh.pred.empty()) return pulled_path_s(sh, v);
   const std::size_t n = sh.cls.size();
   v.start.assign(n, 0.0);
   double makespan = 0;

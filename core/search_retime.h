@@ -18,6 +18,7 @@
 // a tp > 1 shape the tp = 1 candidates (shape_key in the .cc says why the extra nodes take no time).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,14 @@ class ShapeBuilder {
   // when the DAG has a cycle.
   DagShapePtr build(const LoweredSchedule& ls, const Placement& replica, const Scenario& s, const CostModel& cost,
                     const ShapeKey& key);
+  // The shape of candidate `s` made while its one replica is lowered: lower(ls, sink) runs the lowering
+  // (lower_one_replica_to) into a sink that turns each op into its node as it comes (build_dag's node kind, classed
+  // and checked as build() does) with its at most two predecessors; no program kept, no message matched (the
+  // lowering numbers each Send and its Recv), no successor lists; then numbered topologically. For what emits()
+  // accepts: eager sends, no overlapped gradient or parameter collectives (build() takes the rest).
+  using LowerTo = std::function<void(LoweredSchedule& ls, LoweringSink& sink)>;
+  DagShapePtr emit(const Scenario& s, const CostModel& cost, const ShapeKey& key, const LowerTo& lower);
+  static bool emits(const Scenario& s);
   // A shape no longer used: the next build writes into its storage (what it holds is overwritten).
   void recycle(DagShapePtr shape);
 

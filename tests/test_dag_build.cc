@@ -144,5 +144,59 @@ TEST(DagBuild, ShapeBuilderRejectsNodesOfOneClassThatDiffer) {
   EXPECT_NE(transfer.find("send(0F7->1)"), std::string::npos) << transfer;
 }
 
+// emit() makes its shape while the lowering writes its ops (no programs, no matching): build()'s nodes less the joins
+// it folds and, re-timed, the same critical path as build()'s from the kept programs.
+TEST(DagBuild, EmittedShapeIsTheBuiltShape) {
+  const char* layouts[] = {"{dp: 2, pp: 2, tp: 2, micro_batch_size: 1, global_batch: 16}",
+                           "{dp: 1, pp: 4, tp: 2, micro_batch_size: 1, global_batch: 8}",
+                           "{dp: 4, pp: 2, tp: 1, v: 2, micro_batch_size: 1, global_batch: 16}"};
+  const char* extras[] = {"", "schedule: {kind: interleaved, scatter_gather: true}\n",
+                          "training: {distributed_optimizer: true}\n", "schedule: {kind: zb-v}\n"};
+  int compared = 0;
+  for (const char* layout : layouts)
+    for (const char* extra : extras) {
+      std::string text = std::string("name: t\nmodel: {preset: gpt3-1b, seq_len: 512}\ncluster: {preset: dgx-a100, ") +
+                         "nodes: 1}\nparallel: " + layout + "\n" + extra;
+      if (text.find("schedule:") == std::string::npos) text += "schedule: {kind: 1f1b}\n";
+      Scenario s;
+      try {
+        s = parse_scenario(text, "<t>");
+        validate_scenario(s);
+      } catch (const std::exception&) {
+        continue;  // a layout the schedule does not take
+      }
+      SCOPED_TRACE(text);
+      ShapeKey key;
+      ASSERT_TRUE(shape_key(s, key));
+      ASSERT_TRUE(ShapeBuilder::emits(s));
+      const auto cost = make_cost_model(s);
+      const LoweredSchedule ls = lower_one_replica(s, make_schedule(s), *cost);
+      Placement replica = scenario_placement(s);
+      replica.dp = 1;
+      replica.gpu.resize(static_cast<std::size_t>(s.parallel.pp) * s.parallel.tp);
+      ShapeBuilder b;
+      const DagShapePtr built = b.build(ls, replica, s, *cost, key);
+      ShapeBuilder e;
+      const DagShapePtr emitted = e.emit(s, *cost, key, [&](LoweredSchedule& header, LoweringSink& sink) {
+        lower_one_replica_to(s, make_schedule(s), *cost, header, sink);
+      });
+      EXPECT_LT(shape_nodes(*emitted), shape_nodes(*built));
+      Retimer r;
+      ASSERT_TRUE(r.load(*built, s, key, *cost));
+      const double want = r.critical_path_s(*built, s);
+      ASSERT_TRUE(r.load(*emitted, s, key, *cost));
+      EXPECT_EQ(r.critical_path_s(*emitted, s), want);
+      EXPECT_EQ(want, estimate_iteration_s(s));
+      compared++;
+    }
+  EXPECT_GE(compared, 6);
+  // What emit() does not take: blocking sends, overlapped gradient or parameter collectives.
+  const std::string base =
+      "name: t\nmodel: {preset: gpt3-1b, seq_len: 512}\ncluster: {preset: dgx-a100, nodes: 1}\n"
+      "parallel: {dp: 2, pp: 2, tp: 2, micro_batch_size: 1, global_batch: 16}\nschedule: {kind: 1f1b}\n";
+  EXPECT_FALSE(ShapeBuilder::emits(parse_scenario(base + "sim: {p2p: blocking}\n", "<t>")));
+  EXPECT_FALSE(ShapeBuilder::emits(parse_scenario(base + "training: {overlap_grad_reduce: true}\n", "<t>")));
+}
+
 }  // namespace
 }  // namespace pipescope
