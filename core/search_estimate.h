@@ -7,7 +7,9 @@
 //   question of the structure once (a compute op's kind, virtual stage and token range; a message; a collective),
 //   a duration per class follows, then one pass over the nodes in a stored topological numbering;
 // - a new structure is lowered once, the cost model asked once per distinct (op kind, virtual stage, token range,
-//   sequences) instead of once per op, and every re-costed node checked against that lowering;
+//   sequences) instead of once per op, and every re-costed node checked against that lowering; its DAG is made as
+//   the lowering writes its ops (ShapeBuilder::emit: the one lowering, through a sink; no program kept, no message
+//   matched), or, for blocking sends and overlapped collectives, built from the kept programs (ShapeBuilder::build);
 // - collective times are computed once per (group, bytes).
 // docs/search.md describes the method.
 

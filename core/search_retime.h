@@ -8,7 +8,9 @@
 // buffers have grown). The values are bit-identical to lowering the candidate: the longest path takes the same sums
 // (a zero-duration node adds exactly nothing), and the candidate a structure is built for checks every re-costed node
 // against that lowering (a mismatch throws). The candidates a superset shape times (below) are not checked at run
-// time; tests/test_search.cc re-times every candidate of whole searches against fresh lowerings.
+// time; tests/test_search.cc re-times every candidate of whole searches against fresh lowerings. A structure's DAG
+// is made while its candidate is lowered (ShapeBuilder::emit: the lowering's sink makes each op's node with its at
+// most two predecessors), or from the kept programs where nodes have more (ShapeBuilder::build).
 //
 // What a structure is: ShapeKey (the scenario fields the lowered programs' shape follows: schedule kind, pp, v,
 // micro-batch count, number of token slices, whether tp and dp exceed 1, scatter/gather, the gradient-sync options,
