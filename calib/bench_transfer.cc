@@ -87,11 +87,10 @@ KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::stri
   KernelFits f;
   f.dtype = dtype_of_backend(backend);
   f.gemm = fit_gemm_model(bench_gemm_spread(backend, cfg.policy, cfg.progress, gemm_spread_est_s(cfg)));
-  const int d = cfg.shape.layer.head_dim(), L = attention_kernel_length(cfg);
-  for (int hd : {d / 2, d, 2 * d})
-    if (hd >= 4)
-      f.attention.push_back(
-          bench_attention_kernel(backend, hd, L, cfg.policy, cfg.progress, attention_kernel_est_s(cfg, hd, L)));
+  const int L = attention_kernel_length(cfg);
+  for (int hd : attention_kernel_head_dims(cfg))
+    f.attention.push_back(
+        bench_attention_kernel(backend, hd, L, cfg.policy, cfg.progress, attention_kernel_est_s(cfg, hd, L)));
   f.memory = bench_memory_kernels(backend, cfg.shape.layer.hidden, cfg.shape.vocab, cfg.policy, cfg.progress,
                                   memory_kernels_est_s(cfg, static_cast<int>(kernels::dtype_bytes(be.dtype()))));
   const KernelModel model(f);

@@ -52,6 +52,7 @@ int memory_kernel_cols(MemoryKernel k, int hidden, int vocab);  // softmax: the 
 std::vector<std::array<int, 3>> gemm_spread_shapes();
 std::vector<std::pair<int, int>> attention_kernel_grid(int max_seq);
 int attention_kernel_length(const ComputeConfig& cfg);
+std::vector<int> attention_kernel_head_dims(const ComputeConfig& cfg);
 kernels::ModelShape held_out_shape(const kernels::ModelShape& s);
 std::vector<std::pair<int, int>> transfer_points(int longest);
 // Estimated FLOPs of one call (forward; a backward is about twice), for progress and the quick budget.

@@ -83,9 +83,7 @@ double kernel_fits_est_s(const ComputeConfig& cfg, const std::string& backend) {
   if (!backend_on(backend, BackendDevice::Cpu)) return 0;
   const int e = backend_named(backend).kind == BackendKind::CpuF64 ? 8 : 4;
   double est = gemm_spread_est_s(cfg) + memory_kernels_est_s(cfg, e) + transfer_est_s(cfg);
-  const int d = cfg.shape.layer.head_dim(), L = attention_kernel_length(cfg);
-  for (int hd : {d / 2, d, 2 * d})
-    if (hd >= 4) est += attention_kernel_est_s(cfg, hd, L);
+  for (int hd : attention_kernel_head_dims(cfg)) est += attention_kernel_est_s(cfg, hd, attention_kernel_length(cfg));
   return est;
 }
 

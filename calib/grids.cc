@@ -80,6 +80,15 @@ int attention_kernel_length(const ComputeConfig& cfg) {
   return std::max(cfg.longest(), cfg.shape.max_seq / 4);
 }
 
+std::vector<int> attention_kernel_head_dims(const ComputeConfig& cfg) {
+  // Half, the same and twice the model's head dimension (at least 4): the fit's head-dimension term.
+  const int d = cfg.shape.layer.head_dim();
+  std::vector<int> dims;
+  for (int hd : {d / 2, d, 2 * d})
+    if (hd >= 4) dims.push_back(hd);
+  return dims;
+}
+
 kernels::ModelShape held_out_shape(const kernels::ModelShape& s) {
   // Half the calibrated width and heads (the same head dimension); double when that is too small.
   kernels::ModelShape h = s;
