@@ -277,6 +277,14 @@ void plan_work(double est_s) {
 void reset_work_plan() { work_plan() = WorkPlan{}; }
 double planned_work() { return work_plan().planned_s; }
 
+double time_left_s(double planned_s, double done_s, double elapsed_s) {
+  if (!(planned_s > 0) || !(done_s > 0)) return 0;
+  const double left = std::max(0.0, planned_s - done_s);
+  const double share = std::min(1.0, done_s / planned_s);
+  const double pace = elapsed_s / done_s;
+  return left * ((1 - share) + share * pace);
+}
+
 Progress::Progress(std::string what, int total, bool enabled, double phase_est_s)
     : what_(std::move(what)),
       total_(total),
@@ -293,11 +301,10 @@ void Progress::step(const std::string& detail, double est_s) {
   const auto now = Clock::now();
   if (done_ < total_ && now - last_ < std::chrono::milliseconds(500)) return;
   last_ = now;
-  // Time left: the whole plan when there is one, this phase otherwise; scaled by the speed seen so far.
+  // Time left: the whole plan when there is one, this phase otherwise (scaled by the speed seen so far).
   double left = 0;
   if (w.planned_s > 0 && w.done_s > 0) {
-    const double el = std::chrono::duration<double>(now - w.start).count();
-    left = el * std::max(0.0, w.planned_s - w.done_s) / w.done_s;
+    left = time_left_s(w.planned_s, w.done_s, std::chrono::duration<double>(now - w.start).count());
   } else {
     const double el = std::chrono::duration<double>(now - start_).count();
     left = el * (total_ - done_) / done_;

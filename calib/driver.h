@@ -106,10 +106,16 @@ TimeStats stats_of(std::vector<double> samples);
 
 // Whole-run progress: calibrate() announces the estimated cost of every phase (plan_work, in estimated
 // seconds) before it starts; each Progress step reports its own estimate as done; the time left printed is
-// the elapsed time scaled by (planned - done) / done, so it corrects itself for the machine's real speed.
+// time_left_s below.
 void plan_work(double est_s);
 void reset_work_plan();
 double planned_work();
+
+// Seconds left of a plan of `planned_s` estimated seconds, `done_s` of them done in `elapsed_s`: the work left times
+// the pace seen so far (elapsed / done), that pace trusted in proportion to the share of the plan done and the plan's
+// own (the rates measured on this machine) for the rest. The pace of the first phases alone misled: making the head
+// took longer than its estimate, and the whole remainder was scaled by it (~121 s shown with ~70 s left, 2026-11-28).
+double time_left_s(double planned_s, double done_s, double elapsed_s);
 
 // One progress line per step on stderr ("calibrate: layer t(l, 0) [12/40] l = 96, ~35 s left"), at most every
 // 0.5 s unless it is the last step; silent when disabled.

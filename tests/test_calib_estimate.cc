@@ -1,12 +1,13 @@
 // calib/estimate.cc and the kernel-fit grids: the work estimate behind progress and the quick budget counts every
 // phase (the reference paired with each sample, making modules and inputs), and the memory-bound kernels' tensors
-// stay within their byte cap. Figures computed by hand.
+// stay within their byte cap; the progress line's time left. Figures computed by hand.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "calib/benches.h"
 #include "calib/calibrate.h"
+#include "calib/driver.h"
 #include "kernels/layer.h"
 
 namespace pipescope::calib {
@@ -69,6 +70,17 @@ TEST(CalibEstimate, KernelFitsArePartOfTheBudget) {
   EXPECT_GT(fits, memory_kernels_est_s(o.compute, 8));
   EXPECT_EQ(kernel_fits_est_s(o.compute, "cuda-bf16"), 0.0);
   EXPECT_GT(estimate_compute_s(o, o.compute), fits);
+}
+
+// The time left trusts the pace seen so far in proportion to the share of the plan done. By hand: 100 s planned,
+// 20 done in 40 (pace 2): 80 x (0.8 + 0.2 x 2) = 96 s; the pace alone would say 160. At the plan's end the pace is
+// the whole answer: 100 planned, 90 done in 180 (pace 2): 10 x (0.1 + 0.9 x 2) = 19 s.
+TEST(CalibEstimate, TimeLeftTrustsThePaceAsThePlanIsDone) {
+  EXPECT_DOUBLE_EQ(time_left_s(100, 20, 40), 96);
+  EXPECT_DOUBLE_EQ(time_left_s(100, 90, 180), 19);
+  EXPECT_DOUBLE_EQ(time_left_s(100, 50, 50), 50);   // on plan
+  EXPECT_DOUBLE_EQ(time_left_s(100, 120, 130), 0);  // past the plan
+  EXPECT_DOUBLE_EQ(time_left_s(0, 0, 10), 0);       // no plan
 }
 
 }  // namespace
