@@ -586,10 +586,11 @@ struct GraphSink {
 constexpr std::uint32_t kPending = 0x80000000u;  // a receive's predecessor: the transfer of message (pred ^ kPending)
 
 // The lowering's sink for emit(): each op the lowering writes becomes its node at once (dag_kind_of, the kind
-// build_graph gives it), classed and checked (NodeClasses), with its predecessors under the execution semantics of
-// core/lowering.h for eager sends and blocking collectives: the worker's previous op that is not a send; for a
-// receive also its message's transfer (the lowering numbered the pair: nothing to match); for a call of a group of
-// two workers (the embedding all-reduce) both members' previous ops. Nodes are numbered as made (node 0: the start).
+// build_graph gives it), classed and checked (NodeClasses), with its predecessors by build_graph's rules
+// (core/dag_build.h: prev_after, waits_for_transfer, shared_by_group) for eager sends and blocking collectives: the
+// worker's previous op; for a receive also its message's transfer (the lowering numbered the pair: nothing to match);
+// for a call of a group of two workers (the embedding all-reduce) both members' previous ops. Nodes are numbered as
+// made (node 0: the start).
 class EmitSink final : public LoweringSink {
  public:
   EmitSink(const Scenario& s, const ShapeKey& key, DagShape& sh, ShapeBuilder::Storage& st)
@@ -620,24 +621,25 @@ class EmitSink final : public LoweringSink {
     const std::uint32_t i = st_.pos[w]++;
     std::uint32_t& prev = st_.prev[w];
     const auto u = static_cast<std::uint32_t>(st_.node_cls.size());
-    if (dag_build::is_collective(l.kind)) {
+    if (dag_build::shared_by_group(l.kind)) {
       if (l.async) throw std::logic_error(s_.source + ": stage 2: emit() takes no overlapped collectives");
       const auto g = static_cast<std::size_t>(l.group);
-      if (ls_->groups.at(g).workers.size() > 1)
-        prev = shared_call(w, g, l, i);
-      else
-        prev = node(classes_->of(u, dag_build::dag_kind_of(l), wi, i, l, l.group), prev, 0);
+      const std::uint32_t call = ls_->groups.at(g).workers.size() > 1
+                                     ? shared_call(w, g, l, i)
+                                     : node(classes_->of(u, dag_build::dag_kind_of(l), wi, i, l, l.group), prev, 0);
+      prev = dag_build::prev_after(l, prev, call);
       return;
     }
     const std::uint32_t x = classes_->of(u, dag_build::dag_kind_of(l), wi, i, l, -1);
-    if (l.kind == LOpKind::Send) return sent(msg, node(x, prev, 0));  // the ops after a send do not wait for it
     std::uint32_t second = 0;
-    if (l.kind == LOpKind::Recv) {
+    if (dag_build::waits_for_transfer(l.kind)) {
       const auto k = static_cast<std::size_t>(msg);
       second = k < st_.sent.size() && st_.sent[k] ? st_.sent[k] : kPending | static_cast<std::uint32_t>(msg);
       if (second & kPending) st_.recv_pending.push_back(u);
     }
-    prev = node(x, prev, second);
+    node(x, prev, second);
+    if (l.kind == LOpKind::Send) sent(msg, u);  // its transfer, what its message's Recv waits for
+    prev = dag_build::prev_after(l, prev, u);
   }
 
   // The nodes' receives of messages sent after them, pointed at their transfers.
