@@ -471,28 +471,32 @@ class NodeClasses {
   }
   // The recipe of node u (of `kind`, worker w's op i, `l`; its collective group).
   std::uint32_t of(std::uint32_t u, DagKind kind, int w, std::size_t i, const LoweredOp& l, std::int32_t group) {
-    DagNode n;
-    n.kind = kind;
-    n.worker = w;
-    n.index = static_cast<std::int32_t>(i);
-    n.group = group;
+    // The node as build_graph makes it, made only where asked (most nodes find their recipe without it).
+    auto n = [&] {
+      DagNode d;
+      d.kind = kind;
+      d.worker = w;
+      d.index = static_cast<std::int32_t>(i);
+      d.group = group;
+      return d;
+    };
     // Compute ops and joins, most of the nodes, find their recipe by op class and op kind.
     if (kind == DagKind::Compute && l.kind == LOpKind::Compute) {
       const auto c = static_cast<std::size_t>(classes_.of(l.op, compute_need_));
       if (c >= compute_recipe_.size()) compute_recipe_.resize(c + 1, -1);
-      if (compute_recipe_[c] < 0) compute_recipe_[c] = add_recipe(recipe_of(ls_, l, n, 0, classes_));
+      if (compute_recipe_[c] < 0) compute_recipe_[c] = add_recipe(recipe_of(ls_, l, n(), 0, classes_));
       if (w < ls_.p) mark_stage(w, l.op);
       const auto x = static_cast<std::uint32_t>(compute_recipe_[c]);
       // A compute node's values are its kind (the recipe's) and its seconds: the check compares the seconds.
       if (x < st_.first.size() && l.seconds == st_.first[x].seconds) return x;
-      return assign(u, n, l, x);
+      return assign(u, n(), l, x);
     }
     if (kind == DagKind::Join) {
       std::int64_t& x = join_recipe_[static_cast<std::size_t>(l.kind)];
-      if (x < 0) x = add_recipe(recipe_of(ls_, l, n, 0, classes_));
+      if (x < 0) x = add_recipe(recipe_of(ls_, l, n(), 0, classes_));
       // A join's values are its lowered kind alone, the recipe's: nothing to compare after its first node.
       if (static_cast<std::size_t>(x) < st_.first.size()) return static_cast<std::uint32_t>(x);
-      return assign(u, n, l, static_cast<std::uint32_t>(x));
+      return assign(u, n(), l, static_cast<std::uint32_t>(x));
     }
     // Transfers and per-op collectives (TP, scatter/gather): by op class too, the class's last recipe reused when
     // equal.
@@ -503,18 +507,18 @@ class NodeClasses {
     if (slot >= 0) {
       const std::int64_t same = same_as_last(slot, w, l, group);
       if (same >= 0) return static_cast<std::uint32_t>(same);
-      const Recipe x = recipe_of(ls_, l, n, 0, classes_);
+      const Recipe x = recipe_of(ls_, l, n(), 0, classes_);
       auto& last = per_class_[slot];
       const auto c = static_cast<std::size_t>(x.cls);
       if (c >= last.size()) last.resize(c + 1, -1);
       if (last[c] < 0 || !(sh_.recipes[static_cast<std::size_t>(last[c])] == x)) last[c] = add_recipe(x);
-      return assign(u, n, l, static_cast<std::uint32_t>(last[c]));
+      return assign(u, n(), l, static_cast<std::uint32_t>(last[c]));
     }
     int j = 0;
     // Bucket j of a stage is the j-th async gradient collective of that stage in the program (core/grad_sync.cc):
     // build_graph numbers a group's calls in member program order, and the check would catch it otherwise.
     if (kind == DagKind::Collective && l.tag == CollTag::DataParallel && l.async) j = buckets_[{w, l.op.stage}]++;
-    return assign(u, n, l, add_recipe(recipe_of(ls_, l, n, j, classes_)));
+    return assign(u, n(), l, add_recipe(recipe_of(ls_, l, n(), j, classes_)));
   }
 
  private:
