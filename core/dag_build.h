@@ -41,9 +41,26 @@ void reserve_grown(std::vector<T>& v, std::size_t n) {
   if (n > v.capacity()) v.reserve(std::max(n, 2 * v.capacity()));
 }
 
-inline bool is_collective(LOpKind k) {
+constexpr bool is_collective(LOpKind k) {
   return k == LOpKind::AllReduce || k == LOpKind::AllGather || k == LOpKind::ReduceScatter;
 }
+
+// The predecessors of a lowered op's node under the execution semantics of core/lowering.h, stated once for
+// build_graph and stage 2's emitted shapes (core/search_retime.cc EmitSink): (a) a node starts after its worker's
+// previous op that holds the worker: not a posted op (an eager Send, an async collective), which the ops after it do
+// not wait for (blocking sends and awaited collectives add edges of their own in build_graph); (b) a Recv also waits
+// for its message's transfer (the Send's node); (c) a collective call is one node shared by the members of its
+// group, each member's previous op a predecessor.
+constexpr bool holds_worker(LOpKind k, bool async) { return k != LOpKind::Send && !(async && is_collective(k)); }
+// (a): the node of the worker's previous op once op `l` (node `node`) is in its program, `prev` before it.
+template <class Node>
+Node prev_after(const LoweredOp& l, Node prev, Node node) {
+  return holds_worker(l.kind, l.async) ? node : prev;
+}
+// (b)
+constexpr bool waits_for_transfer(LOpKind k) { return k == LOpKind::Recv; }
+// (c)
+constexpr bool shared_by_group(LOpKind k) { return is_collective(k); }
 
 // The kind of node a lowered op becomes: compute ops and optimizer steps compute, a receive a join (it completes
 // when its transfer arrives), a send its transfer, a collective call its collective; a send or collective of no
@@ -116,9 +133,9 @@ void build_graph(const LoweredSchedule& ls, Dag& dag, Scratch& sc, Sink& sink) {
     auto& nodes = dag.node_of[w];
     nodes.assign(prog.size(), -1);
     for (std::size_t i = 0; i < prog.size(); i++)
-      if (!is_collective(prog[i].kind)) nodes[i] = add(dag_kind_of(prog[i]), wi, i, prog[i], -1);
+      if (!shared_by_group(prog[i].kind)) nodes[i] = add(dag_kind_of(prog[i]), wi, i, prog[i], -1);
   }
-  // One node per collective call, owned by the group's first member.
+  // One node per collective call (shared_by_group), owned by the group's first member.
   const std::uint32_t first_coll = sink.size();
   for (std::size_t g = 0; g < ls.groups.size(); g++) {
     const auto& ws = ls.groups[g].workers;
@@ -164,28 +181,30 @@ void build_graph(const LoweredSchedule& ls, Dag& dag, Scratch& sc, Sink& sink) {
             }
         }
         posted.push_back(i);
-        continue;
+      } else {
+        // An Optimizer waits for every posted collective; a Compute for the parameter gathers of its stage.
+        auto awaited = [&](std::size_t a) {
+          if (prog[i].kind == LOpKind::Optimizer) return true;
+          return prog[a].tag == CollTag::ParamGather && prog[i].kind == LOpKind::Compute &&
+                 prog[i].op.stage == prog[a].op.stage;
+        };
+        std::size_t keep = 0;
+        for (std::size_t a : posted) {
+          if (awaited(a))
+            link(static_cast<std::uint32_t>(nodes[a]), node);
+          else
+            posted[keep++] = a;
+        }
+        posted.resize(keep);
       }
-      // An Optimizer waits for every posted collective; a Compute for the parameter gathers of its stage.
-      auto awaited = [&](std::size_t a) {
-        if (prog[i].kind == LOpKind::Optimizer) return true;
-        return prog[a].tag == CollTag::ParamGather && prog[i].kind == LOpKind::Compute &&
-               prog[i].op.stage == prog[a].op.stage;
-      };
-      std::size_t keep = 0;
-      for (std::size_t a : posted) {
-        if (awaited(a))
-          link(static_cast<std::uint32_t>(nodes[a]), node);
-        else
-          posted[keep++] = a;
-      }
-      posted.resize(keep);
-      if (prog[i].kind != LOpKind::Send) prev = node;
+      prev = prev_after<std::int64_t>(prog[i], prev, node);
     }
   }
-  for (const MsgPair& m : pairs)
-    edges.emplace_back(static_cast<std::uint32_t>(dag.node_of[m.send_worker][m.send_index]),
-                       static_cast<std::uint32_t>(dag.node_of[m.recv_worker][m.recv_index]));
+  // Every matched pair's second op is a Recv (check_and_match).
+  if (waits_for_transfer(LOpKind::Recv))
+    for (const MsgPair& m : pairs)
+      edges.emplace_back(static_cast<std::uint32_t>(dag.node_of[m.send_worker][m.send_index]),
+                         static_cast<std::uint32_t>(dag.node_of[m.recv_worker][m.recv_index]));
   // Blocking sends: the worker's next non-Send op also waits for each transfer posted before it.
   if (ls.blocking_sends)
     for (std::size_t w = 0; w < workers; w++) {

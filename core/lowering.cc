@@ -56,14 +56,29 @@ const char* tag_text(CollTag t) {
 // appending them does not reallocate million-op programs.
 constexpr std::size_t kTailSlack = 4;
 
-// An op inserted into a worker's program before (after = false) or after (after = true) position `at`; msg: its
-// message (LoweringSink::add).
+// A message op inserted into a worker's program: a Send after (after = true) its producer at position `at`, or a Recv
+// before (after = false) its first consumer at `at`; msg: its message (LoweringSink::add). It names its producer op
+// (position `producer` in the sender's program) instead of carrying a lowered op: 32 bytes, not 88 (a structure's
+// inserts are rewritten at every structure of a search); message_op makes the op.
 struct Insert {
   std::uint32_t at;  // a program position (programs stay far below 2^32 ops: docs/limits.md)
   std::int32_t msg;
+  std::int32_t peer;       // the receiver (Send) or the sender (Recv)
+  std::uint32_t producer;  // the producer's position in the sender's program
+  double bytes;
   bool after;
-  LoweredOp op;
 };
+static_assert(sizeof(Insert) == 32);
+
+// The lowered op of insert x into worker w's program, `progs` the compute programs.
+LoweredOp message_op(const Insert& x, const std::vector<std::vector<LoweredOp>>& progs, std::size_t w) {
+  LoweredOp l;
+  l.kind = x.after ? LOpKind::Send : LOpKind::Recv;
+  l.op = progs[x.after ? w : static_cast<std::size_t>(x.peer)][x.producer].op;
+  l.peer = x.peer;
+  l.bytes = x.bytes;
+  return l;
+}
 
 // Where a rule writes worker w's ops: the sink (lower()), or a vector (the passes run one by one).
 struct ToSink {
@@ -76,11 +91,13 @@ struct ToVector {
   void operator()(const LoweredOp& l, std::int32_t = -1) const { out.push_back(l); }
 };
 
-// A program with the inserts placed, each op handed to emit(op, msg) in the new order; inserts at the same spot keep
-// their generation order. Placed by counting (each spot's inserts counted, then laid out in generation order):
-// linear, no sort of the ops.
+// Worker w's program (of `progs`) with the inserts placed, each op handed to emit(op, msg) in the new order; inserts
+// at the same spot keep their generation order. Placed by counting (each spot's inserts counted, then laid out in
+// generation order): linear, no sort of the ops.
 template <class Emit>
-void apply_inserts(const std::vector<LoweredOp>& prog, const std::vector<Insert>& ins, const Emit& emit) {
+void apply_inserts(const std::vector<std::vector<LoweredOp>>& progs, std::size_t w, const std::vector<Insert>& ins,
+                   const Emit& emit) {
+  const std::vector<LoweredOp>& prog = progs[w];
   // Spot 2 * at + after: before op `at` (even) or after it (odd).
   std::vector<std::uint32_t> first(2 * prog.size() + 1, 0);
   for (const Insert& x : ins) first[2 * x.at + x.after + 1]++;
@@ -92,7 +109,7 @@ void apply_inserts(const std::vector<LoweredOp>& prog, const std::vector<Insert>
       order[next[2 * ins[k].at + ins[k].after]++] = static_cast<std::uint32_t>(k);
   }
   std::size_t k = 0;
-  auto place = [&](std::size_t x) { emit(ins[x].op, ins[x].msg); };
+  auto place = [&](std::size_t x) { emit(message_op(ins[x], progs, w), ins[x].msg); };
   for (std::size_t i = 0; i < prog.size(); i++) {
     for (; k < first[2 * i + 1]; k++) place(order[k]);
     emit(prog[i], -1);
@@ -138,8 +155,10 @@ struct TpRule {
 std::int32_t scatter_gather_group(const std::vector<LoweredOp>& prog, const std::vector<Insert>* ins, std::size_t w,
                                   std::vector<CollGroup>& groups) {
   // The inserts first: lower()'s programs are compute ops only, and almost every worker receives something.
-  const bool any = (ins && std::any_of(ins->begin(), ins->end(), [](const Insert& x) { return gathers(x.op); })) ||
-                   std::any_of(prog.begin(), prog.end(), gathers);
+  // A Recv insert gathers when its message has bytes (gathers()).
+  const bool any =
+      (ins && std::any_of(ins->begin(), ins->end(), [](const Insert& x) { return !x.after && x.bytes > 0; })) ||
+      std::any_of(prog.begin(), prog.end(), gathers);
   if (!any) return -1;
   groups.push_back(CollGroup{CollTag::ScatterGather, {static_cast<std::int32_t>(w)}});
   return static_cast<std::int32_t>(groups.size() - 1);
@@ -251,7 +270,7 @@ std::vector<std::vector<Insert>> p2p_inserts(const LoweredSchedule& in, const Co
       for (int r = 0; r < p; r++) {
         auto& mine = ins[LoweredSchedule::worker(d, r, p)];
         mine = ins[r];
-        for (Insert& x : mine) x.op.peer += d * p, x.msg += msgs;
+        for (Insert& x : mine) x.peer += d * p, x.msg += msgs;
       }
       msgs += replica0_msgs;
       continue;
@@ -282,16 +301,11 @@ std::vector<std::vector<Insert>> p2p_inserts(const LoweredSchedule& in, const Co
           if (slot < 0 || at_worker[slot] < 0 || at_worker[slot] == w || received_on[slot] == w) continue;
           received_on[slot] = w;
           const int pw = at_worker[slot];
-          const LoweredOp& producer = in.per_worker[pw][at_index[slot]];
-          LoweredOp msg;
-          msg.op = producer.op;
-          msg.bytes = cost.p2p_bytes(producer.op, seqs_of(s, producer.op));
-          msg.kind = LOpKind::Send;
-          msg.peer = w;
-          ins[pw].push_back(Insert{static_cast<std::uint32_t>(at_index[slot]), msgs, true, msg});
-          msg.kind = LOpKind::Recv;
-          msg.peer = pw;
-          ins[w].push_back(Insert{static_cast<std::uint32_t>(i), msgs++, false, msg});
+          const auto at = static_cast<std::uint32_t>(at_index[slot]);
+          const Op& producer = in.per_worker[pw][at].op;
+          const double bytes = cost.p2p_bytes(producer, seqs_of(s, producer));
+          ins[pw].push_back(Insert{at, msgs, w, at, bytes, true});
+          ins[w].push_back(Insert{static_cast<std::uint32_t>(i), msgs++, pw, at, bytes, false});
         }
       }
     }
@@ -325,7 +339,7 @@ void p2p_sg_tp_to(LoweredSchedule& in, const CostModel& cost, bool scatter_gathe
     // Room for a TP all-reduce after each compute op and an all-gather after each receive, and the tail.
     const std::size_t n = in.per_worker[w].size() + ins[w].size();
     sink.reserve(w, (tp ? 2 * n : n) + kTailSlack);
-    apply_inserts(in.per_worker[w], ins[w], emit);
+    apply_inserts(in.per_worker, w, ins[w], emit);
   }
 }
 

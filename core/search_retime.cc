@@ -471,28 +471,32 @@ class NodeClasses {
   }
   // The recipe of node u (of `kind`, worker w's op i, `l`; its collective group).
   std::uint32_t of(std::uint32_t u, DagKind kind, int w, std::size_t i, const LoweredOp& l, std::int32_t group) {
-    DagNode n;
-    n.kind = kind;
-    n.worker = w;
-    n.index = static_cast<std::int32_t>(i);
-    n.group = group;
+    // The node as build_graph makes it, made only where asked (most nodes find their recipe without it).
+    auto n = [&] {
+      DagNode d;
+      d.kind = kind;
+      d.worker = w;
+      d.index = static_cast<std::int32_t>(i);
+      d.group = group;
+      return d;
+    };
     // Compute ops and joins, most of the nodes, find their recipe by op class and op kind.
     if (kind == DagKind::Compute && l.kind == LOpKind::Compute) {
       const auto c = static_cast<std::size_t>(classes_.of(l.op, compute_need_));
       if (c >= compute_recipe_.size()) compute_recipe_.resize(c + 1, -1);
-      if (compute_recipe_[c] < 0) compute_recipe_[c] = add_recipe(recipe_of(ls_, l, n, 0, classes_));
+      if (compute_recipe_[c] < 0) compute_recipe_[c] = add_recipe(recipe_of(ls_, l, n(), 0, classes_));
       if (w < ls_.p) mark_stage(w, l.op);
       const auto x = static_cast<std::uint32_t>(compute_recipe_[c]);
       // A compute node's values are its kind (the recipe's) and its seconds: the check compares the seconds.
       if (x < st_.first.size() && l.seconds == st_.first[x].seconds) return x;
-      return assign(u, n, l, x);
+      return assign(u, n(), l, x);
     }
     if (kind == DagKind::Join) {
       std::int64_t& x = join_recipe_[static_cast<std::size_t>(l.kind)];
-      if (x < 0) x = add_recipe(recipe_of(ls_, l, n, 0, classes_));
+      if (x < 0) x = add_recipe(recipe_of(ls_, l, n(), 0, classes_));
       // A join's values are its lowered kind alone, the recipe's: nothing to compare after its first node.
       if (static_cast<std::size_t>(x) < st_.first.size()) return static_cast<std::uint32_t>(x);
-      return assign(u, n, l, static_cast<std::uint32_t>(x));
+      return assign(u, n(), l, static_cast<std::uint32_t>(x));
     }
     // Transfers and per-op collectives (TP, scatter/gather): by op class too, the class's last recipe reused when
     // equal.
@@ -503,18 +507,18 @@ class NodeClasses {
     if (slot >= 0) {
       const std::int64_t same = same_as_last(slot, w, l, group);
       if (same >= 0) return static_cast<std::uint32_t>(same);
-      const Recipe x = recipe_of(ls_, l, n, 0, classes_);
+      const Recipe x = recipe_of(ls_, l, n(), 0, classes_);
       auto& last = per_class_[slot];
       const auto c = static_cast<std::size_t>(x.cls);
       if (c >= last.size()) last.resize(c + 1, -1);
       if (last[c] < 0 || !(sh_.recipes[static_cast<std::size_t>(last[c])] == x)) last[c] = add_recipe(x);
-      return assign(u, n, l, static_cast<std::uint32_t>(last[c]));
+      return assign(u, n(), l, static_cast<std::uint32_t>(last[c]));
     }
     int j = 0;
     // Bucket j of a stage is the j-th async gradient collective of that stage in the program (core/grad_sync.cc):
     // build_graph numbers a group's calls in member program order, and the check would catch it otherwise.
     if (kind == DagKind::Collective && l.tag == CollTag::DataParallel && l.async) j = buckets_[{w, l.op.stage}]++;
-    return assign(u, n, l, add_recipe(recipe_of(ls_, l, n, j, classes_)));
+    return assign(u, n(), l, add_recipe(recipe_of(ls_, l, n(), j, classes_)));
   }
 
  private:
@@ -586,10 +590,11 @@ struct GraphSink {
 constexpr std::uint32_t kPending = 0x80000000u;  // a receive's predecessor: the transfer of message (pred ^ kPending)
 
 // The lowering's sink for emit(): each op the lowering writes becomes its node at once (dag_kind_of, the kind
-// build_graph gives it), classed and checked (NodeClasses), with its predecessors under the execution semantics of
-// core/lowering.h for eager sends and blocking collectives: the worker's previous op that is not a send; for a
-// receive also its message's transfer (the lowering numbered the pair: nothing to match); for a call of a group of
-// two workers (the embedding all-reduce) both members' previous ops. Nodes are numbered as made (node 0: the start).
+// build_graph gives it), classed and checked (NodeClasses), with its predecessors by build_graph's rules
+// (core/dag_build.h: prev_after, waits_for_transfer, shared_by_group) for eager sends and blocking collectives: the
+// worker's previous op; for a receive also its message's transfer (the lowering numbered the pair: nothing to match);
+// for a call of a group of two workers (the embedding all-reduce) both members' previous ops. Nodes are numbered as
+// made (node 0: the start).
 class EmitSink final : public LoweringSink {
  public:
   EmitSink(const Scenario& s, const ShapeKey& key, DagShape& sh, ShapeBuilder::Storage& st)
@@ -620,24 +625,25 @@ class EmitSink final : public LoweringSink {
     const std::uint32_t i = st_.pos[w]++;
     std::uint32_t& prev = st_.prev[w];
     const auto u = static_cast<std::uint32_t>(st_.node_cls.size());
-    if (dag_build::is_collective(l.kind)) {
+    if (dag_build::shared_by_group(l.kind)) {
       if (l.async) throw std::logic_error(s_.source + ": stage 2: emit() takes no overlapped collectives");
       const auto g = static_cast<std::size_t>(l.group);
-      if (ls_->groups.at(g).workers.size() > 1)
-        prev = shared_call(w, g, l, i);
-      else
-        prev = node(classes_->of(u, dag_build::dag_kind_of(l), wi, i, l, l.group), prev, 0);
+      const std::uint32_t call = ls_->groups.at(g).workers.size() > 1
+                                     ? shared_call(w, g, l, i)
+                                     : node(classes_->of(u, dag_build::dag_kind_of(l), wi, i, l, l.group), prev, 0);
+      prev = dag_build::prev_after(l, prev, call);
       return;
     }
     const std::uint32_t x = classes_->of(u, dag_build::dag_kind_of(l), wi, i, l, -1);
-    if (l.kind == LOpKind::Send) return sent(msg, node(x, prev, 0));  // the ops after a send do not wait for it
     std::uint32_t second = 0;
-    if (l.kind == LOpKind::Recv) {
+    if (dag_build::waits_for_transfer(l.kind)) {
       const auto k = static_cast<std::size_t>(msg);
       second = k < st_.sent.size() && st_.sent[k] ? st_.sent[k] : kPending | static_cast<std::uint32_t>(msg);
       if (second & kPending) st_.recv_pending.push_back(u);
     }
-    prev = node(x, prev, second);
+    node(x, prev, second);
+    if (l.kind == LOpKind::Send) sent(msg, u);  // its transfer, what its message's Recv waits for
+    prev = dag_build::prev_after(l, prev, u);
   }
 
   // The nodes' receives of messages sent after them, pointed at their transfers.
