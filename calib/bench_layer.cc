@@ -4,6 +4,8 @@
 // the call reads and filled in the same step (filled_tensor), so no kernel ever runs on stale or uninitialised
 // memory.
 #include <algorithm>
+#include <cstdio>
+#include <functional>
 #include <tuple>
 
 #include "calib/benches.h"
@@ -33,8 +35,16 @@ struct LayerRig {
     dx = be.tensor(1, s.layer.hidden);
   }
 
-  // Times forward and backward of the slice [c, c + l) as two points of `pts`; their indices.
-  std::pair<std::size_t, std::size_t> time(TablePoints& pts, int l, int c) {
+  // Times forward and backward of the slice [c, c + l) as two points of `pts`; their indices. With `again`, the new
+  // samples are pooled into those two points of `pts` instead (TablePoints::time_again).
+  using Points = std::pair<std::size_t, std::size_t>;
+  Points time(TablePoints& pts, int l, int c, const Points* again = nullptr) {
+    auto point = [&](std::size_t which, const std::function<void()>& op) {
+      if (!again) return pts.time(op);
+      const std::size_t i = which == 0 ? again->first : again->second;
+      pts.time_again(i, op);
+      return i;
+    };
     const int h = cfg.shape.layer.hidden;
     kv->reset();
     if (c > 0) {
@@ -44,11 +54,11 @@ struct LayerRig {
     const auto x = filled_tensor(be, b * l, h, 2000u + static_cast<unsigned>(l));
     const auto dy = filled_tensor(be, b * l, h, 3000u + static_cast<unsigned>(l));
     const kernels::Slice s{b, c, l};
-    const std::size_t f = pts.time([&] {
+    const std::size_t f = point(0, [&] {
       kv->rewind(c);
       be.layer_forward(*params, *x, s, *kv, *rec, *y);
     });
-    const std::size_t bw = pts.time([&] {
+    const std::size_t bw = point(1, [&] {
       kv->rewind(c + l);
       be.layer_backward(*params, *rec, *kv, *dy, *dx);
     });
@@ -68,6 +78,47 @@ std::pair<TimeStats, TimeStats> time_layer_point(kernels::Backend& be, Timer& ti
   const auto [f, bw] = rig.time(pts, l, c);
   return {pts.at(f), pts.at(bw)};
 }
+
+namespace {
+
+// The table's slices, context grid and context fits from its timed points (at_l: each length's forward and backward
+// at c = 0; at_lc: each grid point's).
+void fill_table(LayerTable& t, const TablePoints& pts, const std::vector<int>& ls,
+                const std::vector<std::pair<std::size_t, std::size_t>>& at_l,
+                const std::vector<std::pair<int, int>>& grid,
+                const std::vector<std::pair<std::size_t, std::size_t>>& at_lc, int step) {
+  t.slices.clear();
+  t.context_grid.clear();
+  for (std::size_t i = 0; i < ls.size(); i++)
+    t.slices.push_back(SlicePoint{ls[i], pts.at(at_l[i].first), pts.at(at_l[i].second)});
+  auto t0 = [&](bool fwd) {
+    return [&t, fwd](int l) {
+      for (const auto& p : t.slices)
+        if (p.l == l) return fwd ? p.fwd.median_s : p.bwd.median_s;
+      return 0.0;
+    };
+  };
+  for (int l = step; step > 0 && l <= t.seq_len; l += step)
+    for (const auto& p : t.slices)
+      if (p.l == l)
+        t.context_grid.push_back(
+            ContextPoint{l, 0, p.fwd.median_s, p.bwd.median_s, p.fwd.rel_spread(), p.bwd.rel_spread()});
+  for (std::size_t i = 0; i < grid.size(); i++) {
+    const TimeStats f = pts.at(at_lc[i].first), bw = pts.at(at_lc[i].second);
+    t.context_grid.push_back(
+        ContextPoint{grid[i].first, grid[i].second, f.median_s, bw.median_s, f.rel_spread(), bw.rel_spread()});
+  }
+  std::sort(t.context_grid.begin(), t.context_grid.end(),
+            [](const ContextPoint& a, const ContextPoint& b) { return std::tie(a.l, a.c) < std::tie(b.l, b.c); });
+  if (grid.size() >= 5) {
+    t.ctx_fwd = fit_context(t.context_grid, true, t0(true));
+    t.ctx_bwd = fit_context(t.context_grid, false, t0(false));
+  } else {
+    t.context_grid.clear();  // too short a sequence for a context fit: t(l, c) = t(l, 0)
+  }
+}
+
+}  // namespace
 
 LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg, int b) {
   const auto& s = cfg.shape;
@@ -95,33 +146,23 @@ LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& 
     at_lc.push_back(rig.time(pts, l, c));
     prog.step("l = " + std::to_string(l) + ", c = " + std::to_string(c), layer_point_est_s(cfg, b, l, c));
   }
-  for (std::size_t i = 0; i < ls.size(); i++)
-    t.slices.push_back(SlicePoint{ls[i], pts.at(at_l[i].first), pts.at(at_l[i].second)});
-  auto t0 = [&](bool fwd) {
-    return [&t, fwd](int l) {
-      for (const auto& p : t.slices)
-        if (p.l == l) return fwd ? p.fwd.median_s : p.bwd.median_s;
-      return 0.0;
-    };
-  };
-  const int step = context_step(cfg);
-  for (int l = step; step > 0 && l <= t.seq_len; l += step)
-    for (const auto& p : t.slices)
-      if (p.l == l)
-        t.context_grid.push_back(
-            ContextPoint{l, 0, p.fwd.median_s, p.bwd.median_s, p.fwd.rel_spread(), p.bwd.rel_spread()});
-  for (std::size_t i = 0; i < grid.size(); i++) {
-    const TimeStats f = pts.at(at_lc[i].first), bw = pts.at(at_lc[i].second);
-    t.context_grid.push_back(
-        ContextPoint{grid[i].first, grid[i].second, f.median_s, bw.median_s, f.rel_spread(), bw.rel_spread()});
-  }
-  std::sort(t.context_grid.begin(), t.context_grid.end(),
-            [](const ContextPoint& a, const ContextPoint& b) { return std::tie(a.l, a.c) < std::tie(b.l, b.c); });
-  if (grid.size() >= 5) {
-    t.ctx_fwd = fit_context(t.context_grid, true, t0(true));
-    t.ctx_bwd = fit_context(t.context_grid, false, t0(false));
-  } else {
-    t.context_grid.clear();  // too short a sequence for a context fit: t(l, c) = t(l, 0)
+  fill_table(t, pts, ls, at_l, grid, at_lc, context_step(cfg));
+  // A context fit above its gate's bound gets the fit's points (the c = 0 lengths on the context grid and every
+  // c > 0 point) timed once more, the samples pooled, before the gate judges it: a noisy point of a quick run (one
+  // held-out point 19.5% off, 2026-11-28) is measured again; a fit that is wrong for a reason stays refused.
+  const double worst = std::max(t.ctx_fwd.holdout_rel_err, t.ctx_bwd.holdout_rel_err);
+  if (!t.context_grid.empty() && worst > cfg.refit_above) {
+    const int step = context_step(cfg);
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < ls.size(); i++)
+      if (ls[i] % step == 0) rig.time(pts, ls[i], 0, &at_l[i]), n++;
+    for (std::size_t i = 0; i < grid.size(); i++) rig.time(pts, grid[i].first, grid[i].second, &at_lc[i]), n++;
+    if (cfg.progress)
+      std::fprintf(stderr,
+                   "calibrate: layer context fit held-out error %.1f%% above %.1f%%: its %zu points timed again, "
+                   "samples pooled\n",
+                   100 * worst, 100 * cfg.refit_above, n);
+    fill_table(t, pts, ls, at_l, grid, at_lc, step);
   }
   return t;
 }

@@ -34,6 +34,7 @@ struct ComputeConfig {
   TimingPolicy policy;
   WorkRates rates;
   bool progress = true;
+  double refit_above = 0.15;  // the fit gate's bound (GateBounds::fit_holdout): a context fit above it is timed again
   int longest() const { return max_len > 0 ? max_len : shape.max_seq; }
 };
 

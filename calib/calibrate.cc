@@ -149,6 +149,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
     if (b < 1) throw std::invalid_argument("--micro-batch: sizes must be >= 1");
   auto be = measuring_backend(o.backend);
   ComputeConfig cfg = o.compute;
+  cfg.refit_above = o.gates.fit_holdout;
   if (cpu) {
     // Every CPU table is timed against one reference (calib/driver.h TablePoints): a GEMM of the kernel fits'
     // spread, long enough (~0.1-1 ms) to be timed like the points, short enough to pair with each sample.

@@ -239,6 +239,20 @@ std::size_t TablePoints::time(const std::function<void()>& op) {
   return ratio_.size() - 1;
 }
 
+void TablePoints::time_again(std::size_t i, const std::function<void()>& op) {
+  if (!policy_.reference) {
+    std::vector<double> pooled = direct_.at(i).samples_s;
+    const TimeStats more = time_calls(op, timer_, policy_);
+    pooled.insert(pooled.end(), more.samples_s.begin(), more.samples_s.end());
+    direct_[i] = stats_of(std::move(pooled));
+    return;
+  }
+  ratio_.at(i);  // range check before timing
+  const std::size_t j = time(op);
+  ratio_[i].insert(ratio_[i].end(), ratio_[j].begin(), ratio_[j].end());
+  ratio_.pop_back();  // the new samples now belong to point i; the reference samples stay in the table's pool
+}
+
 TimeStats TablePoints::at(std::size_t i) const {
   if (!policy_.reference) return direct_.at(i);
   if (ref_median_s_ == 0) {

@@ -90,7 +90,10 @@ class TablePoints {
  public:
   TablePoints(Timer& timer, const TimingPolicy& p) : timer_(timer), policy_(p) {}
   std::size_t time(const std::function<void()>& op);  // the point's index
-  TimeStats at(std::size_t i) const;                  // valid once every point of the table is timed
+  // Times point i's op again and pools the new samples with its old ones (a table whose fit failed its gate gets its
+  // points measured once more: calib/bench_layer.cc).
+  void time_again(std::size_t i, const std::function<void()>& op);
+  TimeStats at(std::size_t i) const;  // valid once every point of the table is timed
 
  private:
   Timer& timer_;

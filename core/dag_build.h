@@ -200,11 +200,11 @@ void build_graph(const LoweredSchedule& ls, Dag& dag, Scratch& sc, Sink& sink) {
       prev = prev_after<std::int64_t>(prog[i], prev, node);
     }
   }
-  // Every matched pair's second op is a Recv (check_and_match).
-  if (waits_for_transfer(LOpKind::Recv))
-    for (const MsgPair& m : pairs)
-      edges.emplace_back(static_cast<std::uint32_t>(dag.node_of[m.send_worker][m.send_index]),
-                         static_cast<std::uint32_t>(dag.node_of[m.recv_worker][m.recv_index]));
+  // (b): every matched pair's second op is a Recv (check_and_match), which waits for its Send's transfer.
+  static_assert(waits_for_transfer(LOpKind::Recv));
+  for (const MsgPair& m : pairs)
+    edges.emplace_back(static_cast<std::uint32_t>(dag.node_of[m.send_worker][m.send_index]),
+                       static_cast<std::uint32_t>(dag.node_of[m.recv_worker][m.recv_index]));
   // Blocking sends: the worker's next non-Send op also waits for each transfer posted before it.
   if (ls.blocking_sends)
     for (std::size_t w = 0; w < workers; w++) {

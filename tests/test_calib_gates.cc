@@ -144,6 +144,30 @@ TEST(CalibGates, ForwardGrowsWithLengthOnRealKernels) {
   EXPECT_GT(sl.back().bwd.median_s, 2.0 * sl.front().bwd.median_s);
 }
 
+// A context fit above the fit gate's bound has its points timed again, pooled (calib/bench_layer.cc): with the bound
+// at 0 every fit is above it, so the c = 0 lengths on the context grid hold two points' samples, the others one's.
+TEST(CalibGates, ContextFitAboveItsBoundIsTimedAgain) {
+  calib::CalibrateOptions o = tiny(0.0);
+  o.compute.shape.max_seq = 64;
+  o.compute.shape.layer = {64, 4, 256};
+  o.compute.context_steps = 4;
+  o.gates.fit_holdout = 0;
+  o.accept_poor_fit = true;  // a bound of 0 refuses every fit
+  const DeviceProfile p = calib::calibrate(o);
+  const auto& t = p.layers.at(0);
+  ASSERT_FALSE(t.context_grid.empty());
+  const int step = 64 / 4;
+  const auto min_samples = static_cast<std::size_t>(o.compute.policy.min_samples);
+  int again = 0;
+  for (const auto& s : t.slices)
+    if (s.l % step == 0) {
+      EXPECT_GE(s.fwd.samples_s.size(), 2 * min_samples) << "l = " << s.l;
+      EXPECT_GE(s.bwd.samples_s.size(), 2 * min_samples) << "l = " << s.l;
+      again++;
+    }
+  EXPECT_GE(again, 4);
+}
+
 TEST(CalibDriver, SpreadIsTheMedianConfidenceInterval) {
   TimeStats t;
   t.samples_s = {1, 1, 1, 1, 1, 1, 1, 1, 1, 100};
@@ -255,6 +279,40 @@ TEST(CalibDriver, TablesOfOneRunShareTheReferencePoolsSpeed) {
   calib::TablePoints alone(t, own);
   const std::size_t c = alone.time([&] { t.work = 3; });
   EXPECT_DOUBLE_EQ(alone.at(c).median_s, 1.5);  // without the pool: the table's own fast phase
+}
+
+// A point timed again (a context fit above its gate: calib/bench_layer.cc) pools the new samples with its old ones,
+// with and without the reference, and the table's other points keep their indices.
+TEST(CalibDriver, PointTimedAgainPoolsItsSamples) {
+  struct Phased final : calib::Timer {
+    void start() override {}
+    double stop() override { return work * speed; }
+    double work = 0, speed = 1;
+  } t;
+  calib::TimingPolicy direct = scripted_policy();
+  calib::TablePoints d(t, direct);
+  const std::size_t a = d.time([&] { t.work = 3; });
+  const std::size_t n = d.at(a).samples_s.size();
+  t.speed = 2;
+  d.time_again(a, [&] { t.work = 3; });
+  EXPECT_EQ(d.at(a).samples_s.size(), 2 * n);
+  EXPECT_DOUBLE_EQ(d.at(a).p10_s, 3.0);
+  EXPECT_DOUBLE_EQ(d.at(a).p90_s, 6.0);
+
+  t.speed = 1;
+  calib::TimingPolicy paired = scripted_policy();
+  paired.reference = [&] { t.work = 1; };
+  calib::TablePoints r(t, paired);
+  const std::size_t x = r.time([&] { t.work = 3; });
+  const std::size_t m = r.at(x).samples_s.size();
+  r.time_again(x, [&] { t.work = 4; });  // at most 4 x the reference: one reference call per sample (the fake
+                                         // timer's reading does not grow with a batch)
+  const std::size_t y = r.time([&] { t.work = 2; });
+  EXPECT_EQ(y, x + 1);
+  EXPECT_EQ(r.at(x).samples_s.size(), 2 * m);
+  EXPECT_DOUBLE_EQ(r.at(x).p10_s, 3.0);
+  EXPECT_DOUBLE_EQ(r.at(x).p90_s, 4.0);
+  EXPECT_DOUBLE_EQ(r.at(y).median_s, 2.0);
 }
 
 TEST(PiecewiseLinks, InterpolatesAndExtrapolates) {
