@@ -153,15 +153,14 @@ LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& 
   const double worst = std::max(t.ctx_fwd.holdout_rel_err, t.ctx_bwd.holdout_rel_err);
   if (!t.context_grid.empty() && worst > cfg.refit_above) {
     const int step = context_step(cfg);
-    std::size_t n = 0;
-    for (std::size_t i = 0; i < ls.size(); i++)
-      if (ls[i] % step == 0) rig.time(pts, ls[i], 0, &at_l[i]), n++;
-    for (std::size_t i = 0; i < grid.size(); i++) rig.time(pts, grid[i].first, grid[i].second, &at_lc[i]), n++;
     if (cfg.progress)
       std::fprintf(stderr,
-                   "calibrate: layer context fit held-out error %.1f%% above %.1f%%: its %zu points timed again, "
-                   "samples pooled\n",
-                   100 * worst, 100 * cfg.refit_above, n);
+                   "calibrate: layer context fit held-out error %.1f%% above %.1f%%: its points timed again, samples "
+                   "pooled\n",
+                   100 * worst, 100 * cfg.refit_above);
+    for (std::size_t i = 0; i < ls.size(); i++)
+      if (ls[i] % step == 0) rig.time(pts, ls[i], 0, &at_l[i]);
+    for (std::size_t i = 0; i < grid.size(); i++) rig.time(pts, grid[i].first, grid[i].second, &at_lc[i]);
     fill_table(t, pts, ls, at_l, grid, at_lc, step);
   }
   return t;

@@ -253,15 +253,18 @@ TEST(CalibDriver, PairedTimingCancelsTheMachinesSpeed) {
   EXPECT_EQ(st.ref.samples_s.size(), 10u);
 }
 
+// A machine of a set speed: a reading is the work the last call set times the speed.
+struct PhasedTimer final : calib::Timer {
+  void start() override {}
+  double stop() override { return work * speed; }
+  double work = 0, speed = 1;
+};
+
 // Two tables of one run: the first timed at speed 1, the second (short, like the GEMM spread) wholly at speed 2.
 // With the run's reference pool both are expressed at the pool's median speed, so the second table's op (3 x the
 // reference) comes out at 3 x the first table's reference time, not at the fast phase's.
 TEST(CalibDriver, TablesOfOneRunShareTheReferencePoolsSpeed) {
-  struct Phased final : calib::Timer {
-    void start() override {}
-    double stop() override { return work * speed; }
-    double work = 0, speed = 1;
-  } t;
+  PhasedTimer t;
   calib::TimingPolicy p = scripted_policy();
   p.reference = [&] { t.work = 1; };
   p.reference_pool = std::make_shared<std::vector<double>>();
@@ -284,11 +287,7 @@ TEST(CalibDriver, TablesOfOneRunShareTheReferencePoolsSpeed) {
 // A point timed again (a context fit above its gate: calib/bench_layer.cc) pools the new samples with its old ones,
 // with and without the reference, and the table's other points keep their indices.
 TEST(CalibDriver, PointTimedAgainPoolsItsSamples) {
-  struct Phased final : calib::Timer {
-    void start() override {}
-    double stop() override { return work * speed; }
-    double work = 0, speed = 1;
-  } t;
+  PhasedTimer t;
   calib::TimingPolicy direct = scripted_policy();
   calib::TablePoints d(t, direct);
   const std::size_t a = d.time([&] { t.work = 3; });
