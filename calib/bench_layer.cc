@@ -81,6 +81,9 @@ std::pair<TimeStats, TimeStats> time_layer_point(kernels::Backend& be, Timer& ti
 
 namespace {
 
+// Whether the c = 0 point of length l is a point of the context fit (its grid's lengths: multiples of the step).
+bool on_context_grid(int l, int step) { return step > 0 && l % step == 0; }
+
 // The table's slices, context grid and context fits from its timed points (at_l: each length's forward and backward
 // at c = 0; at_lc: each grid point's).
 void fill_table(LayerTable& t, const TablePoints& pts, const std::vector<int>& ls,
@@ -98,11 +101,10 @@ void fill_table(LayerTable& t, const TablePoints& pts, const std::vector<int>& l
       return 0.0;
     };
   };
-  for (int l = step; step > 0 && l <= t.seq_len; l += step)
-    for (const auto& p : t.slices)
-      if (p.l == l)
-        t.context_grid.push_back(
-            ContextPoint{l, 0, p.fwd.median_s, p.bwd.median_s, p.fwd.rel_spread(), p.bwd.rel_spread()});
+  for (const auto& p : t.slices)
+    if (on_context_grid(p.l, step))
+      t.context_grid.push_back(
+          ContextPoint{p.l, 0, p.fwd.median_s, p.bwd.median_s, p.fwd.rel_spread(), p.bwd.rel_spread()});
   for (std::size_t i = 0; i < grid.size(); i++) {
     const TimeStats f = pts.at(at_lc[i].first), bw = pts.at(at_lc[i].second);
     t.context_grid.push_back(
@@ -159,7 +161,7 @@ LayerTable bench_layer(kernels::Backend& be, Timer& timer, const ComputeConfig& 
                    "pooled\n",
                    100 * worst, 100 * cfg.refit_above);
     for (std::size_t i = 0; i < ls.size(); i++)
-      if (ls[i] % step == 0) rig.time(pts, ls[i], 0, &at_l[i]);
+      if (on_context_grid(ls[i], step)) rig.time(pts, ls[i], 0, &at_l[i]);
     for (std::size_t i = 0; i < grid.size(); i++) rig.time(pts, grid[i].first, grid[i].second, &at_lc[i]);
     fill_table(t, pts, ls, at_l, grid, at_lc, step);
   }

@@ -116,8 +116,9 @@ double planned_work();
 
 // Seconds left of a plan of `planned_s` estimated seconds, `done_s` of them done in `elapsed_s`: the work left times
 // the pace seen so far (elapsed / done), that pace trusted in proportion to the share of the plan done and the plan's
-// own (the rates measured on this machine) for the rest. The pace of the first phases alone misled: making the head
-// took longer than its estimate, and the whole remainder was scaled by it (~121 s shown with ~70 s left, 2026-11-28).
+// own (the rates measured on this machine) for the rest. The pace of the first phase alone misled: the layer table
+// (its noisy points re-measured) took about 45 s of its 25 s estimate, and the whole remainder was scaled by it (408 s
+// shown with about 108 s left, 2026-11-28).
 double time_left_s(double planned_s, double done_s, double elapsed_s);
 
 // One progress line per step on stderr ("calibrate: layer t(l, 0) [12/40] l = 96, ~35 s left"), at most every
