@@ -52,7 +52,7 @@ DeviceSpec gpu_device(const std::string& preset, const std::string& gpu_name) {
   return *d;
 }
 
-std::string pct(double x) {
+std::string pct2(double x) {
   char b[32];
   std::snprintf(b, sizeof b, "%.2f%%", 100 * x);
   return b;
@@ -227,7 +227,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
       half = g.half_sat_flops;
       char buf[160];
       std::snprintf(buf, sizeof buf, "t = (F + %.4g FLOP) / %.4g GFLOP/s, held-out error %s", half, rate / 1e9,
-                    pct(g.holdout_rel_err).c_str());
+                    pct2(g.holdout_rel_err).c_str());
       p.provenance["gemm_fit"] = buf;
     } else {
       throw std::invalid_argument("--no-gemm: a CPU profile needs the GEMM fit for its device section");
@@ -258,7 +258,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
       p.device.gemm_half_sat_flops = g.half_sat_flops;
       char buf[160];
       std::snprintf(buf, sizeof buf, "t = (F + %.4g FLOP) / %.4g TFLOP/s (%.0f%% of peak), held-out error %s",
-                    g.half_sat_flops, g.rate_flops / 1e12, 100 * g.rate_flops / peak, pct(g.holdout_rel_err).c_str());
+                    g.half_sat_flops, g.rate_flops / 1e12, 100 * g.rate_flops / peak, pct2(g.holdout_rel_err).c_str());
       p.provenance["gemm_fit"] = buf;
     }
 #endif
@@ -322,7 +322,7 @@ std::string fit_report(const DeviceProfile& p) {
                       "    context fit %s: a2 = %.4g us/token, a3 = %.4g us/token^2, held-out error %s (%d train, %d "
                       "test points)\n",
                       f == &t.ctx_fwd ? "forward " : "backward", f->a2 * 1e6, f->a3 * 1e6,
-                      pct(f->holdout_rel_err).c_str(), f->train_points, f->test_points);
+                      pct2(f->holdout_rel_err).c_str(), f->train_points, f->test_points);
         os << buf;
       }
     }
@@ -334,7 +334,7 @@ std::string fit_report(const DeviceProfile& p) {
     std::snprintf(buf, sizeof buf,
                   "  link %s: %s model of %zu sizes (large messages: latency %.2f us, %.3f GB/s), held-out error %s\n",
                   cls.c_str(), l.model.c_str(), l.points.size(), l.latency_s * 1e6, l.bw_Bps / 1e9,
-                  pct(l.holdout_rel_err).c_str());
+                  pct2(l.holdout_rel_err).c_str());
     os << buf;
   }
   for (const auto& c : p.collectives) {
@@ -342,7 +342,7 @@ std::string fit_report(const DeviceProfile& p) {
     std::snprintf(buf, sizeof buf,
                   "  %-13s n=%d %s: %s model of %zu sizes (alpha %.2f us, busbw %.3f GB/s), held-out error %s\n",
                   c.op.c_str(), c.ranks, c.link_class.c_str(), c.model.c_str(), c.points.size(), c.alpha_s * 1e6,
-                  c.busbw_Bps / 1e9, pct(c.holdout_rel_err).c_str());
+                  c.busbw_Bps / 1e9, pct2(c.holdout_rel_err).c_str());
     os << buf;
   }
   if (auto it = p.provenance.find("drift_during_calibration"); it != p.provenance.end())

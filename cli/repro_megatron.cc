@@ -28,20 +28,20 @@
 namespace pipescope::cli {
 namespace {
 
-struct PaperRow {
+struct MegatronRow {
   const char* file;  // scenarios/megatron/<file>.yaml
   const char* params;
   int gpus;
   double tflops;  // Table 1, TFLOP/s per GPU
 };
-const PaperRow kTable1[] = {
+const MegatronRow kTable1[] = {
     {"1.7b", "1.7B", 32, 137},       {"3.6b", "3.6B", 64, 138},       {"7.5b", "7.5B", 128, 142},
     {"18.4b", "18.4B", 256, 135},    {"39.1b", "39.1B", 512, 138},    {"76.1b", "76.1B", 1024, 140},
     {"145.6b", "145.6B", 1536, 148}, {"310.1b", "310.1B", 1920, 155}, {"529.6b", "529.6B", 2520, 163},
     {"1t", "1008B", 3072, 163},
 };
 
-struct ReproOptions {
+struct MegatronOptions {
   std::string dir = "scenarios/megatron";
   std::vector<int> rows;
   bool ablation = true;
@@ -72,7 +72,7 @@ Scenario gpt3_175b(int batch, bool interleaved, bool scatter_gather) {
   return parse_scenario(yaml, "<repro megatron: GPT-3 175B, B = " + std::to_string(batch) + ">");
 }
 
-int run_repro(const ReproOptions& o) {
+int run_megatron(const MegatronOptions& o) {
   if (!o.json.empty()) check_repro_json(o.json);
   std::printf("Megatron-LM Table 1 (docs/papers.md#megatron) on simulated DGX A100 (fat tree); scenarios from %s/\n",
               o.dir.c_str());
@@ -84,7 +84,7 @@ int run_repro(const ReproOptions& o) {
   int failed = 0;  // the exit code of the first row that failed (exit_code_of)
   nlohmann::ordered_json rows = nlohmann::ordered_json::array(), ablation = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < std::size(kTable1); i++) {
-    const PaperRow& row = kTable1[i];
+    const MegatronRow& row = kTable1[i];
     if (!o.rows.empty() && std::find(o.rows.begin(), o.rows.end(), static_cast<int>(i) + 1) == o.rows.end()) continue;
     const Scenario s = load_scenario(o.dir + "/" + row.file + ".yaml");
     const ParallelSpec& par = s.parallel;
@@ -161,7 +161,7 @@ int run_repro(const ReproOptions& o) {
 }  // namespace
 
 Command add_repro_megatron(CLI::App& repro) {
-  auto o = std::make_shared<ReproOptions>();
+  auto o = std::make_shared<MegatronOptions>();
   auto* sub = repro.add_subcommand(
       "megatron", "Megatron-LM Table 1: paper vs simulated TFLOP/s per GPU, interleaving and scatter/gather gains");
   sub->add_option("--dir", o->dir, "Directory with the ten Table 1 scenarios (default scenarios/megatron)");
@@ -174,7 +174,7 @@ Command add_repro_megatron(CLI::App& repro) {
       "Skip the GPT-3 175B interleaving / scatter-gather comparison");
   return {sub, [o] {
             o->dir = data_path(o->dir);  // the shipped scenarios from any directory (core/data_path.h)
-            return run_repro(*o);
+            return run_megatron(*o);
           }};
 }
 

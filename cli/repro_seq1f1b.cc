@@ -84,7 +84,7 @@ SimOut memory_of(const Scenario& s) {
   return o;
 }
 
-struct ReproOptions {
+struct Seq1f1bOptions {
   std::string dir = "scenarios/seq1f1b";
   std::vector<std::string> models;
   bool memory_only = false;
@@ -97,7 +97,7 @@ struct Row {
   std::string splits;
 };
 
-int run_repro(const ReproOptions& o) {
+int run_seq1f1b(const Seq1f1bOptions& o) {
   if (!o.json.empty()) check_repro_json(o.json);
   std::printf(
       "Seq1F1B grid (docs/papers.md#seq1f1b), k = 4, n = 2, cwp, FlashAttention, sequence parallelism; "
@@ -257,7 +257,7 @@ int print_seq1f1b_plan(const Scenario& s) {
 }
 
 Command add_repro_seq1f1b(CLI::App& repro) {
-  auto o = std::make_shared<ReproOptions>();
+  auto o = std::make_shared<Seq1f1bOptions>();
   auto* sub = repro.add_subcommand(
       "seq1f1b", "Seq1F1B grid: TFLOP/s, speedups and peak memory of 1F1B, 1F1B-I, Seq1F1B and Seq1F1B-I");
   sub->add_option("--dir", o->dir, "Directory with the grid scenarios (default scenarios/seq1f1b)");
@@ -268,7 +268,7 @@ Command add_repro_seq1f1b(CLI::App& repro) {
   sub->add_option("--json", o->json, "Also write every cell's four methods as JSON to this file");
   return {sub, [o] {
             o->dir = data_path(o->dir);  // the shipped scenarios from any directory (core/data_path.h)
-            return run_repro(*o);
+            return run_seq1f1b(*o);
           }};
 }
 

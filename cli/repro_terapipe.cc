@@ -28,7 +28,7 @@ namespace {
 
 // Measured reference values of Table 2 (paper, docs/papers.md#terapipe): latency in s, and the DP scheme the
 // authors ran, as one sequence's token slices (every reported scheme uses micro-batches of 1 sequence).
-struct PaperRow {
+struct TerapipeRow {
   int setting;
   const char* model;
   double without_s, with_s;
@@ -41,7 +41,7 @@ std::vector<int> rep(std::initializer_list<std::pair<int, int>> runs) {
   for (auto [tokens, n] : runs) out.insert(out.end(), static_cast<std::size_t>(n), tokens);
   return out;
 }
-const PaperRow kTable2[] = {
+const TerapipeRow kTable2[] = {
     {1, "GPT3-1B", 1.517, 1.254, {776, 640, 632}},
     {2, "GPT3-1B", 1.018, 1.018, {2048}},
     {3, "GPT3-1B", 0.913, 0.913, {2048}},
@@ -62,28 +62,28 @@ struct SchemeRow {
   double plan_paper_s = 0, plan_dp_s = 0, sim_paper_s = 0, sim_dp_s = 0;
 };
 
-struct ReproOptions {
+struct TerapipeOptions {
   std::string dir = "scenarios/terapipe";
   std::vector<int> settings;
   bool max_batch_only = false;
   std::string json;  // --json FILE: Table 2's rows and the MAPE
 };
 
-bool selected(const ReproOptions& o, int setting) {
+bool selected(const TerapipeOptions& o, int setting) {
   return o.settings.empty() || std::find(o.settings.begin(), o.settings.end(), setting) != o.settings.end();
 }
 
 // Table 1's batch (global B, per replica B_r = B / #Data) against the largest batch whose GPipe baseline fits
 // (docs/papers.md#terapipe: "each configuration uses the largest batch that fits in memory"), at the device's
 // 16 GiB and at the authors' 14 GiB memory filter (docs/papers.md#terapipe).
-void print_max_batch_table(const ReproOptions& o) {
+void print_max_batch_table(const TerapipeOptions& o) {
   std::printf(
       "\nTable 1 batch vs the largest batch that fits (GPipe baseline, whole per-replica mini-batch in flight)\n");
   std::printf("%3s %-9s %3s %3s %3s | %6s %6s | %6s %6s %6s | %6s %6s | %7s %7s\n", "set", "model", "K", "op", "dp",
               "B", "B_r", "fit", "fit14", "ratio", "act/sq", "static", "B_fit", "B_fit14");
   int exact = 0, n = 0;
   double lo = 1e300, hi = 0;
-  for (const PaperRow& row : kTable2) {
+  for (const TerapipeRow& row : kTable2) {
     if (!selected(o, row.setting)) continue;
     const Scenario s = load_scenario(o.dir + "/setting-" + std::to_string(row.setting) + "-gpipe.yaml");
     const MaxBatch dev = max_batch_gpipe(s);
@@ -130,7 +130,7 @@ void print_scheme_table(const std::vector<SchemeRow>& rows) {
       100 * worst_plan, 100 * worst_sim, rows.size(), 100 * ape / static_cast<double>(rows.size()));
 }
 
-int run_repro(const ReproOptions& o) {
+int run_terapipe(const TerapipeOptions& o) {
   if (!o.json.empty()) check_repro_json(o.json);
   if (o.max_batch_only) {
     print_max_batch_table(o);
@@ -145,7 +145,7 @@ int run_repro(const ReproOptions& o) {
   std::vector<SchemeRow> schemes;
   int failed = 0;  // the exit code of the first row that failed (exit_code_of)
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-  for (const PaperRow& row : kTable2) {
+  for (const TerapipeRow& row : kTable2) {
     if (!selected(o, row.setting)) continue;
     const std::string base = o.dir + "/setting-" + std::to_string(row.setting);
     const Scenario with = load_scenario(base + ".yaml");
@@ -215,7 +215,7 @@ int run_repro(const ReproOptions& o) {
 }  // namespace
 
 Command add_repro_terapipe(CLI::App& repro) {
-  auto o = std::make_shared<ReproOptions>();
+  auto o = std::make_shared<TerapipeOptions>();
   auto* sub = repro.add_subcommand("terapipe", "TeraPipe Table 2: paper vs simulated latency and speedup, DP slicing");
   sub->add_option("--dir", o->dir, "Directory with setting-N.yaml / setting-N-gpipe.yaml (default scenarios/terapipe)");
   sub->add_option("--settings", o->settings, "Only these settings, e.g. 1,5,10")
@@ -226,7 +226,7 @@ Command add_repro_terapipe(CLI::App& repro) {
                 "Only Table 1's batch vs the largest batch that fits (no simulation)");
   return {sub, [o] {
             o->dir = data_path(o->dir);  // the shipped scenarios from any directory (core/data_path.h)
-            return run_repro(*o);
+            return run_terapipe(*o);
           }};
 }
 

@@ -8,11 +8,9 @@
 
 namespace pipescope {
 
-namespace {
+void fail_check(const std::string& what, std::vector<std::string> ops) { throw CheckError(what, std::move(ops)); }
 
-[[noreturn]] void fail(const std::string& what, std::vector<std::string> ops) {
-  throw CheckError(what, std::move(ops));
-}
+namespace {
 
 // One cycle among the nodes a Kahn pass left unfinished (pending > 0), in edge direction. Every such
 // node has an unfinished predecessor, so walking predecessors must revisit a node.
@@ -71,7 +69,7 @@ std::vector<std::uint32_t> kahn_leftover(std::size_t n, const std::vector<std::u
     msg += name(cycle[k]) + " -> ";
   }
   msg += len ? name(cycle[0]) : "?";
-  fail(msg, std::move(names));
+  fail_check(msg, std::move(names));
 }
 
 std::string on_rank(const Op& op, int r, std::size_t i) {
@@ -85,18 +83,19 @@ std::string on_worker(const LoweredSchedule& ls, int w, std::size_t i) {
 void check_microbatches(const Schedule& s) {
   const std::string who = "schedule '" + s.name + "'";
   if (s.p < 1 || s.v < 1 || s.m < 1 || s.seq_len < 1)
-    fail(who + ": needs p, v, m, seq_len >= 1 (got p = " + std::to_string(s.p) + ", v = " + std::to_string(s.v) +
-             ", m = " + std::to_string(s.m) + ", seq_len = " + std::to_string(s.seq_len) + ")",
-         {});
+    fail_check(who + ": needs p, v, m, seq_len >= 1 (got p = " + std::to_string(s.p) + ", v = " + std::to_string(s.v) +
+                   ", m = " + std::to_string(s.m) + ", seq_len = " + std::to_string(s.seq_len) + ")",
+               {});
   if (s.per_rank.size() != static_cast<std::size_t>(s.p))
-    fail(who + " has " + std::to_string(s.per_rank.size()) + " rank lists for p = " + std::to_string(s.p), {});
+    fail_check(who + " has " + std::to_string(s.per_rank.size()) + " rank lists for p = " + std::to_string(s.p), {});
   if (s.microbatches.size() != static_cast<std::size_t>(s.m))
-    fail(who + " has " + std::to_string(s.microbatches.size()) + " micro-batches for m = " + std::to_string(s.m), {});
+    fail_check(who + " has " + std::to_string(s.microbatches.size()) + " micro-batches for m = " + std::to_string(s.m),
+               {});
   for (int mb = 0; mb < s.m; mb++) {
     const auto& b = s.microbatches[mb].slice_begin;
     bool ok = !b.empty() && b[0] == 0 && b.back() < s.seq_len && s.microbatches[mb].seq_count >= 1;
     for (std::size_t j = 1; ok && j < b.size(); j++) ok = b[j] > b[j - 1];
-    if (!ok) fail(who + ": micro-batch " + std::to_string(mb) + " has an invalid slice table or size", {});
+    if (!ok) fail_check(who + ": micro-batch " + std::to_string(mb) + " has an invalid slice table or size", {});
   }
 }
 
@@ -128,17 +127,19 @@ void check_schedule(const Schedule& s) {
     for (std::size_t i = 0; i < s.per_rank[r].size(); i++) {
       const Op& op = s.per_rank[r][i];
       if (op.rank != r)
-        fail("rank " + std::to_string(r) + " runs " + on_rank(op, r, i) + ", an op of rank " + std::to_string(op.rank),
-             {op_text(op)});
+        fail_check(
+            "rank " + std::to_string(r) + " runs " + on_rank(op, r, i) + ", an op of rank " + std::to_string(op.rank),
+            {op_text(op)});
       if (!valid_op(s, op))
-        fail(on_rank(op, r, i) + " is not an op of schedule '" + s.name +
-                 "' (chunk, stage, micro-batch, slice or token range out of place)",
-             {op_text(op)});
+        fail_check(on_rank(op, r, i) + " is not an op of schedule '" + s.name +
+                       "' (chunk, stage, micro-batch, slice or token range out of place)",
+                   {op_text(op)});
       const auto slot = static_cast<std::size_t>(index.slot(key_of(op)));
-      if (!index.expected(key_of(op))) fail(mixed_backward(s, op, r, i), {op_text(op)});
+      if (!index.expected(key_of(op))) fail_check(mixed_backward(s, op, r, i), {op_text(op)});
       if (rank_of[slot] != kNone)
-        fail(op_text(op) + " appears twice: " + on_rank(op, rank_of[slot], pos_of[slot]) + " and " + on_rank(op, r, i),
-             {op_text(op)});
+        fail_check(
+            op_text(op) + " appears twice: " + on_rank(op, rank_of[slot], pos_of[slot]) + " and " + on_rank(op, r, i),
+            {op_text(op)});
       rank_of[slot] = r;
       pos_of[slot] = static_cast<std::int32_t>(i);
     }
@@ -146,7 +147,7 @@ void check_schedule(const Schedule& s) {
   for (std::size_t slot = 0; slot < index.size(); slot++)
     if (rank_of[slot] == kNone && index.expected(index.key(slot))) {
       const Op op = op_of(s, index.key(slot));
-      fail(op_text(op) + " is missing from rank " + std::to_string(op.rank), {op_text(op)});
+      fail_check(op_text(op) + " is missing from rank " + std::to_string(op.rank), {op_text(op)});
     }
   // Per rank: backward after its forward, every stage-local dependency earlier. Across ranks: the
   // compute-only order must be acyclic (program order + data dependencies).
@@ -160,16 +161,16 @@ void check_schedule(const Schedule& s) {
       if (is_backward(op.kind)) {
         const auto f = static_cast<std::size_t>(index.slot(OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice}));
         if (pos_of[f] > static_cast<std::int32_t>(i))
-          fail(on_rank(op, r, i) + " runs before its forward " + on_rank(s.per_rank[r][pos_of[f]], r, pos_of[f]),
-               {op_text(op), op_text(s.per_rank[r][pos_of[f]])});
+          fail_check(on_rank(op, r, i) + " runs before its forward " + on_rank(s.per_rank[r][pos_of[f]], r, pos_of[f]),
+                     {op_text(op), op_text(s.per_rank[r][pos_of[f]])});
       }
       for (const OpKey& dep : op_dependencies(index, key_of(op))) {
         const auto d = static_cast<std::size_t>(index.slot(dep));
         const int dr = rank_of[d];
         const Op& dop = s.per_rank[dr][pos_of[d]];
         if (dr == r && pos_of[d] > static_cast<std::int32_t>(i))
-          fail(on_rank(op, r, i) + " needs " + on_rank(dop, r, pos_of[d]) + ", which runs later on the same rank",
-               {op_text(op), op_text(dop)});
+          fail_check(on_rank(op, r, i) + " needs " + on_rank(dop, r, pos_of[d]) + ", which runs later on the same rank",
+                     {op_text(op), op_text(dop)});
         if (dr != r) edges.emplace_back(offset[dr] + pos_of[d], offset[r] + i);
       }
     }
@@ -194,9 +195,10 @@ CheckedSchedule check(const LoweredSchedule& ls, const Placement& placement) {
   const Schedule& s = ls.schedule;
   check_schedule(s);
   if (ls.p != s.p || ls.dp < 1 || ls.tp < 1 || ls.per_worker.size() != static_cast<std::size_t>(ls.dp) * ls.p)
-    fail("lowered schedule has " + std::to_string(ls.per_worker.size()) + " worker programs for dp = " +
-             std::to_string(ls.dp) + ", p = " + std::to_string(ls.p) + " (schedule p = " + std::to_string(s.p) + ")",
-         {});
+    fail_check("lowered schedule has " + std::to_string(ls.per_worker.size()) +
+                   " worker programs for dp = " + std::to_string(ls.dp) + ", p = " + std::to_string(ls.p) +
+                   " (schedule p = " + std::to_string(s.p) + ")",
+               {});
   const int p = ls.p;
   const int workers = ls.workers();
 
@@ -205,7 +207,7 @@ CheckedSchedule check(const LoweredSchedule& ls, const Placement& placement) {
     for (std::size_t i = 0; i < ls.per_worker[w].size(); i++) {
       const LoweredOp& l = ls.per_worker[w][i];
       if (!std::isfinite(l.seconds) || l.seconds < 0 || !std::isfinite(l.bytes) || l.bytes < 0)
-        fail(on_worker(ls, w, i) + " has a negative or non-finite duration or size", {lowered_op_name(ls, w, i)});
+        fail_check(on_worker(ls, w, i) + " has a negative or non-finite duration or size", {lowered_op_name(ls, w, i)});
     }
 
   // Compute ops: each op of the schedule exactly once per replica, on a worker of its rank, backward after
@@ -221,14 +223,15 @@ CheckedSchedule check(const LoweredSchedule& ls, const Placement& placement) {
         const LoweredOp& l = ls.per_worker[w][i];
         if (l.kind != LOpKind::Compute) continue;
         if (l.op.rank != r || !valid_op(s, l.op))
-          fail(on_worker(ls, w, i) + " is not an op of rank " + std::to_string(r) + " of schedule '" + s.name + "'",
-               {lowered_op_name(ls, w, i)});
+          fail_check(
+              on_worker(ls, w, i) + " is not an op of rank " + std::to_string(r) + " of schedule '" + s.name + "'",
+              {lowered_op_name(ls, w, i)});
         const auto slot = static_cast<std::size_t>(index.slot(key_of(l.op)));
-        if (!index.expected(key_of(l.op))) fail(mixed_backward(s, l.op, w, i), {lowered_op_name(ls, w, i)});
+        if (!index.expected(key_of(l.op))) fail_check(mixed_backward(s, l.op, w, i), {lowered_op_name(ls, w, i)});
         if (at_worker[slot] >= 0)
-          fail(op_text(l.op) + " runs twice: " + on_worker(ls, at_worker[slot], at_pos[slot]) + " and " +
-                   on_worker(ls, w, i),
-               {lowered_op_name(ls, w, i)});
+          fail_check(op_text(l.op) + " runs twice: " + on_worker(ls, at_worker[slot], at_pos[slot]) + " and " +
+                         on_worker(ls, w, i),
+                     {lowered_op_name(ls, w, i)});
         at_worker[slot] = w;
         at_pos[slot] = static_cast<std::int32_t>(i);
       }
@@ -236,18 +239,18 @@ CheckedSchedule check(const LoweredSchedule& ls, const Placement& placement) {
     for (std::size_t slot = 0; slot < index.size(); slot++)
       if (at_worker[slot] < 0 && index.expected(index.key(slot))) {
         const Op op = op_of(s, index.key(slot));
-        fail(op_text(op) + " is missing from worker " + std::to_string(LoweredSchedule::worker(d, op.rank, p)) +
-                 " (replica " + std::to_string(d) + ")",
-             {op_text(op)});
+        fail_check(op_text(op) + " is missing from worker " + std::to_string(LoweredSchedule::worker(d, op.rank, p)) +
+                       " (replica " + std::to_string(d) + ")",
+                   {op_text(op)});
       }
     for (std::size_t slot = 0; slot < index.size(); slot++) {
       const OpKey k = index.key(slot);
       if (!is_backward(k.kind) || at_worker[slot] < 0) continue;
       const auto f = static_cast<std::size_t>(index.slot(OpKey{OpKind::Forward, k.stage, k.microbatch, k.slice}));
       if (at_pos[f] > at_pos[slot])
-        fail(on_worker(ls, at_worker[slot], at_pos[slot]) + " runs before its forward " +
-                 on_worker(ls, at_worker[f], at_pos[f]),
-             {lowered_op_name(ls, at_worker[slot], at_pos[slot]), lowered_op_name(ls, at_worker[f], at_pos[f])});
+        fail_check(on_worker(ls, at_worker[slot], at_pos[slot]) + " runs before its forward " +
+                       on_worker(ls, at_worker[f], at_pos[f]),
+                   {lowered_op_name(ls, at_worker[slot], at_pos[slot]), lowered_op_name(ls, at_worker[f], at_pos[f])});
     }
   };
   // A replica whose programs are replica 0's (peers moved) passes every per-replica check below exactly when
@@ -274,8 +277,8 @@ CheckedSchedule check(const LoweredSchedule& ls, const Placement& placement) {
       if (l.kind != LOpKind::Send && l.kind != LOpKind::Recv) continue;
       const std::int64_t slot = index.slot(key_of(l.op));
       if (slot < 0 || !valid_op(s, l.op))
-        fail(on_worker(ls, w, i) + " carries an op that is not in schedule '" + s.name + "'",
-             {lowered_op_name(ls, w, i)});
+        fail_check(on_worker(ls, w, i) + " carries an op that is not in schedule '" + s.name + "'",
+                   {lowered_op_name(ls, w, i)});
       (l.kind == LOpKind::Send ? sends : recvs)[w].push_back(Msg{slot, l.peer, static_cast<std::int32_t>(i)});
     }
   }
@@ -297,16 +300,16 @@ CheckedSchedule check(const LoweredSchedule& ls, const Placement& placement) {
         if (l.kind == LOpKind::Send) {  // a Send carries the output of an earlier op of its own worker
           const auto slot = static_cast<std::size_t>(index.slot(key_of(l.op)));
           if (at_worker[slot] != w || at_pos[slot] > static_cast<std::int32_t>(i))
-            fail(on_worker(ls, w, i) + " is not preceded by its producer " + op_text(l.op) + " on worker " +
-                     std::to_string(w),
-                 {lowered_op_name(ls, w, i)});
+            fail_check(on_worker(ls, w, i) + " is not preceded by its producer " + op_text(l.op) + " on worker " +
+                           std::to_string(w),
+                       {lowered_op_name(ls, w, i)});
         }
         if (l.kind == LOpKind::Recv) {  // ... sent by a worker of the same replica
           const auto slot = static_cast<std::size_t>(index.slot(key_of(l.op)));
           if (at_worker[slot] != l.peer)
-            fail(on_worker(ls, w, i) + " expects " + op_text(l.op) + " from worker " + std::to_string(l.peer) +
-                     ", which does not compute it",
-                 {lowered_op_name(ls, w, i)});
+            fail_check(on_worker(ls, w, i) + " expects " + op_text(l.op) + " from worker " + std::to_string(l.peer) +
+                           ", which does not compute it",
+                       {lowered_op_name(ls, w, i)});
         }
         if (l.kind != LOpKind::Compute) continue;
         for (const OpKey& dep : op_dependencies(index, key_of(l.op))) {
@@ -315,19 +318,20 @@ CheckedSchedule check(const LoweredSchedule& ls, const Placement& placement) {
           const int pp = at_pos[slot];
           if (pw == w) {
             if (pp > static_cast<std::int32_t>(i))
-              fail(on_worker(ls, w, i) + " needs " + on_worker(ls, pw, pp) + ", which runs later on the same worker",
-                   {lowered_op_name(ls, w, i), lowered_op_name(ls, pw, pp)});
+              fail_check(
+                  on_worker(ls, w, i) + " needs " + on_worker(ls, pw, pp) + ", which runs later on the same worker",
+                  {lowered_op_name(ls, w, i), lowered_op_name(ls, pw, pp)});
             continue;
           }
           const Msg* rv = find(recvs[w], slot, pw);
           if (rv == nullptr || rv->pos > static_cast<std::int32_t>(i))
-            fail(on_worker(ls, w, i) + " needs " + on_worker(ls, pw, pp) + " but worker " + std::to_string(w) +
-                     (rv ? " receives it only later, at position " + std::to_string(rv->pos)
-                         : " has no recv(" + op_text(ls.per_worker[pw][pp].op) + "<-" + std::to_string(pw) + ")"),
-                 {lowered_op_name(ls, w, i), lowered_op_name(ls, pw, pp)});
+            fail_check(on_worker(ls, w, i) + " needs " + on_worker(ls, pw, pp) + " but worker " + std::to_string(w) +
+                           (rv ? " receives it only later, at position " + std::to_string(rv->pos)
+                               : " has no recv(" + op_text(ls.per_worker[pw][pp].op) + "<-" + std::to_string(pw) + ")"),
+                       {lowered_op_name(ls, w, i), lowered_op_name(ls, pw, pp)});
           // The matching Send exists (build_dag matched every Recv) and follows its producer (checked above).
           if (find(sends[pw], slot, w) == nullptr)
-            fail(on_worker(ls, w, i) + ": no send of " + op_text(ls.per_worker[pw][pp].op) + " to it", {});
+            fail_check(on_worker(ls, w, i) + ": no send of " + op_text(ls.per_worker[pw][pp].op) + " to it", {});
         }
       }
     }

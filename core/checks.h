@@ -27,6 +27,9 @@ class CheckError : public std::runtime_error {
   std::vector<std::string> ops_;
 };
 
+// Throws CheckError(what, ops): the checks' and the DAG builder's one way to report a violation.
+[[noreturn]] void fail_check(const std::string& what, std::vector<std::string> ops);
+
 // Proof that check() accepted this schedule; only check() can make one.
 class CheckedSchedule {
  public:

@@ -41,13 +41,13 @@ KernelCost wait_kernel(double s) {
   return k;
 }
 
-struct Dims {
+struct CpDims {
   double T, Th, lse, kvb, e;  // token rows, T * h / t, fp32 log-sum-exp bytes, b * (s/cp) * kv / t, element bytes
 };
 
-Dims dims(const Scenario& s, int b) {
+CpDims cp_dims(const Scenario& s, int b) {
   const double t = s.parallel.tp, l = static_cast<double>(s.model.seq_len) / s.parallel.cp;
-  Dims d;
+  CpDims d;
   d.T = b * l;
   d.Th = d.T * s.model.hidden / t;
   d.lse = 4.0 * b * (s.model.heads / t) * l;
@@ -60,7 +60,7 @@ Dims dims(const Scenario& s, int b) {
 
 std::vector<KernelCost> cp_attention_forward_kernels(const AnalyticCostModel& cm, const Scenario& s, int b) {
   const int cp = s.parallel.cp;
-  const Dims d = dims(s, b);
+  const CpDims d = cp_dims(s, b);
   const double comm = cp_step_comm_seconds(s.cluster, s.parallel, cp_kv_step_bytes(s, b));
   std::vector<KernelCost> k;
   for (int i = 0; i < cp; i++) {
@@ -81,7 +81,7 @@ std::vector<KernelCost> cp_attention_forward_kernels(const AnalyticCostModel& cm
 
 std::vector<KernelCost> cp_attention_backward_kernels(const AnalyticCostModel& cm, const Scenario& s, int b) {
   const int cp = s.parallel.cp;
-  const Dims d = dims(s, b);
+  const CpDims d = cp_dims(s, b);
   // K/V on to the next rank and the dK/dV partial sums back: two transfers per step on the same ring.
   const double comm = 2 * cp_step_comm_seconds(s.cluster, s.parallel, cp_kv_step_bytes(s, b));
   std::vector<KernelCost> k;

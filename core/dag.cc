@@ -32,34 +32,31 @@ std::string at(const LoweredSchedule& ls, int w, std::size_t i) {
   return lowered_op_name(ls, w, i) + " (worker " + std::to_string(w) + ", position " + std::to_string(i) + ")";
 }
 
-[[noreturn]] void fail(const std::string& what, std::vector<std::string> ops) {
-  throw CheckError(what, std::move(ops));
-}
-
 void check_shape(const LoweredSchedule& ls, const Placement& pl) {
   const std::size_t workers = static_cast<std::size_t>(ls.dp) * ls.p;
   if (ls.dp < 1 || ls.p < 1 || ls.tp < 1 || ls.per_worker.size() != workers)
-    fail("lowered schedule has " + std::to_string(ls.per_worker.size()) +
-             " worker programs for dp = " + std::to_string(ls.dp) + ", p = " + std::to_string(ls.p),
-         {});
+    fail_check("lowered schedule has " + std::to_string(ls.per_worker.size()) +
+                   " worker programs for dp = " + std::to_string(ls.dp) + ", p = " + std::to_string(ls.p),
+               {});
   if (pl.dp != ls.dp || pl.p != ls.p || pl.tp != ls.tp || pl.cp != ls.cp ||
       pl.gpu.size() != workers * static_cast<std::size_t>(pl.width()))
-    fail("placement is for dp = " + std::to_string(pl.dp) + ", p = " + std::to_string(pl.p) +
-             ", tp = " + std::to_string(pl.tp) + " (" + std::to_string(pl.gpu.size()) +
-             " GPUs) but the schedule is lowered for dp = " + std::to_string(ls.dp) + ", p = " + std::to_string(ls.p) +
-             ", tp = " + std::to_string(ls.tp),
-         {});
+    fail_check("placement is for dp = " + std::to_string(pl.dp) + ", p = " + std::to_string(pl.p) +
+                   ", tp = " + std::to_string(pl.tp) + " (" + std::to_string(pl.gpu.size()) +
+                   " GPUs) but the schedule is lowered for dp = " + std::to_string(ls.dp) +
+                   ", p = " + std::to_string(ls.p) + ", tp = " + std::to_string(ls.tp),
+               {});
   for (std::size_t g = 0; g < ls.groups.size(); g++) {
     const auto& ws = ls.groups[g].workers;
-    if (ws.empty()) fail("collective group g" + std::to_string(g) + " has no members", {});
+    if (ws.empty()) fail_check("collective group g" + std::to_string(g) + " has no members", {});
     for (std::size_t a = 0; a < ws.size(); a++) {
       if (ws[a] < 0 || static_cast<std::size_t>(ws[a]) >= workers)
-        fail("collective group g" + std::to_string(g) + " names worker " + std::to_string(ws[a]) + " of " +
-                 std::to_string(workers),
-             {});
+        fail_check("collective group g" + std::to_string(g) + " names worker " + std::to_string(ws[a]) + " of " +
+                       std::to_string(workers),
+                   {});
       for (std::size_t b = 0; b < a; b++)
         if (ws[a] == ws[b])
-          fail("collective group g" + std::to_string(g) + " lists worker " + std::to_string(ws[a]) + " twice", {});
+          fail_check("collective group g" + std::to_string(g) + " lists worker " + std::to_string(ws[a]) + " twice",
+                     {});
     }
   }
 }
@@ -88,9 +85,10 @@ std::vector<char> copied_replicas(const LoweredSchedule& ls) {
   auto dup = [&](const std::vector<Msg>& v, const char* what) {
     for (std::size_t k = 1; k < v.size(); k++)
       if (v[k].key() == v[k - 1].key())
-        fail(std::string("duplicate ") + what + ": " + at(ls, v[k - 1].worker, v[k - 1].index) + " and " +
-                 at(ls, v[k].worker, v[k].index) + " carry the same message",
-             {lowered_op_name(ls, v[k - 1].worker, v[k - 1].index), lowered_op_name(ls, v[k].worker, v[k].index)});
+        fail_check(
+            std::string("duplicate ") + what + ": " + at(ls, v[k - 1].worker, v[k - 1].index) + " and " +
+                at(ls, v[k].worker, v[k].index) + " carry the same message",
+            {lowered_op_name(ls, v[k - 1].worker, v[k - 1].index), lowered_op_name(ls, v[k].worker, v[k].index)});
   };
   dup(sends, "send");
   dup(recvs, "receive");
@@ -98,18 +96,18 @@ std::vector<char> copied_replicas(const LoweredSchedule& ls) {
   while (a < sends.size() || b < recvs.size()) {
     if (b == recvs.size() || (a < sends.size() && sends[a].key() < recvs[b].key())) {
       const Msg& s = sends[a];
-      fail(at(ls, s.worker, s.index) + " has no matching recv on worker " + std::to_string(s.receiver),
-           {lowered_op_name(ls, s.worker, s.index)});
+      fail_check(at(ls, s.worker, s.index) + " has no matching recv on worker " + std::to_string(s.receiver),
+                 {lowered_op_name(ls, s.worker, s.index)});
     }
     if (a == sends.size() || recvs[b].key() < sends[a].key()) {
       const Msg& r = recvs[b];
-      fail(at(ls, r.worker, r.index) + " has no matching send on worker " + std::to_string(r.sender),
-           {lowered_op_name(ls, r.worker, r.index)});
+      fail_check(at(ls, r.worker, r.index) + " has no matching send on worker " + std::to_string(r.sender),
+                 {lowered_op_name(ls, r.worker, r.index)});
     }
     const LoweredOp& so = ls.per_worker[sends[a].worker][sends[a].index];
     const LoweredOp& ro = ls.per_worker[recvs[b].worker][recvs[b].index];
     if (so.bytes != ro.bytes || so.tag != ro.tag)
-      fail(
+      fail_check(
           at(ls, sends[a].worker, sends[a].index) + " sends " + exact(so.bytes) + " bytes but " +
               at(ls, recvs[b].worker, recvs[b].index) + " expects " + exact(ro.bytes) +
               (so.tag != ro.tag
@@ -140,9 +138,9 @@ void add_message(const LoweredSchedule& ls, int w, std::size_t i, P2pScratch& sc
   const int workers = static_cast<int>(ls.per_worker.size());
   const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(w)][i];
   if (l.peer < 0 || l.peer >= workers)
-    fail(at(ls, w, i) + " names peer worker " + std::to_string(l.peer) + " of " + std::to_string(workers),
-         {lowered_op_name(ls, w, i)});
-  if (l.peer == w) fail(at(ls, w, i) + " names its own worker as the peer", {lowered_op_name(ls, w, i)});
+    fail_check(at(ls, w, i) + " names peer worker " + std::to_string(l.peer) + " of " + std::to_string(workers),
+               {lowered_op_name(ls, w, i)});
+  if (l.peer == w) fail_check(at(ls, w, i) + " names its own worker as the peer", {lowered_op_name(ls, w, i)});
   const bool send = l.kind == LOpKind::Send;
   Msg m{send ? w : l.peer,
         send ? l.peer : w,
@@ -262,19 +260,19 @@ void collect_calls(const LoweredSchedule& ls, std::vector<std::vector<std::vecto
       if (!is_collective(l.kind)) continue;
       const int wi = static_cast<int>(w);
       if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls.groups.size())
-        fail(at(ls, wi, i) + " uses collective group " + std::to_string(l.group) + " of " +
-                 std::to_string(ls.groups.size()),
-             {lowered_op_name(ls, wi, i)});
+        fail_check(at(ls, wi, i) + " uses collective group " + std::to_string(l.group) + " of " +
+                       std::to_string(ls.groups.size()),
+                   {lowered_op_name(ls, wi, i)});
       const auto& ws = ls.groups[l.group].workers;
       const auto it = std::find(ws.begin(), ws.end(), wi);
       if (it == ws.end())
-        fail(at(ls, wi, i) + " runs on a worker that is not a member of group g" + std::to_string(l.group),
-             {lowered_op_name(ls, wi, i)});
+        fail_check(at(ls, wi, i) + " runs on a worker that is not a member of group g" + std::to_string(l.group),
+                   {lowered_op_name(ls, wi, i)});
       if (l.tag != ls.groups[l.group].tag)
-        fail(at(ls, wi, i) + " has a different tag than its group g" + std::to_string(l.group),
-             {lowered_op_name(ls, wi, i)});
+        fail_check(at(ls, wi, i) + " has a different tag than its group g" + std::to_string(l.group),
+                   {lowered_op_name(ls, wi, i)});
       if (l.count < 1)
-        fail(at(ls, wi, i) + " folds " + std::to_string(l.count) + " calls", {lowered_op_name(ls, wi, i)});
+        fail_check(at(ls, wi, i) + " folds " + std::to_string(l.count) + " calls", {lowered_op_name(ls, wi, i)});
       calls[l.group][it - ws.begin()].push_back(static_cast<std::int32_t>(i));
     }
   }
@@ -291,18 +289,18 @@ void check_calls(const LoweredSchedule& ls, const std::vector<std::vector<std::v
         const LoweredOp& a = ls.per_worker[ws[0]][c0[k]];
         const LoweredOp& b = ls.per_worker[ws[s]][cs[k]];
         if (a.kind != b.kind || a.bytes != b.bytes || a.count != b.count)
-          fail("collective call " + std::to_string(k) + " of group g" + std::to_string(g) +
-                   " does not match: " + at(ls, ws[0], c0[k]) + " vs " + at(ls, ws[s], cs[k]),
-               {lowered_op_name(ls, ws[0], c0[k]), lowered_op_name(ls, ws[s], cs[k])});
+          fail_check("collective call " + std::to_string(k) + " of group g" + std::to_string(g) +
+                         " does not match: " + at(ls, ws[0], c0[k]) + " vs " + at(ls, ws[s], cs[k]),
+                     {lowered_op_name(ls, ws[0], c0[k]), lowered_op_name(ls, ws[s], cs[k])});
       }
       if (c0.size() != cs.size()) {
         const bool first_more = c0.size() > cs.size();
         const int w = first_more ? ws[0] : ws[s];
         const auto& longer = first_more ? c0 : cs;
-        fail("group g" + std::to_string(g) + ": worker " + std::to_string(ws[0]) + " makes " +
-                 std::to_string(c0.size()) + " collective calls but worker " + std::to_string(ws[s]) + " makes " +
-                 std::to_string(cs.size()) + "; unmatched: " + at(ls, w, longer[n]),
-             {lowered_op_name(ls, w, longer[n])});
+        fail_check("group g" + std::to_string(g) + ": worker " + std::to_string(ws[0]) + " makes " +
+                       std::to_string(c0.size()) + " collective calls but worker " + std::to_string(ws[s]) + " makes " +
+                       std::to_string(cs.size()) + "; unmatched: " + at(ls, w, longer[n]),
+                   {lowered_op_name(ls, w, longer[n])});
       }
     }
   }

@@ -8,32 +8,31 @@
 
 namespace pipescope {
 
-namespace {
+namespace {}  // namespace
 
-[[noreturn]] void invalid(const std::string& where, const std::string& what) {
+void invalid_generator_args(const std::string& where, const std::string& what) {
   throw std::invalid_argument(where + ": " + what);
 }
 
-}  // namespace
-
 int check_generator_args(const char* where, int p, int v, const std::vector<MicroBatch>& mbs, int seq_len) {
-  if (p < 1) invalid(where, "pipeline ranks p must be >= 1, got " + std::to_string(p));
-  if (v < 1) invalid(where, "chunks per rank v must be >= 1, got " + std::to_string(v));
-  if (mbs.empty()) invalid(where, "at least one micro-batch is needed");
-  if (seq_len < 1) invalid(where, "seq_len must be >= 1, got " + std::to_string(seq_len));
+  if (p < 1) invalid_generator_args(where, "pipeline ranks p must be >= 1, got " + std::to_string(p));
+  if (v < 1) invalid_generator_args(where, "chunks per rank v must be >= 1, got " + std::to_string(v));
+  if (mbs.empty()) invalid_generator_args(where, "at least one micro-batch is needed");
+  if (seq_len < 1) invalid_generator_args(where, "seq_len must be >= 1, got " + std::to_string(seq_len));
   int kmax = 0;
   for (std::size_t i = 0; i < mbs.size(); i++) {
     const MicroBatch& mb = mbs[i];
     const std::string which = "micro-batch " + std::to_string(i);
-    if (mb.seq_count < 1) invalid(where, which + " has " + std::to_string(mb.seq_count) + " sequences");
+    if (mb.seq_count < 1) invalid_generator_args(where, which + " has " + std::to_string(mb.seq_count) + " sequences");
     if (mb.slice_begin.empty() || mb.slice_begin[0] != 0)
-      invalid(where, which + ": its first slice must start at token 0");
+      invalid_generator_args(where, which + ": its first slice must start at token 0");
     for (std::size_t j = 1; j < mb.slice_begin.size(); j++)
       if (mb.slice_begin[j] <= mb.slice_begin[j - 1])
-        invalid(where, which + ": slice " + std::to_string(j) + " is empty or out of order");
+        invalid_generator_args(where, which + ": slice " + std::to_string(j) + " is empty or out of order");
     if (mb.slice_begin.back() >= seq_len)
-      invalid(where, which + ": slice " + std::to_string(mb.slice_begin.size() - 1) + " starts at token " +
-                         std::to_string(mb.slice_begin.back()) + ", beyond seq_len " + std::to_string(seq_len));
+      invalid_generator_args(where, which + ": slice " + std::to_string(mb.slice_begin.size() - 1) +
+                                        " starts at token " + std::to_string(mb.slice_begin.back()) +
+                                        ", beyond seq_len " + std::to_string(seq_len));
     kmax = std::max(kmax, static_cast<int>(mb.slice_begin.size()));
   }
   return kmax;
@@ -42,18 +41,19 @@ int check_generator_args(const char* where, int p, int v, const std::vector<Micr
 void require_unsliced(const char* where, const std::vector<MicroBatch>& mbs) {
   for (std::size_t i = 0; i < mbs.size(); i++)
     if (mbs[i].slice_begin.size() != 1)
-      invalid(where, "micro-batch " + std::to_string(i) + " has " + std::to_string(mbs[i].slice_begin.size()) +
-                         " token slices; this generator needs unsliced micro-batches (sliced 1F1B is Seq1F1B)");
+      invalid_generator_args(where,
+                             "micro-batch " + std::to_string(i) + " has " + std::to_string(mbs[i].slice_begin.size()) +
+                                 " token slices; this generator needs unsliced micro-batches (sliced 1F1B is Seq1F1B)");
 }
 
 std::vector<MicroBatch> uniform_microbatches(int m, int mbs, int seq_len, int k) {
   const char* where = "uniform_microbatches";
-  if (m < 1) invalid(where, "micro-batches m must be >= 1, got " + std::to_string(m));
-  if (mbs < 1) invalid(where, "micro-batch size must be >= 1, got " + std::to_string(mbs));
-  if (seq_len < 1) invalid(where, "seq_len must be >= 1, got " + std::to_string(seq_len));
+  if (m < 1) invalid_generator_args(where, "micro-batches m must be >= 1, got " + std::to_string(m));
+  if (mbs < 1) invalid_generator_args(where, "micro-batch size must be >= 1, got " + std::to_string(mbs));
+  if (seq_len < 1) invalid_generator_args(where, "seq_len must be >= 1, got " + std::to_string(seq_len));
   if (k < 1 || k > seq_len)
-    invalid(where,
-            "token slices k must be in [1, seq_len = " + std::to_string(seq_len) + "], got " + std::to_string(k));
+    invalid_generator_args(
+        where, "token slices k must be in [1, seq_len = " + std::to_string(seq_len) + "], got " + std::to_string(k));
   const int len = seq_len / k;  // the last slice takes the remainder
   std::vector<MicroBatch> out(static_cast<std::size_t>(m));
   for (int i = 0; i < m; i++) {
@@ -66,17 +66,18 @@ std::vector<MicroBatch> uniform_microbatches(int m, int mbs, int seq_len, int k)
 
 std::vector<MicroBatch> sliced_microbatches(int m, int mbs, const std::vector<int>& slice_tokens) {
   const char* where = "sliced_microbatches";
-  if (m < 1) invalid(where, "micro-batches m must be >= 1, got " + std::to_string(m));
-  if (mbs < 1) invalid(where, "micro-batch size must be >= 1, got " + std::to_string(mbs));
-  if (slice_tokens.empty()) invalid(where, "at least one slice length is needed");
+  if (m < 1) invalid_generator_args(where, "micro-batches m must be >= 1, got " + std::to_string(m));
+  if (mbs < 1) invalid_generator_args(where, "micro-batch size must be >= 1, got " + std::to_string(mbs));
+  if (slice_tokens.empty()) invalid_generator_args(where, "at least one slice length is needed");
   std::vector<std::int32_t> begin;
   std::int64_t at = 0;
   for (std::size_t j = 0; j < slice_tokens.size(); j++) {
     if (slice_tokens[j] < 1)
-      invalid(where, "slice " + std::to_string(j) + " has " + std::to_string(slice_tokens[j]) + " tokens");
+      invalid_generator_args(where,
+                             "slice " + std::to_string(j) + " has " + std::to_string(slice_tokens[j]) + " tokens");
     begin.push_back(static_cast<std::int32_t>(at));
     at += slice_tokens[j];
-    if (at > 0x7fffffff) invalid(where, "slice lengths overflow");
+    if (at > 0x7fffffff) invalid_generator_args(where, "slice lengths overflow");
   }
   std::vector<MicroBatch> out(static_cast<std::size_t>(m));
   for (int i = 0; i < m; i++) {
@@ -132,10 +133,11 @@ Schedule make_interleaved(int p, int v, const std::vector<MicroBatch>& mbs, int 
   require_unsliced(where, mbs);
   const int m = static_cast<int>(mbs.size());
   if (m % p != 0)
-    invalid(where,
-            "the interleaved schedule needs the micro-batch count to be a multiple of the pipeline ranks "
-            "(m % p == 0), got m = " +
-                std::to_string(m) + ", p = " + std::to_string(p));
+    invalid_generator_args(
+        where,
+        "the interleaved schedule needs the micro-batch count to be a multiple of the pipeline ranks "
+        "(m % p == 0), got m = " +
+            std::to_string(m) + ", p = " + std::to_string(p));
   Schedule s = schedule_skeleton("interleaved", p, v, mbs, seq_len);
   const int total = m * v;  // chunk-micro-batches per rank
   // Megatron's table (docs/papers.md#megatron): index k -> (micro-batch, chunk), in groups of p micro-batches.

@@ -33,13 +33,17 @@ std::string where(const std::string& src, const YAML::Node& n) {
   return src + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
 }
 
-[[noreturn]] void fail(const std::string& src, const YAML::Node& n, const std::string& key, const std::string& msg) {
-  throw ProfileError(where(src, n) + ": " + key + ": " + msg);
+}  // namespace
+
+void fail_profile_key(const std::string& source, const YAML::Node& n, const std::string& key, const std::string& msg) {
+  throw ProfileError(where(source, n) + ": " + key + ": " + msg);
 }
+
+namespace {
 
 // A mapping key as text; complex keys (`? [a, b]`, a mapping) are errors, not yaml-cpp conversion exceptions.
 std::string key_text(const std::string& src, const YAML::Node& k, const std::string& path) {
-  if (!k.IsScalar()) fail(src, k, path.empty() ? "(key)" : path + ".(key)", "a key must be a plain scalar");
+  if (!k.IsScalar()) fail_profile_key(src, k, path.empty() ? "(key)" : path + ".(key)", "a key must be a plain scalar");
   return k.Scalar();
 }
 
@@ -48,62 +52,62 @@ class Map {
  public:
   Map(const std::string& src, const YAML::Node& n, const std::string& path, std::set<std::string> keys)
       : src_(src), n_(n), path_(path) {
-    if (!n.IsMap()) fail(src, n, path, "expected a mapping");
+    if (!n.IsMap()) fail_profile_key(src, n, path, "expected a mapping");
     for (const auto& kv : n) {
       const std::string k = key_text(src, kv.first, path);
-      if (!keys.count(k)) fail(src, kv.first, key(k), "unknown key");
+      if (!keys.count(k)) fail_profile_key(src, kv.first, key(k), "unknown key");
     }
   }
   std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
   bool has(const std::string& k) const { return static_cast<bool>(n_[k]); }
   YAML::Node node(const std::string& k) const {
     const YAML::Node c = n_[k];
-    if (!c) fail(src_, n_, key(k), "missing");
+    if (!c) fail_profile_key(src_, n_, key(k), "missing");
     return c;
   }
   double num(const std::string& k, bool positive = false, std::optional<double> def = std::nullopt) const {
     if (!has(k)) {
       if (def) return *def;
-      fail(src_, n_, key(k), "missing");
+      fail_profile_key(src_, n_, key(k), "missing");
     }
     return number(src_, node(k), key(k), positive);
   }
   int integer(const std::string& k, int min, std::optional<int> def = std::nullopt) const {
     if (!has(k)) {
       if (def) return *def;
-      fail(src_, n_, key(k), "missing");
+      fail_profile_key(src_, n_, key(k), "missing");
     }
     const YAML::Node c = node(k);
     int v = 0;
     try {
       v = c.as<int>();
     } catch (const YAML::Exception&) {
-      fail(src_, c, key(k), "expected an integer, got '" + scalar(c) + "'");
+      fail_profile_key(src_, c, key(k), "expected an integer, got '" + scalar(c) + "'");
     }
-    if (v < min) fail(src_, c, key(k), "must be >= " + std::to_string(min) + ", got " + std::to_string(v));
+    if (v < min) fail_profile_key(src_, c, key(k), "must be >= " + std::to_string(min) + ", got " + std::to_string(v));
     return v;
   }
   std::string str(const std::string& k, std::optional<std::string> def = std::nullopt) const {
     if (!has(k)) {
       if (def) return *def;
-      fail(src_, n_, key(k), "missing");
+      fail_profile_key(src_, n_, key(k), "missing");
     }
     const YAML::Node c = node(k);
-    if (!c.IsScalar()) fail(src_, c, key(k), "expected a string");
+    if (!c.IsScalar()) fail_profile_key(src_, c, key(k), "expected a string");
     return c.as<std::string>();
   }
   static std::string scalar(const YAML::Node& c) { return c.IsScalar() ? c.Scalar() : "<not a scalar>"; }
   static double number(const std::string& src, const YAML::Node& c, const std::string& key, bool positive) {
     double v = 0;
-    if (!c.IsScalar()) fail(src, c, key, "expected a number");
+    if (!c.IsScalar()) fail_profile_key(src, c, key, "expected a number");
     try {
       v = c.as<double>();
     } catch (const YAML::Exception&) {
-      fail(src, c, key, "expected a number, got '" + c.Scalar() + "'");
+      fail_profile_key(src, c, key, "expected a number, got '" + c.Scalar() + "'");
     }
-    if (!std::isfinite(v)) fail(src, c, key, "must be finite, got '" + c.Scalar() + "'");
-    if (positive && !(v > 0)) fail(src, c, key, "must be > 0, got " + c.Scalar());
-    if (!positive && v < 0) fail(src, c, key, "must be >= 0, got " + c.Scalar());
+    if (!std::isfinite(v)) fail_profile_key(src, c, key, "must be finite, got '" + c.Scalar() + "'");
+    if (positive && !(v > 0)) fail_profile_key(src, c, key, "must be > 0, got " + c.Scalar());
+    if (!positive && v < 0) fail_profile_key(src, c, key, "must be >= 0, got " + c.Scalar());
     return v;
   }
 
@@ -115,7 +119,7 @@ class Map {
 
 YAML::Node seq(const std::string& src, const Map& m, const std::string& k) {
   const YAML::Node n = m.node(k);
-  if (!n.IsSequence()) fail(src, n, m.key(k), "expected a list");
+  if (!n.IsSequence()) fail_profile_key(src, n, m.key(k), "expected a list");
   return n;
 }
 
@@ -144,9 +148,9 @@ ContextFit read_fit(const std::string& src, const YAML::Node& n, const std::stri
     try {
       v = c.as<double>();
     } catch (const YAML::Exception&) {
-      fail(src, c, m.key(k), "expected a number, got '" + Map::scalar(c) + "'");
+      fail_profile_key(src, c, m.key(k), "expected a number, got '" + Map::scalar(c) + "'");
     }
-    if (!std::isfinite(v)) fail(src, c, m.key(k), "must be finite");
+    if (!std::isfinite(v)) fail_profile_key(src, c, m.key(k), "must be finite");
     return v * kUs;
   };
   f.a0 = signed_num("a0_us");
@@ -161,11 +165,11 @@ ContextFit read_fit(const std::string& src, const YAML::Node& n, const std::stri
 
 std::vector<std::pair<double, double>> read_points(const std::string& src, const YAML::Node& n,
                                                    const std::string& path) {
-  if (!n.IsSequence()) fail(src, n, path, "expected a list of [bytes, median_us] pairs");
+  if (!n.IsSequence()) fail_profile_key(src, n, path, "expected a list of [bytes, median_us] pairs");
   std::vector<std::pair<double, double>> out;
   for (std::size_t i = 0; i < n.size(); i++) {
     const std::string k = path + "[" + std::to_string(i) + "]";
-    if (!n[i].IsSequence() || n[i].size() != 2) fail(src, n[i], k, "expected [bytes, median_us]");
+    if (!n[i].IsSequence() || n[i].size() != 2) fail_profile_key(src, n[i], k, "expected [bytes, median_us]");
     out.emplace_back(Map::number(src, n[i][0], k, true), Map::number(src, n[i][1], k, true) * kUs);
   }
   return out;
@@ -178,7 +182,8 @@ std::vector<ContextPoint> read_grid(const std::string& src, const Map& m, const 
   for (std::size_t i = 0; i < g.size(); i++) {
     const std::string k = m.key(key) + "[" + std::to_string(i) + "]";
     if (!g[i].IsSequence() || (g[i].size() != 4 && g[i].size() != 6))
-      fail(src, g[i], k, "expected [l, c, forward_us, backward_us] or [..., forward_spread, backward_spread]");
+      fail_profile_key(src, g[i], k,
+                       "expected [l, c, forward_us, backward_us] or [..., forward_spread, backward_spread]");
     ContextPoint c;
     c.l = static_cast<int>(Map::number(src, g[i][0], k + ".l", true));
     c.c = static_cast<int>(Map::number(src, g[i][1], k + ".c", false));
@@ -207,7 +212,7 @@ LayerTable read_layer(const std::string& src, const YAML::Node& n, const std::st
   t.seq_len = m.integer("seq_len", 1);
   t.dtype = m.str("dtype");
   if (t.dtype != "fp64" && t.dtype != "fp32" && t.dtype != "fp16" && t.dtype != "bf16")
-    fail(src, m.node("dtype"), m.key("dtype"), "expected fp64, fp32, fp16 or bf16, got '" + t.dtype + "'");
+    fail_profile_key(src, m.node("dtype"), m.key("dtype"), "expected fp64, fp32, fp16 or bf16, got '" + t.dtype + "'");
   const YAML::Node sl = seq(src, m, "slices");
   for (std::size_t i = 0; i < sl.size(); i++) {
     const std::string k = m.key("slices") + "[" + std::to_string(i) + "]";
@@ -217,11 +222,11 @@ LayerTable read_layer(const std::string& src, const YAML::Node& n, const std::st
     s.fwd = read_stats(src, p.node("forward"), p.key("forward"));
     s.bwd = read_stats(src, p.node("backward"), p.key("backward"));
     if (!t.slices.empty() && s.l <= t.slices.back().l)
-      fail(src, p.node("l"), p.key("l"), "slice lengths must increase strictly");
-    if (s.l > t.seq_len) fail(src, p.node("l"), p.key("l"), "exceeds seq_len " + std::to_string(t.seq_len));
+      fail_profile_key(src, p.node("l"), p.key("l"), "slice lengths must increase strictly");
+    if (s.l > t.seq_len) fail_profile_key(src, p.node("l"), p.key("l"), "exceeds seq_len " + std::to_string(t.seq_len));
     t.slices.push_back(std::move(s));
   }
-  if (t.slices.empty()) fail(src, sl, m.key("slices"), "must not be empty");
+  if (t.slices.empty()) fail_profile_key(src, sl, m.key("slices"), "must not be empty");
   if (m.has("context_grid")) t.context_grid = read_grid(src, m, "context_grid");
   if (m.has("attention")) t.attention = read_grid(src, m, "attention");
   if (m.has("context_fit_forward"))
@@ -235,7 +240,8 @@ LayerTable read_layer(const std::string& src, const YAML::Node& n, const std::st
     for (std::size_t i = 0; i < e.size(); i++) {
       const std::string k = m.key(end) + "[" + std::to_string(i) + "]";
       if (!e[i].IsSequence() || (e[i].size() != 3 && e[i].size() != 5))
-        fail(src, e[i], k, "expected [l, forward_us, backward_us] or [..., forward_spread, backward_spread]");
+        fail_profile_key(src, e[i], k,
+                         "expected [l, forward_us, backward_us] or [..., forward_spread, backward_spread]");
       EndPoint p;
       p.l = static_cast<int>(Map::number(src, e[i][0], k + ".l", true));
       p.fwd_s = Map::number(src, e[i][1], k + ".forward_us", true) * kUs;
@@ -244,11 +250,11 @@ LayerTable read_layer(const std::string& src, const YAML::Node& n, const std::st
         p.fwd_spread = Map::number(src, e[i][3], k + ".forward_spread", false);
         p.bwd_spread = Map::number(src, e[i][4], k + ".backward_spread", false);
       }
-      if (!out.empty() && p.l <= out.back().l) fail(src, e[i], k, "lengths must increase strictly");
+      if (!out.empty() && p.l <= out.back().l) fail_profile_key(src, e[i], k, "lengths must increase strictly");
       out.push_back(p);
     }
     if (t.vocab == 0 && std::string(end) == "head" && !out.empty())
-      fail(src, m.node(end), m.key("vocab"), "needed with head timings");
+      fail_profile_key(src, m.node(end), m.key("vocab"), "needed with head timings");
   }
   return t;
 }
@@ -267,11 +273,12 @@ DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
   d.memory_bytes = m.num("memory_GB", true) * kGB;
   d.hbm_bw_Bps = m.num("hbm_bw_GBps", true) * kGBps;
   d.gemm_efficiency = m.num("gemm_efficiency", true);
-  if (d.gemm_efficiency > 1) fail(src, m.node("gemm_efficiency"), "device.gemm_efficiency", "must be <= 1");
+  if (d.gemm_efficiency > 1) fail_profile_key(src, m.node("gemm_efficiency"), "device.gemm_efficiency", "must be <= 1");
   d.gemm_half_sat_flops = m.num("gemm_half_sat_gflop", false) * kGflop;
   d.kernel_launch_s = m.num("kernel_launch_us", false) * kUs;
   d.memory_efficiency = m.num("memory_efficiency", true);
-  if (d.memory_efficiency > 1) fail(src, m.node("memory_efficiency"), "device.memory_efficiency", "must be <= 1");
+  if (d.memory_efficiency > 1)
+    fail_profile_key(src, m.node("memory_efficiency"), "device.memory_efficiency", "must be <= 1");
   d.sm_count = m.integer("sm_count", 0, 0);  // GEMM wave quantisation (core/gemm_model.h); 0 = none
   return d;
 }
@@ -279,30 +286,31 @@ DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
 std::string read_model(const std::string& src, const Map& f) {
   const std::string m = f.str("model", std::string("alpha-beta"));
   if (m != "alpha-beta" && m != "piecewise")
-    fail(src, f.node("model"), f.key("model"), "expected alpha-beta or piecewise, got '" + m + "'");
+    fail_profile_key(src, f.node("model"), f.key("model"), "expected alpha-beta or piecewise, got '" + m + "'");
   return m;
 }
 
 // A piecewise model is its table: at least two sizes, strictly increasing.
 void check_piecewise(const std::string& src, const Map& f, const std::vector<std::pair<double, double>>& pts) {
-  if (pts.size() < 2) fail(src, f.node("model"), f.key("points"), "a piecewise model needs at least 2 points");
+  if (pts.size() < 2)
+    fail_profile_key(src, f.node("model"), f.key("points"), "a piecewise model needs at least 2 points");
   for (std::size_t i = 1; i < pts.size(); i++)
     if (!(pts[i].first > pts[i - 1].first))
-      fail(src, f.node("points"), f.key("points"), "sizes must increase strictly for a piecewise model");
+      fail_profile_key(src, f.node("points"), f.key("points"), "sizes must increase strictly for a piecewise model");
 }
 
 // ---------------------------------------------------------------- writing
 
-std::string num(double v) {
+std::string yaml_num(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.10g", v);
   return buf;
 }
-std::string us(double seconds) { return num(seconds / kUs); }
+std::string us(double seconds) { return yaml_num(seconds / kUs); }
 
 // A string scalar as yaml-cpp's emitter writes it (double-quoted, its escapes), so that what the loader reads back
 // is exactly the string; the layout around it stays compact flow maps written here.
-std::string quoted(const std::string& s) {
+std::string yaml_quoted(const std::string& s) {
   YAML::Emitter e;
   e << YAML::DoubleQuoted << s;
   return e.c_str();
@@ -321,21 +329,21 @@ void write_stats(std::ostream& os, const TimeStats& t) {
 void write_fit(std::ostream& os, const char* key, const ContextFit& f) {
   os << "    " << key << ": {a0_us: " << us(f.a0) << ", a1_us_per_token: " << us(f.a1)
      << ", a2_us_per_token: " << us(f.a2) << ", a3_us_per_token2: " << us(f.a3)
-     << ", holdout_rel_err: " << num(f.holdout_rel_err) << ", train_points: " << f.train_points
+     << ", holdout_rel_err: " << yaml_num(f.holdout_rel_err) << ", train_points: " << f.train_points
      << ", test_points: " << f.test_points << "}\n";
 }
 
 // [l, c, forward_us, backward_us] and the spreads when they were recorded.
 void write_grid_row(std::ostream& os, const ContextPoint& c) {
   os << "      - [" << c.l << ", " << c.c << ", " << us(c.fwd_s) << ", " << us(c.bwd_s);
-  if (c.fwd_spread > 0 || c.bwd_spread > 0) os << ", " << num(c.fwd_spread) << ", " << num(c.bwd_spread);
+  if (c.fwd_spread > 0 || c.bwd_spread > 0) os << ", " << yaml_num(c.fwd_spread) << ", " << yaml_num(c.bwd_spread);
   os << "]\n";
 }
 
 void write_points(std::ostream& os, const std::vector<std::pair<double, double>>& pts) {
   os << "[";
   for (std::size_t i = 0; i < pts.size(); i++)
-    os << (i ? ", " : "") << "[" << num(pts[i].first) << ", " << us(pts[i].second) << "]";
+    os << (i ? ", " : "") << "[" << yaml_num(pts[i].first) << ", " << us(pts[i].second) << "]";
   os << "]";
 }
 
@@ -345,7 +353,7 @@ void check_fit(const std::string& src, const std::string& key, const ContextFit&
   for (int l : {lmin, lmax})
     if (f.a2 + f.a3 * l < -1e-15)
       throw ProfileError(src + ": " + key + ": fitted context term decreases with context at l = " + std::to_string(l) +
-                         " (a2 + a3*l = " + num((f.a2 + f.a3 * l) / kUs) + " us/token)");
+                         " (a2 + a3*l = " + yaml_num((f.a2 + f.a3 * l) / kUs) + " us/token)");
 }
 
 }  // namespace
@@ -412,23 +420,25 @@ std::string profile_sections(const DeviceProfile& p) {
 void check_complete(const std::string& src, const YAML::Node& root, const Map& m) {
   const std::string rerun = " (re-run pipescope calibrate, or calibrate --analytic, to write a whole profile)";
   if (!m.has("complete") || !root["complete"].IsScalar() || root["complete"].Scalar() != "true")
-    fail(src, root, "complete",
-         "missing: the profile does not end with `complete: true`; the file is truncated or was edited" + rerun);
+    fail_profile_key(
+        src, root, "complete",
+        "missing: the profile does not end with `complete: true`; the file is truncated or was edited" + rerun);
   if (!m.has("sections") || !root["sections"].IsSequence())
-    fail(src, root, "sections", "missing: the list of the profile's sections (the profile is incomplete)" + rerun);
+    fail_profile_key(src, root, "sections",
+                     "missing: the list of the profile's sections (the profile is incomplete)" + rerun);
   std::set<std::string> listed;
   for (const auto& e : root["sections"]) {
     const std::string name = e.IsScalar() ? e.Scalar() : std::string();
     if (name != "device" && std::find(std::begin(kSections), std::end(kSections), name) == std::end(kSections))
-      fail(src, e, "sections", "unknown section '" + name + "'");
+      fail_profile_key(src, e, "sections", "unknown section '" + name + "'");
     listed.insert(name);
   }
   for (const std::string& name : listed)
     if (!m.has(name))
-      fail(src, root, name, "missing: the profile lists section " + name + " but it is not there" + rerun);
+      fail_profile_key(src, root, name, "missing: the profile lists section " + name + " but it is not there" + rerun);
   for (const char* name : kSections)
     if (m.has(name) && !listed.count(name))
-      fail(src, m.node(name), name, "present but not listed in `sections`: the file was edited" + rerun);
+      fail_profile_key(src, m.node(name), name, "present but not listed in `sections`: the file was edited" + rerun);
 }
 
 }  // namespace
@@ -448,21 +458,21 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
   check_complete(source, root, m);
   const int version = m.integer("pipescope_profile", 1);
   if (version != kVersion)
-    fail(source, m.node("pipescope_profile"), "pipescope_profile",
-         "unsupported profile version " + std::to_string(version) + " (this build reads " + std::to_string(kVersion) +
-             ")");
+    fail_profile_key(source, m.node("pipescope_profile"), "pipescope_profile",
+                     "unsupported profile version " + std::to_string(version) + " (this build reads " +
+                         std::to_string(kVersion) + ")");
   DeviceProfile p;
   p.source = source;
   p.kind = m.str("kind");
   if (p.kind != "measured" && p.kind != "analytic")
-    fail(source, m.node("kind"), "kind", "expected measured or analytic, got '" + p.kind + "'");
+    fail_profile_key(source, m.node("kind"), "kind", "expected measured or analytic, got '" + p.kind + "'");
   p.name = m.str("name");
   if (m.has("provenance")) {
     const YAML::Node pv = m.node("provenance");
-    if (!pv.IsMap()) fail(source, pv, "provenance", "expected a mapping");
+    if (!pv.IsMap()) fail_profile_key(source, pv, "provenance", "expected a mapping");
     for (const auto& kv : pv) {
       const std::string k = key_text(source, kv.first, "provenance");
-      if (!kv.second.IsScalar()) fail(source, kv.second, "provenance." + k, "expected a string");
+      if (!kv.second.IsScalar()) fail_profile_key(source, kv.second, "provenance." + k, "expected a string");
       p.provenance[k] = kv.second.Scalar();
     }
   }
@@ -496,11 +506,11 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
       cf.model = read_model(source, f);
       cf.op = f.str("op");
       if (cf.op != "allreduce" && cf.op != "allgather" && cf.op != "reducescatter" && cf.op != "sendrecv")
-        fail(source, f.node("op"), f.key("op"), "expected allreduce, allgather, reducescatter or sendrecv");
+        fail_profile_key(source, f.node("op"), f.key("op"), "expected allreduce, allgather, reducescatter or sendrecv");
       cf.ranks = f.integer("ranks", 2);
       cf.link_class = f.str("class");
       if (cf.link_class != "intra" && cf.link_class != "inter")
-        fail(source, f.node("class"), f.key("class"), "expected intra or inter");
+        fail_profile_key(source, f.node("class"), f.key("class"), "expected intra or inter");
       cf.alpha_s = f.num("alpha_us") * kUs;
       cf.busbw_Bps = f.num("busbw_GBps", true) * kGBps;
       cf.holdout_rel_err = f.num("holdout_rel_err", false, 0.0);
@@ -531,7 +541,8 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
       LayerTable t = read_layer(source, l[i], "layers[" + std::to_string(i) + "]");
       for (const auto& o : p.layers)
         if (o.same_shape(t) && o.micro_batch == t.micro_batch)
-          fail(source, l[i], "layers[" + std::to_string(i) + "]", "duplicate table for the same shape and micro_batch");
+          fail_profile_key(source, l[i], "layers[" + std::to_string(i) + "]",
+                           "duplicate table for the same shape and micro_batch");
       p.layers.push_back(std::move(t));
     }
   }
@@ -539,7 +550,7 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
   p.op_overhead_s = m.num("op_overhead_us", false, 0.0) * kUs;
   if (m.has("kernels")) p.kernels = read_kernel_fits(source, m.node("kernels"));
   if (p.kind == "analytic" && !p.layers.empty())
-    fail(source, m.node("layers"), "layers", "an analytic profile has no measured layer tables");
+    fail_profile_key(source, m.node("layers"), "layers", "an analytic profile has no measured layer tables");
   check_profile(p);
   return p;
 }
@@ -577,28 +588,28 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
   os << "# pipescope device profile (docs/calibration.md). Times in microseconds, sizes in bytes.\n";
   os << "pipescope_profile: " << kVersion << "\n";
   os << "kind: " << p.kind << "\n";
-  os << "name: " << quoted(p.name) << "\n";
+  os << "name: " << yaml_quoted(p.name) << "\n";
   os << "sections: " << profile_sections(p) << "\n";
   os << "provenance:" << (p.provenance.empty() ? " {}" : "") << "\n";
-  for (const auto& [k, v] : p.provenance) os << "  " << quoted(k) << ": " << quoted(v) << "\n";
+  for (const auto& [k, v] : p.provenance) os << "  " << yaml_quoted(k) << ": " << yaml_quoted(v) << "\n";
   const DeviceSpec& d = p.device;
-  os << "device:\n  name: " << quoted(d.name) << "\n";
-  os << "  peak_tflops_fp16: " << num(d.peak_flops_fp16 / kTflops) << "\n";
-  os << "  peak_tflops_bf16: " << num(d.peak_flops_bf16 / kTflops) << "\n";
-  os << "  peak_tflops_fp32: " << num(d.peak_flops_fp32 / kTflops) << "\n";
-  os << "  peak_tflops_fp64: " << num(d.peak_flops_fp64 / kTflops) << "\n";
-  os << "  memory_GB: " << num(d.memory_bytes / kGB) << "\n";
-  os << "  hbm_bw_GBps: " << num(d.hbm_bw_Bps / kGBps) << "\n";
-  os << "  gemm_efficiency: " << num(d.gemm_efficiency) << "\n";
-  os << "  gemm_half_sat_gflop: " << num(d.gemm_half_sat_flops / kGflop) << "\n";
+  os << "device:\n  name: " << yaml_quoted(d.name) << "\n";
+  os << "  peak_tflops_fp16: " << yaml_num(d.peak_flops_fp16 / kTflops) << "\n";
+  os << "  peak_tflops_bf16: " << yaml_num(d.peak_flops_bf16 / kTflops) << "\n";
+  os << "  peak_tflops_fp32: " << yaml_num(d.peak_flops_fp32 / kTflops) << "\n";
+  os << "  peak_tflops_fp64: " << yaml_num(d.peak_flops_fp64 / kTflops) << "\n";
+  os << "  memory_GB: " << yaml_num(d.memory_bytes / kGB) << "\n";
+  os << "  hbm_bw_GBps: " << yaml_num(d.hbm_bw_Bps / kGBps) << "\n";
+  os << "  gemm_efficiency: " << yaml_num(d.gemm_efficiency) << "\n";
+  os << "  gemm_half_sat_gflop: " << yaml_num(d.gemm_half_sat_flops / kGflop) << "\n";
   os << "  kernel_launch_us: " << us(d.kernel_launch_s) << "\n";
-  os << "  memory_efficiency: " << num(d.memory_efficiency) << "\n";
+  os << "  memory_efficiency: " << yaml_num(d.memory_efficiency) << "\n";
   if (d.sm_count > 0) os << "  sm_count: " << d.sm_count << "\n";
   if (!p.links.empty()) {
     os << "links:\n";
     for (const auto& [cls, l] : p.links) {
-      os << "  " << cls << ": {latency_us: " << us(l.latency_s) << ", bw_GBps: " << num(l.bw_Bps / kGBps)
-         << ", holdout_rel_err: " << num(l.holdout_rel_err);
+      os << "  " << cls << ": {latency_us: " << us(l.latency_s) << ", bw_GBps: " << yaml_num(l.bw_Bps / kGBps)
+         << ", holdout_rel_err: " << yaml_num(l.holdout_rel_err);
       if (l.model != "alpha-beta") os << ", model: " << l.model;
       if (!l.points.empty()) os << ",\n    points: ", write_points(os, l.points);
       if (!l.holdout_points.empty()) os << ",\n    holdout_points: ", write_points(os, l.holdout_points);
@@ -609,8 +620,8 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
     os << "collectives:\n";
     for (const auto& c : p.collectives) {
       os << "  - {op: " << c.op << ", ranks: " << c.ranks << ", class: " << c.link_class
-         << ", alpha_us: " << us(c.alpha_s) << ", busbw_GBps: " << num(c.busbw_Bps / kGBps)
-         << ", holdout_rel_err: " << num(c.holdout_rel_err);
+         << ", alpha_us: " << us(c.alpha_s) << ", busbw_GBps: " << yaml_num(c.busbw_Bps / kGBps)
+         << ", holdout_rel_err: " << yaml_num(c.holdout_rel_err);
       if (c.model != "alpha-beta") os << ", model: " << c.model;
       if (!c.points.empty()) os << ",\n     points: ", write_points(os, c.points);
       if (!c.holdout_points.empty()) os << ",\n     holdout_points: ", write_points(os, c.holdout_points);
@@ -621,7 +632,7 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
     os << "gemm:\n";
     for (const auto& g : p.gemms)
       os << "  - {m: " << g.m << ", n: " << g.n << ", k: " << g.k << ", dtype: " << g.dtype
-         << ", median_us: " << us(g.median_s) << ", tflops: " << num(g.flops_per_s() / kTflops) << "}\n";
+         << ", median_us: " << us(g.median_s) << ", tflops: " << yaml_num(g.flops_per_s() / kTflops) << "}\n";
   }
   if (!p.layers.empty()) {
     os << "layers:\n";
@@ -652,7 +663,8 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
         os << "    " << end << ":  # [l, forward_us, backward_us, forward_spread, backward_spread]\n";
         for (const auto& e : v) {
           os << "      - [" << e.l << ", " << us(e.fwd_s) << ", " << us(e.bwd_s);
-          if (e.fwd_spread > 0 || e.bwd_spread > 0) os << ", " << num(e.fwd_spread) << ", " << num(e.bwd_spread);
+          if (e.fwd_spread > 0 || e.bwd_spread > 0)
+            os << ", " << yaml_num(e.fwd_spread) << ", " << yaml_num(e.bwd_spread);
           os << "]\n";
         }
       }

@@ -11,41 +11,36 @@ namespace {
 
 constexpr double kUs = 1e-6;
 
-[[noreturn]] void fail(const std::string& src, const YAML::Node& n, const std::string& key, const std::string& msg) {
-  const YAML::Mark m = n.Mark();
-  const std::string at = m.line < 0 ? src : src + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
-  throw ProfileError(at + ": " + key + ": " + msg);
-}
-
 // A mapping with known keys (an unknown key is an error: typos must not be ignored).
 void check_keys(const std::string& src, const YAML::Node& n, const std::string& path,
                 const std::set<std::string>& keys) {
-  if (!n.IsMap()) fail(src, n, path, "expected a mapping");
+  if (!n.IsMap()) fail_profile_key(src, n, path, "expected a mapping");
   for (const auto& kv : n) {
-    if (!kv.first.IsScalar()) fail(src, kv.first, path, "a key must be a plain scalar");
-    if (!keys.count(kv.first.Scalar())) fail(src, kv.first, path + "." + kv.first.Scalar(), "unknown key");
+    if (!kv.first.IsScalar()) fail_profile_key(src, kv.first, path, "a key must be a plain scalar");
+    if (!keys.count(kv.first.Scalar())) fail_profile_key(src, kv.first, path + "." + kv.first.Scalar(), "unknown key");
   }
 }
 
 YAML::Node child(const std::string& src, const YAML::Node& n, const std::string& path, const std::string& k) {
   const YAML::Node c = n[k];
-  if (!c) fail(src, n, path + "." + k, "missing");
+  if (!c) fail_profile_key(src, n, path + "." + k, "missing");
   return c;
 }
 
 // min: the smallest allowed value; strict: > min instead of >= min.
 double number(const std::string& src, const YAML::Node& c, const std::string& key, double min, bool strict) {
-  if (!c.IsScalar()) fail(src, c, key, "expected a number");
+  if (!c.IsScalar()) fail_profile_key(src, c, key, "expected a number");
   double v = 0;
   try {
     v = c.as<double>();
   } catch (const YAML::Exception&) {
-    fail(src, c, key, "expected a number, got '" + c.Scalar() + "'");
+    fail_profile_key(src, c, key, "expected a number, got '" + c.Scalar() + "'");
   }
-  if (!std::isfinite(v)) fail(src, c, key, "must be finite, got '" + c.Scalar() + "'");
-  if (std::abs(v) > 1e12) fail(src, c, key, "implausibly large: " + c.Scalar());
+  if (!std::isfinite(v)) fail_profile_key(src, c, key, "must be finite, got '" + c.Scalar() + "'");
+  if (std::abs(v) > 1e12) fail_profile_key(src, c, key, "implausibly large: " + c.Scalar());
   if (strict ? !(v > min) : v < min)
-    fail(src, c, key, std::string("must be ") + (strict ? "> " : ">= ") + std::to_string(min) + ", got " + c.Scalar());
+    fail_profile_key(src, c, key,
+                     std::string("must be ") + (strict ? "> " : ">= ") + std::to_string(min) + ", got " + c.Scalar());
   return v;
 }
 double num(const std::string& src, const YAML::Node& n, const std::string& path, const std::string& k, double min,
@@ -55,17 +50,18 @@ double num(const std::string& src, const YAML::Node& n, const std::string& path,
 }
 int integer(const std::string& src, const YAML::Node& n, const std::string& path, const std::string& k, int min) {
   const double v = num(src, n, path, k, min, false);
-  if (v != std::floor(v) || v > 1e9) fail(src, n[k], path + "." + k, "expected an integer");
+  if (v != std::floor(v) || v > 1e9) fail_profile_key(src, n[k], path + "." + k, "expected an integer");
   return static_cast<int>(v);
 }
 YAML::Node list(const std::string& src, const YAML::Node& n, const std::string& path, const std::string& k) {
   const YAML::Node c = child(src, n, path, k);
-  if (!c.IsSequence()) fail(src, c, path + "." + k, "expected a list");
+  if (!c.IsSequence()) fail_profile_key(src, c, path + "." + k, "expected a list");
   return c;
 }
 
 std::array<double, 3> coeffs(const std::string& src, const YAML::Node& n, const std::string& key) {
-  if (!n.IsSequence() || n.size() != 3) fail(src, n, key, "expected [a0_us, a1_us_per_token, a2_us_per_pair]");
+  if (!n.IsSequence() || n.size() != 3)
+    fail_profile_key(src, n, key, "expected [a0_us, a1_us_per_token, a2_us_per_pair]");
   std::array<double, 3> a{};
   for (std::size_t i = 0; i < 3; i++) a[i] = number(src, n[i], key + "[" + std::to_string(i) + "]", 0, false) * kUs;
   return a;
@@ -86,7 +82,7 @@ KernelFits read_kernel_fits(const std::string& src, const YAML::Node& n) {
   const YAML::Node dt = child(src, n, P, "dtype");
   f.dtype = dt.IsScalar() ? dt.Scalar() : "";
   if (f.dtype != "fp64" && f.dtype != "fp32" && f.dtype != "fp16" && f.dtype != "bf16")
-    fail(src, dt, P + ".dtype", "expected fp64, fp32, fp16 or bf16");
+    fail_profile_key(src, dt, P + ".dtype", "expected fp64, fp32, fp16 or bf16");
 
   const std::string G = P + ".gemm";
   const YAML::Node g = child(src, n, P, "gemm");
@@ -102,18 +98,18 @@ KernelFits read_kernel_fits(const std::string& src, const YAML::Node& n) {
   f.gemm.test_points = n["gemm"]["test_points"] ? integer(src, g, G, "test_points", 0) : 0;
 
   const YAML::Node at = list(src, n, P, "attention");
-  if (at.size() == 0) fail(src, at, P + ".attention", "must not be empty");
+  if (at.size() == 0) fail_profile_key(src, at, P + ".attention", "must not be empty");
   for (std::size_t i = 0; i < at.size(); i++) {
     const std::string A = P + ".attention[" + std::to_string(i) + "]";
     check_keys(src, at[i], A, {"head_dim", "forward_us", "backward_us", "holdout_rel_err"});
     AttentionModel a;
     a.head_dim = integer(src, at[i], A, "head_dim", 1);
     if (!f.attention.empty() && a.head_dim <= f.attention.back().head_dim)
-      fail(src, at[i]["head_dim"], A + ".head_dim", "head dimensions must increase strictly");
+      fail_profile_key(src, at[i]["head_dim"], A + ".head_dim", "head dimensions must increase strictly");
     a.fwd = coeffs(src, child(src, at[i], A, "forward_us"), A + ".forward_us");
     a.bwd = coeffs(src, child(src, at[i], A, "backward_us"), A + ".backward_us");
     if (a.fwd[0] + a.fwd[1] + a.fwd[2] <= 0 || a.bwd[0] + a.bwd[1] + a.bwd[2] <= 0)
-      fail(src, at[i], A, "an attention fit must not be identically zero");
+      fail_profile_key(src, at[i], A, "an attention fit must not be identically zero");
     a.holdout_rel_err = num(src, at[i], A, "holdout_rel_err", 0, false, 0);
     f.attention.push_back(a);
   }
@@ -128,9 +124,9 @@ KernelFits read_kernel_fits(const std::string& src, const YAML::Node& n) {
     try {
       m.kind = memory_kernel_of(cl.IsScalar() ? cl.Scalar() : "");
     } catch (const std::invalid_argument& e) {
-      fail(src, cl, M + ".class", e.what());
+      fail_profile_key(src, cl, M + ".class", e.what());
     }
-    if (!seen.insert(m.kind).second) fail(src, cl, M + ".class", "duplicate class");
+    if (!seen.insert(m.kind).second) fail_profile_key(src, cl, M + ".class", "duplicate class");
     m.fixed_s = num(src, me[i], M, "fixed_us", 0, false) * kUs;
     m.bw_Bps = num(src, me[i], M, "bw_GBps", 1e-6, false) * 1e9;
     m.holdout_rel_err = num(src, me[i], M, "holdout_rel_err", 0, false, 0);
@@ -138,7 +134,8 @@ KernelFits read_kernel_fits(const std::string& src, const YAML::Node& n) {
   }
   for (int k = 0; k < kMemoryKernels; k++)
     if (!seen.count(static_cast<MemoryKernel>(k)))
-      fail(src, me, P + ".memory", std::string("no fit for class ") + to_string(static_cast<MemoryKernel>(k)));
+      fail_profile_key(src, me, P + ".memory",
+                       std::string("no fit for class ") + to_string(static_cast<MemoryKernel>(k)));
 
   if (n["transfer"]) {
     const YAML::Node tr = list(src, n, P, "transfer");
@@ -148,7 +145,7 @@ KernelFits read_kernel_fits(const std::string& src, const YAML::Node& n) {
                  {"op", "hidden", "heads", "ffn", "micro_batch", "l", "c", "measured_us", "predicted_us", "slowdown"});
       TransferPoint t;
       const YAML::Node op = child(src, tr[i], T, "op");
-      if (!op.IsScalar()) fail(src, op, T + ".op", "expected a string");
+      if (!op.IsScalar()) fail_profile_key(src, op, T + ".op", "expected a string");
       t.op = op.Scalar();
       t.hidden = integer(src, tr[i], T, "hidden", 1);
       t.heads = integer(src, tr[i], T, "heads", 1);

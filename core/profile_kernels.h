@@ -21,6 +21,10 @@
 
 namespace pipescope {
 
+// Throws ProfileError "file:line:col: key: message" (n's position in source): every profile reading error.
+[[noreturn]] void fail_profile_key(const std::string& source, const YAML::Node& n, const std::string& key,
+                                   const std::string& msg);
+
 // Throws ProfileError "file:line:col: kernels.key: message".
 KernelFits read_kernel_fits(const std::string& source, const YAML::Node& n);
 // Writes "kernels:" and its block (deterministic).

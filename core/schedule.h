@@ -155,6 +155,8 @@ Schedule schedule_skeleton(const char* name, int p, int v, const std::vector<Mic
 // Argument checks of every generator (p, v >= 1; micro-batches of >= 1 sequence whose slices start at token 0,
 // increase, and start before seq_len); throws std::invalid_argument naming `where`. Returns the most slices.
 int check_generator_args(const char* where, int p, int v, const std::vector<MicroBatch>& mbs, int seq_len);
+// Throws std::invalid_argument "where: what": how the generators reject their arguments.
+[[noreturn]] void invalid_generator_args(const std::string& where, const std::string& what);
 Op make_op(const Schedule& s, OpKind kind, int rank, int chunk, int mb, int slice);
 // Throws std::invalid_argument naming `where` when a micro-batch has more than one token slice.
 void require_unsliced(const char* where, const std::vector<MicroBatch>& mbs);

@@ -11,10 +11,6 @@ namespace pipescope {
 
 namespace {
 
-[[noreturn]] void invalid(const std::string& where, const std::string& what) {
-  throw std::invalid_argument(where + ": " + what);
-}
-
 // The common checks, and the same k for every micro-batch (the partial queue pairs segment j of every one);
 // returns k.
 int validate(const char* where, int p, int v, const std::vector<MicroBatch>& mbs, int seq_len) {
@@ -22,8 +18,9 @@ int validate(const char* where, int p, int v, const std::vector<MicroBatch>& mbs
   const int k = static_cast<int>(mbs[0].slice_begin.size());
   for (std::size_t i = 0; i < mbs.size(); i++)
     if (static_cast<int>(mbs[i].slice_begin.size()) != k)
-      invalid(where, "micro-batch " + std::to_string(i) + " has " + std::to_string(mbs[i].slice_begin.size()) +
-                         " segments, micro-batch 0 has " + std::to_string(k) + " (Seq1F1B needs the same k for all)");
+      invalid_generator_args(where, "micro-batch " + std::to_string(i) + " has " +
+                                        std::to_string(mbs[i].slice_begin.size()) + " segments, micro-batch 0 has " +
+                                        std::to_string(k) + " (Seq1F1B needs the same k for all)");
   return k;
 }
 
@@ -67,13 +64,14 @@ void emit_rank(Schedule& s, int r, int k, int w, const std::vector<std::pair<int
   auto B = [&](std::size_t i) {
     const int c = bwd_chunk[i];
     if (queues[c].empty())
-      invalid(where, "rank " + std::to_string(r) + ": backward queue of chunk " + std::to_string(c) +
-                         " is empty (internal error)");
+      invalid_generator_args(where, "rank " + std::to_string(r) + ": backward queue of chunk " + std::to_string(c) +
+                                        " is empty (internal error)");
     const Unit u = queues[c].pop();
     if (fwd_count[c][u.mb] != k)
-      invalid(where, "rank " + std::to_string(r) + ": the backward of micro-batch " + std::to_string(u.mb) +
-                         " on chunk " + std::to_string(c) + " would start before all its " + std::to_string(k) +
-                         " segments were forwarded (chunk grouping incompatible with p and k)");
+      invalid_generator_args(where, "rank " + std::to_string(r) + ": the backward of micro-batch " +
+                                        std::to_string(u.mb) + " on chunk " + std::to_string(c) +
+                                        " would start before all its " + std::to_string(k) +
+                                        " segments were forwarded (chunk grouping incompatible with p and k)");
     ops.push_back(make_op(s, OpKind::Backward, r, c, u.mb, u.seg));
   };
   const std::size_t total = fwd.size();
@@ -113,13 +111,13 @@ Schedule make_seq1f1b_interleaved(int p, int v, const std::vector<MicroBatch>& m
   const int k = validate(where, p, v, mbs, seq_len);
   const int m = static_cast<int>(mbs.size());
   if (m % p != 0)
-    invalid(where,
-            "Seq1F1B-I needs the micro-batch count to be a multiple of the pipeline ranks (m % p == 0), got m = " +
-                std::to_string(m) + ", p = " + std::to_string(p));
+    invalid_generator_args(
+        where, "Seq1F1B-I needs the micro-batch count to be a multiple of the pipeline ranks (m % p == 0), got m = " +
+                   std::to_string(m) + ", p = " + std::to_string(p));
   if (g == Seq1F1BGrouping::Code && p % k != 0)
-    invalid(where,
-            "the code grouping (Eq. 6, chunk groups of p segments) needs p % k == 0, got p = " + std::to_string(p) +
-                ", k = " + std::to_string(k) + " (docs/papers.md: choose k dividing p, or the figure grouping)");
+    invalid_generator_args(
+        where, "the code grouping (Eq. 6, chunk groups of p segments) needs p % k == 0, got p = " + std::to_string(p) +
+                   ", k = " + std::to_string(k) + " (docs/papers.md: choose k dividing p, or the figure grouping)");
   Schedule s = schedule_skeleton("seq1f1b-i", p, v, mbs, seq_len);
   // Megatron's unit -> chunk table applied to segments: groups of `group` consecutive segment units per chunk.
   const int group = g == Seq1F1BGrouping::Code ? p : p * k;
@@ -150,9 +148,11 @@ CausalCost seq1f1b_flop_cost(const ModelSpec& m) {
 
 std::vector<int> cwp_split_lengths(int seq_len, int k, const CausalCost& c, int multiple) {
   const char* where = "cwp_split_lengths";
-  if (k < 1 || k > seq_len) invalid(where, "segments k must be in [1, seq_len], got " + std::to_string(k));
-  if (multiple < 1) invalid(where, "rounding multiple must be >= 1, got " + std::to_string(multiple));
-  if (c.c_lin < 0 || c.c_att < 0 || c.c_lin + c.c_att <= 0) invalid(where, "costs must be >= 0, not both 0");
+  if (k < 1 || k > seq_len)
+    invalid_generator_args(where, "segments k must be in [1, seq_len], got " + std::to_string(k));
+  if (multiple < 1) invalid_generator_args(where, "rounding multiple must be >= 1, got " + std::to_string(multiple));
+  if (c.c_lin < 0 || c.c_att < 0 || c.c_lin + c.c_att <= 0)
+    invalid_generator_args(where, "costs must be >= 0, not both 0");
   auto G = [&](double x) { return c.c_lin * x + 0.5 * c.c_att * x * x; };
   // Inverse of G: the smallest x >= 0 with G(x) = g.
   auto Ginv = [&](double g) {
@@ -167,19 +167,20 @@ std::vector<int> cwp_split_lengths(int seq_len, int k, const CausalCost& c, int 
     int x = static_cast<int>(std::floor(e - a + 1e-9));
     x -= x % multiple;
     if (x < 1)
-      invalid(where, "segment " + std::to_string(i) + " of a " + std::to_string(seq_len) + "-token sequence is empty " +
-                         "after rounding to a multiple of " + std::to_string(multiple));
+      invalid_generator_args(where, "segment " + std::to_string(i) + " of a " + std::to_string(seq_len) +
+                                        "-token sequence is empty " + "after rounding to a multiple of " +
+                                        std::to_string(multiple));
     out[i] = x;
     e -= x;
   }
-  if (e < 1) invalid(where, "the first segment is empty");
+  if (e < 1) invalid_generator_args(where, "the first segment is empty");
   out[0] = e;
   return out;
 }
 
 std::vector<int> uniform_split_lengths(int seq_len, int k) {
   if (k < 1 || k > seq_len)
-    invalid("uniform_split_lengths", "segments k must be in [1, seq_len], got " + std::to_string(k));
+    invalid_generator_args("uniform_split_lengths", "segments k must be in [1, seq_len], got " + std::to_string(k));
   std::vector<int> out(static_cast<std::size_t>(k), seq_len / k);
   out.back() = seq_len - (k - 1) * (seq_len / k);
   return out;

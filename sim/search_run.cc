@@ -20,6 +20,7 @@
 #include "core/schedule_registry.h"
 #include "core/search_estimate.h"
 #include "sim/child_process.h"
+#include "sim/xml_escape.h"
 
 namespace pipescope::sim {
 namespace {
@@ -177,34 +178,10 @@ void mark_pareto(std::vector<SearchRow>& rows) {
   }
 }
 
-std::string fmt(const char* f, double x) {
+std::string format_num(const char* f, double x) {
   char b[64];
   std::snprintf(b, sizeof b, f, x);
   return b;
-}
-
-// Text inside SVG elements: the XML specials escaped (scenario names are free text).
-std::string xml(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -232,8 +209,8 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
     for (const auto& [reason, n] : s1.rejected) why += "\n  " + std::to_string(n) + " x " + reason;
     throw std::invalid_argument(base.source + ": search: none of the " + std::to_string(s1.enumerated) +
                                 " configurations of " + std::to_string(res.gpus) +
-                                " GPUs passes the checks and fits in " + fmt("%.2f", res.memory_limit_bytes / 1e9) +
-                                " GB per GPU; rejected:" + why);
+                                " GPUs passes the checks and fits in " +
+                                format_num("%.2f", res.memory_limit_bytes / 1e9) + " GB per GPU; rejected:" + why);
   }
   std::vector<Candidate>& c = s1.survivors;
   const auto t2 = Clock::now();
@@ -259,8 +236,8 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
       res.as_written_note = std::string("the scenario as written cannot be built: ") + e.what();
     }
     if (res.as_written_note.empty() && peak > res.memory_limit_bytes)
-      res.as_written_note = "the scenario as written needs " + fmt("%.2f", peak / 1e9) + " GB per GPU, over the " +
-                            fmt("%.2f", res.memory_limit_bytes / 1e9) + " GB limit";
+      res.as_written_note = "the scenario as written needs " + format_num("%.2f", peak / 1e9) +
+                            " GB per GPU, over the " + format_num("%.2f", res.memory_limit_bytes / 1e9) + " GB limit";
     if (res.as_written_note.empty()) {
       SearchRow w{candidate_label(base), base, 0, {}, "", true, false};
       try {
@@ -327,7 +304,7 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
     const RunResult& x = row.result;
     std::string mark = row.pareto ? "pareto" : "";
     if (row.as_written) mark += mark.empty() ? "as written" : ", as written";
-    const std::string estimate = std::isnan(row.estimate_s) ? "-" : fmt("%.6f", row.estimate_s);
+    const std::string estimate = std::isnan(row.estimate_s) ? "-" : format_num("%.6f", row.estimate_s);
     std::snprintf(line, sizeof line, "%4d  %-42s %12.1f %12.6f %8.4f %9.2f %11.2f %11s  %s\n", ++rank,
                   row.label.c_str(), x.tokens_per_s, x.iteration_s, x.bubble_idle_fraction, x.peak_memory_bytes / 1e9,
                   x.tflops_per_gpu, estimate.c_str(), mark.c_str());
@@ -406,10 +383,11 @@ void write_search_csv(std::ostream& os, const SearchResult& r) {
        << row.scenario.parallel.v << ',' << (ok ? std::to_string(s.m) : "") << ','
        << row.scenario.parallel.micro_batch_size << ',' << (ok ? std::to_string(s.slices) : "") << ','
        << to_string(row.scenario.schedule.recompute) << ',' << (row.scenario.training.distributed_optimizer ? 1 : 0)
-       << ',' << (ok ? fmt("%.9g", s.tokens_per_s) : "") << ',' << (ok ? fmt("%.9g", s.iteration_s) : "") << ','
-       << (ok ? fmt("%.9g", s.bubble_idle_fraction) : "") << ',' << (ok ? fmt("%.9g", s.peak_memory_bytes / 1e9) : "")
-       << ',' << (ok ? fmt("%.9g", s.tflops_per_gpu) : "") << ','
-       << (std::isnan(row.estimate_s) ? "" : fmt("%.9g", row.estimate_s)) << ',' << (row.pareto ? 1 : 0) << ','
+       << ',' << (ok ? format_num("%.9g", s.tokens_per_s) : "") << ',' << (ok ? format_num("%.9g", s.iteration_s) : "")
+       << ',' << (ok ? format_num("%.9g", s.bubble_idle_fraction) : "") << ','
+       << (ok ? format_num("%.9g", s.peak_memory_bytes / 1e9) : "") << ','
+       << (ok ? format_num("%.9g", s.tflops_per_gpu) : "") << ','
+       << (std::isnan(row.estimate_s) ? "" : format_num("%.9g", row.estimate_s)) << ',' << (row.pareto ? 1 : 0) << ','
        << (row.as_written ? 1 : 0) << ',' << (err.empty() ? "" : "\"" + err + "\"") << '\n';
   }
 }
@@ -427,17 +405,17 @@ void write_search_svg(std::ostream& os, const SearchResult& r) {
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
      << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  os << "<text x=\"" << L << "\" y=\"25\" font-size=\"15\">pipescope search " << xml(r.scenario)
+  os << "<text x=\"" << L << "\" y=\"25\" font-size=\"15\">pipescope search " << xml_escape(r.scenario)
      << ": throughput against peak memory (red: Pareto front)</text>\n";
   os << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B
      << "\" stroke=\"black\"/>\n<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << H - B
      << "\" stroke=\"black\"/>\n";
   for (int i = 0; i <= 5; i++) {
     const double gb = xmax * i / 5, tps = ymax * i / 5;
-    os << "<text x=\"" << fmt("%.1f", X(gb)) << "\" y=\"" << H - B + 18 << "\" text-anchor=\"middle\">"
-       << fmt("%.1f", gb) << "</text>\n";
-    os << "<text x=\"" << L - 6 << "\" y=\"" << fmt("%.1f", Y(tps) + 4) << "\" text-anchor=\"end\">" << fmt("%.0f", tps)
-       << "</text>\n";
+    os << "<text x=\"" << format_num("%.1f", X(gb)) << "\" y=\"" << H - B + 18 << "\" text-anchor=\"middle\">"
+       << format_num("%.1f", gb) << "</text>\n";
+    os << "<text x=\"" << L - 6 << "\" y=\"" << format_num("%.1f", Y(tps) + 4) << "\" text-anchor=\"end\">"
+       << format_num("%.0f", tps) << "</text>\n";
   }
   os << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 15
      << "\" text-anchor=\"middle\">peak memory per GPU (GB)</text>\n";
@@ -452,18 +430,19 @@ void write_search_svg(std::ostream& os, const SearchResult& r) {
   if (front.size() > 1) {
     os << "<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"1.5\" points=\"";
     for (const SearchRow* p : front)
-      os << fmt("%.1f", X(p->result.peak_memory_bytes / 1e9)) << ',' << fmt("%.1f", Y(p->result.tokens_per_s)) << ' ';
+      os << format_num("%.1f", X(p->result.peak_memory_bytes / 1e9)) << ','
+         << format_num("%.1f", Y(p->result.tokens_per_s)) << ' ';
     os << "\"/>\n";
   }
   for (const auto& row : r.rows) {
     if (!row.error.empty()) continue;
     const double x = X(row.result.peak_memory_bytes / 1e9), y = Y(row.result.tokens_per_s);
-    os << "<circle cx=\"" << fmt("%.1f", x) << "\" cy=\"" << fmt("%.1f", y) << "\" r=\"4\" fill=\""
+    os << "<circle cx=\"" << format_num("%.1f", x) << "\" cy=\"" << format_num("%.1f", y) << "\" r=\"4\" fill=\""
        << (row.pareto ? "#d62728" : "#7f7f7f") << "\"" << (row.as_written ? " stroke=\"black\" stroke-width=\"2\"" : "")
-       << "><title>" << xml(row.label) << "</title></circle>\n";
+       << "><title>" << xml_escape(row.label) << "</title></circle>\n";
     if (row.pareto)
-      os << "<text x=\"" << fmt("%.1f", x + 6) << "\" y=\"" << fmt("%.1f", y - 6) << "\" font-size=\"10\">"
-         << xml(row.label) << "</text>\n";
+      os << "<text x=\"" << format_num("%.1f", x + 6) << "\" y=\"" << format_num("%.1f", y - 6)
+         << "\" font-size=\"10\">" << xml_escape(row.label) << "</text>\n";
   }
   os << "</svg>\n";
 }

@@ -10,6 +10,8 @@
 #include <ostream>
 #include <stdexcept>
 
+#include "sim/xml_escape.h"
+
 namespace pipescope::sim {
 
 namespace {
@@ -75,30 +77,6 @@ const char* kind_class(BlockKind k) {
 bool is_comm(BlockKind k) { return k == BlockKind::P2P || k == BlockKind::Collective; }
 bool is_compute(BlockKind k) {
   return k == BlockKind::Forward || k == BlockKind::Backward || k == BlockKind::WeightGrad;
-}
-
-std::string xml(const std::string& s) {
-  std::string o;
-  o.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        o += "&amp;";
-        break;
-      case '<':
-        o += "&lt;";
-        break;
-      case '>':
-        o += "&gt;";
-        break;
-      case '"':
-        o += "&quot;";
-        break;
-      default:
-        o += c;
-    }
-  }
-  return o;
 }
 
 // Fixed two-decimal formatting; "-0.00" never appears.
@@ -230,7 +208,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     if (!overlay.empty())
       legend +=
           "<rect fill=\"url(#" + overlay + ")\" x=\"" + f2(lx) + "\" y=\"" + f2(ly) + "\" width=\"16\" height=\"12\"/>";
-    legend += "<text class=\"lg\" x=\"" + f2(lx + 21) + "\" y=\"" + f2(ly + 10) + "\">" + xml(text) + "</text>\n";
+    legend +=
+        "<text class=\"lg\" x=\"" + f2(lx + 21) + "\" y=\"" + f2(ly + 10) + "\">" + xml_escape(text) + "</text>\n";
     lx += 21 + text_width(text, 12) + 16;
   };
   // Plain text, wrapped between words: each line's run of words is one <text>, so the renderer's own spacing
@@ -240,7 +219,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     double run_x = lx;
     auto flush = [&] {
       if (!run.empty())
-        legend += "<text class=\"lg\" x=\"" + f2(run_x) + "\" y=\"" + f2(ly + 10) + "\">" + xml(run) + "</text>";
+        legend += "<text class=\"lg\" x=\"" + f2(run_x) + "\" y=\"" + f2(ly + 10) + "\">" + xml_escape(run) + "</text>";
       run.clear();
     };
     std::size_t i = 0;
@@ -267,7 +246,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   };
   auto phrase = [&](const std::string& text) {  // kept on one line
     room(text_width(text, 12));
-    legend += "<text class=\"lg\" x=\"" + f2(lx) + "\" y=\"" + f2(ly + 10) + "\">" + xml(text) + "</text>\n";
+    legend += "<text class=\"lg\" x=\"" + f2(lx) + "\" y=\"" + f2(ly + 10) + "\">" + xml_escape(text) + "</text>\n";
     lx += text_width(text, 12) + 10;
   };
   // Op kinds in neutral grey: the hue is the micro-batch's.
@@ -335,7 +314,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
         "stroke-width=\"1.2\"/></pattern>"
      << "</defs>\n<rect class=\"bg\" x=\"0\" y=\"0\" width=\"" << f2(W) << "\" height=\"" << f2(H) << "\"/>\n";
   os << "<text class=\"h\" x=\"" << f2(ml) << "\" y=\"24\"" << fit_font(opt.title, 16, W - 8 - ml) << ">"
-     << xml(opt.title) << "</text>\n<g class=\"legend\">\n"
+     << xml_escape(opt.title) << "</text>\n<g class=\"legend\">\n"
      << legend << "</g>\n";
 
   // ---- panels
@@ -355,7 +334,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     os << "<g class=\"panel\" data-panel=\"" << pi << "\" data-x0=\"" << f2(ml) << "\" data-px-per-s=\"" << num
        << "\" data-rows=\"" << p.rows.size() << "\">\n";
     os << "<text class=\"pt\" x=\"" << f2(ml) << "\" y=\"" << f2(y + 15) << "\"" << fit_font(p.title, 13, W - 8 - ml)
-       << ">" << xml(p.title) << "</text>\n";
+       << ">" << xml_escape(p.title) << "</text>\n";
 
     // Grid lines and ticks.
     const double step = nice_step(end * unit.factor, plot_w / 110.0) / unit.factor;
@@ -405,7 +384,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
         if (opt.tooltips && !compact && !iv.name.empty()) {
           char t[96];
           std::snprintf(t, sizeof t, " %.6g-%.6g %s", iv.start_s * unit.factor, iv.end_s * unit.factor, unit.name);
-          os << "><title>" << xml(iv.name) << t << "</title></rect>\n";
+          os << "><title>" << xml_escape(iv.name) << t << "</title></rect>\n";
         } else {
           os << "/>\n";
         }
@@ -416,7 +395,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
           const bool light_text =
               is_compute(iv.kind) ? luminance(block_fill(iv.kind, colour)) < 0.5 : iv.kind == BlockKind::Optimizer;
           labels += "<text class=\"t " + std::string(light_text ? "tl" : "td") + "\" x=\"" + f2(x0 + w / 2) +
-                    "\" y=\"" + f2(ry + compute_h / 2 + label_fs * 0.36) + "\">" + xml(iv.label) + "</text>\n";
+                    "\" y=\"" + f2(ry + compute_h / 2 + label_fs * 0.36) + "\">" + xml_escape(iv.label) + "</text>\n";
         }
       }
       os << labels << "</g>\n";
@@ -424,7 +403,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     // Row labels: every row_step-th row when rows are thinner than the label font.
     for (int r = 0; r < static_cast<int>(p.rows.size()); r += row_step)
       os << "<text class=\"rl\" x=\"" << f2(ml - 6) << "\" y=\"" << f2(rows_top + r * rh + rh / 2 + row_fs * 0.35)
-         << "\">" << xml(p.rows[r]) << "</text>\n";
+         << "\">" << xml_escape(p.rows[r]) << "</text>\n";
     // Time axis.
     const double ay = rows_top + rows_h + 2;
     os << "<g class=\"axis\"><line class=\"ax\" x1=\"" << f2(px(0)) << "\" y1=\"" << f2(ay) << "\" x2=\"" << f2(px(end))

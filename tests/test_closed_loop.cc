@@ -29,7 +29,7 @@ constexpr double kTolerance = 0.20;
 // 1-minute load average per core. The runtime's ops are milliseconds long: on a machine busier than its cores
 // they are preempted and measure the other load, not the kernels (calibration medians of short calls are not),
 // so the timing gate only applies when the machine has room for the ranks.
-double load_per_core() {
+[[maybe_unused]] double load_per_core() {  // unused in sanitized builds (no timing gate)
   std::ifstream f("/proc/loadavg");
   double l = 0;
   f >> l;
