@@ -91,6 +91,13 @@ struct DefaultInit : std::allocator<T> {
 };
 using U32s = std::vector<std::uint32_t, DefaultInit<std::uint32_t>>;
 
+// A node as emit() makes it: its recipe and its two predecessors (0: none, the start), one record written per node
+// rather than three arrays grown.
+struct Node {
+  std::uint32_t cls, a, b;
+};
+using Nodes = std::vector<Node, DefaultInit<Node>>;
+
 // How one node's duration is made from the candidate's cost values (core/lowering.cc and core/grad_sync.cc give
 // each lowered op its values this way).
 struct Recipe {
@@ -437,13 +444,14 @@ struct ShapeBuilder::Storage {
   std::vector<At> first_at;  // per recipe: its first node and that node's lowered op
   DagShapePtr spare;         // a shape no longer used, whose storage the next build takes (recycle)
 
-  // emit()'s, per node in the order made: its recipe and two predecessors (0: none; kPending | msg: the transfer of
-  // a message not sent yet); per worker its last node that is not a send and its ops so far; per message its
-  // transfer node; per collective group of several workers its calls' nodes and each member's calls so far; the
-  // topological numbering's marks, stack and new ids.
-  std::vector<std::uint32_t> node_pred, prev, pos, sent, recv_pending;
+  // emit()'s, per node in the order made: its recipe and two predecessors (b: 0 for none, kPending | msg for the
+  // transfer of a message not sent yet); per worker its last node that is not a send and its ops so far; per message
+  // its transfer node; per collective group of several workers its calls' nodes and each member's calls so far; the
+  // folding's successor counts; the topological numbering's stack (and `id`: new ids, or the marks below).
+  Nodes nodes;  // emit()'s made so far: the first EmitSink::made_ (the rest is room, not initialised)
+  std::vector<std::uint32_t> prev, pos, sent, recv_pending;
   std::vector<std::vector<std::uint32_t>> call_node, calls;
-  std::vector<std::uint8_t> mark;
+  std::vector<std::uint8_t> refs;
   U32s stack;
 };
 
@@ -611,12 +619,11 @@ class EmitSink final : public LoweringSink {
     st_.recv_pending.clear();
     st_.call_node.clear();
     st_.calls.clear();
-    st_.node_pred.clear();
+    made_ = 0;
     node(0, 0, 0);  // the start
   }
   void reserve(std::size_t, std::size_t n) override {
-    dag_build::reserve_grown(st_.node_cls, st_.node_cls.size() + n);
-    dag_build::reserve_grown(st_.node_pred, 2 * st_.node_cls.capacity());
+    if (made_ + n > st_.nodes.size()) st_.nodes.resize(std::max(made_ + n, 2 * st_.nodes.size()));
   }
   std::vector<LoweredOp>* program(std::size_t) override { return nullptr; }
 
@@ -624,7 +631,7 @@ class EmitSink final : public LoweringSink {
     const auto wi = static_cast<int>(w);
     const std::uint32_t i = st_.pos[w]++;
     std::uint32_t& prev = st_.prev[w];
-    const auto u = static_cast<std::uint32_t>(st_.node_cls.size());
+    const auto u = static_cast<std::uint32_t>(made_);
     if (dag_build::shared_by_group(l.kind)) {
       if (l.async) throw std::logic_error(s_.source + ": stage 2: emit() takes no overlapped collectives");
       const auto g = static_cast<std::size_t>(l.group);
@@ -649,21 +656,22 @@ class EmitSink final : public LoweringSink {
   // The nodes' receives of messages sent after them, pointed at their transfers.
   void finish() {
     for (std::uint32_t u : st_.recv_pending) {
-      std::uint32_t& p = st_.node_pred[2 * u + 1];
+      std::uint32_t& p = st_.nodes[u].b;
       const std::size_t k = p ^ kPending;
       if (k >= st_.sent.size() || !st_.sent[k])
         throw std::logic_error(s_.source + ": stage 2: a receive's message was never sent");
       p = st_.sent[k];
     }
+    st_.nodes.resize(made_);  // the nodes made, for the folding and the numbering
   }
 
  private:
   std::uint32_t node(std::uint32_t x, std::uint32_t a, std::uint32_t b) {
-    const auto u = static_cast<std::uint32_t>(st_.node_cls.size());
-    st_.node_cls.push_back(x);
-    st_.node_pred.push_back(a);
-    st_.node_pred.push_back(b);
-    return u;
+    // Written in place (room made by reserve() or doubled here): push_back's out-of-line growth path was called for
+    // every node.
+    if (made_ == st_.nodes.size()) st_.nodes.resize(std::max<std::size_t>(64, 2 * st_.nodes.size()));
+    st_.nodes[made_] = {x, a, b};
+    return static_cast<std::uint32_t>(made_++);
   }
   void sent(std::int32_t msg, std::uint32_t u) {
     const auto k = static_cast<std::size_t>(msg);
@@ -682,10 +690,10 @@ class EmitSink final : public LoweringSink {
     const std::uint32_t n = calls[slot]++;
     auto& nodes = st_.call_node[g];
     if (n < nodes.size()) {
-      st_.node_pred[2 * nodes[n] + 1] = st_.prev[w];
+      st_.nodes[nodes[n]].b = st_.prev[w];
       return nodes[n];
     }
-    const auto u = static_cast<std::uint32_t>(st_.node_cls.size());
+    const auto u = static_cast<std::uint32_t>(made_);
     nodes.push_back(
         node(classes_->of(u, dag_build::dag_kind_of(l), static_cast<int>(w), i, l, l.group), st_.prev[w], 0));
     return nodes.back();
@@ -698,63 +706,73 @@ class EmitSink final : public LoweringSink {
   const LoweredSchedule* ls_ = nullptr;
   std::optional<OpClasses> op_classes_;
   std::optional<NodeClasses> classes_;
+  std::size_t made_ = 0;  // nodes made (st_.nodes beyond them: room)
 };
+
+// Marks of the numbering in Storage::id, above any node id: not reached yet, on the depth-first search's stack, folded.
+constexpr std::uint32_t kUnseen = 0xFFFFFFFFu, kOnStack = 0xFFFFFFFEu, kFolded = 0xFFFFFFFDu;
 
 // Joins folded into their successor: a node of no duration (a Zero recipe: every candidate times it 0) that is the
 // one predecessor of its one successor gives that successor its own predecessors (the same maxima; one node fewer
-// to time per candidate). Marks the folded nodes 2 in `mark` (0 else). Each node's first predecessor is its worker's
-// previous op, made before it: one pass in the order made folds chains.
+// to time per candidate). Sets st.id to kFolded for the folded nodes, kUnseen for the others. Each node's first
+// predecessor is its worker's previous op, made before it: one pass in the order made folds chains.
 void fold_joins(ShapeBuilder::Storage& st, const DagShape& sh) {
-  const std::size_t n = st.node_cls.size();
-  std::uint32_t* pred = st.node_pred.data();
-  auto& refs = st.mark;  // successors so far, 2 for two or more
+  const std::size_t n = st.nodes.size();
+  Node* node = st.nodes.data();
+  auto& refs = st.refs;  // successors, 2 for two or more
   refs.assign(n, 0);
-  for (std::size_t e = 2; e < 2 * n; e++) refs[pred[e]] = static_cast<std::uint8_t>(std::min(2, refs[pred[e]] + 1));
   for (std::size_t v = 1; v < n; v++) {
-    const std::uint32_t a = pred[2 * v];
-    if (a == 0 || pred[2 * v + 1] != 0 || refs[a] != 1 || sh.recipes[st.node_cls[a]].what != Recipe::What::Zero)
-      continue;
-    pred[2 * v] = pred[2 * a], pred[2 * v + 1] = pred[2 * a + 1];
-    refs[a] = 3;  // folded
+    refs[node[v].a] = static_cast<std::uint8_t>(std::min(2, refs[node[v].a] + 1));
+    refs[node[v].b] = static_cast<std::uint8_t>(std::min(2, refs[node[v].b] + 1));
   }
-  for (auto& r : refs) r = r == 3 ? 2 : 0;
+  U32s& id = st.id;
+  id.assign(n, kUnseen);
+  for (std::size_t v = 1; v < n; v++) {
+    const std::uint32_t a = node[v].a;
+    if (a == 0 || node[v].b != 0 || refs[a] != 1 || sh.recipes[node[a].cls].what != Recipe::What::Zero) continue;
+    node[v].a = node[a].a, node[v].b = node[a].b;
+    id[a] = kFolded;
+  }
 }
 
 // emit()'s nodes (those not folded) renumbered in a topological order (each node after its predecessors: a
-// depth-first search over them, the order of completion) into the shape's cls and pred.
+// depth-first search over them, the order of completion) into the shape's cls and pred. st.id holds each node's mark
+// (fold_joins) until it is numbered, then its new id: one array read per predecessor, not two.
 void number_emitted(ShapeBuilder::Storage& st, DagShape& sh, const std::string& source) {
-  const auto n = static_cast<std::uint32_t>(st.node_cls.size());
-  const std::uint32_t* pred = st.node_pred.data();
-  auto& mark = st.mark;  // 0: not reached, 1: on the stack, 2: numbered (or folded: fold_joins)
-  U32s& id = st.id;
-  id.resize(n);
+  const auto n = static_cast<std::uint32_t>(st.nodes.size());
+  const Node* node = st.nodes.data();
+  std::uint32_t* id = st.id.data();
   sh.cls.resize(n);
   sh.pred.resize(2 * static_cast<std::size_t>(n));
-  id[0] = 0, mark[0] = 2;  // the start, first
-  sh.cls[0] = 0;
-  sh.pred[0] = sh.pred[1] = 0;
+  std::uint32_t* cls = sh.cls.data();
+  std::uint32_t* pred = sh.pred.data();
+  id[0] = 0;  // the start, first
+  cls[0] = pred[0] = pred[1] = 0;
   std::uint32_t k = 1;
   U32s& stack = st.stack;
   stack.resize(n);
+  std::uint32_t* top0 = stack.data();
   for (std::uint32_t root = 1; root < n; root++) {
-    if (mark[root]) continue;
-    std::size_t top = 0;
-    stack[top++] = root, mark[root] = 1;
-    while (top > 0) {
-      const std::uint32_t u = stack[top - 1];
-      const std::uint32_t a = pred[2 * u], b = pred[2 * u + 1];
-      if (mark[a] == 1 || mark[b] == 1) throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
-      if (!mark[a] || !mark[b]) {
-        const std::uint32_t next = !mark[a] ? a : b;
-        stack[top++] = next, mark[next] = 1;
+    if (id[root] != kUnseen) continue;
+    std::uint32_t* top = top0;
+    *top++ = root, id[root] = kOnStack;
+    while (top != top0) {
+      const std::uint32_t u = top[-1];
+      const Node& x = node[u];
+      const std::uint32_t ia = id[x.a], ib = id[x.b];
+      if (ia >= kFolded || ib >= kFolded) {
+        const std::uint32_t next = ia == kUnseen ? x.a : ib == kUnseen ? x.b : kUnseen;
+        if (next == kUnseen) {  // a predecessor on the stack (a folded node has no successor left)
+          if (ia == kFolded || ib == kFolded) throw std::logic_error(source + ": stage 2: a folded node is referenced");
+          throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
+        }
+        *top++ = next, id[next] = kOnStack;
         continue;
       }
       top--;
-      mark[u] = 2;
       id[u] = k;
-      sh.cls[k] = st.node_cls[u];
-      sh.pred[2 * k] = id[a];
-      sh.pred[2 * k + 1] = id[b];
+      cls[k] = x.cls;
+      pred[2 * k] = ia, pred[2 * k + 1] = ib;
       k++;
     }
   }
