@@ -70,10 +70,12 @@ struct Insert {
 };
 static_assert(sizeof(Insert) == 32);
 
+LOpKind kind_of(const Insert& x) { return x.after ? LOpKind::Send : LOpKind::Recv; }
+
 // The lowered op of insert x into worker w's program, `progs` the compute programs.
 LoweredOp message_op(const Insert& x, const std::vector<std::vector<LoweredOp>>& progs, std::size_t w) {
   LoweredOp l;
-  l.kind = x.after ? LOpKind::Send : LOpKind::Recv;
+  l.kind = kind_of(x);
   l.op = progs[x.after ? w : static_cast<std::size_t>(x.peer)][x.producer].op;
   l.peer = x.peer;
   l.bytes = x.bytes;
@@ -119,7 +121,8 @@ void apply_inserts(const std::vector<std::vector<LoweredOp>>& progs, std::size_t
 
 // The scatter/gather rule for one op (add_scatter_gather): a Send or Recv carries its 1/tp share; a Recv of a
 // non-empty message is followed by the all-gather of the whole tensor over the receiver's TP group `group`.
-bool gathers(const LoweredOp& l) { return l.kind == LOpKind::Recv && l.bytes > 0; }
+bool gathers(LOpKind k, double bytes) { return k == LOpKind::Recv && bytes > 0; }
+bool gathers(const LoweredOp& l) { return gathers(l.kind, l.bytes); }
 template <class Out>
 void emit_scatter_gather(const Out& out, LoweredOp l, std::int32_t msg, int tp, std::int32_t group) {
   const double full = l.bytes;
@@ -155,10 +158,9 @@ struct TpRule {
 std::int32_t scatter_gather_group(const std::vector<LoweredOp>& prog, const std::vector<Insert>* ins, std::size_t w,
                                   std::vector<CollGroup>& groups) {
   // The inserts first: lower()'s programs are compute ops only, and almost every worker receives something.
-  // A Recv insert gathers when its message has bytes (gathers()).
   const bool any =
-      (ins && std::any_of(ins->begin(), ins->end(), [](const Insert& x) { return !x.after && x.bytes > 0; })) ||
-      std::any_of(prog.begin(), prog.end(), gathers);
+      (ins && std::any_of(ins->begin(), ins->end(), [](const Insert& x) { return gathers(kind_of(x), x.bytes); })) ||
+      std::any_of(prog.begin(), prog.end(), [](const LoweredOp& l) { return gathers(l); });
   if (!any) return -1;
   groups.push_back(CollGroup{CollTag::ScatterGather, {static_cast<std::int32_t>(w)}});
   return static_cast<std::int32_t>(groups.size() - 1);
@@ -360,7 +362,7 @@ LoweredSchedule scatter_gather_pass(LoweredSchedule in) {
     auto& prog = in.per_worker[w];
     const std::int32_t group = scatter_gather_group(prog, nullptr, w, in.groups);
     std::vector<LoweredOp> next;
-    const auto recvs = std::count_if(prog.begin(), prog.end(), gathers);
+    const auto recvs = std::count_if(prog.begin(), prog.end(), [](const LoweredOp& l) { return gathers(l); });
     next.reserve(prog.size() + static_cast<std::size_t>(recvs) + kTailSlack);
     for (const LoweredOp& l : prog) emit_scatter_gather(ToVector{next}, l, -1, in.tp, group);
     prog = std::move(next);
