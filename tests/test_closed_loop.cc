@@ -45,8 +45,14 @@ constexpr double kMaxLoadPerCore = 1.0;
 constexpr double kMaxDrift = 0.15;
 #ifdef PIPESCOPE_SANITIZED
 constexpr int kValidateAttempts = 1;  // no timing gate to find a steady run for (and 300 s of test time under ASan)
+// Sanitized, the loop is about memory errors, not timings: shorter link sweeps and one timed iteration (the layer
+// table must still reach the scenario's 256 tokens). The full loop took 259 s of a 2-core machine under ASan.
+const char* const kCalibrateScale = " -e 256K -n 10";
+const char* const kValidateIterations = " --iterations 1 --warmup 0";
 #else
 constexpr int kValidateAttempts = 3;
+const char* const kCalibrateScale = " -e 2M -n 50";
+const char* const kValidateIterations = " --iterations 3 --warmup 1";
 #endif
 
 // The profile's provenance.drift_during_calibration ("+5.7% (layer ...)") as a fraction.
@@ -78,16 +84,16 @@ TEST(ClosedLoop, CalibrateSimulateValidateCpu) {
   const std::string profile = dir + "/cpu-f64.yaml", json = dir + "/validate.json";
   // --accept-poor-fit: the quality gates have their own tests (test_calib_gates); on a shared CI machine a link
   // size or two may be noisy, and this test is about the closed loop (failures are in calibrate.log).
-  ASSERT_EQ(run(bin + " calibrate " + scen + " --backend cpu-f64 --grain 32 --context-steps 4 --quick -e 2M -n 50 " +
-                "--accept-poor-fit --no-progress --out " + profile + " > " + dir + "/calibrate.log 2>&1"),
+  ASSERT_EQ(run(bin + " calibrate " + scen + " --backend cpu-f64 --grain 32 --context-steps 4 --quick" + kCalibrateScale +
+                " --accept-poor-fit --no-progress --out " + profile + " > " + dir + "/calibrate.log 2>&1"),
             0)
       << log_text(dir + "/calibrate.log");
   const double cal_drift = calibration_drift(profile);
   double err = 0;
   bool steady = false;
   for (int attempt = 1; attempt <= kValidateAttempts && !steady; attempt++) {
-    ASSERT_EQ(run(bin + " validate " + scen + " --backend cpu-f64 --profile " + profile +
-                  " --iterations 3 --warmup 1 --json " + json + " > " + dir + "/validate.log 2>&1"),
+    ASSERT_EQ(run(bin + " validate " + scen + " --backend cpu-f64 --profile " + profile + kValidateIterations +
+                  " --json " + json + " > " + dir + "/validate.log 2>&1"),
               0)
         << log_text(dir + "/validate.log");
     std::ifstream f(json);
