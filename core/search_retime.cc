@@ -562,7 +562,7 @@ class NodeClasses {
   // of that recipe's first node, else -1. The recipe's fields other than those compared here are
   // the slot's and the class's, and the node's values other than those compared are the recipe's (recipe_of,
   // costed_op): the same answer as building the node's recipe and comparing all fields.
-  std::int64_t same_as_last(int slot, int w, const LoweredOp& l, std::int32_t group) {
+  [[gnu::always_inline]] std::int64_t same_as_last(int slot, int w, const LoweredOp& l, std::int32_t group) {
     const auto c = static_cast<std::size_t>(classes_.of(l.op, slot == 1 ? kTp : kP2p));
     const auto& last = per_class_[slot];
     if (c >= last.size() || last[c] < 0) return -1;
