@@ -797,6 +797,10 @@ void number_emitted(ShapeBuilder::Storage& st, DagShape& sh, const std::string& 
           throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
         }
         *top++ = next, id[next] = kOnStack;
+        // The first predecessors not reached yet, pushed in one walk (the pushes the loop would make, each node's
+        // first predecessor first): a receive's transfer is made after it, so the search runs down the sender's
+        // chain of previous ops, and each node of it is then visited once more, not twice.
+        for (std::uint32_t a = node[next].a; id[a] == kUnseen; a = node[a].a) *top++ = a, id[a] = kOnStack;
         continue;
       }
       top--;
