@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "core/cost_model.h"
 #include "core/dag.h"
@@ -46,15 +47,32 @@ class MemoCost final : public CostModel {
   double param_bytes(int rank) const override { return c_.param_bytes(rank); }
 
  private:
+  // A lowering asks each question for many ops in a row (every micro-batch of a class): in front of each table, the
+  // last question of each (kind, stage, slice), direct-mapped (no hash, no probe); a slot holding another question
+  // falls through to the table.
+  struct Front {
+    std::uint64_t a = ~std::uint64_t{0}, b = 0;  // no question has this key (kinds are below 2^8)
+    double v = 0;
+  };
+  static constexpr std::size_t kFront = 1024;
+  struct Memo {
+    MemoTable table;
+    std::vector<Front> front = std::vector<Front>(kFront);
+  };
   template <class F>
-  static double memo(MemoTable& table, const Op& op, int seqs, const F& ask) {
+  static double memo(Memo& m, const Op& op, int seqs, const F& ask) {
     auto u32 = [](std::int32_t x) { return static_cast<std::uint64_t>(static_cast<std::uint32_t>(x)); };
     // kind | stage | sequences, token range
-    return table.get(static_cast<std::uint64_t>(op.kind) | u32(op.stage) << 8 | u32(seqs) << 32,
-                     u32(op.tok_begin) | u32(op.tok_end) << 32, ask);
+    const std::uint64_t a = static_cast<std::uint64_t>(op.kind) | u32(op.stage) << 8 | u32(seqs) << 32;
+    const std::uint64_t b = u32(op.tok_begin) | u32(op.tok_end) << 32;
+    Front& f = m.front[(u32(op.stage) * 64 + u32(op.slice) * 4 + static_cast<std::uint64_t>(op.kind)) % kFront];
+    if (f.a == a && f.b == b) return f.v;
+    const double v = m.table.get(a, b, ask);
+    f = Front{a, b, v};
+    return v;
   }
   const CostModel& c_;
-  mutable MemoTable compute_, p2p_, tp_, tp_calls_;
+  mutable Memo compute_, p2p_, tp_, tp_calls_;
 };
 
 // A few structures kept (candidates of one structure come close together in the search's enumeration order), the

@@ -477,8 +477,41 @@ class NodeClasses {
     st_.stages.resize(static_cast<std::size_t>(ls.p));
     for (auto& x : st_.stages) x.clear();
   }
-  // The recipe of node u (of `kind`, worker w's op i, `l`; its collective group).
-  std::uint32_t of(std::uint32_t u, DagKind kind, int w, std::size_t i, const LoweredOp& l, std::int32_t group) {
+  // The recipe of node u (of `kind`, worker w's op i, `l`; its collective group). Most nodes take a recipe they find
+  // with a look-up and a compare (a compute op of a known class, a join after its recipe's first node, a transfer or
+  // per-op collective with its class's last recipe): that path inline, the rest (a node's first recipe, the check of
+  // a new value) in first_of, out of line, so that the per-op path saves and restores no registers for it.
+  [[gnu::always_inline]] std::uint32_t of(std::uint32_t u, DagKind kind, int w, std::size_t i, const LoweredOp& l,
+                                          std::int32_t group) {
+    if (kind == DagKind::Compute && l.kind == LOpKind::Compute) {
+      const auto c = static_cast<std::size_t>(classes_.of(l.op, compute_need_));
+      if (c < compute_recipe_.size() && compute_recipe_[c] >= 0 && w < ls_.p) {
+        mark_stage(w, l.op);
+        const auto x = static_cast<std::uint32_t>(compute_recipe_[c]);
+        if (x < st_.first.size() && l.seconds == st_.first[x].seconds) return x;
+      }
+    } else if (kind == DagKind::Join) {
+      const std::int64_t x = join_recipe_[static_cast<std::size_t>(l.kind)];
+      if (x >= 0 && static_cast<std::size_t>(x) < st_.first.size()) return static_cast<std::uint32_t>(x);
+    } else if (const int slot = per_op_slot(kind, l); slot >= 0) {
+      const std::int64_t same = same_as_last(slot, w, l, group);
+      if (same >= 0) return static_cast<std::uint32_t>(same);
+    }
+    return first_of(u, kind, w, i, l, group);
+  }
+
+ private:
+  // Transfers (0), TP all-reduces (1) and scatter/gather all-gathers (2) are classed by op class, each class's last
+  // recipe reused when equal; -1 for other nodes.
+  static int per_op_slot(DagKind kind, const LoweredOp& l) {
+    return kind == DagKind::Transfer                                         ? 0
+           : kind == DagKind::Collective && l.tag == CollTag::TensorParallel ? 1
+           : kind == DagKind::Collective && l.tag == CollTag::ScatterGather  ? 2
+                                                                             : -1;
+  }
+  // of() for the nodes its look-ups do not settle.
+  [[gnu::noinline]] std::uint32_t first_of(std::uint32_t u, DagKind kind, int w, std::size_t i, const LoweredOp& l,
+                                           std::int32_t group) {
     // The node as build_graph makes it, made only where asked (most nodes find their recipe without it).
     auto n = [&] {
       DagNode d;
@@ -508,10 +541,7 @@ class NodeClasses {
     }
     // Transfers and per-op collectives (TP, scatter/gather): by op class too, the class's last recipe reused when
     // equal.
-    const int slot = kind == DagKind::Transfer                                         ? 0
-                     : kind == DagKind::Collective && l.tag == CollTag::TensorParallel ? 1
-                     : kind == DagKind::Collective && l.tag == CollTag::ScatterGather  ? 2
-                                                                                       : -1;
+    const int slot = per_op_slot(kind, l);
     if (slot >= 0) {
       const std::int64_t same = same_as_last(slot, w, l, group);
       if (same >= 0) return static_cast<std::uint32_t>(same);
@@ -528,13 +558,11 @@ class NodeClasses {
     if (kind == DagKind::Collective && l.tag == CollTag::DataParallel && l.async) j = buckets_[{w, l.op.stage}]++;
     return assign(u, n(), l, add_recipe(recipe_of(ls_, l, n(), j, classes_)));
   }
-
- private:
   // The op class's last recipe when a transfer (slot 0), TP (1) or scatter/gather (2) node takes it with the values
   // of that recipe's first node, else -1. The recipe's fields other than those compared here are
   // the slot's and the class's, and the node's values other than those compared are the recipe's (recipe_of,
   // costed_op): the same answer as building the node's recipe and comparing all fields.
-  std::int64_t same_as_last(int slot, int w, const LoweredOp& l, std::int32_t group) {
+  [[gnu::always_inline]] std::int64_t same_as_last(int slot, int w, const LoweredOp& l, std::int32_t group) {
     const auto c = static_cast<std::size_t>(classes_.of(l.op, slot == 1 ? kTp : kP2p));
     const auto& last = per_class_[slot];
     if (c >= last.size() || last[c] < 0) return -1;
@@ -721,12 +749,14 @@ void fold_joins(ShapeBuilder::Storage& st, const DagShape& sh) {
   Node* node = st.nodes.data();
   auto& refs = st.refs;  // successors, 2 for two or more
   refs.assign(n, 0);
+  U32s& id = st.id;
+  id.resize(n);  // marked in the loop below (not filled first: one sweep fewer)
+  id[0] = kUnseen;
   for (std::size_t v = 1; v < n; v++) {
     refs[node[v].a] = static_cast<std::uint8_t>(std::min(2, refs[node[v].a] + 1));
     refs[node[v].b] = static_cast<std::uint8_t>(std::min(2, refs[node[v].b] + 1));
+    id[v] = kUnseen;
   }
-  U32s& id = st.id;
-  id.assign(n, kUnseen);
   for (std::size_t v = 1; v < n; v++) {
     const std::uint32_t a = node[v].a;
     if (a == 0 || node[v].b != 0 || refs[a] != 1 || sh.recipes[node[a].cls].what != Recipe::What::Zero) continue;
@@ -767,6 +797,10 @@ void number_emitted(ShapeBuilder::Storage& st, DagShape& sh, const std::string& 
           throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
         }
         *top++ = next, id[next] = kOnStack;
+        // The first predecessors not reached yet, pushed in one walk (the pushes the loop would make, each node's
+        // first predecessor first): a receive's transfer is made after it, so the search runs down the sender's
+        // chain of previous ops, and each node of it is then visited once more, not twice.
+        for (std::uint32_t a = node[next].a; id[a] == kUnseen; a = node[a].a) *top++ = a, id[a] = kOnStack;
         continue;
       }
       top--;

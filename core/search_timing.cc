@@ -140,6 +140,18 @@ ReplicaTiming::ReplicaTiming(const Scenario& s, const Placement& full, const std
 
 ReplicaTiming::~ReplicaTiming() = default;
 
+// A group on the rings of a group already timed (a worker's TP and scatter/gather groups; a rank's gradient and
+// parameter groups) takes its NCCL view or slowest hop, made once per candidate rather than once per group.
+void ReplicaTiming::share_link(std::size_t g) {
+  for (const Group& h : groups_)
+    if (h.link_known && *h.rings == rings_[g]) {
+      groups_[g].nccl = h.nccl;
+      groups_[g].link = h.link;
+      groups_[g].link_known = true;
+      return;
+    }
+}
+
 double ReplicaTiming::duration_s(const CostedOp& op) {
   const ClusterSpec& c = s_.cluster;
   switch (op.dag) {
@@ -155,6 +167,7 @@ double ReplicaTiming::duration_s(const CostedOp& op) {
     case DagKind::Collective: {
       const auto g = static_cast<std::size_t>(op.group);
       if (rings_[g].empty() || rings_[g].front().size() < 2) return 0;
+      if (!groups_[g].link_known) share_link(g);
       // An async bucket becomes ready lead_s after its predecessor (core/lowering.h); the simulator times
       // all-gathers and reduce-scatters alike (n - 1 steps).
       const bool allgather = op.kind == LOpKind::AllGather || op.kind == LOpKind::ReduceScatter;

@@ -72,6 +72,7 @@ class ReplicaTiming {
 
  private:
   struct Group;
+  void share_link(std::size_t g);
   const Scenario& s_;
   const Placement& full_;
   bool nccl_;
