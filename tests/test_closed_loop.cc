@@ -84,9 +84,10 @@ TEST(ClosedLoop, CalibrateSimulateValidateCpu) {
   const std::string profile = dir + "/cpu-f64.yaml", json = dir + "/validate.json";
   // --accept-poor-fit: the quality gates have their own tests (test_calib_gates); on a shared CI machine a link
   // size or two may be noisy, and this test is about the closed loop (failures are in calibrate.log).
-  ASSERT_EQ(run(bin + " calibrate " + scen + " --backend cpu-f64 --grain 32 --context-steps 4 --quick" + kCalibrateScale +
-                " --accept-poor-fit --no-progress --out " + profile + " > " + dir + "/calibrate.log 2>&1"),
-            0)
+  ASSERT_EQ(
+      run(bin + " calibrate " + scen + " --backend cpu-f64 --grain 32 --context-steps 4 --quick" + kCalibrateScale +
+          " --accept-poor-fit --no-progress --out " + profile + " > " + dir + "/calibrate.log 2>&1"),
+      0)
       << log_text(dir + "/calibrate.log");
   const double cal_drift = calibration_drift(profile);
   double err = 0;
