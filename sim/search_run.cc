@@ -18,6 +18,7 @@
 #include "core/memory_model.h"
 #include "core/pipeline.h"
 #include "core/schedule_registry.h"
+#include "core/search_bound.h"
 #include "core/search_estimate.h"
 #include "sim/child_process.h"
 #include "sim/xml_escape.h"
@@ -69,16 +70,16 @@ void progress_line(bool on, const char* stage, std::size_t done, std::size_t tot
   std::fprintf(stderr, "search: %s %zu/%zu, %.1f s elapsed, about %.1f s left\n", stage, done, total, el, left);
 }
 
-// Stage 2 over candidates [lo, hi): in process (jobs 1) or in `jobs` children each taking a share; the estimates
+// Stage 2 over candidates idx[lo, hi): in process (jobs 1) or in `jobs` children each taking a share; the estimates
 // are the same either way. Each is {"s": seconds} or {"error": why} (its DAG does not build).
-nlohmann::json estimate_range(const std::vector<Candidate>& c, std::size_t lo, std::size_t hi, int jobs,
-                              bool progress) {
+nlohmann::json estimate_range(const std::vector<Candidate>& c, const std::vector<std::size_t>& idx, std::size_t lo,
+                              std::size_t hi, int jobs, bool progress) {
   const auto t0 = Clock::now();
   const std::size_t n = hi - lo;
   Stage2Estimator estimator;  // each worker process has its own copy (its structure cache)
   auto one = [&](std::size_t i) {
     try {
-      return nlohmann::json{{"s", estimator.estimate(c[i].scenario)}};
+      return nlohmann::json{{"s", estimator.estimate(c[idx[i]].scenario)}};
     } catch (const std::exception& e) {
       return nlohmann::json{{"error", e.what()}};
     }
@@ -133,21 +134,45 @@ nlohmann::json gather(const nlohmann::json& mine, MpiGroup* g) {
   return all;
 }
 
-// Stage 2 over every candidate (this process's share, all of them when alone); failures are dropped with their
-// reason.
-void estimate_all(std::vector<Candidate>& c, const SearchOptions& o, std::map<std::string, std::size_t>& rejected) {
+// Stage 2 over every candidate: rank_stage2 (core/search_bound.h) picks the candidates to estimate, in two rounds,
+// each spread over this process's share (all of them when alone) and gathered; the rest are bounded out. Failures
+// are dropped with their reason. `estimated`: the candidates estimated (the others were bounded out).
+void estimate_all(std::vector<Candidate>& c, const SearchOptions& o, std::map<std::string, std::size_t>& rejected,
+                  std::size_t& estimated) {
   order_by_structure(c);  // each worker builds a DAG once per structure; the ranking does not depend on the order
-  const auto [lo, hi] = share(c.size(), o.group);
-  const nlohmann::json est = gather(estimate_range(c, lo, hi, o.jobs, o.progress), o.group);
-  if (est.size() != c.size()) throw std::runtime_error("search: stage 2 lost estimates");
-  std::vector<Candidate> kept;
-  for (std::size_t i = 0; i < c.size(); i++) {
-    if (est[i].contains("error")) {
-      if (est[i]["error"].get<std::string>() == kNotRun) continue;  // Ctrl-C: not estimated, not a rejection
-      rejected["estimate: " + est[i]["error"].get<std::string>()]++;
-      continue;
+  const std::vector<Stage2Value> v = rank_stage2(c, o.keep, [&](const std::vector<std::size_t>& idx) {
+    const auto [lo, hi] = share(idx.size(), o.group);
+    const nlohmann::json est = gather(estimate_range(c, idx, lo, hi, o.jobs, o.progress), o.group);
+    if (est.size() != idx.size()) throw std::runtime_error("search: stage 2 lost estimates");
+    std::vector<Stage2Value> out(idx.size());
+    for (std::size_t j = 0; j < idx.size(); j++) {
+      if (!est[j].contains("error"))
+        out[j] = Stage2Value{Stage2Value::How::Estimated, est[j]["s"].get<double>(), {}};
+      else if (est[j]["error"].get<std::string>() == kNotRun)
+        out[j] = Stage2Value{Stage2Value::How::NotRun, 0, {}};
+      else
+        out[j] = Stage2Value{Stage2Value::How::Failed, 0, est[j]["error"].get<std::string>()};
     }
-    c[i].estimate_s = est[i]["s"].get<double>();
+    return out;
+  });
+  std::vector<Candidate> kept;
+  estimated = 0;
+  for (std::size_t i = 0; i < c.size(); i++) {
+    switch (v[i].how) {
+      case Stage2Value::How::Estimated:
+        estimated++;
+        break;
+      case Stage2Value::How::Bounded:
+        // Ctrl-C: what is reported is what was estimated before it (a bound ranks only against a whole stage 2).
+        if (interrupted()) continue;
+        break;
+      case Stage2Value::How::Failed:
+        rejected["estimate: " + v[i].error]++;
+        continue;
+      case Stage2Value::How::NotRun:
+        continue;  // Ctrl-C: not estimated, not a rejection
+    }
+    c[i].estimate_s = v[i].s;
     kept.push_back(std::move(c[i]));
   }
   c = std::move(kept);
@@ -214,8 +239,11 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
   }
   std::vector<Candidate>& c = s1.survivors;
   const auto t2 = Clock::now();
-  estimate_all(c, o, res.rejected);
-  if (o.progress) std::fprintf(stderr, "search: stage 2: %zu estimated (%.1f s)\n", c.size(), since(t2));
+  std::size_t estimated = 0;
+  estimate_all(c, o, res.rejected, estimated);
+  if (o.progress)
+    std::fprintf(stderr, "search: stage 2: %zu ranked, %zu of them estimated, the rest bounded out (%.1f s)\n",
+                 c.size(), estimated, since(t2));
   res.estimated = c.size();
   rank_by_estimate(c);
 

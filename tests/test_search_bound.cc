@@ -1,0 +1,150 @@
+// Stage 2's lower bound and the ranking built on it (core/search_bound.h): the bound never exceeds the estimate on
+// every candidate of whole searches (every registered schedule kind, slices, split backwards, V-shaped stages,
+// blocking sends, overlapped collectives), and the ranking with bounds keeps exactly the best K of the ranking
+// that estimates every candidate, while estimating far fewer of them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/scenario.h"
+#include "core/search.h"
+#include "core/search_bound.h"
+#include "core/search_estimate.h"
+
+namespace pipescope {
+namespace {
+
+const char* kGpt3 =
+    "name: gpt3-175b-search\n"
+    "model: {preset: gpt3-175b}\n"
+    "cluster: {preset: dgx-a100, nodes: 128}\n"
+    "parallel: {dp: 8, pp: 16, tp: 8, v: 1, micro_batch_size: 1, global_batch: 1536}\n"
+    "schedule: {kind: 1f1b, recompute: true}\n";
+
+const char* kSmall =
+    "name: two-nodes\n"
+    "model: {preset: gpt3-1b, seq_len: 1024}\n"
+    "cluster: {preset: dgx-a100, nodes: 2}\n"
+    "parallel: {dp: 2, pp: 4, tp: 2, micro_batch_size: 1, global_batch: 32}\n"
+    "schedule: {kind: gpipe}\n";
+
+// Every candidate of each search with its estimate, in structure order.
+struct Searched {
+  std::string name;
+  std::vector<Candidate> c;
+  std::vector<double> estimate;
+};
+
+std::vector<Searched> searches() {
+  std::vector<Searched> out;
+  const std::string variants[] = {
+      "",
+      "training: {distributed_optimizer: true, overlap_grad_reduce: true, overlap_param_gather: true}\n",
+      "training: {async_tp_allreduce: true}\nsim: {p2p: blocking}\n",
+  };
+  std::vector<Scenario> bases = {load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/default.yaml"),
+                                 parse_scenario(kGpt3, "<test>")};
+  for (const std::string& extra : variants) bases.push_back(parse_scenario(kSmall + extra, "<test>"));
+  for (const Scenario& base : bases) {
+    Searched s{base.name, enumerate_candidates(base, SearchSpace{}).survivors, {}};
+    order_by_structure(s.c);
+    Stage2Estimator e;
+    for (const Candidate& c : s.c) s.estimate.push_back(e.estimate(c.scenario));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+const std::vector<Searched>& all_searches() {
+  static const std::vector<Searched> s = searches();
+  return s;
+}
+
+TEST(SearchBound, NeverAboveTheEstimate) {
+  for (const Searched& s : all_searches()) {
+    SCOPED_TRACE(s.name);
+    ASSERT_GE(s.c.size(), 20u);
+    std::size_t bounded = 0;
+    double tightest = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < s.c.size(); i++) {
+      double b = 0;
+      if (!stage2_lower_bound(s.c[i].scenario, b)) continue;
+      bounded++;
+      EXPECT_GT(b, 0) << s.c[i].label;
+      EXPECT_LE(b * (1 - kBoundMargin), s.estimate[i]) << s.c[i].label;
+      tightest = std::min(tightest, s.estimate[i] / b);
+    }
+    // Every candidate of these spaces is keyed (no schedule file, no TeraPipe joint plan, no context parallelism).
+    EXPECT_EQ(bounded, s.c.size());
+    EXPECT_LT(tightest, 1.1);  // the bound is close to the estimate somewhere, not a trivial 0
+  }
+}
+
+// The best K by (estimate, label), as the search ranks them.
+std::vector<std::pair<double, std::string>> best(const std::vector<Candidate>& c, const std::vector<double>& s,
+                                                 std::size_t k) {
+  std::vector<std::pair<double, std::string>> v;
+  for (std::size_t i = 0; i < c.size(); i++) v.emplace_back(s[i], c[i].label);
+  std::sort(v.begin(), v.end());
+  v.resize(std::min(k, v.size()));
+  return v;
+}
+
+TEST(SearchBound, RankingKeepsTheBestKOfEstimatingAll) {
+  for (const Searched& s : all_searches())
+    for (int keep : {1, 5, 20}) {
+      SCOPED_TRACE(s.name + " K " + std::to_string(keep));
+      std::size_t asked = 0;
+      Stage2Estimator e;
+      const std::vector<Stage2Value> v = rank_stage2(s.c, keep, [&](const std::vector<std::size_t>& idx) {
+        EXPECT_TRUE(std::is_sorted(idx.begin(), idx.end()));
+        std::vector<Stage2Value> out;
+        for (std::size_t i : idx) out.push_back({Stage2Value::How::Estimated, e.estimate(s.c[i].scenario), {}});
+        asked += idx.size();
+        return out;
+      });
+      ASSERT_EQ(v.size(), s.c.size());
+      std::vector<double> ranked;
+      std::size_t estimated = 0;
+      for (std::size_t i = 0; i < v.size(); i++) {
+        ASSERT_TRUE(v[i].how == Stage2Value::How::Estimated || v[i].how == Stage2Value::How::Bounded);
+        if (v[i].how == Stage2Value::How::Estimated) {
+          estimated++;
+          EXPECT_EQ(v[i].s, s.estimate[i]) << s.c[i].label;
+        }
+        ranked.push_back(v[i].s);
+      }
+      EXPECT_EQ(asked, estimated);  // nothing estimated twice
+      const auto want = best(s.c, s.estimate, static_cast<std::size_t>(keep));
+      EXPECT_EQ(best(s.c, ranked, static_cast<std::size_t>(keep)), want);
+      for (std::size_t i = 0; i < v.size(); i++) {
+        if (v[i].how == Stage2Value::How::Bounded) {
+          EXPECT_GT(v[i].s, want.back().first) << s.c[i].label;
+        }
+      }
+      if (s.name == "gpt3-175b-search") {
+        EXPECT_LT(estimated, s.c.size() / 3);  // the bounds rule most out
+      }
+    }
+}
+
+// A failed estimate is reported, never bounded away; phase 1 without K estimates bounds nothing out.
+TEST(SearchBound, FailuresAreKeptAndTooFewEstimatesBoundNothing) {
+  const Searched& s = all_searches()[1];
+  const std::vector<Stage2Value> v = rank_stage2(s.c, 20, [&](const std::vector<std::size_t>& idx) {
+    std::vector<Stage2Value> out;
+    for (std::size_t i : idx) out.push_back({Stage2Value::How::Failed, 0, "no DAG " + std::to_string(i)});
+    return out;
+  });
+  for (std::size_t i = 0; i < v.size(); i++) {
+    EXPECT_EQ(v[i].how, Stage2Value::How::Failed) << s.c[i].label;
+    EXPECT_EQ(v[i].error, "no DAG " + std::to_string(i));
+  }
+}
+
+}  // namespace
+}  // namespace pipescope
