@@ -239,12 +239,11 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
   }
   std::vector<Candidate>& c = s1.survivors;
   const auto t2 = Clock::now();
-  std::size_t estimated = 0;
-  estimate_all(c, o, res.rejected, estimated);
+  estimate_all(c, o, res.rejected, res.estimated);
+  res.ranked = c.size();
   if (o.progress)
     std::fprintf(stderr, "search: stage 2: %zu ranked, %zu of them estimated, the rest bounded out (%.1f s)\n",
-                 c.size(), estimated, since(t2));
-  res.estimated = c.size();
+                 res.ranked, res.estimated, since(t2));
   rank_by_estimate(c);
 
   // Stage 3: the best K estimates, and the scenario as written unless it is one of them.
@@ -315,9 +314,10 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
 void print_search_table(std::ostream& os, const SearchResult& r) {
   char line[512];
   std::snprintf(line, sizeof line,
-                "search %s (%s): %d GPUs; %zu configurations, %zu fit in %.2f GB, %zu estimated, %zu simulated\n",
+                "search %s (%s): %d GPUs; %zu configurations, %zu fit in %.2f GB, %zu ranked (%zu estimated), %zu "
+                "simulated\n",
                 r.scenario.c_str(), r.source.c_str(), r.gpus, r.enumerated, r.fits, r.memory_limit_bytes / 1e9,
-                r.estimated, r.rows.size());
+                r.ranked, r.estimated, r.rows.size());
   os << line;
   std::snprintf(line, sizeof line, "%4s  %-42s %12s %12s %8s %9s %11s %11s  %s\n", "rank", "configuration", "tokens/s",
                 "iteration_s", "bubble", "peak_GB", "TFLOP/s/GPU", "estimate_s", "");
@@ -359,6 +359,7 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
   j["memory_limit_GB"] = r.memory_limit_bytes / 1e9;
   j["configurations"] = r.enumerated;
   j["fit"] = r.fits;
+  j["ranked"] = r.ranked;
   j["estimated"] = r.estimated;
   nlohmann::json rej = nlohmann::json::array();
   for (const auto& [reason, n] : r.rejected) rej.push_back({{"reason", reason}, {"count", n}});

@@ -43,7 +43,9 @@ struct SearchResult {
   std::string scenario, source;
   int gpus = 0;
   double memory_limit_bytes = 0;
-  std::size_t enumerated = 0, fits = 0, estimated = 0;
+  std::size_t enumerated = 0, fits = 0;
+  std::size_t ranked = 0;     // stage 2's ranking: the candidates whose DAG builds (estimated or bounded out)
+  std::size_t estimated = 0;  // of them, estimated (the rest bounded out: core/search_bound.h)
   std::map<std::string, std::size_t> rejected;  // stage 1 and 2 reasons -> count
   std::vector<SearchRow> rows;                  // simulated: best throughput first, then failures
   std::string as_written_note;                  // why the scenario as written is not a row (empty: it is)
