@@ -1,6 +1,7 @@
 #include "core/search_bound.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -155,7 +156,8 @@ std::vector<Stage2Value> rank_stage2(const std::vector<Candidate>& c, int keep, 
       if (!shape_key(c[i].scenario, key)) continue;
       // A tp = 1 candidate is timed by its tp > 1 structure where one is built (ShapeKey::tp_words).
       structure[i] = ids.emplace(key.tp_words.empty() ? key.words : key.tp_words, ids.size()).first->second;
-      bound[i] = lower_bound_s(c[i].scenario, key) * (1 - kBoundMargin);
+      const double b = lower_bound_s(c[i].scenario, key);
+      if (std::isfinite(b)) bound[i] = b * (1 - kBoundMargin);  // else none: a cost the estimate will report
     } catch (const std::exception&) {
       bound[i] = -1.0;  // no bound: the estimate reports why the candidate cannot be costed
     }
