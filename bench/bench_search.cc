@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpt3_search.h"
 #include "core/scenario.h"
 #include "core/search.h"
 #include "core/search_bound.h"
@@ -19,14 +20,7 @@
 namespace pipescope {
 namespace {
 
-const char* kGpt3 =
-    "name: gpt3-175b-search\n"
-    "model: {preset: gpt3-175b}\n"
-    "cluster: {preset: dgx-a100, nodes: 128}\n"
-    "parallel: {dp: 8, pp: 16, tp: 8, v: 1, micro_batch_size: 1, global_batch: 1536}\n"
-    "schedule: {kind: 1f1b, recompute: true}\n";
-
-Scenario gpt3() { return parse_scenario(kGpt3, "<bench_search>"); }
+Scenario gpt3() { return parse_scenario(kGpt3SearchYaml, "<bench_search>"); }
 
 // Stage 1 alone: configurations checked and fitted to memory per second.
 void BM_Stage1(benchmark::State& state) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpt3_search.h"
 #include "core/cost_model.h"
 #include "core/grad_sync.h"
 #include "core/lowering.h"
@@ -128,13 +129,7 @@ TEST(Search, ReusedStructuresGiveTheFreshEstimate) {
 // The same over every candidate of two whole searches: the default scenario's and GPT-3 175B's on 1,024 GPUs (the
 // benchmark's; 554 candidates, most of them re-timed without lowering).
 TEST(Search, EveryCandidateOfWholeSearchesIsReTimedExactly) {
-  const Scenario gpt3 = parse_scenario(
-      "name: gpt3-175b-search\n"
-      "model: {preset: gpt3-175b}\n"
-      "cluster: {preset: dgx-a100, nodes: 128}\n"
-      "parallel: {dp: 8, pp: 16, tp: 8, v: 1, micro_batch_size: 1, global_batch: 1536}\n"
-      "schedule: {kind: 1f1b, recompute: true}\n",
-      "<test>");
+  const Scenario gpt3 = parse_scenario(kGpt3SearchYaml, "<test>");
   for (const Scenario& base : {load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/default.yaml"), gpt3}) {
     SCOPED_TRACE(base.name);
     Stage1 s1 = enumerate_candidates(base, SearchSpace{});

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/gpt3_search.h"
 #include "core/scenario.h"
 #include "core/search.h"
 #include "core/search_bound.h"
@@ -17,13 +18,6 @@
 
 namespace pipescope {
 namespace {
-
-const char* kGpt3 =
-    "name: gpt3-175b-search\n"
-    "model: {preset: gpt3-175b}\n"
-    "cluster: {preset: dgx-a100, nodes: 128}\n"
-    "parallel: {dp: 8, pp: 16, tp: 8, v: 1, micro_batch_size: 1, global_batch: 1536}\n"
-    "schedule: {kind: 1f1b, recompute: true}\n";
 
 const char* kSmall =
     "name: two-nodes\n"
@@ -43,7 +37,7 @@ struct Searched {
 // and a small one with the gradient-sync and p2p variants. `estimated`: with every candidate's estimate.
 std::vector<Scenario> bases() {
   std::vector<Scenario> b = {load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/default.yaml"),
-                             parse_scenario(kGpt3, "<test>")};
+                             parse_scenario(kGpt3SearchYaml, "<test>")};
   const std::string variants[] = {
       "",
       "training: {distributed_optimizer: true, overlap_grad_reduce: true, overlap_param_gather: true}\n",
@@ -144,7 +138,7 @@ TEST(SearchBound, RankingKeepsTheBestKOfEstimatingAll) {
 
 // A failed estimate is reported, never bounded away; without K estimates nothing is bounded out.
 TEST(SearchBound, FailuresAreKeptAndTooFewEstimatesBoundNothing) {
-  const Searched s = searched(parse_scenario(kGpt3, "<test>"), false);
+  const Searched s = searched(parse_scenario(kGpt3SearchYaml, "<test>"), false);
   ASSERT_GE(s.c.size(), 20u);
   const std::vector<Stage2Value> v = rank_stage2(s.c, 20, [&](const std::vector<std::size_t>& idx) {
     std::vector<Stage2Value> out;
