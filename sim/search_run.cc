@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <ostream>
 #include <stdexcept>
 
@@ -20,6 +21,7 @@
 #include "core/schedule_registry.h"
 #include "core/search_bound.h"
 #include "core/search_estimate.h"
+#include "core/work_estimate.h"
 #include "sim/child_process.h"
 #include "sim/xml_escape.h"
 
@@ -178,6 +180,33 @@ void estimate_all(std::vector<Candidate>& c, const SearchOptions& o, std::map<st
   c = std::move(kept);
 }
 
+// Stage 3's rows per MPI rank (each rank's in row order; all of them on one rank when alone): the largest
+// simulation first to the rank with the least work so far, work being the simulator's op count
+// (core/work_estimate.h). The rows are in estimate order and neighbours tend to be alike (the best ones often the
+// largest DAGs), so contiguous shares left one rank with the heaviest simulations (bench/README.md, session 18).
+std::vector<std::vector<std::size_t>> stage3_shares(const std::vector<SearchRow>& rows, std::size_t ranks) {
+  std::vector<double> work(rows.size(), 0.0);
+  for (std::size_t i = 0; i < rows.size(); i++) {
+    try {
+      work[i] = estimate_work(rows[i].scenario).ops;
+    } catch (const std::exception&) {
+      // Its simulation reports why; as no work here.
+    }
+  }
+  std::vector<std::size_t> order(rows.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return work[a] > work[b]; });
+  std::vector<std::vector<std::size_t>> share(ranks);
+  std::vector<double> load(ranks, 0.0);
+  for (std::size_t i : order) {
+    const auto r = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    share[r].push_back(i);
+    load[r] += work[i];
+  }
+  for (auto& x : share) std::sort(x.begin(), x.end());
+  return share;
+}
+
 bool same_config(const Scenario& a, const Scenario& b) {
   const ParallelSpec &p = a.parallel, &q = b.parallel;
   const ScheduleSpec &s = a.schedule, &t = b.schedule;
@@ -275,9 +304,11 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
       rows.push_back(w);
     }
   }
-  const auto [lo, hi] = share(rows.size(), o.group);
+  const std::size_t ranks = o.group ? static_cast<std::size_t>(o.group->size()) : 1;
+  const std::vector<std::vector<std::size_t>> by_rank = stage3_shares(rows, ranks);
   std::vector<Scenario> runs;
-  for (std::size_t i = lo; i < hi; i++) runs.push_back(rows[i].scenario);
+  for (std::size_t i : by_rank[o.group ? static_cast<std::size_t>(o.group->rank()) : 0])
+    runs.push_back(rows[i].scenario);
   const auto t3 = Clock::now();
   std::size_t done = 0;
   const auto out = run_scenarios(
@@ -288,14 +319,17 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
   for (const auto& x : out)
     mine.push_back(x.ok() ? nlohmann::json{{"result", nlohmann::json::parse(encode(x.result))}}
                           : nlohmann::json{{"error", x.error}});
-  const nlohmann::json all = gather(mine, o.group);
+  const nlohmann::json all = gather(mine, o.group);  // rank 0's rows, then rank 1's, ...
   if (all.size() != rows.size()) throw std::runtime_error("search: stage 3 lost results");
-  for (std::size_t i = 0; i < rows.size(); i++) {
-    if (all[i].contains("error"))
-      rows[i].error = all[i]["error"].get<std::string>();
-    else
-      rows[i].result = decode(all[i]["result"].dump());
-  }
+  std::size_t k = 0;
+  for (const auto& share : by_rank)
+    for (std::size_t i : share) {
+      if (all[k].contains("error"))
+        rows[i].error = all[k]["error"].get<std::string>();
+      else
+        rows[i].result = decode(all[k]["result"].dump());
+      k++;
+    }
   std::stable_sort(rows.begin(), rows.end(), [](const SearchRow& a, const SearchRow& b) {
     if (a.error.empty() != b.error.empty()) return a.error.empty();
     if (a.result.tokens_per_s != b.result.tokens_per_s) return a.result.tokens_per_s > b.result.tokens_per_s;
