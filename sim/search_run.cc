@@ -136,7 +136,7 @@ nlohmann::json gather(const nlohmann::json& mine, MpiGroup* g) {
   return all;
 }
 
-// Stage 2 over every candidate: rank_stage2 (core/search_bound.h) picks the candidates to estimate, in two rounds,
+// Stage 2 over every candidate: rank_stage2 (core/search_bound.h) picks the candidates to estimate, in rounds,
 // each spread over this process's share (all of them when alone) and gathered; the rest are bounded out. Failures
 // are dropped with their reason. `estimated`: the candidates estimated (the others were bounded out).
 void estimate_all(std::vector<Candidate>& c, const SearchOptions& o, std::map<std::string, std::size_t>& rejected,
