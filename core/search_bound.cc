@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <numeric>
 #include <set>
 
 #include "core/cost_model.h"
@@ -74,8 +73,7 @@ StageCosts stage_costs(const Scenario& s, const ShapeKey& key, const CostModel& 
       op.rank = stage_rank(style, s.parallel.pp, g);
       op.chunk = 0;  // the cost model reads kind, stage and tokens only
       op.slice = k;
-      op.tok_begin = key.slice_begin[static_cast<std::size_t>(k)];
-      op.tok_end = k + 1 < slices ? key.slice_begin[static_cast<std::size_t>(k) + 1] : s.model.seq_len;
+      op = with_tokens(op, key.slice_begin, s.model.seq_len);
       const auto at = static_cast<std::size_t>(g) * static_cast<std::size_t>(slices) + static_cast<std::size_t>(k);
       op.kind = OpKind::Forward;
       c.fwd[at] = time(op);

@@ -65,6 +65,13 @@ bool shape_key(const Scenario& s, ShapeKey& key) {
   return true;
 }
 
+Op with_tokens(Op op, const std::vector<std::int32_t>& slice_begin, int seq_len) {
+  const auto k = static_cast<std::size_t>(op.slice);
+  op.tok_begin = slice_begin[k];
+  op.tok_end = k + 1 < slice_begin.size() ? slice_begin[k + 1] : seq_len;
+  return op;
+}
+
 namespace {
 
 enum Need : std::uint8_t { kCompute = 1, kP2p = 2, kTp = 4 };
@@ -165,14 +172,6 @@ Retimer::Retimer() : v_(std::make_unique<Values>()) {}
 Retimer::~Retimer() = default;
 
 namespace {
-
-// The op with the token range of its slice (make_op's rule, core/schedule.cc).
-Op with_tokens(Op op, const std::vector<std::int32_t>& slice_begin, int seq_len) {
-  const auto k = static_cast<std::size_t>(op.slice);
-  op.tok_begin = slice_begin[k];
-  op.tok_end = k + 1 < slice_begin.size() ? slice_begin[k + 1] : seq_len;
-  return op;
-}
 
 // The cost questions of the shape, asked once per class as the passes ask them (core/lowering.cc,
 // core/grad_sync.cc), and the fingerprint of the answers that the lowering's shape depends on.

@@ -45,6 +45,8 @@ struct ShapeKey {
   std::vector<std::int64_t> tp_words;  // tp = 1: the key of the tp > 1 shapes that time it too (see the .cc)
 };
 bool shape_key(const Scenario& s, ShapeKey& key);
+// The op with the token range of its slice (make_op's rule, core/schedule.cc), `slice_begin` a ShapeKey's.
+Op with_tokens(Op op, const std::vector<std::int32_t>& slice_begin, int seq_len);
 
 struct DagShape;  // core/search_retime.cc
 struct DagShapeDelete {
