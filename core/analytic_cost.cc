@@ -13,7 +13,8 @@
 // Time of one kernel:
 //   GEMM:         core/gemm_model.h with the GEMM's shape (per head for the batched attention GEMMs): output
 //                 tiles in waves over the device's SMs at peak * gemm_efficiency (a partial last wave costs a
-//                 whole one, small tiles reach less), + gemm_half_sat_flops / (peak * gemm_efficiency) fixed per
+//                 whole one, small tiles reach less), + each wave's output writes over the HBM bandwidth (not on
+//                 Hopper: gemm_epilogue_hidden), + gemm_half_sat_flops / (peak * gemm_efficiency) fixed per
 //                 GEMM, at least bytes / (hbm_bw * memory_efficiency) (the weight-load floor of small-M GEMMs).
 //                 Without an SM count (calibration profiles) and for the fused flash kernels:
 //                 (F + gemm_half_sat_flops) / (peak * gemm_efficiency), at least the byte term.
@@ -175,8 +176,8 @@ double AnalyticCostModel::kernel_seconds(const KernelCost& k) const {
   if (k.flops <= 0) return mem;
   const double peak = k.fp8 ? fp8_peak_flops_ : dtype_peak_flops_;
   if (k.gemm && k.m > 0) {  // tile and wave quantisation over the SMs (core/gemm_model.h)
-    const GemmDevice g{peak,         d.gemm_efficiency,  d.sm_count, d.gemm_half_sat_flops / (peak * d.gemm_efficiency),
-                       d.hbm_bw_Bps, d.memory_efficiency};
+    const GemmDevice g{peak,         d.gemm_efficiency,  d.sm_count,   d.gemm_half_sat_flops / (peak * d.gemm_efficiency),
+                       d.hbm_bw_Bps, d.memory_efficiency, static_cast<double>(elem_bytes()), d.gemm_epilogue_hidden};
     return gemm_timing(g, k.m, k.n, k.k, k.bytes, k.batch).seconds;
   }
   const double compute =

@@ -68,6 +68,9 @@ struct DeviceSpec {
   double kernel_launch_s = 0.0;      // per-kernel launch / fixed overhead
   double memory_efficiency = 0.0;    // share of HBM bandwidth reached by bandwidth-bound kernels
   int sm_count = 0;                  // streaming multiprocessors (GEMM wave quantisation); 0 = unknown: none
+  // Hopper's persistent GEMM kernels write a tile while the next one computes; Volta's and Ampere's finish a wave's
+  // writes before the next wave starts (core/gemm_model.h). Used with sm_count only.
+  bool gemm_epilogue_hidden = false;
 };
 
 struct ClusterSpec {

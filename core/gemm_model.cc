@@ -30,6 +30,7 @@ GemmTiming gemm_timing(const GemmDevice& d, double M, double N, double K, double
                                 std::to_string(N) + ", K " + std::to_string(K) + ")");
   if (!(d.peak_flops > 0 && d.efficiency > 0 && d.hbm_bw_Bps > 0 && d.memory_efficiency > 0))
     throw std::invalid_argument("gemm model: device needs a peak, an efficiency and an HBM bandwidth");
+  if (!(d.out_elem_bytes > 0)) throw std::invalid_argument("gemm model: output element bytes must be positive");
   const double rate = d.peak_flops * d.efficiency;
   GemmTiming best;
   if (d.sm_count <= 0) {
@@ -40,10 +41,13 @@ GemmTiming gemm_timing(const GemmDevice& d, double M, double N, double K, double
     for (const Tile& t : kTiles) {
       const double tiles = std::ceil(M / t.m) * std::ceil(N / t.n) * batch;
       const double waves = std::ceil(tiles / (static_cast<double>(d.sm_count) * t.blocks_per_sm));
+      const double epilogue =
+          d.epilogue_hidden ? 0.0 : tiles * t.m * t.n * d.out_elem_bytes / (d.hbm_bw_Bps * d.memory_efficiency);
       const double sec =
-          waves * t.blocks_per_sm * 2.0 * t.m * t.n * K / (sm_rate * gemm_tile_share(t.m, t.n)) + d.fixed_s;
+          waves * t.blocks_per_sm * 2.0 * t.m * t.n * K / (sm_rate * gemm_tile_share(t.m, t.n)) + epilogue + d.fixed_s;
       if (sec < best.seconds) {
         best.seconds = sec;
+        best.epilogue_s = epilogue;
         best.tile_m = t.m;
         best.tile_n = t.n;
         best.waves = tiles / (static_cast<double>(d.sm_count) * t.blocks_per_sm);

@@ -87,6 +87,14 @@ class Map {
     if (v < min) fail_profile_key(src_, c, key(k), "must be >= " + std::to_string(min) + ", got " + std::to_string(v));
     return v;
   }
+  bool boolean(const std::string& k, bool def) const {
+    if (!has(k)) return def;
+    const YAML::Node c = node(k);
+    const std::string t = scalar(c);
+    if (t == "true" || t == "True" || t == "TRUE") return true;
+    if (t == "false" || t == "False" || t == "FALSE") return false;
+    fail_profile_key(src_, c, key(k), "expected true or false, got '" + t + "'");
+  }
   std::string str(const std::string& k, std::optional<std::string> def = std::nullopt) const {
     if (!has(k)) {
       if (def) return *def;
@@ -263,7 +271,8 @@ DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
   const Map m(
       src, n, "device",
       {"name", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "memory_GB",
-       "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency", "sm_count"});
+       "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency", "sm_count",
+       "gemm_epilogue_hidden"});
   DeviceSpec d;
   d.name = m.str("name");
   d.peak_flops_fp16 = m.num("peak_tflops_fp16", true) * kTflops;
@@ -280,6 +289,7 @@ DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
   if (d.memory_efficiency > 1)
     fail_profile_key(src, m.node("memory_efficiency"), "device.memory_efficiency", "must be <= 1");
   d.sm_count = m.integer("sm_count", 0, 0);  // GEMM wave quantisation (core/gemm_model.h); 0 = none
+  d.gemm_epilogue_hidden = m.boolean("gemm_epilogue_hidden", false);
   return d;
 }
 
@@ -605,6 +615,7 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
   os << "  kernel_launch_us: " << us(d.kernel_launch_s) << "\n";
   os << "  memory_efficiency: " << yaml_num(d.memory_efficiency) << "\n";
   if (d.sm_count > 0) os << "  sm_count: " << d.sm_count << "\n";
+  if (d.gemm_epilogue_hidden) os << "  gemm_epilogue_hidden: true\n";
   if (!p.links.empty()) {
     os << "links:\n";
     for (const auto& [cls, l] : p.links) {

@@ -67,6 +67,29 @@ TEST(GemmModel, BatchedGemmsShareTheWaves) {
   EXPECT_NEAR(gemm_timing(toy(), 128, 128, 1000, 0, 11).seconds, 2 * kTile128, 1e-12);
 }
 
+TEST(GemmModel, EachWaveWritesItsTilesOverHbmUnlessTheEpilogueIsHidden) {
+  // 11 tiles of 128 x 128 (fp16 out, 32 KiB each) at 1 GB/s: 2 waves of compute (65.5 us) + 11 * 32768 B / 1e9 =
+  // 360.4 us of writes. 256 x 128 tiles (6, one wave of 65.5 us + 6 * 65536 B = 393.2 us) lose to them.
+  GemmDevice d = toy();
+  d.hbm_bw_Bps = 1e9;
+  const GemmTiming t = gemm_timing(d, 128 * 11, 128, 1000, 0);
+  EXPECT_NEAR(t.seconds, 2 * kTile128 + 11 * 32768 / 1e9, 1e-12);
+  EXPECT_NEAR(t.epilogue_s, 11 * 32768 / 1e9, 1e-12);
+  EXPECT_EQ(t.tile_m, 128);
+  // 4-byte outputs (fp32) write twice the bytes; at half the memory efficiency, twice the time again.
+  d.out_elem_bytes = 4;
+  d.memory_efficiency = 0.5;
+  EXPECT_NEAR(gemm_timing(d, 128 * 11, 128, 1000, 0).epilogue_s, 4 * 11 * 32768 / 1e9, 1e-12);
+  // Persistent kernels (Hopper) write during the next tile's main loop: compute only.
+  d.epilogue_hidden = true;
+  const GemmTiming hidden = gemm_timing(d, 128 * 11, 128, 1000, 0);
+  EXPECT_NEAR(hidden.seconds, 2 * kTile128, 1e-12);
+  EXPECT_EQ(hidden.epilogue_s, 0.0);
+  EXPECT_TRUE(device_preset("H100-SXM")->gemm_epilogue_hidden);
+  EXPECT_FALSE(device_preset("A100-SXM4-80GB")->gemm_epilogue_hidden);
+  EXPECT_FALSE(device_preset("V100-SXM2-16GB")->gemm_epilogue_hidden);
+}
+
 TEST(GemmModel, RejectsBadInput) {
   EXPECT_THROW(gemm_timing(toy(), 0, 1, 1, 0), std::invalid_argument);
   GemmDevice d = toy();
