@@ -176,8 +176,14 @@ double AnalyticCostModel::kernel_seconds(const KernelCost& k) const {
   if (k.flops <= 0) return mem;
   const double peak = k.fp8 ? fp8_peak_flops_ : dtype_peak_flops_;
   if (k.gemm && k.m > 0) {  // tile and wave quantisation over the SMs (core/gemm_model.h)
-    const GemmDevice g{peak,         d.gemm_efficiency,  d.sm_count,   d.gemm_half_sat_flops / (peak * d.gemm_efficiency),
-                       d.hbm_bw_Bps, d.memory_efficiency, static_cast<double>(elem_bytes()), d.gemm_epilogue_hidden};
+    const GemmDevice g{peak,
+                       d.gemm_efficiency,
+                       d.sm_count,
+                       d.gemm_half_sat_flops / (peak * d.gemm_efficiency),
+                       d.hbm_bw_Bps,
+                       d.memory_efficiency,
+                       static_cast<double>(elem_bytes()),
+                       d.gemm_epilogue_hidden};
     return gemm_timing(g, k.m, k.n, k.k, k.bytes, k.batch).seconds;
   }
   const double compute =

@@ -268,11 +268,10 @@ LayerTable read_layer(const std::string& src, const YAML::Node& n, const std::st
 }
 
 DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
-  const Map m(
-      src, n, "device",
-      {"name", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "memory_GB",
-       "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency", "sm_count",
-       "gemm_epilogue_hidden"});
+  const Map m(src, n, "device",
+              {"name", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "memory_GB",
+               "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency",
+               "sm_count", "gemm_epilogue_hidden"});
   DeviceSpec d;
   d.name = m.str("name");
   d.peak_flops_fp16 = m.num("peak_tflops_fp16", true) * kTflops;

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -67,7 +68,12 @@ SearchSpace small_space() {
 }
 
 TEST(Search, TopMatchesExhaustiveSimulation) {
-  for (const char* text : kScenarios) {
+#ifdef PIPESCOPE_SANITIZED
+  const std::vector<const char*> texts = {kScenarios[0]};  // each space's exhaustive simulation is slow there
+#else
+  const std::vector<const char*> texts(std::begin(kScenarios), std::end(kScenarios));
+#endif
+  for (const char* text : texts) {
     const Scenario base = parse_scenario(text, "<test>");
     SCOPED_TRACE(base.name);
     const SearchSpace sp = small_space();
@@ -129,8 +135,12 @@ TEST(Search, ReusedStructuresGiveTheFreshEstimate) {
 // The same over every candidate of two whole searches: the default scenario's and GPT-3 175B's on 1,024 GPUs (the
 // benchmark's; 554 candidates, most of them re-timed without lowering).
 TEST(Search, EveryCandidateOfWholeSearchesIsReTimedExactly) {
-  const Scenario gpt3 = parse_scenario(kGpt3SearchYaml, "<test>");
-  for (const Scenario& base : {load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/default.yaml"), gpt3}) {
+  std::vector<Scenario> bases = {load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/default.yaml")};
+#ifndef PIPESCOPE_SANITIZED
+  // Under the sanitizers the 175B search's large lowerings took most of a minute of CI; release runs it.
+  bases.push_back(parse_scenario(kGpt3SearchYaml, "<test>"));
+#endif
+  for (const Scenario& base : bases) {
     SCOPED_TRACE(base.name);
     Stage1 s1 = enumerate_candidates(base, SearchSpace{});
     ASSERT_GE(s1.survivors.size(), 20u);
