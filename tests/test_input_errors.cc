@@ -136,6 +136,8 @@ TEST(InputErrors, PhysicalRanges) {
                "cluster.device.kernel_launch_us", "outside the plausible range");
   expect_error(with("device: {preset: A100-SXM4-80GB}", "device: {preset: A100-SXM4-80GB, gemm_efficiency: 1e-300}"), 5,
                "cluster.device.gemm_efficiency", "outside the plausible range");
+  expect_error(with("device: {preset: A100-SXM4-80GB}", "device: {preset: A100-SXM4-80GB, gemm_epilogue_hidden: 2}"), 5,
+               "cluster.device.gemm_epilogue_hidden", "expected true or false");
   expect_error(std::string(kBase) + "training: {optimizer_bytes_per_param: 1e300}\n", 10,
                "training.optimizer_bytes_per_param", "outside the plausible range [0, 64]");
   // 0 = "no bf16 support" stays accepted next to the range.

@@ -11,6 +11,7 @@
 #include "calib/fit.h"
 #include "calib/links.h"
 #include "core/pipeline.h"
+#include "core/presets.h"
 #include "core/profile.h"
 #include "core/profile_cost.h"
 #include "core/scenario.h"
@@ -142,6 +143,9 @@ TEST(Profile, ErrorsNameLineAndKey) {
   // A context fit whose slope goes negative (attention cannot get cheaper with more context).
   const std::string neg = error_of(with("a2_us_per_token: 0.5,", "a2_us_per_token: -5,"));
   EXPECT_NE(neg.find("decreases with context"), std::string::npos) << neg;
+  const std::string flag = error_of(with("  memory_GB: 16", "  memory_GB: 16\n  gemm_epilogue_hidden: maybe"));
+  EXPECT_NE(flag.find("p.yaml:"), std::string::npos) << flag;
+  EXPECT_NE(flag.find("device.gemm_epilogue_hidden: expected true or false, got 'maybe'"), std::string::npos) << flag;
   EXPECT_NE(error_of("a: [").find("YAML syntax error"), std::string::npos);
   EXPECT_NE(error_of("").find("empty profile"), std::string::npos);
   EXPECT_NE(error_of(with("samples_us: [", "samples_us: [.nan, ")).find("must be finite"), std::string::npos);
@@ -335,21 +339,32 @@ TEST(ProfileCompleteness, TruncatedOrEditedProfilesAreRefused) {
   }
 }
 
+// Also the H100's: its profile carries gemm_epilogue_hidden (an A100-style epilogue would make it slower).
 TEST(AnalyticProfiles, SameCostsAsThePresetDevice) {
-  const Scenario s = default_scenario();
-  const Scenario p = use_profile(s, std::string(PIPESCOPE_SOURCE_DIR) + "/calib/profiles/dgx-a100.analytic.yaml");
-  const AnalyticCostModel a(s);
-  const auto b = make_cost_model(p);
-  for (OpKind k : {OpKind::Forward, OpKind::Backward})
-    for (int stage : {0, 1, 3}) {
-      Op op;
-      op.kind = k;
-      op.stage = op.rank = stage;
-      op.tok_end = s.model.seq_len;
-      EXPECT_DOUBLE_EQ(a.compute_seconds(op, 1), b->compute_seconds(op, 1));
+  for (const char* preset : {"dgx-a100", "dgx-h100"}) {
+    SCOPED_TRACE(preset);
+    Scenario s = default_scenario();
+    s.cluster.device = cluster_preset(preset)->device;
+    const Scenario p =
+        use_profile(s, std::string(PIPESCOPE_SOURCE_DIR) + "/calib/profiles/" + preset + ".analytic.yaml");
+    EXPECT_EQ(p.cluster.device.gemm_epilogue_hidden, s.cluster.device.gemm_epilogue_hidden);
+    const AnalyticCostModel a(s);
+    const auto b = make_cost_model(p);
+    for (OpKind k : {OpKind::Forward, OpKind::Backward})
+      for (int stage : {0, 1, 3}) {
+        Op op;
+        op.kind = k;
+        op.stage = op.rank = stage;
+        op.tok_end = s.model.seq_len;
+        EXPECT_DOUBLE_EQ(a.compute_seconds(op, 1), b->compute_seconds(op, 1));
+      }
+    if (std::string(preset) == "dgx-a100") {
+      EXPECT_DOUBLE_EQ(p.cluster.nic_bw_Bps, s.cluster.nic_bw_Bps);
+      EXPECT_DOUBLE_EQ(p.cluster.nvlink_bw_Bps, s.cluster.nvlink_bw_Bps);
     }
-  EXPECT_DOUBLE_EQ(p.cluster.nic_bw_Bps, s.cluster.nic_bw_Bps);
-  EXPECT_DOUBLE_EQ(p.cluster.nvlink_bw_Bps, s.cluster.nvlink_bw_Bps);
+  }
+  EXPECT_TRUE(load_profile(std::string(PIPESCOPE_SOURCE_DIR) + "/calib/profiles/dgx-h100.analytic.yaml")
+                  .device.gemm_epilogue_hidden);
 }
 
 }  // namespace
