@@ -90,10 +90,9 @@ class Map {
   bool boolean(const std::string& k, bool def) const {
     if (!has(k)) return def;
     const YAML::Node c = node(k);
-    const std::string t = scalar(c);
-    if (t == "true" || t == "True" || t == "TRUE") return true;
-    if (t == "false" || t == "False" || t == "FALSE") return false;
-    fail_profile_key(src_, c, key(k), "expected true or false, got '" + t + "'");
+    const std::optional<bool> v = yaml_boolean(scalar(c));
+    if (!v) fail_profile_key(src_, c, key(k), "expected true or false, got '" + scalar(c) + "'");
+    return *v;
   }
   std::string str(const std::string& k, std::optional<std::string> def = std::nullopt) const {
     if (!has(k)) {

@@ -227,12 +227,9 @@ class Section {
     if (!n) return false;
     const std::string t = n->IsScalar() ? n->Scalar() : std::string();
     if (n->IsScalar()) typed(key, *n, "true or false");
-    if (t == "true" || t == "True" || t == "TRUE")
-      out = true;
-    else if (t == "false" || t == "False" || t == "FALSE")
-      out = false;
-    else
-      fail(key, "expected true or false, got " + describe(*n));
+    const std::optional<bool> v = yaml_boolean(t);
+    if (!v) fail(key, "expected true or false, got " + describe(*n));
+    out = *v;
     return true;
   }
 
@@ -1083,7 +1080,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   // Read as a boolean then, so that a quoted "true" is refused like any quoted boolean (strict typing).
   if (std::string rc; sch.get("recompute", rc)) {
     bool full = false;
-    if (rc == "true" || rc == "True" || rc == "TRUE" || rc == "false" || rc == "False" || rc == "FALSE") {
+    if (yaml_boolean(rc)) {
       sch.get("recompute", full);
       s.schedule.recompute = full ? Recompute::Full : Recompute::None;
     } else if (!sch.get_enum("recompute", recompute_modes(), s.schedule.recompute))
@@ -1211,6 +1208,12 @@ sim:
   collectives: auto
   placement: megatron
 )";
+}
+
+std::optional<bool> yaml_boolean(const std::string& scalar) {
+  if (scalar == "true" || scalar == "True" || scalar == "TRUE") return true;
+  if (scalar == "false" || scalar == "False" || scalar == "FALSE") return false;
+  return std::nullopt;
 }
 
 Scenario default_scenario() { return parse_impl(default_scenario_yaml(), "<builtin>", "", "<builtin>"); }

@@ -4,6 +4,7 @@
 //   scenarios/x.yaml:14:7: parallel.pp: expected a positive integer, got "-2"
 // Unknown keys, wrong types, missing fields and impossible combinations are errors (ScenarioError).
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -37,6 +38,10 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
 Scenario default_scenario();
 // YAML text of the built-in default scenario.
 const char* default_scenario_yaml();
+
+// The booleans scenario and profile files accept (YAML 1.2's core schema): true / True / TRUE, false / False /
+// FALSE; nullopt for any other scalar.
+std::optional<bool> yaml_boolean(const std::string& scalar);
 
 // Cross-field validation (dp*pp*tp vs GPUs, divisibility, schedule constraints). Called by the loaders;
 // exposed for scenarios built in code. Throws ScenarioError naming `source` and the key.

@@ -196,15 +196,15 @@ std::vector<std::vector<std::size_t>> stage3_shares(const std::vector<SearchRow>
   std::vector<std::size_t> order(rows.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return work[a] > work[b]; });
-  std::vector<std::vector<std::size_t>> share(ranks);
+  std::vector<std::vector<std::size_t>> rows_of(ranks);
   std::vector<double> load(ranks, 0.0);
   for (std::size_t i : order) {
     const auto r = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    share[r].push_back(i);
+    rows_of[r].push_back(i);
     load[r] += work[i];
   }
-  for (auto& x : share) std::sort(x.begin(), x.end());
-  return share;
+  for (auto& x : rows_of) std::sort(x.begin(), x.end());
+  return rows_of;
 }
 
 bool same_config(const Scenario& a, const Scenario& b) {
@@ -322,8 +322,8 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
   const nlohmann::json all = gather(mine, o.group);  // rank 0's rows, then rank 1's, ...
   if (all.size() != rows.size()) throw std::runtime_error("search: stage 3 lost results");
   std::size_t k = 0;
-  for (const auto& share : by_rank)
-    for (std::size_t i : share) {
+  for (const auto& rank_rows : by_rank)
+    for (std::size_t i : rank_rows) {
       if (all[k].contains("error"))
         rows[i].error = all[k]["error"].get<std::string>();
       else

@@ -344,7 +344,9 @@ TEST(AnalyticProfiles, SameCostsAsThePresetDevice) {
   for (const char* preset : {"dgx-a100", "dgx-h100"}) {
     SCOPED_TRACE(preset);
     Scenario s = default_scenario();
-    s.cluster.device = cluster_preset(preset)->device;
+    const int nodes = s.cluster.nodes;
+    s.cluster = *cluster_preset(preset);
+    s.cluster.nodes = nodes;
     const Scenario p =
         use_profile(s, std::string(PIPESCOPE_SOURCE_DIR) + "/calib/profiles/" + preset + ".analytic.yaml");
     EXPECT_EQ(p.cluster.device.gemm_epilogue_hidden, s.cluster.device.gemm_epilogue_hidden);
@@ -358,10 +360,8 @@ TEST(AnalyticProfiles, SameCostsAsThePresetDevice) {
         op.tok_end = s.model.seq_len;
         EXPECT_DOUBLE_EQ(a.compute_seconds(op, 1), b->compute_seconds(op, 1));
       }
-    if (std::string(preset) == "dgx-a100") {
-      EXPECT_DOUBLE_EQ(p.cluster.nic_bw_Bps, s.cluster.nic_bw_Bps);
-      EXPECT_DOUBLE_EQ(p.cluster.nvlink_bw_Bps, s.cluster.nvlink_bw_Bps);
-    }
+    EXPECT_DOUBLE_EQ(p.cluster.nic_bw_Bps, s.cluster.nic_bw_Bps);
+    EXPECT_DOUBLE_EQ(p.cluster.nvlink_bw_Bps, s.cluster.nvlink_bw_Bps);
   }
   EXPECT_TRUE(load_profile(std::string(PIPESCOPE_SOURCE_DIR) + "/calib/profiles/dgx-h100.analytic.yaml")
                   .device.gemm_epilogue_hidden);
