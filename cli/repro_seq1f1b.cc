@@ -6,6 +6,8 @@
 // on the 80 GB A100. The paper gives the set-up but no measured values, so there is no error column: the
 // memory table checks the paper's qualitative claims instead (Seq1F1B below 1F1B; Seq1F1B-I a little above
 // Seq1F1B and well below 1F1B-I) and counts the cells where 1F1B / 1F1B-I run out of memory and Seq1F1B fits.
+// A last table gives the memory PyTorch's caching allocator reserves (the replay of core/caching_allocator.h: what
+// the authors' code logs) against the live peak.
 // Memory is a property of the schedule alone (core/memory_model.h): --memory-only skips the simulations.
 #include <algorithm>
 #include <cstdio>
@@ -59,7 +61,8 @@ const char* method_name(int i) { return schedule_entry(kMethods[i]).name; }
 
 struct SimOut {
   double iteration_s = 0, tflops = 0, peak_GB = 0, in_flight0 = 0;
-  bool oom = false;
+  double reserved_GB = 0;  // the caching-allocator replay's worst stage (torch.cuda.max_memory_reserved())
+  bool oom = false, allocator_failed = false;
   bool all_warmup = false;  // every unit is warm-up (Megatron's interleaved schedules at M = p)
 };
 
@@ -75,10 +78,14 @@ double paper_tflops_per_gpu(const Scenario& s, double iteration_s) {
 
 SimOut memory_of(const Scenario& s) {
   const Schedule sched = make_schedule(s);
-  const MemoryReport rep = memory_report(s, sched);
+  const MemoryReport rep = memory_report(s, sched, AllocatorReplay::On);
   SimOut o;
   o.all_warmup = every_forward_first(sched);
-  for (const auto& rm : rep.ranks) o.peak_GB = std::max(o.peak_GB, rm.peak_bytes / 1e9);
+  for (const auto& rm : rep.ranks) {
+    o.peak_GB = std::max(o.peak_GB, rm.peak_bytes / 1e9);
+    o.reserved_GB = std::max(o.reserved_GB, rm.reserved_peak_bytes / 1e9);
+    o.allocator_failed = o.allocator_failed || rm.allocator_failed;
+  }
   o.in_flight0 = rep.ranks.at(0).max_in_flight;
   o.oom = rep.any_oom();
   return o;
@@ -96,6 +103,34 @@ struct Row {
   SimOut r[4];
   std::string splits;
 };
+
+// What the authors' code logs (torch.cuda.max_memory_reserved()): the caching-allocator replay of each method's
+// tensors, against the live bytes above; 1F1B's tensors are all of one size, cwp's segments and the growing K/V
+// copies are not (docs/cost-model.md, "Caching allocator").
+void print_reserved(const std::vector<Row>& rows) {
+  std::printf(
+      "\nReserved memory per GPU, GB, worst stage (PyTorch's caching allocator replayed on each method's tensors:\n"
+      "what torch.cuda.max_memory_reserved() logs) | reserved / peak above; ! = the allocator runs out "
+      "(fragmentation)\n");
+  std::printf("%-5s %6s %3s | %7s %7s %7s %7s | %5s %5s %5s %5s\n", "model", "s", "M", "1f1b", "1f1b-i", "seq", "seq-i",
+              "1f1b", "1-i", "seq", "seq-i");
+  double sum[4] = {0, 0, 0, 0};
+  for (const Row& w : rows) {
+    char gb[4][16];
+    for (int i = 0; i < 4; i++)
+      std::snprintf(gb[i], sizeof gb[i], "%6.1f%s", w.r[i].reserved_GB, w.r[i].allocator_failed ? "!" : " ");
+    std::printf("%-5s %6d %3d | %7s %7s %7s %7s |", w.cell.model, w.cell.seq, w.cell.m, gb[0], gb[1], gb[2], gb[3]);
+    for (int i = 0; i < 4; i++) {
+      const double ratio = w.r[i].reserved_GB / w.r[i].peak_GB;
+      sum[i] += ratio;
+      std::printf(" %5.2f", ratio);
+    }
+    std::printf("\n");
+  }
+  if (!rows.empty())
+    std::printf("mean reserved / peak: 1f1b %.3f, 1f1b-i %.3f, seq %.3f, seq-i %.3f\n", sum[0] / rows.size(),
+                sum[1] / rows.size(), sum[2] / rows.size(), sum[3] / rows.size());
+}
 
 int run_seq1f1b(const Seq1f1bOptions& o) {
   if (!o.json.empty()) check_repro_json(o.json);
@@ -193,6 +228,7 @@ int run_seq1f1b(const Seq1f1bOptions& o) {
           "  hold %d of the %d cells where [b] or [c] fails\n",
           all_warmup_cells, bc_fail_all_warmup, bc_fail);
   }
+  print_reserved(rows);
   if (!o.json.empty()) {
     nlohmann::ordered_json cells_json = nlohmann::ordered_json::array();
     for (const Row& w : rows) {
@@ -201,6 +237,8 @@ int run_seq1f1b(const Seq1f1bOptions& o) {
         nlohmann::ordered_json m{{"peak_mem_GB", w.r[i].peak_GB},
                                  {"in_flight_stage0", w.r[i].in_flight0},
                                  {"oom", w.r[i].oom},
+                                 {"reserved_mem_GB", w.r[i].reserved_GB},
+                                 {"allocator_failed", w.r[i].allocator_failed},
                                  {"all_warmup", w.r[i].all_warmup}};
         if (!o.memory_only) m["iteration_s"] = w.r[i].iteration_s, m["tflops_per_gpu"] = w.r[i].tflops;
         methods[method_name(i)] = std::move(m);
@@ -238,17 +276,22 @@ int print_seq1f1b_plan(const Scenario& s) {
               lens.c_str(), ratios.c_str());
   // Peak memory of the four methods on this scenario's model and layout (core/memory_model.h, no simulation).
   std::printf(
-      "\npeak memory per GPU (GB), worst stage; activations; stage-0 in-flight micro-batch units; 80 GB A100\n");
-  std::printf("%-12s %10s %10s %10s  %s\n", "method", "peak_GB", "act_GB", "in_flight", "oom");
+      "\npeak memory per GPU (GB), worst stage; activations; reserved by PyTorch's caching allocator (replayed);\n"
+      "stage-0 in-flight micro-batch units; 80 GB A100\n");
+  std::printf("%-12s %10s %10s %11s %10s  %s\n", "method", "peak_GB", "act_GB", "reserved_GB", "in_flight", "oom");
   for (ScheduleKind k : kMethods) {
     const Scenario v = with_schedule(s, k);
     const char* kind = schedule_entry(k).name;
     try {
-      const MemoryReport rep = memory_report(v, make_schedule(v));
-      double peak = 0, act = 0;
-      for (const auto& r : rep.ranks) peak = std::max(peak, r.peak_bytes), act = std::max(act, r.activation_peak_bytes);
-      std::printf("%-12s %10.1f %10.1f %10.2f  %s\n", kind, peak / 1e9, act / 1e9, rep.ranks.at(0).max_in_flight,
-                  rep.any_oom() ? "OOM" : "-");
+      const MemoryReport rep = memory_report(v, make_schedule(v), AllocatorReplay::On);
+      double peak = 0, act = 0, reserved = 0;
+      bool frag = false;
+      for (const auto& r : rep.ranks) {
+        peak = std::max(peak, r.peak_bytes), act = std::max(act, r.activation_peak_bytes);
+        reserved = std::max(reserved, r.reserved_peak_bytes), frag = frag || r.allocator_failed;
+      }
+      std::printf("%-12s %10.1f %10.1f %11.1f %10.2f  %s\n", kind, peak / 1e9, act / 1e9, reserved / 1e9,
+                  rep.ranks.at(0).max_in_flight, rep.any_oom() ? "OOM" : (frag ? "FRAG" : "-"));
     } catch (const std::exception& e) {
       std::printf("%-12s n/a: %s\n", kind, e.what());
     }

@@ -51,14 +51,18 @@
 // cache swap at I and frees the forward's activations (and its in-flight units) only at W: W reads the GEMM
 // inputs, and holding all of them until W is the zero-bubble schedules' memory cost (ZB-H2's 2p-1 in flight).
 // With recompute, I is charged the transient recomputed layer; W is modelled as needing only the checkpoints.
+// The walk adds and frees tensors (layer_activation_tensor_bytes, one K and one V per cache or buffer and layer); with
+// AllocatorReplay::On the same sequence goes through the caching-allocator model for the reserved bytes.
 #include "core/memory_model.h"
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
 
+#include "core/caching_allocator.h"
 #include "core/fp8.h"
 #include "core/model_shape.h"
 #include "core/placement.h"
@@ -97,14 +101,35 @@ double layer_score_bytes(const Scenario& s, int b, int tokens, int context) {
   return 5.0 * a * bl * (static_cast<double>(context) + tokens) / t * s.training.act_bytes_per_elem() / 2.0;
 }
 
-double layer_activation_bytes(const Scenario& s, int b, int tokens, int context) {
-  check_layer_args("layer_activation_bytes", b, tokens, context);
+namespace {
+// layer_activation_tensor_bytes into `out` (cleared), with the model's tensor list given: the walk calls it per op.
+void fill_layer_tensors(const Scenario& s, const std::vector<ActivationTensor>& widths, int b, int tokens, int context,
+                        bool kv_in_cache, std::vector<double>& out) {
+  check_layer_args("layer_activation_tensor_bytes", b, tokens, context);
   const double t = s.parallel.tp;
   const double r = s.parallel.sequence_parallel ? t : 1.0;
   const double bl = static_cast<double>(b) * tokens;
-  const ActivationTerms x = layer_activation_terms(s.model);
-  return bl * (x.replicated / r + x.split / t) * s.training.act_bytes_per_elem() / 2.0 +
-         layer_score_bytes(s, b, tokens, context);
+  const double scale = s.training.act_bytes_per_elem() / 2.0;
+  out.clear();
+  for (const ActivationTensor& x : widths)
+    if (!(kv_in_cache && x.kv)) out.push_back(bl * x.width / (x.split ? t : r) * scale);
+  // The scores: softmax output (2 B), dropout mask (1 B) and dropout output (2 B) per score at 2-byte activations.
+  const double scores = layer_score_bytes(s, b, tokens, context);
+  if (scores > 0)
+    for (double share : {0.4, 0.2, 0.4}) out.push_back(scores * share);
+}
+}  // namespace
+
+std::vector<double> layer_activation_tensor_bytes(const Scenario& s, int b, int tokens, int context, bool kv_in_cache) {
+  std::vector<double> out;
+  fill_layer_tensors(s, layer_activation_tensors(s.model), b, tokens, context, kv_in_cache, out);
+  return out;
+}
+
+double layer_activation_bytes(const Scenario& s, int b, int tokens, int context) {
+  double sum = 0;
+  for (double x : layer_activation_tensor_bytes(s, b, tokens, context, false)) sum += x;
+  return sum;
 }
 
 double layer_kv_bytes(const Scenario& s, int b, int tokens) {
@@ -112,7 +137,53 @@ double layer_kv_bytes(const Scenario& s, int b, int tokens) {
   return 2.0 * b * tokens * (layer_dims(s.model).kv / s.parallel.tp) * s.training.act_bytes_per_elem();
 }
 
-MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
+namespace {
+
+// The activation bytes of one rank's walk: tensors are added in groups (what one forward saves, one layer's K/V
+// cache or dK/dV buffer) and freed a group at a time. The live sum's peak is taken at check points (the end of a
+// forward, the moment a backward needs its transients); with a caching-allocator model the same tensors are
+// replayed through it, in the same order, for the reserved bytes.
+class ActivationLedger {
+ public:
+  struct Group {
+    std::vector<int> handles;  // allocator handles (empty without the allocator)
+    double bytes = 0;
+  };
+  explicit ActivationLedger(CachingAllocatorModel* allocator) : allocator_(allocator) {}
+  void add(Group& g, double bytes) {
+    g.bytes += bytes;
+    live_ += bytes;
+    if (allocator_) g.handles.push_back(allocator_->allocate(bytes));
+  }
+  // `count` layers' tensors, layer after layer; without the allocator only their sum matters (searches walk
+  // thousands of schedules), so it is added at once.
+  void add_layers(Group& g, const std::vector<double>& tensors, int count) {
+    if (allocator_) {
+      for (int layer = 0; layer < count; layer++)
+        for (double x : tensors) add(g, x);
+      return;
+    }
+    double sum = 0;
+    for (double x : tensors) sum += x;
+    g.bytes += count * sum;
+    live_ += count * sum;
+  }
+  void drop(Group& g) {
+    live_ -= g.bytes;
+    if (allocator_)
+      for (int h : g.handles) allocator_->free(h);
+    g = Group{};
+  }
+  double live() const { return live_; }
+
+ private:
+  CachingAllocatorModel* allocator_;
+  double live_ = 0;
+};
+
+}  // namespace
+
+MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorReplay replay) {
   const ModelSpec& m = s.model;
   const ParallelSpec& par = s.parallel;
   const std::string where = "memory_report(" + (s.source.empty() ? s.name : s.source) + ", " + sched.name + ")";
@@ -143,9 +214,11 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
   const int last_stage = par.pp * par.v - 1;
   const bool recompute = s.schedule.recompute == Recompute::Full;
   const bool flash = s.training.flash_attention;
+  const std::vector<ActivationTensor> widths = layer_activation_tensors(m);
 
   MemoryReport rep;
   rep.device_bytes = s.cluster.device.memory_bytes;
+  rep.allocator_replayed = replay == AllocatorReplay::On;
   rep.ranks.resize(static_cast<std::size_t>(par.pp));
   for (int r = 0; r < par.pp; r++) {
     RankMemory& rm = rep.ranks[r];
@@ -155,13 +228,19 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
     rm.optimizer_bytes = params * pb.state / shards;
     const double static_bytes = rm.weights_bytes + rm.grads_bytes + rm.optimizer_bytes;
 
+    // The static state is reserved first, in tensors of their own; the activations get what is left.
+    std::optional<CachingAllocatorModel> allocator;
+    if (replay == AllocatorReplay::On) allocator.emplace(rep.device_bytes - static_bytes);
+    ActivationLedger ledger(allocator ? &*allocator : nullptr);
+    using Group = ActivationLedger::Group;
     struct Stored {
-      double bytes;
+      Group tensors;
       long long tokens;  // in-flight units are counted in tokens (exact), / (seq_len * v) at the end
     };
     std::map<std::tuple<int, int, int>, Stored> live_ops;  // (stage, micro-batch, slice) -> what its forward keeps
-    std::map<std::pair<int, int>, double> kv_cache, dkv;   // (stage, micro-batch) -> K/V cache, dK/dV buffer
-    double live = 0, peak = 0;
+    // (stage, micro-batch) -> per layer: the K/V cache (copies only) and the dK/dV buffer handed down the slices.
+    std::map<std::pair<int, int>, std::vector<Group>> kv_cache, dkv;
+    double peak = 0;
     long long units = 0, peak_units = 0, max_units = 0;
     auto consider = [&](double bytes) {
       if (bytes > peak) {
@@ -169,6 +248,12 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
         peak_units = units;
       }
       max_units = std::max(max_units, units);
+    };
+    std::vector<double> tensors;                      // one layer's, per op (the buffer is reused)
+    auto add_kv = [&](Group& g, int b, int tokens) {  // K and V of `tokens` tokens: two tensors
+      const double half = layer_kv_bytes(s, b, tokens) / 2.0;
+      ledger.add(g, half);
+      ledger.add(g, half);
     };
     for (const Op& op : sched.per_rank[r]) {
       if (op.microbatch < 0 || op.microbatch >= sched.m)
@@ -184,53 +269,86 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
       const auto mb_key = std::make_pair(op.stage, op.microbatch);
       const bool sliced = sched.slices(op.microbatch) > 1;
       const int layers = stage_layers[static_cast<std::size_t>(op.stage)];
-      const double full_layer = layer_activation_bytes(s, b, l / par.cp, c);
       auto forward = [&] {
-        double per_layer = full_layer, cache_growth = 0;
+        auto [it, fresh] = live_ops.emplace(key, Stored{Group{}, l});
+        if (!fresh) fail("rank " + std::to_string(r) + ": forward " + op_text(op) + " appears twice");
+        Group& g = it->second.tensors;
+        if (op.stage == 0) ledger.add(g, bl * h / rep_tp);  // embedding dropout mask
+        // Without flash (TeraPipe's code) the slice's K/V live in a full-sequence cache made at the first slice.
+        const bool kv_in_cache = sliced && !flash && !recompute;
         if (recompute) {
-          per_layer = bl * h * e / rep_tp;
-          if (sliced) per_layer += layer_kv_bytes(s, b, l);
-        } else if (sliced && flash && c > 0) {
-          // torch.cat makes a new cache of c + l keys and drops the old one, except the first segment's own K/V,
-          // which was the cache until now and stays saved for its backward (kv_cache holds only copies).
-          cache_growth = layers * layer_kv_bytes(s, b, c + l) - kv_cache[mb_key];
-        } else if (sliced && !flash) {
-          per_layer -= layer_kv_bytes(s, b, l);  // the slice's K/V live in the preallocated cache
-          if (!kv_cache.count(mb_key)) cache_growth = layers * layer_kv_bytes(s, b, m.seq_len);
+          tensors.assign(1, bl * h * e / rep_tp);                                       // the layer's input
+          if (sliced) tensors.insert(tensors.end(), 2, layer_kv_bytes(s, b, l) / 2.0);  // later slices need its K/V
+        } else {
+          fill_layer_tensors(s, widths, b, l / par.cp, c, kv_in_cache, tensors);
         }
-        double bytes = layers * per_layer;
-        if (op.stage == 0) bytes += bl * h / rep_tp;
-        if (op.stage == last_stage) bytes += 2.0 * bl * h * e / rep_tp + 4.0 * bl * V / t;
-        if (!live_ops.emplace(key, Stored{bytes, l}).second)
-          fail("rank " + std::to_string(r) + ": forward " + op_text(op) + " appears twice");
-        if (sliced && !recompute && cache_growth != 0) kv_cache[mb_key] += cache_growth;
-        live += bytes + cache_growth;
+        if (!sliced || recompute) {
+          ledger.add_layers(g, tensors, layers);
+        } else {
+          // Token-sliced schedules keep a K/V cache per layer, grown (flash) or made (without) with each layer.
+          std::vector<Group>& cache = kv_cache[mb_key];
+          const bool new_cache = cache.empty();
+          if (new_cache) cache.resize(static_cast<std::size_t>(layers));
+          for (Group& layer_cache : cache) {
+            ledger.add_layers(g, tensors, 1);
+            if (flash && c > 0) {
+              // torch.cat makes a new cache of c + l keys and drops the old one, except the first segment's own K/V,
+              // which was the cache until now and stays saved for its backward (kv_cache holds only copies).
+              Group grown;
+              add_kv(grown, b, c + l);
+              ledger.drop(layer_cache);
+              layer_cache = std::move(grown);
+            } else if (!flash && new_cache) {
+              add_kv(layer_cache, b, m.seq_len);
+            }
+          }
+        }
+        if (op.stage == last_stage) {
+          ledger.add(g, bl * h * e / rep_tp);  // final LayerNorm input
+          ledger.add(g, bl * h * e / rep_tp);  // and output
+          ledger.add(g, 4.0 * bl * V / t);     // the fp32 softmax of the vocab-parallel cross entropy
+        }
         units += l;
-        consider(live);
+        consider(ledger.live());
       };
       // B and I: check the peak with the transient recomputed layer, then pass the dK/dV buffer along the slices.
       auto input_gradient = [&] {
         if (live_ops.find(key) == live_ops.end())
           fail("rank " + std::to_string(r) + ": backward " + op_text(op) + " comes before its forward");
+        Group transient;
+        if (recompute) {
+          fill_layer_tensors(s, widths, b, l / par.cp, c, false, tensors);
+          ledger.add_layers(transient, tensors, 1);
+        }
         // Seq1F1B's flash backward of one layer writes a new dK/dV over the prefix (c + l keys) while the later
         // segments' buffer is still held. The prefix K/V it reads are slices of the cache: views at b = 1 (the
         // paper's micro-batch), contiguous copies for b > 1 (a strided slice).
-        const double flash_prefix =
-            sliced && flash && !recompute ? (b > 1 ? 2.0 : 1.0) * layer_kv_bytes(s, b, c + l) : 0.0;
-        consider(live + (recompute ? full_layer : 0.0) + flash_prefix);
+        if (sliced && flash && !recompute) {
+          add_kv(transient, b, c + l);
+          if (b > 1) add_kv(transient, b, c + l);
+        }
+        consider(ledger.live());
+        ledger.drop(transient);
         if (!sliced) return;
-        // This backward consumed the dK/dV buffer of the later slices and hands one over its prefix down. With
-        // flash (Seq1F1B's code) the handed-over buffer is a view of this segment's whole dK/dV (c + l keys), which
-        // keeps all of it alive; without, TeraPipe's buffer covers the prefix (c keys).
-        auto d = dkv.find(mb_key);
-        if (d != dkv.end()) live -= d->second, dkv.erase(d);
-        if (c > 0) {
-          const double buf = layers * layer_kv_bytes(s, b, flash && !recompute ? c + l : c);
-          dkv[mb_key] = buf;
-          live += buf;
-        } else {
+        // This backward consumed the dK/dV buffer of the later slices and hands one over its prefix down, layer by
+        // layer (the new one is written before the old one is released). With flash (Seq1F1B's code) the handed-over
+        // buffer is a view of this segment's whole dK/dV (c + l keys), which keeps all of it alive; without,
+        // TeraPipe's buffer covers the prefix (c keys).
+        std::vector<Group>& buffers = dkv[mb_key];
+        buffers.resize(static_cast<std::size_t>(layers));
+        for (Group& old : buffers) {
+          Group fresh;
+          if (c > 0) add_kv(fresh, b, flash && !recompute ? c + l : c);
+          ledger.drop(old);
+          old = std::move(fresh);
+        }
+        if (c == 0) {
+          dkv.erase(mb_key);
           auto kc = kv_cache.find(mb_key);
-          if (kc != kv_cache.end()) live -= kc->second, kv_cache.erase(kc);
+          if (kc != kv_cache.end()) {
+            for (Group& g : kc->second) ledger.drop(g);
+            kv_cache.erase(kc);
+          }
         }
       };
       // B and W: the forward's stored activations are freed (W needs the GEMM inputs, so they live until it).
@@ -238,7 +356,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
         auto it = live_ops.find(key);
         if (it == live_ops.end())
           fail("rank " + std::to_string(r) + ": backward " + op_text(op) + " comes before its forward");
-        live -= it->second.bytes;
+        ledger.drop(it->second.tensors);
         units -= it->second.tokens;
         live_ops.erase(it);
       };
@@ -264,6 +382,10 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched) {
     rm.max_in_flight = max_units / unit;
     rm.peak_bytes = static_bytes + peak;
     rm.oom = rm.peak_bytes > rep.device_bytes;
+    if (allocator) {
+      rm.reserved_peak_bytes = static_bytes + allocator->peak_reserved_bytes();
+      rm.allocator_failed = allocator->failed();
+    }
   }
   return rep;
 }

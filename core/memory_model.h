@@ -20,11 +20,17 @@ struct RankMemory {
   double max_in_flight = 0;   // largest in-flight unit count anywhere in the rank's program
   double peak_bytes = 0;      // total
   bool oom = false;           // peak_bytes > device memory
+  // With the caching-allocator replay (AllocatorReplay::On): the static state plus the most the allocator held
+  // (torch.cuda.max_memory_reserved()), and whether some allocation found no room even after the cache was
+  // released (fragmentation: possible while peak_bytes fits). 0 / false without the replay.
+  double reserved_peak_bytes = 0;
+  bool allocator_failed = false;
 };
 
 struct MemoryReport {
   std::vector<RankMemory> ranks;  // size p
   double device_bytes = 0;
+  bool allocator_replayed = false;  // reserved_peak_bytes and allocator_failed are set
   bool any_oom() const;
 };
 
@@ -32,6 +38,10 @@ struct MemoryReport {
 // `context` earlier tokens as well (token slices; the score matrix is tokens x (context + tokens)). Follows
 // training.flash_attention (no score matrix) and parallel.sequence_parallel (nothing replicated over TP).
 double layer_activation_bytes(const Scenario& s, int b, int tokens, int context = 0);
+// The same bytes tensor by tensor, in the order the forward saves them (core/model_shape.h's list, then the three
+// score tensors unless flash or selective recomputation drops them); kv_in_cache leaves out K and V (a token-sliced
+// schedule without flash keeps them in its cache).
+std::vector<double> layer_activation_tensor_bytes(const Scenario& s, int b, int tokens, int context, bool kv_in_cache);
 // The score-matrix part of layer_activation_bytes alone (5 B per score at 2-byte activations; 0 with flash).
 double layer_score_bytes(const Scenario& s, int b, int tokens, int context = 0);
 // K and V of `tokens` tokens of b sequences for one layer on one TP GPU: 2 * b * tokens * (h/t) * e.
@@ -52,8 +62,12 @@ struct MaxBatch {
 // limit_bytes <= 0: the device memory. Throws std::invalid_argument on a scenario the model cannot take.
 MaxBatch max_batch_gpipe(const Scenario& s, double limit_bytes = 0);
 
+// AllocatorReplay::On also replays every rank's activation tensors, in the walk's order, through the model of
+// PyTorch's caching allocator (core/caching_allocator.h) for the reserved bytes; it costs a set operation per
+// tensor, so searches leave it off.
+enum class AllocatorReplay { Off, On };
 // Throws std::invalid_argument when the schedule does not match the scenario (p, v, seq_len) or a backward
 // comes before its forward on a rank.
-MemoryReport memory_report(const Scenario& s, const Schedule& sched);
+MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorReplay replay = AllocatorReplay::Off);
 
 }  // namespace pipescope

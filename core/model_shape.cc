@@ -121,20 +121,35 @@ double rank_parameter_count(const Scenario& s, int rank) {
   return p / par.tp;
 }
 
-ActivationTerms layer_activation_terms(const ModelSpec& m) {
+std::vector<ActivationTensor> layer_activation_tensors(const ModelSpec& m) {
   const LayerDims d = layer_dims(m);
-  ActivationTerms x;
-  x.replicated = 10.0 * d.h;
-  double mlp = 0;
+  std::vector<ActivationTensor> x = {
+      {2.0 * d.h, false, false},  // first LayerNorm input
+      {2.0 * d.h, false, false},  // QKV GEMM input (the LayerNorm output)
+      {2.0 * d.h, true, false},   // Q
+      {2.0 * d.kv, true, true},   // K
+      {2.0 * d.kv, true, true},   // V
+      {2.0 * d.h, true, false},   // output projection input (the attention output)
+      {1.0 * d.h, false, false},  // residual dropout mask
+      {2.0 * d.h, false, false},  // second LayerNorm input
+      {2.0 * d.h, false, false},  // fc1 input
+  };
   switch (m.ffn) {
     case FfnKind::Gelu:
-      mlp = 4.0 * d.f;  // GeLU input and fc2 input
+      x.push_back({2.0 * d.f, true, false});  // fc1 output (GeLU input)
       break;
     case FfnKind::SwiGlu:
-      mlp = 6.0 * d.f;  // gate and up outputs (fc1, 2f wide) and fc2 input
+      x.push_back({4.0 * d.f, true, false});  // fc1 output: gate and up, 2f wide
       break;
   }
-  x.split = 4.0 * d.h + 4.0 * d.kv + mlp;
+  x.push_back({2.0 * d.f, true, false});   // fc2 input
+  x.push_back({1.0 * d.h, false, false});  // residual dropout mask
+  return x;
+}
+
+ActivationTerms layer_activation_terms(const ModelSpec& m) {
+  ActivationTerms x;
+  for (const ActivationTensor& a : layer_activation_tensors(m)) (a.split ? x.split : x.replicated) += a.width;
   return x;
 }
 

@@ -5,6 +5,8 @@
 // one layer's forward stores (Korthikanti et al. 2022, generalised to GQA and SwiGLU). Formulas:
 // docs/cost-model.md, "Model shapes".
 
+#include <vector>
+
 #include "core/config.h"
 
 namespace pipescope {
@@ -52,5 +54,16 @@ struct ActivationTerms {
   double replicated = 0, split = 0;
 };
 ActivationTerms layer_activation_terms(const ModelSpec& m);
+
+// The same bytes as the tensors the forward saves, in the order it creates them (Megatron-LM's layer): the
+// caching-allocator replay (core/caching_allocator.h) needs their sizes, not only their sum. `width` is bytes per
+// token row at 2-byte activations; `split` tensors are divided over TP, the others are replicated unless sequence
+// parallel. Q, K and V are separate tensors (the attention call's contiguous inputs).
+struct ActivationTensor {
+  double width = 0;
+  bool split = false;
+  bool kv = false;  // K or V (a token-sliced schedule without flash keeps them in its K/V cache instead)
+};
+std::vector<ActivationTensor> layer_activation_tensors(const ModelSpec& m);
 
 }  // namespace pipescope

@@ -2,7 +2,7 @@
 // line "p v m k" (clamped to small sizes: ranks, chunks, micro-batches, slices), then the CSV. Any input must be
 // rejected with std::invalid_argument or CheckError naming the file, or be accepted; an accepted schedule must
 // write back to CSV that loads to the same ops, and lower to a schedule the static checker accepts (the file's
-// checks must leave nothing for the checker to find).
+// checks must leave nothing for the checker to find), and replay through the memory walk and the caching allocator.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -13,8 +13,10 @@
 #include "core/checks.h"
 #include "core/cost_model.h"
 #include "core/lowering.h"
+#include "core/memory_model.h"
 #include "core/placement.h"
 #include "core/presets.h"
+#include "core/scenario.h"
 #include "core/schedule_csv.h"
 
 using namespace pipescope;
@@ -26,6 +28,24 @@ namespace {
 }
 void located(const std::string& msg) {
   if (msg.rfind("fuzz.csv: ", 0) != 0) die("unlocated error: " + msg);
+}
+// The memory walk and the caching-allocator replay take any accepted schedule (with and without flash attention,
+// whose K/V caches differ), and the allocator never holds less than the live bytes.
+void replay_memory(const Schedule& sched, bool flash) {
+  Scenario sc;
+  sc.name = "fuzz";
+  sc.source = "fuzz.csv";
+  sc.model = *model_preset("gpt3-1b");
+  sc.model.seq_len = sched.seq_len;
+  sc.model.layers = 2 * sched.p * sched.v;
+  sc.cluster = *cluster_preset("dgx-a100");
+  sc.parallel.pp = sched.p;
+  sc.parallel.v = sched.v;
+  sc.training.flash_attention = flash;
+  const MemoryReport rep = memory_report(sc, sched, AllocatorReplay::On);
+  for (const RankMemory& r : rep.ranks)
+    if (r.reserved_peak_bytes < r.peak_bytes * (1 - 1e-12))
+      die("reserved below the live peak:\n" + schedule_to_csv(sched));
 }
 }  // namespace
 
@@ -62,5 +82,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const CheckError& e) {
     die(std::string("accepted file rejected by the checker: ") + e.what() + "\n" + csv);
   }
+  replay_memory(s, size % 2 == 1);
   return 0;
 }

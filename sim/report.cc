@@ -72,7 +72,7 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   rep.worker_busy_s = r.worker_busy_s;
   rep.worker_busy_s.resize(static_cast<std::size_t>(workers), 0.0);
   for (double b : rep.worker_busy_s) rep.worker_idle_s.push_back(r.iteration_s - b);
-  rep.memory = memory_report(s, ls.schedule);
+  rep.memory = memory_report(s, ls.schedule, AllocatorReplay::On);
   rep.profile = profile_stamp(s.sim.profile);
   return rep;
 }
@@ -120,7 +120,8 @@ void print_table(std::ostream& os, const Report& r) {
                      " x seq_len " + std::to_string(r.seq_len) + " per iteration)");
 
   // Per pipeline rank: busy time over the data-parallel replicas and memory.
-  os << "\n  rank   busy_min_s    busy_max_s    idle_max_s    peak_mem_GB  activations_GB  in_flight  oom\n";
+  os << "\n  rank   busy_min_s    busy_max_s    idle_max_s    peak_mem_GB  activations_GB  reserved_GB  in_flight  "
+        "oom\n";
   for (int rank = 0; rank < r.pp; rank++) {
     double bmin = 0, bmax = 0, imax = 0;
     bool first = true;
@@ -136,18 +137,21 @@ void print_table(std::ostream& os, const Report& r) {
     char buf[200];
     if (static_cast<std::size_t>(rank) < r.memory.ranks.size()) {
       const RankMemory& m = r.memory.ranks[rank];
-      std::snprintf(buf, sizeof buf, "  %4d  %12.6f  %12.6f  %12.6f  %13.3f  %14.3f  %9.2f  %s\n", rank, bmin, bmax,
-                    imax, m.peak_bytes / 1e9, m.activation_peak_bytes / 1e9, m.peak_in_flight, m.oom ? "OOM" : "-");
+      std::snprintf(buf, sizeof buf, "  %4d  %12.6f  %12.6f  %12.6f  %13.3f  %14.3f  %11.3f  %9.2f  %s\n", rank, bmin,
+                    bmax, imax, m.peak_bytes / 1e9, m.activation_peak_bytes / 1e9, m.reserved_peak_bytes / 1e9,
+                    m.peak_in_flight, m.oom ? "OOM" : (m.allocator_failed ? "FRAG" : "-"));
     } else {
       std::snprintf(buf, sizeof buf, "  %4d  %12.6f  %12.6f  %12.6f\n", rank, bmin, bmax, imax);
     }
     os << buf;
   }
-  bool oom = false;
-  for (const RankMemory& m : r.memory.ranks) oom = oom || m.oom;
+  bool oom = false, frag = false;
+  for (const RankMemory& m : r.memory.ranks) oom = oom || m.oom, frag = frag || m.allocator_failed;
   os << '\n';
   line("device memory", fmt("%.3f GB", r.memory.device_bytes / 1e9) +
-                            (oom ? "  OUT OF MEMORY on at least one rank" : "  fits on every rank"));
+                            (oom    ? "  OUT OF MEMORY on at least one rank"
+                             : frag ? "  live bytes fit, but PyTorch's caching allocator runs out (FRAG: fragmentation)"
+                                    : "  fits on every rank"));
 }
 
 void write_json(std::ostream& os, const Report& r) {
@@ -202,7 +206,9 @@ void write_json(std::ostream& os, const Report& r) {
     x["activation_peak_bytes"] = m.activation_peak_bytes;
     x["peak_in_flight"] = m.peak_in_flight;
     x["peak_bytes"] = m.peak_bytes;
+    x["reserved_peak_bytes"] = m.reserved_peak_bytes;
     x["oom"] = m.oom;
+    x["allocator_failed"] = m.allocator_failed;
     ranks.push_back(std::move(x));
   }
   mem["oom"] = oom;
