@@ -5,11 +5,12 @@
 #include <set>
 
 #include "core/profile.h"
+#include "core/units.h"
 
 namespace pipescope {
 namespace {
 
-constexpr double kUs = 1e-6;
+using units::kUs;
 
 // A mapping with known keys (an unknown key is an error: typos must not be ignored).
 void check_keys(const std::string& src, const YAML::Node& n, const std::string& path,
