@@ -23,7 +23,7 @@ std::string fmt(const char* f, double x) {
 
 }  // namespace
 
-Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult& r) {
+Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult& r, AllocatorReplay replay) {
   const LoweredSchedule& ls = cs.schedule();
   const Dag& dag = cs.dag();
   Report rep;
@@ -72,7 +72,7 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   rep.worker_busy_s = r.worker_busy_s;
   rep.worker_busy_s.resize(static_cast<std::size_t>(workers), 0.0);
   for (double b : rep.worker_busy_s) rep.worker_idle_s.push_back(r.iteration_s - b);
-  rep.memory = memory_report(s, ls.schedule, AllocatorReplay::On);
+  rep.memory = memory_report(s, ls.schedule, replay);
   rep.profile = profile_stamp(s.sim.profile);
   return rep;
 }
@@ -137,9 +137,11 @@ void print_table(std::ostream& os, const Report& r) {
     char buf[200];
     if (static_cast<std::size_t>(rank) < r.memory.ranks.size()) {
       const RankMemory& m = r.memory.ranks[rank];
-      std::snprintf(buf, sizeof buf, "  %4d  %12.6f  %12.6f  %12.6f  %13.3f  %14.3f  %11.3f  %9.2f  %s\n", rank, bmin,
-                    bmax, imax, m.peak_bytes / 1e9, m.activation_peak_bytes / 1e9, m.reserved_peak_bytes / 1e9,
-                    m.peak_in_flight, m.oom ? "OOM" : (m.allocator_failed ? "FRAG" : "-"));
+      char reserved[32] = "-";  // a report made without the allocator replay has none
+      if (r.memory.allocator_replayed) std::snprintf(reserved, sizeof reserved, "%.3f", m.reserved_peak_bytes / 1e9);
+      std::snprintf(buf, sizeof buf, "  %4d  %12.6f  %12.6f  %12.6f  %13.3f  %14.3f  %11s  %9.2f  %s\n", rank, bmin,
+                    bmax, imax, m.peak_bytes / 1e9, m.activation_peak_bytes / 1e9, reserved, m.peak_in_flight,
+                    m.oom ? "OOM" : (m.allocator_failed ? "FRAG" : "-"));
     } else {
       std::snprintf(buf, sizeof buf, "  %4d  %12.6f  %12.6f  %12.6f\n", rank, bmin, bmax, imax);
     }

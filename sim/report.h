@@ -50,7 +50,10 @@ struct Report {
   ProfileStamp profile;  // the calibration profile that timed the run (sim.profile); empty path: analytic
 };
 
-Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult& r);
+// `replay`: whether memory.ranks carry the caching allocator's reserved bytes (core/memory_model.h); callers that
+// keep only the live peak (the search's re-simulated candidates) leave it off.
+Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult& r,
+                   AllocatorReplay replay = AllocatorReplay::On);
 void print_table(std::ostream& os, const Report& r);
 void write_json(std::ostream& os, const Report& r);
 // `pipescope simulate --compare --json`: {"schema": "pipescope.compare/1", "variants": [each variant's

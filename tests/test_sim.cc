@@ -24,6 +24,7 @@
 #include "sim/collectives.h"
 #include "sim/engine.h"
 #include "sim/platform.h"
+#include "sim/report.h"
 
 using namespace pipescope;
 using namespace pipescope::sim;
@@ -756,6 +757,42 @@ TEST(SimFold, ReplicaProgramsEqualOnlyForShiftedCopies) {
   c.nodes = 3;
   c.gpus_per_node = 4;
   EXPECT_NO_THROW(check(ls, make_placement("megatron", 3, 4, 1, c)));
+}
+
+// The memory table's reserved column: the replay's figure, FRAG where only the allocator fails, and "-" for a report
+// made without the replay (the search's re-simulated candidates) rather than a reserved size of 0.
+TEST(SimReport, ReservedColumnShowsTheReplayOrNothing) {
+  sim::Report r;
+  r.pp = 2, r.dp = 1, r.tp = 1, r.v = 1, r.m = 1, r.gpus = 2;
+  r.worker_busy_s = {1.0, 1.0};
+  r.worker_idle_s = {0.0, 0.0};
+  r.memory.device_bytes = 80e9;
+  r.memory.ranks.resize(2);
+  r.memory.ranks[0].peak_bytes = 10e9, r.memory.ranks[0].reserved_peak_bytes = 12.5e9;
+  r.memory.ranks[1].peak_bytes = 70e9, r.memory.ranks[1].reserved_peak_bytes = 81e9;
+  r.memory.ranks[1].allocator_failed = true;
+  auto table = [&] {
+    std::ostringstream os;
+    sim::print_table(os, r);
+    return os.str();
+  };
+  r.memory.allocator_replayed = true;
+  const std::string on = table();
+  EXPECT_NE(on.find("12.500"), std::string::npos) << on;
+  EXPECT_NE(on.find("81.000"), std::string::npos) << on;
+  EXPECT_NE(on.find("FRAG"), std::string::npos) << on;
+  EXPECT_NE(on.find("caching allocator runs out"), std::string::npos) << on;
+  r.memory.allocator_replayed = false;
+  r.memory.ranks[1].allocator_failed = false;
+  const std::string off = table();
+  EXPECT_EQ(off.find("12.500"), std::string::npos) << off;
+  // Rank 0's row: rank, busy min / max, idle max, peak, activations, reserved, in flight, oom.
+  std::istringstream rows(off.substr(off.find("\n     0 ")));
+  std::vector<std::string> f(9);
+  for (std::string& x : f) rows >> x;
+  EXPECT_EQ(f[4], "10.000");
+  EXPECT_EQ(f[6], "-") << off;
+  EXPECT_NE(off.find("fits on every rank"), std::string::npos) << off;
 }
 
 }  // namespace
