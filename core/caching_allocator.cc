@@ -88,7 +88,8 @@ std::uint64_t CachingAllocatorModel::take_block(std::uint64_t size, bool small) 
 }
 
 int CachingAllocatorModel::allocate(double bytes) {
-  if (!(bytes >= 0) || !std::isfinite(bytes))
+  // 1 EB: beyond any device, and far from where the conversion to a 64-bit size would overflow.
+  if (!(bytes >= 0) || !(bytes <= 1e18))
     throw std::invalid_argument("caching allocator: cannot allocate " + std::to_string(bytes) + " bytes");
   const std::uint64_t size = round_size(static_cast<std::uint64_t>(std::ceil(bytes)));
   const std::uint64_t addr = take_block(size, size <= kSmallSize);

@@ -3,6 +3,7 @@
 // bytes never below the live bytes, equal for 1F1B's one-size tensors and above them for Seq1F1B's segments.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "core/caching_allocator.h"
@@ -100,6 +101,8 @@ TEST(CachingAllocator, ReleasesItsCacheAtTheCapacityAndFailsWhenThatIsNotEnough)
 TEST(CachingAllocator, RejectsBadRequestsAndHandles) {
   CachingAllocatorModel a(1e12);
   EXPECT_THROW(a.allocate(-1), std::invalid_argument);
+  EXPECT_THROW(a.allocate(1e19), std::invalid_argument);
+  EXPECT_THROW(a.allocate(std::numeric_limits<double>::quiet_NaN()), std::invalid_argument);
   const int h = a.allocate(MiB);
   a.free(h);
   EXPECT_THROW(a.free(h), std::logic_error);
