@@ -110,36 +110,48 @@ struct Row {
 void print_reserved(const std::vector<Row>& rows) {
   std::printf(
       "\nReserved memory per GPU, GB, worst stage (PyTorch's caching allocator replayed on each method's tensors:\n"
-      "what torch.cuda.max_memory_reserved() logs) | reserved / peak above; ! = the allocator runs out "
-      "(fragmentation)\n");
+      "what torch.cuda.max_memory_reserved() logs; at the first failure) | the worst stage's reserved / the worst\n"
+      "stage's peak above (- where the allocator runs out); * = OOM on live bytes already, ! = live bytes fit but the\n"
+      "allocator runs out\n");
   std::printf("%-5s %6s %3s | %7s %7s %7s %7s | %5s %5s %5s %5s\n", "model", "s", "M", "1f1b", "1f1b-i", "seq", "seq-i",
               "1f1b", "1-i", "seq", "seq-i");
   double sum[4] = {0, 0, 0, 0};
+  int counted[4] = {0, 0, 0, 0};  // cells where the allocator did not fail (the ratio means something)
   for (const Row& w : rows) {
     char gb[4][16];
     for (int i = 0; i < 4; i++)
-      std::snprintf(gb[i], sizeof gb[i], "%6.1f%s", w.r[i].reserved_GB, w.r[i].allocator_failed ? "!" : " ");
+      std::snprintf(gb[i], sizeof gb[i], "%6.1f%s", w.r[i].reserved_GB,
+                    w.r[i].oom ? "*" : (w.r[i].allocator_failed ? "!" : " "));
     std::printf("%-5s %6d %3d | %7s %7s %7s %7s |", w.cell.model, w.cell.seq, w.cell.m, gb[0], gb[1], gb[2], gb[3]);
     for (int i = 0; i < 4; i++) {
+      if (w.r[i].allocator_failed) {
+        std::printf(" %5s", "-");
+        continue;
+      }
       const double ratio = w.r[i].reserved_GB / w.r[i].peak_GB;
-      sum[i] += ratio;
+      sum[i] += ratio, counted[i]++;
       std::printf(" %5.2f", ratio);
     }
     std::printf("\n");
   }
   if (rows.empty()) return;
-  std::printf("mean reserved / peak: 1f1b %.3f, 1f1b-i %.3f, seq %.3f, seq-i %.3f\n", sum[0] / rows.size(),
-              sum[1] / rows.size(), sum[2] / rows.size(), sum[3] / rows.size());
-  // The paper's claims on what its code logs, the reserved bytes.
-  int a = 0, b = 0, c = 0;
+  auto mean = [&](int i) { return counted[i] > 0 ? sum[i] / counted[i] : 0.0; };
+  std::printf(
+      "mean reserved / peak where the allocator does not run out: 1f1b %.3f (%d cells), 1f1b-i %.3f (%d), seq %.3f "
+      "(%d), seq-i %.3f (%d)\n",
+      mean(0), counted[0], mean(1), counted[1], mean(2), counted[2], mean(3), counted[3]);
+  // The paper's claims on what its code logs, the reserved bytes, in the cells where both methods compared fit.
+  int a = 0, b = 0, c = 0, na = 0, nb = 0, nc = 0;
   for (const Row& w : rows) {
-    a += w.r[2].reserved_GB < w.r[0].reserved_GB;
-    b += w.r[3].reserved_GB < w.r[1].reserved_GB;
-    c += w.r[3].reserved_GB >= w.r[2].reserved_GB;
+    auto fit = [&](int i, int k) { return !w.r[i].allocator_failed && !w.r[k].allocator_failed; };
+    if (fit(0, 2)) na++, a += w.r[2].reserved_GB < w.r[0].reserved_GB;
+    if (fit(1, 3)) nb++, b += w.r[3].reserved_GB < w.r[1].reserved_GB;
+    if (fit(2, 3)) nc++, c += w.r[3].reserved_GB >= w.r[2].reserved_GB;
   }
   std::printf(
-      "claims on reserved bytes: [a] holds in %d of %zu cells, [b] in %d of %zu, [c] seq-i >= seq in %d of %zu\n", a,
-      rows.size(), b, rows.size(), c, rows.size());
+      "claims on reserved bytes, where both methods fit the allocator: [a] holds in %d of %d cells, [b] in %d of %d, "
+      "[c] seq-i >= seq in %d of %d\n",
+      a, na, b, nb, c, nc);
 }
 
 int run_seq1f1b(const Seq1f1bOptions& o) {

@@ -9,16 +9,20 @@ namespace pipescope {
 
 namespace {
 // PyTorch's constants (c10/cuda/CUDACachingAllocator.cpp).
-constexpr std::uint64_t kMinBlockSize = 512;        // every request is rounded up to a multiple
-constexpr std::uint64_t kSmallSize = 1048576;       // largest small-pool request
-constexpr std::uint64_t kSmallBuffer = 2097152;     // small-pool segment
-constexpr std::uint64_t kLargeBuffer = 20971520;    // segment for a large request under kMinLargeAlloc
-constexpr std::uint64_t kMinLargeAlloc = 10485760;  // from here a segment is the request rounded up
-constexpr std::uint64_t kRoundLarge = 2097152;      // to this
+constexpr std::uint64_t kMinBlockSize = 512;           // every request is rounded up to a multiple
+constexpr std::uint64_t kSmallSize = 1048576;          // largest small-pool request
+constexpr std::uint64_t kSmallBuffer = 2097152;        // small-pool segment
+constexpr std::uint64_t kLargeBuffer = 20971520;       // segment for a large request under kMinLargeAlloc
+constexpr std::uint64_t kMinLargeAlloc = 10485760;     // from here a segment is the request rounded up
+constexpr std::uint64_t kRoundLarge = 2097152;         // to this
+constexpr double kMaxBytes = 1e18;                     // 1 EB: no device; far from the 64-bit limit
+constexpr std::uint64_t kNoBlock = ~std::uint64_t{0};  // the handle of a 0-byte request
 }  // namespace
 
 CachingAllocatorModel::CachingAllocatorModel(double capacity_bytes)
-    : capacity_(capacity_bytes > 0 ? static_cast<std::uint64_t>(capacity_bytes) : 0) {}
+    : capacity_(capacity_bytes > kMaxBytes ? static_cast<std::uint64_t>(kMaxBytes)
+                : capacity_bytes > 0       ? static_cast<std::uint64_t>(capacity_bytes)
+                                           : 0) {}
 
 std::uint64_t CachingAllocatorModel::round_size(std::uint64_t bytes) {
   if (bytes < kMinBlockSize) return kMinBlockSize;
@@ -54,8 +58,8 @@ void CachingAllocatorModel::release_free_segments() {
 std::uint64_t CachingAllocatorModel::new_segment(std::uint64_t size, bool small) {
   const std::uint64_t seg = segment_size(size);
   if (reserved_ + seg > capacity_) {
-    release_free_segments();  // cudaMalloc failed: free the cache and retry
-    if (reserved_ + seg > capacity_) failed_ = true;
+    release_free_segments();                          // cudaMalloc failed: free the cache and retry
+    if (reserved_ + seg > capacity_) failed_ = true;  // PyTorch's out-of-memory error
   }
   const std::uint64_t base = next_address_;
   next_address_ += seg + kMinBlockSize;  // a gap: blocks of different segments are never neighbours
@@ -63,7 +67,7 @@ std::uint64_t CachingAllocatorModel::new_segment(std::uint64_t size, bool small)
   blocks_[base] = Block{seg, next_segment_, small, true};
   next_segment_++;
   reserved_ += seg;
-  if (reserved_ > peak_reserved_) peak_reserved_ = reserved_;
+  if (!failed_ && reserved_ > peak_reserved_) peak_reserved_ = reserved_;
   return base;
 }
 
@@ -89,8 +93,12 @@ std::uint64_t CachingAllocatorModel::take_block(std::uint64_t size, bool small) 
 
 int CachingAllocatorModel::allocate(double bytes) {
   // 1 EB: beyond any device, and far from where the conversion to a 64-bit size would overflow.
-  if (!(bytes >= 0) || !(bytes <= 1e18))
+  if (!(bytes >= 0) || !(bytes <= kMaxBytes))
     throw std::invalid_argument("caching allocator: cannot allocate " + std::to_string(bytes) + " bytes");
+  if (bytes == 0) {
+    handles_.push_back(kNoBlock);
+    return static_cast<int>(handles_.size()) - 1;
+  }
   const std::uint64_t size = round_size(static_cast<std::uint64_t>(std::ceil(bytes)));
   const std::uint64_t addr = take_block(size, size <= kSmallSize);
   Block& b = blocks_.at(addr);
@@ -104,8 +112,10 @@ int CachingAllocatorModel::allocate(double bytes) {
 void CachingAllocatorModel::free(int handle) {
   if (handle < 0 || handle >= static_cast<int>(handles_.size()) || handles_[handle] == 0)
     throw std::logic_error("caching allocator: handle " + std::to_string(handle) + " is not allocated");
-  auto it = blocks_.find(handles_[handle]);
+  const std::uint64_t addr = handles_[handle];
   handles_[handle] = 0;
+  if (addr == kNoBlock) return;
+  auto it = blocks_.find(addr);
   it->second.free = true;
   allocated_ -= it->second.size;
   // Merge with the next block, then with the previous one, when they are free blocks of the same segment.

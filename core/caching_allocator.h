@@ -14,7 +14,9 @@
 //     stays cached as a free block of the same segment;
 //   - a freed block merges with free neighbours of its own segment; segments never merge;
 //   - when a new segment would exceed the capacity, every wholly free segment is released and the reservation
-//     retried; if it still does not fit, the allocation fails (fragmentation can fail a run whose live bytes fit).
+//     retried; if it still does not fit, the allocation fails (PyTorch raises its out-of-memory error there; a
+//     fragmented cache can fail a run whose live bytes fit). The replay goes on so that every handle stays valid,
+//     but the reserved peak stays what it was at the first failure.
 #include <cstdint>
 #include <map>
 #include <set>
@@ -28,14 +30,15 @@ class CachingAllocatorModel {
   // capacity_bytes: what the allocator may reserve in all (the device's memory less what was reserved before).
   explicit CachingAllocatorModel(double capacity_bytes);
 
-  // Returns a handle for free(). A request of 0 bytes is a 512-byte block, as in PyTorch.
+  // Returns a handle for free(). A request of 0 bytes gets no block, as in PyTorch (a null pointer). Throws
+  // std::invalid_argument for a negative, non-finite or absurd (over 1 EB) size.
   int allocate(double bytes);
   void free(int handle);
 
   double allocated_bytes() const { return static_cast<double>(allocated_); }  // blocks in use (rounded sizes)
   double reserved_bytes() const { return static_cast<double>(reserved_); }    // segments held
   double peak_allocated_bytes() const { return static_cast<double>(peak_allocated_); }
-  double peak_reserved_bytes() const { return static_cast<double>(peak_reserved_); }
+  double peak_reserved_bytes() const { return static_cast<double>(peak_reserved_); }  // up to the first failure
   bool failed() const { return failed_; }  // some allocation found no room even after releasing the cache
 
   static std::uint64_t round_size(std::uint64_t bytes);
@@ -59,7 +62,7 @@ class CachingAllocatorModel {
   std::map<std::uint64_t, Block> blocks_;                            // by address; a segment's blocks are adjacent
   std::map<int, std::pair<std::uint64_t, std::uint64_t>> segments_;  // id -> (base address, size)
   FreeSet small_free_, large_free_;
-  std::vector<std::uint64_t> handles_;  // handle -> block address (0: freed)
+  std::vector<std::uint64_t> handles_;  // handle -> block address (0: freed; kNoBlock: a 0-byte request)
   std::uint64_t next_address_ = 1;
   int next_segment_ = 0;
   std::uint64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;

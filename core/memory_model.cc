@@ -127,6 +127,7 @@ std::vector<double> layer_activation_tensor_bytes(const Scenario& s, int b, int 
 }
 
 double layer_activation_bytes(const Scenario& s, int b, int tokens, int context) {
+  check_layer_args("layer_activation_bytes", b, tokens, context);
   double sum = 0;
   for (double x : layer_activation_tensor_bytes(s, b, tokens, context, false)) sum += x;
   return sum;
@@ -155,18 +156,16 @@ class ActivationLedger {
     live_ += bytes;
     if (allocator_) g.handles.push_back(allocator_->allocate(bytes));
   }
-  // `count` layers' tensors, layer after layer; without the allocator only their sum matters (searches walk
-  // thousands of schedules), so it is added at once.
+  // `count` layers' tensors, layer after layer. The live sum gets count x their sum either way, so that a walk
+  // with the replay and one without (searches walk thousands of schedules) find the very same peak.
   void add_layers(Group& g, const std::vector<double>& tensors, int count) {
-    if (allocator_) {
-      for (int layer = 0; layer < count; layer++)
-        for (double x : tensors) add(g, x);
-      return;
-    }
     double sum = 0;
     for (double x : tensors) sum += x;
     g.bytes += count * sum;
     live_ += count * sum;
+    if (allocator_)
+      for (int layer = 0; layer < count; layer++)
+        for (double x : tensors) g.handles.push_back(allocator_->allocate(x));
   }
   void drop(Group& g) {
     live_ -= g.bytes;
@@ -269,6 +268,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
       const auto mb_key = std::make_pair(op.stage, op.microbatch);
       const bool sliced = sched.slices(op.microbatch) > 1;
       const int layers = stage_layers[static_cast<std::size_t>(op.stage)];
+      check_layer_args("memory_report", b, l / par.cp, c);  // e.g. fewer tokens than context-parallel GPUs
       auto forward = [&] {
         auto [it, fresh] = live_ops.emplace(key, Stored{Group{}, l});
         if (!fresh) fail("rank " + std::to_string(r) + ": forward " + op_text(op) + " appears twice");

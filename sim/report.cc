@@ -150,10 +150,11 @@ void print_table(std::ostream& os, const Report& r) {
   bool oom = false, frag = false;
   for (const RankMemory& m : r.memory.ranks) oom = oom || m.oom, frag = frag || m.allocator_failed;
   os << '\n';
-  line("device memory", fmt("%.3f GB", r.memory.device_bytes / 1e9) +
-                            (oom    ? "  OUT OF MEMORY on at least one rank"
-                             : frag ? "  live bytes fit, but PyTorch's caching allocator runs out (FRAG: fragmentation)"
-                                    : "  fits on every rank"));
+  line("device memory",
+       fmt("%.3f GB", r.memory.device_bytes / 1e9) +
+           (oom    ? "  OUT OF MEMORY on at least one rank"
+            : frag ? "  live bytes fit, but PyTorch's caching allocator runs out (FRAG: a fragmented cache)"
+                   : "  fits on every rank"));
 }
 
 void write_json(std::ostream& os, const Report& r) {
@@ -214,6 +215,7 @@ void write_json(std::ostream& os, const Report& r) {
     ranks.push_back(std::move(x));
   }
   mem["oom"] = oom;
+  mem["allocator_replayed"] = r.memory.allocator_replayed;
   mem["ranks"] = std::move(ranks);
   j["memory"] = std::move(mem);
   os << j.dump(2) << '\n';
