@@ -92,7 +92,6 @@ std::uint64_t CachingAllocatorModel::take_block(std::uint64_t size, bool small) 
 }
 
 int CachingAllocatorModel::allocate(double bytes) {
-  // 1 EB: beyond any device, and far from where the conversion to a 64-bit size would overflow.
   if (!(bytes >= 0) || !(bytes <= kMaxBytes))
     throw std::invalid_argument("caching allocator: cannot allocate " + std::to_string(bytes) + " bytes");
   if (bytes == 0) {
@@ -104,7 +103,6 @@ int CachingAllocatorModel::allocate(double bytes) {
   Block& b = blocks_.at(addr);
   b.free = false;
   allocated_ += b.size;
-  if (allocated_ > peak_allocated_) peak_allocated_ = allocated_;
   handles_.push_back(addr);
   return static_cast<int>(handles_.size()) - 1;
 }

@@ -35,9 +35,8 @@ class CachingAllocatorModel {
   int allocate(double bytes);
   void free(int handle);
 
-  double allocated_bytes() const { return static_cast<double>(allocated_); }  // blocks in use (rounded sizes)
-  double reserved_bytes() const { return static_cast<double>(reserved_); }    // segments held
-  double peak_allocated_bytes() const { return static_cast<double>(peak_allocated_); }
+  double allocated_bytes() const { return static_cast<double>(allocated_); }          // blocks in use (rounded sizes)
+  double reserved_bytes() const { return static_cast<double>(reserved_); }            // segments held
   double peak_reserved_bytes() const { return static_cast<double>(peak_reserved_); }  // up to the first failure
   bool failed() const { return failed_; }  // some allocation found no room even after releasing the cache
 
@@ -65,7 +64,7 @@ class CachingAllocatorModel {
   std::vector<std::uint64_t> handles_;  // handle -> block address (0: freed; kNoBlock: a 0-byte request)
   std::uint64_t next_address_ = 1;
   int next_segment_ = 0;
-  std::uint64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
+  std::uint64_t allocated_ = 0, reserved_ = 0, peak_reserved_ = 0;
   bool failed_ = false;
 };
 

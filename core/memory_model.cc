@@ -51,7 +51,7 @@
 // cache swap at I and frees the forward's activations (and its in-flight units) only at W: W reads the GEMM
 // inputs, and holding all of them until W is the zero-bubble schedules' memory cost (ZB-H2's 2p-1 in flight).
 // With recompute, I is charged the transient recomputed layer; W is modelled as needing only the checkpoints.
-// The walk adds and frees tensors (layer_activation_tensor_bytes, one K and one V per cache or buffer and layer); with
+// The walk adds and frees tensors (layer_tensor_bytes, one K and one V per cache or buffer and layer); with
 // AllocatorReplay::On the same sequence goes through the caching-allocator model for the reserved bytes.
 #include "core/memory_model.h"
 
@@ -102,10 +102,11 @@ double layer_score_bytes(const Scenario& s, int b, int tokens, int context) {
 }
 
 namespace {
-// layer_activation_tensor_bytes into `out` (cleared), with the model's tensor list given: the walk calls it per op.
-void fill_layer_tensors(const Scenario& s, const std::vector<ActivationTensor>& widths, int b, int tokens, int context,
+// layer_activation_bytes tensor by tensor into `out` (cleared): the model's list (`widths`, layer_activation_tensors)
+// at b x tokens rows, then the three score tensors unless flash or selective recomputation drops them; kv_in_cache
+// leaves out K and V (a token-sliced schedule without flash keeps them in its cache).
+void layer_tensor_bytes(const Scenario& s, const std::vector<ActivationTensor>& widths, int b, int tokens, int context,
                         bool kv_in_cache, std::vector<double>& out) {
-  check_layer_args("layer_activation_tensor_bytes", b, tokens, context);
   const double t = s.parallel.tp;
   const double r = s.parallel.sequence_parallel ? t : 1.0;
   const double bl = static_cast<double>(b) * tokens;
@@ -120,16 +121,12 @@ void fill_layer_tensors(const Scenario& s, const std::vector<ActivationTensor>& 
 }
 }  // namespace
 
-std::vector<double> layer_activation_tensor_bytes(const Scenario& s, int b, int tokens, int context, bool kv_in_cache) {
-  std::vector<double> out;
-  fill_layer_tensors(s, layer_activation_tensors(s.model), b, tokens, context, kv_in_cache, out);
-  return out;
-}
-
 double layer_activation_bytes(const Scenario& s, int b, int tokens, int context) {
   check_layer_args("layer_activation_bytes", b, tokens, context);
+  std::vector<double> tensors;
+  layer_tensor_bytes(s, layer_activation_tensors(s.model), b, tokens, context, false, tensors);
   double sum = 0;
-  for (double x : layer_activation_tensor_bytes(s, b, tokens, context, false)) sum += x;
+  for (double x : tensors) sum += x;
   return sum;
 }
 
@@ -280,7 +277,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
           tensors.assign(1, bl * h * e / rep_tp);                                       // the layer's input
           if (sliced) tensors.insert(tensors.end(), 2, layer_kv_bytes(s, b, l) / 2.0);  // later slices need its K/V
         } else {
-          fill_layer_tensors(s, widths, b, l / par.cp, c, kv_in_cache, tensors);
+          layer_tensor_bytes(s, widths, b, l / par.cp, c, kv_in_cache, tensors);
         }
         if (!sliced || recompute) {
           ledger.add_layers(g, tensors, layers);
@@ -317,7 +314,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
           fail("rank " + std::to_string(r) + ": backward " + op_text(op) + " comes before its forward");
         Group transient;
         if (recompute) {
-          fill_layer_tensors(s, widths, b, l / par.cp, c, false, tensors);
+          layer_tensor_bytes(s, widths, b, l / par.cp, c, false, tensors);
           ledger.add_layers(transient, tensors, 1);
         }
         // Seq1F1B's flash backward of one layer writes a new dK/dV over the prefix (c + l keys) while the later

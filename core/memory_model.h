@@ -21,8 +21,9 @@ struct RankMemory {
   double peak_bytes = 0;      // total
   bool oom = false;           // peak_bytes > device memory
   // With the caching-allocator replay (AllocatorReplay::On): the static state plus the most the allocator held
-  // (torch.cuda.max_memory_reserved()), and whether some allocation found no room even after the cache was
-  // released (fragmentation: possible while peak_bytes fits). 0 / false without the replay.
+  // (torch.cuda.max_memory_reserved(); up to its first failure), and whether some allocation found no room even
+  // after the cache was released (PyTorch's out-of-memory error; possible while peak_bytes fits). 0 / false
+  // without the replay.
   double reserved_peak_bytes = 0;
   bool allocator_failed = false;
 };
@@ -38,10 +39,6 @@ struct MemoryReport {
 // `context` earlier tokens as well (token slices; the score matrix is tokens x (context + tokens)). Follows
 // training.flash_attention (no score matrix) and parallel.sequence_parallel (nothing replicated over TP).
 double layer_activation_bytes(const Scenario& s, int b, int tokens, int context = 0);
-// The same bytes tensor by tensor, in the order the forward saves them (core/model_shape.h's list, then the three
-// score tensors unless flash or selective recomputation drops them); kv_in_cache leaves out K and V (a token-sliced
-// schedule without flash keeps them in its cache).
-std::vector<double> layer_activation_tensor_bytes(const Scenario& s, int b, int tokens, int context, bool kv_in_cache);
 // The score-matrix part of layer_activation_bytes alone (5 B per score at 2-byte activations; 0 with flash).
 double layer_score_bytes(const Scenario& s, int b, int tokens, int context = 0);
 // K and V of `tokens` tokens of b sequences for one layer on one TP GPU: 2 * b * tokens * (h/t) * e.

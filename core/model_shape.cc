@@ -147,10 +147,4 @@ std::vector<ActivationTensor> layer_activation_tensors(const ModelSpec& m) {
   return x;
 }
 
-ActivationTerms layer_activation_terms(const ModelSpec& m) {
-  ActivationTerms x;
-  for (const ActivationTensor& a : layer_activation_tensors(m)) (a.split ? x.split : x.replicated) += a.width;
-  return x;
-}
-
 }  // namespace pipescope

@@ -45,20 +45,14 @@ double megatron_flops_per_iteration(const ModelSpec& m, int global_batch, Recomp
 // stage, final norm on the last), divided by the tensor-parallel degree.
 double rank_parameter_count(const Scenario& s, int rank);
 
-// Bytes one layer's forward stores per token row at 2-byte activations (Korthikanti et al. 2022, Table 2, with
-// K/V of width kv and an MLP of width f): `replicated` is held whole by every GPU of the TP group unless sequence
-// parallel (norm inputs, QKV and MLP inputs, dropout masks: 10h), `split` is divided t ways (Q and the projection
-// input 4h, K and V 4kv, the MLP's 4f for GeLU or 6f for SwiGLU: 24h for GPT). The attention-score tensors
-// (5 B per score and head) come on top unless selective recomputation or flash attention drops them.
-struct ActivationTerms {
-  double replicated = 0, split = 0;
-};
-ActivationTerms layer_activation_terms(const ModelSpec& m);
-
-// The same bytes as the tensors the forward saves, in the order it creates them (Megatron-LM's layer): the
-// caching-allocator replay (core/caching_allocator.h) needs their sizes, not only their sum. `width` is bytes per
-// token row at 2-byte activations; `split` tensors are divided over TP, the others are replicated unless sequence
-// parallel. Q, K and V are separate tensors (the attention call's contiguous inputs).
+// The tensors one layer's forward saves, in the order it creates them (Megatron-LM's layer; Korthikanti et al. 2022,
+// Table 2, term by term, with K/V of width kv and an MLP of width f). `width` is bytes per token row at 2-byte
+// activations; `split` tensors are divided t ways (Q and the projection input 4h, K and V 4kv, the MLP's 4f for
+// GeLU or 6f for SwiGLU: 24h for GPT), the others are held whole by every GPU of the TP group unless sequence
+// parallel (norm inputs, QKV and MLP inputs, dropout masks: 10h). Q, K and V are separate tensors (the attention
+// call's contiguous inputs). The attention-score tensors (5 B per score and head) come on top unless selective
+// recomputation or flash attention drops them. The memory model sums them; its caching-allocator replay
+// (core/caching_allocator.h) needs them one by one.
 struct ActivationTensor {
   double width = 0;
   bool split = false;
