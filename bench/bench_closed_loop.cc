@@ -7,9 +7,13 @@
 // load of other processes shows up as error. The drift column is validate's check of the machine against the
 // profile (its layer point re-timed before and after each run): a row's error of that size is the machine's.
 //
-//   build/bench/bench_closed_loop [--profile FILE] [--out DIR] [--iterations N] [--only NAME]
+//   build/bench/bench_closed_loop [--profile FILE] [--out DIR] [--iterations N] [--only NAME] [--repetitions N]
 // --profile reuses a profile instead of calibrating; --out keeps the profile, logs and JSON (default
-// build/closed_loop_bench). Exit 0 when every run completed (targets met or not: they are reported), 1 otherwise.
+// build/closed_loop_bench). --repetitions N runs the whole loop N times, each with its own fresh profile (a
+// profile of a machine whose speed moves between phases is one sample of it, like any one run), prints each
+// repetition's table and then, as google/benchmark aggregates repetitions, every row's median, minimum and maximum
+// error over them, with the targets restated on the medians; closed_loop.json in --out holds all of it. Exit 0
+// when every run completed (targets met or not: they are reported), 1 otherwise.
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -27,6 +31,16 @@ namespace {
 struct Config {
   std::string name, flags;
   int ranks = 2;
+};
+
+// One configuration's outcome in one repetition (NaN where validate has no such figure).
+struct Row {
+  std::string name;
+  int ranks = 0;
+  bool completed = false;
+  bool shared = false;  // more ranks than cores: printed, kept out of the targets
+  double measured_s = NAN, simulated_s = NAN;
+  double iter = NAN, f = NAN, b = NAN, p2p = NAN, drift = NAN, at_drift = NAN;
 };
 
 // Shape A = the calibrated shape (hidden 128, 4 heads, ffn 512); shape B (hidden 64, 2 heads, ffn 256) has no
@@ -93,110 +107,84 @@ std::string percent(double x) {
   return b;
 }
 
-}  // namespace
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
 
-int main(int argc, char** argv) {
-  const std::string bin = PIPESCOPE_BINARY_DIR "/pipescope";
-  const std::string scen = PIPESCOPE_SOURCE_DIR "/scenarios/calib/cpu-2rank.yaml";
-  std::string dir = PIPESCOPE_BINARY_DIR "/closed_loop_bench", profile, only;
-  int iterations = 3;
-  for (int i = 1; i < argc; i++) {
-    const std::string a = argv[i];
-    if (i + 1 < argc && a == "--profile") {
-      profile = argv[++i];
-    } else if (i + 1 < argc && a == "--out") {
-      dir = argv[++i];
-    } else if (i + 1 < argc && a == "--iterations") {
-      iterations = std::atoi(argv[++i]);
-    } else if (i + 1 < argc && a == "--only") {
-      only = argv[++i];
-    } else {
-      std::fprintf(stderr, "usage: %s [--profile FILE] [--out DIR] [--iterations N] [--only NAME]\n", argv[0]);
-      return 1;
-    }
+double worst(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
+
+struct Paths {
+  std::string bin, scen, scen4, dir;
+};
+
+// Runs `validate --profile` on one configuration and reads its JSON. `tag` names its log and JSON in the out dir.
+Row run_config(const Paths& p, const Config& c, const std::string& profile, int iterations, const std::string& tag,
+               int cores) {
+  Row r;
+  r.name = c.name;
+  const std::string json = p.dir + "/validate-" + tag + ".json", log = p.dir + "/validate-" + tag + ".log";
+  const int rc = run(p.bin + " validate " + (c.ranks == 4 ? p.scen4 : p.scen) + " " + c.flags +
+                     " --backend cpu-f64 --profile '" + profile + "' --iterations " + std::to_string(iterations) +
+                     " --warmup 1 --json '" + json + "' > '" + log + "' 2>&1");
+  if (rc != 0) {
+    std::printf("%-28s failed (exit %d): see %s\n", c.name.c_str(), rc, log.c_str());
+    return r;
   }
-  if (run("mkdir -p '" + dir + "'") != 0) return 1;
-  // The shipped scenario has 2 "GPUs" per node; the 4-rank configurations need all 4 on one node (the profile's
-  // intra link): a copy with 4 per node and dp 2 (their flags set dp).
-  const std::string scen4 = dir + "/cpu-4rank.yaml";
-  if (run("sed -e 's/gpus_per_node: 2/gpus_per_node: 4/' -e 's/^  dp: 1/  dp: 2/' '" + scen + "' > '" + scen4 + "'") !=
-      0)
-    return 1;
-  std::printf("closed loop: load average before %s (2-4 MPI ranks share this machine's cores)\n", load().c_str());
-  if (profile.empty()) {
-    profile = dir + "/cpu-f64.yaml";
-    std::printf("calibrating %s ...\n", profile.c_str());
-    std::fflush(stdout);
-    if (run(bin + " calibrate " + scen + " --backend cpu-f64 --grain 32 --context-steps 4 -e 4M -n 10 --no-progress" +
-            " --out '" + profile + "' > '" + dir + "/calibrate.log' 2>&1") != 0) {
-      std::fprintf(stderr, "calibration failed: see %s/calibrate.log\n", dir.c_str());
-      return 1;
-    }
-  }
-  std::printf("%-28s %5s %-13s %10s %10s %8s %8s %8s %8s %8s %8s\n", "configuration", "ranks", "layers timed",
-              "measured_s", "simulated", "iter", "F", "B", "p2p", "drift", "at drift");
+  std::ifstream f(json);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  r.completed = true;
+  r.measured_s = j["iteration_s"]["measured"].get<double>();
+  r.simulated_s = j["iteration_s"]["simulated"].get<double>();
+  r.iter = (r.simulated_s - r.measured_s) / r.measured_s;
+  r.f = rel(j, "F");
+  r.b = rel(j, "B");
+  r.p2p = rel(j, "p2p");
+  r.drift = drift(j);
+  // The simulation at the speed the machine had during the row (the drift probe re-times the profile's own layer
+  // point): the model's error with the machine's phase taken out, shown beside the raw error, never instead.
+  r.at_drift = std::isnan(r.drift) ? NAN : (r.simulated_s * (1 + r.drift) - r.measured_s) / r.measured_s;
+  const std::string src = j["cost_model"].get<std::string>();
+  const char* timed = src.find("kernel model") != std::string::npos            ? "kernel model"
+                      : src.find("measured layer tables") != std::string::npos ? "layer table"
+                                                                               : "analytic";
+  r.ranks = j["dp"].get<int>() * j["pp"].get<int>() * j["tp"].get<int>();
   // A rank is a "device" only while it has a core to itself: with more ranks than cores they time-share, and
-  // every measured op is slower than any per-device model says. Such rows are printed (marked *) but kept out of
-  // the targets; the summary says how many.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // every measured op is slower than any per-device model says.
+  r.shared = r.ranks > cores;
+  std::printf("%-28s %5d %-13s %10.4f %10.4f %+7.1f%% %s %s %s %s %s%s\n", c.name.c_str(), r.ranks, timed, r.measured_s,
+              r.simulated_s, 100 * r.iter, percent(r.f).c_str(), percent(r.b).c_str(), percent(r.p2p).c_str(),
+              percent(r.drift).c_str(), percent(r.at_drift).c_str(), r.shared ? " *" : "");
+  std::fflush(stdout);
+  return r;
+}
+
+// The summary the targets are stated in, over the rows that had a core per rank.
+void print_summary(const std::vector<Row>& rows, int cores) {
   std::vector<double> iter_err, f_err, b_err, p2p_err, shared_iter_err, drifts, at_drift_err;
   std::vector<std::string> drifted;  // rows over the 10% target while the machine had moved by more than 5%
-  bool ok = true;
-  int n = 0;
-  for (const Config& c : grid()) {
-    if (!only.empty() && c.name.find(only) == std::string::npos) continue;
-    const std::string json = dir + "/validate-" + std::to_string(n) + ".json";
-    const std::string log = dir + "/validate-" + std::to_string(n++) + ".log";
-    const int rc = run(bin + " validate " + (c.ranks == 4 ? scen4 : scen) + " " + c.flags +
-                       " --backend cpu-f64 --profile '" + profile + "' --iterations " + std::to_string(iterations) +
-                       " --warmup 1 --json '" + json + "' > '" + log + "' 2>&1");
-    if (rc != 0) {
-      std::printf("%-28s failed (exit %d): see %s\n", c.name.c_str(), rc, log.c_str());
-      ok = false;
+  for (const Row& r : rows) {
+    if (!r.completed) continue;
+    if (r.shared) {
+      shared_iter_err.push_back(std::abs(r.iter));
       continue;
     }
-    std::ifstream f(json);
-    const nlohmann::json j = nlohmann::json::parse(f);
-    const double meas = j["iteration_s"]["measured"].get<double>(), sim = j["iteration_s"]["simulated"].get<double>();
-    const double e = (sim - meas) / meas, ef = rel(j, "F"), eb = rel(j, "B"), ep = rel(j, "p2p"), dr = drift(j);
-    // The simulation at the speed the machine had during the row (the drift probe re-times the profile's own layer
-    // point): the model's error with the machine's phase taken out, shown beside the raw error, never instead.
-    const double e_at = std::isnan(dr) ? NAN : (sim * (1 + dr) - meas) / meas;
-    const std::string src = j["cost_model"].get<std::string>();
-    const char* timed = src.find("kernel model") != std::string::npos            ? "kernel model"
-                        : src.find("measured layer tables") != std::string::npos ? "layer table"
-                                                                                 : "analytic";
-    const int ranks = j["dp"].get<int>() * j["pp"].get<int>() * j["tp"].get<int>();
-    const bool shared = ranks > cores;
-    std::printf("%-28s %5d %-13s %10.4f %10.4f %+7.1f%% %s %s %s %s %s%s\n", c.name.c_str(), ranks, timed, meas, sim,
-                100 * e, percent(ef).c_str(), percent(eb).c_str(), percent(ep).c_str(), percent(dr).c_str(),
-                percent(e_at).c_str(), shared ? " *" : "");
-    std::fflush(stdout);
-    if (shared) {
-      shared_iter_err.push_back(std::abs(e));
-      continue;
-    }
-    iter_err.push_back(std::abs(e));
-    if (!std::isnan(dr)) drifts.push_back(std::abs(dr));
-    if (!std::isnan(e_at)) at_drift_err.push_back(std::abs(e_at));
-    if (std::abs(e) > 0.10 && std::abs(dr) > 0.05) drifted.push_back(c.name);
-    if (!std::isnan(ef)) f_err.push_back(ef);
-    if (!std::isnan(eb)) b_err.push_back(eb);
-    if (!std::isnan(ep)) p2p_err.push_back(std::abs(ep));
+    iter_err.push_back(std::abs(r.iter));
+    if (!std::isnan(r.drift)) drifts.push_back(std::abs(r.drift));
+    if (!std::isnan(r.at_drift)) at_drift_err.push_back(std::abs(r.at_drift));
+    if (std::abs(r.iter) > 0.10 && std::abs(r.drift) > 0.05) drifted.push_back(r.name);
+    if (!std::isnan(r.f)) f_err.push_back(r.f);
+    if (!std::isnan(r.b)) b_err.push_back(r.b);
+    if (!std::isnan(r.p2p)) p2p_err.push_back(std::abs(r.p2p));
   }
-  auto mean = [](const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x;
-    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-  };
-  const double worst = iter_err.empty() ? 0 : *std::max_element(iter_err.begin(), iter_err.end());
   if (!shared_iter_err.empty())
     std::printf(
         "\n* %zu configurations have more ranks than this machine's %d cores (median |iteration error| %.1f%%): "
         "not comparable, left out of the targets below\n",
         shared_iter_err.size(), cores, 100 * median(shared_iter_err));
   std::printf("\n%zu configurations: |iteration error| median %.1f%% (target <= 5%%), worst %.1f%% (target <= 10%%)\n",
-              iter_err.size(), 100 * median(iter_err), 100 * worst);
+              iter_err.size(), 100 * median(iter_err), 100 * worst(iter_err));
   std::printf(
       "mean op error: forward %+.1f%%, backward %+.1f%% (targets within 15%%); p2p |error| median %.1f%% "
       "(target 30%%)\n",
@@ -204,14 +192,144 @@ int main(int argc, char** argv) {
   if (!drifts.empty())
     std::printf(
         "machine drift since the profile (validate's re-timed layer point): |drift| median %.1f%%, worst %.1f%%\n",
-        100 * median(drifts), 100 * *std::max_element(drifts.begin(), drifts.end()));
+        100 * median(drifts), 100 * worst(drifts));
   if (!at_drift_err.empty())
     std::printf(
         "at the machine's speed during each row (simulated x (1 + drift)): |iteration error| median %.1f%%, worst "
         "%.1f%%\n",
-        100 * median(at_drift_err), 100 * *std::max_element(at_drift_err.begin(), at_drift_err.end()));
+        100 * median(at_drift_err), 100 * worst(at_drift_err));
   for (const std::string& name : drifted)
     std::printf("  %s: over the 10%% target while the machine ran more than 5%% off its profile\n", name.c_str());
-  std::printf("load average after %s\n", load().c_str());
+}
+
+// A field of every repetition's row `i` that completed.
+std::vector<double> across(const std::vector<std::vector<Row>>& reps, std::size_t i, double Row::*field) {
+  std::vector<double> v;
+  for (const auto& rows : reps)
+    if (i < rows.size() && rows[i].completed && !std::isnan(rows[i].*field)) v.push_back(rows[i].*field);
+  return v;
+}
+
+// Per row, the median, minimum and maximum over the repetitions (each repetition with its own profile), and the
+// targets restated on the per-row medians; a row's median keeps its sign, so the median row is as signed as
+// a single run's.
+void print_aggregate(const std::vector<std::vector<Row>>& reps, int cores) {
+  std::printf("\nover %zu repetitions, each with its own fresh profile: per row the median (min .. max) error\n",
+              reps.size());
+  std::printf("%-28s %5s %26s %8s %8s %8s %8s\n", "configuration", "ranks", "iter median (min .. max)", "F", "B", "p2p",
+              "drift");
+  std::vector<Row> medians;
+  for (std::size_t i = 0; i < reps.front().size(); i++) {
+    const Row& first = reps.front()[i];
+    const std::vector<double> it = across(reps, i, &Row::iter);
+    Row m;
+    m.name = first.name;
+    m.ranks = first.ranks;
+    m.shared = first.shared;
+    m.completed = !it.empty();
+    if (m.completed) {
+      m.iter = median(it);
+      m.f = median(across(reps, i, &Row::f));
+      m.b = median(across(reps, i, &Row::b));
+      const auto p = across(reps, i, &Row::p2p), d = across(reps, i, &Row::drift), a = across(reps, i, &Row::at_drift);
+      m.p2p = p.empty() ? NAN : median(p);
+      m.drift = d.empty() ? NAN : median(d);
+      m.at_drift = a.empty() ? NAN : median(a);
+      char range[64];
+      std::snprintf(range, sizeof range, "%+7.1f%% (%+.1f .. %+.1f%%)", 100 * m.iter,
+                    100 * *std::min_element(it.begin(), it.end()), 100 * *std::max_element(it.begin(), it.end()));
+      std::printf("%-28s %5d %26s %s %s %s %s%s\n", m.name.c_str(), m.ranks, range, percent(m.f).c_str(),
+                  percent(m.b).c_str(), percent(m.p2p).c_str(), percent(m.drift).c_str(), m.shared ? " *" : "");
+    }
+    medians.push_back(m);
+  }
+  print_summary(medians, cores);
+}
+
+nlohmann::json to_json(const Row& r) {
+  auto num = [](double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); };
+  return {{"configuration", r.name},         {"ranks", r.ranks},
+          {"completed", r.completed},        {"shared_cores", r.shared},
+          {"measured_s", num(r.measured_s)}, {"simulated_s", num(r.simulated_s)},
+          {"iteration_error", num(r.iter)},  {"forward_error", num(r.f)},
+          {"backward_error", num(r.b)},      {"p2p_error", num(r.p2p)},
+          {"drift", num(r.drift)},           {"error_at_drift", num(r.at_drift)}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Paths p{PIPESCOPE_BINARY_DIR "/pipescope", PIPESCOPE_SOURCE_DIR "/scenarios/calib/cpu-2rank.yaml", "",
+          PIPESCOPE_BINARY_DIR "/closed_loop_bench"};
+  std::string fixed_profile, only;
+  int iterations = 3, repetitions = 1;
+  for (int i = 1; i < argc; i++) {
+    const std::string a = argv[i];
+    if (i + 1 < argc && a == "--profile") {
+      fixed_profile = argv[++i];
+    } else if (i + 1 < argc && a == "--out") {
+      p.dir = argv[++i];
+    } else if (i + 1 < argc && a == "--iterations") {
+      iterations = std::atoi(argv[++i]);
+    } else if (i + 1 < argc && a == "--only") {
+      only = argv[++i];
+    } else if (i + 1 < argc && a == "--repetitions") {
+      repetitions = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--profile FILE] [--out DIR] [--iterations N] [--only NAME] [--repetitions N]\n",
+                   argv[0]);
+      return 1;
+    }
+  }
+  if (iterations < 1 || repetitions < 1) {
+    std::fprintf(stderr, "--iterations and --repetitions must be at least 1\n");
+    return 1;
+  }
+  if (run("mkdir -p '" + p.dir + "'") != 0) return 1;
+  // The shipped scenario has 2 "GPUs" per node; the 4-rank configurations need all 4 on one node (the profile's
+  // intra link): a copy with 4 per node and dp 2 (their flags set dp).
+  p.scen4 = p.dir + "/cpu-4rank.yaml";
+  if (run("sed -e 's/gpus_per_node: 2/gpus_per_node: 4/' -e 's/^  dp: 1/  dp: 2/' '" + p.scen + "' > '" + p.scen4 +
+          "'") != 0)
+    return 1;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<Config> configs;
+  for (const Config& c : grid())
+    if (only.empty() || c.name.find(only) != std::string::npos) configs.push_back(c);
+  std::vector<std::vector<Row>> reps;
+  nlohmann::json out = {{"load_before", load()}, {"repetitions", nlohmann::json::array()}};
+  bool ok = true;
+  for (int rep = 0; rep < repetitions; rep++) {
+    const std::string suffix = repetitions > 1 ? "-" + std::to_string(rep) : "";
+    if (repetitions > 1) std::printf("%srepetition %d of %d\n", rep ? "\n" : "", rep + 1, repetitions);
+    std::printf("closed loop: load average before %s (2-4 MPI ranks share this machine's cores)\n", load().c_str());
+    std::string profile = fixed_profile;
+    if (profile.empty()) {
+      profile = p.dir + "/cpu-f64" + suffix + ".yaml";
+      std::printf("calibrating %s ...\n", profile.c_str());
+      std::fflush(stdout);
+      if (run(p.bin + " calibrate " + p.scen +
+              " --backend cpu-f64 --grain 32 --context-steps 4 -e 4M -n 10 --no-progress" + " --out '" + profile +
+              "' > '" + p.dir + "/calibrate" + suffix + ".log' 2>&1") != 0) {
+        std::fprintf(stderr, "calibration failed: see %s/calibrate%s.log\n", p.dir.c_str(), suffix.c_str());
+        return 1;
+      }
+    }
+    std::printf("%-28s %5s %-13s %10s %10s %8s %8s %8s %8s %8s %8s\n", "configuration", "ranks", "layers timed",
+                "measured_s", "simulated", "iter", "F", "B", "p2p", "drift", "at drift");
+    std::vector<Row> rows;
+    for (std::size_t i = 0; i < configs.size(); i++) {
+      rows.push_back(run_config(p, configs[i], profile, iterations, std::to_string(i) + suffix, cores));
+      ok = ok && rows.back().completed;
+    }
+    print_summary(rows, cores);
+    std::printf("load average after %s\n", load().c_str());
+    nlohmann::json jr = {{"profile", profile}, {"load_after", load()}, {"rows", nlohmann::json::array()}};
+    for (const Row& r : rows) jr["rows"].push_back(to_json(r));
+    out["repetitions"].push_back(jr);
+    reps.push_back(std::move(rows));
+  }
+  if (repetitions > 1) print_aggregate(reps, cores);
+  std::ofstream(p.dir + "/closed_loop.json") << out.dump(2) << "\n";
   return ok ? 0 : 1;
 }

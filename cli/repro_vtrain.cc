@@ -14,6 +14,7 @@
 #include "cli/repro.h"
 #include "core/atomic_file.h"
 #include "core/data_path.h"
+#include "core/layout_fit.h"
 #include "core/measured_runs.h"
 #include "core/presets.h"
 
@@ -69,6 +70,16 @@ int run_vtrain(const VtrainOptions& o) {
               100 * f.mean_err);
   std::printf("pair ranking: %d of %d pairs ordered right = %.1f%% (target >= 92%%)\n", f.pairs_right, f.pairs,
               100 * f.ranking());
+  // The reference: the same rows ranked by a model of the layout fitted to their own measured times
+  // (core/layout_fit.h), on the rows the simulation completed.
+  LayoutFit lf = fit_layout_only(runs);
+  for (std::size_t i = 0; i < runs.size(); i++)
+    if (!(pred[i] > 0)) lf.predicted_s[i] = 0;
+  const Fidelity fl = fidelity(runs, lf.predicted_s);
+  std::printf(
+      "layout-only reference (fitted to the measured times themselves; per model and TP degree, iteration = "
+      "(m + p - 1) x layers / p x (x b + y), %zu cells of 2 values): %d of %d pairs = %.1f%%, MAPE %.1f%%\n",
+      lf.cells.size(), fl.pairs_right, fl.pairs, 100 * fl.ranking(), 100 * fl.mape);
   // Where the ranking misses: by what differs between the two layouts, and the rows in the most wrong pairs.
   std::printf("mis-ordered pairs by what differs:");
   const char* sep = " ";
@@ -106,6 +117,17 @@ int run_vtrain(const VtrainOptions& o) {
     nlohmann::ordered_json diff = nlohmann::ordered_json::object();
     for (const auto& [what, g] : f.pairs_by_difference) diff[what] = {{"pairs", g.pairs}, {"wrong", g.wrong}};
     j["misordered_by_difference"] = diff;
+    nlohmann::ordered_json cells = nlohmann::ordered_json::array();
+    for (const LayoutFitCell& c : lf.cells)
+      cells.push_back({{"group", c.group},
+                       {"tp", c.tp},
+                       {"rows", c.rows},
+                       {"per_sequence_s", c.per_sequence_s},
+                       {"per_micro_batch_s", c.per_micro_batch_s}});
+    j["layout_only_reference"] = {{"pairs_ordered_right", fl.pairs_right},
+                                  {"ranking_accuracy", fl.ranking()},
+                                  {"mape", fl.mape},
+                                  {"cells", cells}};
     nlohmann::ordered_json worst = nlohmann::ordered_json::array();
     for (int w : f.worst) worst.push_back(runs[static_cast<std::size_t>(w)].line);
     j["worst_lines"] = worst;

@@ -1,10 +1,12 @@
 // Measured runs (core/measured_runs.h): CSV reading and its errors, the scenario of a row, and the fidelity
-// figures (MAPE, worst rows, pair ranking) on hand-made predictions.
+// figures (MAPE, worst rows, pair ranking) on hand-made predictions; the layout-only reference fit
+// (core/layout_fit.h) on rows of its own form and on the shipped development set.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 #include <string>
 
+#include "core/layout_fit.h"
 #include "core/measured_runs.h"
 
 namespace pipescope {
@@ -103,6 +105,64 @@ TEST(MeasuredRuns, ShippedDevSetReads) {
   const auto runs = read_measured_runs(std::string(PIPESCOPE_SOURCE_DIR) + "/tests/data/vtrain_a100_dev.csv");
   EXPECT_EQ(runs.size(), 78u);
   for (const auto& r : runs) EXPECT_NO_THROW(vtrain_scenario(r, "vtrain-a100")) << r.line;
+}
+
+// Rows that follow the form exactly (30 layers, x = 2 ms per sequence, y = 1 ms per micro-batch, per layer):
+// iteration = (m + p - 1) * 30 / p * (2 b + 1) ms. The fit recovers x and y and every row.
+TEST(LayoutFit, RecoversRowsOfItsOwnForm) {
+  const auto runs = parse_measured_runs(kHeader + row("A", 2, 1, 12, 1, 4, "360") + row("A", 2, 2, 6, 2, 4, "375") +
+                                            row("A", 2, 3, 4, 3, 4, "420") + row("A", 2, 6, 2, 4, 6, "495") +
+                                            row("A", 4, 1, 6, 8, 1, "100"),
+                                        "t.csv");
+  const LayoutFit fit = fit_layout_only(runs);
+  ASSERT_EQ(fit.cells.size(), 2u);
+  EXPECT_EQ(fit.cells[0].tp, 2);
+  EXPECT_EQ(fit.cells[0].rows, 4);
+  EXPECT_NEAR(fit.cells[0].per_sequence_s, 0.002, 1e-12);
+  EXPECT_NEAR(fit.cells[0].per_micro_batch_s, 0.001, 1e-12);
+  // The tp 4 cell has one row: the minimum-norm solution reproduces it.
+  EXPECT_EQ(fit.cells[1].tp, 4);
+  EXPECT_EQ(fit.cells[1].rows, 1);
+  for (std::size_t i = 0; i < runs.size(); i++) EXPECT_NEAR(fit.predicted_s[i], runs[i].measured_s, 1e-12) << i;
+  const Fidelity f = fidelity(runs, fit.predicted_s);
+  EXPECT_EQ(f.pairs, 10);
+  EXPECT_EQ(f.pairs_right, 10);
+  EXPECT_NEAR(f.mape, 0, 1e-12);
+}
+
+// Two rows of one cell that the form cannot both meet (same slots and b, different times): the fit splits the
+// relative error evenly, and the pair ties, so it is not counted as ordered right.
+TEST(LayoutFit, ScatterWithinACellIsLeftAsError) {
+  const auto runs =
+      parse_measured_runs(kHeader + row("A", 2, 1, 12, 1, 4, "300") + row("A", 2, 1, 12, 1, 4, "500"), "t.csv");
+  const LayoutFit fit = fit_layout_only(runs);
+  // Least squares on relative error: minimise (v/0.3 - 1)^2 + (v/0.5 - 1)^2, v = 0.3 * 0.5 * 0.8 / 0.34.
+  const double v = 0.3 * 0.5 * (0.3 + 0.5) / (0.3 * 0.3 + 0.5 * 0.5);
+  EXPECT_NEAR(fit.predicted_s[0], v, 1e-12);
+  EXPECT_NEAR(fit.predicted_s[1], v, 1e-12);
+  const Fidelity f = fidelity(runs, fit.predicted_s);
+  EXPECT_EQ(f.pairs, 1);
+  EXPECT_EQ(f.pairs_right, 0);
+}
+
+TEST(LayoutFit, RowsThatAreNotAPipelineAreRefused) {
+  // 30 layers over pp 4.
+  const auto runs = parse_measured_runs(kHeader + row("A", 2, 4, 3, 1, 4, "300"), "t.csv");
+  try {
+    fit_layout_only(runs);
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("t.csv:2: layout fit"), std::string::npos) << e.what();
+  }
+}
+
+// The reference the fidelity report prints (docs/cost-model.md "Fidelity"): on the shipped development set the
+// layout alone, fitted to the measured times, orders 1259 of the 1406 pairs.
+TEST(LayoutFit, ShippedDevSetReference) {
+  const auto runs = read_measured_runs(std::string(PIPESCOPE_SOURCE_DIR) + "/tests/data/vtrain_a100_dev.csv");
+  const Fidelity f = fidelity(runs, fit_layout_only(runs).predicted_s);
+  EXPECT_EQ(f.pairs, 1406);
+  EXPECT_EQ(f.pairs_right, 1259);
 }
 
 }  // namespace
