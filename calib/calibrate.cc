@@ -157,7 +157,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
     cfg.policy.reference_name = "Eigen GEMM " + std::to_string(kReferenceGemm[0]) + " x " +
                                 std::to_string(kReferenceGemm[1]) + " by " + std::to_string(kReferenceGemm[1]) + " x " +
                                 std::to_string(kReferenceGemm[2]);
-    cfg.policy.reference_pool = std::make_shared<std::vector<double>>();
+    cfg.policy.reference_pool = std::make_shared<TimingPolicy::ReferencePool>();
   }
   DeviceProfile p;
   p.kind = "measured";

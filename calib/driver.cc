@@ -62,7 +62,8 @@ std::string TimingPolicy::describe() const {
       buf + std::string(cold ? "cold cache (256 MiB written before every sample, one call per sample)" : "hot cache");
   if (reference)
     d += "; tables timed sample by sample in alternation with a reference (" + reference_name +
-         ") and expressed at the median reference time of the run's tables so far";
+         ") and expressed at one reference time for the whole run (the median of the reference samples when the "
+         "first table was read)";
   return d;
 }
 
@@ -234,7 +235,8 @@ std::size_t TablePoints::time(const std::function<void()>& op) {
   ratio_.push_back(std::move(st.ratio.samples_s));
   ref_s_.insert(ref_s_.end(), st.ref.samples_s.begin(), st.ref.samples_s.end());
   if (policy_.reference_pool)
-    policy_.reference_pool->insert(policy_.reference_pool->end(), st.ref.samples_s.begin(), st.ref.samples_s.end());
+    policy_.reference_pool->samples_s.insert(policy_.reference_pool->samples_s.end(), st.ref.samples_s.begin(),
+                                             st.ref.samples_s.end());
   ref_median_s_ = 0;  // the table grew: its reference median is taken again at the next at()
   return ratio_.size() - 1;
 }
@@ -257,7 +259,13 @@ TimeStats TablePoints::at(std::size_t i) const {
   if (!policy_.reference) return direct_.at(i);
   if (ref_median_s_ == 0) {
     const auto& pool = policy_.reference_pool;
-    ref_median_s_ = stats_of(pool && !pool->empty() ? *pool : ref_s_).median_s;
+    if (!pool) {
+      ref_median_s_ = stats_of(ref_s_).median_s;
+    } else {
+      // The first table read fixes the run's reference time; every later table is expressed at it too.
+      if (pool->scale_s == 0) pool->scale_s = stats_of(pool->samples_s.empty() ? ref_s_ : pool->samples_s).median_s;
+      ref_median_s_ = pool->scale_s;
+    }
   }
   const double r = ref_median_s_;
   std::vector<double> s = ratio_.at(i);

@@ -40,11 +40,19 @@ struct TimingPolicy {
   // none on a GPU, whose clock does not wander with the host's.
   std::function<void()> reference;
   std::string reference_name;  // for the provenance ("Eigen GEMM 64 x 64 by 64 x 128")
-  // Every reference sample the run's tables have taken so far (shared by the copies of the policy). With it a table
-  // is expressed at the median of the pool when it is read, not of its own samples: a 4 s table (the GEMM spread,
-  // one attention head dimension) sees one or two of the machine's phases, and a kernel model fitted at a fast
-  // phase predicted layers 27-30% below what the layer table, measured over minutes, says (session 13).
-  std::shared_ptr<std::vector<double>> reference_pool;
+  // The run's reference samples and the one reference time every table of the run is expressed at (shared by the
+  // copies of the policy). A 4 s table (the GEMM spread, one attention head dimension) sees one or two of the
+  // machine's phases, and a kernel model fitted at a fast phase predicted layers 27-30% below what the layer table,
+  // measured over minutes, says (session 13). So a table is expressed at the run's reference time, not its own:
+  // the median of the pool when the run's first table is read (the layer table, the longest), then fixed. A median
+  // taken again at each table's reading moved with the pool, and the tables of one profile disagreed by the
+  // machine's drift in between: the kernel model at the layer table's own shape came out 23% below the table in a
+  // calibration during which the machine sped up by 17% (2026-11-29).
+  struct ReferencePool {
+    std::vector<double> samples_s;
+    double scale_s = 0;  // the run's reference time; 0 until the first table is read
+  };
+  std::shared_ptr<ReferencePool> reference_pool;
   std::string describe() const;  // for the provenance
 };
 
@@ -81,11 +89,11 @@ PairedStats time_paired(const std::function<void()>& op, const std::function<voi
                         const TimingPolicy& p);
 // The points of one table (layer t(l, c), the head's, the layer GEMM shapes), timed as a set. With a reference in the
 // policy, every sample is paired with one of the reference (time_paired) and each point is expressed at the
-// run's median speed: its per-pair ratios times the median of every reference sample taken so far (the policy's
-// reference_pool; without one, the table's own). A shared machine switches speed by up to 1.5x within a second
-// (calib/README.md "Drift"), while the ratio of two calls timed a millisecond apart moves by a few per cent, so the
-// table keeps its shape (increasing in l, smooth in c) whatever the machine did meanwhile. Without a reference, each
-// point is time_calls.
+// run's reference speed: its per-pair ratios times the run's reference time (the policy's reference_pool: the
+// median of its samples when the run's first table was read; without a pool, the median of the table's own). A shared
+// machine switches speed by up to 1.5x within a second (calib/README.md "Drift"), while the ratio of two calls timed a
+// millisecond apart moves by a few per cent, so the table keeps its shape (increasing in l, smooth in c) whatever the
+// machine did meanwhile. Without a reference, each point is time_calls.
 class TablePoints {
  public:
   TablePoints(Timer& timer, const TimingPolicy& p) : timer_(timer), policy_(p) {}

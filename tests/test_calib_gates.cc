@@ -267,7 +267,7 @@ TEST(CalibDriver, TablesOfOneRunShareTheReferencePoolsSpeed) {
   PhasedTimer t;
   calib::TimingPolicy p = scripted_policy();
   p.reference = [&] { t.work = 1; };
-  p.reference_pool = std::make_shared<std::vector<double>>();
+  p.reference_pool = std::make_shared<calib::TimingPolicy::ReferencePool>();
   calib::TablePoints first(t, p);
   const std::size_t a = first.time([&] { t.work = 3; });
   EXPECT_DOUBLE_EQ(first.at(a).median_s, 3.0);
@@ -282,6 +282,30 @@ TEST(CalibDriver, TablesOfOneRunShareTheReferencePoolsSpeed) {
   calib::TablePoints alone(t, own);
   const std::size_t c = alone.time([&] { t.work = 3; });
   EXPECT_DOUBLE_EQ(alone.at(c).median_s, 1.5);  // without the pool: the table's own fast phase
+}
+
+// The run's reference time is fixed when its first table is read: a later table with more samples than every
+// earlier one together, wholly in a fast phase, would move the pool's median to the fast phase and express itself
+// (and any table read after it) at another speed than the first. It is expressed at the first table's.
+TEST(CalibDriver, LaterTablesDoNotMoveTheRunsReferenceTime) {
+  PhasedTimer t;
+  calib::TimingPolicy p = scripted_policy();
+  p.reference = [&] { t.work = 1; };
+  p.reference_pool = std::make_shared<calib::TimingPolicy::ReferencePool>();
+  calib::TablePoints first(t, p);
+  const std::size_t a = first.time([&] { t.work = 3; });
+  EXPECT_DOUBLE_EQ(first.at(a).median_s, 3.0);
+  EXPECT_DOUBLE_EQ(p.reference_pool->scale_s, 1.0);
+  t.speed = 0.5;
+  calib::TablePoints second(t, p);
+  std::vector<std::size_t> pts;
+  for (int k = 0; k < 4; k++) pts.push_back(second.time([&] { t.work = 3; }));
+  // Four fast points against one slow: the pool's median is now the fast reference time (0.5 s) ...
+  EXPECT_DOUBLE_EQ(calib::stats_of(p.reference_pool->samples_s).median_s, 0.5);
+  // ... but every point of the run is expressed at the first table's reference time.
+  for (std::size_t i : pts) EXPECT_DOUBLE_EQ(second.at(i).median_s, 3.0);
+  EXPECT_DOUBLE_EQ(first.at(a).median_s, 3.0);
+  EXPECT_DOUBLE_EQ(p.reference_pool->scale_s, 1.0);
 }
 
 // A point timed again (a context fit above its gate: calib/bench_layer.cc) pools the new samples with its old ones,
