@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 
 #include "calib/benches.h"
 #include "core/backends.h"
@@ -74,15 +75,33 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
       t.measured_s = st.op.median_s;
       // The layer at the fits' speed is median(layer / reference) x the reference's fitted time.
       t.slowdown = t.measured_s / (st.ratio.median_s * ref_fit_s);
-      t.predicted_s =
-          model.seconds(fwd ? layer_forward_calls(m, 1, e, b, l, c) : layer_backward_calls(m, 1, e, b, l, c));
+      t.predicted_s = model.layer_seconds(
+          fwd ? layer_forward_calls(m, 1, e, b, l, c) : layer_backward_calls(m, 1, e, b, l, c), !fwd);
       out.push_back(t);
     }
   }
   return out;
 }
 
-KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::string& backend, const ComputeConfig& cfg) {
+std::pair<double, double> layer_in_situ(const KernelModel& model, const LayerTable& table, int elem_bytes) {
+  ModelSpec m;
+  m.hidden = table.hidden;
+  m.heads = table.heads;
+  m.ffn_hidden = table.ffn;
+  m.vocab = table.vocab;
+  m.seq_len = table.seq_len;
+  std::vector<double> fwd, bwd;
+  for (const SlicePoint& p : table.slices) {
+    const int t = table.tp, b = table.micro_batch;
+    fwd.push_back(p.fwd.median_s / model.seconds(layer_forward_calls(m, t, elem_bytes, b, p.l, 0)));
+    bwd.push_back(p.bwd.median_s / model.seconds(layer_backward_calls(m, t, elem_bytes, b, p.l, 0)));
+  }
+  if (fwd.empty()) return {1.0, 1.0};
+  return {stats_of(fwd).median_s, stats_of(bwd).median_s};
+}
+
+KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::string& backend, const ComputeConfig& cfg,
+                             const LayerTable* table) {
   if (!backend_on(backend, BackendDevice::Cpu)) return {};
   KernelFits f;
   f.dtype = dtype_of_backend(backend);
@@ -93,6 +112,8 @@ KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::stri
         bench_attention_kernel(backend, hd, L, cfg.policy, cfg.progress, attention_kernel_est_s(cfg, hd, L)));
   f.memory = bench_memory_kernels(backend, cfg.shape.layer.hidden, cfg.shape.vocab, cfg.policy, cfg.progress,
                                   memory_kernels_est_s(cfg, static_cast<int>(kernels::dtype_bytes(be.dtype()))));
+  const int e = static_cast<int>(kernels::dtype_bytes(be.dtype()));
+  if (table) std::tie(f.layer_in_situ_fwd, f.layer_in_situ_bwd) = layer_in_situ(KernelModel(f), *table, e);
   const KernelModel model(f);
   f.transfer = bench_transfer(be, timer, cfg, model);
   return f;
@@ -123,6 +144,11 @@ std::string kernel_fit_report(const KernelFits& f) {
                   m.fixed_s * 1e6, m.bw_Bps / 1e9, 100 * m.holdout_rel_err);
     o += buf;
   }
+  std::snprintf(buf, sizeof buf,
+                "    in situ: a layer's kernels back to back take x%.3f forward, x%.3f backward their sum timed one by "
+                "one (the layer table at its own shape); the kernel model's layers are scaled by it\n",
+                f.layer_in_situ_fwd, f.layer_in_situ_bwd);
+  o += buf;
   double worst = 0;
   for (const auto& t : f.transfer) worst = std::max(worst, std::abs(t.rel_err()));
   if (!f.transfer.empty()) {

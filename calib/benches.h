@@ -111,8 +111,15 @@ std::vector<MemoryModel> bench_memory_kernels(const std::string& backend, int co
 // Needs cfg.policy.reference (calibrate sets it on CPU backends: kReferenceGemm).
 std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg,
                                           const KernelModel& model);
-// All of the above and the fits: the profile's `kernels` section (empty for a GPU backend).
-KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::string& backend, const ComputeConfig& cfg);
+// The in-situ factors of KernelFits (forward, backward): the layer table's times at context 0 over the kernel
+// model's sum for the same layer (its shape, tp and micro-batch), the median over the table's lengths; (1, 1) for a
+// table without lengths.
+std::pair<double, double> layer_in_situ(const KernelModel& model, const LayerTable& table, int elem_bytes);
+// All of the above and the fits: the profile's `kernels` section (empty for a GPU backend). With `table` (the
+// profile's first layer table) the in-situ factors are measured against it before the transfer check, which then
+// tests them at its held-out shape.
+KernelFits calibrate_kernels(kernels::Backend& be, Timer& timer, const std::string& backend, const ComputeConfig& cfg,
+                             const LayerTable* table);
 // The kernel fits' lines of `pipescope calibrate`'s report (empty without kernel fits).
 std::string kernel_fit_report(const KernelFits& f);
 // The work estimates (seconds) of the benchmarks above, from the grids they measure and cfg.rates

@@ -210,7 +210,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
     p.layers.push_back(std::move(t));
   }
   // Kernel-level fits for shapes without a layer table, with their held-out transfer check (CPU backends).
-  p.kernels = calibrate_kernels(*be, *timer, o.backend, cfg);
+  p.kernels = calibrate_kernels(*be, *timer, o.backend, cfg, p.layers.empty() ? nullptr : &p.layers.front());
   p.optimizer_s_per_param = bench_optimizer(*be, *timer, cfg);
   const double launch_s = bench_launch(*be, *timer, cfg.policy);
   double gemm_holdout = -1;

@@ -184,6 +184,9 @@ KernelModel::KernelModel(KernelFits f) : f_(std::move(f)) {
     if (!mem_[static_cast<std::size_t>(i)])
       throw std::invalid_argument(std::string("kernel model: no fit for memory kernel class ") +
                                   to_string(static_cast<MemoryKernel>(i)));
+  if (!(f_.layer_in_situ_fwd > 0 && f_.layer_in_situ_bwd > 0 && std::isfinite(f_.layer_in_situ_fwd) &&
+        std::isfinite(f_.layer_in_situ_bwd)))
+    throw std::invalid_argument("kernel model: the in-situ factors must be positive and finite");
 }
 
 double KernelModel::attention_seconds(const KernelCall& k) const {
@@ -219,6 +222,10 @@ double KernelModel::seconds(const std::vector<KernelCall>& ks) const {
   double s = 0;
   for (const KernelCall& k : ks) s += seconds(k);
   return s;
+}
+
+double KernelModel::layer_seconds(const std::vector<KernelCall>& ks, bool backward) const {
+  return seconds(ks) * (backward ? f_.layer_in_situ_bwd : f_.layer_in_situ_fwd);
 }
 
 }  // namespace pipescope

@@ -80,6 +80,11 @@ struct KernelFits {
   std::vector<AttentionModel> attention;  // strictly increasing head_dim
   std::vector<MemoryModel> memory;        // one per MemoryKernel class
   std::vector<TransferPoint> transfer;
+  // A layer's kernels run back to back (the runtime's layer) against the sum of the same kernels timed one by one
+  // in a loop: the layer table / the kernel model at the profile's own shape (median over its lengths at context
+  // 0), forward and backward. Operands that the previous kernel left in cache or evicted, and the calls between
+  // kernels, are in the layer and not in the loop; the kernel model's layers are scaled by it (1: not measured).
+  double layer_in_situ_fwd = 1, layer_in_situ_bwd = 1;
   bool empty() const { return dtype.empty(); }
 };
 
@@ -113,6 +118,9 @@ class KernelModel {
   explicit KernelModel(KernelFits f);
   double seconds(const KernelCall& k) const;
   double seconds(const std::vector<KernelCall>& ks) const;
+  // One layer's kernels (layer_forward_calls / layer_backward_calls) in situ: their sum times the fits' in-situ
+  // factor of that direction.
+  double layer_seconds(const std::vector<KernelCall>& ks, bool backward) const;
   const KernelFits& fits() const { return f_; }
 
  private:

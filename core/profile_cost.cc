@@ -83,8 +83,8 @@ CostSource ProfileCostModel::source(OpKind) const {
 double ProfileCostModel::kernel_layer_seconds(bool forward, int b, int l, int c) const {
   if (!kernels_) throw std::logic_error("ProfileCostModel: no kernel fits for " + s_.training.dtype);
   const int t = s_.parallel.tp, e = s_.training.act_bytes_per_elem();
-  return kernels_->seconds(forward ? layer_forward_calls(s_.model, t, e, b, l, c)
-                                   : layer_backward_calls(s_.model, t, e, b, l, c));
+  return kernels_->layer_seconds(
+      forward ? layer_forward_calls(s_.model, t, e, b, l, c) : layer_backward_calls(s_.model, t, e, b, l, c), !forward);
 }
 
 double ProfileCostModel::kernel_op_seconds(const Op& op, int b) const {

@@ -78,7 +78,7 @@ std::string fmt(double v) {
 
 KernelFits read_kernel_fits(const std::string& src, const YAML::Node& n) {
   const std::string P = "kernels";
-  check_keys(src, n, P, {"dtype", "gemm", "attention", "memory", "transfer"});
+  check_keys(src, n, P, {"dtype", "gemm", "attention", "memory", "in_situ", "transfer"});
   KernelFits f;
   const YAML::Node dt = child(src, n, P, "dtype");
   f.dtype = dt.IsScalar() ? dt.Scalar() : "";
@@ -138,6 +138,15 @@ KernelFits read_kernel_fits(const std::string& src, const YAML::Node& n) {
       fail_profile_key(src, me, P + ".memory",
                        std::string("no fit for class ") + to_string(static_cast<MemoryKernel>(k)));
 
+  if (n["in_situ"]) {  // profiles before it: 1 (the kernels' sum)
+    const std::string I = P + ".in_situ";
+    const YAML::Node is = n["in_situ"];
+    if (!is.IsMap()) fail_profile_key(src, is, I, "expected {forward, backward}");
+    check_keys(src, is, I, {"forward", "backward"});
+    f.layer_in_situ_fwd = num(src, is, I, "forward", 0, true);
+    f.layer_in_situ_bwd = num(src, is, I, "backward", 0, true);
+  }
+
   if (n["transfer"]) {
     const YAML::Node tr = list(src, n, P, "transfer");
     for (std::size_t i = 0; i < tr.size(); i++) {
@@ -186,6 +195,8 @@ void write_kernel_fits(const KernelFits& f, std::ostream& os) {
   for (const auto& m : f.memory)
     os << "    - {class: " << to_string(m.kind) << ", fixed_us: " << fmt(m.fixed_s / kUs)
        << ", bw_GBps: " << fmt(m.bw_Bps / 1e9) << ", holdout_rel_err: " << fmt(m.holdout_rel_err) << "}\n";
+  os << "  in_situ: {forward: " << fmt(f.layer_in_situ_fwd) << ", backward: " << fmt(f.layer_in_situ_bwd)
+     << "}  # layer table / kernel sum at the profile's shape; scales the kernel model's layers\n";
   if (!f.transfer.empty()) {
     os << "  transfer:  # layers at shapes outside the fits; slowdown: machine speed then vs during the fits\n";
     for (const auto& t : f.transfer)

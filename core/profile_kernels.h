@@ -9,6 +9,7 @@
 //       - {head_dim, forward_us: [a0, a1, a2], backward_us: [a0, a1, a2], holdout_rel_err}
 //     memory:      # t = fixed + bytes / bw
 //       - {class, fixed_us, bw_GBps, holdout_rel_err}
+//     in_situ: {forward, backward}   # layer table / kernel sum at the profile's shape (optional, default 1)
 //     transfer:    # layers at shapes outside the fits: measured vs predicted
 //       - {op, hidden, heads, ffn, micro_batch, l, c, measured_us, predicted_us}
 

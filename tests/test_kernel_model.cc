@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "calib/benches.h"
 #include "core/analytic_cost.h"
 #include "core/kernel_model.h"
 #include "core/profile.h"
@@ -120,6 +121,49 @@ TEST(KernelModel, LayerTimeIsTheSumOfItsKernels) {
   EXPECT_THROW(KernelModel{bad}, std::invalid_argument);
 }
 
+// A layer in situ: its kernels' sum times the direction's in-situ factor; the factors must be positive.
+TEST(KernelModel, LayerInSituScalesTheKernelSum) {
+  KernelFits f = synthetic_fits();
+  f.layer_in_situ_fwd = 1.25;
+  f.layer_in_situ_bwd = 1.5;
+  const KernelModel km(f);
+  const ModelSpec m = spec(128, 4, 512);
+  const auto fw = layer_forward_calls(m, 1, 8, 1, 64, 64), bw = layer_backward_calls(m, 1, 8, 1, 64, 64);
+  EXPECT_NEAR(km.layer_seconds(fw, false), 1.25 * km.seconds(fw), 1e-15);
+  EXPECT_NEAR(km.layer_seconds(bw, true), 1.5 * km.seconds(bw), 1e-15);
+  for (double bad : {0.0, -1.0, std::nan("")}) {
+    KernelFits b = synthetic_fits();
+    b.layer_in_situ_bwd = bad;
+    EXPECT_THROW(KernelModel{b}, std::invalid_argument) << bad;
+  }
+}
+
+// The in-situ factors calibrate measures: a layer table at the model's own shape over the kernel sum, the median
+// over its lengths (one length's outlier does not move it).
+TEST(KernelModel, InSituFactorsAreTheTablesMedianRatio) {
+  const KernelModel km(synthetic_fits());
+  LayerTable t;
+  t.hidden = 128;
+  t.heads = 4;
+  t.ffn = 512;
+  t.vocab = 512;
+  t.seq_len = 256;
+  const ModelSpec m = spec(128, 4, 512);
+  const double fwd_ratio[] = {1.1, 1.1, 3.0}, bwd_ratio[] = {1.2, 0.5, 1.2};
+  for (int i = 0; i < 3; i++) {
+    SlicePoint p;
+    p.l = 64 * (i + 1);
+    p.fwd.median_s = fwd_ratio[i] * km.seconds(layer_forward_calls(m, 1, 8, 1, p.l, 0));
+    p.bwd.median_s = bwd_ratio[i] * km.seconds(layer_backward_calls(m, 1, 8, 1, p.l, 0));
+    t.slices.push_back(p);
+  }
+  const auto [fwd, bwd] = calib::layer_in_situ(km, t, 8);
+  EXPECT_NEAR(fwd, 1.1, 1e-12);
+  EXPECT_NEAR(bwd, 1.2, 1e-12);
+  t.slices.clear();
+  EXPECT_EQ(calib::layer_in_situ(km, t, 8), std::make_pair(1.0, 1.0));
+}
+
 DeviceProfile profile_with_kernels() {
   DeviceProfile p;
   p.source = "k.yaml";
@@ -172,6 +216,23 @@ TEST(ProfileKernels, RoundTripAndErrors) {
   EXPECT_DOUBLE_EQ(old.kernels.transfer[0].slowdown, 1.0);
   EXPECT_NE(error_of(with_first(a, "slowdown: 1}", "slowdown: -1}")).find("kernels.transfer[0].slowdown"),
             std::string::npos);
+  // The in-situ factors: read back; a profile written before them reads as 1; each must be positive.
+  const std::string is = "in_situ: {forward: 1, backward: 1}";
+  const DeviceProfile scaled = parse_profile(with_first(a, is, "in_situ: {forward: 1.1, backward: 1.2}"), "k.yaml");
+  EXPECT_DOUBLE_EQ(scaled.kernels.layer_in_situ_fwd, 1.1);
+  EXPECT_DOUBLE_EQ(scaled.kernels.layer_in_situ_bwd, 1.2);
+  EXPECT_EQ(text_of(scaled), with_first(a, is, "in_situ: {forward: 1.1, backward: 1.2}"));
+  const DeviceProfile before = parse_profile(with_first(a, "  " + is, "  #"), "k.yaml");
+  EXPECT_DOUBLE_EQ(before.kernels.layer_in_situ_fwd, 1.0);
+  EXPECT_DOUBLE_EQ(before.kernels.layer_in_situ_bwd, 1.0);
+  EXPECT_NE(
+      error_of(with_first(a, is, "in_situ: {forward: 0, backward: 1}")).find("kernels.in_situ.forward: must be >"),
+      std::string::npos);
+  EXPECT_NE(error_of(with_first(a, is, "in_situ: {forward: 1, backward: 1, colour: 2}"))
+                .find("kernels.in_situ.colour: unknown key"),
+            std::string::npos);
+  EXPECT_NE(error_of(with_first(a, is, "in_situ: 1.1")).find("kernels.in_situ: expected {forward, backward}"),
+            std::string::npos);
   auto with = [&](const std::string& from, const std::string& to) {
     std::string t = a;
     const auto at = t.find(from);
@@ -218,6 +279,15 @@ TEST(ProfileKernels, CostModelSaysWhichSourceTimesEachOp) {
   EXPECT_NEAR(m.compute_seconds(f, 1), want, 1e-12);
   EXPECT_NEAR(m.kernel_layer_seconds(true, 1, 128, 0), km.seconds(layer_forward_calls(sp.model, 1, 8, 1, 128, 0)),
               1e-15);
+  // The profile's in-situ factors scale the kernel model's layers (not the head), each direction its own.
+  DeviceProfile in_situ = p;
+  in_situ.kernels.layer_in_situ_fwd = 1.5;
+  in_situ.kernels.layer_in_situ_bwd = 2;
+  const ProfileCostModel mi(apply_profile(s, in_situ, "k.yaml"), in_situ);
+  EXPECT_NEAR(mi.kernel_layer_seconds(true, 1, 128, 0), 1.5 * m.kernel_layer_seconds(true, 1, 128, 0), 1e-15);
+  EXPECT_NEAR(mi.kernel_layer_seconds(false, 1, 128, 0), 2 * m.kernel_layer_seconds(false, 1, 128, 0), 1e-15);
+  EXPECT_NEAR(mi.compute_seconds(f, 1), want + 0.5 * 2 * km.seconds(layer_forward_calls(sp.model, 1, 8, 1, 128, 0)),
+              1e-12);
   // Fits of another precision do not serve: analytic, and it says so.
   s.training.dtype = "fp32";
   const ProfileCostModel m32(apply_profile(s, p, "k.yaml"), p);
