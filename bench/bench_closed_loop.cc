@@ -9,8 +9,9 @@
 //
 //   build/bench/bench_closed_loop [--profile FILE] [--out DIR] [--iterations N] [--only NAME] [--repetitions N]
 // --profile reuses a profile instead of calibrating; --out keeps the profile, logs and JSON (default
-// build/closed_loop_bench). --repetitions N runs the whole loop N times, each with its own fresh profile (a
-// profile of a machine whose speed moves between phases is one sample of it, like any one run), prints each
+// build/closed_loop_bench). --repetitions N runs the whole loop N times, each with its own fresh profile unless
+// --profile is given (a profile of a machine whose speed moves between phases is one sample of it, like any one
+// run), prints each
 // repetition's table and then, as google/benchmark aggregates repetitions, every row's median, minimum and maximum
 // error over them, with the targets restated on the medians; closed_loop.json in --out holds all of it. Exit 0
 // when every run completed (targets met or not: they are reported), 1 otherwise.
@@ -213,19 +214,25 @@ std::vector<double> across(const std::vector<std::vector<Row>>& reps, std::size_
 // Per row, the median, minimum and maximum over the repetitions (each repetition with its own profile), and the
 // targets restated on the per-row medians; a row's median keeps its sign, so the median row is as signed as
 // a single run's.
-void print_aggregate(const std::vector<std::vector<Row>>& reps, int cores) {
-  std::printf("\nover %zu repetitions, each with its own fresh profile: per row the median (min .. max) error\n",
-              reps.size());
+void print_aggregate(const std::vector<std::vector<Row>>& reps, int cores, bool fresh_profiles) {
+  std::printf("\nover %zu repetitions, %s: per row the median (min .. max) error\n", reps.size(),
+              fresh_profiles ? "each with its own fresh profile" : "all on the one --profile");
   std::printf("%-28s %5s %26s %8s %8s %8s %8s\n", "configuration", "ranks", "iter median (min .. max)", "F", "B", "p2p",
               "drift");
   std::vector<Row> medians;
   for (std::size_t i = 0; i < reps.front().size(); i++) {
-    const Row& first = reps.front()[i];
+    // Ranks and sharing from a repetition where the row ran (a failed run has neither).
+    const Row* first = &reps.front()[i];
+    for (const auto& rows : reps)
+      if (rows[i].completed) {
+        first = &rows[i];
+        break;
+      }
     const std::vector<double> it = across(reps, i, &Row::iter);
     Row m;
-    m.name = first.name;
-    m.ranks = first.ranks;
-    m.shared = first.shared;
+    m.name = first->name;
+    m.ranks = first->ranks;
+    m.shared = first->shared;
     m.completed = !it.empty();
     if (m.completed) {
       m.iter = median(it);
@@ -329,7 +336,7 @@ int main(int argc, char** argv) {
     out["repetitions"].push_back(jr);
     reps.push_back(std::move(rows));
   }
-  if (repetitions > 1) print_aggregate(reps, cores);
+  if (repetitions > 1) print_aggregate(reps, cores, fixed_profile.empty());
   std::ofstream(p.dir + "/closed_loop.json") << out.dump(2) << "\n";
   return ok ? 0 : 1;
 }

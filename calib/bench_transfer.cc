@@ -10,6 +10,19 @@
 #include "core/backends.h"
 
 namespace pipescope::calib {
+namespace {
+// The model the kernel decomposition (layer_forward_calls) needs for a layer of this shape.
+ModelSpec layer_model(int hidden, int heads, int ffn, int vocab, int seq_len) {
+  ModelSpec m;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.ffn_hidden = ffn;
+  m.vocab = vocab;
+  m.seq_len = seq_len;
+  return m;
+}
+}  // namespace
+
 std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, const ComputeConfig& cfg,
                                           const KernelModel& model) {
   if (!cfg.policy.reference) throw std::logic_error("bench_transfer: the timing policy has no reference call");
@@ -21,12 +34,7 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
   auto kv = be.kv_cache(s.layer, b, L);
   auto prefix_rec = be.record(), rec = be.record();
   auto y = be.tensor(1, h), dx = be.tensor(1, h);
-  ModelSpec m;
-  m.hidden = h;
-  m.heads = s.layer.heads;
-  m.ffn_hidden = s.layer.ffn;
-  m.vocab = s.vocab;
-  m.seq_len = L;
+  const ModelSpec m = layer_model(h, s.layer.heads, s.layer.ffn, s.vocab, L);
   // The reference (calibrate's kReferenceGemm, a GEMM of the spread the GEMM fit was measured on) at its fitted time.
   const std::function<void()>& ref = cfg.policy.reference;
   KernelCall ref_call;
@@ -84,12 +92,7 @@ std::vector<TransferPoint> bench_transfer(kernels::Backend& be, Timer& timer, co
 }
 
 std::pair<double, double> layer_in_situ(const KernelModel& model, const LayerTable& table, int elem_bytes) {
-  ModelSpec m;
-  m.hidden = table.hidden;
-  m.heads = table.heads;
-  m.ffn_hidden = table.ffn;
-  m.vocab = table.vocab;
-  m.seq_len = table.seq_len;
+  const ModelSpec m = layer_model(table.hidden, table.heads, table.ffn, table.vocab, table.seq_len);
   std::vector<double> fwd, bwd;
   for (const SlicePoint& p : table.slices) {
     const int t = table.tp, b = table.micro_batch;
