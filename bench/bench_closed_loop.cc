@@ -11,10 +11,9 @@
 // --profile reuses a profile instead of calibrating; --out keeps the profile, logs and JSON (default
 // build/closed_loop_bench). --repetitions N runs the whole loop N times, each with its own fresh profile unless
 // --profile is given (a profile of a machine whose speed moves between phases is one sample of it, like any one
-// run), prints each
-// repetition's table and then, as google/benchmark aggregates repetitions, every row's median, minimum and maximum
-// error over them, with the targets restated on the medians; closed_loop.json in --out holds all of it. Exit 0
-// when every run completed (targets met or not: they are reported), 1 otherwise.
+// run), prints each repetition's table and then, as google/benchmark aggregates repetitions, every row's median,
+// minimum and maximum error over them, with the targets restated on the medians; closed_loop.json in --out holds
+// all of it. Exit 0 when every run completed (targets met or not: they are reported), 1 otherwise.
 #include <sys/wait.h>
 
 #include <algorithm>
