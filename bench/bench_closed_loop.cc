@@ -1,7 +1,7 @@
 // The closed loop as a benchmark: calibrate this machine once (a fresh profile of the CPU backend at the shape of
 // scenarios/calib/cpu-2rank.yaml), then run `pipescope validate --profile` (the CPU runtime under mpirun against
 // its simulation) over a grid of schedules, parallel layouts and two model shapes, one of which the profile has no
-// layer table for (it is timed by the kernel model). Prints one row per configuration and the summary the issue's
+// layer table for (it is timed by the kernel model). Prints one row per configuration and the summary the
 // targets are stated in: iteration error <= 10% each and <= 5% median, forward / backward op means <= 15%, p2p
 // within 30%. Timing: run it on a quiet machine (`uptime` is printed); several ranks share the cores, so the
 // load of other processes shows up as error. The drift column is validate's check of the machine against the
@@ -160,7 +160,7 @@ Row run_config(const Paths& p, const Config& c, const std::string& profile, int 
   return r;
 }
 
-// The summary the targets are stated in, over the rows that had a core per rank.
+// The summary the targets are stated in, over the rows that had a core per rank.
 void print_summary(const std::vector<Row>& rows, int cores) {
   std::vector<double> iter_err, f_err, b_err, p2p_err, shared_iter_err, drifts, at_drift_err;
   std::vector<std::string> drifted;  // rows over the 10% target while the machine had moved by more than 5%

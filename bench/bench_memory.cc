@@ -1,5 +1,5 @@
 // The memory model on shipped scenarios: the live-bytes walk alone (what searches run) against the walk with the
-// caching-allocator replay (what `simulate` and `repro seq1f1b` run, core/caching_allocator.h), per scenario.
+// caching-allocator replay (what `simulate` and `repro seq1f1b` run, core/memory/caching_allocator.h), per scenario.
 //
 //   bench_memory                     all cases
 //   bench_memory --benchmark_filter=seq1f1b
@@ -7,10 +7,10 @@
 
 #include <string>
 
-#include "core/memory_model.h"
-#include "core/pipeline.h"
-#include "core/scenario.h"
-#include "core/schedule.h"
+#include "core/memory/memory_model.h"
+#include "core/plan/pipeline.h"
+#include "core/model/scenario.h"
+#include "core/ir/schedule.h"
 
 namespace pipescope {
 namespace {

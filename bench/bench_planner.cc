@@ -1,4 +1,4 @@
-// TeraPipe planner speed (issue 3): exact bisection vs the paper's straightforward Algorithm 1 scan at
+// TeraPipe planner speed: exact bisection vs the paper's straightforward Algorithm 1 scan at
 // epsilon = 0.1 ms, on setting (9)'s slice-time model (GPT3-175B, K = 96). The t(l, c) tables are built once
 // outside the timed region; the DP search is timed.
 #include <benchmark/benchmark.h>
@@ -6,8 +6,8 @@
 #include <map>
 #include <string>
 
-#include "core/scenario.h"
-#include "core/terapipe_planner.h"
+#include "core/model/scenario.h"
+#include "core/plan/terapipe_planner.h"
 
 namespace {
 

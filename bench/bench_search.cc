@@ -1,4 +1,4 @@
-// `pipescope search` benchmarks (issue 18): stage-2 estimates per second on a 1,024-GPU cluster, and the full
+// `pipescope search` benchmarks: stage-2 estimates per second on a 1,024-GPU cluster, and the full
 // search (prune, estimate, simulate the best K = 20) of GPT-3 175B on 128 DGX A100 nodes, global batch 1,536,
 // sequence 2,048, at -j 1 and -j 2 (`mpirun -n 2 pipescope search` is timed from the command line: bench/README.md).
 // Stage 2 both ways: every survivor estimated (BM_Stage2Estimates), and ranked as the search ranks them, with lower
@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "bench/gpt3_search.h"
-#include "core/scenario.h"
-#include "core/search.h"
-#include "core/search_bound.h"
-#include "core/search_estimate.h"
+#include "core/model/scenario.h"
+#include "core/plan/search.h"
+#include "core/plan/search_bound.h"
+#include "core/plan/search_estimate.h"
 #include "sim/search_run.h"
 
 namespace pipescope {
@@ -57,7 +57,7 @@ void BM_Stage2Estimates(benchmark::State& state) {
   state.counters["configs"] = static_cast<double>(s.survivors.size());
 }
 
-// Stage 2 as the search runs it on one core (core/search_bound.h): every survivor's lower bound, the K = 20 of lowest
+// Stage 2 as the search runs it on one core (core/plan/search_bound.h): every survivor's lower bound, the K = 20 of lowest
 // bound estimated, then only the candidates whose bound can reach the best 20; the rest are bounded out. The same
 // best 20 as BM_Stage2Estimates' (tests/test_search_bound.cc). Arg as BM_Stage2Estimates.
 void BM_Stage2Ranking(benchmark::State& state) {

@@ -1,8 +1,8 @@
 // Simulator throughput: one 1F1B iteration of a 48-node x 8-GPU cluster, pipeline 16 x data-parallel 24,
 // 64 micro-batches, ring all-reduce of the gradients, optimizer step (the large case of docs/simulator.md).
 // Scenario cases: `pipescope simulate` of a scenario file end to end (load, schedule, lowering, checks,
-// simulation, report), e.g. the 1T row of the Megatron weak-scaling table (3072 GPUs; issue 4's target: under
-// 10 s wall and 1 GB peak RSS, reported as the within_target counter).
+// simulation, report), e.g. the 1T row of the Megatron weak-scaling table (3072 GPUs; target: under 10 s wall
+// and 1 GB peak RSS, reported as the within_target counter).
 //
 // SimGrid allows one Engine per process, so every benchmark iteration forks a child that builds the
 // schedule (generators, lowering, checks), simulates it and reports back through a pipe. The iteration
@@ -25,13 +25,13 @@
 #include <string>
 
 #include "bench/sim_child.h"
-#include "core/checks.h"
-#include "core/cost_model.h"
-#include "core/lowering.h"
-#include "core/pipeline.h"
-#include "core/placement.h"
-#include "core/scenario.h"
-#include "core/schedule.h"
+#include "core/lower/checks.h"
+#include "core/lower/cost_model.h"
+#include "core/lower/lowering.h"
+#include "core/plan/pipeline.h"
+#include "core/model/placement.h"
+#include "core/model/scenario.h"
+#include "core/ir/schedule.h"
 #include "sim/engine.h"
 #include "sim/report.h"
 
@@ -101,8 +101,8 @@ void BM_Sim1F1B_48x8(benchmark::State& state, Fabric fabric, const char* compute
   int runs = 0;
   for (auto _ : state) {
     const Figures f = run_child(fabric, compute);
-    if (f.error[0] != 0) {
-      state.SkipWithError(f.error);
+    if (!f.error.empty()) {
+      state.SkipWithError(f.error.c_str());
       return;
     }
     state.SetIterationTime(f.sim_wall_s);
@@ -132,8 +132,8 @@ void BM_SimScenario(benchmark::State& state, const char* file, double target_s, 
   int runs = 0;
   for (auto _ : state) {
     const Figures f = bench::in_child([&] { return simulate_scenario(file); });
-    if (f.error[0] != 0) {
-      state.SkipWithError(f.error);
+    if (!f.error.empty()) {
+      state.SkipWithError(f.error.c_str());
       return;
     }
     state.SetIterationTime(f.wall_s);

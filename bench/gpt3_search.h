@@ -1,5 +1,5 @@
 #pragma once
-// The scenario of the 175B search benchmark (issue 18): GPT-3 175B on 128 DGX A100 nodes (1,024 GPUs), global batch
+// The scenario of the 175B search benchmark: GPT-3 175B on 128 DGX A100 nodes (1,024 GPUs), global batch
 // 1,536, sequence 2,048. bench_search times it; tests/test_search.cc and tests/test_search_bound.cc check stage 2 on
 // every candidate of its search. bench/README.md gives it as gpt3.yaml for the command-line runs.
 

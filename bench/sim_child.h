@@ -6,23 +6,20 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
-#include "core/config.h"
+#include "core/model/config.h"
 #include "sim/child_process.h"
 #include "sim/report.h"
 #include "sim/run_scenario.h"
 
 namespace pipescope::bench {
 
-// Plain data: it crosses the pipe from the child byte for byte.
-struct Figures {
-  double wall_s = 0;      // the child, end to end (scenario to report)
-  double sim_wall_s = 0;  // SimResult::wall_s: releasing the DAG through SimGrid
-  double iteration_s = 0, activities = 0, dag_nodes = 0, peak_rss_kb = 0;
-  char error[256] = {0};
+// A simulation's figures are the run-result record's (sim/run_result.h): they cross the pipe from the child in its
+// one encoding. `error` is set in the parent when the child failed.
+struct Figures : sim::RunResult {
+  std::string error;
 };
 
 // The simulation's own figures, with the wall time since t0 and this process's peak RSS.
@@ -41,13 +38,8 @@ inline Figures figures_of(const sim::SimResult& r, double iteration_s, std::chro
 
 // `pipescope simulate` of a loaded scenario (sim::run_scenario); t0 is when the benchmark started timing it.
 inline Figures simulate_scenario(const Scenario& s, std::chrono::steady_clock::time_point t0) {
-  const sim::RunResult r = sim::run_scenario(s);
   Figures f;
-  f.sim_wall_s = r.sim_wall_s;
-  f.iteration_s = r.iteration_s;
-  f.activities = r.activities;
-  f.dag_nodes = r.dag_nodes;
-  f.peak_rss_kb = r.peak_rss_kb;
+  static_cast<sim::RunResult&>(f) = sim::run_scenario(s);
   f.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return f;
 }
@@ -58,16 +50,10 @@ template <class Run>
 Figures in_child(Run run, double cap_GB = 0) {
   Figures f;
   try {
-    const std::string got = sim::run_in_child(
-        [&] {
-          const Figures r = run();
-          return std::string(reinterpret_cast<const char*>(&r), sizeof r);
-        },
-        sim::ChildOptions{cap_GB});
-    if (got.size() != sizeof f) throw std::runtime_error("truncated answer from the benchmark child");
-    std::memcpy(&f, got.data(), sizeof f);
+    const std::string got = sim::run_in_child([&] { return sim::encode(run()); }, sim::ChildOptions{cap_GB});
+    static_cast<sim::RunResult&>(f) = sim::decode(got);
   } catch (const std::exception& e) {
-    std::snprintf(f.error, sizeof f.error, "%s", e.what());
+    f.error = e.what();
   }
   return f;
 }

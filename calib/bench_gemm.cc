@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "calib/benches.h"
-#include "core/backends.h"
+#include "core/model/backends.h"
 
 namespace pipescope::calib {
 

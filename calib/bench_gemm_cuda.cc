@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "calib/benches.h"
-#include "core/backends.h"
+#include "core/model/backends.h"
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_timer.h"
 

@@ -10,7 +10,7 @@
 
 #include "calib/benches.h"
 #include "calib/fit.h"
-#include "core/profile.h"
+#include "core/model/profile.h"
 
 namespace pipescope::calib {
 namespace {

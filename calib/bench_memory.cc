@@ -1,5 +1,5 @@
 // Host memory bandwidth: a 64 MiB copy, counted as bytes read + bytes written (the roofline's HBM term on a CPU).
-// The memory-bound kernel classes of the kernel model (core/kernel_model.h), each as the CPU reference kernels
+// The memory-bound kernel classes of the kernel model (core/model/kernel_model.h), each as the CPU reference kernels
 // write it (kernels/reference.cc), over a range of sizes: t = fixed + bytes / bw per class.
 #include <Eigen/Dense>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "calib/benches.h"
-#include "core/backends.h"
+#include "core/model/backends.h"
 #include "kernels/reference.h"
 
 namespace pipescope::calib {

@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "calib/benches.h"
-#include "core/backends.h"
+#include "core/model/backends.h"
 
 namespace pipescope::calib {
 namespace {

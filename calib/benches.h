@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "calib/driver.h"
-#include "core/kernel_model.h"
-#include "core/profile.h"
+#include "core/model/kernel_model.h"
+#include "core/model/profile.h"
 #include "kernels/backend.h"
 
 namespace pipescope::calib {
@@ -94,7 +94,7 @@ std::vector<GemmPoint> bench_gemm_cuda(const std::string& backend, const Compute
                                        const std::vector<int>& bs);
 // CUDA events on the backend's stream (Backend::stream()); only in CUDA builds.
 std::unique_ptr<Timer> cuda_event_timer(void* stream);
-// Kernel-level benchmarks (core/kernel_model.h), CPU backends: GEMMs over a spread of shapes; attention of one
+// Kernel-level benchmarks (core/model/kernel_model.h), CPU backends: GEMMs over a spread of shapes; attention of one
 // (sequence, head) of head dimension d on an (l, c) grid, fitted; each memory-bound kernel class over a range of
 // sizes (rows of `cols` elements), fitted; layers at a shape none of them saw, against the model's prediction.
 // `est_s`: the phase's share of the work plan (calib/estimate.cc), for progress.

@@ -8,16 +8,16 @@
 
 #include "calib/benches.h"
 #include "calib/gates.h"
-#include "core/profile.h"
+#include "core/model/profile.h"
 
 namespace pipescope::calib {
 
 struct CalibrateOptions {
-  std::string backend = "cpu-f64";  // a measuring backend of core/backends.h
+  std::string backend = "cpu-f64";  // a measuring backend of core/model/backends.h
   ComputeConfig compute;
   std::vector<int> micro_batches{1};
   bool gemm = true;
-  std::string device_preset;         // CUDA: the peak specs (core/presets.h); default: from the GPU's name
+  std::string device_preset;         // CUDA: the peak specs (core/model/presets.h); default: from the GPU's name
   std::string link_results;          // pipescope-linkbench JSON; empty = no link section
   std::string link_class = "intra";  // intra | inter
   std::string command;               // the exact command line, for the provenance

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <string>
 
-#include "core/backends.h"
-#include "core/exit_codes.h"
+#include "core/model/backends.h"
+#include "core/util/exit_codes.h"
 
 int main(int argc, char** argv) {
   using namespace pipescope;

@@ -1,7 +1,7 @@
 // pipescope-calibrate-cuda: the compute benchmarks of `pipescope calibrate --backend cuda-bf16 | cuda-f16`, a
 // program of its own so that `pipescope` does not link cudart and cuBLAS (they keep about 200 MB resident in every
 // process that loads them, a `--version` included). `pipescope calibrate` runs it under its guard process
-// (cli/fork_run.h: signals forwarded, temporary directory removed) with the options as JSON (options_json.h):
+// (sim/launch.h: signals forwarded, temporary directory removed) with the options as JSON (options_json.h):
 //   pipescope-calibrate-cuda OPTIONS.json PROFILE.yaml
 // after pipescope-cuda-check (cuda_check_main.cc) found a GPU, before the link benchmarks.
 // Exit codes, those of README.md: 0 done, 1 bad options, 3 no usable GPU, 4 internal error, 5 a quality gate
@@ -14,9 +14,9 @@
 
 #include "calib/calibrate.h"
 #include "calib/options_json.h"
-#include "core/backends.h"
-#include "core/exit_codes.h"
-#include "core/profile.h"
+#include "core/model/backends.h"
+#include "core/util/exit_codes.h"
+#include "core/model/profile.h"
 #include "kernels/backend.h"
 #include "runtime/parent_watch.h"
 
@@ -70,7 +70,7 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace pipescope::calib;
-  using namespace pipescope;               // the exit codes (core/exit_codes.h)
+  using namespace pipescope;               // the exit codes (core/util/exit_codes.h)
   pipescope::runtime::exit_with_parent();  // header-only: no link dependency on runtime/
   try {
     return run(argc, argv);

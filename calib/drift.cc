@@ -4,7 +4,7 @@
 
 #include "calib/benches.h"
 #include "calib/calibrate.h"
-#include "core/backends.h"
+#include "core/model/backends.h"
 
 namespace pipescope::calib {
 

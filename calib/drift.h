@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "core/profile.h"
+#include "core/model/profile.h"
 
 namespace pipescope::calib {
 

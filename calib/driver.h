@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/profile.h"
+#include "core/model/profile.h"
 
 namespace pipescope::calib {
 
@@ -43,7 +43,7 @@ struct TimingPolicy {
   // The run's reference samples and the one reference time every table of the run is expressed at (shared by the
   // copies of the policy). A 4 s table (the GEMM spread, one attention head dimension) sees one or two of the
   // machine's phases, and a kernel model fitted at a fast phase predicted layers 27-30% below what the layer table,
-  // measured over minutes, says (session 13). So a table is expressed at the run's reference time, not its own:
+  // measured over minutes, says. So a table is expressed at the run's reference time, not its own:
   // the median of the pool when the run's first table is read (the layer table, the longest), then fixed. A median
   // taken again at each table's reading moved with the pool, and the tables of one profile disagreed by the
   // machine's drift in between: the kernel model at the layer table's own shape came out 23% below the table in a

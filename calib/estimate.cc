@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "calib/benches.h"
-#include "core/backends.h"
+#include "core/model/backends.h"
 
 namespace pipescope::calib {
 namespace {

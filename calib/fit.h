@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/profile.h"
+#include "core/model/profile.h"
 
 namespace pipescope::calib {
 
@@ -27,7 +27,7 @@ struct AlphaBeta {
 // points: (bytes, seconds), any order. Needs >= 2 distinct sizes.
 AlphaBeta fit_alpha_beta(std::vector<std::pair<double, double>> points);
 
-// Piecewise model of a link table (core/profile.h piecewise_seconds): every second interior size is held out,
+// Piecewise model of a link table (core/model/profile.h piecewise_seconds): every second interior size is held out,
 // predicted by interpolating its neighbours, so the error is that of the table at a size between two measured
 // ones (sweeps step by a factor 2). `errors`: (bytes, rel. error) of each held-out size; holdout_rel_err is their
 // median (a protocol switch between two sweep sizes makes the one size between them a coin toss for any table;

@@ -6,14 +6,14 @@
 //   - forward and backward t(l, 0) increase with l (a point more than 3% below an earlier one fails);
 //   - every measured point's spread (the width of its median's 95% confidence interval over the median,
 //     TimeStats::rel_spread) <= 25%, after sampling up to the policy's time cap.
-// A failure names the table and the points. `pipescope calibrate` exits 4 and writes nothing, unless
+// A failure names the table and the points. `pipescope calibrate` exits 5 and writes nothing, unless
 // --accept-poor-fit, which writes the profile with the failures in provenance.gate_failures (joined by " | ").
 
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "core/profile.h"
+#include "core/model/profile.h"
 
 namespace pipescope::calib {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/profile.h"
+#include "core/model/profile.h"
 
 namespace pipescope::calib {
 

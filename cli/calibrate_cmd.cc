@@ -1,211 +1,99 @@
 // `pipescope calibrate --backend cpu-f64|cpu-f32|cuda-bf16|cuda-f16 --out FILE [SCENARIO] [shape flags] [links]`
 // Times the layer / embedding / head / Adam / GEMM kernels of the scenario's model shape on this machine (calib/),
 // runs the link benchmarks as an MPI job (pipescope-linkbench, nccl-tests flags -b -e -f -n -w), fits them and
-// writes a device profile that `simulate --profile FILE` (or `calibration: FILE` in a scenario) reads.
+// writes a device profile that `simulate --profile FILE` (or `calibration: FILE` in a scenario) reads. What is
+// measured: calib/calibrate_request.h; the programs it starts: sim/launch.h.
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <memory>
-#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "calib/calibrate.h"
-#include "calib/links.h"
-#include "calib/options_json.h"
+#include "calib/calibrate_request.h"
+#include "calib/gates.h"
 #include "cli/commands.h"
 #include "cli/fork_run.h"
 #include "cli/validators.h"
-#include "core/atomic_file.h"
-#include "core/backends.h"
-#include "core/profile.h"
-#include "core/scenario.h"
+#include "core/model/backends.h"
+#include "core/model/profile.h"
+#include "core/model/scenario.h"
+#include "core/util/atomic_file.h"
 
 namespace pipescope::cli {
 namespace {
 
-struct CalibrateCli {
-  std::string scenario, backend = "cpu-f64", out, device_preset, analytic;
-  int hidden = -1, heads = -1, ffn = -1, seq_len = -1, vocab = -1;  // -1: the scenario's
-  std::vector<int> micro_batches;
-  int grain = 8, context_steps = 8, tp = 1;
-  bool cold = false;
-  bool quick = false, no_links = false, no_progress = false, accept_poor_fit = false;
-  double budget_s = -1;  // -1: 100 s with --quick, none otherwise
-  std::string clock = "cpu";
-  int link_ranks = 2;
-  std::string launcher = "mpirun --oversubscribe", link_class = "intra";
-  std::string min_bytes = "8", max_bytes = "", step_factor = "2";  // max: 32M, with --quick 4M
-  bool context_steps_given = false;
-  int iters = 20, warmup = 5;
-};
+bool measures(const BackendInfo& b) { return b.device != BackendDevice::None; }
 
-std::string command_line() {
-  std::ifstream f("/proc/self/cmdline", std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()), out;
-  for (char c : all) out += c == '\0' ? ' ' : c;
-  while (!out.empty() && out.back() == ' ') out.pop_back();
-  return out;
-}
-
-// Atomically: a temporary file next to `out`, renamed over it once complete, so an interrupted run never leaves a
-// partial profile (and an existing one stays intact until the new one is whole).
-int write_out(const DeviceProfile& p, const std::string& out) {
-  std::ostringstream text;
-  write_profile(p, text);
-  parse_profile(text.str(), out);  // what we write must read back
-  write_file_atomic(out, text.str(), "--out");
+int write_out(DeviceProfile p, const std::string& out) {
+  p.source = out;
+  calib::write_profile_file(p, out);
   std::printf("%s", calib::fit_report(p).c_str());
   std::printf("wrote %s\n", out.c_str());
   return 0;
 }
 
-bool is_cuda(const std::string& backend) { return backend_on(backend, BackendDevice::Cuda); }
-bool measures(const BackendInfo& b) { return b.device != BackendDevice::None; }
-
 // The CUDA work runs in programs of its own (calib/cuda_check_main.cc, calib/cuda_main.cc), so that this one loads
 // no CUDA library. Their exit code, when not 0, is calibrate's (they have printed the reason): 1 bad options,
 // 3 no usable GPU, 5 refused by a quality gate; a crash is an internal error.
-int run_cuda_program(const std::string& program, const std::string& backend, std::vector<std::string> args) {
-  const std::string exe = sibling_exe(program);
-  if (access(exe.c_str(), X_OK) != 0)
-    throw EnvironmentError("--backend " + backend + ": this pipescope was built without CUDA (no " + exe + ")");
-  args.insert(args.begin(), exe);
-  const int rc = launch(args);
-  if (rc > 128) throw std::runtime_error(program + " died of signal " + std::to_string(rc - 128));
-  return rc;
+int run_cuda_program(const std::string& program, const std::string& backend, const std::vector<std::string>& args) {
+  return run_sibling(program, args, "--backend " + backend + ": this pipescope was built without CUDA");
 }
 
-// Before the link benchmarks: is there a GPU that runs the backend (3 otherwise)? pipescope-cuda-check links
-// cudart alone, so that this refusal stays small and fast.
-int check_cuda_backend(const std::string& backend) {
-  return run_cuda_program("pipescope-cuda-check", backend, {backend});
+// The link benchmarks as an MPI job; their JSON goes to `results`.
+void run_link_job(const calib::CalibrateRequest& c, const std::string& results) {
+  const std::vector<std::string> args = calib::linkbench_args(c, results);
+  const std::string exe = sibling_exe("pipescope-linkbench");
+  if (access(exe.c_str(), X_OK) != 0) throw InputError(exe + ": not an executable (build pipescope-linkbench)");
+  const int rc =
+      launch_mpi(c.launcher, c.link_ranks, exe, args,
+                 "calibrate: link benchmarks, " + std::to_string(c.link_ranks) + " ranks (" + c.launcher + ")\n");
+  if (rc != 0)
+    throw std::runtime_error("the link benchmark job failed (exit " + std::to_string(rc) +
+                             "); see its messages above, or pass --no-links");
 }
 
-// The compute benchmarks and fits of `o` in pipescope-calibrate-cuda; the profile comes back through `dir`.
-int calibrate_on_gpu(const calib::CalibrateOptions& o, const TempDir& dir, DeviceProfile& p) {
-  const std::string opts = dir.path + "/options.json", prof = dir.path + "/profile.yaml";
-  write_file_atomic(opts, calib::options_to_json(o), "calibrate options");
-  const int rc = run_cuda_program("pipescope-calibrate-cuda", o.backend, {opts, prof});
-  if (rc == 0) p = load_profile(prof);
-  return rc;
-}
-
-int positive_override(int v, int scenario_value, const char* flag) {
-  if (v == -1) return scenario_value;
-  if (v < 1) throw InputError(std::string(flag) + ": must be >= 1, got " + std::to_string(v));
-  return v;
-}
-
-int run(const CalibrateCli& c) {
+int run(const calib::CalibrateRequest& c) {
   if (c.out.empty()) throw InputError("--out: required (the profile file to write)");
   check_output_paths({{"--out", c.out}});  // before minutes of measuring
-  if (!c.analytic.empty()) {
-    DeviceProfile p = calib::analytic_profile(c.analytic, "pipescope calibrate --analytic " + c.analytic);
-    p.source = c.out;
-    return write_out(p, c.out);
-  }
+  if (!c.analytic.empty())
+    return write_out(calib::analytic_profile(c.analytic, "pipescope calibrate --analytic " + c.analytic), c.out);
   const Scenario s = c.scenario.empty() ? default_scenario() : load_scenario(c.scenario);
   check_output_paths({{"--out", c.out}});  // again, now that the inputs are read: --out may not overwrite one
-  calib::CalibrateOptions o;
-  o.backend = c.backend;
-  o.device_preset = c.device_preset;
-  o.link_class = c.link_class;
-  o.command = command_line();
-  auto& sh = o.compute.shape;
-  sh.layer.hidden = positive_override(c.hidden, s.model.hidden, "--hidden");
-  sh.layer.heads = positive_override(c.heads, s.model.heads, "--heads");
-  sh.layer.ffn = positive_override(c.ffn, c.hidden != -1 ? 4 * sh.layer.hidden : s.model.ffn_hidden, "--ffn");
-  sh.vocab = positive_override(c.vocab, s.model.vocab, "--vocab");
-  sh.max_seq = positive_override(c.seq_len, s.model.seq_len, "--seq-len");
-  if (c.grain < 1) throw InputError("--grain: must be >= 1, got " + std::to_string(c.grain));
-  if (c.context_steps < 0) throw InputError("--context-steps: must be >= 0 (0: no context grid)");
-  try {
-    sh.validate();
-  } catch (const std::exception& e) {
-    throw InputError(std::string("model shape: ") + e.what());
-  }
-  o.compute.grain = c.grain;
-  o.compute.context_steps = c.context_steps;
-  o.compute.tp = c.tp;
-  o.compute.policy.cold = c.cold;
-  if (c.tp < 1 || sh.layer.hidden % c.tp || sh.layer.ffn % c.tp || sh.vocab % c.tp)
-    throw InputError("--tp " + std::to_string(c.tp) + ": must divide hidden, ffn and vocab");
-  o.compute.progress = !c.no_progress;
-  if (c.quick) {
-    if (!c.context_steps_given) o.compute.context_steps = std::min(o.compute.context_steps, 4);
-    o.compute.policy = calib::quick_policy();
-    o.compute.policy.cold = c.cold;
-    o.compute.sparse_lengths = true;
-  }
-  o.budget_s = c.budget_s >= 0 ? c.budget_s : (c.quick ? 100.0 : 0.0);
-  o.accept_poor_fit = c.accept_poor_fit;
-  o.clock = c.clock;
-  // Test hook (calib/README.md): noise on every compute reading, to show that the gates refuse it.
-  if (const char* noise = std::getenv("PIPESCOPE_CALIB_INJECT_NOISE"); noise && *noise) {
-    char* end = nullptr;
-    o.timer_noise = std::strtod(noise, &end);
-    if (end == noise || *end || !(o.timer_noise >= 0))
-      throw InputError(std::string("PIPESCOPE_CALIB_INJECT_NOISE: expected a number >= 0, got '") + noise + "'");
-  }
-  o.micro_batches = c.micro_batches.empty() ? std::vector<int>{s.parallel.micro_batch_size} : c.micro_batches;
-  if (c.link_class != "intra" && c.link_class != "inter") throw InputError("--link-class: intra or inter");
-  if (const BackendInfo* b = find_backend(c.backend); b == nullptr || !measures(*b))
-    throw InputError("--backend: unknown backend '" + c.backend + "' (" + backend_names(measures) + ")");
-  if (is_cuda(c.backend))
-    if (const int rc = check_cuda_backend(c.backend)) return rc;
-
-  const std::string max_bytes = !c.max_bytes.empty() ? c.max_bytes : (c.quick ? "4M" : "32M");
-  auto dir = std::make_unique<TempDir>("pipescope-calibrate");
+  calib::CalibrateOptions o = calib::calibrate_options(c, s, calib::process_command_line());
+  const bool cuda = backend_on(c.backend, BackendDevice::Cuda);
+  // Before the link benchmarks: is there a GPU that runs the backend (3 otherwise)? pipescope-cuda-check links
+  // cudart alone, so that this refusal stays small and fast.
+  if (cuda)
+    if (const int rc = run_cuda_program("pipescope-cuda-check", c.backend, {c.backend})) return rc;
+  const TempDir dir("pipescope-calibrate");
   if (!c.no_links) {
-    if (c.link_ranks < 2) throw InputError("--link-ranks: at least 2");
-    for (const auto* v : {&c.min_bytes, &max_bytes}) {
-      try {
-        calib::parse_size(*v);
-      } catch (const std::invalid_argument& e) {
-        throw InputError(std::string(v == &c.min_bytes ? "-b" : "-e") + ": " + e.what());
-      }
-    }
-    o.link_results = dir->path + "/links.json";
-    std::vector<std::string> argv = launcher_argv(c.launcher);
-    if (argv.empty()) throw InputError("--launcher: empty command");
-    const std::string exe = sibling_exe("pipescope-linkbench");
-    if (access(exe.c_str(), X_OK) != 0) throw InputError(exe + ": not an executable (build pipescope-linkbench)");
-    argv.insert(argv.end(),
-                {"-n", std::to_string(c.link_ranks), exe, "-b", c.min_bytes, "-e", max_bytes, "-f", c.step_factor, "-n",
-                 std::to_string(c.iters), "-w", std::to_string(c.warmup), "--out", o.link_results});
-    require_program(argv[0], "--launcher");
-    std::fprintf(stderr, "calibrate: link benchmarks, %d ranks (%s)\n", c.link_ranks, c.launcher.c_str());
-    const int rc = launch(argv);
-    if (rc != 0)
-      throw std::runtime_error("the link benchmark job failed (exit " + std::to_string(rc) +
-                               "); see its messages above, or pass --no-links");
+    o.link_results = dir.path + "/links.json";
+    run_link_job(c, o.link_results);
   }
   std::fprintf(stderr, "calibrate: compute benchmarks on %s, h=%d heads=%d ffn=%d vocab=%d, l up to %d\n",
-               c.backend.c_str(), sh.layer.hidden, sh.layer.heads, sh.layer.ffn, sh.vocab, sh.max_seq);
-  DeviceProfile p;
-  if (is_cuda(c.backend)) {
-    if (const int rc = calibrate_on_gpu(o, *dir, p)) return rc;
-  } else {
-    try {
-      p = calib::calibrate(o);
-    } catch (const calib::CalibrationRefused& e) {
-      std::fprintf(stderr, "error: %s\nno profile written (--accept-poor-fit writes it with the failures recorded)\n",
-                   e.what());
-      return kExitPoorFit;
-    }
+               c.backend.c_str(), o.compute.shape.layer.hidden, o.compute.shape.layer.heads, o.compute.shape.layer.ffn,
+               o.compute.shape.vocab, o.compute.shape.max_seq);
+  if (cuda) {  // the compute benchmarks and fits in pipescope-calibrate-cuda; the profile comes back through `dir`
+    if (const int rc = run_cuda_program("pipescope-calibrate-cuda", c.backend, calib::write_gpu_request(o, dir.path)))
+      return rc;
+    return write_out(calib::read_gpu_result(dir.path), c.out);
   }
-  p.source = c.out;
-  return write_out(p, c.out);
+  try {
+    return write_out(calib::calibrate(o), c.out);
+  } catch (const calib::CalibrationRefused& e) {
+    std::fprintf(stderr, "error: %s\nno profile written (--accept-poor-fit writes it with the failures recorded)\n",
+                 e.what());
+    return kExitPoorFit;
+  }
 }
 
 }  // namespace
 
 Command add_calibrate(CLI::App& app) {
-  auto o = std::make_shared<CalibrateCli>();
+  auto o = std::make_shared<calib::CalibrateRequest>();
   CLI::App* sub =
       app.add_subcommand("calibrate", "Measure this machine's kernels and links and write a device profile");
   sub->add_option("scenario", o->scenario, "Scenario whose model shape to measure (default: the built-in default)");

@@ -10,7 +10,7 @@ std::vector<Command> add_commands(CLI::App& app, bool* allow_large) {
   std::vector<Command> commands{add_simulate(app),  add_show(app),     add_plan(app),
                                 add_repro(app),     add_validate(app), add_sweep(app),
                                 add_calibrate(app), add_search(app),   add_import(app)};
-  // Every subcommand takes --allow-large: the work estimate's limits (core/work_estimate.h, docs/limits.md).
+  // Every subcommand takes --allow-large: the work estimate's limits (core/plan/work_estimate.h, docs/limits.md).
   if (allow_large)
     for (const Command& c : commands)
       c.app->add_flag("--allow-large", *allow_large,

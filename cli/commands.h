@@ -8,12 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "core/exit_codes.h"
+#include "core/util/exit_codes.h"
+#include "sim/launch.h"
 #include "sim/svg_render.h"
 
 namespace pipescope::cli {
 
-// Exit codes: the one table is core/exit_codes.h (README.md and cli/README.md repeat it).
+// Exit codes: the one table is core/util/exit_codes.h (README.md and cli/README.md repeat it).
 using pipescope::kExitEnvironment;
 using pipescope::kExitInput;
 using pipescope::kExitInternal;
@@ -25,15 +26,11 @@ inline constexpr int kExitInterrupted = 130;  // 128 + SIGINT: search stopped by
 struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-// Thrown when this machine cannot do what was asked (no launcher, no GPU), not because of the input.
-struct EnvironmentError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-// Thrown after a forwarded SIGINT / SIGTERM stopped a child job; main exits with 128 + signal.
-struct Interrupted : std::runtime_error {
-  explicit Interrupted(int sig) : std::runtime_error("interrupted by signal " + std::to_string(sig)), signal(sig) {}
-  int signal;
-};
+// Thrown when this machine cannot do what was asked (no launcher, no GPU), not because of the input; and after a
+// forwarded SIGINT / SIGTERM stopped a child job (main exits with 128 + signal). Declared beside the launcher
+// (sim/launch.h), which throws both.
+using EnvironmentError = sim::EnvironmentError;
+using Interrupted = sim::Interrupted;
 
 // The exit code of an error, from its type (the table above): every handler that maps errors to codes asks here.
 int exit_code_of(const std::exception& e);
@@ -55,7 +52,7 @@ Command add_import(CLI::App& app);
 sim::ImageFormat timeline_format(const std::string& path, const std::string& format);
 
 // Every subcommand above, registered on `app` in the order `pipescope --help` lists them (the one list: main.cc and
-// fuzz/fuzz_cli.cc), each with --allow-large bound to *allow_large when given (core/work_estimate.h).
+// fuzz/fuzz_cli.cc), each with --allow-large bound to *allow_large when given (core/plan/work_estimate.h).
 std::vector<Command> add_commands(
     CLI::App& app, bool* allow_large = nullptr);  // other tools' configurations as scenarios (import_cmd.cc)
 

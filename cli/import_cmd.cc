@@ -1,5 +1,5 @@
 // `pipescope import megatron [--name N] [--cluster PRESET] [--nodes N] [-o FILE] [--strict] -- <pretrain_gpt.py
-// arguments>`: a Megatron-LM launch as a scenario YAML (core/megatron_import.h). The YAML goes to stdout (or -o);
+// arguments>`: a Megatron-LM launch as a scenario YAML (core/model/megatron_import.h). The YAML goes to stdout (or -o);
 // what was not mapped is listed on stderr and as comments in the file.
 #include <cstdio>
 #include <fstream>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "core/atomic_file.h"
-#include "core/megatron_import.h"
+#include "core/util/atomic_file.h"
+#include "core/model/megatron_import.h"
 
 namespace pipescope::cli {
 namespace {

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "core/atomic_file.h"
-#include "core/checks.h"
-#include "core/input_file.h"
-#include "core/profile.h"
-#include "core/scenario.h"
-#include "core/work_estimate.h"
+#include "core/util/atomic_file.h"
+#include "core/lower/checks.h"
+#include "core/util/input_file.h"
+#include "core/model/profile.h"
+#include "core/model/scenario.h"
+#include "core/plan/work_estimate.h"
 
 namespace {
 
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s; the job was stopped and its temporary files removed\n", e.what());
     return 128 + e.signal;
   } catch (const std::bad_alloc&) {
-    // The work estimate (core/work_estimate.h) refuses runs that would not fit; reaching this is a bug.
+    // The work estimate (core/plan/work_estimate.h) refuses runs that would not fit; reaching this is a bug.
     std::fprintf(stderr, "error: out of memory (internal error: the work estimate should have refused this run)\n");
     return cli::kExitInternal;
   } catch (const CheckError& e) {

@@ -1,10 +1,11 @@
 // `pipescope plan SCENARIO [--grain N] [--max-micro-batch N] [--epsilon-ms X] [--linear-scan] [--simulate]`:
-// TeraPipe's optimal slicing for a scenario (core/terapipe_planner.h), its predicted iteration time, the GPipe
+// TeraPipe's optimal slicing for a scenario (core/plan/terapipe_planner.h), its predicted iteration time, the GPipe
 // baseline and the uniform-slicing curve under the same slice-time model; with --simulate, the simulated
 // iteration time of the DP's scheme and of each uniform slicing next to them.
 // `pipescope plan SCENARIO --max-batch [--memory-GB X]`: the largest batch whose GPipe baseline (micro-batches of
-// one sequence, whole mini-batch in flight) fits the device (core/memory_model.h max_batch_gpipe), the way
-// TeraPipe chose B (docs/papers.md#terapipe): per replica (what the planner slices) and global (Table 1's B).
+// one sequence, whole mini-batch in flight) fits the device (core/memory/memory_model.h max_batch_gpipe), the way
+// TeraPipe chose B (docs/papers.md#terapipe): per replica (what the planner slices) and global (Table 1's B);
+// printed by sim/repro_terapipe.h, as Seq1F1B scenarios' split points by sim/repro_seq1f1b.h.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -13,14 +14,16 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "cli/repro.h"
 #include "cli/validators.h"
-#include "core/atomic_file.h"
-#include "core/memory_model.h"
-#include "core/scenario.h"
-#include "core/schedule_registry.h"
-#include "core/terapipe_planner.h"
-#include "core/work_estimate.h"
+#include "core/util/atomic_file.h"
+#include "core/memory/memory_model.h"
+#include "core/model/scenario.h"
+#include "core/model/schedule_registry.h"
+#include "core/plan/terapipe_planner.h"
+#include "core/plan/work_estimate.h"
+#include "sim/repro.h"
+#include "sim/repro_seq1f1b.h"
+#include "sim/repro_terapipe.h"
 
 namespace pipescope::cli {
 namespace {
@@ -37,28 +40,6 @@ struct PlanOptions {
   std::string json;  // --json FILE ("-": stdout, the table then goes to stderr)
 };
 
-int print_max_batch(const Scenario& s, double memory_GB) {
-  const MaxBatch mb = max_batch_gpipe(s, memory_GB * 1e9);
-  const int br = s.parallel.global_batch / s.parallel.dp;
-  std::printf("scenario %s (%s): %s, K = %d stages of %d layers, tp = %d, dp = %d, L = %d, %s\n", s.name.c_str(),
-              s.source.c_str(), s.model.name.c_str(), s.parallel.pp, s.model.layers / s.parallel.pp, s.parallel.tp,
-              s.parallel.dp, s.model.seq_len, s.training.flash_attention ? "flash attention" : "plain attention");
-  std::printf("memory per GPU    %.2f GB limit (%s); static %.2f GB (weights, gradients, optimizer state)\n",
-              mb.limit_bytes / 1e9, memory_GB > 0 ? "--memory-GB" : s.cluster.device.name.c_str(),
-              mb.static_bytes / 1e9);
-  std::printf("per sequence      %.3f GB of activations on the worst stage (rank %d), GPipe baseline\n",
-              mb.per_sequence_bytes / 1e9, mb.worst_rank);
-  if (mb.per_replica == 0) {
-    std::printf("max batch         none: one sequence per replica already needs %.2f GB\n", mb.peak_bytes / 1e9);
-    return 0;
-  }
-  std::printf("max batch         B_r = %d sequences per replica, B = %d global (x dp %d); peak %.2f GB\n",
-              mb.per_replica, mb.global, s.parallel.dp, mb.peak_bytes / 1e9);
-  std::printf("scenario batch    B_r = %d, B = %d (%s)\n", br, s.parallel.global_batch,
-              br <= mb.per_replica ? "fits" : "does not fit");
-  return 0;
-}
-
 int run_plan(const PlanOptions& o) {
   const Scenario s = load_scenario(o.scenario);
   if (o.json != "-") check_output_paths({{"--json", o.json}});
@@ -70,10 +51,14 @@ int run_plan(const PlanOptions& o) {
   if (!o.json.empty() && (o.max_batch || seq1f1b))
     throw InputError("--json writes TeraPipe slicing plans, not --max-batch or Seq1F1B plans");
   if (o.max_batch) {
-    check_grid(estimate_max_batch(s, o.memory_GB * 1e9));  // before the schedules it builds (core/work_estimate.h)
-    return print_max_batch(s, o.memory_GB);
+    check_grid(estimate_max_batch(s, o.memory_GB * 1e9));  // before the schedules it builds (core/plan/work_estimate.h)
+    sim::print_max_batch_plan(s, o.memory_GB, stdout);
+    return 0;
   }
-  if (seq1f1b) return print_seq1f1b_plan(s);  // cli/repro.h
+  if (seq1f1b) {
+    sim::print_seq1f1b_plan(s, stdout);
+    return 0;
+  }
   // With --json -, stdout carries the document and the table goes to stderr.
   FILE* out = o.json == "-" ? stderr : stdout;
   nlohmann::ordered_json j;
@@ -86,7 +71,7 @@ int run_plan(const PlanOptions& o) {
   po.epsilon_s = o.epsilon_ms * 1e-3;
   po.linear_scan = o.linear_scan;
   const int bmax = std::min(o.max_micro_batch, m.batch);
-  // The planner's tables (and --simulate's runs) before building them (core/work_estimate.h).
+  // The planner's tables (and --simulate's runs) before building them (core/plan/work_estimate.h).
   check_grid(estimate_plan(s, o.grain, bmax, o.simulate));
   const auto t0 = std::chrono::steady_clock::now();
   const auto tables = slice_tables(m, o.grain, bmax);
@@ -105,8 +90,9 @@ int run_plan(const PlanOptions& o) {
   // --simulate: the same schemes through the simulator, which overlaps transfers with compute and models the
   // network's contention and the data-parallel all-reduce that the latency formula leaves out.
   const bool dp_simulable = p.groups.size() == 1 && p.groups[0].b == 1;
-  const double dp_sim =
-      o.simulate && dp_simulable ? simulate_figures(with_token_slices(s, p.groups[0].slice_tokens)).iteration_s : 0;
+  const double dp_sim = o.simulate && dp_simulable
+                            ? sim::simulate_figures(sim::with_token_slices(s, p.groups[0].slice_tokens)).iteration_s
+                            : 0;
   if (o.simulate)
     std::fprintf(out, "simulated         %s\n",
                  dp_simulable ? (std::to_string(dp_sim) + " s").c_str() : "n/a (micro-batches of several sequences)");
@@ -151,12 +137,12 @@ int run_plan(const PlanOptions& o) {
     nlohmann::ordered_json row{{"slices", k}, {"tokens", m.seq_len / k}, {"predicted_s", t}};
     std::fprintf(out, "%8d %10d %12.6f %12.3f", k, m.seq_len / k, t, t / p.total_s);
     if (o.simulate) {
-      const double sim = simulate_figures(with_token_slices(s, g.slice_tokens)).iteration_s;
-      row["simulated_s"] = sim;
+      const double sim_s = sim::simulate_figures(sim::with_token_slices(s, g.slice_tokens)).iteration_s;
+      row["simulated_s"] = sim_s;
       if (dp_simulable)
-        std::fprintf(out, " %12.6f %12.3f", sim, sim / dp_sim);
+        std::fprintf(out, " %12.6f %12.3f", sim_s, sim_s / dp_sim);
       else
-        std::fprintf(out, " %12.6f %12s", sim, "-");
+        std::fprintf(out, " %12.6f %12s", sim_s, "-");
     }
     std::fprintf(out, "\n");
     uniform.push_back(std::move(row));

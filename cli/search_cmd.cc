@@ -14,9 +14,10 @@
 #include "cli/commands.h"
 #include "cli/fork_run.h"
 #include "cli/validators.h"
-#include "core/atomic_file.h"
-#include "core/scenario.h"
-#include "core/work_estimate.h"
+#include "core/util/atomic_file.h"
+#include "core/model/scenario.h"
+#include "core/plan/search_work.h"
+#include "core/plan/work_estimate.h"
 #include "sim/search_run.h"
 
 namespace pipescope::cli {
@@ -41,7 +42,7 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-// Atomically (core/atomic_file.h): a failed or interrupted write leaves an older file as it was.
+// Atomically (core/util/atomic_file.h): a failed or interrupted write leaves an older file as it was.
 template <class Write>
 void write_file(const std::string& path, const char* flag, Write write) {
   std::ostringstream text;
@@ -78,7 +79,7 @@ int run_search_cmd(const SearchCmdOptions& o) {
   if (group && group->rank() != 0) so.progress = false;
   if (group && so.progress) std::fprintf(stderr, "search: %d MPI ranks x %d local workers\n", group->size(), o.jobs);
   check_output_paths({{"--json", o.json}, {"--csv", o.csv}, {"--svg", o.svg}, {"--emit", o.emit}});
-  check_grid(estimate_search(base, so.space, so.keep, so.jobs));  // before stage 1 (core/work_estimate.h)
+  check_grid(estimate_search(base, so.space, so.keep, so.jobs));  // before stage 1 (core/plan/search_work.h)
   sim::SearchResult r = sim::run_search(base, so);
   if (!not_a_layout.empty())
     r.as_written_note = "the scenario as written is not a layout of its cluster: " + not_a_layout;

@@ -1,6 +1,6 @@
 // `pipescope show [SCENARIO] [--lowered] [--csv FILE]`: print the schedule (canonical op text per rank) and run
 // the static checker, without simulating; --csv also writes the schedule in PyTorch pipelining's CSV format
-// (core/schedule_csv.h), which `schedule: {kind: file, file: FILE}` reads back. The op notation is explained in
+// (core/ir/schedule_csv.h), which `schedule: {kind: file, file: FILE}` reads back. The op notation is explained in
 // docs/schedule-ir.md; long programs wrap at --width columns, continuation lines indented.
 #include <cstdio>
 #include <fstream>
@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "core/atomic_file.h"
-#include "core/pipeline.h"
-#include "core/scenario.h"
-#include "core/schedule_csv.h"
+#include "core/util/atomic_file.h"
+#include "core/plan/pipeline.h"
+#include "core/model/scenario.h"
+#include "core/ir/schedule_csv.h"
 
 namespace pipescope::cli {
 namespace {

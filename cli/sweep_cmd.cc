@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "core/atomic_file.h"
-#include "core/input_file.h"
-#include "core/scenario.h"
-#include "core/scenario_vary.h"
-#include "core/work_estimate.h"
+#include "core/util/atomic_file.h"
+#include "core/util/input_file.h"
+#include "core/model/scenario.h"
+#include "core/model/scenario_vary.h"
+#include "core/plan/work_estimate.h"
 #include "sim/run_scenario.h"
 
 namespace pipescope::cli {
@@ -40,84 +40,10 @@ struct SweepOptions {
 
 std::string read_file(const std::string& path) {
   try {
-    return read_input_file(path, "scenario file");  // regular, <= 16 MiB, UTF-8 (core/input_file.h)
+    return read_input_file(path, "scenario file");  // regular, <= 16 MiB, UTF-8 (core/util/input_file.h)
   } catch (const InputFileError& e) {
     throw ScenarioError(e.what());
   }
-}
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
-
-std::string num(double x) {
-  char b[40];
-  std::snprintf(b, sizeof b, "%.9g", x);
-  return b;
-}
-
-constexpr const char* kResultColumns =
-    "scenario,schedule,gpus,dp,pp,tp,v,m,micro_batch_size,global_batch,seq_len,slices,slice_tokens,iteration_s,"
-    "pipeline_end_s,bubble_idle_fraction,bubble_ratio,tflops_per_gpu,model_tflops_per_gpu,tokens_per_s,"
-    "peak_memory_GB,oom";
-constexpr int kResultFields = 22;
-
-// The result columns of one run as a JSON object (the CSV's columns, as numbers).
-nlohmann::ordered_json result_json(const sim::RunResult& r) {
-  return {{"scenario", r.scenario},
-          {"schedule", r.schedule},
-          {"gpus", r.gpus},
-          {"dp", r.dp},
-          {"pp", r.pp},
-          {"tp", r.tp},
-          {"v", r.v},
-          {"m", r.m},
-          {"micro_batch_size", r.micro_batch_size},
-          {"global_batch", r.global_batch},
-          {"seq_len", r.seq_len},
-          {"slices", r.slices},
-          {"slice_tokens", r.slice_tokens},
-          {"iteration_s", r.iteration_s},
-          {"pipeline_end_s", r.pipeline_end_s},
-          {"bubble_idle_fraction", r.bubble_idle_fraction},
-          {"bubble_ratio", r.bubble_ratio},
-          {"tflops_per_gpu", r.tflops_per_gpu},
-          {"model_tflops_per_gpu", r.model_tflops_per_gpu},
-          {"tokens_per_s", r.tokens_per_s},
-          {"peak_memory_GB", r.peak_memory_bytes / 1e9},
-          {"oom", r.oom}};
-}
-
-// The result columns of one run, comma-joined and CSV-quoted.
-std::string row_of(const sim::RunResult& r) {
-  const std::vector<std::string> f = {csv_field(r.scenario),
-                                      csv_field(r.schedule),
-                                      std::to_string(r.gpus),
-                                      std::to_string(r.dp),
-                                      std::to_string(r.pp),
-                                      std::to_string(r.tp),
-                                      std::to_string(r.v),
-                                      std::to_string(r.m),
-                                      std::to_string(r.micro_batch_size),
-                                      std::to_string(r.global_batch),
-                                      std::to_string(r.seq_len),
-                                      std::to_string(r.slices),
-                                      csv_field(r.slice_tokens),
-                                      num(r.iteration_s),
-                                      num(r.pipeline_end_s),
-                                      num(r.bubble_idle_fraction),
-                                      num(r.bubble_ratio),
-                                      num(r.tflops_per_gpu),
-                                      num(r.model_tflops_per_gpu),
-                                      num(r.tokens_per_s),
-                                      num(r.peak_memory_bytes / 1e9),
-                                      r.oom ? "1" : "0"};
-  std::string row;
-  for (const auto& x : f) row += (row.empty() ? "" : ",") + x;
-  return row;
 }
 
 int run_sweep(const SweepOptions& o) {
@@ -132,7 +58,7 @@ int run_sweep(const SweepOptions& o) {
   else
     load_scenario(o.scenario);                                 // errors in the file itself, with its own positions
   check_output_paths({{"--out", o.out}, {"--json", o.json}});  // after the inputs: none may be overwritten
-  // The grid's size before building it (core/work_estimate.h): 10^6 points would run for hours.
+  // The grid's size before building it (core/plan/work_estimate.h): 10^6 points would run for hours.
   double points = 1;
   for (const auto& ax : axes) points *= static_cast<double>(ax.values.size());
   const Scenario base = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario);
@@ -157,10 +83,11 @@ int run_sweep(const SweepOptions& o) {
     if (variants[i].invalid.empty()) run_of[i] = runs.size(), runs.push_back(variants[i].scenario);
   check_grid(estimate_sweep(runs, o.jobs));  // the grid again, from the runs themselves
 
-  std::ostringstream file;  // --out: written atomically at the end (core/atomic_file.h)
+  std::ostringstream file;  // --out: written atomically at the end (core/util/atomic_file.h)
   std::ostream& os = o.out.empty() ? std::cout : file;
-  for (const auto& ax : axes) os << csv_field(ax.key) << ',';
-  os << kResultColumns << ",error\n";
+  for (const auto& ax : axes) os << sim::csv_field(ax.key) << ',';
+  const std::string header = sim::result_csv_header();
+  os << header << ",error\n";
   os.flush();
 
   std::vector<std::size_t> variant_of;
@@ -180,7 +107,8 @@ int run_sweep(const SweepOptions& o) {
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::fprintf(stderr, "sweep [%zu/%zu] %s ...", i + 1, variants.size(), variants[i].text.c_str());
         if (r.ok())
-          std::fprintf(stderr, " iteration %s s (%.1f s elapsed)\n", num(r.result.iteration_s).c_str(), wall);
+          std::fprintf(stderr, " iteration %s s (%.1f s elapsed)\n",
+                       sim::result_csv_value(sim::result_field("iteration_s"), r.result).c_str(), wall);
         else
           std::fprintf(stderr, " FAILED (%.1f s elapsed): %s\n", wall, r.error.c_str());
       });
@@ -194,15 +122,15 @@ int run_sweep(const SweepOptions& o) {
     if (error.empty()) {
       const sim::RunOutcome& r = outcomes[run_of[i]];
       if (r.ok())
-        row = row_of(r.result), jrow["result"] = result_json(r.result);
+        row = sim::result_csv_row(r.result), jrow["result"] = sim::result_json(r.result);
       else
         error = r.error, failed++;
     }
     jrow["error"] = error;
     json_rows.push_back(jrow);
-    if (!error.empty()) row = std::string(kResultFields - 1, ',');
-    for (const auto& val : v.values) os << csv_field(val) << ',';
-    os << row << ',' << csv_field(error) << '\n';
+    if (!error.empty()) row = std::string(std::count(header.begin(), header.end(), ','), ',');  // empty cells
+    for (const auto& val : v.values) os << sim::csv_field(val) << ',';
+    os << row << ',' << sim::csv_field(error) << '\n';
   }
   os.flush();
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,4 +1,4 @@
-// Device profiles (core/profile.h parse_profile), as `calibration:` / `--profile` read them. Any input must
+// Device profiles (core/model/profile.h parse_profile), as `calibration:` / `--profile` read them. Any input must
 // either be rejected with a ProfileError that names the file (and, for YAML content, a position and a key), or
 // be accepted; an accepted profile must write back to text that reads back to the same text (round trip), and
 // its cost model must give finite, non-negative op times on a small scenario.
@@ -10,9 +10,9 @@
 #include <sstream>
 #include <string>
 
-#include "core/profile.h"
-#include "core/profile_cost.h"
-#include "core/scenario.h"
+#include "core/model/profile.h"
+#include "core/cost/profile_cost.h"
+#include "core/model/scenario.h"
 
 using namespace pipescope;
 

@@ -1,4 +1,4 @@
-// Scenario YAML (core/scenario.h parse_scenario). Any input must either be rejected with a ScenarioError
+// Scenario YAML (core/model/scenario.h parse_scenario). Any input must either be rejected with a ScenarioError
 // that names a position and a key, or be accepted; an accepted scenario must pass validate_scenario again
 // and, when small enough to lower quickly, turn into a schedule that the static checker accepts.
 #include <cstddef>
@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/checks.h"
-#include "core/pipeline.h"
-#include "core/scenario.h"
+#include "core/lower/checks.h"
+#include "core/plan/pipeline.h"
+#include "core/model/scenario.h"
 
 using namespace pipescope;
 

@@ -1,4 +1,4 @@
-// Schedule files (core/schedule_csv.h schedule_from_csv), as `schedule: {kind: file}` reads them. Input: a first
+// Schedule files (core/ir/schedule_csv.h schedule_from_csv), as `schedule: {kind: file}` reads them. Input: a first
 // line "p v m k" (clamped to small sizes: ranks, chunks, micro-batches, slices), then the CSV. Any input must be
 // rejected with std::invalid_argument or CheckError naming the file, or be accepted; an accepted schedule must
 // write back to CSV that loads to the same ops, and lower to a schedule the static checker accepts (the file's
@@ -10,14 +10,14 @@
 #include <sstream>
 #include <string>
 
-#include "core/checks.h"
-#include "core/cost_model.h"
-#include "core/lowering.h"
-#include "core/memory_model.h"
-#include "core/placement.h"
-#include "core/presets.h"
-#include "core/scenario.h"
-#include "core/schedule_csv.h"
+#include "core/lower/checks.h"
+#include "core/lower/cost_model.h"
+#include "core/lower/lowering.h"
+#include "core/memory/memory_model.h"
+#include "core/model/placement.h"
+#include "core/model/presets.h"
+#include "core/model/scenario.h"
+#include "core/ir/schedule_csv.h"
 
 using namespace pipescope;
 

@@ -1,6 +1,6 @@
 // Explicit slicing schemes and op texts. Input lines:
 //   1: model.seq_len value, 2: schedule.slice_tokens value (a YAML list), 3: schedule.kind,
-//   4..: op texts ("2F0", "1B3c1s2") for core/schedule.h parse_op.
+//   4..: op texts ("2F0", "1B3c1s2") for core/ir/schedule.h parse_op.
 // The slicing lines go through the scenario loader (the one place slice lists are read); an accepted list
 // must give slices that tile the sequence exactly. Op texts must parse or throw std::invalid_argument, and
 // a parsed op must print back to text that parses to the same op.
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "core/pipeline.h"
-#include "core/scenario.h"
-#include "core/schedule.h"
+#include "core/plan/pipeline.h"
+#include "core/model/scenario.h"
+#include "core/ir/schedule.h"
 
 using namespace pipescope;
 

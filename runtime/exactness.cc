@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <set>
 
-#include "core/backends.h"
+#include "core/model/backends.h"
 
 namespace pipescope::runtime {
 

@@ -1,5 +1,5 @@
 #pragma once
-// The exactness check of issue 5: a pipelined / sliced / data-parallel run must give the loss and every
+// The exactness check: a pipelined / sliced / data-parallel run must give the loss and every
 // parameter gradient of a single-process, unsliced run of the same model on the same global batch.
 // The reference runs the whole global batch as one slice through all layers on the CPU f64 backend.
 // Errors are norm-wise per parameter tensor: max|run - ref| / max|ref| over the tensor (the tensors of

@@ -1,6 +1,6 @@
 #pragma once
 // Executes one worker's program of a checked, lowered schedule with real kernels and a real transport,
-// under exactly the execution semantics of core/lowering.h:
+// under exactly the execution semantics of core/lower/lowering.h:
 //   - Compute, Recv, AllReduce and Optimizer ops run in list order, each after the previous non-Send op;
 //   - a Send is posted (non-blocking) once the previous non-Send op completed; later ops do not wait for it;
 //   - a Recv completes when its message has arrived;
@@ -43,8 +43,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/checks.h"
-#include "core/lowering.h"
+#include "core/lower/checks.h"
+#include "core/lower/lowering.h"
 #include "kernels/backend.h"
 #include "runtime/model.h"
 #include "runtime/transport.h"

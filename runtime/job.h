@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/checks.h"
+#include "core/lower/checks.h"
 #include "runtime/executor.h"
 #include "runtime/model.h"
 #include "runtime/transport.h"

@@ -11,7 +11,7 @@
 #include <tuple>
 #include <vector>
 
-#include "core/lowering.h"
+#include "core/lower/lowering.h"
 #include "runtime/transport.h"
 
 namespace pipescope::runtime {

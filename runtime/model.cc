@@ -2,7 +2,7 @@
 
 #include <tuple>
 
-#include "core/backends.h"
+#include "core/model/backends.h"
 #include "runtime/null_backend.h"
 
 namespace pipescope::runtime {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/placement.h"
-#include "core/schedule.h"
+#include "core/model/config.h"
+#include "core/model/placement.h"
+#include "core/ir/schedule.h"
 #include "kernels/backend.h"
 
 namespace pipescope::runtime {
@@ -61,7 +61,7 @@ struct ModuleId {
 std::vector<double> initial_params(const ModelConfig& mc, const ModuleId& id);
 
 // Layers of virtual stage g of a pipeline of `stages` stages: [first, first + count), mc.stage_layers or the
-// even split (core/placement.h stage_layer_range). Throws RuntimeError on a layout that does not fit.
+// even split (core/model/placement.h stage_layer_range). Throws RuntimeError on a layout that does not fit.
 using StageLayers = LayerRange;
 StageLayers stage_layers(const ModelConfig& mc, int stages, int stage);
 

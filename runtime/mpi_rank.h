@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "core/lowering.h"
+#include "core/lower/lowering.h"
 #include "runtime/transport.h"
 #include "runtime/watchdog.h"
 

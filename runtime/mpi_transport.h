@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/lowering.h"
+#include "core/lower/lowering.h"
 #include "runtime/transport.h"
 
 namespace pipescope::runtime {

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "core/lowering.h"
+#include "core/lower/lowering.h"
 #include "runtime/mpi_transport.h"
 #include "runtime/transport.h"
 

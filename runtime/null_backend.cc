@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "core/backends.h"
+#include "core/model/backends.h"
 
 namespace pipescope::runtime {
 

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "core/exit_codes.h"
+#include "core/util/exit_codes.h"
 
 namespace pipescope::runtime {
 

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <limits>
 
-#include "core/backends.h"
-#include "core/scenario.h"
-#include "core/schedule_registry.h"
+#include "core/model/backends.h"
+#include "core/model/scenario.h"
+#include "core/model/schedule_registry.h"
 
 namespace pipescope::runtime {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "core/model/config.h"
 #include "runtime/job.h"
 #include "runtime/scenario_fit.h"
 

@@ -2,9 +2,10 @@
 
 #include <numeric>
 
-#include "core/placement.h"
-#include "core/scenario.h"
-#include "core/schedule_registry.h"
+#include "core/model/placement.h"
+#include "core/model/scenario.h"
+#include "core/model/scenario_vary.h"
+#include "core/model/schedule_registry.h"
 
 namespace pipescope::runtime {
 
@@ -56,6 +57,9 @@ Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o) {
   m.tied_embeddings = false;
   refuse_unsupported(s);
 
+  // Another kind re-slices the scenario as every command does (with_schedule: v fitted, slicing dropped for whole
+  // sequences); an explicit --v wins.
+  if (o.schedule) s = with_schedule(s, kind_of(*o.schedule, s.source));
   ParallelSpec& p = s.parallel;
   if (o.dp) p.dp = *o.dp;
   if (o.pp) p.pp = *o.pp;
@@ -65,10 +69,7 @@ Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o) {
   if (o.global_batch) p.global_batch = *o.global_batch;
 
   ScheduleSpec& sch = s.schedule;
-  if (o.schedule) sch.kind = kind_of(*o.schedule, s.source);
-  const ScheduleTraits& traits = schedule_entry(sch.kind).traits;
-  const bool sliced = traits.sliced();
-  if (o.schedule && !o.v) p.v = traits.fit_v(p.v);
+  const bool sliced = schedule_entry(sch.kind).traits.sliced();
   if (o.stage_layers) {
     p.stage_layers = *o.stage_layers;
   } else if (!p.stage_layers.empty() && (o.layers || o.pp || o.v || o.schedule) &&
@@ -93,9 +94,7 @@ Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o) {
                         (o.slices ? "--slices" : "--slice-tokens") + " needs a slicing schedule (--schedule " +
                         schedule_names_if([](const ScheduleTraits& t) { return t.sliced() && !t.from_file; }) + ")");
   if (!sliced) {
-    sch.seq_slices = 1;
-    sch.slice_tokens.clear();
-    sch.slicing = "uniform";
+    drop_slicing(sch);
   } else if (o.seq_len && !o.slice_tokens && !sch.slice_tokens.empty()) {
     throw ScenarioError(s.source + ": schedule.slice_tokens: the scenario's explicit slices do not fit --seq-len " +
                         std::to_string(*o.seq_len) + "; give --slice-tokens or --slices");

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/pipeline.h"
+#include "core/model/config.h"
+#include "core/plan/pipeline.h"
 
 namespace pipescope::runtime {
 
@@ -38,7 +38,7 @@ Scenario tiny_scenario(const std::string& schedule, int dp, int pp, int v, int m
                        int seq_len, int vocab, int slices = 1, const std::vector<int>& slice_tokens = {}, int tp = 1,
                        const std::vector<int>& stage_layers = {});
 
-// core/pipeline.h prepare() with constant costs (1 s forward, 2 s backward per stage, 1 MB activations,
+// core/plan/pipeline.h prepare() with constant costs (1 s forward, 2 s backward per stage, 1 MB activations,
 // 1 MB gradients; with tp > 1 the layers' 2 TP all-reduces per layer and compute op, 1 MB each): the runtime
 // ignores costs, so tests need neither the analytic model nor a profile. Lowered with the scenario's
 // schedule.scatter_gather and training.distributed_optimizer (reduce-scatter, sharded step, parameter all-gather).

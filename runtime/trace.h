@@ -1,8 +1,8 @@
 #pragma once
 // Measured timelines in the simulator's trace format (sim/report.h write_trace): Chrome / Perfetto
-// trace-event JSON, pid = cluster node of the worker's GPU (core/placement.h), tid = local GPU * 100 for its
+// trace-event JSON, pid = cluster node of the worker's GPU (core/model/placement.h), tid = local GPU * 100 for its
 // compute stream and local GPU * 100 + k for communication lanes, "X" events in microseconds (integer ns clock,
-// core/trace_json.h), the same args keys as the simulated trace and flow events send -> receive, named by the
+// core/lower/trace_json.h), the same args keys as the simulated trace and flow events send -> receive, named by the
 // ops' canonical text (lowered_op_name), so a simulated and a measured run can be diffed op by op.
 // Measured lanes: compute ops and the optimizer on the compute track; receives and all-reduces (blocking,
 // from posting to completion) on comm lane 1; sends (non-blocking, from posting to observed completion) on
@@ -11,8 +11,8 @@
 #include <iosfwd>
 #include <string>
 
-#include "core/lowering.h"
-#include "core/placement.h"
+#include "core/lower/lowering.h"
+#include "core/model/placement.h"
 #include "runtime/job.h"
 
 namespace pipescope::runtime {

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 
 namespace pipescope::sim {
@@ -23,35 +24,37 @@ struct Child {
 Child start(const std::function<std::string()>& fn, const ChildOptions& o) {
   int fd[2];
   if (pipe(fd) != 0) throw std::runtime_error("pipe() failed");
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) {
+  pid_t pid = -1;
+  try {
+    pid = fork_child(
+        [&] {
+          close(fd[0]);
+          if (o.cap_GB > 0) {
+            const auto cap = static_cast<rlim_t>(o.cap_GB * (1ull << 30));
+            const rlimit lim{cap, cap};
+            setrlimit(RLIMIT_AS, &lim);
+          }
+          std::string out;
+          try {
+            out = "OK " + fn();
+          } catch (const std::exception& e) {
+            out = std::string("ERR ") + e.what();
+          } catch (...) {
+            out = "ERR unknown exception";
+          }
+          for (std::size_t done = 0; done < out.size();) {
+            const ssize_t n = write(fd[1], out.data() + done, out.size() - done);
+            if (n <= 0) break;
+            done += static_cast<std::size_t>(n);
+          }
+          close(fd[1]);
+          _exit(0);
+        },
+        "simulation");
+  } catch (...) {
     close(fd[0]);
     close(fd[1]);
-    throw std::runtime_error("fork() failed");
-  }
-  if (pid == 0) {
-    close(fd[0]);
-    if (o.cap_GB > 0) {
-      const auto cap = static_cast<rlim_t>(o.cap_GB * (1ull << 30));
-      const rlimit lim{cap, cap};
-      setrlimit(RLIMIT_AS, &lim);
-    }
-    std::string out;
-    try {
-      out = "OK " + fn();
-    } catch (const std::exception& e) {
-      out = std::string("ERR ") + e.what();
-    } catch (...) {
-      out = "ERR unknown exception";
-    }
-    for (std::size_t done = 0; done < out.size();) {
-      const ssize_t n = write(fd[1], out.data() + done, out.size() - done);
-      if (n <= 0) break;
-      done += static_cast<std::size_t>(n);
-    }
-    close(fd[1]);
-    _exit(0);
+    throw;
   }
   close(fd[1]);
   Child c;
@@ -85,6 +88,18 @@ ChildAnswer finish(Child& c, const ChildOptions& o) {
 }
 
 }  // namespace
+
+pid_t fork_child(const std::function<void()>& child, const std::string& what) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(what + ": fork() failed: " + std::strerror(errno));
+  if (pid > 0) return pid;
+  try {
+    child();
+  } catch (...) {
+  }
+  _exit(127);
+}
 
 std::string run_in_child(const std::function<std::string()>& child, const ChildOptions& o) {
   Child c = start(child, o);

@@ -1,8 +1,12 @@
 #pragma once
-// The one fork implementation. SimGrid allows one Engine per process, so every simulation that a command runs
-// more than once (compare, sweep, repro, plan --simulate, search, the benchmarks, the engine's folded trial run)
-// goes into a forked child that answers with a string through a pipe. run_children() keeps up to `jobs` such
-// children busy at once and hands the answers back in task order, so a pool's output never depends on `jobs`.
+// The one fork implementation. fork_child() is the only place the project forks: programs started by a launcher
+// (the MPI relay, mpirun through cli's guard) and computations in a child alike. SimGrid allows one Engine per
+// process, so every simulation that a command runs more than once (compare, sweep, repro, plan --simulate, search,
+// the benchmarks, the engine's folded trial run) goes into a forked child that answers with a string through a pipe.
+// run_children() keeps up to `jobs` such children busy at once and hands the answers back in task order, so a
+// pool's output never depends on `jobs`.
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <functional>
@@ -10,6 +14,12 @@
 #include <vector>
 
 namespace pipescope::sim {
+
+// Flushes stdio (so no buffered output is written twice), forks, and runs `child` in the new process, which ends
+// there: `child` ends it itself (exec, _exit) or, if it returns or throws, the process exits with status 127, so a
+// child never runs its parent's code on return. Returns the child's pid; throws std::runtime_error "<what>: fork()
+// failed: <reason>" when no process could be made.
+pid_t fork_child(const std::function<void()>& child, const std::string& what);
 
 struct ChildOptions {
   double cap_GB = 0;  // > 0: the child's address-space cap, so a case too big fails instead of exhausting the machine

@@ -14,14 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "core/lowering.h"
+#include "core/lower/lowering.h"
 
 namespace pipescope::sim {
 
 enum class CollAlgo : std::uint8_t {
   Ring,       // explicit ring steps (exact alpha-beta, contends with everything else)
   Aggregate,  // per ring: a (count*steps - 1) * alpha delay, then one comm i -> i+1 of count*steps*S/n
-  Analytic,   // a pure delay: NCCL's own model of the call (core/nccl_model.h) on the ring's group
+  Analytic,   // a pure delay: NCCL's own model of the call (core/cost/nccl_model.h) on the ring's group
 };
 
 // Algorithm used for a group under an option value; "auto" is "analytic" for every group: tensor-parallel

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "core/checks.h"
-#include "core/config.h"
+#include "core/lower/checks.h"
+#include "core/model/config.h"
 #include "sim/collectives.h"
 #include "sim/report.h"
 
@@ -51,7 +51,7 @@ struct DagAnnotations {
   std::vector<CollTag> group_tags;      // per collective group (empty = all None)
   std::vector<std::uint8_t> allgather;  // per node (empty = none): Collective is an all-gather
   int workers = 0;                      // size of SimResult::worker_busy_s (0 = max worker + 1)
-  // Data-parallel replicas: workers are d * (workers / replicas) + r (core/lowering.h). With replicas > 1
+  // Data-parallel replicas: workers are d * (workers / replicas) + r (core/lower/lowering.h). With replicas > 1
   // the engine may fold identical replicas (EngineOptions::fold_replicas).
   int replicas = 1;
   // Tensor-parallel transfer lanes: when tp > 1, a Transfer between worker GPUs runs as tp parallel flows

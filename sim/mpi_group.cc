@@ -10,6 +10,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "sim/child_process.h"
+
 namespace pipescope::sim {
 namespace {
 
@@ -45,17 +47,16 @@ MpiGroup::MpiGroup(const std::string& relay_exe) {
   int in[2], out[2];
   if (pipe(in) != 0) throw std::runtime_error("mpi: pipe() failed");
   if (pipe(out) != 0) throw std::runtime_error("mpi: pipe() failed");
-  std::fflush(nullptr);
-  pid_ = fork();
-  if (pid_ < 0) throw std::runtime_error("mpi: fork() failed");
-  if (pid_ == 0) {
-    dup2(in[0], STDIN_FILENO);
-    dup2(out[1], STDOUT_FILENO);
-    close(in[0]), close(in[1]), close(out[0]), close(out[1]);
-    execl(relay_exe.c_str(), relay_exe.c_str(), static_cast<char*>(nullptr));
-    std::fprintf(stderr, "error: cannot run %s: %s\n", relay_exe.c_str(), std::strerror(errno));
-    _exit(127);
-  }
+  pid_ = fork_child(
+      [&] {
+        dup2(in[0], STDIN_FILENO);
+        dup2(out[1], STDOUT_FILENO);
+        close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+        execl(relay_exe.c_str(), relay_exe.c_str(), static_cast<char*>(nullptr));
+        std::fprintf(stderr, "error: cannot run %s: %s\n", relay_exe.c_str(), std::strerror(errno));
+        _exit(127);
+      },
+      "mpi");
   close(in[0]), close(out[1]);
   to_ = in[1], from_ = out[0];
   std::uint64_t hello[2];

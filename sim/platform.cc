@@ -12,8 +12,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/placement.h"
-#include "core/profile.h"
+#include "core/model/placement.h"
+#include "core/model/profile.h"
 
 namespace pipescope::sim {
 namespace sg4 = simgrid::s4u;
@@ -210,7 +210,7 @@ bool user_sets(const std::vector<std::string>& args, const std::string& item) {
 
 }  // namespace
 
-int cube_mesh_links(int a, int b) { return cube_mesh_nvlinks(a, b); }  // the one table: core/placement.cc
+int cube_mesh_links(int a, int b) { return cube_mesh_nvlinks(a, b); }  // the one table: core/model/placement.cc
 
 void configure_network_model() { configure_network_model({}); }
 

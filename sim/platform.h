@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "core/model/config.h"
 
 namespace simgrid::s4u {
 class Host;

@@ -7,9 +7,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/analytic_cost.h"
-#include "core/dag.h"
-#include "core/memory_model.h"
+#include "core/cost/analytic_cost.h"
+#include "core/lower/dag.h"
+#include "core/memory/memory_model.h"
 
 namespace pipescope::sim {
 

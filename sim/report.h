@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/checks.h"
-#include "core/config.h"
-#include "core/memory_model.h"
-#include "core/profile.h"
+#include "core/lower/checks.h"
+#include "core/model/config.h"
+#include "core/memory/memory_model.h"
+#include "core/model/profile.h"
 
 namespace pipescope::sim {
 
@@ -50,7 +50,7 @@ struct Report {
   ProfileStamp profile;  // the calibration profile that timed the run (sim.profile); empty path: analytic
 };
 
-// `replay`: whether memory.ranks carry the caching allocator's reserved bytes (core/memory_model.h); callers that
+// `replay`: whether memory.ranks carry the caching allocator's reserved bytes (core/memory/memory_model.h); callers that
 // keep only the live peak (the search's re-simulated candidates) leave it off.
 Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult& r,
                    AllocatorReplay replay = AllocatorReplay::On);

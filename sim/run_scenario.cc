@@ -8,19 +8,13 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "core/checks.h"
-#include "core/pipeline.h"
+#include "core/lower/checks.h"
+#include "core/plan/pipeline.h"
 #include "sim/engine.h"
 #include "sim/report.h"
 #include "sim/scenario_options.h"
 
 namespace pipescope::sim {
-
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RunResult, scenario, schedule, gpus, dp, pp, tp, v, m, micro_batch_size,
-                                   global_batch, seq_len, slices, slice_tokens, iteration_s, pipeline_end_s,
-                                   bubble_idle_fraction, bubble_ratio, tflops_per_gpu, model_tflops_per_gpu,
-                                   tokens_per_s, peak_memory_bytes, oom, report_json, trace_json, wall_s, sim_wall_s,
-                                   activities, dag_nodes, peak_rss_kb)
 
 namespace {
 
@@ -78,16 +72,6 @@ RunResult run_scenario(const Scenario& s, const RunOptions& o) {
   getrusage(RUSAGE_SELF, &ru);
   out.peak_rss_kb = static_cast<double>(ru.ru_maxrss);
   return out;
-}
-
-std::string encode(const RunResult& r) { return nlohmann::json(r).dump(); }
-
-RunResult decode(const std::string& text) {
-  try {
-    return nlohmann::json::parse(text).get<RunResult>();
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(std::string("malformed answer from a simulation process: ") + e.what());
-  }
 }
 
 RunResult run_isolated(const Scenario& s, const RunOptions& o, const ChildOptions& c) {

@@ -1,6 +1,6 @@
 #include "sim/scenario_options.h"
 
-#include "core/profile.h"
+#include "core/model/profile.h"
 
 namespace pipescope::sim {
 

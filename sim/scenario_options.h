@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include "core/config.h"
+#include "core/model/config.h"
 #include "sim/engine.h"
 
 namespace pipescope::sim {

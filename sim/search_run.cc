@@ -16,12 +16,12 @@
 #include <ostream>
 #include <stdexcept>
 
-#include "core/memory_model.h"
-#include "core/pipeline.h"
-#include "core/schedule_registry.h"
-#include "core/search_bound.h"
-#include "core/search_estimate.h"
-#include "core/work_estimate.h"
+#include "core/memory/memory_model.h"
+#include "core/plan/pipeline.h"
+#include "core/model/schedule_registry.h"
+#include "core/plan/search_bound.h"
+#include "core/plan/search_estimate.h"
+#include "core/plan/work_estimate.h"
 #include "sim/child_process.h"
 #include "sim/xml_escape.h"
 
@@ -136,7 +136,7 @@ nlohmann::json gather(const nlohmann::json& mine, MpiGroup* g) {
   return all;
 }
 
-// Stage 2 over every candidate: rank_stage2 (core/search_bound.h) picks the candidates to estimate, in rounds,
+// Stage 2 over every candidate: rank_stage2 (core/plan/search_bound.h) picks the candidates to estimate, in rounds,
 // each spread over this process's share (all of them when alone) and gathered; the rest are bounded out. Failures
 // are dropped with their reason. `estimated`: the candidates estimated (the others were bounded out).
 void estimate_all(std::vector<Candidate>& c, const SearchOptions& o, std::map<std::string, std::size_t>& rejected,
@@ -182,8 +182,8 @@ void estimate_all(std::vector<Candidate>& c, const SearchOptions& o, std::map<st
 
 // Stage 3's rows per MPI rank (each rank's in row order; all of them on one rank when alone): the largest
 // simulation first to the rank with the least work so far, work being the simulator's op count
-// (core/work_estimate.h). The rows are in estimate order and neighbours tend to be alike (the best ones often the
-// largest DAGs), so contiguous shares left one rank with the heaviest simulations (bench/README.md, session 18).
+// (core/plan/work_estimate.h). The rows are in estimate order and neighbours tend to be alike (the best ones often the
+// largest DAGs), so contiguous shares left one rank with the heaviest simulations (bench/README.md, the 175B search).
 std::vector<std::vector<std::size_t>> stage3_shares(const std::vector<SearchRow>& rows, std::size_t ranks) {
   std::vector<double> work(rows.size(), 0.0);
   for (std::size_t i = 0; i < rows.size(); i++) {
@@ -384,6 +384,10 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
   }
 }
 
+// The simulated figures a search row shows, as run-result columns (sim/run_result.h), in the CSV's order.
+constexpr const char* kSearchFigures[] = {"tokens_per_s", "iteration_s", "bubble_idle_fraction", "peak_memory_GB",
+                                          "tflops_per_gpu"};
+
 void write_search_json(std::ostream& os, const SearchResult& r) {
   nlohmann::json j;
   j["schema"] = "pipescope.search/1";  // docs/schemas/search.schema.json
@@ -415,11 +419,7 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
       x["slice_tokens"] = s.slice_tokens;
       x["recompute"] = to_string(row.scenario.schedule.recompute);
       x["distributed_optimizer"] = row.scenario.training.distributed_optimizer;
-      x["tokens_per_s"] = s.tokens_per_s;
-      x["iteration_s"] = s.iteration_s;
-      x["bubble_idle_fraction"] = s.bubble_idle_fraction;
-      x["peak_memory_GB"] = s.peak_memory_bytes / 1e9;
-      x["tflops_per_gpu"] = s.tflops_per_gpu;
+      for (const char* c : kSearchFigures) x[c] = result_json_value(result_field(c), s);
       x["pareto"] = row.pareto;
     }
     rows.push_back(x);
@@ -431,9 +431,9 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
 }
 
 void write_search_csv(std::ostream& os, const SearchResult& r) {
-  os << "rank,configuration,schedule,dp,pp,tp,v,m,micro_batch_size,slices,recompute,distributed_optimizer,"
-        "tokens_per_s,iteration_s,bubble_idle_fraction,peak_memory_GB,tflops_per_gpu,estimate_s,pareto,as_written,"
-        "error\n";
+  os << "rank,configuration,schedule,dp,pp,tp,v,m,micro_batch_size,slices,recompute,distributed_optimizer,";
+  for (const char* c : kSearchFigures) os << c << ',';
+  os << "estimate_s,pareto,as_written,error\n";
   int rank = 0;
   for (const auto& row : r.rows) {
     const RunResult& s = row.result;
@@ -446,11 +446,9 @@ void write_search_csv(std::ostream& os, const SearchResult& r) {
        << row.scenario.parallel.v << ',' << (ok ? std::to_string(s.m) : "") << ','
        << row.scenario.parallel.micro_batch_size << ',' << (ok ? std::to_string(s.slices) : "") << ','
        << to_string(row.scenario.schedule.recompute) << ',' << (row.scenario.training.distributed_optimizer ? 1 : 0)
-       << ',' << (ok ? format_num("%.9g", s.tokens_per_s) : "") << ',' << (ok ? format_num("%.9g", s.iteration_s) : "")
-       << ',' << (ok ? format_num("%.9g", s.bubble_idle_fraction) : "") << ','
-       << (ok ? format_num("%.9g", s.peak_memory_bytes / 1e9) : "") << ','
-       << (ok ? format_num("%.9g", s.tflops_per_gpu) : "") << ','
-       << (std::isnan(row.estimate_s) ? "" : format_num("%.9g", row.estimate_s)) << ',' << (row.pareto ? 1 : 0) << ','
+       << ',';
+    for (const char* c : kSearchFigures) os << (ok ? result_csv_value(result_field(c), s) : "") << ',';
+    os << (std::isnan(row.estimate_s) ? "" : format_num("%.9g", row.estimate_s)) << ',' << (row.pareto ? 1 : 0) << ','
        << (row.as_written ? 1 : 0) << ',' << (err.empty() ? "" : "\"" + err + "\"") << '\n';
   }
 }

@@ -1,5 +1,5 @@
 #pragma once
-// `pipescope search`: the three stages put together (core/search.h prunes and estimates, sim/run_scenario.h
+// `pipescope search`: the three stages put together (core/plan/search.h prunes and estimates, sim/run_scenario.h
 // simulates the best K) and the outputs: a ranked table, JSON, CSV, an SVG of throughput against peak memory
 // with the Pareto front, and the best configuration as a scenario YAML. Every output is identical for every
 // number of jobs: stage 2's estimates are exact functions of the candidate, stage 3's rows come back in order,
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/search.h"
+#include "core/model/config.h"
+#include "core/plan/search.h"
 #include "sim/mpi_group.h"
 #include "sim/run_scenario.h"
 
@@ -45,7 +45,7 @@ struct SearchResult {
   double memory_limit_bytes = 0;
   std::size_t enumerated = 0, fits = 0;
   std::size_t ranked = 0;     // stage 2's ranking: the candidates whose DAG builds (estimated or bounded out)
-  std::size_t estimated = 0;  // of them, estimated (the rest bounded out: core/search_bound.h)
+  std::size_t estimated = 0;  // of them, estimated (the rest bounded out: core/plan/search_bound.h)
   std::map<std::string, std::size_t> rejected;  // stage 1 and 2 reasons -> count
   std::vector<SearchRow> rows;                  // simulated: best throughput first, then failures
   std::string as_written_note;                  // why the scenario as written is not a row (empty: it is)

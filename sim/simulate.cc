@@ -2,7 +2,7 @@
 // driver so that bare-DAG runs (tests, benchmarks) need nothing from the lowering.
 #include <algorithm>
 
-#include "core/dag.h"
+#include "core/lower/dag.h"
 #include "sim/engine.h"
 
 namespace pipescope::sim {

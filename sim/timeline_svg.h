@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "core/dag.h"
-#include "core/lowering.h"
-#include "core/placement.h"
+#include "core/lower/dag.h"
+#include "core/lower/lowering.h"
+#include "core/model/placement.h"
 #include "sim/report.h"
 
 namespace pipescope::sim {

@@ -3,7 +3,7 @@
 // (overlapping comms of one GPU get separate lanes, assigned greedily in start order). Every GPU of a worker's
 // tensor-parallel group gets its compute ops (the TP ranks run them in lock step) and its own p2p flows (one per
 // TP lane, as the engine runs them). A transfer shows on both ends: the send on the sender's comm lane, the
-// receive on the receiver's, joined by a flow event. Integer nanosecond clock (core/trace_json.h); no wall
+// receive on the receiver's, joined by a flow event. Integer nanosecond clock (core/lower/trace_json.h); no wall
 // clock: identical runs give identical bytes.
 #include <algorithm>
 #include <cstdint>
@@ -14,9 +14,9 @@
 #include <tuple>
 #include <vector>
 
-#include "core/dag.h"
-#include "core/json_text.h"
-#include "core/trace_json.h"
+#include "core/lower/dag.h"
+#include "core/util/json_text.h"
+#include "core/lower/trace_json.h"
 #include "sim/report.h"
 
 namespace pipescope::sim {

@@ -1,4 +1,4 @@
-# `pipescope calibrate` input errors and output handling (issue 14), run by ctest, one case per test so that each
+# `pipescope calibrate` input errors and output handling, run by ctest, one case per test so that each
 # calibration has its own time limit (a sanitized calibration of the tiny shape takes 35 s on a quiet 2-core machine):
 #   cmake -DBIN=<pipescope> -DDIR=<scratch> -DCASE=bad_input|tiny|refused -P calib_cli.cmake
 # bad_input: --hidden 0 is a bad-input error (exit 1). tiny: a tiny shape with --context-steps 0 runs to a profile or

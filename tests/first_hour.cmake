@@ -1,5 +1,5 @@
-# A new user's first hour (issue 20): outputs a script can rely on, help that says what runs, data found from
-# any directory. Included from tests/CMakeLists.txt; each test failed before its fix.
+# A new user's first hour: outputs a script can rely on, help that says what runs, data found from any
+# directory. Included from tests/CMakeLists.txt.
 set(fh_bin $<TARGET_FILE:pipescope>)
 set(fh_dir ${CMAKE_CURRENT_BINARY_DIR}/first_hour)
 file(MAKE_DIRECTORY ${fh_dir})
@@ -106,7 +106,7 @@ add_test(NAME install_repro_terapipe
          COMMAND ${CMAKE_COMMAND} -DBUILD=${PROJECT_BINARY_DIR} -DPREFIX=${fh_dir}/prefix -DCUDA=${PIPESCOPE_HAVE_CUDA}
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/install_repro.cmake)
 set_tests_properties(install_repro_terapipe PROPERTIES LABELS "cli;install" TIMEOUT 300)
-# Traces: the checker (core/trace_check.h) over `simulate --trace` of shipped scenarios.
+# Traces: the checker (core/util/trace_check.h) over `simulate --trace` of shipped scenarios.
 pipescope_add_test(test_traces SOURCES test_traces.cc DEPS pipescope_core pipescope_sim nlohmann_json::nlohmann_json LABELS sim)
 add_dependencies(test_traces pipescope)
 # Machine-readable outputs against docs/schemas/ (validate runs 2 MPI ranks).

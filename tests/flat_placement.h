@@ -1,7 +1,7 @@
 #pragma once
-// A placement for tests that need workers on GPUs without core/placement.cc's policies: dp x p x tp workers on
+// A placement for tests that need workers on GPUs without core/model/placement.cc's policies: dp x p x tp workers on
 // consecutive GPU ids from `first_gpu` (an offset keeps GPU ids apart from worker ids), `gpus_per_node` to a node.
-#include "core/placement.h"
+#include "core/model/placement.h"
 
 namespace pipescope::test {
 

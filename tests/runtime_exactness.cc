@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "core/checks.h"
-#include "core/schedule_csv.h"
-#include "core/schedule_registry.h"
+#include "core/lower/checks.h"
+#include "core/ir/schedule_csv.h"
+#include "core/model/schedule_registry.h"
 #include "runtime/exactness.h"
 #include "runtime/job.h"
 #include "runtime/mpi_rank.h"

@@ -24,12 +24,12 @@
 #include <string>
 #include <vector>
 
-#include "core/checks.h"
-#include "core/cost_model.h"
-#include "core/lowering.h"
-#include "core/placement.h"
-#include "core/schedule.h"
-#include "core/schedule_registry.h"
+#include "core/lower/checks.h"
+#include "core/lower/cost_model.h"
+#include "core/lower/lowering.h"
+#include "core/model/placement.h"
+#include "core/ir/schedule.h"
+#include "core/model/schedule_registry.h"
 #include "sim/engine.h"
 #include "sim/platform.h"
 #include "sim/report.h"

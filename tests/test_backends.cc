@@ -1,12 +1,12 @@
-// The kernels backends' table (core/backends.h): names, devices, dtypes, and the messages built from it.
+// The kernels backends' table (core/model/backends.h): names, devices, dtypes, and the messages built from it.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <stdexcept>
 #include <string>
 
-#include "core/backends.h"
-#include "core/profile.h"
+#include "core/model/backends.h"
+#include "core/model/profile.h"
 
 namespace pipescope {
 namespace {

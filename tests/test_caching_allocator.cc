@@ -1,4 +1,4 @@
-// The caching-allocator replay (core/caching_allocator.h): PyTorch's size rounding and segment sizes, best fit,
+// The caching-allocator replay (core/memory/caching_allocator.h): PyTorch's size rounding and segment sizes, best fit,
 // splitting, merging within a segment only, cache release at the capacity and the figure at a failure, 0-byte
 // requests, computed by hand; and through the memory model, reserved
 // bytes never below the live bytes, equal for 1F1B's one-size tensors and above them for Seq1F1B's segments.
@@ -7,12 +7,12 @@
 #include <limits>
 #include <string>
 
-#include "core/caching_allocator.h"
-#include "core/memory_model.h"
-#include "core/pipeline.h"
-#include "core/scenario.h"
-#include "core/scenario_vary.h"
-#include "core/schedule_registry.h"
+#include "core/memory/caching_allocator.h"
+#include "core/memory/memory_model.h"
+#include "core/plan/pipeline.h"
+#include "core/model/scenario.h"
+#include "core/model/scenario_vary.h"
+#include "core/model/schedule_registry.h"
 
 namespace pipescope {
 namespace {

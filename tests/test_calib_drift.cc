@@ -6,7 +6,7 @@
 
 #include "calib/calibrate.h"
 #include "calib/drift.h"
-#include "core/profile.h"
+#include "core/model/profile.h"
 #include "tests/calib_tiny.h"
 
 namespace pipescope {

@@ -1,4 +1,4 @@
-// Calibration you can trust (calib/gates.h, calib/driver.h, core/profile.h): every gate refuses what it must and
+// Calibration you can trust (calib/gates.h, calib/driver.h, core/model/profile.h): every gate refuses what it must and
 // names the table and the points; the noise test hook is refused end to end; piecewise link tables; profile
 // stamps; check_profile_serves.
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 #include "calib/fit.h"
 #include "calib/gates.h"
 #include "calib/links.h"
-#include "core/profile.h"
-#include "core/scenario.h"
+#include "core/model/profile.h"
+#include "core/model/scenario.h"
 #include "sim/scenario_options.h"
 #include "tests/calib_tiny.h"
 

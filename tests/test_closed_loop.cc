@@ -1,4 +1,4 @@
-// The closed loop of issue 6 on a machine without a GPU: calibrate the CPU backend (quick grid), simulate the
+// The closed loop on a machine without a GPU: calibrate the CPU backend (quick grid), simulate the
 // 2-rank pipeline scenario with that profile and run it with the CPU runtime under mpirun
 // (`pipescope validate --profile`); the simulated iteration must be within kTolerance of the measured one (when the
 // machine is not busier than its cores and held its speed: see kMaxDrift), and the kernel model must predict a layer
@@ -18,11 +18,11 @@
 #include <thread>
 #include <vector>
 
-#include "core/profile.h"
+#include "core/model/profile.h"
 
 namespace {
 
-// The issue's target is 10% on a quiet machine; CI machines are shared, so the gate is looser and the note
+// The target is 10% on a quiet machine; CI machines are shared, so the gate is looser and the note
 // reports the figure measured on a quiet machine.
 constexpr double kTolerance = 0.20;
 
@@ -134,7 +134,7 @@ TEST(ClosedLoop, CalibrateSimulateValidateCpu) {
 }
 
 // The kernel model's transfer: calibrate a tiny shape (hidden 64, 2 heads, 64 tokens), which also times one layer at
-// a shape none of the kernel fits saw (hidden 32) and records the prediction next to the measurement. The issue's
+// a shape none of the kernel fits saw (hidden 32) and records the prediction next to the measurement. The
 // target is 15% per op on a quiet machine (bench/bench_closed_loop and `pipescope calibrate` report it); the gate
 // here is the median of the four held-out layer timings within kTransferTolerance.
 constexpr double kTransferTolerance = 0.30;

@@ -1,4 +1,4 @@
-// Conformance suite: one parameterised test over every registered schedule (core/schedule_registry.h). For each:
+// Conformance suite: one parameterised test over every registered schedule (core/model/schedule_registry.h). For each:
 // the static checker accepts it, every op of its grid appears exactly once, its makespan under constant costs
 // and free communication equals its closed form, the memory model's in-flight peak equals the schedule's own
 // count and its closed form, and two simulations of the default scenario with it write byte-identical JSON.
@@ -35,13 +35,13 @@
 #include <sstream>
 #include <string>
 
-#include "core/checks.h"
-#include "core/cost_model.h"
-#include "core/dag.h"
-#include "core/lowering.h"
-#include "core/memory_model.h"
-#include "core/scenario.h"
-#include "core/schedule_registry.h"
+#include "core/lower/checks.h"
+#include "core/lower/cost_model.h"
+#include "core/lower/dag.h"
+#include "core/lower/lowering.h"
+#include "core/memory/memory_model.h"
+#include "core/model/scenario.h"
+#include "core/model/schedule_registry.h"
 #include "tests/flat_placement.h"
 
 namespace pipescope {

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "core/analytic_cost.h"
-#include "core/memo_table.h"
-#include "core/nccl_model.h"
-#include "core/pipeline.h"
-#include "core/presets.h"
-#include "core/profile.h"
-#include "core/tp_overlap.h"
+#include "core/cost/analytic_cost.h"
+#include "core/util/memo_table.h"
+#include "core/cost/nccl_model.h"
+#include "core/plan/pipeline.h"
+#include "core/model/presets.h"
+#include "core/model/profile.h"
+#include "core/cost/tp_overlap.h"
 
 namespace pipescope {
 namespace {
@@ -487,7 +487,7 @@ TEST(CostModel, SplitBackwardAddsUpToTheFusedBackward) {
     }
 }
 
-// training.async_tp_allreduce (core/tp_overlap.h): the backward's column-parallel input-gradient all-reduces (2 per
+// training.async_tp_allreduce (core/cost/tp_overlap.h): the backward's column-parallel input-gradient all-reduces (2 per
 // layer, the LM head's) leave the exposed list and run beside their wgrad GEMMs; the recomputed forward's stay.
 TEST(CostModel, AsyncTpAllReduceRunsBesideTheWgrad) {
   const int p = 4;
@@ -587,7 +587,7 @@ TEST(CostModel, VShapeHoldsEmbeddingAndHeadOnRankZero) {
 namespace pipescope {
 namespace {
 
-// The analytic model's memo (core/memo_table.h) answers what a fresh model computes, for every stage (the first and
+// The analytic model's memo (core/util/memo_table.h) answers what a fresh model computes, for every stage (the first and
 // the last hold the embedding and the head; middle stages of equal layers share answers), kind and token range.
 TEST(CostModel, MemoizedAnswersEqualAFreshModels) {
   const Scenario s = scenario("gpt3-1b", "dgx-a100", 4, 2);

@@ -1,4 +1,4 @@
-// build_dag's shared steps (core/dag_build.h): DagBuilder gives build_dag's DAG; the errors keep their order now that
+// build_dag's shared steps (core/lower/dag_build.h): DagBuilder gives build_dag's DAG; the errors keep their order now that
 // messages and collective calls are collected in one pass; stage 2's shape builder (the same steps with a classing
 // sink) still rejects a lowering whose nodes of one duration class differ.
 #include <gtest/gtest.h>
@@ -6,16 +6,16 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/checks.h"
-#include "core/cost_model.h"
-#include "core/dag.h"
-#include "core/dag_builder.h"
-#include "core/lowering.h"
-#include "core/pipeline.h"
-#include "core/placement.h"
-#include "core/scenario.h"
-#include "core/search_estimate.h"
-#include "core/search_retime.h"
+#include "core/lower/checks.h"
+#include "core/lower/cost_model.h"
+#include "core/lower/dag.h"
+#include "core/lower/dag_builder.h"
+#include "core/lower/lowering.h"
+#include "core/plan/pipeline.h"
+#include "core/model/placement.h"
+#include "core/model/scenario.h"
+#include "core/plan/search_estimate.h"
+#include "core/plan/search_retime.h"
 #include "tests/flat_placement.h"
 
 namespace pipescope {

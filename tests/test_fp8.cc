@@ -1,18 +1,18 @@
-// FP8 training (core/fp8.h): linear GEMMs at the FP8 peak, the rest unchanged, the cast and amax kernels, the FP8
+// FP8 training (core/cost/fp8.h): linear GEMMs at the FP8 peak, the rest unchanged, the cast and amax kernels, the FP8
 // weight copies in memory, refusal on devices without FP8 tensor cores, and `import megatron --fp8-format`.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "core/analytic_cost.h"
-#include "core/fp8.h"
-#include "core/megatron_import.h"
-#include "core/memory_model.h"
-#include "core/model_shape.h"
-#include "core/placement.h"
-#include "core/presets.h"
-#include "core/scenario.h"
-#include "core/schedule.h"
+#include "core/cost/analytic_cost.h"
+#include "core/cost/fp8.h"
+#include "core/model/megatron_import.h"
+#include "core/memory/memory_model.h"
+#include "core/model/model_shape.h"
+#include "core/model/placement.h"
+#include "core/model/presets.h"
+#include "core/model/scenario.h"
+#include "core/ir/schedule.h"
 
 namespace pipescope {
 namespace {

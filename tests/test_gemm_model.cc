@@ -1,11 +1,11 @@
-// GEMM model (core/gemm_model.h) and NCCL model (core/nccl_model.h): cases computed by hand.
+// GEMM model (core/cost/gemm_model.h) and NCCL model (core/cost/nccl_model.h): cases computed by hand.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
-#include "core/gemm_model.h"
-#include "core/nccl_model.h"
-#include "core/presets.h"
+#include "core/cost/gemm_model.h"
+#include "core/cost/nccl_model.h"
+#include "core/model/presets.h"
 
 namespace pipescope {
 namespace {

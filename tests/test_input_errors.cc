@@ -7,7 +7,7 @@
 #include <regex>
 #include <string>
 
-#include "core/scenario.h"
+#include "core/model/scenario.h"
 
 namespace pipescope {
 namespace {
@@ -118,13 +118,13 @@ TEST(InputErrors, HugeSizesDoNotOverflow) {
                8, "parallel.dp", "dp * pp * tp = 65536 * 4 * 1 = 262144 GPUs");
   expect_error(with(with("nodes: 2", "nodes: 1000000"), "gpus_per_node: 2", "gpus_per_node: 1024"), 8, "parallel.dp",
                "= 1024000000");
-  // Beyond the documented ranges (core/ranges.h) before any arithmetic.
+  // Beyond the documented ranges (core/util/ranges.h) before any arithmetic.
   expect_error(with("nodes: 2", "nodes: 2147483647"), 3, "cluster.nodes",
                "2147483647 is outside the plausible range [1, 1000000]");
   expect_error(with("hidden: 64", "hidden: 1073741824"), 1, "model.hidden", "outside the plausible range");
 }
 
-// Issue #21: magnitudes that once gave iterations of 1e296 s or aborted SimGrid are refused naming the key.
+// Magnitudes that would give iterations of 1e296 s or abort SimGrid are refused naming the key.
 TEST(InputErrors, PhysicalRanges) {
   expect_error(with("nvlink_latency_us: 1", "nvlink_latency_us: 1e14"), 6, "cluster.intra_node.nvlink_latency_us",
                "outside the plausible range [0, 1000000]");

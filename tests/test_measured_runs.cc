@@ -1,13 +1,13 @@
-// Measured runs (core/measured_runs.h): CSV reading and its errors, the scenario of a row, and the fidelity
+// Measured runs (core/plan/measured_runs.h): CSV reading and its errors, the scenario of a row, and the fidelity
 // figures (MAPE, worst rows, pair ranking) on hand-made predictions; the layout-only reference fit
-// (core/layout_fit.h) on rows of its own form and on the shipped development set.
+// (core/plan/layout_fit.h) on rows of its own form and on the shipped development set.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 #include <string>
 
-#include "core/layout_fit.h"
-#include "core/measured_runs.h"
+#include "core/plan/layout_fit.h"
+#include "core/plan/measured_runs.h"
 
 namespace pipescope {
 namespace {

@@ -6,13 +6,13 @@
 #include <cmath>
 #include <fstream>
 
-#include "core/analytic_cost.h"
-#include "core/checks.h"
-#include "core/cost_model.h"
-#include "core/lowering.h"
-#include "core/pipeline.h"
-#include "core/presets.h"
-#include "core/scenario.h"
+#include "core/cost/analytic_cost.h"
+#include "core/lower/checks.h"
+#include "core/lower/cost_model.h"
+#include "core/lower/lowering.h"
+#include "core/plan/pipeline.h"
+#include "core/model/presets.h"
+#include "core/model/scenario.h"
 
 namespace pipescope {
 namespace {

@@ -1,11 +1,11 @@
-// `pipescope import megatron`: a Megatron-LM pretrain_gpt.py command line as a scenario (core/megatron_import.h).
+// `pipescope import megatron`: a Megatron-LM pretrain_gpt.py command line as a scenario (core/model/megatron_import.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "core/megatron_import.h"
-#include "core/scenario.h"
+#include "core/model/megatron_import.h"
+#include "core/model/scenario.h"
 
 namespace pipescope {
 namespace {

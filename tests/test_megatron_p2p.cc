@@ -1,4 +1,4 @@
-// Megatron-LM's p2p order (core/megatron_p2p.h): with blocking p2p and Megatron's interleaving, a steady-state
+// Megatron-LM's p2p order (core/lower/megatron_p2p.h): with blocking p2p and Megatron's interleaving, a steady-state
 // forward's send leaves after the backward that follows it and that backward's receive comes before the forward;
 // warm-up forwards, 1F1B, ZB-V and eager p2p keep the lowering's order.
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <tuple>
 #include <vector>
 
-#include "core/megatron_p2p.h"
-#include "core/pipeline.h"
-#include "core/scenario.h"
+#include "core/lower/megatron_p2p.h"
+#include "core/plan/pipeline.h"
+#include "core/model/scenario.h"
 
 namespace pipescope {
 namespace {

@@ -8,12 +8,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/analytic_cost.h"
-#include "core/memory_model.h"
-#include "core/pipeline.h"
-#include "core/presets.h"
-#include "core/scenario.h"
-#include "core/seq1f1b.h"
+#include "core/cost/analytic_cost.h"
+#include "core/memory/memory_model.h"
+#include "core/plan/pipeline.h"
+#include "core/model/presets.h"
+#include "core/model/scenario.h"
+#include "core/model/seq1f1b.h"
 
 namespace pipescope {
 namespace {

@@ -1,4 +1,4 @@
-// Training-job shapes of issue 17: grouped-query attention, SwiGLU, RMSNorm, rotary positions and biases in the
+// Training-job shapes: grouped-query attention, SwiGLU, RMSNorm, rotary positions and biases in the
 // parameter and FLOP counts; the Korthikanti activation formulas (no / selective recomputation, tp and sp forms) as
 // exact bytes; K/V bytes per group; dtype-derived parameter bytes and the sharded optimizer state; the distributed
 // optimizer's and the overlapped reductions' lowered programs; the new keys' located errors.
@@ -7,17 +7,17 @@
 #include <algorithm>
 #include <string>
 
-#include "core/analytic_cost.h"
-#include "core/checks.h"
-#include "core/cost_model.h"
-#include "core/dag.h"
-#include "core/grad_sync.h"
-#include "core/lowering.h"
-#include "core/memory_model.h"
-#include "core/model_shape.h"
-#include "core/presets.h"
-#include "core/scenario.h"
-#include "core/schedule.h"
+#include "core/cost/analytic_cost.h"
+#include "core/lower/checks.h"
+#include "core/lower/cost_model.h"
+#include "core/lower/dag.h"
+#include "core/lower/grad_sync.h"
+#include "core/lower/lowering.h"
+#include "core/memory/memory_model.h"
+#include "core/model/model_shape.h"
+#include "core/model/presets.h"
+#include "core/model/scenario.h"
+#include "core/ir/schedule.h"
 
 namespace pipescope {
 namespace {

@@ -1,7 +1,7 @@
-// Mutation tests of the static checker (core/checks.h): every generated schedule of a small grid is lowered,
+// Mutation tests of the static checker (core/lower/checks.h): every generated schedule of a small grid is lowered,
 // broken in every way listed below, and each broken program must be rejected with a CheckError whose message
 // names the offending ops. Mutations that keep the program valid must be accepted, and the dependency dry
-// run (core/dag.h) must still finish every node.
+// run (core/lower/dag.h) must still finish every node.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,12 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "core/checks.h"
-#include "core/cost_model.h"
-#include "core/dag.h"
-#include "core/lowering.h"
-#include "core/schedule.h"
-#include "core/seq1f1b.h"
+#include "core/lower/checks.h"
+#include "core/lower/cost_model.h"
+#include "core/lower/dag.h"
+#include "core/lower/lowering.h"
+#include "core/ir/schedule.h"
+#include "core/model/seq1f1b.h"
 #include "tests/flat_placement.h"
 
 namespace pipescope {

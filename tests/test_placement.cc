@@ -7,19 +7,19 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/analytic_cost.h"
-#include "core/dag.h"
-#include "core/memory_model.h"
-#include "core/pipeline.h"
-#include "core/placement.h"
-#include "core/presets.h"
-#include "core/scenario.h"
+#include "core/cost/analytic_cost.h"
+#include "core/lower/dag.h"
+#include "core/memory/memory_model.h"
+#include "core/plan/pipeline.h"
+#include "core/model/placement.h"
+#include "core/model/presets.h"
+#include "core/model/scenario.h"
 
 namespace pipescope {
 namespace {
 
 // docs/cost-model.md ("aws-p3.16xlarge's NVLink mesh", `nvidia-smi topo -m`): 0 = SYS, 1 = NV1, 2 = NV2.
-// Written out here from that table, independently of core/placement.cc.
+// Written out here from that table, independently of core/model/placement.cc.
 constexpr int kTopo[8][8] = {
     {0, 1, 1, 2, 2, 0, 0, 0}, {1, 0, 2, 1, 0, 2, 0, 0}, {1, 2, 0, 2, 0, 0, 1, 0}, {2, 1, 2, 0, 0, 0, 0, 1},
     {2, 0, 0, 0, 0, 1, 1, 2}, {0, 2, 0, 0, 1, 0, 2, 1}, {0, 0, 1, 0, 1, 2, 0, 2}, {0, 0, 0, 1, 2, 1, 2, 0},

@@ -1,4 +1,4 @@
-// Device profiles (core/profile.h), the profile cost model (core/profile_cost.h) and the calibration fits
+// Device profiles (core/model/profile.h), the profile cost model (core/cost/profile_cost.h) and the calibration fits
 // (calib/fit.h): round trip, error messages with file/line/key, interpolation rules, fits on synthetic data.
 #include <gtest/gtest.h>
 
@@ -10,11 +10,11 @@
 #include "calib/calibrate.h"
 #include "calib/fit.h"
 #include "calib/links.h"
-#include "core/pipeline.h"
-#include "core/presets.h"
-#include "core/profile.h"
-#include "core/profile_cost.h"
-#include "core/scenario.h"
+#include "core/plan/pipeline.h"
+#include "core/model/presets.h"
+#include "core/model/profile.h"
+#include "core/cost/profile_cost.h"
+#include "core/model/scenario.h"
 
 namespace pipescope {
 namespace {
@@ -309,8 +309,8 @@ TEST(AnalyticProfiles, CommittedFilesAreWhatTheCommandWrites) {
   }
 }
 
-// Issue #21: a profile is schema-complete or refused. Every cut at a line boundary and every deleted section is
-// an error naming the profile file and what is missing (the issue's profile without `layers:` was accepted).
+// A profile is schema-complete or refused. Every cut at a line boundary and every deleted section is an error
+// naming the profile file and what is missing (a profile missing `layers:` is refused).
 TEST(ProfileCompleteness, TruncatedOrEditedProfilesAreRefused) {
   const std::string text = text_of(calib::analytic_profile("dgx-a100", "test"));
   ASSERT_NO_THROW(parse_profile(text, "p.yaml"));

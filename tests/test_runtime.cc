@@ -12,10 +12,10 @@
 #include <sstream>
 #include <thread>
 
-#include "core/checks.h"
-#include "core/scenario.h"
-#include "core/schedule_registry.h"
-#include "core/trace_check.h"
+#include "core/lower/checks.h"
+#include "core/model/scenario.h"
+#include "core/model/schedule_registry.h"
+#include "core/util/trace_check.h"
 #include "runtime/exactness.h"
 #include "runtime/job.h"
 #include "runtime/local_transport.h"

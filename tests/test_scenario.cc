@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core/pipeline.h"
-#include "core/presets.h"
-#include "core/scenario.h"
-#include "core/units.h"
+#include "core/plan/pipeline.h"
+#include "core/model/presets.h"
+#include "core/model/scenario.h"
+#include "core/util/units.h"
 
 namespace pipescope {
 namespace {

@@ -1,4 +1,4 @@
-// Scenario variants (core/scenario_vary.h), the grid of `pipescope sweep`: --vary parsing, values set at YAML paths,
+// Scenario variants (core/model/scenario_vary.h), the grid of `pipescope sweep`: --vary parsing, values set at YAML paths,
 // errors pointed at the original file, and relative paths kept relative to the scenario file (not to the variant's
 // message tag, whose values may hold a '/').
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/pipeline.h"
-#include "core/scenario_vary.h"
-#include "core/schedule_csv.h"
+#include "core/plan/pipeline.h"
+#include "core/model/scenario_vary.h"
+#include "core/ir/schedule_csv.h"
 
 namespace pipescope {
 namespace {

@@ -1,4 +1,4 @@
-// Schedules as files in PyTorch pipelining's CSV format (core/schedule_csv.h): every generated schedule
+// Schedules as files in PyTorch pipelining's CSV format (core/ir/schedule_csv.h): every generated schedule
 // round-trips (export, load, the same IR and the same text), and bad files are rejected naming the rank and
 // the cell: malformed cells (input errors), a deadlock, an unmatched send, a stage on two ranks, duplicated and
 // missing ops, PyTorch's counts (schedule rejections).
@@ -13,10 +13,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/checks.h"
-#include "core/schedule.h"
-#include "core/schedule_csv.h"
-#include "core/schedule_registry.h"
+#include "core/lower/checks.h"
+#include "core/ir/schedule.h"
+#include "core/ir/schedule_csv.h"
+#include "core/model/schedule_registry.h"
 
 namespace pipescope {
 namespace {

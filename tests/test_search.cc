@@ -1,4 +1,4 @@
-// `pipescope search` (issue 18): the search's top configurations against exhaustive simulation of the same space
+// `pipescope search`: the search's top configurations against exhaustive simulation of the same space
 // on three small scenarios, stage 2's reused DAGs against fresh estimates, the distributed optimizer dimension,
 // identical outputs for -j 1, -j 2 and mpirun -n 2, --emit reproduced by `simulate`, and
 // bad input (no layout, a memory limit nothing fits, unknown schedule) exiting 1 with a clear message.
@@ -19,14 +19,14 @@
 #include <vector>
 
 #include "bench/gpt3_search.h"
-#include "core/cost_model.h"
-#include "core/grad_sync.h"
-#include "core/lowering.h"
-#include "core/pipeline.h"
-#include "core/scenario.h"
-#include "core/schedule_csv.h"
-#include "core/search.h"
-#include "core/search_estimate.h"
+#include "core/lower/cost_model.h"
+#include "core/lower/grad_sync.h"
+#include "core/lower/lowering.h"
+#include "core/plan/pipeline.h"
+#include "core/model/scenario.h"
+#include "core/ir/schedule_csv.h"
+#include "core/plan/search.h"
+#include "core/plan/search_estimate.h"
 #include "sim/run_scenario.h"
 #include "sim/search_run.h"
 #include "tests/cli_run.h"
@@ -113,7 +113,7 @@ TEST(Search, ReusedStructuresGiveTheFreshEstimate) {
       "training: {distributed_optimizer: true, overlap_grad_reduce: true, overlap_param_gather: true, "
       "grad_bucket_MB: 8}\n",
       "training: {overlap_grad_reduce: true}\nsim: {p2p: blocking, collectives: ring}\n",
-      // The Seq1F1B scenarios' setting: the backward's TP all-reduces partly hidden (core/tp_overlap.h).
+      // The Seq1F1B scenarios' setting: the backward's TP all-reduces partly hidden (core/cost/tp_overlap.h).
       "training: {async_tp_allreduce: true}\nsim: {p2p: blocking}\n",
   };
   for (const char* text : kScenarios)

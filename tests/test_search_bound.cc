@@ -1,4 +1,4 @@
-// Stage 2's lower bound and the ranking built on it (core/search_bound.h): the bound never exceeds the estimate on
+// Stage 2's lower bound and the ranking built on it (core/plan/search_bound.h): the bound never exceeds the estimate on
 // every candidate of whole searches (every registered schedule kind, slices, split backwards, V-shaped stages,
 // blocking sends, overlapped collectives), and the ranking with bounds keeps exactly the best K of the ranking
 // that estimates every candidate, while estimating far fewer of them.
@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "bench/gpt3_search.h"
-#include "core/scenario.h"
-#include "core/search.h"
-#include "core/search_bound.h"
-#include "core/search_estimate.h"
+#include "core/model/scenario.h"
+#include "core/plan/search.h"
+#include "core/plan/search_bound.h"
+#include "core/plan/search_estimate.h"
 
 namespace pipescope {
 namespace {

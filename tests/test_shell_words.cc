@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "core/data_path.h"
-#include "core/shell_words.h"
+#include "core/util/data_path.h"
+#include "core/util/shell_words.h"
 
 namespace pipescope {
 namespace {

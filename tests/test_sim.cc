@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "core/checks.h"
-#include "core/cost_model.h"
-#include "core/dag.h"
-#include "core/lowering.h"
-#include "core/placement.h"
-#include "core/schedule.h"
+#include "core/lower/checks.h"
+#include "core/lower/cost_model.h"
+#include "core/lower/dag.h"
+#include "core/lower/lowering.h"
+#include "core/model/placement.h"
+#include "core/ir/schedule.h"
 #include "sim/collectives.h"
 #include "sim/engine.h"
 #include "sim/platform.h"
@@ -422,7 +422,7 @@ TEST(SimRing, EightRanksOnTwoNodesMatchTheSpecForEveryAlgorithm) {
     const Proc r = ok(base + "--collectives=" + algo);
     EXPECT_NEAR(r.num("iteration_s"), 0.140168, 1e-9) << algo;  // 14 x (12 us + 125 MB / 12.5 GB/s)
   }
-  // NCCL's model (core/nccl_model.h): Simple ring at 92% of the node's one NIC, latency 8.4 + 12 x 3.4 (NVLink
+  // NCCL's model (core/cost/nccl_model.h): Simple ring at 92% of the node's one NIC, latency 8.4 + 12 x 3.4 (NVLink
   // hops) + 2 x 14 (network hops) us.
   const double nccl = 1.75e9 / (0.92 * 12.5e9) + 77.2e-6;
   EXPECT_NEAR(ok(base + "--collectives=analytic").num("iteration_s"), nccl, 1e-9);

@@ -188,7 +188,7 @@ TEST(Sweep, BadKeysAndValuesNameFileAndKey) {
 
 namespace {
 
-// Issue 18: a combination the cross-field checks reject is a row with its reason, and the sweep goes on; it
+// A combination the cross-field checks reject is a row with its reason, and the sweep goes on; it
 // exits 0 unless every row failed. -j 2 writes the same CSV as -j 1.
 TEST(Sweep, InvalidCombinationsBecomeRows) {
   const std::string csv1 = ::testing::TempDir() + "/sweep_rows1.csv", csv2 = ::testing::TempDir() + "/sweep_rows2.csv";

@@ -1,4 +1,4 @@
-// TeraPipe planner (core/terapipe_planner.h) against a brute force over all slicings, the latency formula,
+// TeraPipe planner (core/plan/terapipe_planner.h) against a brute force over all slicings, the latency formula,
 // token-slice dependency rules in the static checker, and the uniform-slicing sweep of the paper's ablation.
 #include <gtest/gtest.h>
 
@@ -10,14 +10,14 @@
 #include <random>
 #include <vector>
 
-#include "core/checks.h"
-#include "core/cost_model.h"
-#include "core/lowering.h"
-#include "core/pipeline.h"
-#include "core/placement.h"
-#include "core/scenario.h"
-#include "core/schedule.h"
-#include "core/terapipe_planner.h"
+#include "core/lower/checks.h"
+#include "core/lower/cost_model.h"
+#include "core/lower/lowering.h"
+#include "core/plan/pipeline.h"
+#include "core/model/placement.h"
+#include "core/model/scenario.h"
+#include "core/ir/schedule.h"
+#include "core/plan/terapipe_planner.h"
 
 namespace pipescope {
 namespace {

@@ -1,4 +1,4 @@
-// Traces Perfetto can show faithfully (core/trace_check.h): the checker itself, then `pipescope simulate --trace`
+// Traces Perfetto can show faithfully (core/util/trace_check.h): the checker itself, then `pipescope simulate --trace`
 // over shipped scenarios: no overlapping events on any track (ts and dur were rounded separately: 4 / 31 / 1,758
 // overlaps in the default, a Seq1F1B and TeraPipe setting 4), every flow send -> receive with both ends, a
 // compute track for every GPU of every TP rank, and the args keys the measured trace also carries.
@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "core/trace_check.h"
+#include "core/util/trace_check.h"
 #include "sim/report.h"
 
 namespace pipescope {
@@ -88,7 +88,7 @@ TEST_P(ShippedTrace, NoOverlapsFlowsCompleteEveryGpuCommonArgs) {
   std::remove(out.c_str());
 }
 
-// The top-level scenarios, the three (default, Seq1F1B, TeraPipe setting 4) and one per folder and
+// The top-level scenarios, three reference ones (default, Seq1F1B, TeraPipe setting 4) and one per folder and
 // schedule kind whose trace stays small enough for the suite (Megatron's 1T row writes ~10 GB).
 INSTANTIATE_TEST_SUITE_P(Scenarios, ShippedTrace,
                          ::testing::Values(Case{"scenarios/default.yaml", 16}, Case{"scenarios/full-schema.yaml", 16},

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #21 reliability probes: bad input of every class must end with its documented exit code and a message
+# Reliability probes: bad input of every class must end with its documented exit code and a message
 # naming the problem, fast and small; never a crash, a hang or a silent acceptance. One case per ctest test:
 #   probe.sh <pipescope> <source dir> <scratch dir> <case>
 # Each case writes <scratch>/<case>.result: class, exit code, wall seconds, peak RSS (KB), verdict; `probe.sh
@@ -83,7 +83,7 @@ if [ "$case" = summary ]; then
 fi
 
 case $case in
-  # ---- physical ranges (core/ranges.h)
+  # ---- physical ranges (core/util/ranges.h)
   range_nvlink_latency_1e14)
     # It aborted inside SimGrid and left an empty --json file.
     with "nvlink_latency_us: 1}" "nvlink_latency_us: 1e14}" in.yaml
@@ -148,7 +148,7 @@ case $case in
   file_profile_section_deleted)
     grep -v "^links:\|^  inter:\|^  intra:" "$src/calib/profiles/dgx-a100.analytic.yaml" >nolinks.yaml
     run profiles 1 "nolinks.yaml:.*links: missing: the profile lists section links" -- simulate --profile nolinks.yaml ;;
-  # ---- work estimate (core/work_estimate.h)
+  # ---- work estimate (core/plan/work_estimate.h)
   work_pp_10000)
     shape in.yaml 10000 1 1 10000 1 64 1f1b
     run work 1 "work estimate: .* schedule ops" -- simulate in.yaml ;;
@@ -203,7 +203,7 @@ case $case in
     # dp 1 points with 1e8 micro-batches: stage 1 alone would build schedules of 1e9 ops.
     shape in.yaml 8 1 1 100000000 1 64 1f1b
     run work 1 "search: work estimate: .* configurations, about .*the largest" -- search in.yaml ;;
-  # ---- outputs (core/atomic_file.h)
+  # ---- outputs (core/util/atomic_file.h)
   out_same_path)
     run outputs 1 "--trace o.json: the same file as --json" -- simulate "$base" --json o.json --trace o.json ;;
   out_dev_full)

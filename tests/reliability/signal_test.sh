@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #21, clean shutdown: `pipescope validate` (or `pipescope calibrate` in its link phase) is killed while its
+# Clean shutdown: `pipescope validate` (or `pipescope calibrate` in its link phase) is killed while its
 # MPI job runs (SIG = KILL, TERM or INT). Expected: 5 s later no process of the job is alive and no temporary
 # directory of pipescope is left.
 # Usage: signal_test.sh <pipescope> <scratch dir> <SIG> [validate|calibrate]

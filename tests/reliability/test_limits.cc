@@ -1,5 +1,6 @@
-// Unit checks of issue #21's library pieces: atomic outputs and output path checks (core/atomic_file.h), input
-// file checks (core/input_file.h), the work estimate (core/work_estimate.h) and the range table (core/ranges.h).
+// Unit checks of the reliability suite's library pieces: atomic outputs and output path checks
+// (core/util/atomic_file.h), input file checks (core/util/input_file.h), the work estimate (core/plan/work_estimate.h)
+// and the range table (core/util/ranges.h).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,12 +9,13 @@
 #include <sstream>
 #include <string>
 
-#include "core/atomic_file.h"
-#include "core/input_file.h"
-#include "core/memory_model.h"
-#include "core/ranges.h"
-#include "core/scenario.h"
-#include "core/work_estimate.h"
+#include "core/util/atomic_file.h"
+#include "core/util/input_file.h"
+#include "core/memory/memory_model.h"
+#include "core/util/ranges.h"
+#include "core/model/scenario.h"
+#include "core/plan/search_work.h"
+#include "core/plan/work_estimate.h"
 
 namespace pipescope {
 namespace {

@@ -1,0 +1,135 @@
+#include "calib/calibrate_request.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <stdexcept>
+
+#include "calib/driver.h"
+#include "calib/options_json.h"
+#include "core/model/backends.h"
+#include "core/util/atomic_file.h"
+
+namespace pipescope::calib {
+namespace {
+
+int positive_override(int v, int scenario_value, const char* flag) {
+  if (v == -1) return scenario_value;
+  if (v < 1) throw std::invalid_argument(std::string(flag) + ": must be >= 1, got " + std::to_string(v));
+  return v;
+}
+
+bool measures(const BackendInfo& b) { return b.device != BackendDevice::None; }
+
+// The model shape to measure: the scenario's, with the request's overrides (ffn follows a given hidden size, 4h).
+kernels::ModelShape request_shape(const CalibrateRequest& r, const Scenario& s) {
+  kernels::ModelShape sh;
+  sh.layer.hidden = positive_override(r.hidden, s.model.hidden, "--hidden");
+  sh.layer.heads = positive_override(r.heads, s.model.heads, "--heads");
+  sh.layer.ffn = positive_override(r.ffn, r.hidden != -1 ? 4 * sh.layer.hidden : s.model.ffn_hidden, "--ffn");
+  sh.vocab = positive_override(r.vocab, s.model.vocab, "--vocab");
+  sh.max_seq = positive_override(r.seq_len, s.model.seq_len, "--seq-len");
+  return sh;
+}
+
+// Test hook (calib/README.md): noise on every compute reading, to show that the gates refuse it.
+double injected_noise() {
+  const char* noise = std::getenv("PIPESCOPE_CALIB_INJECT_NOISE");
+  if (!noise || !*noise) return 0;
+  char* end = nullptr;
+  const double v = std::strtod(noise, &end);
+  if (end == noise || *end || !(v >= 0))
+    throw std::invalid_argument(std::string("PIPESCOPE_CALIB_INJECT_NOISE: expected a number >= 0, got '") + noise +
+                                "'");
+  return v;
+}
+
+void configure_compute(const CalibrateRequest& r, ComputeConfig& c) {
+  if (r.grain < 1) throw std::invalid_argument("--grain: must be >= 1, got " + std::to_string(r.grain));
+  if (r.context_steps < 0) throw std::invalid_argument("--context-steps: must be >= 0 (0: no context grid)");
+  try {
+    c.shape.validate();
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(std::string("model shape: ") + e.what());
+  }
+  c.grain = r.grain;
+  c.context_steps = r.context_steps;
+  c.tp = r.tp;
+  c.policy.cold = r.cold;
+  const kernels::ModelShape& sh = c.shape;
+  if (r.tp < 1 || sh.layer.hidden % r.tp || sh.layer.ffn % r.tp || sh.vocab % r.tp)
+    throw std::invalid_argument("--tp " + std::to_string(r.tp) + ": must divide hidden, ffn and vocab");
+  c.progress = !r.no_progress;
+  if (r.quick) {
+    if (!r.context_steps_given) c.context_steps = std::min(c.context_steps, 4);
+    c.policy = quick_policy();
+    c.policy.cold = r.cold;
+    c.sparse_lengths = true;
+  }
+}
+
+}  // namespace
+
+CalibrateOptions calibrate_options(const CalibrateRequest& r, const Scenario& s, const std::string& command) {
+  CalibrateOptions o;
+  o.backend = r.backend;
+  o.device_preset = r.device_preset;
+  o.link_class = r.link_class;
+  o.command = command;
+  o.compute.shape = request_shape(r, s);
+  configure_compute(r, o.compute);
+  o.budget_s = r.budget_s >= 0 ? r.budget_s : (r.quick ? 100.0 : 0.0);
+  o.accept_poor_fit = r.accept_poor_fit;
+  o.clock = r.clock;
+  o.timer_noise = injected_noise();
+  o.micro_batches = r.micro_batches.empty() ? std::vector<int>{s.parallel.micro_batch_size} : r.micro_batches;
+  if (r.link_class != "intra" && r.link_class != "inter") throw std::invalid_argument("--link-class: intra or inter");
+  if (const BackendInfo* b = find_backend(r.backend); b == nullptr || !measures(*b))
+    throw std::invalid_argument("--backend: unknown backend '" + r.backend + "' (" + backend_names(measures) + ")");
+  return o;
+}
+
+std::vector<std::string> linkbench_args(const CalibrateRequest& r, const std::string& results) {
+  if (r.link_ranks < 2) throw std::invalid_argument("--link-ranks: at least 2");
+  const std::string max_bytes = !r.max_bytes.empty() ? r.max_bytes : (r.quick ? "4M" : "32M");
+  for (const auto* v : {&r.min_bytes, &max_bytes}) {
+    try {
+      parse_size(*v);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string(v == &r.min_bytes ? "-b" : "-e") + ": " + e.what());
+    }
+  }
+  return {"-b",    r.min_bytes,
+          "-e",    max_bytes,
+          "-f",    r.step_factor,
+          "-n",    std::to_string(r.iters),
+          "-w",    std::to_string(r.warmup),
+          "--out", results};
+}
+
+std::vector<std::string> write_gpu_request(const CalibrateOptions& o, const std::string& dir) {
+  const std::string opts = dir + "/options.json";
+  write_file_atomic(opts, options_to_json(o), "calibrate options");
+  return {opts, dir + "/profile.yaml"};
+}
+
+DeviceProfile read_gpu_result(const std::string& dir) { return load_profile(dir + "/profile.yaml"); }
+
+std::string process_command_line() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()), out;
+  for (char c : all) out += c == '\0' ? ' ' : c;
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+void write_profile_file(const DeviceProfile& p, const std::string& out) {
+  std::ostringstream text;
+  write_profile(p, text);
+  parse_profile(text.str(), out);  // what we write must read back
+  write_file_atomic(out, text.str(), "--out");
+}
+
+}  // namespace pipescope::calib

@@ -1,0 +1,622 @@
+// AnalyticCostModel: transformer FLOPs and bytes per kernel, a roofline with efficiency per kernel, and an
+// asynchronous kernel stream with a per-kernel host issue cost. Per GPU of a t-way tensor-parallel group.
+//
+// Notation: b sequences, l tokens of the op's slice after c tokens of context, K = c + l keys, h hidden,
+// f ffn_hidden, a heads, V vocabulary, t TP degree, e bytes per activation element (2 for fp16/bf16),
+// T = b*l token rows, S = b*(a/t)*l*K attention-score elements on this GPU.
+//
+// FLOPs (useful, forward, per GPU; docs/calibration.md, docs/papers.md#megatron):
+//   QKV 6*T*h^2/t, output projection 2*T*h^2/t, MLP 4*T*h*f/t (= 16*T*h^2/t at f = 4h),
+//   attention (causal) 4*b*h*(l*c + l*(l+1)/2)/t; backward = 2x forward; recompute adds one forward;
+//   logits 2*T*h*V/t forward, 4*T*h*V/t backward, on the last virtual stage (never recomputed).
+//
+// Time of one kernel:
+//   GEMM:         core/cost/gemm_model.h with the GEMM's shape (per head for the batched attention GEMMs): output
+//                 tiles in waves over the device's SMs at peak * gemm_efficiency (a partial last wave costs a
+//                 whole one, small tiles reach less), + each wave's output writes over the HBM bandwidth (not on
+//                 Hopper: gemm_epilogue_hidden), + gemm_half_sat_flops / (peak * gemm_efficiency) fixed per
+//                 GEMM, at least bytes / (hbm_bw * memory_efficiency) (the weight-load floor of small-M GEMMs).
+//                 Without an SM count (calibration profiles) and for the fused flash kernels:
+//                 (F + gemm_half_sat_flops) / (peak * gemm_efficiency), at least the byte term.
+//                 The batched attention GEMMs (Q.K^T, P.V) are GEMMs too and run over the full l x K
+//                 rectangle that the non-flash kernels materialise (the causal mask does not save work).
+//                 With training.flash_attention they are replaced by one fused kernel over the causal pairs
+//                 (4*b*h*pairs/t FLOPs; bytes: Q, K, V, output and the fp32 log-sum-exp, no score matrix) and,
+//                 in backward, by the row-sum preprocessing, one fused kernel of 10*b*h*pairs/t FLOPs (it
+//                 recomputes the scores: 5 matmuls) and the fp32 dQ conversion. Token slices with context also
+//                 pay, with flash, the K/V cache concatenation in forward and the dK/dV accumulation over the
+//                 prefix in backward (Seq1F1B's code, docs/papers.md#seq1f1b).
+//   other kernel: max(F / peak, bytes / (hbm_bw * memory_efficiency)) (LayerNorm, softmax, dropout, GeLU,
+//                 residual adds, copies, cross entropy).
+// Kernels per layer forward (14): LN, QKV, Q.K^T, scale+mask+softmax, dropout, P.V, context transpose,
+// output projection, bias+dropout+add, LN, MLP up, bias+GeLU, MLP down, bias+dropout+add. Backward (24):
+// dgrad + wgrad per GEMM, 4 attention GEMMs, the element-wise backwards and 4 bias-gradient reductions.
+// training.dropout false drops the attention dropout (forward and backward) and the residual masks' byte;
+// training.softmax_fp32 replaces the fused softmax by PyTorch's unfused one (TeraPipe's code): mask add, softmax to
+// fp32, cast back (e, e + 4, 4 + e bytes per score after the add's 2e), and in backward the cast, an fp32 softmax
+// backward (12 B per score) and the cast back. A wgrad
+// accumulates into the weight gradient on every micro-batch and slice, the memory floor of short slices' backward:
+// training.wgrad_accumulation fused (beta = 1) reads and writes the gradient (2 g bytes per weight, g = 2, or 4
+// with grad_fp32); autograd (PyTorch AccumulateGrad) writes a new e-byte tensor, then grad += new (2 e + 2 g).
+// Element-wise kernels on the residual stream (LN, dropout+add) act on the full T x h tensor, which tensor
+// parallelism replicates (split t ways along the sequence with parallel.sequence_parallel); everything inside
+// attention and the MLP is split t ways.
+//
+// Split backward (zero-bubble schedules): W = the weight-gradient kernels (every wgrad GEMM, the bias gradients,
+// the logits wgrad, the embedding-gradient scatter-add); I = everything else, including attention backward and
+// the recomputed forward. I and W take the fused backward's time in the ratio of their kernels' times, so
+// I + W = B exactly; FLOPs split the same way (W = the forward GEMM FLOPs). The TP all-reduces are I's.
+//
+// Kernel stream: the host issues kernel j of an op at (j+1)*kernel_launch_s (PyTorch eager dispatch cost,
+// one per kernel); the GPU runs kernels in order, each starting when it is issued and its predecessor has
+// finished. The op takes max_j [issue_j + sum of kernel times from j to the end]. Launch cost therefore
+// hides behind long kernels and dominates short ones: a short slice costs about kernels * kernel_launch_s
+// whatever its length (docs/papers.md#terapipe: a GPT3-1B layer's forward on a V100 is flat from 1 to about 256
+// tokens), a long one costs its GPU time.
+//
+// Sizes: p2p b*l*h*e (b*l*h*e/t per TP rank with sequence parallelism: its shard); TP all-reduce b*l*h*e per
+// call, 2 per layer forward, 2 per layer backward (+2 with
+// recompute), +1 for the vocab-parallel embedding (first virtual stage, forward) and +1 for the LM head's
+// input gradient (last virtual stage, backward); none when t = 1. Sequence parallelism turns each all-reduce
+// into a reduce-scatter plus an all-gather of the same tensor, which a ring moves in the same bytes and steps,
+// so the count and sizes stay. Gradients: the rank's parameters / t at
+// 2 B (4 with grad_fp32). Optimizer: memory-bound mixed-precision Adam, per parameter 2*(optimizer state)
+// + 2*grad (unscale / norm pass + update) + weight write bytes at hbm_bw * memory_efficiency.
+#include "core/cost/analytic_cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "core/cost/context_parallel.h"
+#include "core/cost/fp8.h"
+#include "core/cost/gemm_model.h"
+#include "core/model/placement.h"
+#include "core/model/schedule_registry.h"
+#include "core/cost/tp_overlap.h"
+
+namespace pipescope {
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) { throw std::invalid_argument("AnalyticCostModel: " + what); }
+
+// Finish time of an in-order kernel stream: `pre` once, `layer` `reps` times, `post` once; kernel j is
+// issued at (j+1)*lambda. Closed form of start_j = max(issue_j, end_{j-1}): the op ends at
+// max_j (issue_j + remaining work from j); over the repeated layers that maximum is at the first or last
+// repetition (it is linear in the repetition index), so this is O(kernels per layer).
+double stream_seconds(const std::vector<double>& pre, const std::vector<double>& layer, int reps,
+                      const std::vector<double>& post, double lambda) {
+  auto suffix_sums = [](const std::vector<double>& g) {
+    std::vector<double> s(g.size() + 1, 0.0);
+    for (std::size_t j = g.size(); j-- > 0;) s[j] = s[j + 1] + g[j];
+    return s;
+  };
+  const auto sp = suffix_sums(pre), sl = suffix_sums(layer), sq = suffix_sums(post);
+  const double G = sl[0], Q = sq[0];
+  const double np = static_cast<double>(pre.size()), n = static_cast<double>(layer.size());
+  double end = 0;
+  for (std::size_t j = 0; j < pre.size(); j++) end = std::max(end, (j + 1) * lambda + sp[j] + reps * G + Q);
+  if (reps > 0)
+    for (std::size_t i = 0; i < layer.size(); i++) {
+      end = std::max(end, (np + i + 1) * lambda + sl[i] + (reps - 1) * G + Q);
+      end = std::max(end, (np + (reps - 1) * n + i + 1) * lambda + sl[i] + Q);
+    }
+  for (std::size_t j = 0; j < post.size(); j++) end = std::max(end, (np + reps * n + j + 1) * lambda + sq[j]);
+  return end;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- model
+
+AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
+  const ModelSpec& m = s_.model;
+  const ParallelSpec& par = s_.parallel;
+  const DeviceSpec& d = s_.cluster.device;
+  const std::string src = s_.source.empty() ? "" : s_.source + ": ";
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) invalid(src + what);
+  };
+  need(m.layers > 0 && m.hidden > 0 && m.heads > 0 && m.ffn_hidden > 0 && m.vocab > 0 && m.seq_len > 0,
+       "model.layers, hidden, heads, ffn_hidden, vocab and seq_len must all be positive");
+  need(par.pp >= 1 && par.tp >= 1 && par.v >= 1 && par.cp >= 1, "parallel.pp, tp, cp and v must be >= 1");
+  need(par.cp == 1 || (m.seq_len % (2 * par.cp) == 0 && s_.training.flash_attention),
+       "parallel.cp = " + std::to_string(par.cp) +
+           " needs seq_len divisible by 2 * cp and training.flash_attention (ring attention)");
+  try {
+    for (int g = 0; g < par.pp * par.v; g++) stage_layers_.push_back(stage_layer_range(s_, g).count);
+  } catch (const std::invalid_argument& e) {
+    invalid(src + e.what());
+  }
+  need(m.heads % par.tp == 0,
+       "model.heads = " + std::to_string(m.heads) + " is not divisible by tp = " + std::to_string(par.tp));
+  const std::string& dt = s_.training.dtype;
+  if (dt == "fp16")
+    dtype_peak_flops_ = d.peak_flops_fp16;
+  else if (dt == "bf16")
+    dtype_peak_flops_ = d.peak_flops_bf16;
+  else if (dt == "fp32")
+    dtype_peak_flops_ = d.peak_flops_fp32;
+  else if (dt == "fp64")
+    dtype_peak_flops_ = d.peak_flops_fp64;
+  else if (dt == "fp8")  // linear GEMMs in FP8, everything else in bf16 (core/cost/fp8.h)
+    dtype_peak_flops_ = d.peak_flops_bf16, fp8_peak_flops_ = d.peak_flops_fp8;
+  else
+    invalid(src + "training.dtype: unknown dtype '" + dt + "' (fp16 | bf16 | fp32 | fp64 | fp8)");
+  need(dt != "fp8" || (std::isfinite(fp8_peak_flops_) && fp8_peak_flops_ > 0),
+       "training.dtype: device " + d.name + " has no FP8 tensor cores (peak FLOP/s for fp8 is 0)");
+  need(std::isfinite(dtype_peak_flops_) && dtype_peak_flops_ > 0,
+       "device " + d.name + " has no " + dt + " peak (peak FLOP/s for that dtype is 0)");
+  need(std::isfinite(d.hbm_bw_Bps) && d.hbm_bw_Bps > 0, "cluster.device.hbm_bw_GBps must be > 0");
+  need(d.gemm_efficiency > 0 && d.gemm_efficiency <= 1, "cluster.device.gemm_efficiency must be in (0, 1]");
+  need(d.memory_efficiency > 0 && d.memory_efficiency <= 1, "cluster.device.memory_efficiency must be in (0, 1]");
+  need(std::isfinite(d.gemm_half_sat_flops) && d.gemm_half_sat_flops >= 0,
+       "cluster.device.gemm_half_sat_gflop must be >= 0");
+  need(std::isfinite(d.kernel_launch_s) && d.kernel_launch_s >= 0, "cluster.device.kernel_launch_us must be >= 0");
+  need(std::isfinite(s_.training.optimizer_bytes_per_param), "training.optimizer_bytes_per_param must be finite");
+}
+
+int AnalyticCostModel::layers_of_stage(int stage) const {
+  if (stage < 0 || stage >= static_cast<int>(stage_layers_.size()))
+    invalid("stage " + std::to_string(stage) + " outside 0.." + std::to_string(stage_layers_.size() - 1));
+  return stage_layers_[static_cast<std::size_t>(stage)];
+}
+
+double AnalyticCostModel::kernel_seconds(const KernelCost& k) const {
+  const DeviceSpec& d = s_.cluster.device;
+  if (k.wait_s > 0) return k.wait_s;
+  if (k.beside_s > 0) {
+    KernelCost own = k;
+    own.beside_s = 0;
+    return std::max(kernel_seconds(own), k.beside_s);
+  }
+  const double mem = k.bytes / (d.hbm_bw_Bps * d.memory_efficiency);
+  if (k.flops <= 0) return mem;
+  const double peak = k.fp8 ? fp8_peak_flops_ : dtype_peak_flops_;
+  if (k.gemm && k.m > 0) {  // tile and wave quantisation over the SMs (core/cost/gemm_model.h)
+    const GemmDevice g{peak,
+                       d.gemm_efficiency,
+                       d.sm_count,
+                       d.gemm_half_sat_flops / (peak * d.gemm_efficiency),
+                       d.hbm_bw_Bps,
+                       d.memory_efficiency,
+                       static_cast<double>(elem_bytes()),
+                       d.gemm_epilogue_hidden};
+    return gemm_timing(g, k.m, k.n, k.k, k.bytes, k.batch).seconds;
+  }
+  const double compute =
+      k.gemm ? (k.flops + d.gemm_half_sat_flops) / (peak * d.gemm_efficiency) : k.flops / dtype_peak_flops_;
+  return std::max(compute, mem);
+}
+
+std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, int c) const {
+  const ModelSpec& m = s_.model;
+  const double t = s_.parallel.tp, e = elem_bytes();
+  const double h = m.hidden, kv = layer_dims(m).kv, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
+  const double S = b * (m.heads / t) * l * K;                    // score elements on this GPU
+  const double qk = 2.0 * b * l * K * h / t;                     // Q.K^T (and P.V) FLOPs over the full l x K rectangle
+  const double L = l, hd = h / m.heads, bh = b * (m.heads / t);  // per-head GEMMs (rows, head dim, batch)
+  if (s_.parallel.cp > 1) return cp_attention_forward_kernels(timer(), s_, b);  // ring attention (whole sequences)
+  if (s_.training.flash_attention) {
+    std::vector<KernelCost> k;
+    if (c > 0) k.push_back({0, 4 * e * b * K * kv / t, false});  // K/V cache concatenation (a new contiguous copy)
+    // One fused kernel over the causal pairs: reads Q, K, V, writes the output and the fp32 log-sum-exp.
+    const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
+    k.push_back({4 * b * h * pairs / t, e * (2 * T * h / t + 2 * b * K * kv / t) + 4 * b * (m.heads / t) * l, true});
+    return k;
+  }
+  std::vector<KernelCost> k = {
+      {qk, e * (T * h / t + b * K * kv / t + S), true, false, L, K, hd, bh}};  // Q.K^T (GQA: the head's group's K)
+  if (s_.training.softmax_fp32) {
+    // Unfused PyTorch (TeraPipe's code): scores += mask in place, F.softmax(dtype=float32) writes fp32
+    // probabilities, .type_as() casts them back to e bytes.
+    k.push_back({S, 2 * e * S, false});
+    k.push_back({5 * S, (e + 4) * S, false});
+    k.push_back({0, (4 + e) * S, false});
+  } else {
+    k.push_back({5 * S, 2 * e * S, false});  // fused scale + mask + softmax
+  }
+  if (s_.training.dropout) k.push_back({S, 2 * e * S + S, false});                     // attention dropout (+ 1 B mask)
+  k.push_back({qk, e * (S + b * K * kv / t + T * h / t), true, false, L, hd, K, bh});  // P.V
+  return k;
+}
+
+std::vector<KernelCost> AnalyticCostModel::recompute_kernels(int b, int l, int c) const {
+  switch (s_.schedule.recompute) {
+    case Recompute::None:
+      return {};
+    case Recompute::Selective:  // flash attention already recomputes its scores in backward: nothing extra
+      return s_.training.flash_attention ? std::vector<KernelCost>{} : attention_core_kernels(b, l, c);
+    case Recompute::Full:
+      return layer_forward_kernels(b, l, c);
+  }
+  return {};
+}
+
+std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, int c) const {
+  const ModelSpec& m = s_.model;
+  const LayerDims d = layer_dims(m);
+  const double t = s_.parallel.tp, e = elem_bytes();
+  const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l;
+  const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
+  const double mask = s_.training.dropout ? 1.0 : 0.0;              // dropout mask bytes per element
+  auto gemm = [&](double M, double Kd, double N) {
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e);
+  };
+  std::vector<KernelCost> k = {
+      {8 * Tr * h, 2 * e * Tr * h, false},  // LayerNorm
+      gemm(T, h, d.qkv_out / t),            // QKV (GQA: K and V kv wide each)
+  };
+  const std::vector<KernelCost> core = attention_core_kernels(b, l, c);
+  k.insert(k.end(), core.begin(), core.end());
+  const std::vector<KernelCost> rest = {
+      {0, 2 * e * T * h / t, false},                       // context transpose
+      gemm(T, h / t, h),                                   // output projection
+      {3 * Tr * h, (3 * e + mask) * Tr * h, false},        // bias + dropout + residual add
+      {8 * Tr * h, 2 * e * Tr * h, false},                 // LayerNorm
+      gemm(T, h, d.up_out / t),                            // MLP up (SwiGLU: gate and up, 2f wide)
+      {8 * T * f / t, e * T * (d.up_out + f) / t, false},  // bias + GeLU (SwiGLU: SiLU(gate) * up)
+      gemm(T, f / t, h),                                   // MLP down
+      {3 * Tr * h, (3 * e + mask) * Tr * h, false},        // bias + dropout + residual add
+  };
+  k.insert(k.end(), rest.begin(), rest.end());
+  const std::vector<KernelCost> casts = fp8_layer_kernels(b, l, true);
+  k.insert(k.end(), casts.begin(), casts.end());
+  return k;
+}
+
+std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, int c, bool tp_overlap) const {
+  const ModelSpec& m = s_.model;
+  const LayerDims d = layer_dims(m);
+  const double kv = d.kv;
+  const double t = s_.parallel.tp, e = elem_bytes();
+  const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
+  const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);
+  const double S = b * (m.heads / t) * l * K;
+  const double qk = 2.0 * b * l * K * h / t;
+  const double L = l, hd = h / m.heads, bh = b * (m.heads / t);  // per-head GEMMs (rows, head dim, batch)
+  auto gemm = [&](double M, double Kd, double N) {
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e);
+  };
+  auto bias_grad = [&](double rows, double n) { return KernelCost{rows * n, e * (rows * n + n), false, true}; };
+  // Weight gradients accumulate over the micro-batches and slices of an iteration (cuBLAS beta = 1 into the
+  // gradient buffer): each wgrad reads and writes the whole weight gradient. Small slices pay it per slice.
+  const double g = s_.training.grad_fp32 ? 4.0 : 2.0;
+  // fused: read + write of the gradient; autograd: the GEMM's own output, then grad += new reads both, writes one.
+  const double acc = s_.training.wgrad_accumulation == "autograd" ? 2 * e + 2 * g : 2 * g;
+  auto wgrad = [&](double M, double Kd, double N) {
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd}, acc);
+  };
+  // A column-parallel linear's wgrad with its input gradient's all-reduce beside it (core/cost/tp_overlap.h).
+  const double ar = tp_overlap ? tp_overlap_seconds(b, l) : 0.0;
+  auto column_wgrad = [&](double M, double Kd, double N) {
+    KernelCost k = wgrad(M, Kd, N);
+    k.beside_s = ar;
+    return k;
+  };
+  const double mask = s_.training.dropout ? 1.0 : 0.0;  // dropout mask bytes per element
+  std::vector<KernelCost> k = {
+      {3 * Tr * h, (2 * e + mask) * Tr * h, false},            // dropout + add backward (MLP)
+      bias_grad(Tr, h),                                        // MLP down bias
+      gemm(T, h, f / t),                                       // MLP down dgrad
+      wgrad(f / t, T, h),                                      // MLP down wgrad
+      {8 * T * f / t, e * T * (f + 2 * d.up_out) / t, false},  // GeLU (SwiGLU) backward
+      bias_grad(T, d.up_out / t),                              // MLP up bias
+      gemm(T, d.up_out / t, h),                                // MLP up dgrad
+      column_wgrad(h, T, d.up_out / t),                        // MLP up wgrad
+      {10 * Tr * h, 4 * e * Tr * h, false},                    // LayerNorm backward (+ residual gradient)
+      {3 * Tr * h, (2 * e + mask) * Tr * h, false},            // dropout + add backward (attention)
+      bias_grad(Tr, h),                                        // output projection bias
+      gemm(T, h, h / t),                                       // output projection dgrad
+      wgrad(h / t, T, h),                                      // output projection wgrad
+      {0, 2 * e * T * h / t, false},                           // context transpose backward
+  };
+  if (s_.parallel.cp > 1) {  // ring attention (core/cost/context_parallel.h)
+    const std::vector<KernelCost> ring = cp_attention_backward_kernels(timer(), s_, b);
+    k.insert(k.end(), ring.begin(), ring.end());
+  } else if (s_.training.flash_attention) {
+    const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
+    const double lse = 4 * b * (m.heads / t) * l;                  // fp32 per query and head
+    k.push_back({2 * T * h / t, 2 * e * T * h / t + lse, false});  // D = rowsum(dO * O)
+    // Recomputes the scores: 5 matmuls over the causal pairs (S, dV, dP, dQ, dK); reads Q, K, V, O, dO, writes
+    // dK, dV over the whole prefix and accumulates dQ in fp32.
+    k.push_back({10 * b * h * pairs / t, e * (3 * T * h / t + 4 * b * K * kv / t) + 8 * T * h / t + 2 * lse, true});
+    k.push_back({0, (4 + e) * T * h / t, false});  // dQ fp32 -> 16 bit
+    // dK/dV of this slice's keys plus the context add up with what the later slices left (docs/papers.md#seq1f1b).
+    if (c + l < m.seq_len) k.push_back({2 * b * K * kv / t, 6 * e * b * K * kv / t, false});
+  } else {
+    k.push_back({qk, e * (T * h / t + b * K * kv / t + S), true, false, L, K, hd, bh});  // dP = dO.V^T
+    k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true, false, K, hd, L, bh});  // dV = P^T.dO
+    if (s_.training.dropout) k.push_back({S, 2 * e * S + S, false});                     // dropout backward
+    if (s_.training.softmax_fp32) {
+      // The cast's backward (e -> fp32), softmax backward in fp32 (reads the gradient and the saved fp32
+      // probabilities, writes fp32), then the fp32 gradient back to the scores' e bytes.
+      k.push_back({0, (e + 4) * S, false});
+      k.push_back({4 * S, 12 * S, false});
+      k.push_back({0, (4 + e) * S, false});
+    } else {
+      k.push_back({4 * S, 3 * e * S, false});  // softmax backward
+    }
+    k.push_back({qk, e * (S + b * K * kv / t + T * h / t), true, false, L, hd, K, bh});  // dQ = dS.K
+    k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true, false, K, hd, L, bh});  // dK = dS^T.Q
+  }
+  const std::vector<KernelCost> rest = {
+      bias_grad(T, d.qkv_out / t),           // QKV bias
+      gemm(T, d.qkv_out / t, h),             // QKV dgrad
+      column_wgrad(h, T, d.qkv_out / t),     // QKV wgrad
+      {10 * Tr * h, 4 * e * Tr * h, false},  // LayerNorm backward (+ residual gradient)
+  };
+  k.insert(k.end(), rest.begin(), rest.end());
+  const std::vector<KernelCost> casts = fp8_layer_kernels(b, l, false);
+  k.insert(k.end(), casts.begin(), casts.end());
+  return k;
+}
+
+KernelCost AnalyticCostModel::linear_gemm(const KernelCost& k, double out_bytes_per_elem) const {
+  return s_.training.fp8() ? fp8_gemm(k, out_bytes_per_elem) : k;
+}
+
+std::vector<KernelCost> AnalyticCostModel::fp8_layer_kernels(int b, int l, bool forward) const {
+  if (!s_.training.fp8()) return {};
+  const LayerDims d = layer_dims(s_.model);
+  const double t = s_.parallel.tp, e = elem_bytes(), T = static_cast<double>(b) * l;
+  // Forward: the inputs of QKV, projection, MLP up and MLP down; backward: the output gradients of the same four.
+  const double cols = forward ? d.h + d.h / t + d.h + d.f / t : d.qkv_out / t + d.h + d.up_out / t + d.h;
+  return {fp8_cast_transpose(T, cols, e)};
+}
+
+namespace {
+
+std::vector<double> times_of(const AnalyticCostModel& cm, const std::vector<KernelCost>& ks) {
+  std::vector<double> out;
+  out.reserve(ks.size());
+  for (const auto& k : ks) out.push_back(cm.kernel_seconds(k));
+  return out;
+}
+
+}  // namespace
+
+double AnalyticCostModel::layer_forward_seconds(int b, int l, int c) const {
+  if (b < 1 || l < 1 || c < 0) invalid("layer_forward_seconds needs b >= 1, l >= 1, c >= 0");
+  return stream_seconds({}, times_of(*this, layer_forward_kernels(b, l, c)), 1, {}, s_.cluster.device.kernel_launch_s);
+}
+
+double AnalyticCostModel::layer_backward_seconds(int b, int l, int c) const {
+  if (b < 1 || l < 1 || c < 0) invalid("layer_backward_seconds needs b >= 1, l >= 1, c >= 0");
+  std::vector<double> g = times_of(*this, layer_backward_kernels(b, l, c));
+  const std::vector<double> f = times_of(*this, recompute_kernels(b, l, c));
+  g.insert(g.begin(), f.begin(), f.end());
+  return stream_seconds({}, g, 1, {}, s_.cluster.device.kernel_launch_s);
+}
+
+void AnalyticCostModel::check_op(const Op& op, int microbatch_seqs) const {
+  const int stages = s_.parallel.pp * s_.parallel.v;
+  if (op.stage < 0 || op.stage >= stages)
+    invalid("op " + op_text(op) + ": virtual stage " + std::to_string(op.stage) + " outside 0.." +
+            std::to_string(stages - 1));
+  if (op.tok_begin < 0 || op.tok_end <= op.tok_begin || op.tok_end > s_.model.seq_len)
+    invalid("op " + op_text(op) + ": token range [" + std::to_string(op.tok_begin) + ", " + std::to_string(op.tok_end) +
+            ") is empty or outside the sequence of " + std::to_string(s_.model.seq_len) + " tokens");
+  if (microbatch_seqs < 1)
+    invalid("op " + op_text(op) + ": micro-batch of " + std::to_string(microbatch_seqs) + " sequences");
+}
+
+AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int microbatch_seqs, bool forward) const {
+  const ModelSpec& m = s_.model;
+  // With context parallelism a GPU holds seq_len / cp tokens of each (whole) sequence.
+  const int b = microbatch_seqs, l = op.tokens() / s_.parallel.cp, c = op.tok_begin;
+  const double t = s_.parallel.tp, e = elem_bytes();
+  const double h = m.hidden, V = m.vocab, T = static_cast<double>(b) * l;
+  const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
+  const bool first = op.stage == 0, last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
+  const double mask = s_.training.dropout ? 1.0 : 0.0;  // dropout mask bytes per element
+  auto gemm = [&](double M, double Kd, double N) {
+    return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd};
+  };
+  OpKernels k;
+  if (forward) {
+    if (first) {
+      k.pre = {{0, 2 * e * T * h, false},                      // word-embedding gather (vocab-parallel)
+               {2 * Tr * h, (3 * e + mask) * Tr * h, false}};  // + position embedding, dropout
+    }
+    k.layer = layer_forward_kernels(b, l, c);
+    if (last) {
+      k.post = {{8 * Tr * h, 2 * e * Tr * h, false},           // final LayerNorm
+                gemm(T, h, V / t),                             // logits
+                {T * V / t, e * T * V / t, false},             // cross entropy: max
+                {3 * T * V / t, (e + 4) * T * V / t, false}};  // exp, sum, softmax kept in fp32
+    }
+    if (s_.training.fp8()) k.post.push_back(fp8_amax_update(true, layers_of_stage(op.stage)));
+    return k;
+  }
+  if (last) {
+    KernelCost logits_wgrad = gemm(h, T, V / t);
+    logits_wgrad.weight = true;
+    if (tp_overlap(op)) logits_wgrad.beside_s = tp_overlap_seconds(b, l);  // the LM head's input gradient
+    k.pre = {{2 * T * V / t, (4 + e) * T * V / t, false},                  // cross-entropy backward
+             gemm(T, V / t, h),                                            // logits dgrad
+             logits_wgrad,                                                 // logits wgrad
+             {10 * Tr * h, 4 * e * Tr * h, false}};                        // final LayerNorm backward
+  }
+  k.layer = layer_backward_kernels(b, l, c, tp_overlap(op));
+  // Megatron recomputes each checkpointed layer (or its attention core) just before its backward.
+  const std::vector<KernelCost> f = recompute_kernels(b, l, c);
+  k.layer.insert(k.layer.begin(), f.begin(), f.end());
+  if (first) {
+    k.post = {{Tr * h, (2 * e + mask) * Tr * h, false},  // dropout backward
+              {T * h, (e + 8) * T * h, false, true}};    // embedding gradient scatter-add (fp32 rows)
+  }
+  if (s_.training.fp8()) k.post.push_back(fp8_amax_update(false, layers_of_stage(op.stage)));
+  return k;
+}
+
+double AnalyticCostModel::fused_seconds(const Op& op, int microbatch_seqs, bool forward) const {
+  const OpKernels k = op_kernels(op, microbatch_seqs, forward);
+  return stream_seconds(times_of(*this, k.pre), times_of(*this, k.layer), layers_of_stage(op.stage),
+                        times_of(*this, k.post), s_.cluster.device.kernel_launch_s);
+}
+
+double AnalyticCostModel::backward_weight_share(const Op& op, int microbatch_seqs) const {
+  check_op(op, microbatch_seqs);
+  const OpKernels k = op_kernels(op, microbatch_seqs, false);
+  double all = 0, weight = 0;
+  auto add = [&](const std::vector<KernelCost>& ks, double reps) {
+    for (const KernelCost& x : ks) {
+      const double sec = reps * kernel_seconds(x);
+      all += sec;
+      if (x.weight) weight += sec;
+    }
+  };
+  add(k.pre, 1);
+  add(k.layer, layers_of_stage(op.stage));
+  add(k.post, 1);
+  return all > 0 ? weight / all : 0.0;
+}
+
+double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) const {
+  check_op(op, microbatch_seqs);
+  const int layers = layers_of_stage(op.stage);
+  // The key packs layers and sequences in 24 bits each; wider values are asked directly.
+  if (layers >= (1 << 24) || microbatch_seqs >= (1 << 24)) return compute_seconds_uncached(op, microbatch_seqs);
+  auto u32 = [](std::int32_t x) { return static_cast<std::uint64_t>(static_cast<std::uint32_t>(x)); };
+  const int last = s_.parallel.pp * s_.parallel.v - 1;
+  const std::uint64_t where = (op.stage == 0 ? 1u : 0u) | (op.stage == last ? 2u : 0u);
+  return compute_memo_.get(
+      static_cast<std::uint64_t>(op.kind) | where << 8 | u32(layers) << 16 | u32(microbatch_seqs) << 40,
+      u32(op.tok_begin) | u32(op.tok_end) << 32, [&] { return compute_seconds_uncached(op, microbatch_seqs); });
+}
+
+double AnalyticCostModel::compute_seconds_uncached(const Op& op, int microbatch_seqs) const {
+  switch (op.kind) {
+    case OpKind::Forward:
+      return fused_seconds(op, microbatch_seqs, true);
+    case OpKind::Backward:
+      return fused_seconds(op, microbatch_seqs, false);
+    case OpKind::BackwardInput:
+      return fused_seconds(op, microbatch_seqs, false) * (1 - backward_weight_share(op, microbatch_seqs));
+    case OpKind::BackwardWeight:
+      return fused_seconds(op, microbatch_seqs, false) * backward_weight_share(op, microbatch_seqs);
+  }
+  return 0.0;
+}
+
+double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {
+  check_op(op, microbatch_seqs);
+  const ModelSpec& m = s_.model;
+  const int b = microbatch_seqs, l = op.tokens(), c = op.tok_begin;
+  const double fwd = layer_forward_flops(m, s_.parallel.tp, b, l, c).total() * layers_of_stage(op.stage);
+  const double logits = 2.0 * b * l * static_cast<double>(m.hidden) * m.vocab / s_.parallel.tp;
+  const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
+  // W is the weight-gradient GEMMs: as many FLOPs as the forward GEMMs (and the logits GEMM); I is the rest.
+  const double wgrad =
+      layer_forward_flops(m, s_.parallel.tp, b, l, c).gemm() * layers_of_stage(op.stage) + (last ? logits : 0.0);
+  const LayerFlops lf = layer_forward_flops(m, s_.parallel.tp, b, l, c);
+  double recomputed = 0;  // the forward work backward redoes
+  switch (s_.schedule.recompute) {
+    case Recompute::None:
+      break;
+    case Recompute::Selective:
+      recomputed = s_.training.flash_attention ? 0.0 : lf.attn * layers_of_stage(op.stage);
+      break;
+    case Recompute::Full:
+      recomputed = fwd;
+      break;
+  }
+  const double bwd = 2.0 * fwd + recomputed + (last ? 2.0 * logits : 0.0);
+  // Context parallelism: every GPU of the group does 1/cp of the work (load-balanced causal attention).
+  const double cp = s_.parallel.cp;
+  switch (op.kind) {
+    case OpKind::Forward:
+      return (fwd + (last ? logits : 0.0)) / cp;
+    case OpKind::Backward:
+      return bwd / cp;
+    case OpKind::BackwardInput:
+      return (bwd - wgrad) / cp;
+    case OpKind::BackwardWeight:
+      return wgrad / cp;
+  }
+  return 0.0;
+}
+
+double AnalyticCostModel::p2p_bytes(const Op& op, int microbatch_seqs) const {
+  check_op(op, microbatch_seqs);
+  // With sequence parallelism each TP rank holds (and sends) its 1/t share of the sequence; context parallelism
+  // splits the sequence over cp ranks.
+  const double shard = s_.parallel.sequence_parallel ? s_.parallel.tp : 1.0;
+  return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes() / shard / s_.parallel.cp;
+}
+
+bool AnalyticCostModel::tp_overlap(const Op& op) const {
+  return s_.training.async_tp_allreduce && s_.parallel.tp > 1 && op.kind == OpKind::Backward && kernels_time_backward();
+}
+
+double AnalyticCostModel::tp_overlap_seconds(int b, int l) const {
+  // The all-reduce of b*l tokens of the hidden width, as tp_allreduce_bytes sizes it (l already / cp).
+  return tp_allreduce_seconds(s_, static_cast<double>(b) * l * s_.model.hidden * elem_bytes());
+}
+
+int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
+  if (s_.parallel.tp == 1) return 0;
+  const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
+  const int recomputed = s_.schedule.recompute == Recompute::Full ? 2 * layers_of_stage(op.stage) : 0;
+  // + the LM head's input gradient; with async_tp_allreduce the input-gradient all-reduces (2 per layer and the
+  // LM head's) run beside their wgrads and are costed there (compute_seconds), leaving the recomputed forward's.
+  const int backward = tp_overlap(op) ? recomputed : recomputed + 2 * layers_of_stage(op.stage) + (last ? 1 : 0);
+  switch (op.kind) {
+    case OpKind::Forward:
+      return 2 * layers_of_stage(op.stage) + (op.stage == 0 ? 1 : 0);  // + vocab-parallel embedding output
+    case OpKind::Backward:
+    case OpKind::BackwardInput:  // the all-reduces of the input gradients (and the recomputed forward)
+      return backward;
+    case OpKind::BackwardWeight:  // weight gradients stay on their GPU
+      return 0;
+  }
+  return 0;
+}
+
+double AnalyticCostModel::tp_allreduce_bytes(const Op& op, int microbatch_seqs) const {
+  check_op(op, microbatch_seqs);
+  return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes() / s_.parallel.cp;
+}
+
+double AnalyticCostModel::grad_bytes(int rank) const { return rank_parameter_count(s_, rank) * grad_elem_bytes(); }
+
+double AnalyticCostModel::param_bytes(int rank) const {
+  return rank_parameter_count(s_, rank) * s_.training.param_bytes().weight;
+}
+
+double AnalyticCostModel::optimizer_seconds(int rank) const {
+  const DeviceSpec& d = s_.cluster.device;
+  // The distributed optimizer updates its 1/dp shard only (the all-gather of the result is a collective).
+  // Megatron shards it over the data-parallel group with context parallelism: dp * cp GPUs.
+  const double shards = s_.training.distributed_optimizer ? 1.0 * s_.parallel.dp * s_.parallel.cp : 1.0;
+  const double params = rank_parameter_count(s_, rank) / shards;
+  const TrainingSpec::ParamBytes pb = s_.training.param_bytes();
+  const double w = pb.weight, g = pb.grad, state = pb.state;  // state: fp32 master + moments
+  // Read and write the state, read the gradient twice (unscale / norm, update), write the working weights
+  // (read and write them when there is no separate master copy).
+  const double bytes_per_param = 2 * state + 2 * g + (state > 0 ? w : 2 * w);
+  const double gpu = params * bytes_per_param / (d.hbm_bw_Bps * d.memory_efficiency);
+  // Three multi-tensor passes (unscale + inf check, grad norm, Adam), ~110 tensors per launch, 12 tensors per
+  // layer plus embeddings.
+  const double tensors = 12.0 * rank_layer_count(s_, rank) + 4.0;
+  const int launches = 3 * static_cast<int>(std::ceil(tensors / 110.0));
+  std::vector<double> ks(static_cast<std::size_t>(launches), gpu / launches);
+  if (s_.training.fp8()) {  // FP8 copies (+ transposes) of every linear weight, cast from the new bf16 weights
+    const double layers = rank_layer_count(s_, rank);
+    const double params = layers * fp8_linear_weight_params(s_.model) / s_.parallel.tp;
+    const double cast = params * (w + kFp8WeightCopyBytes) / (d.hbm_bw_Bps * d.memory_efficiency);
+    const auto casts = static_cast<std::size_t>(kFp8LinearsPerLayer * layers);
+    ks.insert(ks.end(), casts, cast / static_cast<double>(casts));
+  }
+  return stream_seconds({}, ks, 1, {}, d.kernel_launch_s);
+}
+
+double AnalyticCostModel::embedding_grad_bytes() const {
+  if (!s_.model.tied_embeddings || s_.parallel.pp == 1) return 0.0;  // (lowering skips it when one rank holds both)
+  return static_cast<double>(s_.model.vocab) * s_.model.hidden / s_.parallel.tp * grad_elem_bytes();
+}
+
+}  // namespace pipescope

@@ -1,0 +1,90 @@
+#pragma once
+// First analytic device model: transformer-layer FLOPs (forward 24*b*s*h^2 + 4*b*s^2*h for a full
+// sequence; a slice of l tokens after c tokens of context: 24*b*l*h^2 + 4*b*h*(l*c + l*(l+1)/2)),
+// backward 2x forward, +1 forward with recomputation; GEMMs by tile and wave quantisation over the SMs
+// (core/cost/gemm_model.h), bandwidth-bound element-wise kernels by bytes over HBM bandwidth, and a per-kernel
+// launch overhead. Logits on the last virtual stage. Per GPU of a tensor-parallel group.
+// The formulas are written out at the top of core/cost/analytic_cost.cc.
+
+#include "core/lower/cost_model.h"
+#include "core/util/memo_table.h"
+#include "core/cost/kernel_cost.h"
+#include "core/model/model_shape.h"  // LayerFlops, parameter counts (declared there)
+
+namespace pipescope {
+
+class AnalyticCostModel : public CostModel {
+ public:
+  explicit AnalyticCostModel(const Scenario& s);  // throws std::invalid_argument on an unusable scenario
+  double compute_seconds(const Op& op, int microbatch_seqs) const override;
+  double p2p_bytes(const Op& op, int microbatch_seqs) const override;
+  int tp_allreduce_calls(const Op& op) const override;
+  double tp_allreduce_bytes(const Op& op, int microbatch_seqs) const override;
+  double grad_bytes(int rank) const override;
+  double optimizer_seconds(int rank) const override;
+  double embedding_grad_bytes() const override;
+  double param_bytes(int rank) const override;  // rank parameters x weight bytes (training.dtype)
+
+  // One transformer layer on one GPU: b sequences, l tokens after c tokens of context.
+  double layer_forward_seconds(int b, int l, int c) const;
+  double layer_backward_seconds(int b, int l, int c) const;  // includes the recomputed forward with recompute
+  int layers_of_stage(int stage) const;  // stage_layer_range (core/model/placement.h), cached per virtual stage
+
+  // Share of a fused backward B that its W part takes: the weight-gradient kernels' time over all the kernels'
+  // time of the op (kernel launch costs split in the same ratio). I takes the rest, so I + W = B exactly.
+  double backward_weight_share(const Op& op, int microbatch_seqs) const;
+
+  // Useful FLOPs of a compute op on one GPU (causal attention, backward 2x, + recomputed forward, logits
+  // 2*b*l*h*V/t forward on the last virtual stage), for utilisation reports.
+  double op_flops(const Op& op, int microbatch_seqs) const;
+  // Time of one GPU kernel (roofline with efficiency, no launch overhead).
+  double kernel_seconds(const KernelCost& k) const;
+  KernelTimer timer() const {
+    return [this](const KernelCost& k) { return kernel_seconds(k); };
+  }
+  // The kernels of one layer's forward / backward (without recomputation), in issue order.
+  std::vector<KernelCost> layer_forward_kernels(int b, int l, int c) const;
+  // tp_overlap: the fused backward with training.async_tp_allreduce (the column-parallel wgrads carry the all-reduce
+  // of their input gradient, core/cost/tp_overlap.h); off for a split backward (I / W), whose W runs later.
+  std::vector<KernelCost> layer_backward_kernels(int b, int l, int c, bool tp_overlap = false) const;
+  // The attention core of a layer's forward (Q.K^T, softmax, dropout, P.V; or the one flash kernel).
+  std::vector<KernelCost> attention_core_kernels(int b, int l, int c) const;
+  // What a layer's backward recomputes first: schedule.recompute full = the whole forward, selective = the
+  // attention core (nothing with flash attention, which recomputes its scores anyway), none = nothing.
+  std::vector<KernelCost> recompute_kernels(int b, int l, int c) const;
+
+ protected:
+  Scenario s_;
+  double dtype_peak_flops_ = 0;
+  double fp8_peak_flops_ = 0;      // training.dtype fp8: the linear GEMMs' peak (dtype_peak_flops_ is bf16's then)
+  std::vector<int> stage_layers_;  // per virtual stage
+  // Whether this model's kernel lists time backward ops (a profile's layer tables or kernel fits do not, and carry
+  // no wgrad for training.async_tp_allreduce to hide the all-reduces behind: those stay exposed then).
+  virtual bool kernels_time_backward() const { return true; }
+
+ private:
+  void check_op(const Op& op, int microbatch_seqs) const;
+  double compute_seconds_uncached(const Op& op, int microbatch_seqs) const;
+  // compute_seconds by what it reads of an op: kind, first / last virtual stage, the stage's layer count, token
+  // range, sequences. Many stages of a pipeline hold the same layers, and a search or a planner asks the same
+  // questions thousands of times. Not for concurrent use (nothing shares a cost model across threads).
+  mutable MemoTable compute_memo_;
+  struct OpKernels {
+    std::vector<KernelCost> pre, layer, post;  // layer runs layers_of_stage(op.stage) times
+  };
+  // The kernels of a forward (forward = true) or a fused backward (with the recomputed forward) of `op`.
+  OpKernels op_kernels(const Op& op, int microbatch_seqs, bool forward) const;
+  double fused_seconds(const Op& op, int microbatch_seqs, bool forward) const;
+  // Whether `op` runs the column-parallel input-gradient all-reduces beside its wgrads (a fused backward with
+  // training.async_tp_allreduce and tp > 1), and the time of one such all-reduce of b*l tokens.
+  bool tp_overlap(const Op& op) const;
+  double tp_overlap_seconds(int b, int l) const;
+  int elem_bytes() const { return s_.training.act_bytes_per_elem(); }
+  int grad_elem_bytes() const { return s_.training.grad_fp32 ? 4 : elem_bytes(); }
+  // A linear layer's GEMM (not attention, not logits): FP8 operands with training.dtype fp8 (core/cost/fp8.h).
+  KernelCost linear_gemm(const KernelCost& k, double out_bytes_per_elem) const;
+  // FP8 casts of one layer's linear-GEMM inputs (forward) or output gradients (backward) and its amax update.
+  std::vector<KernelCost> fp8_layer_kernels(int b, int l, bool forward) const;
+};
+
+}  // namespace pipescope

@@ -1,0 +1,75 @@
+#include "core/model/config.h"
+
+namespace pipescope {
+
+const char* to_string(IntraNodeFabric f) {
+  switch (f) {
+    case IntraNodeFabric::NVSwitch:
+      return "nvswitch";
+    case IntraNodeFabric::CubeMesh:
+      return "cube-mesh";
+    case IntraNodeFabric::PCIe:
+      return "pcie";
+  }
+  return "?";
+}
+
+const char* to_string(InterNodeTopology t) {
+  switch (t) {
+    case InterNodeTopology::Star:
+      return "star";
+    case InterNodeTopology::FatTree:
+      return "fat-tree";
+    case InterNodeTopology::Rail:
+      return "rail";
+  }
+  return "?";
+}
+
+const char* to_string(FfnKind f) {
+  switch (f) {
+    case FfnKind::Gelu:
+      return "gelu";
+    case FfnKind::SwiGlu:
+      return "swiglu";
+  }
+  return "?";
+}
+
+const char* to_string(NormKind n) {
+  switch (n) {
+    case NormKind::LayerNorm:
+      return "layernorm";
+    case NormKind::RmsNorm:
+      return "rmsnorm";
+  }
+  return "?";
+}
+
+const char* to_string(PositionKind p) {
+  switch (p) {
+    case PositionKind::Learned:
+      return "learned";
+    case PositionKind::Rope:
+      return "rope";
+  }
+  return "?";
+}
+
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::None:
+      return "none";
+    case Recompute::Selective:
+      return "selective";
+    case Recompute::Full:
+      return "full";
+  }
+  return "?";
+}
+
+}  // namespace pipescope
+
+namespace pipescope {
+double ClusterSpec::nic_data_Bps() const { return nic_bw_Bps * (nic_sockets ? 0.72 : 1.0); }
+}  // namespace pipescope

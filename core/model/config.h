@@ -1,0 +1,244 @@
+#pragma once
+// Plain, validated configuration structs. SI units inside (s, B, B/s, FLOP/s).
+// core/model/scenario.h turns YAML into these; presets live in core/model/presets.h.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/ir/schedule.h"  // StageStyle
+
+namespace pipescope {
+
+// ---------------------------------------------------------------- model
+enum class FfnKind : std::uint8_t {
+  Gelu,    // GPT: up (h -> f), GeLU, down (f -> h)
+  SwiGlu,  // Llama: gate and up (h -> f each, one fused h -> 2f GEMM), SiLU(gate) * up, down (f -> h)
+};
+enum class NormKind : std::uint8_t {
+  LayerNorm,  // scale and shift: 2h parameters
+  RmsNorm,    // scale only: h parameters
+};
+enum class PositionKind : std::uint8_t {
+  Learned,  // GPT: a seq_len x h position-embedding table on the first stage
+  Rope,     // rotary embeddings: no parameters
+};
+
+struct ModelSpec {
+  std::string name;    // preset name or free text
+  int layers = 0;      // transformer layers
+  int hidden = 0;      // h
+  int heads = 0;       // a
+  int ffn_hidden = 0;  // MLP inner size (4h for GPT)
+  int vocab = 0;       // V
+  int seq_len = 0;     // s (tokens per sequence)
+  bool tied_embeddings = true;
+  int query_groups = 0;  // K/V heads (grouped-query attention); 0 = heads (multi-head attention)
+  FfnKind ffn = FfnKind::Gelu;
+  NormKind norm = NormKind::LayerNorm;
+  PositionKind position = PositionKind::Learned;
+  bool linear_bias = true;  // biases on the QKV, projection and MLP GEMMs (GPT yes, Llama no)
+  int kv_heads() const { return query_groups > 0 ? query_groups : heads; }
+};
+
+// ---------------------------------------------------------------- cluster
+enum class IntraNodeFabric : std::uint8_t {
+  NVSwitch,  // every GPU pair at full per-GPU NVLink bandwidth (star zone)
+  CubeMesh,  // p3.16xlarge / DGX-1 hybrid cube mesh (explicit per-pair routes)
+  PCIe,      // no NVLink: all intra-node traffic through one shared host bridge
+};
+enum class InterNodeTopology : std::uint8_t {
+  Star,     // one non-blocking switch
+  FatTree,  // leaf switches of nodes_per_leaf nodes (all their NICs) under a spine; leaf uplink = downlink / R
+  Rail,     // rail-optimised: NIC k of the nodes_per_leaf nodes of a group on leaf k of that group, spine above
+};
+
+struct DeviceSpec {
+  std::string name;            // e.g. "V100-SXM2-16GB"
+  double peak_flops_fp16 = 0;  // dense tensor-core FLOP/s
+  double peak_flops_bf16 = 0;  // 0 = not supported (V100)
+  double peak_flops_fp32 = 0;  // non-tensor FLOP/s
+  double peak_flops_fp64 = 0;  // 0 = unknown (fp64 runs need a calibration profile, e.g. of a CPU)
+  double peak_flops_fp8 = 0;   // dense FP8 (E4M3 / E5M2) tensor-core FLOP/s; 0 = no FP8 tensor cores (pre-Hopper)
+  double memory_bytes = 0;
+  double hbm_bw_Bps = 0;
+  // Analytic efficiency parameters (roofline with efficiency; docs/cost-model.md, "Device and cluster descriptions").
+  double gemm_efficiency = 0.0;      // large-GEMM share of peak reached
+  double gemm_half_sat_flops = 0.0;  // GEMM FLOPs at which efficiency reaches half of gemm_efficiency
+  double kernel_launch_s = 0.0;      // per-kernel launch / fixed overhead
+  double memory_efficiency = 0.0;    // share of HBM bandwidth reached by bandwidth-bound kernels
+  int sm_count = 0;                  // streaming multiprocessors (GEMM wave quantisation); 0 = unknown: none
+  // Hopper's persistent GEMM kernels write a tile while the next one computes; Volta's and Ampere's finish a wave's
+  // writes before the next wave starts (core/cost/gemm_model.h). Used with sm_count only.
+  bool gemm_epilogue_hidden = false;
+};
+
+struct ClusterSpec {
+  std::string preset;  // preset name or empty
+  int nodes = 0;
+  int gpus_per_node = 0;
+  DeviceSpec device;
+  IntraNodeFabric fabric = IntraNodeFabric::NVSwitch;
+  double nvlink_bw_Bps = 0;  // per GPU per direction (NVSwitch) or per single link (cube mesh)
+  double nvlink_latency_s = 0;
+  double pcie_bw_Bps = 0;  // host path for GPU pairs without NVLink (cube mesh "SYS")
+  double pcie_latency_s = 0;
+  int nics_per_node = 1;  // each NIC its own link; GPU i uses NIC i mod nics_per_node (DGX: 8, one per GPU)
+  double nic_bw_Bps = 0;  // per NIC per direction
+  double nic_latency_s = 0;
+  // NCCL over TCP sockets (a NIC without RDMA, e.g. EC2 p3 instances without EFA): the socket transport moves
+  // 72% of the line rate (docs/cost-model.md: fit to TeraPipe's Table 2, 18 of 25 Gb/s). Presets only.
+  bool nic_sockets = false;
+  double nic_data_Bps() const;  // per NIC per direction: nic_bw_Bps, times the socket transport's share
+  InterNodeTopology topology = InterNodeTopology::Star;
+  int nodes_per_leaf = 0;         // fat-tree / rail: nodes under one leaf switch (0 = auto: leaf_nodes())
+  double oversubscription = 1.0;  // fat-tree / rail: leaf downlink / uplink bandwidth (1 = full bisection)
+  // Nodes per leaf switch: nodes_per_leaf, or by default the largest divisor of `nodes` that is at most 32
+  // (a 64-port leaf with 32 ports down and 32 up, as in a DGX SuperPOD scalable unit).
+  int leaf_nodes() const {
+    if (nodes_per_leaf > 0) return nodes_per_leaf;
+    for (int k = nodes < 32 ? nodes : 32; k > 1; k--)
+      if (nodes % k == 0) return k;
+    return 1;
+  }
+  int total_gpus() const { return nodes * gpus_per_node; }
+};
+
+// ---------------------------------------------------------------- parallelism
+struct ParallelSpec {
+  int dp = 1;                      // data-parallel replicas
+  int pp = 1;                      // pipeline stages (ranks)
+  int tp = 1;                      // tensor-parallel degree
+  int cp = 1;                      // context-parallel degree: each rank of a cp group holds seq_len / cp tokens
+  int v = 1;                       // model chunks per pipeline rank (interleaved schedules)
+  int micro_batch_size = 1;        // b (sequences per micro-batch)
+  int global_batch = 1;            // B (sequences per iteration, all replicas)
+  bool sequence_parallel = false;  // Megatron sequence parallelism: LayerNorm/dropout activations split t ways
+  // Transformer layers of each virtual stage 0..pp*v-1 (uneven layouts); empty = model.layers / (pp * v) each.
+  // Read it through stage_layer_range() (core/model/placement.h), never directly.
+  std::vector<int> stage_layers;
+  // m = global_batch / (micro_batch_size * dp)
+  int micro_batches() const { return global_batch / (micro_batch_size * dp); }
+};
+
+// ---------------------------------------------------------------- schedule
+// Names, traits and generators: core/model/schedule_registry.h (the one table of schedules).
+enum class ScheduleKind : std::uint8_t {
+  GPipe,
+  OneFOneB,
+  Interleaved,
+  TeraPipe,
+  Seq1F1B,
+  Seq1F1BInterleaved,
+  ZeroBubbleH1,
+  ZeroBubbleH2,
+  ZeroBubbleV,
+  File,  // read from schedule.file (core/ir/schedule_csv.h)
+};
+
+// Activation recomputation (Korthikanti et al. 2022): none; selective = only the attention core (scores, softmax,
+// dropout, P.V) is recomputed in backward, its large s^2 tensors not stored; full = each layer keeps only its input
+// and reruns its whole forward before its backward.
+enum class Recompute : std::uint8_t { None, Selective, Full };
+
+struct ScheduleSpec {
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  int seq_slices = 1;               // k: token slices / sequence segments per micro-batch (uniform unless given)
+  std::vector<int> slice_tokens;    // explicit slice lengths (sum = seq_len); empty = uniform / planned
+  std::string slicing = "uniform";  // uniform | dp (TeraPipe planner) | cwp (Seq1F1B equal-FLOPs) | explicit
+  Recompute recompute = Recompute::None;
+  bool scatter_gather = true;  // Megatron scatter/gather of cross-node p2p (tp > 1)
+  // kind file: the CSV (PyTorch pipelining's format), relative paths resolved against the scenario's directory
+  // when it is loaded, and where the file puts the virtual stages (read from the file then).
+  std::string file;
+  StageStyle file_style = StageStyle::Loop;
+};
+
+// ---------------------------------------------------------------- training numerics
+struct TrainingSpec {
+  // fp16 | bf16 | fp32 | fp64 (compute and p2p element type) | fp8: bf16 training whose linear-layer GEMMs run
+  // in FP8 (Transformer Engine's hybrid recipe, core/cost/fp8.h); activations, weights and optimizer as bf16.
+  std::string dtype = "fp16";
+  bool fp8() const { return dtype == "fp8"; }
+  int act_bytes_per_elem() const { return dtype == "fp64" ? 8 : dtype == "fp32" ? 4 : 2; }
+  // Bytes per parameter held by a GPU: < 0 (the default) = from the dtypes (param_bytes()); >= 0 = this total
+  // (weights + gradients + optimizer state), the optimizer state being the rest after weights and gradients.
+  double optimizer_bytes_per_param = -1;
+  bool grad_fp32 = false;  // gradient buffer and DP reduction in fp32 (4 B, Megatron's main_grad) instead of dtype
+  // ZeRO-1 / Megatron --use-distributed-optimizer: gradients reduce-scattered and parameters all-gathered over
+  // the DP group instead of one all-reduce; optimizer state (fp32 master + Adam moments) sharded over DP and the
+  // optimizer step run on the 1/dp shard.
+  bool distributed_optimizer = false;
+  // Megatron --overlap-grad-reduce: the DP reduction of a bucket of grad_bucket_MB starts as soon as the weight
+  // gradients it holds are final (during the last micro-batch's backward), beside the ongoing compute.
+  bool overlap_grad_reduce = false;
+  double grad_bucket_bytes = 40e6;  // grad_bucket_MB: bytes of gradients per DP bucket (one reduction call each)
+  // Megatron --overlap-param-gather (distributed optimizer): the parameter all-gather of the next iteration's
+  // first forward runs bucket by bucket beside it; what cannot hide stays exposed at the iteration's start.
+  bool overlap_param_gather = false;
+  struct ParamBytes {
+    double weight = 0, grad = 0, state = 0;  // state: fp32 master copy + Adam moments (unsharded)
+    double total() const { return weight + grad + state; }
+  };
+  // Weights at the compute dtype; gradients at 4 B with grad_fp32 else the dtype; state = fp32 master (16-bit
+  // dtypes only) + two Adam moments of max(4, dtype) B: 2 + 2 + 4 + 8 = 16 (fp16), 2 + 4 + 4 + 8 = 18 (bf16 with
+  // grad_fp32, Megatron's mixed precision), 4 + 4 + 8 = 16 (fp32). optimizer_bytes_per_param >= 0 overrides the sum.
+  ParamBytes param_bytes() const {
+    ParamBytes b;
+    const int e = act_bytes_per_elem();
+    b.weight = e;
+    b.grad = grad_fp32 ? 4 : e;
+    if (optimizer_bytes_per_param >= 0) {
+      b.state = optimizer_bytes_per_param - b.weight - b.grad;
+      if (b.state < 0) b.state = 0;
+    } else {
+      b.state = (e < 4 ? 4 : 0) + 2.0 * (e > 4 ? e : 4);
+    }
+    return b;
+  }
+  bool flash_attention = false;  // FlashAttention: no materialised score matrix (memory and HBM traffic O(l))
+  // How a weight-gradient GEMM adds into the gradient accumulated over micro-batches and slices: "fused" (cuBLAS
+  // beta = 1, Megatron-LM's gradient accumulation fusion: reads and writes the gradient) or "autograd" (PyTorch's
+  // AccumulateGrad, as TeraPipe's code: the GEMM writes a new tensor, then grad += new).
+  std::string wgrad_accumulation = "fused";
+  // Dropout after attention's softmax and on the two residual branches (Megatron-LM's layer). TeraPipe's layer has
+  // none: no attention dropout kernel or mask bytes, and the residual add without a mask.
+  bool dropout = true;
+  // The attention softmax as unfused PyTorch: F.softmax(scores, dtype=float32) then cast back to the 16-bit dtype
+  // (TeraPipe's code), its backward in fp32 too; false = Megatron's fused scale-mask-softmax (16-bit in and out).
+  bool softmax_fp32 = false;
+  // Megatron-LM's async tensor-parallel all-reduce: a column-parallel linear's input-gradient all-reduce runs beside
+  // its wgrad GEMM (core/cost/tp_overlap.h).
+  bool async_tp_allreduce = false;
+};
+
+// ---------------------------------------------------------------- simulation knobs
+struct SimSpec {
+  std::string collectives = "auto";    // ring | aggregate | analytic | auto
+  std::string placement = "megatron";  // megatron | terapipe | stage-major | replica-major
+  std::string profile;                 // device profile file (calibration), empty = analytic model
+  // Stage-to-stage sends: "eager" (posted and overlapped with the next op, as pipescope's runtime does) or
+  // "blocking" (the next op waits for the send, as Megatron-LM's p2p calls: LoweredSchedule::blocking_sends).
+  std::string p2p = "eager";
+};
+
+struct Scenario {
+  std::string name;
+  std::string source;  // file it came from ("<builtin>" for the default)
+  ModelSpec model;
+  ClusterSpec cluster;
+  ParallelSpec parallel;
+  ScheduleSpec schedule;
+  TrainingSpec training;
+  SimSpec sim;
+};
+
+const char* to_string(ScheduleKind k);  // the registry's name (core/model/schedule_registry.cc)
+const char* to_string(FfnKind f);
+const char* to_string(NormKind n);
+const char* to_string(PositionKind p);
+const char* to_string(Recompute r);
+const char* to_string(IntraNodeFabric f);
+const char* to_string(InterNodeTopology t);
+
+}  // namespace pipescope

@@ -1,0 +1,260 @@
+#include "core/model/presets.h"
+
+#include "core/util/units.h"
+
+namespace pipescope {
+namespace {
+
+using namespace units;
+
+// ---------------------------------------------------------------- models
+// Defaults shared by the GPT-3 and Megatron tables: FFN 4h, V = 51200, s = 2048, tied embeddings.
+ModelSpec gpt(const char* name, int layers, int hidden, int heads, int vocab = 51200, int seq_len = 2048,
+              bool tied = true) {
+  ModelSpec m;
+  m.name = name;
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.ffn_hidden = 4 * hidden;
+  m.vocab = vocab;
+  m.seq_len = seq_len;
+  m.tied_embeddings = tied;
+  return m;
+}
+
+// Llama-style decoder: grouped-query attention, SwiGLU, RMSNorm, rotary positions, no linear biases, untied
+// embeddings (scenarios/README.md "Model presets" gives the sources).
+ModelSpec llama(const char* name, int layers, int hidden, int heads, int groups, int ffn, int vocab, int seq_len) {
+  ModelSpec m = gpt(name, layers, hidden, heads, vocab, seq_len, false);
+  m.ffn_hidden = ffn;
+  m.query_groups = groups;
+  m.ffn = FfnKind::SwiGlu;
+  m.norm = NormKind::RmsNorm;
+  m.position = PositionKind::Rope;
+  m.linear_bias = false;
+  return m;
+}
+
+// Nemotron-4 340B: GQA with 8 groups, a two-matrix squared-ReLU MLP (the GeLU shape here: same GEMMs, another
+// element-wise function), LayerNorm, rotary positions, no biases, untied embeddings.
+ModelSpec nemotron4_340b() {
+  ModelSpec m = gpt("nemotron4-340b", 96, 18432, 96, 256000, 4096, false);
+  m.ffn_hidden = 73728;
+  m.query_groups = 8;
+  m.position = PositionKind::Rope;
+  m.linear_bias = false;
+  return m;
+}
+
+const std::vector<ModelSpec>& models() {
+  static const std::vector<ModelSpec> kModels = {
+      // docs/papers.md#terapipe (heads = H/128 from the authors' code). TeraPipe times only the transformer
+      // stack; V and s are the shared defaults.
+      gpt("gpt3-1b", 24, 2048, 16),
+      gpt("gpt3-13b", 40, 5120, 40),
+      gpt("gpt3-44b", 96, 6144, 48),
+      gpt("gpt3-175b", 96, 12288, 96),
+      // docs/papers.md#megatron, Table 1 (weak scaling): V = 51200, s = 2048, tied embeddings.
+      gpt("megatron-1.7b", 24, 2304, 24),
+      gpt("megatron-3.6b", 30, 3072, 32),
+      gpt("megatron-7.5b", 36, 4096, 32),
+      gpt("megatron-18.4b", 40, 6144, 48),
+      gpt("megatron-39.1b", 48, 8192, 64),
+      gpt("megatron-76.1b", 60, 10240, 80),
+      gpt("megatron-145.6b", 80, 12288, 96),
+      gpt("megatron-310.1b", 96, 16384, 128),
+      gpt("megatron-529.6b", 105, 20480, 128),
+      gpt("megatron-1t", 128, 25600, 160),
+      // docs/papers.md#seq1f1b: untied embeddings; the authors' run script trains on codeparrot with GPT-2's BPE
+      // (--vocab-file vocab.json --merge-file merges.txt), 50257 tokens, which Megatron pads to a multiple of
+      // 128 * tp: 50304 for the 2.7B (tp 1), 51200 for the others (tp 8). s = 32768 is the one length that the
+      // result grid uses for every model.
+      gpt("seq1f1b-2.7b", 32, 2560, 32, 50304, 32768, false),
+      gpt("seq1f1b-7b", 32, 4096, 32, 51200, 32768, false),
+      gpt("seq1f1b-13b", 40, 5120, 40, 51200, 32768, false),
+      gpt("seq1f1b-30b", 64, 6144, 64, 51200, 32768, false),
+      // Llama 3 / 3.1 (Meta's model cards and params.json: layers, hidden, heads, K/V heads, FFN, V = 128256,
+      // s = 8192 training context) and Nemotron-4 340B (NVIDIA's technical report).
+      llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
+      llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+      llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
+      nemotron4_340b(),
+  };
+  return kModels;
+}
+
+// ---------------------------------------------------------------- devices
+// One description per device; every value and its source is in docs/cost-model.md "Device descriptions".
+// Vendor peaks from docs/calibration.md (dense tensor-core rates) and SM counts from NVIDIA's architecture
+// whitepapers. HBM capacity is binary (an "80 GB" part has 80 GiB; nvidia-smi prints 81920 MiB); bandwidths are
+// decimal GB/s. The analytic model's shares (calibration profiles replace them):
+//   gemm_eff   share of peak a large, evenly tiled GEMM reaches (core/cost/gemm_model.h);
+//   half_sat   per-GEMM fixed cost, as the FLOPs it would take at that rate (0: none beyond the tile model);
+//   launch_us  host cost per kernel (framework dispatch and launch), hidden behind long kernels.
+// Hopper's GEMMs are persistent kernels that write one tile while computing the next (gemm_epilogue_hidden).
+DeviceSpec device(const char* name, double fp16_tflops, double bf16_tflops, double fp32_tflops, double mem_GiB,
+                  double hbm_GBps, int sms, double gemm_eff, double half_sat_flops, double launch_us) {
+  DeviceSpec d;
+  d.name = name;
+  d.peak_flops_fp16 = fp16_tflops * kTflops;
+  d.peak_flops_bf16 = bf16_tflops * kTflops;
+  d.peak_flops_fp32 = fp32_tflops * kTflops;
+  d.memory_bytes = mem_GiB * kGiB;
+  d.hbm_bw_Bps = hbm_GBps * kGBps;
+  d.sm_count = sms;
+  d.gemm_efficiency = gemm_eff;
+  d.gemm_half_sat_flops = half_sat_flops;
+  d.kernel_launch_s = launch_us * kUs;
+  d.memory_efficiency = 0.8;
+  return d;
+}
+
+// Hopper: FP8 tensor cores (E4M3 / E5M2, dense, no sparsity) at twice the bf16 rate, which Volta and Ampere lack;
+// cuBLAS's Hopper GEMMs are persistent warp-specialised kernels (core/cost/gemm_model.h).
+DeviceSpec hopper(DeviceSpec d, double fp8_tflops) {
+  d.peak_flops_fp8 = fp8_tflops * kTflops;
+  d.gemm_epilogue_hidden = true;
+  return d;
+}
+
+const std::vector<DeviceSpec>& devices() {
+  static const std::vector<DeviceSpec> kDevices = {
+      // Volta has FP16 tensor cores only: bf16 peak 0 = unsupported. Shares fit to TeraPipe's Table 2 (PyTorch
+      // 1.x eager on p3.16xlarge hosts: 100 us per kernel, a 15 GFLOP fixed cost per GEMM).
+      device("V100-SXM2-16GB", 125, 0, 15.7, 16, 900, 80, 0.75, 15e9, 100),
+      device("V100-SXM2-32GB", 125, 0, 15.7, 32, 900, 80, 0.75, 15e9, 100),
+      // Shares fit to the vTrain A100 development set (Megatron-DeepSpeed with its async TP all-reduce and the
+      // GEMM wave epilogue, docs/cost-model.md "Fidelity").
+      device("A100-SXM4-80GB", 312, 312, 19.5, 80, 2039, 108, 0.69, 0, 70),
+      // No H100 measurements here: the A100's share (0.69 with the wave epilogue that Hopper hides; 0.70 before
+      // the async TP all-reduce was modelled); not lowered, since held-out H100 runs are reported too slow already.
+      hopper(device("H100-SXM", 989.4, 989.4, 67, 80, 3350, 132, 0.70, 0, 70), 1979),
+      // H200: the H100's Hopper die and clocks (same peaks and SMs) with 141 GB of HBM3e at 4.8 TB/s.
+      hopper(device("H200-SXM", 989.4, 989.4, 67, 141, 4800, 132, 0.70, 0, 70), 1979),
+  };
+  return kDevices;
+}
+
+// ---------------------------------------------------------------- clusters
+// docs/calibration.md: p3.16xlarge / DGX-1V hybrid cube mesh. nvlink_bw is one NVLink2 link (NV1 =
+// 25 GB/s per direction; NV2 pairs get two), GPU pairs without NVLink ("SYS") go over PCIe and the CPU
+// interconnect at about 10 GB/s.
+ClusterSpec cube_mesh_node(const char* preset, const char* device_name, double nic_Gbps, bool sockets) {
+  ClusterSpec c;
+  c.preset = preset;
+  c.nodes = 1;
+  c.gpus_per_node = 8;
+  c.device = *device_preset(device_name);
+  c.fabric = IntraNodeFabric::CubeMesh;
+  c.nvlink_bw_Bps = 25 * kGBps;
+  c.nvlink_latency_s = 1 * kUs;
+  c.pcie_bw_Bps = 10 * kGBps;
+  c.pcie_latency_s = 5 * kUs;
+  // One ENA interface per instance, shared by all 8 GPUs (docs/cost-model.md, "aws-p3.16xlarge's NVLink mesh");
+  // TCP-level latency.
+  c.nics_per_node = 1;
+  c.nic_bw_Bps = nic_Gbps * kGbps;
+  c.nic_latency_s = 10 * kUs;
+  c.nic_sockets = sockets;
+  c.topology = InterNodeTopology::Star;  // EC2 cluster placement group: modelled as one non-blocking switch
+  return c;
+}
+
+// DGX nodes: NVSwitch, every GPU pair at the full per-GPU NVLink rate (per direction, docs/calibration.md);
+// one InfiniBand HCA per GPU (docs/calibration.md, docs/papers.md#megatron) in a fat tree. PCIe figures describe
+// the host path only (unused by NVSwitch routes).
+ClusterSpec dgx_node(const char* preset, const char* device_name, double nvlink_GBps, double pcie_GBps,
+                     double nic_Gbps) {
+  ClusterSpec c;
+  c.preset = preset;
+  c.nodes = 1;
+  c.gpus_per_node = 8;
+  c.device = *device_preset(device_name);
+  c.fabric = IntraNodeFabric::NVSwitch;
+  c.nvlink_bw_Bps = nvlink_GBps * kGBps;
+  c.nvlink_latency_s = 1 * kUs;
+  c.pcie_bw_Bps = pcie_GBps * kGBps;
+  c.pcie_latency_s = 5 * kUs;
+  c.nics_per_node = 8;
+  c.nic_bw_Bps = nic_Gbps * kGbps;
+  c.nic_latency_s = 5 * kUs;
+  c.topology = InterNodeTopology::FatTree;
+  return c;
+}
+
+// A DGX H100 SuperPOD as built (public sources, scenarios/README.md "Cluster presets"):
+// - 8 x H100 SXM5 80 GB per DGX H100 node, all on NVSwitch (4 third-generation NVSwitch chips): NVLink4 900 GB/s
+//   per GPU bidirectional = 450 GB/s per direction (NVIDIA DGX H100 datasheet; H100 datasheet).
+// - 8 ConnectX-7 NICs per node for the compute fabric, one per GPU, 400 Gb/s NDR InfiniBand each (DGX H100
+//   datasheet; DGX SuperPOD reference architecture, "compute fabric").
+// - Rail-optimised compute fabric: NIC k of every node of a 32-node scalable unit on leaf switch k of that unit
+//   (QM9700, 64 NDR ports: 32 down, 32 up), spine above at full bisection (SuperPOD reference architecture).
+// - PCIe gen5 x16 host path (~50 GB/s per direction), NIC/NVLink port latencies as the dgx-h100 preset.
+ClusterSpec dgx_h100_superpod() {
+  ClusterSpec c = dgx_node("dgx-h100-superpod", "H100-SXM", 450, 50, 400);
+  c.topology = InterNodeTopology::Rail;
+  c.nodes_per_leaf = 0;  // auto: 32-node scalable units (the largest divisor of nodes <= 32)
+  c.oversubscription = 1.0;
+  return c;
+}
+
+const std::vector<ClusterSpec>& clusters() {
+  static const std::vector<ClusterSpec> kClusters = {
+      // TeraPipe's cluster: 8 x V100-SXM2-16GB, 25 Gbps per instance (docs/calibration.md, docs/papers.md#terapipe).
+      cube_mesh_node("aws-p3.16xlarge", "V100-SXM2-16GB", 25, true),
+      // Faster-network V100 variant: 8 x V100-SXM2-32GB, 100 Gbps (docs/calibration.md; cube mesh presumed).
+      cube_mesh_node("aws-p3dn.24xlarge", "V100-SXM2-32GB", 100, false),
+      // Selene node: NVLink3 300 GB/s per direction per GPU, 8 x 200 Gb/s HDR IB, PCIe gen4 host path.
+      dgx_node("dgx-a100", "A100-SXM4-80GB", 300, 25, 200),
+      // The vTrain authors' A100 cluster (docs/cost-model.md "Fidelity"): DGX-A100-like nodes of 8 GPUs on
+      // NVSwitch, 800 Gb/s of inter-node bandwidth per node (their config: inter_node_bandwidth 800), taken as
+      // one 100 Gb/s NIC per GPU.
+      dgx_node("vtrain-a100", "A100-SXM4-80GB", 300, 25, 100),
+      // NVLink4 450 GB/s per direction per GPU (docs/calibration.md), 8 x 400 Gb/s NDR IB, PCIe gen5 host path.
+      dgx_node("dgx-h100", "H100-SXM", 450, 50, 400),
+      dgx_h100_superpod(),
+  };
+  return kClusters;
+}
+
+template <typename T, typename Get>
+std::vector<std::string> names_of(const std::vector<T>& v, Get get) {
+  std::vector<std::string> out;
+  for (const auto& x : v) out.push_back(get(x));
+  return out;
+}
+
+}  // namespace
+
+std::optional<ModelSpec> model_preset(const std::string& name) {
+  for (const auto& m : models())
+    if (m.name == name) return m;
+  return std::nullopt;
+}
+
+std::vector<std::string> model_preset_names() {
+  return names_of(models(), [](const ModelSpec& m) { return m.name; });
+}
+
+std::optional<ClusterSpec> cluster_preset(const std::string& name) {
+  for (const auto& c : clusters())
+    if (c.preset == name) return c;
+  return std::nullopt;
+}
+
+std::vector<std::string> cluster_preset_names() {
+  return names_of(clusters(), [](const ClusterSpec& c) { return c.preset; });
+}
+
+std::optional<DeviceSpec> device_preset(const std::string& name) {
+  for (const auto& d : devices())
+    if (d.name == name) return d;
+  return std::nullopt;
+}
+
+std::vector<std::string> device_preset_names() {
+  return names_of(devices(), [](const DeviceSpec& d) { return d.name; });
+}
+
+}  // namespace pipescope

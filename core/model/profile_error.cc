@@ -1,0 +1,15 @@
+#include "core/model/profile_error.h"
+
+namespace pipescope {
+
+std::string profile_position(const std::string& src, const YAML::Node& n) {
+  const YAML::Mark m = n.Mark();
+  if (m.line < 0) return src;
+  return src + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+}
+
+void fail_profile_key(const std::string& source, const YAML::Node& n, const std::string& key, const std::string& msg) {
+  throw ProfileError(profile_position(source, n) + ": " + key + ": " + msg);
+}
+
+}  // namespace pipescope

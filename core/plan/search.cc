@@ -1,0 +1,207 @@
+#include "core/plan/search.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include "core/lower/checks.h"
+#include "core/memory/memory_model.h"
+#include "core/plan/pipeline.h"
+#include "core/model/scenario.h"
+#include "core/model/scenario_vary.h"
+#include "core/model/schedule_registry.h"
+#include "core/plan/terapipe_planner.h"
+
+namespace pipescope {
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; i++)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+// The values of `all` that `only` allows (all of them when `only` is empty).
+std::vector<int> allowed(const std::vector<int>& all, const std::vector<int>& only) {
+  if (only.empty()) return all;
+  std::vector<int> out;
+  for (int x : all)
+    if (std::find(only.begin(), only.end(), x) != only.end()) out.push_back(x);
+  return out;
+}
+
+// A rejection message as a group: without the scenario's name and with every number as N, so that the same
+// rule broken by different layouts counts once.
+std::string reason_of(const std::string& what, const std::string& source) {
+  std::string msg = what.rfind(source + ": ", 0) == 0 ? what.substr(source.size() + 2) : what;
+  std::string out;
+  auto alpha = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; };
+  for (std::size_t i = 0; i < msg.size();) {
+    if (!std::isdigit(static_cast<unsigned char>(msg[i]))) {
+      out += msg[i++];
+      continue;
+    }
+    std::size_t j = i;
+    while (j < msg.size() && (std::isdigit(static_cast<unsigned char>(msg[j])) || msg[j] == '.')) j++;
+    while (j > i + 1 && msg[j - 1] == '.') j--;  // a sentence's full stop is not part of the number
+    const bool in_word = (i > 0 && alpha(msg[i - 1])) || (j < msg.size() && alpha(msg[j]));
+    out += in_word ? msg.substr(i, j - i) : "N";  // "1f1b" stays, "pp = 4" becomes "pp = N"
+    i = j;
+  }
+  return out;
+}
+
+std::vector<const ScheduleEntry*> kinds_of(const SearchSpace& space) {
+  std::vector<const ScheduleEntry*> out;
+  if (space.schedules.empty()) {
+    for (const ScheduleEntry& e : schedule_registry())
+      if (!e.traits.from_file) out.push_back(&e);
+    return out;
+  }
+  for (const std::string& name : space.schedules) {
+    const ScheduleEntry* e = find_schedule(name);
+    if (!e)
+      throw std::invalid_argument("--schedules: unknown schedule '" + name + "' (valid: " + schedule_names() + ")");
+    if (e->traits.from_file)
+      throw std::invalid_argument("--schedules: '" + name + "' reads a file; search generates its schedules");
+    out.push_back(e);
+  }
+  return out;
+}
+
+// TeraPipe's planner at a search grain (about 64 units per sequence instead of 8 tokens, so that a plan costs
+// milliseconds), written out as explicit slices: stage 2, stage 3 and --emit then run the same slicing without
+// planning again. Micro-batches of one sequence (the joint batch split is `pipescope plan`'s).
+void terapipe_slices(Scenario& s) {
+  const int L = s.model.seq_len;
+  int grain = std::max(1, L / 64);
+  while (L % grain != 0) grain--;
+  PlannerOptions po;
+  po.grain = grain;
+  const SlicingPlan plan = plan_scenario(s, po, 1);
+  if (plan.groups.empty()) throw std::invalid_argument("terapipe: the planner found no slicing");
+  for (const MicroBatchGroup& g : plan.groups)
+    if (g.slice_tokens != plan.groups.front().slice_tokens)
+      return;  // sequences sliced differently: leave it to the planner in make_schedule (slicing: dp)
+  s.schedule.slicing = "explicit";
+  s.schedule.slice_tokens = plan.groups.front().slice_tokens;
+  s.schedule.seq_slices = static_cast<int>(s.schedule.slice_tokens.size());
+}
+
+}  // namespace
+
+std::vector<bool> dist_opts(const SearchSpace& space, int dp) {
+  if (dp == 1 || space.distributed_optimizer.empty()) return {false};
+  return space.distributed_optimizer;
+}
+
+std::string candidate_label(const Scenario& s) {
+  const ParallelSpec& p = s.parallel;
+  std::string l = std::string(to_string(s.schedule.kind)) + " dp" + std::to_string(p.dp) + " pp" +
+                  std::to_string(p.pp) + " tp" + std::to_string(p.tp) + " v" + std::to_string(p.v) + " b" +
+                  std::to_string(p.micro_batch_size);
+  if (s.schedule.seq_slices > 1) l += " k" + std::to_string(s.schedule.seq_slices);
+  if (!p.stage_layers.empty()) {  // an uneven layout (the scenario as written: candidates split evenly)
+    l += " layers";
+    for (std::size_t i = 0; i < p.stage_layers.size(); i++) l += (i ? "," : " ") + std::to_string(p.stage_layers[i]);
+  }
+  l += std::string(" rc-") + to_string(s.schedule.recompute);
+  return s.training.distributed_optimizer ? l + " do" : l;
+}
+
+Scenario make_point(const Scenario& base, const SearchPoint& p, int segments) {
+  const ScheduleEntry& e = *p.kind;
+  Scenario s = with_schedule(base, e.kind);  // a kind-file scenario's file goes with its kind
+  s.training.distributed_optimizer = p.distributed_optimizer;
+  if (!p.distributed_optimizer) s.training.overlap_param_gather = false;  // it overlaps the optimizer's gather
+  s.parallel.dp = p.dp, s.parallel.pp = p.pp, s.parallel.tp = p.tp, s.parallel.v = p.v;
+  s.parallel.micro_batch_size = p.micro_batch_size;
+  s.parallel.stage_layers.clear();
+  s.schedule.recompute = p.recompute;
+  s.schedule.slice_tokens.clear();
+  s.schedule.seq_slices = 1;
+  s.schedule.slicing = "uniform";
+  switch (e.traits.slicing) {
+    case SlicePlan::Whole:
+      break;
+    case SlicePlan::TeraPipe:
+      s.schedule.slicing = "dp";  // TeraPipe's planner; made explicit in stage 1 (terapipe_slices)
+      break;
+    case SlicePlan::Seq1F1B:
+      s.schedule.slicing = "cwp";  // equal causal FLOPs per segment
+      s.schedule.seq_slices = segments;
+      break;
+  }
+  s.name = base.name + "/" + candidate_label(s);
+  return s;
+}
+
+void for_each_point(const Scenario& base, const SearchSpace& space, const std::function<void(const SearchPoint&)>& f) {
+  const ClusterSpec& c = base.cluster;
+  const int gpus = c.total_gpus();
+  if (gpus < 1) throw std::invalid_argument(base.source + ": the cluster has no GPUs");
+  // Every candidate would keep cp and miss the GPUs it takes, and stage 2 has no context-parallel rings.
+  if (base.parallel.cp > 1)
+    throw std::invalid_argument(base.source + ": parallel.cp = " + std::to_string(base.parallel.cp) +
+                                ": search does not handle context parallelism yet; search the scenario with cp: 1, "
+                                "and compare cp values with sweep (scenarios/README.md)");
+  const auto kinds = kinds_of(space);
+  const std::vector<int> mbs = space.micro_batch_sizes.empty() ? std::vector<int>{1, 2, 4, 8} : space.micro_batch_sizes;
+  const auto tps = allowed(divisors(c.gpus_per_node), space.tp);  // tensor parallelism stays inside a node
+  if (tps.empty())
+    throw std::invalid_argument("--tp: no value divides the " + std::to_string(c.gpus_per_node) + " GPUs of a node");
+  for (int tp : tps)
+    for (int pp : allowed(divisors(gpus / tp), space.pp)) {
+      const int dp = gpus / (tp * pp);
+      for (int b : mbs)
+        for (const ScheduleEntry* e : kinds) {
+          const std::vector<int> vs = e->traits.fixed_v > 0   ? std::vector<int>{e->traits.fixed_v}
+                                      : e->traits.interleaved ? space.v
+                                                              : std::vector<int>{1};
+          for (int v : vs)
+            for (Recompute rc : space.recompute)
+              for (bool dist_opt : dist_opts(space, dp)) {
+                if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
+                f(SearchPoint{dp, pp, tp, v, b, e, rc, dist_opt});
+              }
+        }
+    }
+}
+
+Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {
+  const double limit = space.max_memory_bytes > 0 ? space.max_memory_bytes : base.cluster.device.memory_bytes;
+  Stage1 out;
+  for_each_point(base, space, [&](const SearchPoint& pt) {
+    out.enumerated++;
+    Scenario s = make_point(base, pt, space.seq1f1b_segments);
+    try {
+      validate_scenario(s);
+      if (pt.kind->traits.slicing == SlicePlan::TeraPipe) terapipe_slices(s), validate_scenario(s);
+      const MemoryReport mem = memory_report(s, make_schedule(s));
+      double peak = 0;
+      for (const RankMemory& r : mem.ranks) peak = std::max(peak, r.peak_bytes);
+      if (peak > limit) {
+        out.rejected["memory: the worst rank's peak exceeds the " +
+                     std::string(space.max_memory_bytes > 0 ? "--max-memory-GB limit" : "device memory")]++;
+        return;
+      }
+      out.survivors.push_back(Candidate{s, candidate_label(s), peak, 0});
+    } catch (const std::exception& ex) {
+      out.rejected[reason_of(ex.what(), s.source)]++;
+    }
+  });
+  return out;
+}
+
+void rank_by_estimate(std::vector<Candidate>& c) {
+  std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
+    return a.estimate_s != b.estimate_s ? a.estimate_s < b.estimate_s : a.label < b.label;
+  });
+}
+
+}  // namespace pipescope

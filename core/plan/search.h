@@ -1,0 +1,80 @@
+#pragma once
+// `pipescope search`, the part without SimGrid: the search space of a scenario (every dp x pp x tp layout with tp
+// inside a node, chunks per rank v, micro-batch size, every registered schedule, the planners' token slicing,
+// recomputation on/off, the distributed optimizer on/off where dp > 1), stage 1 (prune: the cross-field checks and
+// the memory model; rejections counted by reason) and stage 2 (a fast estimate of the iteration time: the critical
+// path of one replica's lowered DAG, its gradient synchronisation included, with the cost model; no SimGrid;
+// core/plan/search_estimate.h). Stage 3, simulating the best K, is sim/run_scenario.h's job (sim/search_run.h).
+// docs/search.md describes the method.
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/model/config.h"
+
+namespace pipescope {
+
+struct ScheduleEntry;
+
+struct SearchSpace {
+  std::vector<std::string> schedules;  // registered names; empty = every generated schedule (not kind file)
+  std::vector<int> tp, pp;             // empty = every valid value
+  std::vector<int> micro_batch_sizes;  // empty = 1, 2, 4, 8 (those dividing the per-replica batch)
+  std::vector<int> v = {2, 4};         // chunks per rank tried by interleaved schedules without a fixed v
+  std::vector<Recompute> recompute = {Recompute::None, Recompute::Full};
+  // training.distributed_optimizer values tried where dp > 1 (dp = 1 has no optimizer state to shard: off only).
+  std::vector<bool> distributed_optimizer = {false, true};
+  int seq1f1b_segments = 4;     // Seq1F1B kinds: this many cwp segments (the planner's split points)
+  double max_memory_bytes = 0;  // per-GPU limit; 0 = the device's memory
+};
+
+// The distributed optimizer's values for a layout: the space's where dp > 1, off alone for dp = 1 (or none given).
+std::vector<bool> dist_opts(const SearchSpace& space, int dp);
+
+// One point of the space before any check: layout, micro-batch size, schedule kind, chunks, recompute, optimizer.
+struct SearchPoint {
+  int dp = 1, pp = 1, tp = 1, v = 1, micro_batch_size = 1;
+  const ScheduleEntry* kind = nullptr;
+  Recompute recompute = Recompute::None;
+  bool distributed_optimizer = false;
+};
+// Every point of the space in the search's order (tp within a node, pp dividing the rest, then micro-batch size,
+// schedule, v, recompute, distributed optimizer); throws std::invalid_argument for an empty cluster, an unknown
+// or file schedule, or no --tp value fitting a node. The one walk of the space: stage 1 and the work estimate.
+void for_each_point(const Scenario& base, const SearchSpace& space, const std::function<void(const SearchPoint&)>& f);
+// The point's scenario: the base with its layout, schedule and slicing rule (TeraPipe: made explicit in stage 1).
+Scenario make_point(const Scenario& base, const SearchPoint& p, int segments);
+
+// One point of the space that passed stage 1.
+struct Candidate {
+  Scenario scenario;
+  std::string label;      // "1f1b dp2 pp4 tp2 v1 b1 rc-none"; unique in a search, the deterministic tie-break
+  double peak_bytes = 0;  // memory model, worst rank
+  double estimate_s = 0;  // stage 2 (0 until estimated)
+};
+
+struct Stage1 {
+  std::size_t enumerated = 0;                   // points of the space
+  std::vector<Candidate> survivors;             // in enumeration order
+  std::map<std::string, std::size_t> rejected;  // reason -> count (the message without its numbers' context)
+};
+
+// The scenario's layouts and schedules, checked and fitted to memory. Throws std::invalid_argument when the
+// space is empty before any check (no layout divides the cluster, unknown schedule name in `space`).
+Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space);
+
+// Stage 2: the estimated iteration time of a candidate scenario (seconds). Deterministic. A search estimates many
+// with one Stage2Estimator (core/plan/search_estimate.h), which gives the same values faster.
+double estimate_iteration_s(const Scenario& s);
+
+// The order stage 3 takes the candidates in: estimate ascending, then label (deterministic).
+void rank_by_estimate(std::vector<Candidate>& c);
+
+// The scenario's name for a candidate's label ("1f1b dp2 pp4 tp2 v1 b1 rc-none", " do" appended with the
+// distributed optimizer).
+std::string candidate_label(const Scenario& s);
+
+}  // namespace pipescope

@@ -1,0 +1,67 @@
+#pragma once
+// The run-result record: what one simulation comes to, as every command that runs many of them reports it (sweep's
+// CSV and JSON, search's table, simulate --compare) and as it crosses the pipe from the forked child that ran it.
+// Its fields are described once, in result_fields() (sim/run_result.cc): name, unit, column, title. Every view below
+// (the table columns as CSV or JSON, the encoding between processes) is made from that one list, so adding a field
+// is one row there and its member here (docs/recipes.md "Add a result field").
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace pipescope::sim {
+
+struct RunResult {
+  // What was run (from the report and the schedule).
+  std::string scenario, schedule;
+  int gpus = 0, dp = 1, pp = 1, tp = 1, v = 1, m = 0;
+  int micro_batch_size = 1, global_batch = 1, seq_len = 0;
+  int slices = 0;            // most token slices of any micro-batch
+  std::string slice_tokens;  // micro-batch 0's slice lengths, space-separated
+  // The simulated figures (Report).
+  double iteration_s = 0, pipeline_end_s = 0, bubble_idle_fraction = 0, bubble_ratio = 0;
+  double tflops_per_gpu = 0, model_tflops_per_gpu = 0;
+  double tokens_per_s = 0;       // global_batch * seq_len / iteration_s
+  double peak_memory_bytes = 0;  // the worst rank's modelled peak
+  bool oom = false;              // some rank exceeds the device memory
+  // The report as JSON and the trace (write_json, write_trace), when RunOptions asked for them (simulate
+  // --compare --json / --trace); empty otherwise.
+  std::string report_json, trace_json;
+  // How the run went (benchmarks; never part of a deterministic output).
+  double wall_s = 0, sim_wall_s = 0, activities = 0, dag_nodes = 0, peak_rss_kb = 0;
+};
+
+struct ResultField {
+  using Member = std::variant<std::string RunResult::*, int RunResult::*, double RunResult::*, bool RunResult::*>;
+  const char* name;    // the member's name: the key between processes (the exact value)
+  Member member;
+  const char* column;  // the tables' CSV column and JSON key; nullptr: carried between processes only
+  double per_unit;     // column value = member / per_unit (bytes -> GB: 1e9)
+  const char* unit;    // of the column value ("" for counts and names)
+  const char* title;   // what the value is, for a table's header or a help text
+};
+
+// Every field of RunResult, in the tables' column order (the run-only fields last).
+const std::vector<ResultField>& result_fields();
+// The field of a table column; std::logic_error for a column that is not one (a program error).
+const ResultField& result_field(const std::string& column);
+
+// The table's columns: the header line, one run's row (CSV-quoted text, %.9g numbers, 1 / 0 flags), the row as a
+// JSON object (numbers as numbers), and one field's value in either form.
+std::string result_csv_header();
+std::string result_csv_row(const RunResult& r);
+nlohmann::ordered_json result_json(const RunResult& r);
+std::string result_csv_value(const ResultField& f, const RunResult& r);
+nlohmann::json result_json_value(const ResultField& f, const RunResult& r);
+// A text field for a CSV cell: quoted when it holds a comma, a quote or a line break (quotes doubled).
+std::string csv_field(const std::string& s);
+
+// The one encoding of a RunResult between processes: every field by name, doubles exactly (JSON).
+std::string encode(const RunResult& r);
+// Throws std::runtime_error "malformed answer from a simulation process: ..." on text encode did not write.
+RunResult decode(const std::string& text);
+
+}  // namespace pipescope::sim

@@ -1,0 +1,32 @@
+#pragma once
+// `pipescope simulate` of one scenario: the run, its report, and the outputs it was asked for (JSON, trace,
+// timeline SVG) rendered in memory, so that the command writes them whole after the run.
+
+#include <string>
+
+#include "core/model/config.h"
+#include "sim/report.h"
+
+namespace pipescope::sim {
+
+struct TimelineRequest {
+  bool comm = false, all_replicas = false, compact = false;
+  double width_px = 1600;
+  std::string title;  // the picture's heading
+};
+
+struct SimulateOneRequest {
+  std::string collectives;  // overrides sim.collectives when non-empty
+  bool json = false, trace = false, timeline = false;
+  TimelineRequest timeline_options;
+};
+
+struct SimulateOneResult {
+  Report report;
+  std::string json, trace, timeline_svg;  // those asked for
+};
+
+// Throws what the pipeline throws (std::invalid_argument, CheckError, std::runtime_error for a deadlock).
+SimulateOneResult simulate_one(const Scenario& s, const SimulateOneRequest& q);
+
+}  // namespace pipescope::sim

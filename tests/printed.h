@@ -1,0 +1,21 @@
+#pragma once
+// What a function printed to a FILE* (the libraries' print_* functions take the stream they write).
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace pipescope::testing_print {
+
+template <class F>
+std::string printed(F&& print) {
+  char* buf = nullptr;
+  std::size_t size = 0;
+  std::FILE* f = open_memstream(&buf, &size);
+  print(f);
+  std::fclose(f);
+  std::string out(buf, size);
+  std::free(buf);
+  return out;
+}
+
+}  // namespace pipescope::testing_print
