@@ -8,7 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "sim/engine.h"
+#include "sim/engine_options.h"
+#include "sim/report.h"
 
 namespace simgrid::s4u {
 class Host;

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/model/config.h"
-#include "sim/engine.h"
+#include "sim/engine_options.h"
 
 namespace pipescope::sim {
 

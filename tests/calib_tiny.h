@@ -1,7 +1,10 @@
 #pragma once
 // A real calibration small enough for a unit test (hidden 32, 4 heads, ffn 128, vocab 64; lengths in steps of 8;
 // the quick policy capped at 50 ms per point), shared by the calibration tests.
+#include <vector>
+
 #include "calib/calibrate.h"
+#include "core/model/profile.h"
 
 namespace pipescope::testing_calib {
 
@@ -19,6 +22,21 @@ inline calib::CalibrateOptions tiny_calibration(double timer_noise, int max_seq 
   o.compute.progress = false;
   o.timer_noise = timer_noise;
   return o;
+}
+
+// A layer table of the tiny shape whose times grow linearly with the length: forward 1 us and backward 2 us per
+// token, at each of `lengths`.
+inline LayerTable linear_layer_table(const std::vector<int>& lengths) {
+  LayerTable t;
+  t.hidden = 32, t.heads = 4, t.ffn = 128, t.vocab = 64, t.seq_len = 64;
+  for (int l : lengths) {
+    SlicePoint s;
+    s.l = l;
+    s.fwd.median_s = 1e-6 * l;
+    s.bwd.median_s = 2e-6 * l;
+    t.slices.push_back(s);
+  }
+  return t;
 }
 
 }  // namespace pipescope::testing_calib

@@ -11,7 +11,13 @@ std::string printed(F&& print) {
   char* buf = nullptr;
   std::size_t size = 0;
   std::FILE* f = open_memstream(&buf, &size);
-  print(f);
+  try {
+    print(f);
+  } catch (...) {  // a function that throws mid-table: the stream and its buffer are still released
+    std::fclose(f);
+    std::free(buf);
+    throw;
+  }
   std::fclose(f);
   std::string out(buf, size);
   std::free(buf);

@@ -22,20 +22,7 @@ DeviceProfile table_profile(const std::string& backend) {
   DeviceProfile p;
   p.kind = "measured";
   p.provenance = {{"backend", backend}, {"timer", "thread CPU time (test)"}};
-  LayerTable t;
-  t.hidden = 32;
-  t.heads = 4;
-  t.ffn = 128;
-  t.vocab = 64;
-  t.seq_len = 64;
-  for (int l : {8, 16, 24, 32, 48, 64}) {
-    SlicePoint s;
-    s.l = l;
-    s.fwd.median_s = 1e-6 * l;
-    s.bwd.median_s = 2e-6 * l;
-    t.slices.push_back(s);
-  }
-  p.layers.push_back(t);
+  p.layers.push_back(testing_calib::linear_layer_table({8, 16, 24, 32, 48, 64}));
   return p;
 }
 

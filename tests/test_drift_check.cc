@@ -9,6 +9,7 @@
 
 #include "calib/drift_check.h"
 #include "core/model/profile.h"
+#include "tests/calib_tiny.h"
 #include "tests/printed.h"
 
 namespace pipescope::calib {
@@ -22,16 +23,8 @@ std::string write_table_profile() {
   DeviceProfile p = load_profile(PIPESCOPE_SOURCE_DIR "/tests/data/profile-cpu-kernels.yaml");  // its device
   p.provenance["backend"] = "cpu-f64";
   p.provenance["timer"] = "thread CPU time (test)";
-  LayerTable t;
-  t.hidden = 32, t.heads = 4, t.ffn = 128, t.vocab = 64, t.seq_len = 64;
+  LayerTable t = testing_calib::linear_layer_table({8, 16, 32, 64});
   t.dtype = "fp64";
-  for (int l : {8, 16, 32, 64}) {
-    SlicePoint s;
-    s.l = l;
-    s.fwd.median_s = 1e-6 * l;
-    s.bwd.median_s = 2e-6 * l;
-    t.slices.push_back(s);
-  }
   p.layers.push_back(t);
   const std::string path = ::testing::TempDir() + "/drift_check_" + std::to_string(getpid()) + ".yaml";
   std::ofstream f(path);
