@@ -7,10 +7,10 @@
 
 #include <string>
 
-#include "core/memory/memory_model.h"
-#include "core/plan/pipeline.h"
-#include "core/model/scenario.h"
 #include "core/ir/schedule.h"
+#include "core/memory/memory_model.h"
+#include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
 
 namespace pipescope {
 namespace {

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/model/backends.h"
 #include "core/lower/checks.h"
+#include "core/model/backends.h"
 #include "runtime/job.h"
 #include "runtime/local_transport.h"
 #include "runtime/scenario_fit.h"

@@ -57,9 +57,9 @@ void BM_Stage2Estimates(benchmark::State& state) {
   state.counters["configs"] = static_cast<double>(s.survivors.size());
 }
 
-// Stage 2 as the search runs it on one core (core/plan/search_bound.h): every survivor's lower bound, the K = 20 of lowest
-// bound estimated, then only the candidates whose bound can reach the best 20; the rest are bounded out. The same
-// best 20 as BM_Stage2Estimates' (tests/test_search_bound.cc). Arg as BM_Stage2Estimates.
+// Stage 2 as the search runs it on one core (core/plan/search_bound.h): every survivor's lower bound, the K = 20 of
+// lowest bound estimated, then only the candidates whose bound can reach the best 20; the rest are bounded out. The
+// same best 20 as BM_Stage2Estimates' (tests/test_search_bound.cc). Arg as BM_Stage2Estimates.
 void BM_Stage2Ranking(benchmark::State& state) {
   const Scenario base = gpt3();
   SearchSpace space;

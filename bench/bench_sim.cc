@@ -25,13 +25,13 @@
 #include <string>
 
 #include "bench/sim_child.h"
+#include "core/ir/schedule.h"
 #include "core/lower/checks.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/lowering.h"
-#include "core/plan/pipeline.h"
 #include "core/model/placement.h"
 #include "core/model/scenario.h"
-#include "core/ir/schedule.h"
+#include "core/plan/pipeline.h"
 #include "sim/engine.h"
 #include "sim/report.h"
 

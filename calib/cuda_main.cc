@@ -15,8 +15,8 @@
 #include "calib/calibrate.h"
 #include "calib/options_json.h"
 #include "core/model/backends.h"
-#include "core/util/exit_codes.h"
 #include "core/model/profile.h"
+#include "core/util/exit_codes.h"
 #include "kernels/backend.h"
 #include "runtime/parent_watch.h"
 

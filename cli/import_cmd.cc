@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "core/util/atomic_file.h"
 #include "core/model/megatron_import.h"
+#include "core/util/atomic_file.h"
 
 namespace pipescope::cli {
 namespace {

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "core/util/atomic_file.h"
 #include "core/lower/checks.h"
-#include "core/util/input_file.h"
 #include "core/model/profile.h"
 #include "core/model/scenario.h"
 #include "core/plan/work_estimate.h"
+#include "core/util/atomic_file.h"
+#include "core/util/input_file.h"
 
 namespace {
 

@@ -15,12 +15,12 @@
 
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "core/util/atomic_file.h"
 #include "core/memory/memory_model.h"
 #include "core/model/scenario.h"
 #include "core/model/schedule_registry.h"
 #include "core/plan/terapipe_planner.h"
 #include "core/plan/work_estimate.h"
+#include "core/util/atomic_file.h"
 #include "sim/repro.h"
 #include "sim/repro_seq1f1b.h"
 #include "sim/repro_terapipe.h"

@@ -14,10 +14,10 @@
 #include "cli/commands.h"
 #include "cli/fork_run.h"
 #include "cli/validators.h"
-#include "core/util/atomic_file.h"
 #include "core/model/scenario.h"
 #include "core/plan/search_work.h"
 #include "core/plan/work_estimate.h"
+#include "core/util/atomic_file.h"
 #include "sim/search_run.h"
 
 namespace pipescope::cli {

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "core/util/atomic_file.h"
-#include "core/plan/pipeline.h"
-#include "core/model/scenario.h"
 #include "core/ir/schedule_csv.h"
+#include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
+#include "core/util/atomic_file.h"
 
 namespace pipescope::cli {
 namespace {

@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "core/util/atomic_file.h"
-#include "core/util/input_file.h"
 #include "core/model/scenario.h"
 #include "core/model/scenario_vary.h"
 #include "core/plan/work_estimate.h"
+#include "core/util/atomic_file.h"
+#include "core/util/input_file.h"
 #include "sim/run_scenario.h"
 
 namespace pipescope::cli {

@@ -10,8 +10,8 @@
 #include <sstream>
 #include <string>
 
-#include "core/model/profile.h"
 #include "core/cost/profile_cost.h"
+#include "core/model/profile.h"
 #include "core/model/scenario.h"
 
 using namespace pipescope;

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "core/lower/checks.h"
-#include "core/plan/pipeline.h"
 #include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
 
 using namespace pipescope;
 

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/ir/schedule_csv.h"
 #include "core/lower/checks.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/lowering.h"
@@ -17,7 +18,6 @@
 #include "core/model/placement.h"
 #include "core/model/presets.h"
 #include "core/model/scenario.h"
-#include "core/ir/schedule_csv.h"
 
 using namespace pipescope;
 

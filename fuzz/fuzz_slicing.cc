@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "core/plan/pipeline.h"
-#include "core/model/scenario.h"
 #include "core/ir/schedule.h"
+#include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
 
 using namespace pipescope;
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "core/ir/schedule.h"
 #include "core/model/config.h"
 #include "core/model/placement.h"
-#include "core/ir/schedule.h"
 #include "kernels/backend.h"
 
 namespace pipescope::runtime {

@@ -7,8 +7,8 @@
 #include <string>
 #include <thread>
 
-#include "core/plan/pipeline.h"
 #include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
 #include "runtime/mpi_transport.h"
 #include "runtime/rank_job.h"
 #ifdef PIPESCOPE_HAVE_NCCL

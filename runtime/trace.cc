@@ -10,8 +10,8 @@
 #include <tuple>
 #include <vector>
 
-#include "core/util/json_text.h"
 #include "core/lower/trace_json.h"
+#include "core/util/json_text.h"
 
 namespace pipescope::runtime {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/lower/checks.h"
-#include "core/model/config.h"
 #include "core/memory/memory_model.h"
+#include "core/model/config.h"
 #include "core/model/profile.h"
 
 namespace pipescope::sim {
@@ -50,8 +50,8 @@ struct Report {
   ProfileStamp profile;  // the calibration profile that timed the run (sim.profile); empty path: analytic
 };
 
-// `replay`: whether memory.ranks carry the caching allocator's reserved bytes (core/memory/memory_model.h); callers that
-// keep only the live peak (the search's re-simulated candidates) leave it off.
+// `replay`: whether memory.ranks carry the caching allocator's reserved bytes (core/memory/memory_model.h); callers
+// that keep only the live peak (the search's re-simulated candidates) leave it off.
 Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult& r,
                    AllocatorReplay replay = AllocatorReplay::On);
 void print_table(std::ostream& os, const Report& r);

@@ -23,7 +23,8 @@ const std::vector<ResultField>& result_fields() {
       {"slice_tokens", &R::slice_tokens, "slice_tokens", 1, "tokens", "micro-batch 0's slice lengths"},
       {"iteration_s", &R::iteration_s, "iteration_s", 1, "s", "iteration time"},
       {"pipeline_end_s", &R::pipeline_end_s, "pipeline_end_s", 1, "s", "end of the last forward / backward op"},
-      {"bubble_idle_fraction", &R::bubble_idle_fraction, "bubble_idle_fraction", 1, "", "mean worker idle / pipeline end"},
+      {"bubble_idle_fraction", &R::bubble_idle_fraction, "bubble_idle_fraction", 1, "",
+       "mean worker idle / pipeline end"},
       {"bubble_ratio", &R::bubble_ratio, "bubble_ratio", 1, "", "t_bubble / t_ideal (Megatron)"},
       {"tflops_per_gpu", &R::tflops_per_gpu, "tflops_per_gpu", 1, "TFLOP/s", "throughput per GPU"},
       {"model_tflops_per_gpu", &R::model_tflops_per_gpu, "model_tflops_per_gpu", 1, "TFLOP/s",
@@ -89,9 +90,7 @@ std::string result_csv_value(const ResultField& f, const RunResult& r) {
       f.member);
 }
 
-nlohmann::json result_json_value(const ResultField& f, const RunResult& r) {
-  return column_json<nlohmann::json>(f, r);
-}
+nlohmann::json result_json_value(const ResultField& f, const RunResult& r) { return column_json<nlohmann::json>(f, r); }
 
 std::string result_csv_header() {
   std::string h;
@@ -117,8 +116,7 @@ nlohmann::ordered_json result_json(const RunResult& r) {
 
 std::string encode(const RunResult& r) {
   nlohmann::json j = nlohmann::json::object();
-  for (const ResultField& f : result_fields())
-    std::visit([&](auto m) { j[f.name] = r.*m; }, f.member);
+  for (const ResultField& f : result_fields()) std::visit([&](auto m) { j[f.name] = r.*m; }, f.member);
   return j.dump();
 }
 
@@ -126,8 +124,7 @@ RunResult decode(const std::string& text) {
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
     RunResult r;
-    for (const ResultField& f : result_fields())
-      std::visit([&](auto m) { j.at(f.name).get_to(r.*m); }, f.member);
+    for (const ResultField& f : result_fields()) std::visit([&](auto m) { j.at(f.name).get_to(r.*m); }, f.member);
     return r;
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(std::string("malformed answer from a simulation process: ") + e.what());

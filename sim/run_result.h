@@ -5,9 +5,8 @@
 // (the table columns as CSV or JSON, the encoding between processes) is made from that one list, so adding a field
 // is one row there and its member here (docs/recipes.md "Add a result field").
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <variant>
 #include <vector>
@@ -36,7 +35,7 @@ struct RunResult {
 
 struct ResultField {
   using Member = std::variant<std::string RunResult::*, int RunResult::*, double RunResult::*, bool RunResult::*>;
-  const char* name;    // the member's name: the key between processes (the exact value)
+  const char* name;  // the member's name: the key between processes (the exact value)
   Member member;
   const char* column;  // the tables' CSV column and JSON key; nullptr: carried between processes only
   double per_unit;     // column value = member / per_unit (bytes -> GB: 1e9)

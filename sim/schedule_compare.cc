@@ -93,7 +93,8 @@ std::string comparison_json(const ScheduleComparison& c) {
 std::string comparison_trace(const ScheduleComparison& c) {
   std::vector<std::pair<std::string, std::string>> traces;
   for (std::size_t i = 0; i < c.outcomes.size(); i++)
-    if (c.outcomes[i].ok()) traces.emplace_back(to_string(c.variants[i].schedule.kind), c.outcomes[i].result.trace_json);
+    if (c.outcomes[i].ok())
+      traces.emplace_back(to_string(c.variants[i].schedule.kind), c.outcomes[i].result.trace_json);
   std::ostringstream os;
   write_merged_traces(os, traces);
   return os.str();

@@ -17,8 +17,8 @@
 #include <stdexcept>
 
 #include "core/memory/memory_model.h"
-#include "core/plan/pipeline.h"
 #include "core/model/schedule_registry.h"
+#include "core/plan/pipeline.h"
 #include "core/plan/search_bound.h"
 #include "core/plan/search_estimate.h"
 #include "core/plan/work_estimate.h"

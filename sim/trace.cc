@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/lower/dag.h"
-#include "core/util/json_text.h"
 #include "core/lower/trace_json.h"
+#include "core/util/json_text.h"
 #include "sim/report.h"
 
 namespace pipescope::sim {

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "core/lower/checks.h"
 #include "core/ir/schedule_csv.h"
+#include "core/lower/checks.h"
 #include "core/model/schedule_registry.h"
 #include "runtime/exactness.h"
 #include "runtime/job.h"

@@ -24,11 +24,11 @@
 #include <string>
 #include <vector>
 
+#include "core/ir/schedule.h"
 #include "core/lower/checks.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/lowering.h"
 #include "core/model/placement.h"
-#include "core/ir/schedule.h"
 #include "core/model/schedule_registry.h"
 #include "sim/engine.h"
 #include "sim/platform.h"

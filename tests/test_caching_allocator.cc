@@ -9,10 +9,10 @@
 
 #include "core/memory/caching_allocator.h"
 #include "core/memory/memory_model.h"
-#include "core/plan/pipeline.h"
 #include "core/model/scenario.h"
 #include "core/model/scenario_vary.h"
 #include "core/model/schedule_registry.h"
+#include "core/plan/pipeline.h"
 
 namespace pipescope {
 namespace {

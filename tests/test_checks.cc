@@ -5,11 +5,11 @@
 #include <functional>
 #include <stdexcept>
 
+#include "core/ir/schedule.h"
 #include "core/lower/checks.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/dag.h"
 #include "core/lower/lowering.h"
-#include "core/ir/schedule.h"
 #include "tests/flat_placement.h"
 
 namespace pipescope {

@@ -1,7 +1,7 @@
-// Context parallelism (parallel.cp, core/cost/context_parallel.h): the causal load balancing, the rank grid in Megatron's
-// order, the collective rings (TP per context-parallel rank, the K/V ring, DP over dp * cp), the ring-attention
-// kernels and their exposed transfers, memory per rank, the K/V traffic in the lowering, located errors, the
-// Megatron import, and cp 1 / 2 / 4 on a Llama-3-70B job at 32k tokens (scenarios/llama3-70b-32k.yaml).
+// Context parallelism (parallel.cp, core/cost/context_parallel.h): the causal load balancing, the rank grid in
+// Megatron's order, the collective rings (TP per context-parallel rank, the K/V ring, DP over dp * cp), the
+// ring-attention kernels and their exposed transfers, memory per rank, the K/V traffic in the lowering, located errors,
+// the Megatron import, and cp 1 / 2 / 4 on a Llama-3-70B job at 32k tokens (scenarios/llama3-70b-32k.yaml).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,14 +9,14 @@
 #include <string>
 
 #include "core/cost/analytic_cost.h"
-#include "core/lower/checks.h"
 #include "core/cost/context_parallel.h"
+#include "core/lower/checks.h"
 #include "core/lower/dag.h"
-#include "core/model/megatron_import.h"
 #include "core/memory/memory_model.h"
-#include "core/plan/pipeline.h"
+#include "core/model/megatron_import.h"
 #include "core/model/placement.h"
 #include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
 #include "sim/child_process.h"
 #include "sim/engine.h"
 #include "sim/run_scenario.h"

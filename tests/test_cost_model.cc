@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "core/cost/analytic_cost.h"
-#include "core/util/memo_table.h"
 #include "core/cost/nccl_model.h"
-#include "core/plan/pipeline.h"
+#include "core/cost/tp_overlap.h"
 #include "core/model/presets.h"
 #include "core/model/profile.h"
-#include "core/cost/tp_overlap.h"
+#include "core/plan/pipeline.h"
+#include "core/util/memo_table.h"
 
 namespace pipescope {
 namespace {
@@ -487,8 +487,8 @@ TEST(CostModel, SplitBackwardAddsUpToTheFusedBackward) {
     }
 }
 
-// training.async_tp_allreduce (core/cost/tp_overlap.h): the backward's column-parallel input-gradient all-reduces (2 per
-// layer, the LM head's) leave the exposed list and run beside their wgrad GEMMs; the recomputed forward's stay.
+// training.async_tp_allreduce (core/cost/tp_overlap.h): the backward's column-parallel input-gradient all-reduces (2
+// per layer, the LM head's) leave the exposed list and run beside their wgrad GEMMs; the recomputed forward's stay.
 TEST(CostModel, AsyncTpAllReduceRunsBesideTheWgrad) {
   const int p = 4;
   Scenario off = scenario("megatron-39.1b", "dgx-a100", p, 8, 1, true);  // 12 layers per stage, h 8192
@@ -587,8 +587,8 @@ TEST(CostModel, VShapeHoldsEmbeddingAndHeadOnRankZero) {
 namespace pipescope {
 namespace {
 
-// The analytic model's memo (core/util/memo_table.h) answers what a fresh model computes, for every stage (the first and
-// the last hold the embedding and the head; middle stages of equal layers share answers), kind and token range.
+// The analytic model's memo (core/util/memo_table.h) answers what a fresh model computes, for every stage (the first
+// and the last hold the embedding and the head; middle stages of equal layers share answers), kind and token range.
 TEST(CostModel, MemoizedAnswersEqualAFreshModels) {
   const Scenario s = scenario("gpt3-1b", "dgx-a100", 4, 2);
   const AnalyticCostModel warm(s);

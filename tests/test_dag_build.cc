@@ -1,5 +1,5 @@
-// build_dag's shared steps (core/lower/dag_build.h): DagBuilder gives build_dag's DAG; the errors keep their order now that
-// messages and collective calls are collected in one pass; stage 2's shape builder (the same steps with a classing
+// build_dag's shared steps (core/lower/dag_build.h): DagBuilder gives build_dag's DAG; the errors keep their order now
+// that messages and collective calls are collected in one pass; stage 2's shape builder (the same steps with a classing
 // sink) still rejects a lowering whose nodes of one duration class differ.
 #include <gtest/gtest.h>
 
@@ -11,9 +11,9 @@
 #include "core/lower/dag.h"
 #include "core/lower/dag_builder.h"
 #include "core/lower/lowering.h"
-#include "core/plan/pipeline.h"
 #include "core/model/placement.h"
 #include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
 #include "core/plan/search_estimate.h"
 #include "core/plan/search_retime.h"
 #include "tests/flat_placement.h"

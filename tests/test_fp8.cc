@@ -6,13 +6,13 @@
 
 #include "core/cost/analytic_cost.h"
 #include "core/cost/fp8.h"
-#include "core/model/megatron_import.h"
+#include "core/ir/schedule.h"
 #include "core/memory/memory_model.h"
+#include "core/model/megatron_import.h"
 #include "core/model/model_shape.h"
 #include "core/model/placement.h"
 #include "core/model/presets.h"
 #include "core/model/scenario.h"
-#include "core/ir/schedule.h"
 
 namespace pipescope {
 namespace {

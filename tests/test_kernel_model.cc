@@ -1,5 +1,5 @@
-// The kernel-level model (core/model/kernel_model.h), its profile section (core/model/profile_kernels.h) and its use by the
-// profile cost model: decomposition consistent with the analytic FLOP count, fits that recover known parameters
+// The kernel-level model (core/model/kernel_model.h), its profile section (core/model/profile_kernels.h) and its use by
+// the profile cost model: decomposition consistent with the analytic FLOP count, fits that recover known parameters
 // from synthetic timings (with held-out errors), YAML round trip and errors, and the source report.
 #include <gtest/gtest.h>
 
@@ -8,9 +8,9 @@
 
 #include "calib/benches.h"
 #include "core/cost/analytic_cost.h"
+#include "core/cost/profile_cost.h"
 #include "core/model/kernel_model.h"
 #include "core/model/profile.h"
-#include "core/cost/profile_cost.h"
 #include "core/model/scenario.h"
 
 namespace pipescope {

@@ -6,11 +6,11 @@
 #include <map>
 #include <stdexcept>
 
+#include "core/ir/schedule.h"
 #include "core/lower/checks.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/dag.h"
 #include "core/lower/lowering.h"
-#include "core/ir/schedule.h"
 #include "tests/flat_placement.h"
 
 namespace pipescope {
@@ -232,8 +232,8 @@ TEST(LoweringPasses, TensorParallelAllReduce) {
   EXPECT_TRUE(none.groups.empty());
 }
 
-// lower() runs add_p2p, add_scatter_gather and add_tp_allreduce in one sweep over each program (core/lower/lowering.cc):
-// the same programs and groups, numbered alike, as the passes called one by one.
+// lower() runs add_p2p, add_scatter_gather and add_tp_allreduce in one sweep over each program
+// (core/lower/lowering.cc): the same programs and groups, numbered alike, as the passes called one by one.
 TEST(LoweringPasses, FusedSweepIsThePassesOneByOne) {
   ConstantCosts cc = costs(2);
   cc.tp_calls_fwd = 2;

@@ -10,9 +10,9 @@
 #include "core/lower/checks.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/lowering.h"
-#include "core/plan/pipeline.h"
 #include "core/model/presets.h"
 #include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
 
 namespace pipescope {
 namespace {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/lower/megatron_p2p.h"
-#include "core/plan/pipeline.h"
 #include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
 
 namespace pipescope {
 namespace {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/cost/analytic_cost.h"
+#include "core/ir/schedule.h"
 #include "core/lower/checks.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/dag.h"
@@ -17,7 +18,6 @@
 #include "core/model/model_shape.h"
 #include "core/model/presets.h"
 #include "core/model/scenario.h"
-#include "core/ir/schedule.h"
 
 namespace pipescope {
 namespace {

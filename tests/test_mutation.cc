@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/ir/schedule.h"
 #include "core/lower/checks.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/dag.h"
 #include "core/lower/lowering.h"
-#include "core/ir/schedule.h"
 #include "core/model/seq1f1b.h"
 #include "tests/flat_placement.h"
 

@@ -10,10 +10,10 @@
 #include "core/cost/analytic_cost.h"
 #include "core/lower/dag.h"
 #include "core/memory/memory_model.h"
-#include "core/plan/pipeline.h"
 #include "core/model/placement.h"
 #include "core/model/presets.h"
 #include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
 
 namespace pipescope {
 namespace {

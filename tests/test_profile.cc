@@ -10,11 +10,11 @@
 #include "calib/calibrate.h"
 #include "calib/fit.h"
 #include "calib/links.h"
-#include "core/plan/pipeline.h"
+#include "core/cost/profile_cost.h"
 #include "core/model/presets.h"
 #include "core/model/profile.h"
-#include "core/cost/profile_cost.h"
 #include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
 
 namespace pipescope {
 namespace {

@@ -31,8 +31,7 @@ RunResult sample() {
 TEST(RunResult, EveryFieldCrossesTheEncodingExactly) {
   const RunResult a = sample();
   const RunResult b = decode(encode(a));
-  for (const ResultField& f : result_fields())
-    std::visit([&](auto m) { EXPECT_EQ(a.*m, b.*m) << f.name; }, f.member);
+  for (const ResultField& f : result_fields()) std::visit([&](auto m) { EXPECT_EQ(a.*m, b.*m) << f.name; }, f.member);
 }
 
 TEST(RunResult, EveryMemberIsAField) {

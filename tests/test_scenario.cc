@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "core/plan/pipeline.h"
 #include "core/model/presets.h"
 #include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
 #include "core/util/units.h"
 
 namespace pipescope {

@@ -1,6 +1,6 @@
-// Scenario variants (core/model/scenario_vary.h), the grid of `pipescope sweep`: --vary parsing, values set at YAML paths,
-// errors pointed at the original file, and relative paths kept relative to the scenario file (not to the variant's
-// message tag, whose values may hold a '/').
+// Scenario variants (core/model/scenario_vary.h), the grid of `pipescope sweep`: --vary parsing, values set at YAML
+// paths, errors pointed at the original file, and relative paths kept relative to the scenario file (not to the
+// variant's message tag, whose values may hold a '/').
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,9 +8,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/plan/pipeline.h"
-#include "core/model/scenario_vary.h"
 #include "core/ir/schedule_csv.h"
+#include "core/model/scenario_vary.h"
+#include "core/plan/pipeline.h"
 
 namespace pipescope {
 namespace {

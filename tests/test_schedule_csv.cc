@@ -13,9 +13,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/lower/checks.h"
 #include "core/ir/schedule.h"
 #include "core/ir/schedule_csv.h"
+#include "core/lower/checks.h"
 #include "core/model/schedule_registry.h"
 
 namespace pipescope {

@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "bench/gpt3_search.h"
+#include "core/ir/schedule_csv.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/grad_sync.h"
 #include "core/lower/lowering.h"
-#include "core/plan/pipeline.h"
 #include "core/model/scenario.h"
-#include "core/ir/schedule_csv.h"
+#include "core/plan/pipeline.h"
 #include "core/plan/search.h"
 #include "core/plan/search_estimate.h"
 #include "sim/run_scenario.h"

@@ -9,15 +9,15 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/ir/schedule.h"
 #include "core/lower/checks.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/dag.h"
 #include "core/lower/lowering.h"
 #include "core/memory/memory_model.h"
-#include "core/plan/pipeline.h"
 #include "core/model/presets.h"
-#include "core/ir/schedule.h"
 #include "core/model/seq1f1b.h"
+#include "core/plan/pipeline.h"
 #include "tests/flat_placement.h"
 
 namespace pipescope {

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "core/ir/schedule.h"
 #include "core/lower/checks.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/dag.h"
 #include "core/lower/lowering.h"
 #include "core/model/placement.h"
-#include "core/ir/schedule.h"
 #include "sim/collectives.h"
 #include "sim/engine.h"
 #include "sim/platform.h"

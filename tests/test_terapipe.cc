@@ -10,13 +10,13 @@
 #include <random>
 #include <vector>
 
+#include "core/ir/schedule.h"
 #include "core/lower/checks.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/lowering.h"
-#include "core/plan/pipeline.h"
 #include "core/model/placement.h"
 #include "core/model/scenario.h"
-#include "core/ir/schedule.h"
+#include "core/plan/pipeline.h"
 #include "core/plan/terapipe_planner.h"
 
 namespace pipescope {

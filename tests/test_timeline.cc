@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "core/ir/schedule.h"
 #include "core/lower/checks.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/dag.h"
 #include "core/lower/lowering.h"
-#include "core/ir/schedule.h"
 #include "sim/timeline_svg.h"
 #include "tests/flat_placement.h"
 

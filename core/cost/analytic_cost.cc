@@ -72,9 +72,9 @@
 #include "core/cost/context_parallel.h"
 #include "core/cost/fp8.h"
 #include "core/cost/gemm_model.h"
+#include "core/cost/tp_overlap.h"
 #include "core/model/placement.h"
 #include "core/model/schedule_registry.h"
-#include "core/cost/tp_overlap.h"
 
 namespace pipescope {
 

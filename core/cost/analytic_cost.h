@@ -6,10 +6,10 @@
 // launch overhead. Logits on the last virtual stage. Per GPU of a tensor-parallel group.
 // The formulas are written out at the top of core/cost/analytic_cost.cc.
 
-#include "core/lower/cost_model.h"
-#include "core/util/memo_table.h"
 #include "core/cost/kernel_cost.h"
+#include "core/lower/cost_model.h"
 #include "core/model/model_shape.h"  // LayerFlops, parameter counts (declared there)
+#include "core/util/memo_table.h"
 
 namespace pipescope {
 

@@ -15,8 +15,9 @@ struct KernelCost {
   bool weight = false;  // part of the weight-gradient pass W (wgrad GEMMs, bias and embedding gradients)
   // GEMM shape (core/cost/gemm_model.h): batch x (m x k times k x n); m = 0 = not given (plain roofline).
   double m = 0, n = 0, k = 0, batch = 1;
-  bool fp8 = false;   // FP8 operands: runs at the device's FP8 peak (training.dtype fp8, core/cost/fp8.h)
-  double wait_s = 0;  // > 0: a wait of this long, not a kernel's work (exposed ring transfer, core/cost/context_parallel.h)
+  bool fp8 = false;  // FP8 operands: runs at the device's FP8 peak (training.dtype fp8, core/cost/fp8.h)
+  double wait_s =
+      0;  // > 0: a wait of this long, not a kernel's work (exposed ring transfer, core/cost/context_parallel.h)
   // > 0: a collective running beside this kernel that the next kernel waits for: the kernel lasts at least this
   // long (a column-parallel wgrad with training.async_tp_allreduce, core/cost/tp_overlap.h).
   double beside_s = 0;

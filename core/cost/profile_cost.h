@@ -6,10 +6,10 @@
 // per micro-batch size b measured; other b interpolate linearly between measured sizes and scale
 // proportionally outside them. An op is layers x layer(b, l, c) (+ the recomputed forward), plus the measured
 // embedding / LM head on the end stages, plus the runtime's per-op overhead. Shapes without a table use the
-// kernel model (core/model/kernel_model.h) when the profile has kernel fits in the scenario's dtype: each op is the sum of
-// its GEMMs, attention and memory-bound kernels at the scenario's shape. Without either, the analytic model with
-// the profile's (fitted) device parameters. source() and describe() say which applies.
-// Communication sizes are the analytic model's; link speeds come from the profile via apply_profile().
+// kernel model (core/model/kernel_model.h) when the profile has kernel fits in the scenario's dtype: each op is the sum
+// of its GEMMs, attention and memory-bound kernels at the scenario's shape. Without either, the analytic model with the
+// profile's (fitted) device parameters. source() and describe() say which applies. Communication sizes are the analytic
+// model's; link speeds come from the profile via apply_profile().
 
 #include <memory>
 #include <string>

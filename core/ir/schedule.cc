@@ -6,7 +6,6 @@
 #include <stdexcept>
 #include <tuple>
 
-
 namespace pipescope {
 
 std::size_t Schedule::op_count() const {

@@ -33,7 +33,6 @@ class CheckError : public std::runtime_error {
 // Checks of the compute-only schedule (ops once each, dependencies orderable per rank); throws CheckError.
 void check_schedule(const Schedule& s);
 
-
 // Whether `op` is the op of `s`'s grid at its key (chunk, stage, micro-batch, slice and token range in place).
 bool valid_op(const Schedule& s, const Op& op);
 // The message for a B whose (stage, micro-batch, slice) the schedule also runs split into I and W.

@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/model/config.h"
 #include "core/ir/schedule.h"
+#include "core/model/config.h"
 
 namespace pipescope {
 

@@ -2,10 +2,10 @@
 // build_dag's steps (core/lower/dag.h) for builders that keep their own kind of node: the checks and matchers, then one
 // template that numbers the nodes and makes the edges and the successor lists under the execution semantics of
 // core/lower/lowering.h, handing each node to a sink. build_dag's sink writes a DagNode; stage 2 of the search
-// (core/plan/search_retime.cc ShapeBuilder::build) classes the node into a duration class as it is made, with no DagNode
-// written or read back. Stage 2's emitted shapes (ShapeBuilder::emit) take the nodes from the lowering itself, each
-// op's kind from dag_kind_of here, and note the edges of the subset they take (eager sends, blocking collectives: at
-// most two predecessors per node); tests/test_dag_build.cc times them against build_graph's.
+// (core/plan/search_retime.cc ShapeBuilder::build) classes the node into a duration class as it is made, with no
+// DagNode written or read back. Stage 2's emitted shapes (ShapeBuilder::emit) take the nodes from the lowering itself,
+// each op's kind from dag_kind_of here, and note the edges of the subset they take (eager sends, blocking collectives:
+// at most two predecessors per node); tests/test_dag_build.cc times them against build_graph's.
 
 #include <algorithm>
 #include <cstdint>

@@ -1,8 +1,8 @@
 #pragma once
-// build_dag (core/lower/dag.h) for callers that build many DAGs one after another: the DAG's and the build's vectors keep
-// their capacity between builds, so a build writes memory that is already mapped instead of fresh pages (the replica
-// copy and the collective rings are still allocated per build). Stage 2 of the search builds its shapes through the
-// same steps without DagNodes (core/lower/dag_build.h, ShapeBuilder in core/plan/search_retime.h).
+// build_dag (core/lower/dag.h) for callers that build many DAGs one after another: the DAG's and the build's vectors
+// keep their capacity between builds, so a build writes memory that is already mapped instead of fresh pages (the
+// replica copy and the collective rings are still allocated per build). Stage 2 of the search builds its shapes through
+// the same steps without DagNodes (core/lower/dag_build.h, ShapeBuilder in core/plan/search_retime.h).
 
 #include <memory>
 

@@ -32,7 +32,6 @@ struct GradSyncOptions {
 };
 GradSyncOptions grad_sync_options(const TrainingSpec& t);
 
-
 // Appends (or inserts) the DP gradient collectives for every pipeline rank; dp > 1 (or o.replica_of_dp). Its groups
 // go to ls.groups, its ops to `sink` (the overlapped buckets into sink.program(w)).
 void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o, LoweringSink& sink);

@@ -8,8 +8,8 @@
 // follows it on the rank (docs/cost-model.md, "Megatron's p2p order"). The non-interleaved 1F1B sends a forward's
 // output right after it (send_forward_recv_backward), as the lowering does.
 
-#include "core/model/config.h"
 #include "core/lower/lowering.h"
+#include "core/model/config.h"
 
 namespace pipescope {
 

@@ -18,8 +18,8 @@
 #include <string>
 #include <utility>
 
-#include "core/util/json_text.h"
 #include "core/lower/lowering.h"
+#include "core/util/json_text.h"
 
 namespace pipescope {
 

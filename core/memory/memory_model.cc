@@ -1,15 +1,15 @@
 // Memory model: static state per rank plus an activation peak walked from the rank's op list.
 //
 // Static state (per GPU of the rank's TP group): P_r = rank_parameter_count (the layers of its v chunks,
-// stage_layer_range in core/model/placement.h, word + position embeddings on the first virtual stage, final LayerNorm and the
-// tied-embedding copy or output layer on the last, / t). Bytes per parameter from TrainingSpec::param_bytes: weights
-// e B (2 for fp16/bf16), gradients e B (4 with grad_fp32), optimizer state fp32 master 4 (16-bit dtypes) + Adam 8
-// (16 in all for fp16, 18 for bf16 with fp32 gradients), or what training.optimizer_bytes_per_param leaves; the
-// state divided by dp with training.distributed_optimizer (ZeRO-1).
-// Context parallelism (parallel.cp, core/cost/context_parallel.h): activations are those of seq_len / cp tokens per
-// GPU (flash attention: no score term) and the distributed optimizer shards over dp * cp.
-// FP8 (training.dtype fp8, core/cost/fp8.h): the weights also hold the FP8 copy and its transpose of every linear
-// weight (2 B per linear-layer parameter of the rank's layers, / t) and the layers' amax histories and scales.
+// stage_layer_range in core/model/placement.h, word + position embeddings on the first virtual stage, final LayerNorm
+// and the tied-embedding copy or output layer on the last, / t). Bytes per parameter from TrainingSpec::param_bytes:
+// weights e B (2 for fp16/bf16), gradients e B (4 with grad_fp32), optimizer state fp32 master 4 (16-bit dtypes) + Adam
+// 8 (16 in all for fp16, 18 for bf16 with fp32 gradients), or what training.optimizer_bytes_per_param leaves; the state
+// divided by dp with training.distributed_optimizer (ZeRO-1). Context parallelism (parallel.cp,
+// core/cost/context_parallel.h): activations are those of seq_len / cp tokens per GPU (flash attention: no score term)
+// and the distributed optimizer shards over dp * cp. FP8 (training.dtype fp8, core/cost/fp8.h): the weights also hold
+// the FP8 copy and its transpose of every linear weight (2 B per linear-layer parameter of the rank's layers, / t) and
+// the layers' amax histories and scales.
 //
 // Activations per layer (Korthikanti et al. 2022, "Reducing activation recomputation", Table 2), for b
 // sequences of l tokens attending to c + l keys:
@@ -62,8 +62,8 @@
 #include <string>
 #include <tuple>
 
-#include "core/memory/caching_allocator.h"
 #include "core/cost/fp8.h"
+#include "core/memory/caching_allocator.h"
 #include "core/model/model_shape.h"
 #include "core/model/placement.h"
 

@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "core/model/config.h"
 #include "core/ir/schedule.h"
+#include "core/model/config.h"
 
 namespace pipescope {
 

@@ -13,10 +13,10 @@
 #include <sstream>
 
 #include "core/model/backends.h"
-#include "core/util/input_file.h"
 #include "core/model/profile_kernels.h"
-#include "core/util/yaml_boolean.h"
+#include "core/util/input_file.h"
 #include "core/util/units.h"
+#include "core/util/yaml_boolean.h"
 
 namespace pipescope {
 namespace {
@@ -781,7 +781,6 @@ Scenario apply_profile(const Scenario& in, const DeviceProfile& p, const std::st
   }
   return s;
 }
-
 
 std::string dtype_of_backend(const std::string& backend) {
   auto computes = [](const BackendInfo& b) { return b.device != BackendDevice::None; };

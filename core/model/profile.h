@@ -25,7 +25,6 @@
 
 namespace pipescope {
 
-
 // One timed configuration: median and spread of the per-call samples (seconds).
 struct TimeStats {
   double median_s = 0, p10_s = 0, p90_s = 0;

@@ -1,6 +1,7 @@
 #pragma once
 // The `kernels` section of a device profile (core/model/kernel_model.h): the GEMM, attention and memory-bound kernel
-// fits and the held-out transfer checks `pipescope calibrate` measured. YAML read / write, used by core/model/profile.cc.
+// fits and the held-out transfer checks `pipescope calibrate` measured. YAML read / write, used by
+// core/model/profile.cc.
 //
 //   kernels:
 //     dtype: fp64

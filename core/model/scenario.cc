@@ -18,12 +18,12 @@
 #include <utility>
 #include <vector>
 
-#include "core/util/input_file.h"
+#include "core/ir/schedule_csv.h"
 #include "core/model/presets.h"
 #include "core/model/profile.h"
-#include "core/util/ranges.h"
-#include "core/ir/schedule_csv.h"
 #include "core/model/schedule_registry.h"
+#include "core/util/input_file.h"
+#include "core/util/ranges.h"
 #include "core/util/units.h"
 
 namespace pipescope {
@@ -481,7 +481,7 @@ DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_
   d.get("gemm_half_sat_gflop", Num::NonNegative, 1e9, dev.gemm_half_sat_flops);
   d.get("kernel_launch_us", Num::NonNegative, kUs, dev.kernel_launch_s);
   d.get("memory_efficiency", Num::Fraction, 1.0, dev.memory_efficiency);
-  d.get("sm_count", dev.sm_count);                          // GEMM wave quantisation (core/cost/gemm_model.h); absent: none
+  d.get("sm_count", dev.sm_count);  // GEMM wave quantisation (core/cost/gemm_model.h); absent: none
   d.get("gemm_epilogue_hidden", dev.gemm_epilogue_hidden);  // persistent GEMM kernels (Hopper)
   const std::pair<const char*, double> required[] = {{"peak_tflops_fp16", dev.peak_flops_fp16},
                                                      {"peak_tflops_fp32", dev.peak_flops_fp32},

@@ -163,7 +163,9 @@ std::string schedule_list_text() {
         traits += ",v-shape";
         break;
     }
-    auto padded = [](std::string s, std::size_t width) { return s.size() < width ? s.append(width - s.size(), ' ') : s; };
+    auto padded = [](std::string s, std::size_t width) {
+      return s.size() < width ? s.append(width - s.size(), ' ') : s;
+    };
     out += padded(e.name, 12) + " " + padded(traits, 32) + " " + e.help + "\n";
   }
   return out;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/model/config.h"
 #include "core/ir/schedule.h"
+#include "core/model/config.h"
 
 namespace pipescope {
 

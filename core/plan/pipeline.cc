@@ -3,8 +3,8 @@
 #include <stdexcept>
 
 #include "core/cost/context_parallel.h"
-#include "core/lower/megatron_p2p.h"
 #include "core/ir/schedule_csv.h"
+#include "core/lower/megatron_p2p.h"
 #include "core/model/schedule_registry.h"
 #include "core/model/seq1f1b.h"
 #include "core/plan/terapipe_planner.h"

@@ -4,13 +4,13 @@
 
 #include <memory>
 
-#include "core/lower/checks.h"
-#include "core/model/config.h"
 #include "core/cost/scenario_cost.h"
+#include "core/ir/schedule.h"
+#include "core/lower/checks.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/lowering.h"
+#include "core/model/config.h"
 #include "core/model/placement.h"
-#include "core/ir/schedule.h"
 
 namespace pipescope {
 

@@ -10,10 +10,10 @@
 
 #include "core/lower/checks.h"
 #include "core/memory/memory_model.h"
-#include "core/plan/pipeline.h"
 #include "core/model/scenario.h"
 #include "core/model/scenario_vary.h"
 #include "core/model/schedule_registry.h"
+#include "core/plan/pipeline.h"
 #include "core/plan/terapipe_planner.h"
 
 namespace pipescope {

@@ -6,11 +6,11 @@
 #include <map>
 #include <set>
 
-#include "core/lower/cost_model.h"
-#include "core/plan/pipeline.h"
-#include "core/model/placement.h"
 #include "core/ir/schedule.h"
+#include "core/lower/cost_model.h"
+#include "core/model/placement.h"
 #include "core/model/schedule_registry.h"
+#include "core/plan/pipeline.h"
 #include "core/plan/search_retime.h"
 #include "core/plan/search_timing.h"
 

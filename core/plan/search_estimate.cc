@@ -11,13 +11,13 @@
 #include "core/lower/grad_sync.h"
 #include "core/lower/lowering.h"
 #include "core/lower/megatron_p2p.h"
-#include "core/util/memo_table.h"
-#include "core/plan/pipeline.h"
 #include "core/model/placement.h"
 #include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
 #include "core/plan/search.h"
 #include "core/plan/search_retime.h"
 #include "core/plan/search_timing.h"
+#include "core/util/memo_table.h"
 
 namespace pipescope {
 namespace {

@@ -1,6 +1,6 @@
 #pragma once
-// Stage 2 of `pipescope search` (core/plan/search.h), made fast enough for thousands of candidates: the critical path of
-// one replica's lowered DAG with the cost model, no SimGrid. What makes it fast, without changing a result:
+// Stage 2 of `pipescope search` (core/plan/search.h), made fast enough for thousands of candidates: the critical path
+// of one replica's lowered DAG with the cost model, no SimGrid. What makes it fast, without changing a result:
 // - the DAG is kept per structure (core/plan/search_retime.h: a key of the scenario fields the lowered programs' shape
 //   follows, and a fingerprint of the cost answers it depends on); a candidate of a known structure (recompute
 //   on/off, the same micro-batch count with another tp, ...) is NOT lowered: its cost model answers each distinct
@@ -18,8 +18,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/model/config.h"
 #include "core/lower/lowering.h"
+#include "core/model/config.h"
 #include "core/plan/search.h"
 #include "core/plan/search_retime.h"
 

@@ -15,11 +15,11 @@
 #include "core/lower/dag_build.h"
 #include "core/lower/grad_sync.h"
 #include "core/lower/megatron_p2p.h"
-#include "core/plan/pipeline.h"
 #include "core/model/schedule_registry.h"
+#include "core/model/seq1f1b.h"
+#include "core/plan/pipeline.h"
 #include "core/plan/search_timing.h"
 #include "core/util/graph.h"
-#include "core/model/seq1f1b.h"
 
 namespace pipescope {
 
@@ -106,8 +106,8 @@ struct Node {
 };
 using Nodes = std::vector<Node, DefaultInit<Node>>;
 
-// How one node's duration is made from the candidate's cost values (core/lower/lowering.cc and core/lower/grad_sync.cc give
-// each lowered op its values this way).
+// How one node's duration is made from the candidate's cost values (core/lower/lowering.cc and core/lower/grad_sync.cc
+// give each lowered op its values this way).
 struct Recipe {
   enum class What : std::uint8_t { Zero, Compute, Optimizer, Transfer, Collective };
   What what = What::Zero;
@@ -462,7 +462,8 @@ class NodeClasses {
  public:
   NodeClasses(const LoweredSchedule& ls, const Scenario& s, DagShape& sh, OpClasses& classes, ShapeBuilder::Storage& st)
       : ls_(ls), s_(s), sh_(sh), classes_(classes), st_(st), join_recipe_(kLOpKinds, -1) {
-    // Every compute op asks the TP question when tp > 1 (core/lower/lowering.cc, tp_pass), whether or not it issues one.
+    // Every compute op asks the TP question when tp > 1 (core/lower/lowering.cc, tp_pass), whether or not it issues
+    // one.
     compute_need_ = ls.tp > 1 ? kCompute | kTp : kCompute;
     st_.node_cls.clear();
     st_.first.clear();
@@ -620,10 +621,10 @@ constexpr std::uint32_t kPending = 0x80000000u;  // a receive's predecessor: the
 
 // The lowering's sink for emit(): each op the lowering writes becomes its node at once (dag_kind_of, the kind
 // build_graph gives it), classed and checked (NodeClasses), with its predecessors by build_graph's rules
-// (core/lower/dag_build.h: prev_after, waits_for_transfer, shared_by_group) for eager sends and blocking collectives: the
-// worker's previous op; for a receive also its message's transfer (the lowering numbered the pair: nothing to match);
-// for a call of a group of two workers (the embedding all-reduce) both members' previous ops. Nodes are numbered as
-// made (node 0: the start).
+// (core/lower/dag_build.h: prev_after, waits_for_transfer, shared_by_group) for eager sends and blocking collectives:
+// the worker's previous op; for a receive also its message's transfer (the lowering numbered the pair: nothing to
+// match); for a call of a group of two workers (the embedding all-reduce) both members' previous ops. Nodes are
+// numbered as made (node 0: the start).
 class EmitSink final : public LoweringSink {
  public:
   EmitSink(const Scenario& s, const ShapeKey& key, DagShape& sh, ShapeBuilder::Storage& st)
@@ -841,7 +842,8 @@ void check_recipes(DagShape& sh, const ShapeBuilder::Storage& st, const Scenario
     if (!same(costed(sh, sh.recipes[x], v, s.parallel.tp), st.first[x])) {
       const ShapeBuilder::Storage::At& f = st.first_at[x];
       throw std::logic_error(s.source + ": stage 2: re-costing node " + std::to_string(f.node) + " (" +
-                             op_at(f.op, f.worker, f.index) + ") differs from its lowering (core/plan/search_retime.cc)");
+                             op_at(f.op, f.worker, f.index) +
+                             ") differs from its lowering (core/plan/search_retime.cc)");
     }
 }
 

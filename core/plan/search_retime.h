@@ -1,6 +1,6 @@
 #pragma once
-// Stage 2's structure cache (core/plan/search_estimate.h): one replica's lowered DAG kept per structure and re-timed for
-// every candidate of that structure WITHOUT lowering it again. A candidate's node durations come from a few
+// Stage 2's structure cache (core/plan/search_estimate.h): one replica's lowered DAG kept per structure and re-timed
+// for every candidate of that structure WITHOUT lowering it again. A candidate's node durations come from a few
 // duration classes (one per distinct cost question: a compute op's (kind, virtual stage, slice), a transfer's
 // (link, message), a collective's (group, size, calls, lead)), each computed once from the candidate's own cost
 // model, token slices and placement with the same arithmetic the lowering passes and the estimate use; then one
@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "core/model/config.h"
 #include "core/lower/lowering.h"
+#include "core/model/config.h"
 #include "core/model/placement.h"
 
 namespace pipescope {

@@ -60,7 +60,8 @@ Link rings_link(const ClusterSpec& c, const Rings& rings) {
   return slow;
 }
 
-// The NCCL view of each ring of a group (core/cost/nccl_model.h), made once per group: its calls of other sizes reuse it.
+// The NCCL view of each ring of a group (core/cost/nccl_model.h), made once per group: its calls of other sizes reuse
+// it.
 std::vector<NcclGroup> nccl_groups(const ClusterSpec& c, const Rings& rings) {
   std::vector<NcclGroup> out;
   out.reserve(rings.size());

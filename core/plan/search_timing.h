@@ -1,6 +1,6 @@
 #pragma once
-// How stage 2 of `pipescope search` times one node of a replica's DAG (core/plan/search_estimate.h): compute at the cost
-// model's seconds, a transfer at latency plus bytes over the link between its two GPUs, a collective as the
+// How stage 2 of `pipescope search` times one node of a replica's DAG (core/plan/search_estimate.h): compute at the
+// cost model's seconds, a transfer at latency plus bytes over the link between its two GPUs, a collective as the
 // simulator's collective model times it over the group's rings (data-parallel groups ringed over the rank's real
 // dp peers), no contention. Shared by the direct estimate (from a lowered schedule) and the structure cache's
 // re-timing (core/plan/search_retime.h), so that both take the same arithmetic.
@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/model/config.h"
 #include "core/lower/dag.h"
 #include "core/lower/lowering.h"
+#include "core/model/config.h"
 #include "core/model/placement.h"
 
 namespace pipescope {

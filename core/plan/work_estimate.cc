@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/ir/schedule.h"
 #include "core/memory/memory_model.h"
 #include "core/model/scenario.h"
-#include "core/ir/schedule.h"
 #include "core/model/schedule_registry.h"
 
 namespace pipescope {
@@ -94,8 +94,8 @@ double available_memory_bytes() {
 
 void check_work(const Scenario& s, double runs) {
   const WorkEstimate w = estimate_work(s);
-  const std::string what =
-      s.source + ": the scenario's work estimate: " + w.text() + (runs > 1 ? " per run, " + estimate_figure(runs) + " runs" : "");
+  const std::string what = s.source + ": the scenario's work estimate: " + w.text() +
+                           (runs > 1 ? " per run, " + estimate_figure(runs) + " runs" : "");
   const double avail = available_memory_bytes();
   if (avail > 0 && w.bytes > avail)
     throw WorkTooLarge(
@@ -103,7 +103,8 @@ void check_work(const Scenario& s, double runs) {
         " GB of memory available to this process (free memory, ulimit -v; refused even with --allow-large)");
   if (allow_large()) return;
   if (w.ops > kMaxOps || w.planner_cells > kMaxPlannerCells)
-    throw WorkTooLarge(what + "; over the limit of " + estimate_figure(kMaxOps) + " ops / " + estimate_figure(kMaxPlannerCells) +
+    throw WorkTooLarge(what + "; over the limit of " + estimate_figure(kMaxOps) + " ops / " +
+                       estimate_figure(kMaxPlannerCells) +
                        " planner cells per run (docs/limits.md). Reduce parallel.pp / dp / v, the micro-batch count "
                        "(global_batch / (micro_batch_size * dp)) or schedule.seq_slices, or pass --allow-large");
 }
@@ -209,9 +210,11 @@ void check_grid(const GridEstimate& g, double available_bytes) {
   if (allow_large()) return;
   std::string over;
   if (g.max_points > 0 && g.points > g.max_points) over = estimate_figure(g.max_points) + " " + g.unit;
-  if (g.seconds > kMaxGridSeconds) over += (over.empty() ? "" : " and ") + estimate_figure(kMaxGridSeconds / 3600) + " hour";
+  if (g.seconds > kMaxGridSeconds)
+    over += (over.empty() ? "" : " and ") + estimate_figure(kMaxGridSeconds / 3600) + " hour";
   if (g.largest_ops > kMaxOps)
-    over += (over.empty() ? "" : " and ") + estimate_figure(kMaxOps) + " schedule ops per run (the largest: " + g.largest + ")";
+    over += (over.empty() ? "" : " and ") + estimate_figure(kMaxOps) +
+            " schedule ops per run (the largest: " + g.largest + ")";
   if (over.empty()) return;
   throw WorkTooLarge(what + "; over the limit of " + over + " (docs/limits.md). " +
                      std::string(1, static_cast<char>(std::toupper(g.hint[0]))) + g.hint.substr(1) +

@@ -9,13 +9,13 @@
 #include <sstream>
 #include <string>
 
-#include "core/util/atomic_file.h"
-#include "core/util/input_file.h"
 #include "core/memory/memory_model.h"
-#include "core/util/ranges.h"
 #include "core/model/scenario.h"
 #include "core/plan/search_work.h"
 #include "core/plan/work_estimate.h"
+#include "core/util/atomic_file.h"
+#include "core/util/input_file.h"
+#include "core/util/ranges.h"
 
 namespace pipescope {
 namespace {
