@@ -60,13 +60,16 @@ sim::SimulateOneRequest one_request(const SimulateOptions& o) {
   q.timeline_options = {o.timeline_comm, o.timeline_all_replicas, o.timeline_compact, o.timeline_width_px, ""};
   // The file name, not the path it was given by: pictures go into papers.
   q.timeline_options.title =
-      "pipescope simulate " + (o.scenario.empty() ? std::string("(default scenario)")
-                                                  : std::filesystem::path(o.scenario).filename().string());
+      "pipescope simulate " +
+      (o.scenario.empty() ? std::string("(default scenario)") : std::filesystem::path(o.scenario).filename().string());
   return q;
 }
 
 int run_simulate(const SimulateOptions& o) {
-  if (o.list_schedules) return std::printf("%s", schedule_list_text().c_str()), 0;
+  if (o.list_schedules) {
+    std::fputs(schedule_list_text().c_str(), stdout);
+    return 0;
+  }
   // A scenario file takes --profile before it is validated; the built-in default takes it here.
   Scenario s = o.scenario.empty() ? default_scenario() : load_scenario(o.scenario, o.profile);
   if (o.scenario.empty() && !o.profile.empty()) s = use_profile(s, o.profile);

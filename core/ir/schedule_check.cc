@@ -68,7 +68,6 @@ std::string mixed_backward(const Schedule& s, const Op& op, int where, std::size
          " both fused (B) and split (I and W); use one form";
 }
 
-
 void check_schedule(const Schedule& s) {
   check_microbatches(s);
   const OpKeyIndex index(s);
@@ -128,19 +127,15 @@ void check_schedule(const Schedule& s) {
       }
     }
   }
-  std::vector<std::uint32_t> succ_begin(n + 1, 0), succ(edges.size()), preds(n, 0);
-  for (const auto& e : edges) succ_begin[e.first + 1]++, preds[e.second]++;
-  for (std::size_t i = 0; i < n; i++) succ_begin[i + 1] += succ_begin[i];
-  std::vector<std::uint32_t> fill(succ_begin.begin(), succ_begin.end() - 1);
-  for (const auto& e : edges) succ[fill[e.first]++] = e.second;
-  const auto left = kahn_leftover(n, succ_begin, succ, preds);
+  const CsrGraph g = csr_graph(n, edges);
+  const auto left = kahn_leftover(n, g.succ_begin, g.succ, g.preds);
   const auto stuck = static_cast<std::size_t>(std::count_if(left.begin(), left.end(), [](auto x) { return x != 0; }));
   if (stuck != 0) {
     auto name = [&](std::uint32_t u) {
       const int r = static_cast<int>(std::upper_bound(offset.begin(), offset.end(), u) - offset.begin()) - 1;
       return op_text(s.per_rank[r][u - offset[r]]);
     };
-    fail_cycle("schedule '" + s.name + "' deadlocks", find_cycle(n, succ_begin, succ, left), stuck, name);
+    fail_cycle("schedule '" + s.name + "' deadlocks", find_cycle(n, g.succ_begin, g.succ, left), stuck, name);
   }
 }
 

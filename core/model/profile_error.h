@@ -14,8 +14,6 @@ class ProfileError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// "file:line:col" of n in source (just the file when n has no position).
-std::string profile_position(const std::string& source, const YAML::Node& n);
 // Throws ProfileError "file:line:col: key: message" (n's position in source): every profile reading error.
 [[noreturn]] void fail_profile_key(const std::string& source, const YAML::Node& n, const std::string& key,
                                    const std::string& msg);

@@ -4,15 +4,29 @@
 
 namespace pipescope {
 
+CsrGraph csr_graph(std::size_t n, const std::vector<std::pair<std::uint32_t, std::uint32_t>>& edges) {
+  CsrGraph g;
+  g.succ_begin.assign(n + 1, 0);
+  g.succ.resize(edges.size());
+  g.preds.assign(n, 0);
+  for (const auto& e : edges) g.succ_begin[e.first + 1]++, g.preds[e.second]++;
+  for (std::size_t i = 0; i < n; i++) g.succ_begin[i + 1] += g.succ_begin[i];
+  std::vector<std::uint32_t> fill(g.succ_begin.begin(), g.succ_begin.end() - 1);
+  for (const auto& e : edges) g.succ[fill[e.first]++] = e.second;
+  return g;
+}
+
 std::vector<std::uint32_t> kahn_leftover(std::size_t n, const std::vector<std::uint32_t>& succ_begin,
                                          const std::vector<std::uint32_t>& succ, std::vector<std::uint32_t> pending) {
-  kahn_walk(n, succ_begin, succ, pending, [](std::uint32_t) {}, [](std::uint32_t, std::uint32_t) {});
+  kahn_walk(
+      n, succ_begin, succ, pending, [](std::uint32_t) {}, [](std::uint32_t, std::uint32_t) {});
   return pending;
 }
 
 std::size_t kahn_completed(std::size_t n, const std::vector<std::uint32_t>& succ_begin,
                            const std::vector<std::uint32_t>& succ, std::vector<std::uint32_t> pending) {
-  return kahn_walk(n, succ_begin, succ, pending, [](std::uint32_t) {}, [](std::uint32_t, std::uint32_t) {});
+  return kahn_walk(
+      n, succ_begin, succ, pending, [](std::uint32_t) {}, [](std::uint32_t, std::uint32_t) {});
 }
 
 // Every node a Kahn pass left unfinished has an unfinished predecessor, so walking predecessors must revisit a node.

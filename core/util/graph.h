@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace pipescope {
@@ -33,11 +34,18 @@ std::size_t kahn_walk(std::size_t n, const Index& succ_begin, const Index& succ,
   return done;
 }
 template <class Node, class Edge>
-std::size_t kahn_walk(std::size_t n, const std::vector<std::uint32_t>& succ_begin, const std::vector<std::uint32_t>& succ,
-                      std::vector<std::uint32_t>& pending, Node&& node, Edge&& edge) {
+std::size_t kahn_walk(std::size_t n, const std::vector<std::uint32_t>& succ_begin,
+                      const std::vector<std::uint32_t>& succ, std::vector<std::uint32_t>& pending, Node&& node,
+                      Edge&& edge) {
   std::vector<std::uint32_t> ready;
   return kahn_walk(n, succ_begin, succ, pending, ready, node, edge);
 }
+
+// A graph of n nodes in CSR form with each node's number of predecessors, built from its edges (from, to).
+struct CsrGraph {
+  std::vector<std::uint32_t> succ_begin, succ, preds;
+};
+CsrGraph csr_graph(std::size_t n, const std::vector<std::pair<std::uint32_t, std::uint32_t>>& edges);
 
 // Kahn's algorithm from `pending` (each node's number of predecessors); returns the counts left: all 0 iff the graph
 // is acyclic, and a node left > 0 can never run.
