@@ -31,13 +31,6 @@ const char* to_string(CollAlgo a) {
   return "?";
 }
 
-int ring_steps(int n, bool allgather) { return n <= 1 ? 0 : (allgather ? n - 1 : 2 * (n - 1)); }
-
-double ring_collective_seconds(int n, double bytes, double alpha_s, double bw_Bps, bool allgather) {
-  if (n <= 1 || bytes <= 0) return 0.0;
-  return ring_steps(n, allgather) * (alpha_s + bytes / (n * bw_Bps));
-}
-
 namespace {
 
 // Best order of `local` (GPU indices inside one node): a cycle when `cycle`, else an open path. The

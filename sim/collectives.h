@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cost/ring_collective.h"  // ring_steps, the closed form of one call
 #include "core/lower/lowering.h"
 
 namespace pipescope::sim {
@@ -33,11 +34,6 @@ enum class CollAlgo : std::uint8_t {
 CollAlgo collective_algorithm(const std::string& option);
 void validate_collectives_option(const std::string& option);
 const char* to_string(CollAlgo a);
-
-// Ring steps of one call: 2(n-1) for an all-reduce, n-1 for an all-gather.
-int ring_steps(int n, bool allgather);
-// Closed form of one ring call in isolation: steps * (alpha + S / (n * B)).
-double ring_collective_seconds(int n, double bytes, double alpha_s, double bw_Bps, bool allgather = false);
 
 // The order in which a ring visits its GPUs, as NCCL's topology search would pick it on cube-mesh nodes
 // (an all-reduce or all-gather does not depend on the order): each run of consecutive members on one

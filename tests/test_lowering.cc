@@ -11,6 +11,7 @@
 #include "core/lower/cost_model.h"
 #include "core/lower/dag.h"
 #include "core/lower/lowering.h"
+#include "core/lower/op_price.h"
 #include "tests/flat_placement.h"
 
 namespace pipescope {
@@ -258,6 +259,50 @@ TEST(LoweringPasses, FusedSweepIsThePassesOneByOne) {
           EXPECT_NE(program(got, 1).find("allgather[sg"), std::string::npos) << program(got, 1);
         }
       }
+}
+
+// Every lowered op's values are its price rule (core/lower/op_price.h) applied to the answer to its question: the
+// statement the search's re-timing and bound re-price with.
+TEST(LoweringPasses, EveryOpIsPricedByItsRule) {
+  ConstantCosts cc = costs(2);
+  cc.tp_calls_fwd = 2;
+  cc.tp_bytes = 3e6;
+  cc.grad_bytes = 1e8;
+  const ConstantCostModel cost(cc);
+  const Schedule s = make_interleaved(2, 2, uniform_microbatches(4, 1, 1, 1), 1);
+  GradSyncOptions o;
+  o.overlap_grad_reduce = true;
+  o.bucket_bytes = 2e7;
+  const int tp = 4;
+  const LoweredSchedule ls = lower(s, 2, tp, cost, true, o);
+  int buckets = 0;
+  for (const auto& prog : ls.per_worker)
+    for (const LoweredOp& l : prog) {
+      SCOPED_TRACE(lowered_text(l));
+      const std::uint8_t q = question_of(l);
+      const OpAnswers a = ask_op(cost, l.op, 1, q);
+      if (l.kind == LOpKind::Compute) EXPECT_EQ(l.seconds, a.compute_s);
+      if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) EXPECT_EQ(l.bytes, message_bytes(a.p2p_bytes, true, tp));
+      if (l.tag == CollTag::TensorParallel) {
+        EXPECT_EQ(q, kAskTp);
+        EXPECT_EQ(l.count, a.tp_calls);
+        EXPECT_EQ(l.bytes, a.tp_bytes);
+      }
+      if (l.tag == CollTag::ScatterGather) EXPECT_EQ(l.bytes, a.p2p_bytes);
+      if (l.tag == CollTag::DataParallel && l.async) {
+        const BucketSplit b = split_buckets(cc.grad_bytes, 2, o.bucket_bytes);  // two virtual stages per rank
+        EXPECT_EQ(l.bytes, b.bytes_each);
+        EXPECT_GT(l.lead_s, 0.0);
+        EXPECT_LE(l.lead_s, a.compute_s);
+        buckets++;
+      }
+    }
+  // 1e8 bytes over 2 stages: 5e7 per stage in buckets of at most 2e7, so 3 per stage, on each of the 4 workers.
+  EXPECT_EQ(split_buckets(1e8, 2, 2e7).n, 3);
+  EXPECT_EQ(buckets, 4 * 2 * 3);
+  EXPECT_EQ(bucket_lead_s(3.0, 2, 3), 3.0);
+  EXPECT_EQ(bucket_count(1.0, 0.0), 1);
+  EXPECT_EQ(bucket_count(1e12, 1.0), 1024);
 }
 
 TEST(LoweringPasses, GradSyncEmbeddingAndOptimizerAtTheEnd) {

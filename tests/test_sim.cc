@@ -90,10 +90,10 @@ std::string tmp(const std::string& name) {
 
 TEST(SimCollectives, ClosedFormsOfSpec) {
   // docs/simulator.md: 1 GB over 2 GPUs at 150 GB/s, no latency; 8 ranks behind a 12.5 GB/s NIC.
-  EXPECT_NEAR(ring_collective_seconds(2, 1e9, 0.0, 150e9), 6.666666667e-3, 1e-12);
-  EXPECT_NEAR(ring_collective_seconds(8, 1e9, 12e-6, 12.5e9), 0.140168, 1e-12);
-  EXPECT_NEAR(ring_collective_seconds(8, 1e9, 12e-6, 12.5e9, true), 0.070084, 1e-12);
-  EXPECT_EQ(ring_collective_seconds(1, 1e9, 1e-6, 1e9), 0.0);
+  EXPECT_NEAR(ring_collective_s(1e9, 2, 150e9, 0.0), 6.666666667e-3, 1e-12);
+  EXPECT_NEAR(ring_collective_s(1e9, 8, 12.5e9, 12e-6), 0.140168, 1e-12);
+  EXPECT_NEAR(ring_collective_s(1e9, 8, 12.5e9, 12e-6, true), 0.070084, 1e-12);
+  EXPECT_EQ(ring_collective_s(1e9, 1, 1e9, 1e-6), 0.0);
   EXPECT_EQ(ring_steps(24, false), 46);
   EXPECT_EQ(ring_steps(24, true), 23);
   EXPECT_EQ(ring_steps(1, false), 0);

@@ -1,13 +1,13 @@
 #include "core/lower/grad_sync.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include "core/lower/cost_model.h"
+#include "core/lower/op_price.h"
 
 namespace pipescope {
 
@@ -81,15 +81,8 @@ std::vector<LoweredOp>& program_of(LoweringSink& sink, std::int32_t w) {
 
 }  // namespace
 
-// At most kMaxBuckets per virtual stage (tiny buckets would only multiply collectives: beyond that they grow).
-constexpr double kMaxBuckets = 1024;
-int bucket_count(double bytes, double bucket_bytes) {
-  if (!(bucket_bytes > 0) || !(bytes > 0)) return 1;
-  return static_cast<int>(std::clamp(std::ceil(bytes / bucket_bytes), 1.0, kMaxBuckets));
-}
-
 void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o, LoweringSink& sink) {
-  const LOpKind kind = o.distributed_optimizer ? LOpKind::ReduceScatter : LOpKind::AllReduce;
+  const LOpKind kind = grad_reduce_kind(o.distributed_optimizer);
   for (int r = 0; r < ls.p; r++) {
     const std::int32_t g = new_group(ls, CollTag::DataParallel, r);
     const double bytes = cost.grad_bytes(r);
@@ -106,16 +99,15 @@ void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSync
         continue;
       }
       std::vector<LoweredOp>& prog = program_of(sink, w);
-      const double per_stage = bytes / static_cast<double>(spans.size());
-      const int n = bucket_count(per_stage, o.bucket_bytes);
+      const BucketSplit b = split_buckets(bytes, static_cast<int>(spans.size()), o.bucket_bytes);
       std::vector<std::pair<std::size_t, LoweredOp>> ins;
       for (const StageSpan& s : spans) {
         const LoweredOp& last = prog[s.last_backward];
-        for (int j = 0; j < n; j++) {
-          LoweredOp c = collective_op(kind, CollTag::DataParallel, g, per_stage / n);
+        for (int j = 0; j < b.n; j++) {
+          LoweredOp c = collective_op(kind, CollTag::DataParallel, g, b.bytes_each);
           c.async = true;
           c.op = last.op;
-          c.lead_s = last.seconds * (j + 1) / n;
+          c.lead_s = bucket_lead_s(last.seconds, j, b.n);
           ins.emplace_back(s.last_backward, c);
         }
       }
@@ -139,12 +131,11 @@ void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSync
       std::vector<LoweredOp>& prog = program_of(sink, w);
       // In the order the stages first run, all posted at the program start.
       std::sort(spans.begin(), spans.end(), [](const StageSpan& a, const StageSpan& b) { return a.first < b.first; });
-      const double per_stage = bytes / static_cast<double>(spans.size());
-      const int n = bucket_count(per_stage, o.bucket_bytes);
+      const BucketSplit b = split_buckets(bytes, static_cast<int>(spans.size()), o.bucket_bytes);
       std::vector<std::pair<std::size_t, LoweredOp>> ins;
       for (const StageSpan& s : spans)
-        for (int j = 0; j < n; j++) {
-          LoweredOp c = collective_op(LOpKind::AllGather, CollTag::ParamGather, g, per_stage / n);
+        for (int j = 0; j < b.n; j++) {
+          LoweredOp c = collective_op(LOpKind::AllGather, CollTag::ParamGather, g, b.bytes_each);
           c.async = true;
           c.op = prog[s.first].op;
           ins.emplace_back(0, c);

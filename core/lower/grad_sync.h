@@ -41,8 +41,5 @@ void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSync
 // The same on ls's own programs.
 void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o);
 void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o);
-// Buckets of a virtual stage's `bytes` (overlap_grad_reduce / overlap_param_gather): bytes / bucket_bytes rounded
-// up, 1 to 1024 (the search's re-timing asks it too, core/plan/search_retime.h).
-int bucket_count(double bytes, double bucket_bytes);
 
 }  // namespace pipescope

@@ -8,6 +8,7 @@
 
 #include "core/lower/cost_model.h"
 #include "core/lower/grad_sync.h"
+#include "core/lower/op_price.h"
 
 namespace pipescope {
 
@@ -91,7 +92,7 @@ bool gathers(const LoweredOp& l) { return gathers(l.kind, l.bytes); }
 template <class Out>
 void emit_scatter_gather(const Out& out, LoweredOp l, std::int32_t msg, int tp, std::int32_t group) {
   const double full = l.bytes;
-  if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) l.bytes = full / tp;
+  if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) l.bytes = message_bytes(full, true, tp);
   out(l, msg);
   if (l.kind != LOpKind::Recv || full <= 0) return;
   out(collective_op(LOpKind::AllGather, CollTag::ScatterGather, group, full, l.op));
@@ -106,16 +107,13 @@ struct TpRule {
   template <class Out>
   void emit(const Out& out, const LoweredOp& l, int w, std::int32_t& group) const {
     if (l.kind != LOpKind::Compute) return;
-    const int calls = cost.tp_allreduce_calls(l.op);
-    if (calls <= 0) return;
+    const OpAnswers a = ask_op(cost, l.op, seqs_of(schedule, l.op), kAskTp);
+    if (a.tp_calls <= 0) return;
     if (group < 0) {
       group = static_cast<std::int32_t>(groups.size());
       groups.push_back(CollGroup{CollTag::TensorParallel, {static_cast<std::int32_t>(w)}});
     }
-    LoweredOp ar = collective_op(LOpKind::AllReduce, CollTag::TensorParallel, group,
-                                 cost.tp_allreduce_bytes(l.op, seqs_of(schedule, l.op)), l.op);
-    ar.count = calls;
-    out(ar);
+    out(tp_allreduce_op(l.op, a, group));
   }
 };
 
@@ -164,7 +162,7 @@ LoweredSchedule lower_compute(Schedule s, int dp, int tp, const CostModel& cost)
       LoweredOp l;
       l.kind = LOpKind::Compute;
       l.op = op;
-      l.seconds = cost.compute_seconds(op, seqs_of(s, op));
+      l.seconds = ask_op(cost, op, seqs_of(s, op), kAskCompute).compute_s;
       prog.push_back(l);
     }
     for (int d = 0; d + 1 < dp; d++) ls.per_worker[LoweredSchedule::worker(d, r, s.p)] = prog;
@@ -231,7 +229,7 @@ std::vector<std::vector<Insert>> p2p_inserts(const LoweredSchedule& in, const Co
           const int pw = at_worker[slot];
           const auto at = static_cast<std::uint32_t>(at_index[slot]);
           const Op& producer = in.per_worker[pw][at].op;
-          const double bytes = cost.p2p_bytes(producer, seqs_of(s, producer));
+          const double bytes = ask_op(cost, producer, seqs_of(s, producer), kAskP2p).p2p_bytes;
           ins[pw].push_back(Insert{at, msgs, w, at, bytes, true});
           ins[w].push_back(Insert{static_cast<std::uint32_t>(i), msgs++, pw, at, bytes, false});
         }

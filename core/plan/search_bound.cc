@@ -8,6 +8,7 @@
 
 #include "core/ir/schedule.h"
 #include "core/lower/cost_model.h"
+#include "core/lower/op_price.h"
 #include "core/model/placement.h"
 #include "core/model/schedule_registry.h"
 #include "core/plan/pipeline.h"
@@ -31,18 +32,13 @@ class StageCoster {
       : s_(s), cost_(cost), placement_(scenario_placement(s)), timing_(s, placement_, tp_groups(s)) {}
   // An op's compute seconds and its TP all-reduces (worker: the op's rank).
   double operator()(const Op& op) {
-    const int seqs = s_.parallel.micro_batch_size;
-    double t = cost_.compute_seconds(op, seqs);
-    if (s_.parallel.tp == 1) return t;
-    const int calls = cost_.tp_allreduce_calls(op);
-    if (calls <= 0) return t;
-    CostedOp ar;
-    ar.dag = DagKind::Collective;
-    ar.kind = LOpKind::AllReduce;
-    ar.count = calls;
-    ar.bytes = cost_.tp_allreduce_bytes(op, seqs);
-    ar.group = op.rank;
-    return t + timing_.duration_s(ar);
+    const bool tp = s_.parallel.tp > 1;
+    const OpAnswers a = ask_op(cost_, op, s_.parallel.micro_batch_size, tp ? kAskCompute | kAskTp : kAskCompute);
+    if (a.tp_calls <= 0) return a.compute_s;
+    DagNode n;
+    n.kind = DagKind::Collective;
+    n.group = op.rank;
+    return a.compute_s + timing_.duration_s(costed_op(tp_allreduce_op(op, a, op.rank), n));
   }
 
  private:

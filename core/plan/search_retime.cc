@@ -15,6 +15,7 @@
 #include "core/lower/dag_build.h"
 #include "core/lower/grad_sync.h"
 #include "core/lower/megatron_p2p.h"
+#include "core/lower/op_price.h"
 #include "core/model/schedule_registry.h"
 #include "core/model/seq1f1b.h"
 #include "core/plan/pipeline.h"
@@ -74,8 +75,6 @@ Op with_tokens(Op op, const std::vector<std::int32_t>& slice_begin, int seq_len)
 }
 
 namespace {
-
-enum Need : std::uint8_t { kCompute = 1, kP2p = 2, kTp = 4 };
 
 // An allocator whose resize() leaves new elements uninitialised: the numbering's arrays are written in full after
 // each resize, and zeroing them first (megabytes per structure) was a few percent of a pass.
@@ -143,7 +142,7 @@ struct DagShape {
   bool dp = false;  // dp > 1: gradient and parameter collectives
   int seq_len = 1;
   std::vector<Op> ops;                       // an op of each class: (kind, virtual stage, slice)
-  std::vector<std::uint8_t> need;            // per op class: Need bits
+  std::vector<std::uint8_t> need;            // per op class: the questions asked of it (CostAsk bits)
   std::vector<int> grad_spans, param_spans;  // per rank: virtual stages with a backward, with any op
   std::vector<Recipe> recipes;               // duration classes
   std::vector<CollGroup> groups;             // the lowering's collective groups
@@ -159,10 +158,9 @@ const std::vector<std::int64_t>& shape_key_of(const DagShape& shape) { return sh
 std::size_t shape_nodes(const DagShape& shape) { return shape.cls.size() - (shape.pred.empty() ? 0 : 1); }
 
 struct Retimer::Values {
-  std::vector<double> compute, p2p, tp_bytes;  // per op class (where asked)
-  std::vector<int> tp_calls;
-  std::vector<double> grad, param, opt;  // per rank
-  std::vector<int> n_grad, n_param;      // buckets per virtual stage, per rank (0: not bucketed)
+  std::vector<OpAnswers> op;                // per op class (where asked)
+  std::vector<double> grad, param, opt;     // per rank
+  std::vector<BucketSplit> grad_b, param_b;  // per rank (n = 0: not bucketed)
   double emb = 0;
   bool dist_opt = false;                                  // the candidate's distributed optimizer
   std::vector<std::int64_t> fingerprint, tp_fingerprint;  // the latter: the tensor-parallel answers
@@ -181,10 +179,7 @@ void ask(const DagShape& sh, const Scenario& s, const std::vector<std::int32_t>&
   const std::size_t n = sh.ops.size();
   const int seqs = s.parallel.micro_batch_size;
   v.dist_opt = s.training.distributed_optimizer;
-  v.compute.assign(n, 0.0);
-  v.p2p.assign(n, 0.0);
-  v.tp_bytes.assign(n, 0.0);
-  v.tp_calls.assign(n, 0);
+  v.op.resize(n);
   auto& fp = v.fingerprint;
   fp.clear();
   v.tp_fingerprint.clear();
@@ -192,28 +187,29 @@ void ask(const DagShape& sh, const Scenario& s, const std::vector<std::int32_t>&
   // collectives are rings of one GPU (no time, so the shape's extra nodes change no path).
   const bool ask_tp = s.parallel.tp > 1;
   for (std::size_t c = 0; c < n; c++) {
-    const Op op = with_tokens(sh.ops[c], slice_begin, sh.seq_len);
-    if (sh.need[c] & kCompute) fp.push_back((v.compute[c] = cost.compute_seconds(op, seqs)) > 0);
-    if (sh.need[c] & kP2p) fp.push_back((v.p2p[c] = cost.p2p_bytes(op, seqs)) > 0);
-    if ((sh.need[c] & kTp) && ask_tp) {
-      v.tp_fingerprint.push_back((v.tp_calls[c] = cost.tp_allreduce_calls(op)) > 0);
-      if (v.tp_calls[c] > 0) v.tp_fingerprint.push_back((v.tp_bytes[c] = cost.tp_allreduce_bytes(op, seqs)) > 0);
+    const auto asks = static_cast<std::uint8_t>(ask_tp ? sh.need[c] : sh.need[c] & ~kAskTp);
+    const OpAnswers& a = v.op[c] = ask_op(cost, with_tokens(sh.ops[c], slice_begin, sh.seq_len), seqs, asks);
+    if (asks & kAskCompute) fp.push_back(a.compute_s > 0);
+    if (asks & kAskP2p) fp.push_back(a.p2p_bytes > 0);
+    if (asks & kAskTp) {
+      v.tp_fingerprint.push_back(a.tp_calls > 0);
+      if (a.tp_calls > 0) v.tp_fingerprint.push_back(a.tp_bytes > 0);
     }
   }
   v.grad.assign(static_cast<std::size_t>(sh.p), 0.0);
   v.param = v.grad;
   v.opt = v.grad;
-  v.n_grad.assign(static_cast<std::size_t>(sh.p), 0);
-  v.n_param = v.n_grad;
+  v.grad_b.assign(static_cast<std::size_t>(sh.p), BucketSplit{0, 0});
+  v.param_b = v.grad_b;
   for (int r = 0; r < sh.p; r++) {
     const auto k = static_cast<std::size_t>(r);
     v.opt[k] = cost.optimizer_seconds(r);
     if (!sh.dp) continue;
     v.grad[k] = cost.grad_bytes(r);
     if (sh.o.overlap_grad_reduce && sh.grad_spans[k] > 0)
-      v.n_grad[k] = bucket_count(v.grad[k] / static_cast<double>(sh.grad_spans[k]), sh.o.bucket_bytes);
+      v.grad_b[k] = split_buckets(v.grad[k], sh.grad_spans[k], sh.o.bucket_bytes);
     fp.push_back(v.grad[k] > 0);
-    fp.push_back(v.n_grad[k]);
+    fp.push_back(v.grad_b[k].n);
     if (!sh.o.distributed_optimizer) continue;
     if (!v.dist_opt) {  // a shape with the parameter gather timing a candidate without it: nothing to ask
       fp.insert(fp.end(), {cost.param_bytes(r) > 0, 0});  // as the shape's own candidates answer (no overlap)
@@ -221,15 +217,15 @@ void ask(const DagShape& sh, const Scenario& s, const std::vector<std::int32_t>&
     }
     v.param[k] = cost.param_bytes(r);
     if (sh.o.overlap_param_gather && sh.param_spans[k] > 0)
-      v.n_param[k] = bucket_count(v.param[k] / static_cast<double>(sh.param_spans[k]), sh.o.bucket_bytes);
+      v.param_b[k] = split_buckets(v.param[k], sh.param_spans[k], sh.o.bucket_bytes);
     fp.push_back(v.param[k] > 0);
-    fp.push_back(v.n_param[k]);
+    fp.push_back(v.param_b[k].n);
   }
   v.emb = cost.embedding_grad_bytes();
   fp.push_back(v.emb > 0);
 }
 
-// The lowered op's values that a recipe gives with the loaded answers (the same expressions as the passes).
+// The lowered op's values that a recipe gives with the loaded answers, by the lowering's rules (core/lower/op_price.h).
 CostedOp costed(const DagShape& sh, const Recipe& x, const Retimer::Values& v, int tp) {
   CostedOp c;
   c.kind = x.kind;
@@ -245,7 +241,7 @@ CostedOp costed(const DagShape& sh, const Recipe& x, const Retimer::Values& v, i
       break;
     case Recipe::What::Compute:
       c.dag = DagKind::Compute;
-      c.seconds = v.compute[k];
+      c.seconds = v.op[k].compute_s;
       break;
     case Recipe::What::Optimizer:
       c.dag = DagKind::Compute;
@@ -253,24 +249,24 @@ CostedOp costed(const DagShape& sh, const Recipe& x, const Retimer::Values& v, i
       break;
     case Recipe::What::Transfer:
       c.dag = DagKind::Transfer;
-      c.bytes = sh.scatter_gather ? v.p2p[k] / tp : v.p2p[k];
+      c.bytes = message_bytes(v.op[k].p2p_bytes, sh.scatter_gather, tp);
       break;
     case Recipe::What::Collective:
       c.dag = DagKind::Collective;
       switch (x.tag) {
         case CollTag::TensorParallel:
-          c.count = v.tp_calls[k];
-          c.bytes = v.tp_bytes[k];
+          c.count = v.op[k].tp_calls;
+          c.bytes = v.op[k].tp_bytes;
           break;
         case CollTag::ScatterGather:
-          c.bytes = v.p2p[k];
+          c.bytes = v.op[k].p2p_bytes;
           break;
         case CollTag::DataParallel:
         case CollTag::ParamGather: {
           const bool grads = x.tag == CollTag::DataParallel;
           // A shape shared with and without the distributed optimizer (ShapeKey): the gradients' collective is the
           // candidate's; without it the parameter gather (a sink after the optimizer step) takes no time.
-          if (grads) c.kind = v.dist_opt ? LOpKind::ReduceScatter : LOpKind::AllReduce;
+          if (grads) c.kind = grad_reduce_kind(v.dist_opt);
           if (!grads && !v.dist_opt) {
             c.dag = DagKind::Join;
             break;
@@ -280,10 +276,9 @@ CostedOp costed(const DagShape& sh, const Recipe& x, const Retimer::Values& v, i
             c.bytes = bytes;
             break;
           }
-          const int n = grads ? v.n_grad[r] : v.n_param[r];
-          const double per_stage = bytes / static_cast<double>(grads ? sh.grad_spans[r] : sh.param_spans[r]);
-          c.bytes = per_stage / n;
-          if (grads) c.lead_s = v.compute[k] * (x.j + 1) / n;
+          const BucketSplit& b = grads ? v.grad_b[r] : v.param_b[r];
+          c.bytes = b.bytes_each;
+          if (grads) c.lead_s = bucket_lead_s(v.op[k].compute_s, x.j, b.n);
           break;
         }
         case CollTag::Embedding:
@@ -339,12 +334,12 @@ Recipe recipe_of(const LoweredSchedule& ls, const LoweredOp& l, const DagNode& n
         x.rank = n.worker % ls.p;
       } else {
         x.what = Recipe::What::Compute;
-        x.cls = classes.of(l.op, kCompute);
+        x.cls = classes.of(l.op, question_of(l));
       }
       return x;
     case DagKind::Transfer:
       x.what = Recipe::What::Transfer;
-      x.cls = classes.of(l.op, kP2p);
+      x.cls = classes.of(l.op, question_of(l));
       x.worker = n.worker;
       x.peer = l.peer;
       return x;
@@ -357,14 +352,14 @@ Recipe recipe_of(const LoweredSchedule& ls, const LoweredOp& l, const DagNode& n
   x.group = n.group;
   switch (l.tag) {
     case CollTag::TensorParallel:
-      x.cls = classes.of(l.op, kTp);
+      x.cls = classes.of(l.op, question_of(l));
       break;
     case CollTag::ScatterGather:
-      x.cls = classes.of(l.op, kP2p);
+      x.cls = classes.of(l.op, question_of(l));
       break;
     case CollTag::DataParallel:
       x.rank = ls.groups[static_cast<std::size_t>(l.group)].workers.front() % ls.p;
-      if (l.async) x.cls = classes.of(l.op, kCompute), x.j = j;
+      if (l.async) x.cls = classes.of(l.op, question_of(l)), x.j = j;
       break;
     case CollTag::ParamGather:
       x.rank = ls.groups[static_cast<std::size_t>(l.group)].workers.front() % ls.p;
@@ -464,7 +459,7 @@ class NodeClasses {
       : ls_(ls), s_(s), sh_(sh), classes_(classes), st_(st), join_recipe_(kLOpKinds, -1) {
     // Every compute op asks the TP question when tp > 1 (core/lower/lowering.cc, tp_pass), whether or not it issues
     // one.
-    compute_need_ = ls.tp > 1 ? kCompute | kTp : kCompute;
+    compute_need_ = ls.tp > 1 ? kAskCompute | kAskTp : kAskCompute;
     st_.node_cls.clear();
     st_.first.clear();
     st_.first_at.clear();
@@ -557,7 +552,7 @@ class NodeClasses {
   // the slot's and the class's, and the node's values other than those compared are the recipe's (recipe_of,
   // costed_op): the same answer as building the node's recipe and comparing all fields.
   [[gnu::always_inline]] std::int64_t same_as_last(int slot, int w, const LoweredOp& l, std::int32_t group) {
-    const auto c = static_cast<std::size_t>(classes_.of(l.op, slot == 1 ? kTp : kP2p));
+    const auto c = static_cast<std::size_t>(classes_.of(l.op, slot == 1 ? kAskTp : kAskP2p));
     const auto& last = per_class_[slot];
     if (c >= last.size() || last[c] < 0) return -1;
     const auto x = static_cast<std::uint32_t>(last[c]);

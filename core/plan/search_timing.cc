@@ -3,20 +3,12 @@
 #include <algorithm>
 
 #include "core/cost/nccl_model.h"
+#include "core/cost/ring_collective.h"
 
 namespace pipescope {
 namespace {
 
 using Rings = ReplicaTiming::Rings;
-
-// A ring collective of `bytes` over `n` GPUs at bandwidth bw and latency lat per step, as the simulator's ring
-// collectives count steps (sim/collectives.h): 2 (n - 1) for an all-reduce, n - 1 for an all-gather or a
-// reduce-scatter, each moving bytes / n.
-double ring_collective_s(double bytes, int n, double bw_Bps, double lat_s, bool allgather) {
-  if (n < 2 || bytes <= 0) return 0;
-  const double steps = allgather ? n - 1 : 2.0 * (n - 1);
-  return steps / n * bytes / bw_Bps + steps * lat_s;
-}
 
 struct Link {
   double bw_Bps = 0, latency_s = 0;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/cost/analytic_cost.h"
+#include "core/cost/ring_collective.h"
 #include "core/cost/scenario_cost.h"
 
 namespace pipescope {
@@ -289,10 +290,9 @@ ScenarioSliceModel scenario_slice_model(const Scenario& s) {
     bw.kind = OpKind::Backward;
     double x = cm->compute_seconds(f, b) + cm->compute_seconds(bw, b);
     if (tp > 1) {
-      // Ring all-reduce inside the node (2 (t-1) steps of bytes / t).
+      // Ring all-reduce inside the node.
       for (const Op* op : {&f, &bw})
-        x += cm->tp_allreduce_calls(*op) *
-             (2.0 * (tp - 1) * nv_lat + 2.0 * (tp - 1) / tp * cm->tp_allreduce_bytes(*op, b) / nv_bw);
+        x += cm->tp_allreduce_calls(*op) * ring_collective_s(cm->tp_allreduce_bytes(*op, b), tp, nv_bw, nv_lat);
     }
     x += 2.0 * (p2p_lat + cm->p2p_bytes(f, b) / p2p_bw);  // activation forward, gradient backward
     return x;
