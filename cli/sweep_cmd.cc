@@ -139,7 +139,7 @@ int run_sweep(const SweepOptions& o) {
   if (!o.out.empty()) write_file_atomic(o.out, file.str(), "--out");
   if (!o.json.empty()) {
     nlohmann::ordered_json j;
-    j["schema"] = "pipescope.sweep/1";  // docs/schemas/sweep.schema.json
+    j["schema"] = "pipescope.sweep/2";  // docs/schemas/sweep.schema.json
     j["scenario"] = o.scenario.empty() ? "<builtin>" : o.scenario;
     j["vary"] = nlohmann::ordered_json::array();
     for (const auto& ax : axes) j["vary"].push_back(ax.key);

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <stdexcept>
 #include <string>
 
 #include "core/cost/analytic_cost.h"
+#include "core/cost/scenario_cost.h"
 #include "core/lower/dag.h"
 #include "core/memory/memory_model.h"
 
@@ -19,6 +21,16 @@ std::string fmt(const char* f, double x) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, x);
   return buf;
+}
+
+// The breakdown of a simulated run, recomputation as the scenario's cost model prices it.
+RunBreakdown breakdown_of(const Scenario& s, const CheckedSchedule& cs, const SimResult& r) {
+  std::vector<double> start(r.timing.size()), end(r.timing.size());
+  for (std::size_t i = 0; i < r.timing.size(); i++) start[i] = r.timing[i].start, end[i] = r.timing[i].end;
+  std::unique_ptr<CostModel> cost;
+  if (s.schedule.recompute != Recompute::None) cost = make_cost_model(s);
+  auto recompute = [&](const Op& op, int seqs) { return cost ? cost->recompute_seconds(op, seqs) : 0.0; };
+  return time_breakdown(cs.dag(), cs.schedule(), start, end, r.iteration_s, recompute);
 }
 
 }  // namespace
@@ -44,8 +56,9 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   if (r.iteration_s > 0) rep.tokens_per_s = static_cast<double>(rep.global_batch) * rep.seq_len / r.iteration_s;
   rep.pipeline_end_s = r.pipeline_end_s;
 
-  // Bubble over the pipeline part only (before gradient sync and optimizer): with B the mean busy time of
-  // a worker's pipeline compute ops and T the pipeline end, phi = (T - B) / T and beta = (T - B) / B.
+  // Idle time over the pipeline part only (before gradient sync and optimizer): with B the mean busy time of a
+  // worker's pipeline compute ops and T the pipeline end, (T - B) / T and (T - B) / B. It counts exposed
+  // communication as well as the bubble; the breakdown below tells them apart.
   const int workers = ls.workers();
   std::vector<double> pipe_busy(static_cast<std::size_t>(workers), 0.0);
   for (std::uint32_t i = 0; i < dag.size() && i < r.timing.size(); i++) {
@@ -59,8 +72,10 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   if (workers > 0) mean_busy /= workers;
   const double T = r.pipeline_end_s;
   // Busy time is summed op by op: a rank busy the whole time can come out a rounding error above T.
-  rep.bubble_idle_fraction = T > 0 ? std::max(0.0, (T - mean_busy) / T) : 0.0;
-  rep.bubble_ratio = mean_busy > 0 ? std::max(0.0, (T - mean_busy) / mean_busy) : 0.0;
+  rep.idle_fraction = T > 0 ? std::max(0.0, (T - mean_busy) / T) : 0.0;
+  rep.idle_ratio = mean_busy > 0 ? std::max(0.0, (T - mean_busy) / mean_busy) : 0.0;
+  rep.breakdown = breakdown_of(s, cs, r);
+  if (r.iteration_s > 0) rep.bubble_fraction = rep.breakdown.mean.bubble_s / r.iteration_s;
 
   // Megatron Eq. 3: F / (T * n). Hardware FLOPs include the recomputed forward when the schedule
   // recomputes; model FLOPs never do.
@@ -68,6 +83,8 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
     const double denom = r.iteration_s * rep.gpus * 1e12;
     rep.tflops_per_gpu = megatron_flops_per_iteration(s.model, s.parallel.global_batch, s.schedule.recompute) / denom;
     rep.model_tflops_per_gpu = megatron_flops_per_iteration(s.model, s.parallel.global_batch, Recompute::None) / denom;
+    const double peak = dtype_peak_flops(s.cluster.device, s.training.dtype);
+    if (peak > 0) rep.mfu = rep.model_tflops_per_gpu * 1e12 / peak;
   }
   rep.worker_busy_s = r.worker_busy_s;
   rep.worker_busy_s.resize(static_cast<std::size_t>(workers), 0.0);
@@ -95,6 +112,55 @@ std::string profile_json(const ProfileStamp& p) {
   return j.dump();
 }
 
+namespace {
+
+nlohmann::ordered_json breakdown_json(const TimeBreakdown& b) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const TimePart& p : time_parts()) j[p.key] = b.*p.member;
+  return j;
+}
+
+// The mean breakdown with each part's share of the iteration, then per pipeline rank (mean over its replicas).
+void print_breakdown(std::ostream& os, const Report& r) {
+  const auto& parts = time_parts();
+  const std::size_t workers = r.breakdown.per_worker.size();
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "\ntime breakdown (mean over %zu workers)      seconds    share\n", workers);
+  os << buf;
+  for (const TimePart& p : parts) {
+    const double x = r.breakdown.mean.*p.member;
+    std::snprintf(buf, sizeof buf, "  %-42s %12.6f  %6.2f%%\n", p.title, x,
+                  r.iteration_s > 0 ? 100 * x / r.iteration_s : 0.0);
+    os << buf;
+  }
+  std::snprintf(buf, sizeof buf, "  %-42s %12.6f  (iteration time %.6f)\n", "sum", r.breakdown.mean.total_s(),
+                r.iteration_s);
+  os << buf;
+  if (r.pp < 1 || workers == 0) return;
+  os << "\n  rank";
+  for (const TimePart& p : parts) {
+    const std::string key(p.key);
+    std::snprintf(buf, sizeof buf, " %11s", key.substr(0, key.size() - 2).c_str());  // without "_s"
+    os << buf;
+  }
+  os << '\n';
+  for (int rank = 0; rank < r.pp; rank++) {
+    std::snprintf(buf, sizeof buf, "  %4d", rank);
+    os << buf;
+    for (const TimePart& p : parts) {
+      double sum = 0;
+      int n = 0;
+      for (std::size_t w = static_cast<std::size_t>(rank); w < workers; w += static_cast<std::size_t>(r.pp))
+        sum += r.breakdown.per_worker[w].*p.member, n++;
+      std::snprintf(buf, sizeof buf, " %11.6f", n > 0 ? sum / n : 0.0);
+      os << buf;
+    }
+    os << '\n';
+  }
+}
+
+}  // namespace
+
 void print_table(std::ostream& os, const Report& r) {
   auto line = [&](const std::string& k, const std::string& v) {
     char buf[64];
@@ -112,12 +178,15 @@ void print_table(std::ostream& os, const Report& r) {
   line("pipeline end", fmt("%.9f s", r.pipeline_end_s) + " (last forward/backward op)");
   line("exposed tail", fmt("%.9f s", r.iteration_s - r.pipeline_end_s) +
                            " (after it: gradient sync that overlap did not hide, optimizer, parameter all-gather)");
-  line("bubble idle fraction", fmt("phi  = %.6f", r.bubble_idle_fraction) + " (mean worker idle / pipeline end)");
-  line("bubble ratio", fmt("beta = %.6f", r.bubble_ratio) + " (t_bubble / t_ideal, Megatron)");
+  line("pipeline bubble", fmt("%.6f", r.bubble_fraction) + " of the iteration (waiting on another stage)");
+  line("idle fraction", fmt("%.6f", r.idle_fraction) + " (mean worker idle / pipeline end: bubble and exposed comm)");
   line("throughput", fmt("%.3f TFLOP/s per GPU", r.tflops_per_gpu) +
                          fmt(" (Megatron Eq. 3 F/(T n)); model FLOPs %.3f TFLOP/s", r.model_tflops_per_gpu));
+  line("MFU", fmt("%.2f%%", 100 * r.mfu) + " (model FLOPs / the 16-bit dense peak)");
   line("tokens", fmt("%.0f tokens/s", r.tokens_per_s) + " (global batch " + std::to_string(r.global_batch) +
                      " x seq_len " + std::to_string(r.seq_len) + " per iteration)");
+
+  print_breakdown(os, r);
 
   // Per pipeline rank: busy time over the data-parallel replicas and memory.
   os << "\n  rank   busy_min_s    busy_max_s    idle_max_s    peak_mem_GB  activations_GB  reserved_GB  in_flight  "
@@ -175,13 +244,16 @@ void write_json(std::ostream& os, const Report& r) {
   j["profile"] = nlohmann::ordered_json::parse(profile_json(r.profile));
   j["iteration_s"] = r.iteration_s;
   j["pipeline_end_s"] = r.pipeline_end_s;
-  j["bubble_idle_fraction"] = r.bubble_idle_fraction;
-  j["bubble_ratio"] = r.bubble_ratio;
-  j["bubble_definitions"] =
-      "bubble_idle_fraction phi = (T_pipe - mean busy) / T_pipe; "
-      "bubble_ratio beta = (T_pipe - mean busy) / mean busy";
+  j["bubble_fraction"] = r.bubble_fraction;
+  j["idle_fraction"] = r.idle_fraction;
+  j["idle_ratio"] = r.idle_ratio;
+  j["definitions"] =
+      "bubble_fraction = mean pipeline bubble / T (time_breakdown.bubble_s); "
+      "idle_fraction = (T_pipe - mean busy) / T_pipe; idle_ratio = (T_pipe - mean busy) / mean busy";
   j["tflops_per_gpu"] = r.tflops_per_gpu;
   j["model_tflops_per_gpu"] = r.model_tflops_per_gpu;
+  j["mfu"] = r.mfu;
+  j["time_breakdown"] = breakdown_json(r.breakdown.mean);
   j["tokens_per_s"] = r.tokens_per_s;
   auto workers = nlohmann::ordered_json::array();
   for (std::size_t w = 0; w < r.worker_busy_s.size(); w++) {
@@ -191,6 +263,7 @@ void write_json(std::ostream& os, const Report& r) {
     x["rank"] = r.pp > 0 ? static_cast<int>(w) % r.pp : 0;
     x["busy_s"] = r.worker_busy_s[w];
     x["idle_s"] = w < r.worker_idle_s.size() ? r.worker_idle_s[w] : 0.0;
+    if (w < r.breakdown.per_worker.size()) x["time_breakdown"] = breakdown_json(r.breakdown.per_worker[w]);
     workers.push_back(std::move(x));
   }
   j["workers"] = std::move(workers);

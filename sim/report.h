@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/lower/checks.h"
+#include "core/lower/time_breakdown.h"
 #include "core/memory/memory_model.h"
 #include "core/model/config.h"
 #include "core/model/profile.h"
@@ -30,7 +31,7 @@ struct SimResult {
 };
 
 // Version of the --json layout (docs/schemas/simulate.schema.json); bumped when a key changes meaning or goes.
-inline constexpr const char* kReportSchema = "pipescope.simulate/1";
+inline constexpr const char* kReportSchema = "pipescope.simulate/2";
 
 struct Report {
   std::string scenario;
@@ -41,10 +42,13 @@ struct Report {
   double tokens_per_s = 0;                                                  // global_batch * seq_len / iteration_s
   double iteration_s = 0;
   double pipeline_end_s = 0;
-  double bubble_idle_fraction = 0;  // phi = mean over workers of idle / makespan (pipeline part)
-  double bubble_ratio = 0;          // beta = t_bubble / t_ideal (Megatron)
+  double idle_fraction = 0;         // mean over workers of idle / pipeline end (bubble and exposed communication)
+  double idle_ratio = 0;            // mean idle / mean busy before the pipeline end
+  double bubble_fraction = 0;       // the pipeline bubble (breakdown.mean.bubble_s) / iteration time
   double tflops_per_gpu = 0;        // Megatron Eq. 3 F / (T * n)
   double model_tflops_per_gpu = 0;  // without recomputation
+  double mfu = 0;                   // model FLOPs / (T * n * the dtype's 16-bit dense peak, dtype_peak_flops)
+  RunBreakdown breakdown;           // where each worker's iteration goes (core/lower/time_breakdown.h)
   std::vector<double> worker_busy_s, worker_idle_s;
   MemoryReport memory;
   ProfileStamp profile;  // the calibration profile that timed the run (sim.profile); empty path: analytic

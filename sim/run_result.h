@@ -11,6 +11,8 @@
 #include <variant>
 #include <vector>
 
+#include "core/lower/time_breakdown.h"
+
 namespace pipescope::sim {
 
 struct RunResult {
@@ -21,11 +23,12 @@ struct RunResult {
   int slices = 0;            // most token slices of any micro-batch
   std::string slice_tokens;  // micro-batch 0's slice lengths, space-separated
   // The simulated figures (Report).
-  double iteration_s = 0, pipeline_end_s = 0, bubble_idle_fraction = 0, bubble_ratio = 0;
-  double tflops_per_gpu = 0, model_tflops_per_gpu = 0;
+  double iteration_s = 0, pipeline_end_s = 0, idle_fraction = 0, idle_ratio = 0, bubble_fraction = 0;
+  double tflops_per_gpu = 0, model_tflops_per_gpu = 0, mfu = 0;
   double tokens_per_s = 0;       // global_batch * seq_len / iteration_s
   double peak_memory_bytes = 0;  // the worst rank's modelled peak
   bool oom = false;              // some rank exceeds the device memory
+  TimeBreakdown breakdown;       // mean over workers (core/lower/time_breakdown.h)
   // The report as JSON and the trace (write_json, write_trace), when RunOptions asked for them (simulate
   // --compare --json / --trace); empty otherwise.
   std::string report_json, trace_json;
@@ -34,7 +37,8 @@ struct RunResult {
 };
 
 struct ResultField {
-  using Member = std::variant<std::string RunResult::*, int RunResult::*, double RunResult::*, bool RunResult::*>;
+  using Member = std::variant<std::string RunResult::*, int RunResult::*, double RunResult::*, bool RunResult::*,
+                              double TimeBreakdown::*>;  // the last: a part of RunResult::breakdown
   const char* name;  // the member's name: the key between processes (the exact value)
   Member member;
   const char* column;  // the tables' CSV column and JSON key; nullptr: carried between processes only
@@ -42,6 +46,21 @@ struct ResultField {
   const char* unit;    // of the column value ("" for counts and names)
   const char* title;   // what the value is, for a table's header or a help text
 };
+
+// The communication a run left exposed (tensor-, context-, data-parallel and pipeline p2p) over its iteration time.
+double exposed_comm_fraction(const RunResult& r);
+
+// The value a field's member names in r (ResultField::Member's alternatives, for std::visit).
+template <class T>
+const T& field_ref(const RunResult& r, T RunResult::*m) {
+  return r.*m;
+}
+inline const double& field_ref(const RunResult& r, double TimeBreakdown::*m) { return r.breakdown.*m; }
+template <class T>
+T& field_ref(RunResult& r, T RunResult::*m) {
+  return r.*m;
+}
+inline double& field_ref(RunResult& r, double TimeBreakdown::*m) { return r.breakdown.*m; }
 
 // Every field of RunResult, in the tables' column order (the run-only fields last).
 const std::vector<ResultField>& result_fields();

@@ -47,10 +47,13 @@ RunResult run_scenario(const Scenario& s, const RunOptions& o) {
   describe_schedule(prep->schedule, out);
   out.iteration_s = rep.iteration_s;
   out.pipeline_end_s = rep.pipeline_end_s;
-  out.bubble_idle_fraction = rep.bubble_idle_fraction;
-  out.bubble_ratio = rep.bubble_ratio;
+  out.idle_fraction = rep.idle_fraction;
+  out.idle_ratio = rep.idle_ratio;
+  out.bubble_fraction = rep.bubble_fraction;
   out.tflops_per_gpu = rep.tflops_per_gpu;
   out.model_tflops_per_gpu = rep.model_tflops_per_gpu;
+  out.mfu = rep.mfu;
+  out.breakdown = rep.breakdown.mean;
   out.tokens_per_s = static_cast<double>(s.parallel.global_batch) * s.model.seq_len / rep.iteration_s;
   for (const auto& rm : rep.memory.ranks)
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, rm.peak_bytes), out.oom = out.oom || rm.oom;

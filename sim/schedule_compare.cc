@@ -57,8 +57,8 @@ void print_comparison(std::FILE* out, const Scenario& base, const ScheduleCompar
   std::fprintf(out, "scenario %s (%s): %d GPUs, dp %d, pp %d, tp %d, global batch %d\n", base.name.c_str(),
                base.source.c_str(), base.cluster.total_gpus(), base.parallel.dp, base.parallel.pp, base.parallel.tp,
                base.parallel.global_batch);
-  std::fprintf(out, "%-14s %3s %14s %14s %10s %10s %12s %12s %s\n", "schedule", "v", "iteration_s", "pipeline_s",
-               "idle_phi", "bubble_b", "TFLOP/s/GPU", "peak_mem_GB", "");
+  std::fprintf(out, "%-14s %3s %14s %14s %10s %10s %10s %12s %12s %s\n", "schedule", "v", "iteration_s", "pipeline_s",
+               "bubble", "exp_comm", "idle", "TFLOP/s/GPU", "peak_mem_GB", "");
   for (std::size_t i = 0; i < c.outcomes.size(); i++) {
     const char* name = to_string(c.variants[i].schedule.kind);
     if (!c.outcomes[i].ok()) {
@@ -66,13 +66,13 @@ void print_comparison(std::FILE* out, const Scenario& base, const ScheduleCompar
       continue;
     }
     const RunResult& v = c.outcomes[i].result;
-    std::fprintf(out, "%-14s %3d %14.9f %14.9f %10.4f %10.4f %12.2f %12.2f %s\n", name, v.v, v.iteration_s,
-                 v.pipeline_end_s, v.bubble_idle_fraction, v.bubble_ratio, v.tflops_per_gpu, v.peak_memory_bytes / 1e9,
-                 v.oom ? "OOM" : "");
+    std::fprintf(out, "%-14s %3d %14.9f %14.9f %10.4f %10.4f %10.4f %12.2f %12.2f %s\n", name, v.v, v.iteration_s,
+                 v.pipeline_end_s, v.bubble_fraction, exposed_comm_fraction(v), v.idle_fraction, v.tflops_per_gpu,
+                 v.peak_memory_bytes / 1e9, v.oom ? "OOM" : "");
   }
   std::fprintf(out,
-               "idle_phi = bubble time / makespan (mean over ranks); bubble_b = bubble / ideal time (Megatron); "
-               "v = chunks per rank\n");
+               "bubble = pipeline bubble / iteration; exp_comm = exposed communication / iteration; idle = idle / "
+               "pipeline end (both); v = chunks per rank\n");
 }
 
 std::string comparison_json(const ScheduleComparison& c) {

@@ -353,8 +353,8 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
                 r.scenario.c_str(), r.source.c_str(), r.gpus, r.enumerated, r.fits, r.memory_limit_bytes / 1e9,
                 r.ranked, r.estimated, r.rows.size());
   os << line;
-  std::snprintf(line, sizeof line, "%4s  %-42s %12s %12s %8s %9s %11s %11s  %s\n", "rank", "configuration", "tokens/s",
-                "iteration_s", "bubble", "peak_GB", "TFLOP/s/GPU", "estimate_s", "");
+  std::snprintf(line, sizeof line, "%4s  %-42s %12s %12s %8s %8s %9s %11s %6s %11s  %s\n", "rank", "configuration",
+                "tokens/s", "iteration_s", "bubble", "exp_comm", "peak_GB", "TFLOP/s/GPU", "MFU", "estimate_s", "");
   os << line;
   int rank = 0;
   for (const auto& row : r.rows) {
@@ -367,14 +367,15 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
     std::string mark = row.pareto ? "pareto" : "";
     if (row.as_written) mark += mark.empty() ? "as written" : ", as written";
     const std::string estimate = std::isnan(row.estimate_s) ? "-" : format_num("%.6f", row.estimate_s);
-    std::snprintf(line, sizeof line, "%4d  %-42s %12.1f %12.6f %8.4f %9.2f %11.2f %11s  %s\n", ++rank,
-                  row.label.c_str(), x.tokens_per_s, x.iteration_s, x.bubble_idle_fraction, x.peak_memory_bytes / 1e9,
-                  x.tflops_per_gpu, estimate.c_str(), mark.c_str());
+    std::snprintf(line, sizeof line, "%4d  %-42s %12.1f %12.6f %8.4f %8.4f %9.2f %11.2f %6.3f %11s  %s\n", ++rank,
+                  row.label.c_str(), x.tokens_per_s, x.iteration_s, x.bubble_fraction, exposed_comm_fraction(x),
+                  x.peak_memory_bytes / 1e9, x.tflops_per_gpu, x.mfu, estimate.c_str(), mark.c_str());
     os << line;
   }
   if (!r.as_written_note.empty()) os << "note: " << r.as_written_note << "\n";
   if (r.interrupted) os << "interrupted (Ctrl-C): the best found so far\n";
-  os << "bubble = idle time / makespan (mean over ranks); estimate_s = stage 2's critical path (no contention)\n";
+  os << "bubble = pipeline bubble / iteration, exp_comm = exposed communication / iteration (mean over ranks); "
+        "estimate_s = stage 2's critical path (no contention)\n";
   std::size_t rejected = 0;
   for (const auto& [reason, n] : r.rejected) rejected += n;
   os << "rejected: " << rejected << " configurations\n";
@@ -385,12 +386,17 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
 }
 
 // The simulated figures a search row shows, as run-result columns (sim/run_result.h), in the CSV's order.
-constexpr const char* kSearchFigures[] = {"tokens_per_s", "iteration_s", "bubble_idle_fraction", "peak_memory_GB",
-                                          "tflops_per_gpu"};
+// Then the time breakdown's parts (core/lower/time_breakdown.h).
+std::vector<const char*> search_figures() {
+  std::vector<const char*> c = {"tokens_per_s",   "iteration_s", "bubble_fraction", "idle_fraction", "peak_memory_GB",
+                                "tflops_per_gpu", "mfu"};
+  for (const TimePart& p : time_parts()) c.push_back(p.key);
+  return c;
+}
 
 void write_search_json(std::ostream& os, const SearchResult& r) {
   nlohmann::json j;
-  j["schema"] = "pipescope.search/1";  // docs/schemas/search.schema.json
+  j["schema"] = "pipescope.search/2";  // docs/schemas/search.schema.json
   j["scenario"] = r.scenario;
   j["source"] = r.source;
   j["gpus"] = r.gpus;
@@ -419,7 +425,7 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
       x["slice_tokens"] = s.slice_tokens;
       x["recompute"] = to_string(row.scenario.schedule.recompute);
       x["distributed_optimizer"] = row.scenario.training.distributed_optimizer;
-      for (const char* c : kSearchFigures) x[c] = result_json_value(result_field(c), s);
+      for (const char* c : search_figures()) x[c] = result_json_value(result_field(c), s);
       x["pareto"] = row.pareto;
     }
     rows.push_back(x);
@@ -432,7 +438,7 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
 
 void write_search_csv(std::ostream& os, const SearchResult& r) {
   os << "rank,configuration,schedule,dp,pp,tp,v,m,micro_batch_size,slices,recompute,distributed_optimizer,";
-  for (const char* c : kSearchFigures) os << c << ',';
+  for (const char* c : search_figures()) os << c << ',';
   os << "estimate_s,pareto,as_written,error\n";
   int rank = 0;
   for (const auto& row : r.rows) {
@@ -447,7 +453,7 @@ void write_search_csv(std::ostream& os, const SearchResult& r) {
        << row.scenario.parallel.micro_batch_size << ',' << (ok ? std::to_string(s.slices) : "") << ','
        << to_string(row.scenario.schedule.recompute) << ',' << (row.scenario.training.distributed_optimizer ? 1 : 0)
        << ',';
-    for (const char* c : kSearchFigures) os << (ok ? result_csv_value(result_field(c), s) : "") << ',';
+    for (const char* c : search_figures()) os << (ok ? result_csv_value(result_field(c), s) : "") << ',';
     os << (std::isnan(row.estimate_s) ? "" : format_num("%.9g", row.estimate_s)) << ',' << (row.pareto ? 1 : 0) << ','
        << (row.as_written ? 1 : 0) << ',' << (err.empty() ? "" : "\"" + err + "\"") << '\n';
   }

@@ -16,7 +16,7 @@ add_test(NAME cli_compare_writes_json_and_trace
 # --json - is stdout (it wrote a file named "-"); the table moves to stderr so stdout is one JSON document.
 add_test(NAME cli_simulate_json_stdout
          COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};simulate;--json;-" -DWORKDIR=${fh_dir}
-                 "-DSTDOUT_REGEX=^{\n  \"schema\": \"pipescope.simulate/1\",;\"tokens_per_s\": [0-9.e+]+,;\n}\n$"
+                 "-DSTDOUT_REGEX=^{\n  \"schema\": \"pipescope.simulate/2\",;\"tokens_per_s\": [0-9.e+]+,;\n}\n$"
                  "-DSTDOUT_NOT_REGEX=iteration time" "-DSTDERR_REGEX=iteration time +0\\.4" -P ${fh_files})
 # show --worker out of range: an error naming the range (it printed nothing and exited 0).
 add_test(NAME cli_show_worker_out_of_range

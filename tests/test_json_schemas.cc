@@ -84,7 +84,7 @@ std::string src(const std::string& p) { return std::string(PIPESCOPE_SOURCE_DIR)
 TEST(JsonSchema, CheckerFindsMissingAndMistypedKeys) {
   std::vector<std::string> problems;
   const Json schema = load(kSchemas + "simulate.schema.json");
-  Json doc = {{"schema", "pipescope.simulate/1"}, {"gpus", "16"}};
+  Json doc = {{"schema", "pipescope.simulate/2"}, {"gpus", "16"}};
   check(doc, schema, "$", problems);
   EXPECT_GT(problems.size(), 10u);  // most required keys missing
   bool mistyped = false;

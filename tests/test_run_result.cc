@@ -20,9 +20,12 @@ RunResult sample() {
   r.gpus = 16, r.dp = 2, r.pp = 4, r.tp = 2, r.v = 3, r.m = 17;
   r.micro_batch_size = 2, r.global_batch = 68, r.seq_len = 2048, r.slices = 4;
   r.slice_tokens = "512 512 512 512";
-  r.iteration_s = 0.1 + 0.2, r.pipeline_end_s = 1.0 / 3, r.bubble_idle_fraction = std::sqrt(0.02);
-  r.bubble_ratio = 2.0 / 7, r.tflops_per_gpu = 123.456789012345, r.model_tflops_per_gpu = 99.000000000000014;
+  r.iteration_s = 0.1 + 0.2, r.pipeline_end_s = 1.0 / 3, r.idle_fraction = std::sqrt(0.02);
+  r.idle_ratio = 2.0 / 7, r.bubble_fraction = 1.0 / 7, r.mfu = std::sqrt(0.3), r.tflops_per_gpu = 123.456789012345,
+  r.model_tflops_per_gpu = 99.000000000000014;
   r.tokens_per_s = 153688.12345678901, r.peak_memory_bytes = 9548123456.789, r.oom = true;
+  double x = 0.1;
+  for (const TimePart& p : time_parts()) r.breakdown.*p.member = (x += 1.0 / 3);
   r.report_json = "{\"x\": 1}", r.trace_json = "[]";
   r.wall_s = 1e-3 / 3, r.sim_wall_s = 2e-4 / 7, r.activities = 12345, r.dag_nodes = 678, r.peak_rss_kb = 4096;
   return r;
@@ -31,7 +34,8 @@ RunResult sample() {
 TEST(RunResult, EveryFieldCrossesTheEncodingExactly) {
   const RunResult a = sample();
   const RunResult b = decode(encode(a));
-  for (const ResultField& f : result_fields()) std::visit([&](auto m) { EXPECT_EQ(a.*m, b.*m) << f.name; }, f.member);
+  for (const ResultField& f : result_fields())
+    std::visit([&](auto m) { EXPECT_EQ(field_ref(a, m), field_ref(b, m)) << f.name; }, f.member);
 }
 
 TEST(RunResult, EveryMemberIsAField) {
@@ -39,7 +43,7 @@ TEST(RunResult, EveryMemberIsAField) {
   // (less than one double).
   std::size_t bytes = 0;
   for (const ResultField& f : result_fields())
-    std::visit([&](auto m) { bytes += sizeof(std::decay_t<decltype(RunResult{}.*m)>); }, f.member);
+    std::visit([&](auto m) { bytes += sizeof(std::decay_t<decltype(field_ref(RunResult{}, m))>); }, f.member);
   EXPECT_LT(sizeof(RunResult) - bytes, sizeof(double)) << "RunResult has a member that result_fields() does not list";
   std::set<std::string> names;
   for (const ResultField& f : result_fields()) EXPECT_TRUE(names.insert(f.name).second) << f.name;

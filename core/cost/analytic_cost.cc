@@ -133,18 +133,10 @@ AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
   need(m.heads % par.tp == 0,
        "model.heads = " + std::to_string(m.heads) + " is not divisible by tp = " + std::to_string(par.tp));
   const std::string& dt = s_.training.dtype;
-  if (dt == "fp16")
-    dtype_peak_flops_ = d.peak_flops_fp16;
-  else if (dt == "bf16")
-    dtype_peak_flops_ = d.peak_flops_bf16;
-  else if (dt == "fp32")
-    dtype_peak_flops_ = d.peak_flops_fp32;
-  else if (dt == "fp64")
-    dtype_peak_flops_ = d.peak_flops_fp64;
-  else if (dt == "fp8")  // linear GEMMs in FP8, everything else in bf16 (core/cost/fp8.h)
-    dtype_peak_flops_ = d.peak_flops_bf16, fp8_peak_flops_ = d.peak_flops_fp8;
-  else
+  if (dt != "fp16" && dt != "bf16" && dt != "fp32" && dt != "fp64" && dt != "fp8")
     invalid(src + "training.dtype: unknown dtype '" + dt + "' (fp16 | bf16 | fp32 | fp64 | fp8)");
+  dtype_peak_flops_ = dtype_peak_flops(d, dt);
+  if (s_.training.fp8()) fp8_peak_flops_ = d.peak_flops_fp8;  // linear GEMMs in FP8, the rest in bf16 (core/cost/fp8.h)
   need(dt != "fp8" || (std::isfinite(fp8_peak_flops_) && fp8_peak_flops_ > 0),
        "training.dtype: device " + d.name + " has no FP8 tensor cores (peak FLOP/s for fp8 is 0)");
   need(std::isfinite(dtype_peak_flops_) && dtype_peak_flops_ > 0,
@@ -500,6 +492,17 @@ double AnalyticCostModel::compute_seconds_uncached(const Op& op, int microbatch_
       return fused_seconds(op, microbatch_seqs, false) * backward_weight_share(op, microbatch_seqs);
   }
   return 0.0;
+}
+
+double AnalyticCostModel::recompute_seconds(const Op& op, int microbatch_seqs) const {
+  if (op.kind == OpKind::Forward || s_.schedule.recompute == Recompute::None) return 0.0;
+  check_op(op, microbatch_seqs);
+  const std::vector<KernelCost> k = recompute_kernels(microbatch_seqs, op.tokens() / s_.parallel.cp, op.tok_begin);
+  if (k.empty()) return 0.0;
+  const double redo =
+      stream_seconds({}, times_of(*this, k), layers_of_stage(op.stage), {}, s_.cluster.device.kernel_launch_s);
+  const double fused = fused_seconds(op, microbatch_seqs, false);
+  return fused > 0 ? std::min(1.0, redo / fused) * compute_seconds(op, microbatch_seqs) : 0.0;
 }
 
 double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {

@@ -24,6 +24,8 @@ class AnalyticCostModel : public CostModel {
   double optimizer_seconds(int rank) const override;
   double embedding_grad_bytes() const override;
   double param_bytes(int rank) const override;  // rank parameters x weight bytes (training.dtype)
+  // The recomputed kernels' share of the fused backward, times compute_seconds(op) (I and W alike).
+  double recompute_seconds(const Op& op, int microbatch_seqs) const override;
 
   // One transformer layer on one GPU: b sequences, l tokens after c tokens of context.
   double layer_forward_seconds(int b, int l, int c) const;

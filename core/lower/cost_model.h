@@ -30,6 +30,9 @@ class CostModel {
   virtual double embedding_grad_bytes() const = 0;
   // Parameter bytes held by one GPU of pipeline rank r: what the distributed optimizer all-gathers after its step.
   virtual double param_bytes(int rank) const { return grad_bytes(rank); }
+  // Of compute_seconds(op): the seconds a backward op spends recomputing the forward (activation recomputation);
+  // 0 for a forward and without recomputation. The time breakdown reads it (core/lower/time_breakdown.h).
+  virtual double recompute_seconds(const Op& /*op*/, int /*microbatch_seqs*/) const { return 0.0; }
 };
 
 // Fixed costs per (micro-batch, stage); slices scale linearly with their token share. Used by

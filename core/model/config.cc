@@ -2,6 +2,14 @@
 
 namespace pipescope {
 
+double dtype_peak_flops(const DeviceSpec& d, const std::string& dtype) {
+  if (dtype == "fp16") return d.peak_flops_fp16;
+  if (dtype == "bf16" || dtype == "fp8") return d.peak_flops_bf16;
+  if (dtype == "fp32") return d.peak_flops_fp32;
+  if (dtype == "fp64") return d.peak_flops_fp64;
+  return 0;
+}
+
 const char* to_string(IntraNodeFabric f) {
   switch (f) {
     case IntraNodeFabric::NVSwitch:
