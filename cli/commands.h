@@ -19,6 +19,7 @@ using pipescope::kExitEnvironment;
 using pipescope::kExitInput;
 using pipescope::kExitInternal;
 using pipescope::kExitPoorFit;
+using pipescope::kExitRegression;
 using pipescope::kExitSchedule;
 inline constexpr int kExitInterrupted = 130;  // 128 + SIGINT: search stopped by Ctrl-C after printing the best so far
 
@@ -44,6 +45,7 @@ Command add_show(CLI::App& app);
 Command add_validate(CLI::App& app);
 Command add_plan(CLI::App& app);       // TeraPipe planner (plan_cmd.cc)
 Command add_repro(CLI::App& app);      // paper reproductions (repro_cmd.cc)
+Command add_fidelity(CLI::App& app);   // the cost model against every development set (fidelity_cmd.cc)
 Command add_sweep(CLI::App& app);      // parameter sweeps to CSV (sweep_cmd.cc)
 Command add_search(CLI::App& app);     // layout / schedule search (search_cmd.cc)
 Command add_calibrate(CLI::App& app);  // device profiles (calibrate_cmd.cc, calib/)

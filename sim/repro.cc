@@ -13,15 +13,6 @@ SimFigures simulate_figures(const Scenario& s) {
   return SimFigures{r.iteration_s, r.tflops_per_gpu, r.peak_memory_bytes / 1e9, r.oom};
 }
 
-Scenario with_token_slices(Scenario s, const std::vector<int>& slice_tokens) {
-  s.schedule.kind = ScheduleKind::TeraPipe;
-  s.schedule.slicing = "explicit";
-  s.schedule.slice_tokens = slice_tokens;
-  s.schedule.seq_slices = static_cast<int>(slice_tokens.size());
-  s.parallel.micro_batch_size = 1;
-  return s;
-}
-
 void check_repro_json(const std::string& path) {
   if (path == "-") throw std::invalid_argument("--json -: standard output carries the table; write the JSON to a file");
   check_output_paths({{"--json", path}});

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/model/config.h"
+#include "core/model/scenario_vary.h"
 
 namespace pipescope::sim {
 
@@ -19,9 +20,8 @@ struct SimFigures {
   bool oom = false;
 };
 SimFigures simulate_figures(const Scenario& s);
-// `s` run as TeraPipe with micro-batches of one sequence, each cut into `slice_tokens` (explicit slicing): a plan's
-// or a paper's scheme, to simulate.
-Scenario with_token_slices(Scenario s, const std::vector<int>& slice_tokens);
+// A slicing scheme as a scenario: core/model/scenario_vary.h (the TeraPipe development set uses it too).
+using pipescope::with_token_slices;
 // A table's --json: checked before the run (standard output carries the table, so "-" is refused:
 // std::invalid_argument) and written atomically after it.
 void check_repro_json(const std::string& path);

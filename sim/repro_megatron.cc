@@ -10,23 +10,14 @@
 #include <string>
 
 #include "core/model/scenario.h"
+#include "core/plan/paper_tables.h"
 #include "sim/repro.h"
 
 namespace pipescope::sim {
 namespace {
 
-struct MegatronRow {
-  const char* file;  // scenarios/megatron/<file>.yaml
-  const char* params;
-  int gpus;
-  double tflops;  // Table 1, TFLOP/s per GPU
-};
-const MegatronRow kTable1[] = {
-    {"1.7b", "1.7B", 32, 137},       {"3.6b", "3.6B", 64, 138},       {"7.5b", "7.5B", 128, 142},
-    {"18.4b", "18.4B", 256, 135},    {"39.1b", "39.1B", 512, 138},    {"76.1b", "76.1B", 1024, 140},
-    {"145.6b", "145.6B", 1536, 148}, {"310.1b", "310.1B", 1920, 155}, {"529.6b", "529.6B", 2520, 163},
-    {"1t", "1008B", 3072, 163},
-};
+// Table 1's measured TFLOP/s per GPU: core/plan/paper_tables.h.
+using MegatronRow = MegatronTable1Row;
 
 // Table 1 as it is built, and the ablation's --json rows.
 struct Table1 {
@@ -150,8 +141,8 @@ std::exception_ptr repro_megatron(const ReproMegatronOptions& o, std::FILE* out)
   if (!o.json.empty()) check_repro_json(o.json);
   print_table1_header(o, out);
   Table1 t;
-  for (std::size_t i = 0; i < std::size(kTable1); i++)
-    if (row_selected(o, i)) run_table1_row(kTable1[i], o.dir, t, out);
+  for (std::size_t i = 0; i < megatron_table1().size(); i++)
+    if (row_selected(o, i)) run_table1_row(megatron_table1()[i], o.dir, t, out);
   if (t.n_ape > 0) std::fprintf(out, "MAPE over %d rows: %.1f%% (target <= 5%%)\n", t.n_ape, 100 * t.ape_sum / t.n_ape);
   if (o.ablation) run_ablation(t, out);
   if (!o.json.empty()) write_table1_json(o, t);

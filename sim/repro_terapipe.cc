@@ -10,6 +10,7 @@
 
 #include "core/memory/memory_model.h"
 #include "core/model/scenario.h"
+#include "core/plan/paper_tables.h"
 #include "core/plan/pipeline.h"
 #include "core/plan/terapipe_planner.h"
 #include "sim/repro.h"
@@ -17,33 +18,8 @@
 namespace pipescope::sim {
 namespace {
 
-// Measured reference values of Table 2 (paper, docs/papers.md#terapipe): latency in s, and the DP scheme the
-// authors ran, as one sequence's token slices (every reported scheme uses micro-batches of 1 sequence).
-struct TerapipeRow {
-  int setting;
-  const char* model;
-  double without_s, with_s;
-  std::vector<int> slice_tokens;
-  int slices() const { return static_cast<int>(slice_tokens.size()); }
-};
-// Python's list arithmetic of the paper's notation: [a] * n + [b] * m + ...
-std::vector<int> repeated(std::initializer_list<std::pair<int, int>> runs) {
-  std::vector<int> out;
-  for (auto [tokens, n] : runs) out.insert(out.end(), static_cast<std::size_t>(n), tokens);
-  return out;
-}
-const TerapipeRow kTable2[] = {
-    {1, "GPT3-1B", 1.517, 1.254, {776, 640, 632}},
-    {2, "GPT3-1B", 1.018, 1.018, {2048}},
-    {3, "GPT3-1B", 0.913, 0.913, {2048}},
-    {4, "GPT3-13B", 2.637, 1.891, {1024, 1024}},
-    {5, "GPT3-13B", 1.863, 1.328, {704, 688, 656}},
-    {6, "GPT3-44B", 13.319, 7.103, repeated({{64, 26}, {56, 6}, {48, 1}})},
-    {7, "GPT3-44B", 4.311, 2.771, {368, 384, 384, 368, 256, 288}},
-    {8, "GPT3-44B", 2.662, 1.111, {384, 384, 368, 320, 296, 296}},
-    {9, "GPT3-175B", 9.990, 1.481, repeated({{120, 4}, {112, 6}, {104, 8}, {64, 1}})},
-    {10, "GPT3-175B", 5.822, 1.160, repeated({{128, 16}})},
-};
+// Measured reference values of Table 2 (paper, docs/papers.md#terapipe): core/plan/paper_tables.h.
+using TerapipeRow = TerapipeTable2Row;
 
 // One row of the second table: where the paper's slice count and the DP's disagree, how much the model thinks
 // the paper's scheme loses, both by the planner's latency formula and in simulation.
@@ -176,7 +152,7 @@ void print_terapipe_max_batch(const ReproTerapipeOptions& o, std::FILE* out) {
                "dp", "B", "B_r", "fit", "fit14", "ratio", "act/sq", "static", "B_fit", "B_fit14");
   int exact = 0, n = 0;
   double lo = 1e300, hi = 0;
-  for (const TerapipeRow& row : kTable2) {
+  for (const TerapipeRow& row : terapipe_table2()) {
     if (!selected(o, row.setting)) continue;
     const Scenario s = load_scenario(o.dir + "/setting-" + std::to_string(row.setting) + "-gpipe.yaml");
     const MaxBatch dev = max_batch_gpipe(s);
@@ -228,7 +204,7 @@ std::exception_ptr repro_terapipe(const ReproTerapipeOptions& o, std::FILE* out)
   }
   print_table2_header(o, out);
   Table2 t;
-  for (const TerapipeRow& row : kTable2)
+  for (const TerapipeRow& row : terapipe_table2())
     if (selected(o, row.setting)) run_table2_row(row, o.dir, t, out);
   print_table2_summary(t, out);
   print_scheme_table(t.schemes, out);

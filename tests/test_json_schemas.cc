@@ -127,6 +127,12 @@ TEST(JsonSchema, ReproVtrain) {
                 "repro-vtrain.schema.json");
 }
 
+// Two quick sets: one that runs (pairs, a worst row) and one not modelled (every row skipped).
+TEST(JsonSchema, Fidelity) {
+  run_and_check("fidelity --set terapipe-table2,moe-h100 --json " + tmp("fidelity.json"), tmp("fidelity.json"),
+                "fidelity.schema.json");
+}
+
 TEST(JsonSchema, Search) {
   run_and_check("search -q --schedules 1f1b,zb-v --micro-batch-sizes 1 --keep 3 --json " + tmp("search.json"),
                 tmp("search.json"), "search.schema.json");

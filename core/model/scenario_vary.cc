@@ -179,4 +179,13 @@ std::vector<VaryAxis> parse_vary_axes(const std::vector<std::string>& args) {
   return axes;
 }
 
+Scenario with_token_slices(Scenario s, const std::vector<int>& slice_tokens) {
+  s.schedule.kind = ScheduleKind::TeraPipe;
+  s.schedule.slicing = "explicit";
+  s.schedule.slice_tokens = slice_tokens;
+  s.schedule.seq_slices = static_cast<int>(slice_tokens.size());
+  s.parallel.micro_batch_size = 1;
+  return s;
+}
+
 }  // namespace pipescope

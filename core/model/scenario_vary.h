@@ -36,6 +36,9 @@ struct ScenarioVariant {
 ScenarioVariant make_scenario_variant(const std::string& source, const std::string& base_text,
                                       const std::vector<VaryAxis>& axes, const std::vector<std::size_t>& pick);
 
+// `s` run as TeraPipe with micro-batches of one sequence, each cut into `slice_tokens` (explicit slicing): a plan's
+// or a paper's scheme, to simulate (`pipescope plan --simulate`, repro terapipe, the TeraPipe development set).
+Scenario with_token_slices(Scenario s, const std::vector<int>& slice_tokens);
 // Whole sequences: one slice per micro-batch, no explicit slices, uniform slicing.
 void drop_slicing(ScheduleSpec& s);
 // The same scenario with another schedule kind (`simulate --compare`, `repro seq1f1b`, `validate --schedule`: the

@@ -3,91 +3,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <numeric>
-#include <sstream>
 #include <stdexcept>
 
 #include "core/model/scenario.h"
 #include "core/model/schedule_registry.h"
+#include "core/plan/csv_table.h"
 
 namespace pipescope {
 namespace {
 
-// RFC 4180 cells of one record: commas separate, double quotes enclose (a doubled quote is one quote).
-std::vector<std::string> split_csv_line(const std::string& line) {
-  std::vector<std::string> cells(1);
-  bool quoted = false;
-  for (std::size_t i = 0; i < line.size(); i++) {
-    const char ch = line[i];
-    if (quoted) {
-      if (ch == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        cells.back() += '"';
-        i++;
-      } else if (ch == '"') {
-        quoted = false;
-      } else {
-        cells.back() += ch;
-      }
-    } else if (ch == '"') {
-      quoted = true;
-    } else if (ch == ',') {
-      cells.emplace_back();
-    } else if (ch != '\r') {
-      cells.back() += ch;
-    }
-  }
-  return cells;
-}
-
-struct Reader {
-  std::string source;
-  int line = 0;
-  std::map<std::string, std::size_t> col;
-  std::vector<std::string> cells;
-
-  [[noreturn]] void fail(const std::string& column, const std::string& what) const {
-    throw std::invalid_argument(source + ":" + std::to_string(line) + ": column " + column + ": " + what);
-  }
-  const std::string& text(const std::string& name) const {
-    const auto it = col.find(name);
-    if (it == col.end()) throw std::invalid_argument(source + ":1: missing column '" + name + "'");
-    if (it->second >= cells.size()) fail(name, "row has only " + std::to_string(cells.size()) + " cells");
-    return cells[it->second];
-  }
-  // Empty cell = `fallback` (0: "not given", filled later); otherwise a positive integer.
-  int integer(const std::string& name, int fallback = -1) const {
-    const std::string& t = text(name);
-    if (t.empty()) {
-      if (fallback >= 0) return fallback;
-      fail(name, "empty");
-    }
-    std::size_t used = 0;
-    long v = 0;
-    try {
-      v = std::stol(t, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != t.size() || v < 1 || v > 1000000000L) fail(name, "expected a positive integer, got \"" + t + "\"");
-    return static_cast<int>(v);
-  }
-  double number(const std::string& name) const {
-    const std::string& t = text(name);
-    std::size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(t, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != t.size() || !(v > 0) || !std::isfinite(v)) fail(name, "expected a positive number, got \"" + t + "\"");
-    return v;
-  }
-};
-
-MeasuredRun read_row(const Reader& rd) {
+MeasuredRun read_row(const CsvRecord& rd) {
   MeasuredRun r;
   r.line = rd.line;
   r.model = rd.text("model");
@@ -120,7 +47,7 @@ MeasuredRun read_row(const Reader& rd) {
   return r;
 }
 
-// What differs between two layouts of one group: tp, pp, micro-batch size, joined by "+".
+// What differs between two layouts of one group: tp, pp, micro-batch size, interleaving, schedule, joined by "+".
 std::string layout_difference(const MeasuredRun& a, const MeasuredRun& b) {
   std::string key;
   auto add = [&](bool differs, const char* name) {
@@ -129,6 +56,8 @@ std::string layout_difference(const MeasuredRun& a, const MeasuredRun& b) {
   add(a.tp != b.tp, "tp");
   add(a.pp != b.pp, "pp");
   add(a.mbs != b.mbs, "mbs");
+  add(a.vp != b.vp, "vp");
+  add(a.schedule != b.schedule, "schedule");
   return key.empty() ? "other" : key;
 }
 
@@ -145,32 +74,21 @@ std::string MeasuredRun::layout() const {
 }
 
 std::vector<MeasuredRun> parse_measured_runs(const std::string& csv_text, const std::string& source) {
-  std::istringstream in(csv_text);
-  Reader rd;
-  rd.source = source;
-  std::string line;
-  if (!std::getline(in, line)) throw std::invalid_argument(source + ": empty file (expected a header line)");
-  rd.line = 1;
-  const std::vector<std::string> header = split_csv_line(line);
-  for (std::size_t i = 0; i < header.size(); i++) rd.col[header[i]] = i;
   std::vector<MeasuredRun> out;
-  while (std::getline(in, line)) {
-    rd.line++;
-    if (line.empty() || line == "\r") continue;
-    rd.cells = split_csv_line(line);
-    out.push_back(read_row(rd));
+  for (const CsvRecord& rec : parse_csv_records(csv_text, source)) {
+    out.push_back(read_row(rec));
     out.back().source = source;
   }
-  if (out.empty()) throw std::invalid_argument(source + ": no rows");
   return out;
 }
 
 std::vector<MeasuredRun> read_measured_runs(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::invalid_argument(path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return parse_measured_runs(ss.str(), path);
+  std::vector<MeasuredRun> out;
+  for (const CsvRecord& rec : read_csv_records(path)) {
+    out.push_back(read_row(rec));
+    out.back().source = path;
+  }
+  return out;
 }
 
 Scenario vtrain_scenario(const MeasuredRun& r, const std::string& cluster) {
@@ -203,9 +121,17 @@ Scenario vtrain_scenario(const MeasuredRun& r, const std::string& cluster) {
 }
 
 Fidelity fidelity(const std::vector<MeasuredRun>& runs, const std::vector<double>& predicted_s) {
-  if (runs.size() != predicted_s.size())
+  std::vector<std::string> groups;
+  for (const MeasuredRun& r : runs) groups.push_back(r.group());
+  return fidelity(runs, predicted_s, groups);
+}
+
+Fidelity fidelity(const std::vector<MeasuredRun>& runs, const std::vector<double>& predicted_s,
+                  const std::vector<std::string>& groups) {
+  if (runs.size() != predicted_s.size() || runs.size() != groups.size())
     throw std::invalid_argument("fidelity: " + std::to_string(runs.size()) + " rows but " +
-                                std::to_string(predicted_s.size()) + " predictions");
+                                std::to_string(predicted_s.size()) + " predictions and " +
+                                std::to_string(groups.size()) + " groups");
   Fidelity f;
   std::vector<double> err(runs.size(), 0.0);
   for (std::size_t i = 0; i < runs.size(); i++) {
@@ -226,7 +152,7 @@ Fidelity fidelity(const std::vector<MeasuredRun>& runs, const std::vector<double
   f.wrong_pairs_of_row.assign(runs.size(), 0);
   for (std::size_t i = 0; i < runs.size(); i++)
     for (std::size_t j = i + 1; j < runs.size(); j++) {
-      if (!(predicted_s[i] > 0) || !(predicted_s[j] > 0) || runs[i].group() != runs[j].group()) continue;
+      if (!(predicted_s[i] > 0) || !(predicted_s[j] > 0) || groups[i].empty() || groups[i] != groups[j]) continue;
       const double dm = runs[i].measured_s - runs[j].measured_s;
       if (dm == 0) continue;
       f.pairs++;

@@ -22,7 +22,7 @@ struct MeasuredRun {
   int layers = 0, hidden = 0, heads = 0, ffn_hidden = 0, vocab = 0, seq_len = 0;
   int gpus = 0, gpus_per_node = 0;
   int tp = 1, pp = 1, dp = 1, vp = 1, mbs = 1, micro_batches = 1, global_batch = 0;
-  std::string schedule;  // "1f1b"
+  std::string schedule;  // "1f1b"; other sets: the method as the set names it ("seq1f1b-i", "uniform x8")
   double measured_s = 0;
   // Layouts of the same model on the same GPUs and global batch compare with each other (pair ranking).
   std::string group() const;
@@ -49,8 +49,8 @@ struct Fidelity {
   int pairs = 0;           // pairs of rows of one group() with different measured times
   int pairs_right = 0;     // of those, ordered the same by the prediction
   std::vector<int> worst;  // row indices by |error|, largest first
-  // The pairs by what differs between the two layouts: "tp", "pp", "mbs" or their combinations joined by "+"
-  // (dp and the micro-batch count follow from them within a group), "other" when none of the three does.
+  // The pairs by what differs between the two layouts: "tp", "pp", "mbs", "vp", "schedule" or their combinations
+  // joined by "+" (dp and the micro-batch count follow from them within a group), "other" when none of them does.
   struct PairCount {
     int pairs = 0, wrong = 0;  // wrong: ordered the other way by the prediction
   };
@@ -60,7 +60,12 @@ struct Fidelity {
   double ranking() const { return pairs > 0 ? static_cast<double>(pairs_right) / pairs : 1.0; }
 };
 // `predicted_s[i]` belongs to `runs[i]`; a non-positive prediction (a failed run) counts as missing and is
-// left out of every figure. Throws std::invalid_argument when the sizes differ.
+// left out of every figure. Pairs are ranked within MeasuredRun::group(). Throws std::invalid_argument when the
+// sizes differ.
 Fidelity fidelity(const std::vector<MeasuredRun>& runs, const std::vector<double>& predicted_s);
+// The same with the pair-ranking groups given: rows i and j are ranked against each other when groups[i] ==
+// groups[j] and is not empty (core/plan/dev_sets.h: each development set's own key).
+Fidelity fidelity(const std::vector<MeasuredRun>& runs, const std::vector<double>& predicted_s,
+                  const std::vector<std::string>& groups);
 
 }  // namespace pipescope
