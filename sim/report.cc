@@ -91,6 +91,8 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   for (double b : rep.worker_busy_s) rep.worker_idle_s.push_back(r.iteration_s - b);
   rep.memory = memory_report(s, ls.schedule, replay);
   rep.profile = profile_stamp(s.sim.profile);
+  rep.device = s.cluster.device.name;
+  rep.fidelity = device_fidelity(rep.device);
   return rep;
 }
 
@@ -174,6 +176,7 @@ void print_table(std::ostream& os, const Report& r) {
                        " GPUs)");
   line("profile", describe_stamp(r.profile));
   for (const std::string& g : r.profile.gate_failures) line("", "failed gate: " + g);
+  line("fidelity", describe_fidelity(r.device));
   line("iteration time", fmt("%.9f s", r.iteration_s));
   line("pipeline end", fmt("%.9f s", r.pipeline_end_s) + " (last forward/backward op)");
   line("exposed tail", fmt("%.9f s", r.iteration_s - r.pipeline_end_s) +
@@ -242,6 +245,12 @@ void write_json(std::ostream& os, const Report& r) {
   j["seq_len"] = r.seq_len;
   j["seq_slices"] = r.seq_slices;
   j["profile"] = nlohmann::ordered_json::parse(profile_json(r.profile));
+  nlohmann::ordered_json fid;
+  fid["device"] = r.device;
+  fid["sets"] = nlohmann::ordered_json::array();
+  for (const DeviceFidelity& f : r.fidelity)
+    fid["sets"].push_back({{"set", f.set}, {"runs", f.runs}, {"mape", f.mape}});
+  j["fidelity"] = std::move(fid);
   j["iteration_s"] = r.iteration_s;
   j["pipeline_end_s"] = r.pipeline_end_s;
   j["bubble_fraction"] = r.bubble_fraction;

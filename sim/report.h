@@ -13,6 +13,7 @@
 #include "core/memory/memory_model.h"
 #include "core/model/config.h"
 #include "core/model/profile.h"
+#include "sim/device_fidelity.h"
 
 namespace pipescope::sim {
 
@@ -52,6 +53,8 @@ struct Report {
   std::vector<double> worker_busy_s, worker_idle_s;
   MemoryReport memory;
   ProfileStamp profile;  // the calibration profile that timed the run (sim.profile); empty path: analytic
+  std::string device;    // the device's name, and the measured sets that check it (sim/device_fidelity.h)
+  std::vector<DeviceFidelity> fidelity;
 };
 
 // `replay`: whether memory.ranks carry the caching allocator's reserved bytes (core/memory/memory_model.h); callers

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/plan/dev_sets.h"
+#include "sim/device_fidelity.h"
 #include "sim/fidelity.h"
 
 namespace pipescope {
@@ -145,6 +146,19 @@ TEST(DevSets, ThroughputBecomesIterationTime) {
       EXPECT_DOUBLE_EQ(d.run.measured_s, 256.0 * 2048 / (726.0 * 128));  // tokens/s per GPU
     }
   }
+}
+
+// The report's confidence line: the shipped baseline's sets per device, and a device no set checks says so.
+TEST(DeviceFidelity, TheBaselineNamesTheSetsOfEachDevice) {
+  const std::vector<sim::DeviceFidelity> h100 = sim::device_fidelity("H100-SXM");
+  ASSERT_FALSE(h100.empty());
+  EXPECT_EQ(h100.front().set, "h100-dense");
+  EXPECT_GT(h100.front().runs, 0);
+  EXPECT_GT(h100.front().mape, 0.0);
+  EXPECT_GE(sim::device_fidelity("A100-SXM4-80GB").size(), 3u);  // vTrain, Seq1F1B, Megatron
+  EXPECT_TRUE(sim::device_fidelity("H200-SXM").empty());
+  EXPECT_NE(sim::describe_fidelity("H200-SXM").find("no measured set"), std::string::npos);
+  EXPECT_NE(sim::describe_fidelity("H100-SXM").find("h100-dense 17 runs, MAPE "), std::string::npos);
 }
 
 }  // namespace
