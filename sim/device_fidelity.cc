@@ -4,6 +4,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 
 #include "core/model/presets.h"
@@ -41,16 +42,27 @@ const std::map<std::string, std::vector<DeviceFidelity>>& by_device() {
 
 }  // namespace
 
-std::vector<DeviceFidelity> device_fidelity(const std::string& device) {
+std::string shipped_device(const DeviceSpec& d) {
+  for (const std::string& name : device_preset_names()) {
+    std::optional<DeviceSpec> p = device_preset(name);
+    if (!p) continue;
+    if (same_figures(d, *p)) return p->name;
+  }
+  return {};
+}
+
+std::vector<DeviceFidelity> device_fidelity(const DeviceSpec& d) {
   const auto& t = by_device();
-  const auto it = t.find(device);
+  const auto it = t.find(shipped_device(d));
   return it == t.end() ? std::vector<DeviceFidelity>{} : it->second;
 }
 
-std::string describe_fidelity(const std::string& device) {
-  const std::vector<DeviceFidelity> sets = device_fidelity(device);
-  if (sets.empty()) return device + ": no measured set checks this description (trust its figures less)";
-  std::string out = device + ": ";
+std::string describe_fidelity(const DeviceSpec& d) {
+  const std::string shipped = shipped_device(d);
+  if (shipped.empty()) return d.name + ": not a shipped device description; no measured set checks it";
+  const std::vector<DeviceFidelity> sets = device_fidelity(d);
+  if (sets.empty()) return shipped + ": no measured set checks this description (trust its figures less)";
+  std::string out = shipped + ": ";
   for (std::size_t i = 0; i < sets.size(); i++) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "%s%s %d runs, MAPE %.1f%%", i > 0 ? "; " : "", sets[i].set.c_str(), sets[i].runs,

@@ -1,10 +1,13 @@
 #pragma once
 // How far to trust a run on a device: the development sets that check the shipped description of that device, with
 // their error, as `pipescope fidelity` last recorded them (scenarios/fidelity/baseline.json, the gate's baseline).
-// The report prints it; a device no measured set checks says so.
+// A description is the shipped one when every field equals a device preset's (core/model/presets.h), whatever it is
+// called; one changed field makes it a description no measured set checks. The report prints it.
 
 #include <string>
 #include <vector>
+
+#include "core/model/config.h"
 
 namespace pipescope::sim {
 
@@ -14,10 +17,12 @@ struct DeviceFidelity {
   double mape = 0;  // mean |simulated - measured| / measured
 };
 
-// The sets whose cluster preset runs a device named `device` (core/model/presets.h), in the baseline's order. Empty
-// when none does or the baseline is not installed.
-std::vector<DeviceFidelity> device_fidelity(const std::string& device);
-// One line for the report: "h100-dense: 17 runs, MAPE 10.7% (pipescope fidelity)", or why there is none.
-std::string describe_fidelity(const std::string& device);
+// The device preset `d` is (empty: none), and the sets whose cluster preset runs it, in the baseline's order. No
+// sets when none does or the baseline is not installed.
+std::string shipped_device(const DeviceSpec& d);
+std::vector<DeviceFidelity> device_fidelity(const DeviceSpec& d);
+// One line for the report: "A100-SXM4-80GB: vtrain-a100 78 runs, MAPE 7.6%; ... (pipescope fidelity)", or why there
+// is none.
+std::string describe_fidelity(const DeviceSpec& d);
 
 }  // namespace pipescope::sim

@@ -91,8 +91,9 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   for (double b : rep.worker_busy_s) rep.worker_idle_s.push_back(r.iteration_s - b);
   rep.memory = memory_report(s, ls.schedule, replay);
   rep.profile = profile_stamp(s.sim.profile);
-  rep.device = s.cluster.device.name;
-  rep.fidelity = device_fidelity(rep.device);
+  rep.device = shipped_device(s.cluster.device);
+  rep.fidelity = device_fidelity(s.cluster.device);
+  rep.fidelity_line = describe_fidelity(s.cluster.device);
   return rep;
 }
 
@@ -176,7 +177,7 @@ void print_table(std::ostream& os, const Report& r) {
                        " GPUs)");
   line("profile", describe_stamp(r.profile));
   for (const std::string& g : r.profile.gate_failures) line("", "failed gate: " + g);
-  line("fidelity", describe_fidelity(r.device));
+  line("fidelity", r.fidelity_line);
   line("iteration time", fmt("%.9f s", r.iteration_s));
   line("pipeline end", fmt("%.9f s", r.pipeline_end_s) + " (last forward/backward op)");
   line("exposed tail", fmt("%.9f s", r.iteration_s - r.pipeline_end_s) +

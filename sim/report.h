@@ -53,8 +53,9 @@ struct Report {
   std::vector<double> worker_busy_s, worker_idle_s;
   MemoryReport memory;
   ProfileStamp profile;  // the calibration profile that timed the run (sim.profile); empty path: analytic
-  std::string device;    // the device's name, and the measured sets that check it (sim/device_fidelity.h)
-  std::vector<DeviceFidelity> fidelity;
+  std::string device;    // the device preset the description is ("": none), the measured sets that check it and
+  std::vector<DeviceFidelity> fidelity;  // the report's line on them (sim/device_fidelity.h)
+  std::string fidelity_line;
 };
 
 // `replay`: whether memory.ranks carry the caching allocator's reserved bytes (core/memory/memory_model.h); callers

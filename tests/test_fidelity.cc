@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model/presets.h"
 #include "core/plan/dev_sets.h"
 #include "sim/device_fidelity.h"
 #include "sim/fidelity.h"
@@ -148,17 +149,25 @@ TEST(DevSets, ThroughputBecomesIterationTime) {
   }
 }
 
-// The report's confidence line: the shipped baseline's sets per device, and a device no set checks says so.
-TEST(DeviceFidelity, TheBaselineNamesTheSetsOfEachDevice) {
-  const std::vector<sim::DeviceFidelity> h100 = sim::device_fidelity("H100-SXM");
-  ASSERT_FALSE(h100.empty());
-  EXPECT_EQ(h100.front().set, "h100-dense");
-  EXPECT_GT(h100.front().runs, 0);
-  EXPECT_GT(h100.front().mape, 0.0);
-  EXPECT_GE(sim::device_fidelity("A100-SXM4-80GB").size(), 3u);  // vTrain, Seq1F1B, Megatron
-  EXPECT_TRUE(sim::device_fidelity("H200-SXM").empty());
-  EXPECT_NE(sim::describe_fidelity("H200-SXM").find("no measured set"), std::string::npos);
-  EXPECT_NE(sim::describe_fidelity("H100-SXM").find("h100-dense 17 runs, MAPE "), std::string::npos);
+// The report's confidence line: the shipped baseline's sets per device preset, a preset no set checks, and a changed
+// description.
+TEST(DeviceFidelity, TheBaselineNamesTheSetsOfEachShippedDevice) {
+  const DeviceSpec h100 = *device_preset("H100-SXM");
+  const std::vector<sim::DeviceFidelity> sets = sim::device_fidelity(h100);
+  ASSERT_FALSE(sets.empty());
+  EXPECT_EQ(sets.front().set, "h100-dense");
+  EXPECT_GT(sets.front().runs, 0);
+  EXPECT_GT(sets.front().mape, 0.0);
+  EXPECT_NE(sim::describe_fidelity(h100).find("h100-dense 17 runs, MAPE "), std::string::npos);
+  EXPECT_GE(sim::device_fidelity(*device_preset("A100-SXM4-80GB")).size(), 3u);  // vTrain, Seq1F1B, Megatron
+  EXPECT_NE(sim::describe_fidelity(*device_preset("H200-SXM")).find("no measured set"), std::string::npos);
+  DeviceSpec renamed = h100;  // the same figures under another name: still the shipped description
+  renamed.name = "custom";
+  EXPECT_EQ(sim::shipped_device(renamed), "H100-SXM");
+  DeviceSpec changed = h100;
+  changed.gemm_efficiency = 0.9;
+  EXPECT_TRUE(sim::device_fidelity(changed).empty());
+  EXPECT_NE(sim::describe_fidelity(changed).find("not a shipped device description"), std::string::npos);
 }
 
 }  // namespace

@@ -1,6 +1,19 @@
 #include "core/model/config.h"
 
+#include <tuple>
+
 namespace pipescope {
+
+bool same_figures(const DeviceSpec& a, const DeviceSpec& b) {
+  auto figures = [](const DeviceSpec& d) {
+    return std::tie(d.peak_flops_fp16, d.peak_flops_bf16, d.peak_flops_fp32, d.peak_flops_fp64, d.peak_flops_fp8,
+                    d.memory_bytes, d.hbm_bw_Bps, d.gemm_efficiency, d.gemm_half_sat_flops, d.kernel_launch_s,
+                    d.memory_efficiency, d.sm_count, d.gemm_epilogue_hidden);
+  };
+  static_assert(sizeof(DeviceSpec) == sizeof(std::string) + 11 * sizeof(double) + 2 * sizeof(int),
+                "a DeviceSpec field is missing from same_figures");
+  return figures(a) == figures(b);
+}
 
 double dtype_peak_flops(const DeviceSpec& d, const std::string& dtype) {
   if (dtype == "fp16") return d.peak_flops_fp16;

@@ -72,6 +72,8 @@ struct DeviceSpec {
   // writes before the next wave starts (core/cost/gemm_model.h). Used with sm_count only.
   bool gemm_epilogue_hidden = false;
 };
+// Whether two descriptions have every figure alike (the name aside).
+bool same_figures(const DeviceSpec& a, const DeviceSpec& b);
 // The dense peak that a run in training dtype `dtype` computes at outside its FP8 GEMMs: the dtype's own, and
 // bf16's for fp8 (the GEMMs' FP8 peak is peak_flops_fp8). 0 for an unknown dtype or a peak the device lacks. Also
 // MFU's denominator, as NVIDIA's tables count it (a 16-bit peak for FP8 runs too).

@@ -123,8 +123,11 @@ DeviceSpec hopper(DeviceSpec d, double fp8_tflops) {
 // H100 SXM 792.1 of 989). Hopper falls further short of its datasheet peak because its clock drops under the 700 W
 // limit at full tensor-core load. The A100's gemm_efficiency (0.69, fit on the vTrain set) is that ceiling times the
 // share Megatron's shapes and stack reach of it; a Hopper running the same stack reaches the same share of its own.
+// Rounded to the three digits profiles and tables print (a profile written from the preset times it alike).
 constexpr double kA100MatmulCeiling = 267.9 / 312, kHopperMatmulCeiling = 792.1 / 989.4;
-constexpr double kHopperGemmEfficiency = 0.69 / kA100MatmulCeiling * kHopperMatmulCeiling;
+constexpr double kHopperGemmEfficiency = 0.643;
+static_assert(kHopperGemmEfficiency - 0.69 / kA100MatmulCeiling * kHopperMatmulCeiling < 5e-4 &&
+              0.69 / kA100MatmulCeiling * kHopperMatmulCeiling - kHopperGemmEfficiency < 5e-4);
 
 const std::vector<DeviceSpec>& devices() {
   static const std::vector<DeviceSpec> kDevices = {
