@@ -54,7 +54,7 @@ double TimeBreakdown::*collective_part(CollTag tag) {
 class Blame {
  public:
   Blame(const Dag& dag, const LoweredSchedule& ls, const std::vector<double>& start, const std::vector<double>& end)
-      : dag_(dag), ls_(ls), start_(start), end_(end), last_pred_(dag.size(), kNone) {
+      : dag_(dag), ls_(ls), start_(start), last_pred_(dag.size(), kNone) {
     for (std::uint32_t u = 0; u < dag.size(); u++)
       for (std::uint32_t k = dag.succ_begin[u]; k < dag.succ_begin[u + 1]; k++) {
         const std::uint32_t v = dag.succ[k];
@@ -99,7 +99,6 @@ class Blame {
   const Dag& dag_;
   const LoweredSchedule& ls_;
   const std::vector<double>& start_;
-  const std::vector<double>& end_;
   std::vector<std::uint32_t> last_pred_;
 };
 
