@@ -158,8 +158,8 @@ const std::vector<std::int64_t>& shape_key_of(const DagShape& shape) { return sh
 std::size_t shape_nodes(const DagShape& shape) { return shape.cls.size() - (shape.pred.empty() ? 0 : 1); }
 
 struct Retimer::Values {
-  std::vector<OpAnswers> op;                // per op class (where asked)
-  std::vector<double> grad, param, opt;     // per rank
+  std::vector<OpAnswers> op;                 // per op class (where asked)
+  std::vector<double> grad, param, opt;      // per rank
   std::vector<BucketSplit> grad_b, param_b;  // per rank (n = 0: not bucketed)
   double emb = 0;
   bool dist_opt = false;                                  // the candidate's distributed optimizer
