@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/cost/analytic_cost.h"
+#include "core/cost/gpu_variation.h"
 #include "core/cost/scenario_cost.h"
 #include "core/lower/dag.h"
 #include "core/memory/memory_model.h"
@@ -94,6 +95,7 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   rep.device = shipped_device(s.cluster.device);
   rep.fidelity = device_fidelity(s.cluster.device);
   rep.fidelity_line = describe_fidelity(s.cluster.device);
+  rep.variation_line = describe_variation(s);
   return rep;
 }
 
@@ -178,6 +180,7 @@ void print_table(std::ostream& os, const Report& r) {
   line("profile", describe_stamp(r.profile));
   for (const std::string& g : r.profile.gate_failures) line("", "failed gate: " + g);
   line("fidelity", r.fidelity_line);
+  if (!r.variation_line.empty()) line("GPU variation", r.variation_line);
   line("iteration time", fmt("%.9f s", r.iteration_s));
   line("pipeline end", fmt("%.9f s", r.pipeline_end_s) + " (last forward/backward op)");
   line("exposed tail", fmt("%.9f s", r.iteration_s - r.pipeline_end_s) +

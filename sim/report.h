@@ -56,6 +56,8 @@ struct Report {
   std::string device;    // the device preset the description is ("": none), the measured sets that check it and
   std::vector<DeviceFidelity> fidelity;  // the report's line on them (sim/device_fidelity.h)
   std::string fidelity_line;
+  // The GPU speed spread the compute times include (cluster.gpu_speed_sigma_pct); "" without one.
+  std::string variation_line;
 };
 
 // `replay`: whether memory.ranks carry the caching allocator's reserved bytes (core/memory/memory_model.h); callers

@@ -64,6 +64,24 @@ TEST(Fp8, LargeGemmFasterByThePeakRatio) {
   EXPECT_EQ(fp8.layer_backward_kernels(1, 8192, 0).size(), bf16.layer_backward_kernels(1, 8192, 0).size() + 1);
 }
 
+// Backward: every FP8 GEMM (dgrad and wgrad) takes the split accumulator, at the FP8 peak / 1.15; its bf16 twin's
+// time over its own is the peak ratio over that slowdown (compute-bound shapes at 8192 tokens).
+TEST(Fp8, BackwardGemmsAtTheSplitAccumulatorRate) {
+  const AnalyticCostModel bf16(llama70b("bf16")), fp8(llama70b("fp8"));
+  const auto kb = bf16.layer_backward_kernels(1, 8192, 0), k8 = fp8.layer_backward_kernels(1, 8192, 0);
+  int split = 0;
+  for (std::size_t i = 0; i < kb.size(); i++) {
+    if (!k8[i].fp8) continue;
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(k8[i].fp8_split_accumulator);
+    EXPECT_NEAR(bf16.kernel_seconds(kb[i]) / fp8.kernel_seconds(k8[i]), 1979.0 / 989.4 / kFp8SplitAccumulatorSlowdown,
+                0.02);
+    split++;
+  }
+  EXPECT_EQ(split, 8);
+  for (const KernelCost& k : fp8.layer_forward_kernels(1, 8192, 0)) EXPECT_FALSE(k.fp8_split_accumulator);
+}
+
 // The whole layer gains less than the GEMM peak ratio: attention, element-wise kernels and the casts stay. (At
 // 2048 tokens over tp 8 the H100 description's layer is bound by kernel launches and FP8 gains nothing.)
 TEST(Fp8, LayerFasterButLessThanThePeakRatio) {

@@ -281,14 +281,20 @@ TEST(LoweringPasses, EveryOpIsPricedByItsRule) {
       SCOPED_TRACE(lowered_text(l));
       const std::uint8_t q = question_of(l);
       const OpAnswers a = ask_op(cost, l.op, 1, q);
-      if (l.kind == LOpKind::Compute) EXPECT_EQ(l.seconds, a.compute_s);
-      if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) EXPECT_EQ(l.bytes, message_bytes(a.p2p_bytes, true, tp));
+      if (l.kind == LOpKind::Compute) {
+        EXPECT_EQ(l.seconds, a.compute_s);
+      }
+      if (l.kind == LOpKind::Send || l.kind == LOpKind::Recv) {
+        EXPECT_EQ(l.bytes, message_bytes(a.p2p_bytes, true, tp));
+      }
       if (l.tag == CollTag::TensorParallel) {
         EXPECT_EQ(q, kAskTp);
         EXPECT_EQ(l.count, a.tp_calls);
         EXPECT_EQ(l.bytes, a.tp_bytes);
       }
-      if (l.tag == CollTag::ScatterGather) EXPECT_EQ(l.bytes, a.p2p_bytes);
+      if (l.tag == CollTag::ScatterGather) {
+        EXPECT_EQ(l.bytes, a.p2p_bytes);
+      }
       if (l.tag == CollTag::DataParallel && l.async) {
         const BucketSplit b = split_buckets(cc.grad_bytes, 2, o.bucket_bytes);  // two virtual stages per rank
         EXPECT_EQ(l.bytes, b.bytes_each);

@@ -166,7 +166,8 @@ double AnalyticCostModel::kernel_seconds(const KernelCost& k) const {
   }
   const double mem = k.bytes / (d.hbm_bw_Bps * d.memory_efficiency);
   if (k.flops <= 0) return mem;
-  const double peak = k.fp8 ? fp8_peak_flops_ : dtype_peak_flops_;
+  const double peak =
+      k.fp8 ? fp8_peak_flops_ / (k.fp8_split_accumulator ? kFp8SplitAccumulatorSlowdown : 1.0) : dtype_peak_flops_;
   if (k.gemm && k.m > 0) {  // tile and wave quantisation over the SMs (core/cost/gemm_model.h)
     const GemmDevice g{peak,
                        d.gemm_efficiency,
@@ -235,7 +236,8 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
   const double mask = s_.training.dropout ? 1.0 : 0.0;              // dropout mask bytes per element
   auto gemm = [&](double M, double Kd, double N) {
-    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e);
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
+                       Fp8Pass::Forward);
   };
   std::vector<KernelCost> k = {
       {8 * Tr * h, 2 * e * Tr * h, false},  // LayerNorm
@@ -270,7 +272,8 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   const double qk = 2.0 * b * l * K * h / t;
   const double L = l, hd = h / m.heads, bh = b * (m.heads / t);  // per-head GEMMs (rows, head dim, batch)
   auto gemm = [&](double M, double Kd, double N) {
-    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e);
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
+                       Fp8Pass::Backward);
   };
   auto bias_grad = [&](double rows, double n) { return KernelCost{rows * n, e * (rows * n + n), false, true}; };
   // Weight gradients accumulate over the micro-batches and slices of an iteration (cuBLAS beta = 1 into the
@@ -279,7 +282,8 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   // fused: read + write of the gradient; autograd: the GEMM's own output, then grad += new reads both, writes one.
   const double acc = s_.training.wgrad_accumulation == "autograd" ? 2 * e + 2 * g : 2 * g;
   auto wgrad = [&](double M, double Kd, double N) {
-    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd}, acc);
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd}, acc,
+                       Fp8Pass::Backward);
   };
   // A column-parallel linear's wgrad with its input gradient's all-reduce beside it (core/cost/tp_overlap.h).
   const double ar = tp_overlap ? tp_overlap_seconds(b, l) : 0.0;
@@ -346,8 +350,8 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   return k;
 }
 
-KernelCost AnalyticCostModel::linear_gemm(const KernelCost& k, double out_bytes_per_elem) const {
-  return s_.training.fp8() ? fp8_gemm(k, out_bytes_per_elem) : k;
+KernelCost AnalyticCostModel::linear_gemm(const KernelCost& k, double out_bytes_per_elem, Fp8Pass pass) const {
+  return s_.training.fp8() ? fp8_gemm(k, out_bytes_per_elem, pass) : k;
 }
 
 std::vector<KernelCost> AnalyticCostModel::fp8_layer_kernels(int b, int l, bool forward) const {

@@ -6,6 +6,7 @@
 // launch overhead. Logits on the last virtual stage. Per GPU of a tensor-parallel group.
 // The formulas are written out at the top of core/cost/analytic_cost.cc.
 
+#include "core/cost/fp8.h"
 #include "core/cost/kernel_cost.h"
 #include "core/lower/cost_model.h"
 #include "core/model/model_shape.h"  // LayerFlops, parameter counts (declared there)
@@ -84,7 +85,7 @@ class AnalyticCostModel : public CostModel {
   int elem_bytes() const { return s_.training.act_bytes_per_elem(); }
   int grad_elem_bytes() const { return s_.training.grad_fp32 ? 4 : elem_bytes(); }
   // A linear layer's GEMM (not attention, not logits): FP8 operands with training.dtype fp8 (core/cost/fp8.h).
-  KernelCost linear_gemm(const KernelCost& k, double out_bytes_per_elem) const;
+  KernelCost linear_gemm(const KernelCost& k, double out_bytes_per_elem, Fp8Pass pass) const;
   // FP8 casts of one layer's linear-GEMM inputs (forward) or output gradients (backward) and its amax update.
   std::vector<KernelCost> fp8_layer_kernels(int b, int l, bool forward) const;
 };

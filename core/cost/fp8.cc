@@ -13,9 +13,17 @@ double fp8_linear_weight_params(const ModelSpec& m) {
   return d.h * d.qkv_out + d.h * d.h + d.h * d.up_out + d.f * d.h;
 }
 
-KernelCost fp8_gemm(KernelCost k, double out_bytes_per_elem) {
+KernelCost fp8_gemm(KernelCost k, double out_bytes_per_elem, Fp8Pass pass) {
   k.bytes = (k.m * k.k + k.k * k.n) * k.batch + out_bytes_per_elem * k.m * k.n * k.batch;
   k.fp8 = true;
+  switch (pass) {
+    case Fp8Pass::Forward:
+      k.fp8_split_accumulator = false;
+      break;
+    case Fp8Pass::Backward:
+      k.fp8_split_accumulator = true;
+      break;
+  }
   return k;
 }
 

@@ -14,6 +14,11 @@
 // - the FP8 copy of every linear weight and its transpose (2 B per parameter), cast once per iteration after
 //   the optimizer step (Megatron passes is_first_microbatch: later micro-batches reuse the cached copy);
 // - per linear layer kFp8MetaSlots amax histories and scale / scale-inverse pairs (fp32).
+// The backward GEMMs (dgrad and wgrad) run slower than the forward ones: Transformer Engine asks cuBLAS for the
+// split accumulator there (use_split_accumulator, its _2X_ACC_DGRAD / _2X_ACC_WGRAD defaults; forward uses the fast
+// one), which promotes the tensor cores' limited-precision partial sums to fp32 registers every few K steps. Fast
+// accumulation measures 1.1x to 1.2x faster on H100 (pytorch/ao issue 2377, the same cuBLAS flag through
+// torch._scaled_mm); the midpoint is kFp8SplitAccumulatorSlowdown.
 // docs/cost-model.md "FP8" has the formulas.
 
 #include <vector>
@@ -27,6 +32,10 @@ constexpr int kFp8LinearsPerLayer = 4;     // QKV, output projection, MLP up (fu
 constexpr int kFp8MetaSlots = 5;           // forward: input, weight, output; backward: output gradient, input gradient
 constexpr int kFp8AmaxHistory = 1024;      // Transformer Engine's DelayedScaling default (NeMo's recipes use it)
 constexpr double kFp8WeightCopyBytes = 2;  // FP8 weight + its transpose, per linear-layer parameter
+constexpr double kFp8SplitAccumulatorSlowdown = 1.15;  // fast / split accumulation GEMM rate on Hopper (above)
+
+// Which pass a linear-layer GEMM belongs to: forward (fast accumulation) or backward (split accumulator).
+enum class Fp8Pass { Forward, Backward };
 
 // The amax histories and scales of one transformer layer: 4 linears x 5 slots x (history + scale + scale_inv) x 4 B.
 double fp8_meta_bytes_per_layer();
@@ -34,8 +43,9 @@ double fp8_meta_bytes_per_layer();
 double fp8_linear_weight_params(const ModelSpec& m);
 
 // A linear-layer GEMM with FP8 operands: operands at 1 B, out_bytes_per_elem per output element (the 16-bit
-// output of forward / dgrad, or the wgrad's gradient accumulation), flagged to run at the FP8 peak.
-KernelCost fp8_gemm(KernelCost k, double out_bytes_per_elem);
+// output of forward / dgrad, or the wgrad's gradient accumulation), flagged to run at the FP8 peak, with the split
+// accumulator in backward.
+KernelCost fp8_gemm(KernelCost k, double out_bytes_per_elem, Fp8Pass pass);
 // Cast + transpose to FP8 (with the amax) of rows x sum(cols) elements of e bytes: the tensors of one layer.
 KernelCost fp8_cast_transpose(double rows, double cols, double e);
 // The delayed-scaling update of `layers` layers' forward (3 of the 5 slots) or backward (2) amax histories.

@@ -16,6 +16,9 @@ struct KernelCost {
   // GEMM shape (core/cost/gemm_model.h): batch x (m x k times k x n); m = 0 = not given (plain roofline).
   double m = 0, n = 0, k = 0, batch = 1;
   bool fp8 = false;  // FP8 operands: runs at the device's FP8 peak (training.dtype fp8, core/cost/fp8.h)
+  // FP8 GEMM whose partial sums are promoted to fp32 during the K loop (Transformer Engine's dgrad and wgrad):
+  // the FP8 peak / kFp8SplitAccumulatorSlowdown (core/cost/fp8.h).
+  bool fp8_split_accumulator = false;
   double wait_s =
       0;  // > 0: a wait of this long, not a kernel's work (exposed ring transfer, core/cost/context_parallel.h)
   // > 0: a collective running beside this kernel that the next kernel waits for: the kernel lasts at least this

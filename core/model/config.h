@@ -108,6 +108,10 @@ struct ClusterSpec {
     return 1;
   }
   int total_gpus() const { return nodes * gpus_per_node; }
+  // GPU-to-GPU speed spread: standard deviation of a GPU's speed over the median GPU's (0 = every GPU alike), and
+  // the seed of the draws (core/cost/gpu_variation.h).
+  double gpu_speed_sigma = 0;
+  std::uint64_t variation_seed = 1;
 };
 
 // ---------------------------------------------------------------- parallelism

@@ -201,8 +201,20 @@ ClusterSpec dgx_node(const char* preset, const char* device_name, double nvlink_
 // - Rail-optimised compute fabric: NIC k of every node of a 32-node scalable unit on leaf switch k of that unit
 //   (QM9700, 64 NDR ports: 32 down, 32 up), spine above at full bisection (SuperPOD reference architecture).
 // - PCIe gen5 x16 host path (~50 GB/s per direction), NIC/NVLink port latencies as the dgx-h100 preset.
+// H100 clusters: GPU-to-GPU speed spread of 1% (one standard deviation; core/cost/gpu_variation.h). Sinha et al.,
+// "Not All GPUs Are Created Equal" (SC'22): 8% average spread between the fastest and slowest GPU of one SKU
+// across clusters of 400 to 27,000 GPUs, i.e. about 6.5 to 8 standard deviations of a normal sample that size.
+// The H100 description is one median GPU (its GEMM share comes from single-GPU matmul ceilings), so a job pays its
+// slowest GPU on top; the A100 and V100 shares were fitted to multi-GPU runs, which already include it.
+constexpr double kHopperGpuSpeedSigma = 0.01;
+
+ClusterSpec hopper_cluster(ClusterSpec c) {
+  c.gpu_speed_sigma = kHopperGpuSpeedSigma;
+  return c;
+}
+
 ClusterSpec dgx_h100_superpod() {
-  ClusterSpec c = dgx_node("dgx-h100-superpod", "H100-SXM", 450, 50, 400);
+  ClusterSpec c = hopper_cluster(dgx_node("dgx-h100-superpod", "H100-SXM", 450, 50, 400));
   c.topology = InterNodeTopology::Rail;
   c.nodes_per_leaf = 0;  // auto: 32-node scalable units (the largest divisor of nodes <= 32)
   c.oversubscription = 1.0;
@@ -222,7 +234,7 @@ const std::vector<ClusterSpec>& clusters() {
       // one 100 Gb/s NIC per GPU.
       dgx_node("vtrain-a100", "A100-SXM4-80GB", 300, 25, 100),
       // NVLink4 450 GB/s per direction per GPU (docs/calibration.md), 8 x 400 Gb/s NDR IB, PCIe gen5 host path.
-      dgx_node("dgx-h100", "H100-SXM", 450, 50, 400),
+      hopper_cluster(dgx_node("dgx-h100", "H100-SXM", 450, 50, 400)),
       dgx_h100_superpod(),
   };
   return kClusters;

@@ -493,7 +493,8 @@ DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_
 }
 
 ClusterSpec parse_cluster(const Section& root) {
-  const Section c = root.sub("cluster", {"preset", "nodes", "gpus_per_node", "device", "intra_node", "network"});
+  const Section c = root.sub("cluster", {"preset", "nodes", "gpus_per_node", "device", "intra_node", "network",
+                                         "gpu_speed_sigma_pct", "variation_seed"});
   ClusterSpec cl;
   std::string preset;
   const bool from_preset = c.get("preset", preset);
@@ -511,6 +512,12 @@ ClusterSpec parse_cluster(const Section& root) {
   c.get("gpus_per_node", cl.gpus_per_node);
   if (!from_preset && !c.has("gpus_per_node")) c.missing("gpus_per_node", "required when cluster.preset is not given");
   cl.device = parse_device(c, cl, from_preset);
+  c.get("gpu_speed_sigma_pct", Num::NonNegative, 0.01, cl.gpu_speed_sigma);  // core/cost/gpu_variation.h
+  int seed = 0;
+  if (c.get("variation_seed", seed)) {
+    if (seed < 0) c.fail("variation_seed", "expected an integer >= 0, got " + std::to_string(seed));
+    cl.variation_seed = static_cast<std::uint64_t>(seed);
+  }
 
   using namespace units;
   const Section in =
@@ -639,6 +646,7 @@ void Validator::check_ranges() const {
       {"cluster.nodes", c.nodes},
       {"cluster.gpus_per_node", c.gpus_per_node},
       {"cluster.network.nics_per_node", c.nics_per_node},
+      {"cluster.gpu_speed_sigma_pct", c.gpu_speed_sigma * 100},
       {"cluster.device.peak_tflops_fp16", d.peak_flops_fp16 / kTflops},
       {"cluster.device.peak_tflops_bf16", d.peak_flops_bf16 / kTflops},
       {"cluster.device.peak_tflops_fp32", d.peak_flops_fp32 / kTflops},

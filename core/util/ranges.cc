@@ -42,6 +42,9 @@ constexpr KeyRange kRanges[] = {
     {"cluster.network.nic_latency_us", 0, 1e6, false},
     {"cluster.network.nodes_per_leaf", 1, 1000000, false},
     {"cluster.network.oversubscription", 1e-2, 1e3, false},
+    // A spread beyond a quarter of the median speed is a broken GPU, not variation (the draws are clamped at 4
+    // sigma, so every speed stays above 0).
+    {"cluster.gpu_speed_sigma_pct", 0, 20, false},
     {"parallel.dp", 1, 1000000, false},
     {"parallel.pp", 1, 100000, false},
     {"parallel.tp", 1, 1024, false},
