@@ -3,21 +3,10 @@
 #include <tuple>
 
 #include "core/model/backends.h"
+#include "core/util/splitmix.h"
 #include "runtime/null_backend.h"
 
 namespace pipescope::runtime {
-
-namespace {
-
-// SplitMix64: platform-independent, so every rank and the reference draw the same data.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 ModelConfig ModelConfig::from(const ModelSpec& m, const std::vector<int>& stage_layers) {
   ModelConfig c;
@@ -89,7 +78,7 @@ ModuleId ModuleId::from_code(int code, int layers) {
 }
 
 std::vector<double> initial_params(const ModelConfig& mc, const ModuleId& id) {
-  const std::uint64_t seed = mix(mc.seed + static_cast<std::uint64_t>(id.code(mc.layers) + 1));
+  const std::uint64_t seed = splitmix64(mc.seed + static_cast<std::uint64_t>(id.code(mc.layers) + 1));
   return kernels::init_params(id.kind, mc.shape, seed, mc.init_std, mc.perturb);
 }
 
@@ -107,11 +96,11 @@ SyntheticData::SyntheticData(int sequences, int seq_len, int vocab, std::uint64_
   const std::size_t n = static_cast<std::size_t>(sequences) * seq_len;
   tokens_.resize(n);
   targets_.resize(n);
-  for (std::size_t i = 0; i < n; i++) tokens_[i] = static_cast<std::int32_t>(mix(seed * 1000003ULL + i) % vocab);
+  for (std::size_t i = 0; i < n; i++) tokens_[i] = static_cast<std::int32_t>(splitmix64(seed * 1000003ULL + i) % vocab);
   for (int s = 0; s < sequences; s++)
     for (int t = 0; t < seq_len; t++) {
       const std::size_t i = static_cast<std::size_t>(s) * seq_len + t;
-      const std::uint64_t h = mix(~seed + 31 * i);
+      const std::uint64_t h = splitmix64(~seed + 31 * i);
       if (ignore_every > 0 && h % static_cast<std::uint64_t>(ignore_every) == 0)
         targets_[i] = -1;
       else

@@ -218,15 +218,16 @@ TEST(Scenario, EveryModelPresetLoads) {
 }
 
 TEST(Scenario, EveryClusterAndDevicePresetLoads) {
-  ASSERT_EQ(cluster_preset_names().size(), 6u);
+  ASSERT_EQ(cluster_preset_names().size(), 9u);
   for (const auto& name : cluster_preset_names()) {
     SCOPED_TRACE(name);
-    const std::string text = kModel + "cluster: {preset: " + name +
-                             ", nodes: 3}\nparallel: {dp: 1, pp: 24, tp: 1, global_batch: 8}\n"
-                             "training: {dtype: fp16}\n";
+    const int per_node = cluster_preset(name)->gpus_per_node, dp = 3 * per_node / 24;  // 8, or 72 (NVL72)
+    const std::string text = kModel + "cluster: {preset: " + name + ", nodes: 3}\nparallel: {dp: " +
+                             std::to_string(dp) + ", pp: 24, tp: 1, global_batch: " + std::to_string(8 * dp) +
+                             "}\ntraining: {dtype: fp16}\n";
     Scenario s = parse_scenario(text, "t.yaml");
     EXPECT_EQ(s.cluster.nodes, 3);
-    EXPECT_EQ(s.cluster.total_gpus(), 24);
+    EXPECT_EQ(s.cluster.total_gpus(), 3 * per_node);
     EXPECT_GT(s.cluster.nic_bw_Bps, 0);
     // Nodes default to 1 in the preset itself.
     EXPECT_EQ(cluster_preset(name)->nodes, 1);
@@ -267,7 +268,29 @@ TEST(Scenario, EveryClusterAndDevicePresetLoads) {
   EXPECT_DOUBLE_EQ(h100.nvlink_bw_Bps, 450e9);
   EXPECT_DOUBLE_EQ(h100.nic_bw_Bps, 50e9);
   EXPECT_DOUBLE_EQ(h100.device.hbm_bw_Bps, 3350e9);
-  EXPECT_FALSE(cluster_preset("dgx-b200").has_value());
+  // Blackwell: DGX B200 (8 GPUs, NVLink 5 at 900 GB/s per direction) and the NVL72 racks, one node of 72 GPUs on
+  // one NVLink domain with a NIC per GPU (400 Gb/s with GB200, 800 Gb/s with GB300).
+  const ClusterSpec b200 = *cluster_preset("dgx-b200");
+  EXPECT_EQ(b200.gpus_per_node, 8);
+  EXPECT_DOUBLE_EQ(b200.nvlink_bw_Bps, 900e9);
+  EXPECT_DOUBLE_EQ(b200.device.peak_flops_bf16, 2250e12);
+  EXPECT_DOUBLE_EQ(b200.device.peak_flops_fp8, 4500e12);
+  for (const char* name : {"gb200-nvl72", "gb300-nvl72"}) {
+    SCOPED_TRACE(name);
+    const ClusterSpec r = *cluster_preset(name);
+    EXPECT_EQ(r.gpus_per_node, 72);
+    EXPECT_EQ(r.nics_per_node, 72);
+    EXPECT_EQ(r.fabric, IntraNodeFabric::NVSwitch);
+    EXPECT_DOUBLE_EQ(r.nvlink_bw_Bps, 900e9);
+    EXPECT_EQ(r.topology, InterNodeTopology::Rail);
+    EXPECT_DOUBLE_EQ(r.device.peak_flops_fp8, 5000e12);
+    EXPECT_DOUBLE_EQ(r.device.hbm_bw_Bps, 8000e9);
+    EXPECT_DOUBLE_EQ(r.gpu_speed_sigma, 0.01);
+  }
+  EXPECT_DOUBLE_EQ(cluster_preset("gb200-nvl72")->nic_bw_Bps, 50e9);
+  EXPECT_DOUBLE_EQ(cluster_preset("gb300-nvl72")->nic_bw_Bps, 100e9);
+  EXPECT_DOUBLE_EQ(cluster_preset("gb300-nvl72")->device.memory_bytes, 279 * units::kGiB);
+  EXPECT_FALSE(cluster_preset("dgx-b300").has_value());
 }
 
 // ---------------------------------------------------------------- default scenario
@@ -421,10 +444,11 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "nemotron4-340b");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-z100}\n" + kParallel),
             "t.yaml:2:19: cluster.preset: unknown cluster preset \"dgx-z100\" (did you mean \"dgx-a100\"?); valid: "
-            "aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, vtrain-a100, dgx-h100, dgx-h100-superpod");
+            "aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, vtrain-a100, dgx-h100, dgx-h100-superpod, dgx-b200, "
+            "gb200-nvl72, gb300-nvl72");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, device: {preset: TPUv4}}\n" + kParallel),
             "t.yaml:2:46: cluster.device.preset: unknown device preset \"TPUv4\"; valid: V100-SXM2-16GB, "
-            "V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM, H200-SXM");
+            "V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM, H200-SXM, B200-SXM, GB200, GB300");
   EXPECT_EQ(error_of(kBase + "schedule:\n  kind: 1f1f\n"),
             "t.yaml:5:9: schedule.kind: unknown value \"1f1f\" (did you mean \"1f1b\"?); valid: gpipe, 1f1b, "
             "interleaved, terapipe, seq1f1b, seq1f1b-i, zb-h1, zb-h2, zb-v, file");

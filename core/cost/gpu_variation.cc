@@ -7,16 +7,10 @@
 #include <string>
 
 #include "core/model/placement.h"
+#include "core/util/splitmix.h"
 
 namespace pipescope {
 namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // A uniform deviate in (0, 1) from 53 random bits.
 double unit(std::uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) / 9007199254740992.0; }

@@ -142,6 +142,13 @@ const std::vector<DeviceSpec>& devices() {
       hopper(device("H100-SXM", 989.4, 989.4, 67, 80, 3350, 132, kHopperGemmEfficiency, 0, 70), 1979),
       // H200: the H100's Hopper die and clocks (same peaks and SMs) with 141 GB of HBM3e at 4.8 TB/s.
       hopper(device("H200-SXM", 989.4, 989.4, 67, 141, 4800, 132, kHopperGemmEfficiency, 0, 70), 1979),
+      // Blackwell (docs/cost-model.md "Device and cluster descriptions"): dense peaks of NVIDIA's Blackwell
+      // datasheets (B200 in HGX / DGX B200 at 1,000 W; the GB200 and GB300 superchips' GPUs at 1,200 W and
+      // 1,400 W), HBM3e 8 TB/s, 148 SMs (B200 / GB200) and 160 (Blackwell Ultra). FP8 is also the MXFP8 rate.
+      // No public achievable-matmul measurement yet: Hopper's GEMM share, so the report says no measured set.
+      hopper(device("B200-SXM", 2250, 2250, 80, 180, 8000, 148, kHopperGemmEfficiency, 0, 70), 4500),
+      hopper(device("GB200", 2500, 2500, 90, 186, 8000, 148, kHopperGemmEfficiency, 0, 70), 5000),
+      hopper(device("GB300", 2500, 2500, 80, 279, 8000, 160, kHopperGemmEfficiency, 0, 70), 5000),
   };
   return kDevices;
 }
@@ -201,20 +208,34 @@ ClusterSpec dgx_node(const char* preset, const char* device_name, double nvlink_
 // - Rail-optimised compute fabric: NIC k of every node of a 32-node scalable unit on leaf switch k of that unit
 //   (QM9700, 64 NDR ports: 32 down, 32 up), spine above at full bisection (SuperPOD reference architecture).
 // - PCIe gen5 x16 host path (~50 GB/s per direction), NIC/NVLink port latencies as the dgx-h100 preset.
-// H100 clusters: GPU-to-GPU speed spread of 1% (one standard deviation; core/cost/gpu_variation.h). Sinha et al.,
-// "Not All GPUs Are Created Equal" (SC'22): 8% average spread between the fastest and slowest GPU of one SKU
+// H100 and Blackwell clusters: GPU-to-GPU speed spread of 1% (one standard deviation; core/cost/gpu_variation.h). Sinha
+// et al., "Not All GPUs Are Created Equal" (SC'22): 8% average spread between the fastest and slowest GPU of one SKU
 // across clusters of 400 to 27,000 GPUs, i.e. about 6.5 to 8 standard deviations of a normal sample that size.
-// The H100 description is one median GPU (its GEMM share comes from single-GPU matmul ceilings), so a job pays its
-// slowest GPU on top; the A100 and V100 shares were fitted to multi-GPU runs, which already include it.
-constexpr double kHopperGpuSpeedSigma = 0.01;
+// The H100 description (and Blackwell's, which borrows its GEMM share) is one median GPU (its share comes from
+// single-GPU matmul ceilings), so a job pays its slowest GPU on top; the A100 and V100 shares were fitted to multi-GPU
+// runs, which already include it.
+constexpr double kMedianGpuSpeedSigma = 0.01;
 
-ClusterSpec hopper_cluster(ClusterSpec c) {
-  c.gpu_speed_sigma = kHopperGpuSpeedSigma;
+ClusterSpec median_gpu_cluster(ClusterSpec c) {
+  c.gpu_speed_sigma = kMedianGpuSpeedSigma;
+  return c;
+}
+
+// A GB200 / GB300 NVL72 rack: 72 GPUs on one NVLink 5 switch domain across its 18 compute trays, so one "node" of
+// 72 GPUs here (the NVLink domain, not the tray), 900 GB/s per GPU per direction (NVLink 5: 1.8 TB/s per GPU, the
+// rack's 130 TB/s); one NIC per GPU for the compute fabric between racks (ConnectX-7 400 Gb/s with GB200,
+// ConnectX-8 SuperNIC 800 Gb/s with GB300; NVIDIA GB200 / GB300 NVL72 datasheets), rail-optimised. The host path
+// (Grace, NVLink-C2C) carries no GPU traffic on NVSwitch routes.
+ClusterSpec nvl72_rack(const char* preset, const char* device_name, double nic_Gbps) {
+  ClusterSpec c = median_gpu_cluster(dgx_node(preset, device_name, 900, 450, nic_Gbps));
+  c.gpus_per_node = 72;
+  c.nics_per_node = 72;
+  c.topology = InterNodeTopology::Rail;
   return c;
 }
 
 ClusterSpec dgx_h100_superpod() {
-  ClusterSpec c = hopper_cluster(dgx_node("dgx-h100-superpod", "H100-SXM", 450, 50, 400));
+  ClusterSpec c = median_gpu_cluster(dgx_node("dgx-h100-superpod", "H100-SXM", 450, 50, 400));
   c.topology = InterNodeTopology::Rail;
   c.nodes_per_leaf = 0;  // auto: 32-node scalable units (the largest divisor of nodes <= 32)
   c.oversubscription = 1.0;
@@ -234,8 +255,13 @@ const std::vector<ClusterSpec>& clusters() {
       // one 100 Gb/s NIC per GPU.
       dgx_node("vtrain-a100", "A100-SXM4-80GB", 300, 25, 100),
       // NVLink4 450 GB/s per direction per GPU (docs/calibration.md), 8 x 400 Gb/s NDR IB, PCIe gen5 host path.
-      hopper_cluster(dgx_node("dgx-h100", "H100-SXM", 450, 50, 400)),
+      median_gpu_cluster(dgx_node("dgx-h100", "H100-SXM", 450, 50, 400)),
       dgx_h100_superpod(),
+      // DGX B200: 8 x B200 on NVLink 5 switches (900 GB/s per GPU per direction), 8 x ConnectX-7 400 Gb/s, PCIe gen5
+      // host path (DGX B200 datasheet).
+      median_gpu_cluster(dgx_node("dgx-b200", "B200-SXM", 900, 50, 400)),
+      nvl72_rack("gb200-nvl72", "GB200", 400),
+      nvl72_rack("gb300-nvl72", "GB300", 800),
   };
   return kClusters;
 }
