@@ -222,9 +222,9 @@ TEST(Scenario, EveryClusterAndDevicePresetLoads) {
   for (const auto& name : cluster_preset_names()) {
     SCOPED_TRACE(name);
     const int per_node = cluster_preset(name)->gpus_per_node, dp = 3 * per_node / 24;  // 8, or 72 (NVL72)
-    const std::string text = kModel + "cluster: {preset: " + name + ", nodes: 3}\nparallel: {dp: " +
-                             std::to_string(dp) + ", pp: 24, tp: 1, global_batch: " + std::to_string(8 * dp) +
-                             "}\ntraining: {dtype: fp16}\n";
+    const std::string text =
+        kModel + "cluster: {preset: " + name + ", nodes: 3}\nparallel: {dp: " + std::to_string(dp) +
+        ", pp: 24, tp: 1, global_batch: " + std::to_string(8 * dp) + "}\ntraining: {dtype: fp16}\n";
     Scenario s = parse_scenario(text, "t.yaml");
     EXPECT_EQ(s.cluster.nodes, 3);
     EXPECT_EQ(s.cluster.total_gpus(), 3 * per_node);
