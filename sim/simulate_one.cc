@@ -12,7 +12,8 @@ namespace pipescope::sim {
 
 namespace {
 
-std::string timeline_svg(const Scenario& s, const CheckedSchedule& cs, const SimResult& r, const TimelineRequest& t) {
+std::string timeline_svg(const Scenario& s, const CheckedSchedule& cs, const SimResult& r, const TimeBreakdown& b,
+                         const TimelineRequest& t) {
   const std::string title = timeline_title("simulated", s.name, cs.schedule(), r.iteration_s);
   PanelOptions po;
   po.all_replicas = t.all_replicas;
@@ -21,6 +22,7 @@ std::string timeline_svg(const Scenario& s, const CheckedSchedule& cs, const Sim
   so.comm = t.comm;
   so.title = t.title;
   so.compact = t.compact;
+  so.breakdown = breakdown_line(b);
   const ProgramSpans spans = program_spans(cs.dag(), cs.schedule(), r);
   std::ostringstream os;
   write_timeline_svg(os, {timeline_panel(cs.schedule(), cs.placement(), spans, title, po)}, so);
@@ -45,7 +47,7 @@ SimulateOneResult simulate_one(const Scenario& s, const SimulateOneRequest& q) {
     write_trace(os, cs, r, out.report.profile);
     out.trace = os.str();
   }
-  if (q.timeline) out.timeline_svg = timeline_svg(s, cs, r, q.timeline_options);
+  if (q.timeline) out.timeline_svg = timeline_svg(s, cs, r, out.report.breakdown.mean, q.timeline_options);
   return out;
 }
 

@@ -277,6 +277,10 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   lx = ml, ly += 19;
   words(std::string("block label: micro-batch[.slice][c<chunk>], counted from 0") +
         (opt.comm ? "; thin strip under each row = communication" : "") + (compact ? "; compact: no labels" : ""));
+  if (!opt.breakdown.empty()) {
+    lx = ml, ly += 19;
+    words(opt.breakdown);
+  }
   const double header_h = std::ceil(ly + 12 + 14);
 
   // ---- total height

@@ -4,7 +4,7 @@
 // coloured by micro-batch (hue; forward light, backward dark, weight gradient between), chunks >= 1 hatched,
 // labels "micro-batch[.slice][c<chunk>]" where they fit, idle time as the grey band showing through, an optional
 // communication strip under each row, a legend by op kind, micro-batch hue and chunk pattern (wrapped to the
-// width), and a time axis. The writer takes a neutral list of intervals so that simulated runs (sim::SimResult) and
+// width; a simulated run's adds where its time goes), and a time axis. The writer takes a neutral list of intervals so that simulated runs (sim::SimResult) and
 // measured runs (the validation runtime's per-op timings) share it; several panels (e.g. simulated and
 // measured) go into one picture, each with its own time axis. No SimGrid here. Output is deterministic
 // (fixed formatting, no clocks): the same input gives the same bytes.
@@ -50,6 +50,7 @@ struct SvgOptions {
   // Compact: no tooltips, block labels or block edges, for pictures of many rows; on by itself from
   // kCompactRows rows (96 stages and more) so that such files stay small and readable.
   bool compact = false;
+  std::string breakdown;  // a last legend line: where the time goes (breakdown_line); "" = none
 };
 inline constexpr std::size_t kCompactRows = 96;
 

@@ -95,6 +95,16 @@ TEST(TimeBreakdown, ExposedCommunicationIsChargedByKind) {
   EXPECT_NEAR(b.mean.total_s(), t.makespan, 1e-9);
 }
 
+// The timeline legend's line: each part's share of the total, the parts under 0.1% left out.
+TEST(TimeBreakdown, LegendLineGivesEachVisiblePartsShare) {
+  TimeBreakdown b;
+  b.forward_s = 1, b.backward_s = 2, b.bubble_s = 0.9995, b.dp_comm_s = 0.0005;
+  EXPECT_EQ(breakdown_line(b),
+            "time (mean over workers): forward compute 25.0%, backward compute (less recomputation) 50.0%, pipeline "
+            "bubble (waiting on another stage) 25.0%");
+  EXPECT_EQ(breakdown_line(TimeBreakdown{}), "time (mean over workers):");
+}
+
 TEST(TimeBreakdown, TimingsMustCoverTheDag) {
   const Timed t = timed(ConstantCosts{}, 2, 2, 1, 1, 0, 0);
   EXPECT_THROW(time_breakdown(t.dag, t.ls, {}, {}, t.makespan, nullptr), std::invalid_argument);

@@ -1,6 +1,7 @@
 #include "core/lower/time_breakdown.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,21 @@ const std::vector<TimePart>& time_parts() {
       {"bubble_s", &B::bubble_s, "pipeline bubble (waiting on another stage)"},
   };
   return parts;
+}
+
+std::string breakdown_line(const TimeBreakdown& b) {
+  const double total = b.total_s();
+  std::string out = "time (mean over workers):";
+  const char* sep = " ";
+  for (const TimePart& p : time_parts()) {
+    const double x = b.*p.member;
+    if (!(total > 0) || !(1000 * x >= total)) continue;  // under 0.1%: it would print as noise
+    char pct[32];
+    std::snprintf(pct, sizeof pct, " %.1f%%", 100 * x / total);
+    out += sep + std::string(p.title) + pct;
+    sep = ", ";
+  }
+  return out;
 }
 
 namespace {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/lower/dag.h"
@@ -30,6 +31,9 @@ struct TimePart {
   const char* title;
 };
 const std::vector<TimePart>& time_parts();
+// One line for a picture's legend: "time (mean over workers): forward compute 29.3%, ..." (parts over total_s();
+// the parts under 0.1% left out).
+std::string breakdown_line(const TimeBreakdown& b);
 
 struct RunBreakdown {
   std::vector<TimeBreakdown> per_worker;
