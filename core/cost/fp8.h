@@ -17,8 +17,8 @@
 // The backward GEMMs (dgrad and wgrad) run slower than the forward ones: Transformer Engine asks cuBLAS for the
 // split accumulator there (use_split_accumulator, its _2X_ACC_DGRAD / _2X_ACC_WGRAD defaults; forward uses the fast
 // one), which promotes the tensor cores' limited-precision partial sums to fp32 registers every few K steps. Fast
-// accumulation measures 1.1x to 1.2x faster on H100 (pytorch/ao issue 2377, the same cuBLAS flag through
-// torch._scaled_mm); the midpoint is kFp8SplitAccumulatorSlowdown.
+// accumulation measures 1.1x to 1.2x faster on H100 (pytorch/ao's question "use_fast_accum in FP8 training",
+// June 2025: the same cuBLAS flag through torch._scaled_mm); the midpoint is kFp8SplitAccumulatorSlowdown.
 // docs/cost-model.md "FP8" has the formulas.
 
 #include <vector>

@@ -24,8 +24,9 @@ namespace pipescope {
 
 // Speed of GPU g relative to the median GPU: 1 + sigma * z (z clamped to [-4, 4]).
 double gpu_speed(double sigma, std::uint64_t seed, int gpu);
-// Per pipeline rank: the compute-time factor of its slowest GPU over every replica and lane (>= 0.5 / ... ; 1
-// everywhere with sigma 0). Throws std::invalid_argument when the layout does not fit the cluster.
+// Per pipeline rank: the compute-time factor of its slowest GPU over every replica and lane, at least 1 (a rank whose
+// GPUs all beat the median is not credited for it: the description stays the best a job is priced at); 1
+// everywhere with sigma 0. Throws std::invalid_argument when the layout does not fit the cluster.
 std::vector<double> rank_slowdowns(const Scenario& s);
 
 // "sigma 1% (seed 1): compute x1.021 to x1.034 by pipeline rank (its slowest GPU)"; "" with sigma 0.
