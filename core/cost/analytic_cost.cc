@@ -156,6 +156,23 @@ int AnalyticCostModel::layers_of_stage(int stage) const {
   return stage_layers_[static_cast<std::size_t>(stage)];
 }
 
+// A fused attention kernel at its pass's share of peak. FlashAttention compiles its kernels for head dimensions in
+// steps of 32 (FlashAttention-2: 32, 64, 96, 128, ... 256; FlashAttention-3 a subset) and runs a smaller head in the
+// next one up: head 80 does the matmul work of 96.
+double AnalyticCostModel::fused_attention_seconds(const KernelCost& k, double peak) const {
+  const DeviceSpec& d = s_.cluster.device;
+  const double fwd = d.flash_fwd_efficiency > 0 ? d.flash_fwd_efficiency : d.gemm_efficiency;
+  const double bwd = d.flash_bwd_efficiency > 0 ? d.flash_bwd_efficiency : d.gemm_efficiency;
+  const double head = static_cast<double>(s_.model.hidden) / s_.model.heads;
+  const double padded = std::ceil(head / kFlashHeadStep) * kFlashHeadStep;
+  const double flops = k.flops * (head > 0 ? padded / head : 1.0);
+  const double at_rate =
+      (flops + d.gemm_half_sat_flops) / (peak * (k.attention == FusedAttention::Forward ? fwd : bwd));
+  if (k.m <= 0 || d.sm_count <= 0) return at_rate;
+  const double blocks = std::ceil(k.m / kFlashTileRows) * k.batch, waves = blocks / d.sm_count;
+  return at_rate * std::ceil(waves) / waves;
+}
+
 double AnalyticCostModel::kernel_seconds(const KernelCost& k) const {
   const DeviceSpec& d = s_.cluster.device;
   if (k.wait_s > 0) return k.wait_s;
@@ -168,6 +185,7 @@ double AnalyticCostModel::kernel_seconds(const KernelCost& k) const {
   if (k.flops <= 0) return mem;
   const double peak =
       k.fp8 ? fp8_peak_flops_ / (k.fp8_split_accumulator ? kFp8SplitAccumulatorSlowdown : 1.0) : dtype_peak_flops_;
+  if (k.attention != FusedAttention::None) return std::max(fused_attention_seconds(k, peak), mem);
   if (k.gemm && k.m > 0) {  // tile and wave quantisation over the SMs (core/cost/gemm_model.h)
     const GemmDevice g{peak,
                        d.gemm_efficiency,
@@ -197,7 +215,10 @@ std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, 
     if (c > 0) k.push_back({0, 4 * e * b * K * kv / t, false});  // K/V cache concatenation (a new contiguous copy)
     // One fused kernel over the causal pairs: reads Q, K, V, writes the output and the fp32 log-sum-exp.
     const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
-    k.push_back({4 * b * h * pairs / t, e * (2 * T * h / t + 2 * b * K * kv / t) + 4 * b * (m.heads / t) * l, true});
+    KernelCost fused{4 * b * h * pairs / t, e * (2 * T * h / t + 2 * b * K * kv / t) + 4 * b * (m.heads / t) * l, true};
+    fused.attention = FusedAttention::Forward;
+    fused.m = l, fused.batch = b * (m.heads / t);
+    k.push_back(fused);
     return k;
   }
   std::vector<KernelCost> k = {
@@ -285,11 +306,18 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd}, acc,
                        Fp8Pass::Backward);
   };
-  // A column-parallel linear's wgrad with its input gradient's all-reduce beside it (core/cost/tp_overlap.h).
+  // A column-parallel linear's wgrad with its input gradient's all-reduce (reduce-scatter with sequence parallelism)
+  // beside it, and with sequence parallelism its dgrad beside the re-gather of its input (core/cost/tp_overlap.h).
   const double ar = tp_overlap ? tp_overlap_seconds(b, l) : 0.0;
+  const double regather = tp_overlap && sequence_parallel_tp() ? ar : 0.0;
   auto column_wgrad = [&](double M, double Kd, double N) {
     KernelCost k = wgrad(M, Kd, N);
     k.beside_s = ar;
+    return k;
+  };
+  auto column_dgrad = [&](double M, double Kd, double N) {
+    KernelCost k = gemm(M, Kd, N);
+    k.beside_s = regather;
     return k;
   };
   const double mask = s_.training.dropout ? 1.0 : 0.0;  // dropout mask bytes per element
@@ -300,7 +328,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
       wgrad(f / t, T, h),                                      // MLP down wgrad
       {8 * T * f / t, e * T * (f + 2 * d.up_out) / t, false},  // GeLU (SwiGLU) backward
       bias_grad(T, d.up_out / t),                              // MLP up bias
-      gemm(T, d.up_out / t, h),                                // MLP up dgrad
+      column_dgrad(T, d.up_out / t, h),                        // MLP up dgrad
       column_wgrad(h, T, d.up_out / t),                        // MLP up wgrad
       {10 * Tr * h, 4 * e * Tr * h, false},                    // LayerNorm backward (+ residual gradient)
       {3 * Tr * h, (2 * e + mask) * Tr * h, false},            // dropout + add backward (attention)
@@ -318,7 +346,10 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     k.push_back({2 * T * h / t, 2 * e * T * h / t + lse, false});  // D = rowsum(dO * O)
     // Recomputes the scores: 5 matmuls over the causal pairs (S, dV, dP, dQ, dK); reads Q, K, V, O, dO, writes
     // dK, dV over the whole prefix and accumulates dQ in fp32.
-    k.push_back({10 * b * h * pairs / t, e * (3 * T * h / t + 4 * b * K * kv / t) + 8 * T * h / t + 2 * lse, true});
+    KernelCost fused{10 * b * h * pairs / t, e * (3 * T * h / t + 4 * b * K * kv / t) + 8 * T * h / t + 2 * lse, true};
+    fused.attention = FusedAttention::Backward;
+    fused.m = K, fused.batch = b * (m.heads / t);
+    k.push_back(fused);
     k.push_back({0, (4 + e) * T * h / t, false});  // dQ fp32 -> 16 bit
     // dK/dV of this slice's keys plus the context add up with what the later slices left (docs/papers.md#seq1f1b).
     if (c + l < m.seq_len) k.push_back({2 * b * K * kv / t, 6 * e * b * K * kv / t, false});
@@ -340,7 +371,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   }
   const std::vector<KernelCost> rest = {
       bias_grad(T, d.qkv_out / t),           // QKV bias
-      gemm(T, d.qkv_out / t, h),             // QKV dgrad
+      column_dgrad(T, d.qkv_out / t, h),     // QKV dgrad
       column_wgrad(h, T, d.qkv_out / t),     // QKV wgrad
       {10 * Tr * h, 4 * e * Tr * h, false},  // LayerNorm backward (+ residual gradient)
   };
@@ -555,13 +586,18 @@ double AnalyticCostModel::p2p_bytes(const Op& op, int microbatch_seqs) const {
   return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes() / shard / s_.parallel.cp;
 }
 
+bool AnalyticCostModel::sequence_parallel_tp() const { return s_.parallel.sequence_parallel && s_.parallel.tp > 1; }
+
 bool AnalyticCostModel::tp_overlap(const Op& op) const {
-  return s_.training.async_tp_allreduce && s_.parallel.tp > 1 && op.kind == OpKind::Backward && kernels_time_backward();
+  return (s_.training.async_tp_allreduce || sequence_parallel_tp()) && s_.parallel.tp > 1 &&
+         op.kind == OpKind::Backward && kernels_time_backward();
 }
 
 double AnalyticCostModel::tp_overlap_seconds(int b, int l) const {
-  // The all-reduce of b*l tokens of the hidden width, as tp_allreduce_bytes sizes it (l already / cp).
-  return tp_allreduce_seconds(s_, static_cast<double>(b) * l * s_.model.hidden * elem_bytes());
+  // The all-reduce of b*l tokens of the hidden width, as tp_allreduce_bytes sizes it (l already / cp); with sequence
+  // parallelism the reduce-scatter (or all-gather) of the same tensor.
+  const double bytes = static_cast<double>(b) * l * s_.model.hidden * elem_bytes();
+  return sequence_parallel_tp() ? tp_allgather_seconds(s_, bytes) : tp_allreduce_seconds(s_, bytes);
 }
 
 int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
@@ -570,7 +606,11 @@ int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
   const int recomputed = s_.schedule.recompute == Recompute::Full ? 2 * layers_of_stage(op.stage) : 0;
   // + the LM head's input gradient; with async_tp_allreduce the input-gradient all-reduces (2 per layer and the
   // LM head's) run beside their wgrads and are costed there (compute_seconds), leaving the recomputed forward's.
-  const int backward = tp_overlap(op) ? recomputed : recomputed + 2 * layers_of_stage(op.stage) + (last ? 1 : 0);
+  // With sequence parallelism the two all-gathers of the row-parallel outputs' gradients (one all-reduce's worth per
+  // layer) stay exposed (core/cost/tp_overlap.h).
+  const int overlapped = sequence_parallel_tp() ? layers_of_stage(op.stage) : 0;
+  const int backward =
+      tp_overlap(op) ? recomputed + overlapped : recomputed + 2 * layers_of_stage(op.stage) + (last ? 1 : 0);
   switch (op.kind) {
     case OpKind::Forward:
       return 2 * layers_of_stage(op.stage) + (op.stage == 0 ? 1 : 0);  // + vocab-parallel embedding output

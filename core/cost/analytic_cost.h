@@ -42,13 +42,19 @@ class AnalyticCostModel : public CostModel {
   double op_flops(const Op& op, int microbatch_seqs) const;
   // Time of one GPU kernel (roofline with efficiency, no launch overhead).
   double kernel_seconds(const KernelCost& k) const;
+  // A fused attention kernel (KernelCost::attention) at `peak`: the device's flash efficiency for its pass, the head
+  // dimension padded to the kernels' step.
+  double fused_attention_seconds(const KernelCost& k, double peak) const;
+  static constexpr double kFlashHeadStep = 32;
+  static constexpr double kFlashTileRows = 128;
   KernelTimer timer() const {
     return [this](const KernelCost& k) { return kernel_seconds(k); };
   }
   // The kernels of one layer's forward / backward (without recomputation), in issue order.
   std::vector<KernelCost> layer_forward_kernels(int b, int l, int c) const;
-  // tp_overlap: the fused backward with training.async_tp_allreduce (the column-parallel wgrads carry the all-reduce
-  // of their input gradient, core/cost/tp_overlap.h); off for a split backward (I / W), whose W runs later.
+  // tp_overlap: the fused backward with training.async_tp_allreduce or sequence parallelism (the column-parallel wgrads
+  // carry the collective of their input gradient, core/cost/tp_overlap.h); off for a split backward (I / W), whose W
+  // runs later.
   std::vector<KernelCost> layer_backward_kernels(int b, int l, int c, bool tp_overlap = false) const;
   // The attention core of a layer's forward (Q.K^T, softmax, dropout, P.V; or the one flash kernel).
   std::vector<KernelCost> attention_core_kernels(int b, int l, int c) const;
@@ -81,6 +87,7 @@ class AnalyticCostModel : public CostModel {
   // Whether `op` runs the column-parallel input-gradient all-reduces beside its wgrads (a fused backward with
   // training.async_tp_allreduce and tp > 1), and the time of one such all-reduce of b*l tokens.
   bool tp_overlap(const Op& op) const;
+  bool sequence_parallel_tp() const;  // sequence parallelism over a tensor-parallel group of 2 or more
   double tp_overlap_seconds(int b, int l) const;
   int elem_bytes() const { return s_.training.act_bytes_per_elem(); }
   int grad_elem_bytes() const { return s_.training.grad_fp32 ? 4 : elem_bytes(); }

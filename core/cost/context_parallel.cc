@@ -66,7 +66,8 @@ std::vector<KernelCost> cp_attention_forward_kernels(const KernelTimer& time, co
   for (int i = 0; i < cp; i++) {
     const double pairs = b * cp_step_pairs(s.model.seq_len, cp, i);
     // The flash kernel of the step: reads Q and the step's K, V, writes its partial output and log-sum-exp.
-    const KernelCost step{4.0 * s.model.hidden * pairs / s.parallel.tp, d.e * (2 * d.Th + 2 * d.kvb) + d.lse, true};
+    KernelCost step{4.0 * s.model.hidden * pairs / s.parallel.tp, d.e * (2 * d.Th + 2 * d.kvb) + d.lse, true};
+    step.attention = FusedAttention::Forward;
     double busy = time(step);
     k.push_back(step);
     if (i > 0) {  // merge the step's partial output into the running one (fp32) by the log-sum-exps
@@ -89,8 +90,9 @@ std::vector<KernelCost> cp_attention_backward_kernels(const KernelTimer& time, c
   for (int i = 0; i < cp; i++) {
     const double pairs = b * cp_step_pairs(s.model.seq_len, cp, i);
     // Recomputes the scores (5 matmuls over the pairs); reads Q, K, V, O, dO, writes dK, dV, accumulates dQ.
-    const KernelCost step{10.0 * s.model.hidden * pairs / s.parallel.tp,
-                          d.e * (3 * d.Th + 4 * d.kvb) + 8 * d.Th + 2 * d.lse, true};
+    KernelCost step{10.0 * s.model.hidden * pairs / s.parallel.tp, d.e * (3 * d.Th + 4 * d.kvb) + 8 * d.Th + 2 * d.lse,
+                    true};
+    step.attention = FusedAttention::Backward;
     double busy = time(step);
     k.push_back(step);
     if (i > 0) {  // add this step's dK/dV into the partial sums received

@@ -3,9 +3,13 @@
 // parallelism exchange (core/cost/analytic_cost.h prices KernelCosts; core/cost/fp8.h and context_parallel.h make
 // them).
 
+#include <cstdint>
 #include <functional>
 
 namespace pipescope {
+
+// A fused attention kernel (FlashAttention): its pass, which sets the share of peak it reaches.
+enum class FusedAttention : std::uint8_t { None, Forward, Backward };
 
 // One GPU kernel as the analytic model sees it: useful FLOPs and HBM bytes moved.
 struct KernelCost {
@@ -24,6 +28,7 @@ struct KernelCost {
   // > 0: a collective running beside this kernel that the next kernel waits for: the kernel lasts at least this
   // long (a column-parallel wgrad with training.async_tp_allreduce, core/cost/tp_overlap.h).
   double beside_s = 0;
+  FusedAttention attention = FusedAttention::None;  // a fused attention kernel (gemm true): its pass
 };
 
 // Seconds of one kernel on the model's device (AnalyticCostModel::kernel_seconds).

@@ -71,6 +71,9 @@ struct DeviceSpec {
   // Hopper's persistent GEMM kernels write a tile while the next one computes; Volta's and Ampere's finish a wave's
   // writes before the next wave starts (core/cost/gemm_model.h). Used with sm_count only.
   bool gemm_epilogue_hidden = false;
+  // Share of the dtype peak the fused attention kernels reach at long sequences, forward and backward (the backward
+  // recomputes the scores and writes three gradients: it reaches less); 0 = gemm_efficiency.
+  double flash_fwd_efficiency = 0, flash_bwd_efficiency = 0;
 };
 // Whether two descriptions have every figure alike (the name aside).
 bool same_figures(const DeviceSpec& a, const DeviceSpec& b);

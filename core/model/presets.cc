@@ -129,6 +129,15 @@ constexpr double kHopperGemmEfficiency = 0.643;
 static_assert(kHopperGemmEfficiency - 0.69 / kA100MatmulCeiling * kHopperMatmulCeiling < 5e-4 &&
               0.69 / kA100MatmulCeiling * kHopperMatmulCeiling - kHopperGemmEfficiency < 5e-4);
 
+// The fused attention kernels' share of peak, forward and backward, at the causal long-sequence shapes training runs
+// (docs/cost-model.md "Fused attention" and the device table: FlashAttention-2's A100 benchmark, 50-73% of peak over
+// its shapes). A device without them prices attention at its GEMM share.
+DeviceSpec flash(DeviceSpec d, double fwd, double bwd) {
+  d.flash_fwd_efficiency = fwd;
+  d.flash_bwd_efficiency = bwd;
+  return d;
+}
+
 const std::vector<DeviceSpec>& devices() {
   static const std::vector<DeviceSpec> kDevices = {
       // Volta has FP16 tensor cores only: bf16 peak 0 = unsupported. Shares fit to TeraPipe's Table 2 (PyTorch
@@ -137,7 +146,7 @@ const std::vector<DeviceSpec>& devices() {
       device("V100-SXM2-32GB", 125, 0, 15.7, 32, 900, 80, 0.75, 15e9, 100),
       // Shares fit to the vTrain A100 development set (Megatron-DeepSpeed with its async TP all-reduce and the
       // GEMM wave epilogue, docs/cost-model.md "Fidelity").
-      device("A100-SXM4-80GB", 312, 312, 19.5, 80, 2039, 108, 0.69, 0, 70),
+      flash(device("A100-SXM4-80GB", 312, 312, 19.5, 80, 2039, 108, 0.69, 0, 70), 0.63, 0.55),
       // Hopper: the A100's share scaled by the two devices' achievable matmul ceilings (kHopperMatmulCeiling).
       hopper(device("H100-SXM", 989.4, 989.4, 67, 80, 3350, 132, kHopperGemmEfficiency, 0, 70), 1979),
       // H200: the H100's Hopper die and clocks (same peaks and SMs) with 141 GB of HBM3e at 4.8 TB/s.

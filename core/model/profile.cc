@@ -256,7 +256,7 @@ DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
   const Map m(src, n, "device",
               {"name", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "memory_GB",
                "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency",
-               "sm_count", "gemm_epilogue_hidden"});
+               "sm_count", "gemm_epilogue_hidden", "flash_fwd_efficiency", "flash_bwd_efficiency"});
   DeviceSpec d;
   d.name = m.str("name");
   d.peak_flops_fp16 = m.num("peak_tflops_fp16", true) * kTflops;
@@ -274,6 +274,11 @@ DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
     fail_profile_key(src, m.node("memory_efficiency"), "device.memory_efficiency", "must be <= 1");
   d.sm_count = m.integer("sm_count", 0, 0);  // GEMM wave quantisation (core/cost/gemm_model.h); 0 = none
   d.gemm_epilogue_hidden = m.boolean("gemm_epilogue_hidden", false);
+  for (auto [key, field] : {std::pair{"flash_fwd_efficiency", &d.flash_fwd_efficiency},
+                            std::pair{"flash_bwd_efficiency", &d.flash_bwd_efficiency}}) {
+    *field = m.num(key, false, 0.0);  // fused attention's share of peak; 0 = the GEMM share
+    if (*field > 1) fail_profile_key(src, m.node(key), std::string("device.") + key, "must be <= 1");
+  }
   return d;
 }
 
@@ -600,6 +605,8 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
   os << "  memory_efficiency: " << yaml_num(d.memory_efficiency) << "\n";
   if (d.sm_count > 0) os << "  sm_count: " << d.sm_count << "\n";
   if (d.gemm_epilogue_hidden) os << "  gemm_epilogue_hidden: true\n";
+  if (d.flash_fwd_efficiency > 0) os << "  flash_fwd_efficiency: " << yaml_num(d.flash_fwd_efficiency) << "\n";
+  if (d.flash_bwd_efficiency > 0) os << "  flash_bwd_efficiency: " << yaml_num(d.flash_bwd_efficiency) << "\n";
   if (!p.links.empty()) {
     os << "links:\n";
     for (const auto& [cls, l] : p.links) {

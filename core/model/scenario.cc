@@ -456,7 +456,8 @@ DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_
   const Section d =
       c.sub("device", {"preset", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64",
                        "peak_tflops_fp8", "memory_GB", "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop",
-                       "kernel_launch_us", "memory_efficiency", "sm_count", "gemm_epilogue_hidden"});
+                       "kernel_launch_us", "memory_efficiency", "sm_count", "gemm_epilogue_hidden",
+                       "flash_fwd_efficiency", "flash_bwd_efficiency"});
   if (!d.present() && !cluster_from_preset) c.missing("device", "required when cluster.preset is not given");
   DeviceSpec dev = base.device;
   std::string preset;
@@ -482,7 +483,9 @@ DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_
   d.get("kernel_launch_us", Num::NonNegative, kUs, dev.kernel_launch_s);
   d.get("memory_efficiency", Num::Fraction, 1.0, dev.memory_efficiency);
   d.get("sm_count", dev.sm_count);  // GEMM wave quantisation (core/cost/gemm_model.h); absent: none
-  d.get("gemm_epilogue_hidden", dev.gemm_epilogue_hidden);  // persistent GEMM kernels (Hopper)
+  d.get("gemm_epilogue_hidden", dev.gemm_epilogue_hidden);                      // persistent GEMM kernels (Hopper)
+  d.get("flash_fwd_efficiency", Num::Fraction, 1.0, dev.flash_fwd_efficiency);  // fused attention; 0 = gemm share
+  d.get("flash_bwd_efficiency", Num::Fraction, 1.0, dev.flash_bwd_efficiency);
   const std::pair<const char*, double> required[] = {{"peak_tflops_fp16", dev.peak_flops_fp16},
                                                      {"peak_tflops_fp32", dev.peak_flops_fp32},
                                                      {"memory_GB", dev.memory_bytes},

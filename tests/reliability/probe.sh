@@ -138,7 +138,7 @@ case $case in
     # A profile's bad value was blamed on the scenario file.
     sed 's/intra: {latency_us: 1, bw_GBps: 300/intra: {latency_us: 1, bw_GBps: -5/' \
       "$src/calib/profiles/dgx-a100.analytic.yaml" >badval.yaml
-    run profiles 1 "--profile badval.yaml:24:35: links.intra.bw_GBps: must be > 0, got -5" -- simulate "$base" \
+    run profiles 1 "--profile badval.yaml:26:35: links.intra.bw_GBps: must be > 0, got -5" -- simulate "$base" \
       --profile badval.yaml ;;
   file_slice_tokens_24mb)
     # A 24 MB slice_tokens list took 34 s and 5.9 GB to be rejected inside the YAML parser.
