@@ -236,17 +236,7 @@ void print_table(std::ostream& os, const Report& r) {
 void write_json(std::ostream& os, const Report& r) {
   nlohmann::ordered_json j;
   j["schema"] = kReportSchema;
-  j["scenario"] = r.scenario;
-  j["schedule"] = r.schedule;
-  j["gpus"] = r.gpus;
-  j["dp"] = r.dp;
-  j["pp"] = r.pp;
-  j["tp"] = r.tp;
-  j["v"] = r.v;
-  j["m"] = r.m;
-  j["global_batch"] = r.global_batch;
-  j["micro_batch_size"] = r.micro_batch_size;
-  j["seq_len"] = r.seq_len;
+  put_figures(j, r);  // scenario ... tokens_per_s: the fields of sim/run_result.h, as its tables name them
   j["seq_slices"] = r.seq_slices;
   j["profile"] = nlohmann::ordered_json::parse(profile_json(r.profile));
   nlohmann::ordered_json fid;
@@ -255,19 +245,10 @@ void write_json(std::ostream& os, const Report& r) {
   for (const DeviceFidelity& f : r.fidelity)
     fid["sets"].push_back({{"set", f.set}, {"runs", f.runs}, {"mape", f.mape}});
   j["fidelity"] = std::move(fid);
-  j["iteration_s"] = r.iteration_s;
-  j["pipeline_end_s"] = r.pipeline_end_s;
-  j["bubble_fraction"] = r.bubble_fraction;
-  j["idle_fraction"] = r.idle_fraction;
-  j["idle_ratio"] = r.idle_ratio;
   j["definitions"] =
       "bubble_fraction = mean pipeline bubble / T (time_breakdown.bubble_s); "
       "idle_fraction = (T_pipe - mean busy) / T_pipe; idle_ratio = (T_pipe - mean busy) / mean busy";
-  j["tflops_per_gpu"] = r.tflops_per_gpu;
-  j["model_tflops_per_gpu"] = r.model_tflops_per_gpu;
-  j["mfu"] = r.mfu;
   j["time_breakdown"] = breakdown_json(r.breakdown.mean);
-  j["tokens_per_s"] = r.tokens_per_s;
   auto workers = nlohmann::ordered_json::array();
   for (std::size_t w = 0; w < r.worker_busy_s.size(); w++) {
     nlohmann::ordered_json x;

@@ -14,6 +14,7 @@
 #include "core/model/config.h"
 #include "core/model/profile.h"
 #include "sim/device_fidelity.h"
+#include "sim/run_result.h"
 
 namespace pipescope::sim {
 
@@ -34,22 +35,12 @@ struct SimResult {
 // Version of the --json layout (docs/schemas/simulate.schema.json); bumped when a key changes meaning or goes.
 inline constexpr const char* kReportSchema = "pipescope.simulate/2";
 
-struct Report {
-  std::string scenario;
-  std::string schedule;
-  int gpus = 0, dp = 1, pp = 1, tp = 1, v = 1, m = 0;
-  int cp = 1;  // context-parallel degree (printed when > 1; not in the JSON layout)
-  int global_batch = 0, micro_batch_size = 0, seq_len = 0, seq_slices = 1;  // sequences, tokens
-  double tokens_per_s = 0;                                                  // global_batch * seq_len / iteration_s
-  double iteration_s = 0;
-  double pipeline_end_s = 0;
-  double idle_fraction = 0;         // mean over workers of idle / pipeline end (bubble and exposed communication)
-  double idle_ratio = 0;            // mean idle / mean busy before the pipeline end
-  double bubble_fraction = 0;       // the pipeline bubble (breakdown.mean.bubble_s) / iteration time
-  double tflops_per_gpu = 0;        // Megatron Eq. 3 F / (T * n)
-  double model_tflops_per_gpu = 0;  // without recomputation
-  double mfu = 0;                   // model FLOPs / (T * n * the dtype's 16-bit dense peak, dtype_peak_flops)
-  RunBreakdown breakdown;           // where each worker's iteration goes (core/lower/time_breakdown.h)
+// The figures (what was run, iteration time, throughput: RunFigures, sim/run_result.h) and what only the report
+// shows.
+struct Report : RunFigures {
+  int cp = 1;              // context-parallel degree (printed when > 1; not in the JSON layout)
+  int seq_slices = 1;      // token slices per micro-batch
+  RunBreakdown breakdown;  // where each worker's iteration goes (core/lower/time_breakdown.h)
   std::vector<double> worker_busy_s, worker_idle_s;
   MemoryReport memory;
   ProfileStamp profile;  // the calibration profile that timed the run (sim.profile); empty path: analytic

@@ -2,6 +2,9 @@
 
 #include <cstdio>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 namespace pipescope::sim {
 
@@ -127,6 +130,43 @@ nlohmann::ordered_json result_json(const RunResult& r) {
   for (const ResultField& f : result_fields())
     if (f.column) j[f.column] = column_json<nlohmann::ordered_json>(f, r);
   return j;
+}
+
+namespace {
+
+// Which fields of result_fields() are RunFigures members: those that assigning the RunFigures part of a record copies
+// (every field of `probe` set off its default, copied into a default record), so the list is not spelled twice.
+const std::vector<bool>& figure_fields() {
+  static const std::vector<bool> is = [] {
+    RunResult probe, copy;
+    for (const ResultField& f : result_fields())
+      std::visit(
+          [&](auto m) {
+            auto& x = field_ref(probe, m);
+            using T = std::decay_t<decltype(x)>;
+            if constexpr (std::is_same_v<T, std::string>) x = "set";
+            if constexpr (std::is_same_v<T, bool>) x = !x;
+            if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) x = x + 7;
+          },
+          f.member);
+    static_cast<RunFigures&>(copy) = static_cast<const RunFigures&>(probe);
+    std::vector<bool> out;
+    for (const ResultField& f : result_fields())
+      std::visit([&](auto m) { out.push_back(field_ref(copy, m) == field_ref(probe, m)); }, f.member);
+    return out;
+  }();
+  return is;
+}
+
+}  // namespace
+
+void put_figures(nlohmann::ordered_json& j, const RunFigures& f) {
+  RunResult r;
+  static_cast<RunFigures&>(r) = f;
+  const std::vector<ResultField>& fields = result_fields();
+  for (std::size_t i = 0; i < fields.size(); i++)
+    if (fields[i].column && figure_fields()[i])
+      std::visit([&](auto m) { j[fields[i].column] = field_ref(r, m); }, fields[i].member);
 }
 
 std::string encode(const RunResult& r) {

@@ -15,17 +15,27 @@
 
 namespace pipescope::sim {
 
-struct RunResult {
-  // What was run (from the report and the schedule).
+// What was run and the figures it came to: the part that the simulate report (sim/report.h Report, its text and
+// JSON) and the run-result record share, declared once here. Their fields are in result_fields() like the others.
+struct RunFigures {
   std::string scenario, schedule;
+  double iteration_s = 0;           // makespan
+  double pipeline_end_s = 0;        // last forward / backward op
+  double idle_fraction = 0;         // mean over workers of idle / pipeline end (bubble and exposed communication)
+  double idle_ratio = 0;            // mean idle / mean busy before the pipeline end
+  double bubble_fraction = 0;       // the pipeline bubble (mean over workers) / iteration time
+  double tflops_per_gpu = 0;        // Megatron Eq. 3 F / (T * n)
+  double model_tflops_per_gpu = 0;  // without recomputation
+  double mfu = 0;                   // model FLOPs / (T * n * the dtype's 16-bit dense peak)
+  double tokens_per_s = 0;          // global_batch * seq_len / iteration_s
+  // The ints last: RunResult's first member fills the tail padding (checked in tests/test_run_result.cc).
   int gpus = 0, dp = 1, pp = 1, tp = 1, v = 1, m = 0;
   int micro_batch_size = 1, global_batch = 1, seq_len = 0;
-  int slices = 0;            // most token slices of any micro-batch
-  std::string slice_tokens;  // micro-batch 0's slice lengths, space-separated
-  // The simulated figures (Report).
-  double iteration_s = 0, pipeline_end_s = 0, idle_fraction = 0, idle_ratio = 0, bubble_fraction = 0;
-  double tflops_per_gpu = 0, model_tflops_per_gpu = 0, mfu = 0;
-  double tokens_per_s = 0;       // global_batch * seq_len / iteration_s
+};
+
+struct RunResult : RunFigures {
+  int slices = 0;                // most token slices of any micro-batch
+  std::string slice_tokens;      // micro-batch 0's slice lengths, space-separated
   double peak_memory_bytes = 0;  // the worst rank's modelled peak
   bool oom = false;              // some rank exceeds the device memory
   TimeBreakdown breakdown;       // mean over workers (core/lower/time_breakdown.h)
@@ -73,6 +83,9 @@ std::string result_csv_header();
 std::string result_csv_row(const RunResult& r);
 nlohmann::ordered_json result_json(const RunResult& r);
 std::string result_csv_value(const ResultField& f, const RunResult& r);
+// The RunFigures fields of result_fields() (in its order) as JSON keys (their columns) with f's values: the simulate
+// report's figures (sim/report.cc write_json).
+void put_figures(nlohmann::ordered_json& j, const RunFigures& f);
 nlohmann::json result_json_value(const ResultField& f, const RunResult& r);
 // A text field for a CSV cell: quoted when it holds a comma, a quote or a line break (quotes doubled).
 std::string csv_field(const std::string& s);

@@ -38,23 +38,9 @@ RunResult run_scenario(const Scenario& s, const RunOptions& o) {
   // The JSON report carries the reserved bytes; the figures a RunResult keeps need only the live peak.
   const Report rep = make_report(s, cs, r, o.report_json ? AllocatorReplay::On : AllocatorReplay::Off);
   RunResult out;
-  out.scenario = rep.scenario;
-  out.schedule = rep.schedule;
-  out.gpus = rep.gpus, out.dp = rep.dp, out.pp = rep.pp, out.tp = rep.tp, out.v = rep.v, out.m = rep.m;
-  out.micro_batch_size = s.parallel.micro_batch_size;
-  out.global_batch = s.parallel.global_batch;
-  out.seq_len = s.model.seq_len;
+  static_cast<RunFigures&>(out) = rep;
   describe_schedule(prep->schedule, out);
-  out.iteration_s = rep.iteration_s;
-  out.pipeline_end_s = rep.pipeline_end_s;
-  out.idle_fraction = rep.idle_fraction;
-  out.idle_ratio = rep.idle_ratio;
-  out.bubble_fraction = rep.bubble_fraction;
-  out.tflops_per_gpu = rep.tflops_per_gpu;
-  out.model_tflops_per_gpu = rep.model_tflops_per_gpu;
-  out.mfu = rep.mfu;
   out.breakdown = rep.breakdown.mean;
-  out.tokens_per_s = static_cast<double>(s.parallel.global_batch) * s.model.seq_len / rep.iteration_s;
   for (const auto& rm : rep.memory.ranks)
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, rm.peak_bytes), out.oom = out.oom || rm.oom;
   if (o.report_json) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "sim/run_result.h"
 
@@ -57,6 +58,41 @@ TEST(RunResult, TheCsvRowHasTheHeadersColumns) {
   const std::string row = result_csv_row(sample());
   EXPECT_EQ(row.rfind("\"a \"\"quoted\"\", name\",1f1b,16,2,4,2,3,17,", 0), 0u) << row;
   EXPECT_NE(row.find(",9.54812346,1"), std::string::npos) << row;  // GB, %.9g; the flag as 1
+}
+
+// The simulate report's figures are the RunFigures fields of result_fields(), under their columns, with the values:
+// the keys a report and a sweep row share are one list.
+TEST(RunResult, TheReportFiguresAreTheSharedFields) {
+  const RunResult r = sample();
+  nlohmann::ordered_json j;
+  put_figures(j, r);
+  const nlohmann::ordered_json row = result_json(r);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : j.items()) {
+    keys.push_back(key);
+    EXPECT_EQ(value, row.at(key)) << key;
+  }
+  const std::vector<std::string> want = {"scenario",
+                                         "schedule",
+                                         "gpus",
+                                         "dp",
+                                         "pp",
+                                         "tp",
+                                         "v",
+                                         "m",
+                                         "micro_batch_size",
+                                         "global_batch",
+                                         "seq_len",
+                                         "iteration_s",
+                                         "pipeline_end_s",
+                                         "bubble_fraction",
+                                         "idle_fraction",
+                                         "idle_ratio",
+                                         "tflops_per_gpu",
+                                         "model_tflops_per_gpu",
+                                         "mfu",
+                                         "tokens_per_s"};
+  EXPECT_EQ(keys, want);
 }
 
 TEST(RunResult, TheJsonRowHasTheColumnsInOrder) {
