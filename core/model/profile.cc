@@ -14,6 +14,7 @@
 
 #include "core/model/backends.h"
 #include "core/model/profile_kernels.h"
+#include "core/model/yaml_aliases.h"
 #include "core/util/input_file.h"
 #include "core/util/units.h"
 #include "core/util/yaml_boolean.h"
@@ -445,6 +446,11 @@ void check_complete(const std::string& src, const YAML::Node& root, const Map& m
 DeviceProfile parse_profile(const std::string& text, const std::string& source) {
   YAML::Node root;
   try {
+    YAML::Mark at;
+    const std::string alias = yaml_alias_problem(text, at);
+    if (!alias.empty())
+      throw ProfileError(source + ":" + std::to_string(at.line + 1) + ":" + std::to_string(at.column + 1) + ": " +
+                         alias);
     root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     throw ProfileError(source + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +

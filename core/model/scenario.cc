@@ -22,6 +22,7 @@
 #include "core/model/presets.h"
 #include "core/model/profile.h"
 #include "core/model/schedule_registry.h"
+#include "core/model/yaml_aliases.h"
 #include "core/util/input_file.h"
 #include "core/util/ranges.h"
 #include "core/util/units.h"
@@ -1034,8 +1035,10 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   try {
     std::istringstream in(text);
     YAML::Parser parser(in);
-    DocumentStart first, second;
+    AliasCheck first;  // and where the document starts
+    DocumentStart second;
     has_doc = parser.HandleNextDocument(first);
+    if (!first.problem.empty()) fail_at(source, first.problem_mark, "(syntax)", first.problem);
     if (has_doc && parser.HandleNextDocument(second)) {
       const auto pos = static_cast<std::size_t>(std::max(0, second.mark.pos));
       if (pos < text.size() && text[pos] == ',')

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "core/model/schedule_registry.h"
+#include "core/model/yaml_aliases.h"
 
 namespace pipescope {
 namespace {
@@ -111,6 +112,9 @@ ScenarioVariant make_scenario_variant(const std::string& source, const std::stri
     }
     YAML::Node val;
     try {
+      YAML::Mark at;
+      const std::string alias = yaml_alias_problem(value, at);
+      if (!alias.empty()) throw ScenarioError(source + ": --vary " + ax.key + "=" + value + ": " + alias);
       val = YAML::Load(value);
     } catch (const YAML::Exception& e) {
       throw ScenarioError(source + ": --vary " + ax.key + "=" + value + ": not a YAML value: " + e.msg);

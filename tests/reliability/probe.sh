@@ -126,6 +126,18 @@ case $case in
   file_not_utf8)
     { printf 'name: "ab\xffc"\n'; cat "$base"; } >in.yaml
     run files 1 "in.yaml:1:10: invalid UTF-8 \\(byte 0xFF\\)" -- simulate in.yaml ;;
+  file_yaml_alias_recursive)
+    # An alias to the node that holds it segfaulted simulate, search and sweep (a node that contains itself).
+    { printf 'model: &m {preset: gpt3-1b, x: *m}\n'; grep -v '^model:' "$base"; } >in.yaml
+    run files 1 "in.yaml:1:32: \\(syntax\\): this alias refers to a node that contains it" -- simulate in.yaml ;;
+  file_yaml_alias_laughs)
+    # Aliases of aliases ("billion laughs"): 600 bytes that stand for 43 million list items.
+    { grep -v '^schedule:' "$base"
+      printf 'schedule: {kind: terapipe, slice_tokens: [&a [1,1,1,1,1,1,1,1,1]'
+      prev=a
+      for n in b c d e f g h; do printf ', &%s [*%s,*%s,*%s,*%s,*%s,*%s,*%s,*%s,*%s]' $n $prev $prev $prev $prev $prev $prev $prev $prev $prev; prev=$n; done
+      printf ']}\n'; } >in.yaml
+    run files 1 "in.yaml:.*YAML aliases expand the document to more than 1000000 nodes" -- simulate in.yaml ;;
   file_profile_truncated)
     head -n 12 "$src/calib/profiles/dgx-a100.analytic.yaml" >cut.yaml
     run profiles 1 "cut.yaml:.*complete: missing" -- simulate --profile cut.yaml ;;
