@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <sstream>
@@ -9,6 +10,7 @@
 
 #include "core/model/presets.h"
 #include "core/model/scenario.h"
+#include "core/util/ranges.h"
 
 namespace pipescope {
 
@@ -125,6 +127,16 @@ int positive(const std::string& flag, const std::string& v) {
   return static_cast<int>(x);
 }
 
+// The product of sizes that each fit an int, computed wide: `what` = the product is over `max` (docs/limits.md).
+int bounded_product(const std::string& what, std::initializer_list<int> xs, long long max) {
+  long long p = 1;
+  for (const int x : xs) {
+    p *= x;
+    if (p > max) throw std::invalid_argument(what + " is over " + std::to_string(max) + " (docs/limits.md)");
+  }
+  return static_cast<int>(p);
+}
+
 }  // namespace
 
 MegatronImport import_megatron(const std::vector<std::string>& args, const MegatronImportOptions& opt) {
@@ -198,7 +210,9 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   const std::optional<ClusterSpec> cluster = cluster_preset(opt.cluster);
   if (!cluster) throw std::invalid_argument("--cluster: unknown cluster preset '" + opt.cluster + "'");
   const int gpn = cluster->gpus_per_node;
-  const int model_gpus = tp * pp * cp;  // one data-parallel replica (Megatron: world = tp * cp * dp * pp)
+  // One data-parallel replica (Megatron: world = tp * cp * dp * pp), at most the GPUs of the largest cluster.
+  const int model_gpus = bounded_product("tp x pp x cp = " + std::to_string(1LL * tp * pp * cp) + " GPUs", {tp, pp, cp},
+                                         static_cast<long long>(key_range("cluster.nodes")->max) * gpn);
   const int nodes = opt.nodes > 0 ? opt.nodes : (model_gpus + gpn - 1) / gpn;
   const int gpus = nodes * gpn;
   if (gpus % model_gpus != 0)
@@ -210,7 +224,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   if (values.count("--num-layers-per-virtual-pipeline-stage")) {
     const int per =
         positive("--num-layers-per-virtual-pipeline-stage", values["--num-layers-per-virtual-pipeline-stage"]);
-    if (layers % (pp * per) != 0)
+    if (1LL * pp * per > layers || layers % (pp * per) != 0)
       throw std::invalid_argument("--num-layers-per-virtual-pipeline-stage " + std::to_string(per) + ": " +
                                   std::to_string(layers) + " layers do not split into pp " + std::to_string(pp) +
                                   " x chunks of " + std::to_string(per));
@@ -234,7 +248,9 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   }
   // Megatron-LM pads the tokenizer's vocabulary to a multiple of make-vocab-size-divisible-by (128) x tp
   // (_vocab_size_with_padding); --padded-vocab-size is that padded size already.
-  const int pad = get("--make-vocab-size-divisible-by", 128) * tp;
+  const int pad = bounded_product("--make-vocab-size-divisible-by x tp (the vocabulary padding)",
+                                  {get("--make-vocab-size-divisible-by", 128), tp},
+                                  static_cast<long long>(key_range("model.vocab")->max));
   int vocab = get("--padded-vocab-size", 51200);
   if (values.count("--vocab-size")) vocab = (get("--vocab-size", 1) + pad - 1) / pad * pad;
   std::string dtype = "fp32";

@@ -235,6 +235,11 @@ case $case in
   out_calibrate_missing_dir)
     run outputs 1 "--out nodir/p.yaml: directory nodir does not exist" -- calibrate --no-links --out nodir/p.yaml ;;
   # ---- command-line values (CLI11 validators; main.cc maps CLI11's codes to 1)
+  cli_import_parallel_overflow)
+    # tp x pp = 2^32 overflowed int and import died of SIGFPE.
+    run cli 1 "tp x pp x cp = 4294967296 GPUs is over" -- import megatron -- --num-layers 24 --hidden-size 2048 \
+      --num-attention-heads 16 --seq-length 2048 --micro-batch-size 1 --global-batch-size 64 \
+      --tensor-model-parallel-size 65536 --pipeline-model-parallel-size 65536 ;;
   cli_validate_pp_0)
     run cli 1 "--pp: Value 0 not in range" -- validate --pp 0 ;;
   cli_validate_pp_negative)
