@@ -1,9 +1,10 @@
 #include "core/plan/csv_table.h"
 
 #include <cmath>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "core/util/input_file.h"
 
 namespace pipescope {
 namespace {
@@ -96,11 +97,12 @@ std::vector<CsvRecord> parse_csv_records(const std::string& csv_text, const std:
 }
 
 std::vector<CsvRecord> read_csv_records(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::invalid_argument(path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return parse_csv_records(ss.str(), path);
+  // The input-file rules (core/util/input_file.h): a regular file of at most 16 MiB (/dev/zero never ends).
+  try {
+    return parse_csv_records(read_input_file(path, "CSV file"), path);
+  } catch (const InputFileError& e) {
+    throw std::invalid_argument(e.what());
+  }
 }
 
 }  // namespace pipescope

@@ -120,6 +120,10 @@ case $case in
     run files 1 "adir: is a directory, not a scenario file" -- simulate adir ;;
   file_dev_zero)
     run files 1 "/dev/zero: is not a regular file" -- simulate /dev/zero ;;
+  file_csv_dev_zero)
+    # The measured-runs CSV skipped the input-file rules: repro vtrain --csv /dev/zero grew to 3.7 GB.
+    run files 1 "/dev/zero: is not a regular file \\(a device, FIFO or socket\\), not a CSV file" -- repro vtrain \
+      --csv /dev/zero ;;
   file_too_large)
     { cat "$base"; head -c 17000000 /dev/zero | tr '\0' '#'; } >big.yaml
     run files 1 "big.yaml: 17000[0-9]+ bytes: larger than the 16 MiB limit" -- simulate big.yaml ;;
