@@ -6,10 +6,13 @@
 #include <iterator>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "calib/driver.h"
 #include "calib/options_json.h"
 #include "core/model/backends.h"
+#include "core/plan/work_estimate.h"
 #include "core/util/atomic_file.h"
 
 namespace pipescope::calib {
@@ -70,6 +73,27 @@ void configure_compute(const CalibrateRequest& r, ComputeConfig& c) {
   }
 }
 
+// A CPU backend measures in host memory: a micro-batch whose tensors cannot fit there is refused before anything
+// runs (links included). Per token of the largest micro-batch, about: the layer's saved activations (16 h + 2 ffn),
+// its K/V cache (2 h), one head's row of attention scores over the sequence (the reference kernels materialise
+// them per head), and the logits with their gradient (2 V); in the backend's value size.
+void check_micro_batch_memory(const std::vector<int>& sizes, const kernels::ModelShape& sh,
+                              const std::string& backend) {
+  for (int b : sizes)
+    if (b < 1) throw std::invalid_argument("--micro-batch: sizes must be >= 1, got " + std::to_string(b));
+  if (backend.rfind("cpu-", 0) != 0 || sizes.empty()) return;
+  const double value_bytes = backend == "cpu-f64" ? 8 : 4;
+  const double per_token = 18.0 * sh.layer.hidden + 2.0 * sh.layer.ffn + sh.max_seq + 2.0 * sh.vocab;
+  const int b = *std::max_element(sizes.begin(), sizes.end());
+  const double need = static_cast<double>(b) * sh.max_seq * per_token * value_bytes;
+  const double have = available_memory_bytes();
+  if (have > 0 && need > have)
+    throw std::invalid_argument(
+        "--micro-batch " + std::to_string(b) + ": one micro-batch of " + std::to_string(b) + " x " +
+        std::to_string(sh.max_seq) + " tokens needs about " + std::to_string(static_cast<long long>(need / 1e9)) +
+        " GB of host memory, more than the " + std::to_string(static_cast<long long>(have / 1e9)) + " GB available");
+}
+
 }  // namespace
 
 CalibrateOptions calibrate_options(const CalibrateRequest& r, const Scenario& s, const std::string& command) {
@@ -85,6 +109,7 @@ CalibrateOptions calibrate_options(const CalibrateRequest& r, const Scenario& s,
   o.clock = r.clock;
   o.timer_noise = injected_noise();
   o.micro_batches = r.micro_batches.empty() ? std::vector<int>{s.parallel.micro_batch_size} : r.micro_batches;
+  check_micro_batch_memory(o.micro_batches, o.compute.shape, o.backend);
   if (r.link_class != "intra" && r.link_class != "inter") throw std::invalid_argument("--link-class: intra or inter");
   if (const BackendInfo* b = find_backend(r.backend); b == nullptr || !measures(*b))
     throw std::invalid_argument("--backend: unknown backend '" + r.backend + "' (" + backend_names(measures) + ")");

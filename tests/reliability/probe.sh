@@ -212,6 +212,10 @@ case $case in
     # --simulate's finest uniform slicing of a 1M-token sequence: 131072 slices per micro-batch.
     shape in.yaml 8 1 1 64 1 1048576 terapipe
     run work 1 "plan: work estimate: .*the largest point: 262144 slices: .* schedule ops.*--simulate" -- plan in.yaml --grain 65536 --simulate ;;
+  work_calibrate_micro_batch_huge)
+    # A micro-batch of a million sequences ran 40 s to 7.9 GB before the compute benchmarks gave up (exit 4).
+    run work 1 "--micro-batch 1000000: one micro-batch of 1000000 x 2048 tokens needs about [0-9]+ GB of host memory" \
+      -- calibrate --micro-batch 1,2,1000000 --out c.yaml ;;
   work_plan_max_batch)
     run work 1 "plan --max-batch: work estimate: 2.*e\+05 sequences per replica, .*Lower --memory-GB, or pass --allow-large" -- \
       plan "$src/scenarios/terapipe/setting-1.yaml" --max-batch --memory-GB 1e5 ;;
