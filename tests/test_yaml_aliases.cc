@@ -43,6 +43,14 @@ TEST(YamlAliases, AliasesOfAliasesAreCountedExpanded) {
   EXPECT_NE(p.find("more than 1000000 nodes"), std::string::npos) << p;
 }
 
+TEST(YamlAliases, AMillionValuesWithoutAliasesAreRefusedAsSuch) {
+  std::string text = "x: [1";
+  for (int i = 0; i < 1000000; i++) text += ",1";
+  YAML::Mark at;
+  const std::string p = yaml_alias_problem(text + "]\n", at);
+  EXPECT_NE(p.find("the document has more than 1000000 values"), std::string::npos) << p;
+}
+
 TEST(YamlAliases, AProfileWithARecursiveAliasIsRefused) {
   try {
     parse_profile("pipescope_profile: 1\nkind: &k [*k]\n", "p.yaml");

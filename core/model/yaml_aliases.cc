@@ -12,8 +12,10 @@ void AliasCheck::add(const YAML::Mark& m, std::size_t nodes) {
   total_ += nodes;
   if (!open_.empty()) open_.back().nodes += nodes;
   if (total_ > kMaxExpandedNodes)
-    fail(m, "YAML aliases expand the document to more than " + std::to_string(kMaxExpandedNodes) +
-                " nodes (aliases of aliases): write the values out");
+    fail(m, aliases_ ? "YAML aliases expand the document to more than " + std::to_string(kMaxExpandedNodes) +
+                           " nodes (aliases of aliases): write the values out"
+                     : "the document has more than " + std::to_string(kMaxExpandedNodes) +
+                           " values (a scenario or profile has a few thousand)");
 }
 
 void AliasCheck::open(YAML::anchor_t a) { open_.push_back({a, 1}); }
@@ -39,6 +41,7 @@ void AliasCheck::leaf(const YAML::Mark& m, YAML::anchor_t a) {
 }
 
 void AliasCheck::OnAlias(const YAML::Mark& m, YAML::anchor_t a) {
+  aliases_ = true;
   for (const Open& o : open_)
     if (o.anchor == a) {
       fail(m, "this alias refers to a node that contains it (a recursive YAML alias)");

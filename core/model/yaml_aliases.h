@@ -16,7 +16,8 @@ namespace pipescope {
 
 class AliasCheck : public YAML::EventHandler {
  public:
-  // Nodes the document may stand for with its aliases expanded (a scenario or profile has a few thousand).
+  // Nodes the document may stand for with its aliases expanded (a scenario or profile has a few thousand); also the
+  // limit without aliases.
   static constexpr std::size_t kMaxExpandedNodes = 1000000;
 
   YAML::Mark start = YAML::Mark::null_mark();  // where the document starts
@@ -45,6 +46,7 @@ class AliasCheck : public YAML::EventHandler {
   std::vector<Open> open_;
   std::vector<std::size_t> anchored_;  // expanded nodes of each anchor (index = anchor id)
   std::size_t total_ = 0;
+  bool aliases_ = false;
   void open(YAML::anchor_t a);
   void close();
   void leaf(const YAML::Mark& m, YAML::anchor_t a);

@@ -142,6 +142,11 @@ case $case in
       for n in b c d e f g h; do printf ', &%s [*%s,*%s,*%s,*%s,*%s,*%s,*%s,*%s,*%s]' $n $prev $prev $prev $prev $prev $prev $prev $prev $prev; prev=$n; done
       printf ']}\n'; } >in.yaml
     run files 1 "in.yaml:.*YAML aliases expand the document to more than 1000000 nodes" -- simulate in.yaml ;;
+  file_values_14mb)
+    # A flat list of 7 million values under the 16 MiB limit took 34 s and 3.5 GB to be refused.
+    { grep -v '^schedule:' "$base"; printf 'schedule: {kind: terapipe, slice_tokens: ['
+      yes '1,' | head -n 7000000 | tr -d '\n'; printf '1]}\n'; } >in.yaml
+    run files 1 "in.yaml:.*the document has more than 1000000 values" -- simulate in.yaml ;;
   file_profile_truncated)
     head -n 12 "$src/calib/profiles/dgx-a100.analytic.yaml" >cut.yaml
     run profiles 1 "cut.yaml:.*complete: missing" -- simulate --profile cut.yaml ;;
