@@ -608,9 +608,9 @@ int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
   // LM head's) run beside their wgrads and are costed there (compute_seconds), leaving the recomputed forward's.
   // With sequence parallelism the two all-gathers of the row-parallel outputs' gradients (one all-reduce's worth per
   // layer) stay exposed (core/cost/tp_overlap.h).
-  const int overlapped = sequence_parallel_tp() ? layers_of_stage(op.stage) : 0;
+  const int sp_exposed = sequence_parallel_tp() ? layers_of_stage(op.stage) : 0;
   const int backward =
-      tp_overlap(op) ? recomputed + overlapped : recomputed + 2 * layers_of_stage(op.stage) + (last ? 1 : 0);
+      tp_overlap(op) ? recomputed + sp_exposed : recomputed + 2 * layers_of_stage(op.stage) + (last ? 1 : 0);
   switch (op.kind) {
     case OpKind::Forward:
       return 2 * layers_of_stage(op.stage) + (op.stage == 0 ? 1 : 0);  // + vocab-parallel embedding output

@@ -43,7 +43,8 @@ class AnalyticCostModel : public CostModel {
   // Time of one GPU kernel (roofline with efficiency, no launch overhead).
   double kernel_seconds(const KernelCost& k) const;
   // A fused attention kernel (KernelCost::attention) at `peak`: the device's flash efficiency for its pass, the head
-  // dimension padded to the kernels' step.
+  // dimension padded to the kernels' step, and its thread blocks (one per kFlashTileRows of KernelCost::m rows, per
+  // head and sequence: KernelCost::batch) in waves over the SMs (docs/cost-model.md "Fused attention").
   double fused_attention_seconds(const KernelCost& k, double peak) const;
   static constexpr double kFlashHeadStep = 32;
   static constexpr double kFlashTileRows = 128;
@@ -84,8 +85,8 @@ class AnalyticCostModel : public CostModel {
   // The kernels of a forward (forward = true) or a fused backward (with the recomputed forward) of `op`.
   OpKernels op_kernels(const Op& op, int microbatch_seqs, bool forward) const;
   double fused_seconds(const Op& op, int microbatch_seqs, bool forward) const;
-  // Whether `op` runs the column-parallel input-gradient all-reduces beside its wgrads (a fused backward with
-  // training.async_tp_allreduce and tp > 1), and the time of one such all-reduce of b*l tokens.
+  // Whether `op` runs the column-parallel input-gradient collectives beside its wgrads (a fused backward with
+  // training.async_tp_allreduce or sequence parallelism, tp > 1), and the time of one such collective of b*l tokens.
   bool tp_overlap(const Op& op) const;
   bool sequence_parallel_tp() const;  // sequence parallelism over a tensor-parallel group of 2 or more
   double tp_overlap_seconds(int b, int l) const;
