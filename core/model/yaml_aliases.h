@@ -29,11 +29,11 @@ class AliasCheck : public YAML::EventHandler {
   void OnNull(const YAML::Mark& m, YAML::anchor_t a) override { leaf(m, a); }
   void OnAlias(const YAML::Mark& m, YAML::anchor_t a) override;
   void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t a, const std::string&) override { leaf(m, a); }
-  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t a, YAML::EmitterStyle::value) override {
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t a, YAML::EmitterStyle::value) override {
     open(a);
   }
   void OnSequenceEnd() override { close(); }
-  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t a, YAML::EmitterStyle::value) override {
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t a, YAML::EmitterStyle::value) override {
     open(a);
   }
   void OnMapEnd() override { close(); }
