@@ -217,6 +217,9 @@ void Executor::validate_program() const {
             ls_.groups[l.group].tag != CollTag::DataParallel)
           bad("not a data-parallel group");
         break;
+      case LOpKind::AllToAll:
+        bad("the runtime does not execute mixture-of-experts layers (expert-parallel all-to-all) yet");
+        break;
       case LOpKind::Optimizer:
         break;
     }
@@ -300,6 +303,8 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
           break;
         case LOpKind::ReduceScatter:
           reduce_scatter(l, stats);
+          break;
+        case LOpKind::AllToAll:  // refused by the program check
           break;
         case LOpKind::Optimizer:
           timed(stats.kernel_s, [&] {

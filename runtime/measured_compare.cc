@@ -15,7 +15,7 @@ namespace {
 const char* const kRowNames[kOpKindRows] = {"F", "B", "I", "W", "p2p", "allreduce", "optimizer"};
 
 bool is_collective_call(LOpKind k) {
-  return k == LOpKind::AllReduce || k == LOpKind::AllGather || k == LOpKind::ReduceScatter;
+  return k == LOpKind::AllReduce || k == LOpKind::AllGather || k == LOpKind::ReduceScatter || k == LOpKind::AllToAll;
 }
 
 // A transfer's identity on both ends: (sender, receiver, op kind, stage, micro-batch, slice).
@@ -147,6 +147,7 @@ int op_kind_row(const LoweredOp& l) {
     case LOpKind::AllReduce:
     case LOpKind::AllGather:
     case LOpKind::ReduceScatter:
+    case LOpKind::AllToAll:
       return kRowAllReduce;
     case LOpKind::Optimizer:
       return kRowOptimizer;

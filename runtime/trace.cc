@@ -62,6 +62,7 @@ void write_measured_trace(std::ostream& os, const LoweredSchedule& ls, const Pla
         case LOpKind::AllReduce:
         case LOpKind::AllGather:
         case LOpKind::ReduceScatter:
+        case LOpKind::AllToAll:
           events.push_back({gpu, 1, t.start, t.end, w.worker, w.tp_rank, i, "collective"});
           break;
         case LOpKind::Send: {

@@ -3,6 +3,7 @@
 #include "sim/collective_plan.h"
 
 #include <algorithm>
+#include <tuple>
 #include <cstddef>
 #include <limits>
 
@@ -36,7 +37,7 @@ RingRoute ring_route(const ClusterSpec& cluster, const Ring& ring, const Platfor
 }  // namespace
 
 CollectivePlan plan_collectives(const ClusterSpec& cluster, const Dag& dag, const EngineOptions& opt,
-                                const Platform& pf) {
+                                const Platform& pf, const DagAnnotations* ann) {
   CollectivePlan cp;
   // Ring orders: NCCL follows NVLink inside cube-mesh nodes; other fabrics treat every GPU pair alike.
   cp.rings = dag.rings;
@@ -45,10 +46,17 @@ CollectivePlan plan_collectives(const ClusterSpec& cluster, const Dag& dag, cons
       for (auto& ring : group) ring = nvlink_ring_order(ring, cluster.gpus_per_node, cube_mesh_links);
   cp.used = groups_in_use(dag, cp.rings);
   cp.algo.assign(cp.rings.size(), collective_algorithm(opt.collectives));
+  const std::size_t tagged = ann ? std::min(ann->group_tags.size(), cp.algo.size()) : 0;
+  for (std::size_t g = 0; g < tagged; g++)
+    if (ann->group_tags[g] == CollTag::ExpertParallel) cp.algo[g] = CollAlgo::Analytic;
   cp.routes.resize(cp.rings.size());
   for (std::size_t g = 0; g < cp.rings.size(); g++) {
     if (cp.algo[g] == CollAlgo::Ring || !cp.used[g]) continue;
-    for (const auto& ring : cp.rings[g]) cp.routes[g].push_back(ring_route(cluster, ring, pf));
+    for (const auto& ring : cp.rings[g]) {
+      cp.routes[g].push_back(ring_route(cluster, ring, pf));
+      if (ann && g < ann->group_node_dedup.size())
+        std::tie(cp.routes[g].back().nccl.dedup_items, cp.routes[g].back().nccl.dedup_picks) = ann->group_node_dedup[g];
+    }
   }
   return cp;
 }

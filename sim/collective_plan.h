@@ -26,8 +26,10 @@ struct CollectivePlan {
   std::vector<std::uint8_t> used;              // per group: some collective node moves bytes on it
 };
 
-// Needs the platform's routes (build_platform_open); reads no simulated time.
+// Needs the platform's routes (build_platform_open); reads no simulated time. `ann` (may be null): the groups' tags
+// and DeepEP node deduplication; the expert-parallel all-to-alls run Analytic whatever the option says (no explicit
+// steps for them yet).
 CollectivePlan plan_collectives(const ClusterSpec& cluster, const Dag& dag, const EngineOptions& opt,
-                                const Platform& pf);
+                                const Platform& pf, const DagAnnotations* ann = nullptr);
 
 }  // namespace pipescope::sim

@@ -275,8 +275,10 @@ bool Driver::launch_collective(std::uint32_t node, const DagNode& n) {
   const int q = qranks_[n.group];
   // A quotient ring keeps the full ring's rank count (steps, chunk size) but runs one position per ring.
   const int ranks = q != 0 ? q : rings.empty() ? 0 : static_cast<int>(rings[0].size());
-  const bool allgather = !allgather_.empty() && allgather_[node] != 0;
-  const int steps = ring_steps(ranks, allgather);
+  const CollShape shape = allgather_.empty() ? CollShape::AllReduce : static_cast<CollShape>(allgather_[node]);
+  const bool allgather = shape == CollShape::AllGather;
+  // An all-to-all runs Analytic only (plan_collectives); its "steps" only say whether it moves anything.
+  const int steps = shape == CollShape::AllToAll ? ranks - 1 : ring_steps(ranks, allgather);
   if (n.amount <= 0 || steps == 0 || n.count <= 0 || rings.empty()) return false;
   const std::uint32_t total_steps = static_cast<std::uint32_t>(steps) * static_cast<std::uint32_t>(n.count);
   const CollAlgo algo = cp_.algo[n.group];
@@ -284,7 +286,8 @@ bool Driver::launch_collective(std::uint32_t node, const DagNode& n) {
   if (algo == CollAlgo::Analytic) {
     double t = 0;
     for (const RingRoute& rr : cp_.routes[n.group])
-      t = std::max(t, n.count * nccl_collective_seconds(rr.nccl, n.amount, allgather));
+      t = std::max(t, n.count * (shape == CollShape::AllToAll ? nccl_alltoall_seconds(rr.nccl, n.amount)
+                                                              : nccl_collective_seconds(rr.nccl, n.amount, allgather)));
     hot_[node].pending = 1;
     delay(t, code(kNode, node));
     return true;

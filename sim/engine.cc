@@ -231,7 +231,7 @@ SimResult simulate_dag(const ClusterSpec& cluster, const Dag& dag, const DagAnno
   install_link_tables(opt.link_tables);
 
   // Planning on the whole DAG: collectives, then the fold (or not).
-  const CollectivePlan cp = plan_collectives(cluster, dag, opt, pf);
+  const CollectivePlan cp = plan_collectives(cluster, dag, opt, pf, &ann);
   FoldPlan fold;
   if (plain_network(opt) && opt.fold_replicas && ann.replicas > 1) fold = plan_replica_fold(cluster, dag, ann, cp, pf);
   return to_result(dag, ann, fold, run_dag(engine, pf, dag, ann, opt, cp, fold));

@@ -82,6 +82,9 @@ class Folder {
     dp_ = ann_.replicas;
     const int W = ann_.workers;
     if (dp_ < 2) refuse("one replica");
+    // Expert groups (MoE) couple replicas in their own rings, which the fold's shift does not map.
+    for (CollTag t : ann_.group_tags)
+      if (t == CollTag::ExpertParallel || t == CollTag::ExpertData) refuse("expert-parallel groups");
     if (W <= 0 || W % dp_ != 0) refuse("workers are not replicas x pipeline ranks");
     p_ = W / dp_;
     if (!ann_.lanes.empty() && ann_.lanes.size() != pf_.gpus.size()) refuse("lanes do not list every GPU");
@@ -154,9 +157,9 @@ class Folder {
     if (gm == -1) gm = x.group;
     if (gm != x.group) refuse("collective groups do not correspond across replicas");
     if (tag_of(ann_, x.group) != tag_of(ann_, r.group)) refuse("collective tags differ across replicas");
-    const bool ag_x = !ann_.allgather.empty() && ann_.allgather[n] != 0;
-    const bool ag_r = !ann_.allgather.empty() && ann_.allgather[rep_[n]] != 0;
-    if (ag_x != ag_r) refuse("collective kinds differ across replicas");
+    const int shape_x = ann_.allgather.empty() ? 0 : ann_.allgather[n];
+    const int shape_r = ann_.allgather.empty() ? 0 : ann_.allgather[rep_[n]];
+    if (shape_x != shape_r) refuse("collective kinds differ across replicas");
   }
 
   // Replica-local groups: rings correspond element by element.

@@ -58,7 +58,7 @@ const std::vector<ResultField>& result_fields() {
 
 double exposed_comm_fraction(const RunResult& r) {
   const TimeBreakdown& b = r.breakdown;
-  return r.iteration_s > 0 ? (b.tp_comm_s + b.cp_comm_s + b.dp_comm_s + b.p2p_s) / r.iteration_s : 0.0;
+  return r.iteration_s > 0 ? (b.tp_comm_s + b.cp_comm_s + b.ep_comm_s + b.dp_comm_s + b.p2p_s) / r.iteration_s : 0.0;
 }
 
 const ResultField& result_field(const std::string& column) {

@@ -16,14 +16,16 @@ SimResult simulate(const ClusterSpec& cluster, const CheckedSchedule& cs, const 
   ann.workers = ls.workers();
   ann.replicas = ls.dp;
   ann.group_tags.resize(dag.rings.size(), CollTag::None);
-  for (std::size_t g = 0; g < dag.rings.size() && g < ls.groups.size(); g++) ann.group_tags[g] = ls.groups[g].tag;
+  ann.group_node_dedup.resize(dag.rings.size(), {0, 0});
+  for (std::size_t g = 0; g < dag.rings.size() && g < ls.groups.size(); g++) {
+    ann.group_tags[g] = ls.groups[g].tag;
+    ann.group_node_dedup[g] = {ls.groups[g].node_dedup_items, ls.groups[g].node_dedup_picks};
+  }
   ann.allgather.assign(dag.size(), 0);
   for (std::uint32_t i = 0; i < dag.size(); i++) {
     const DagNode& n = dag.nodes[i];
     if (n.kind == DagKind::Collective && n.worker >= 0 && n.index >= 0)
-      // A ring reduce-scatter moves what a ring all-gather moves: n - 1 steps of 1/n of the buffer.
-      ann.allgather[i] = ls.per_worker[n.worker][n.index].kind == LOpKind::AllGather ||
-                         ls.per_worker[n.worker][n.index].kind == LOpKind::ReduceScatter;
+      ann.allgather[i] = static_cast<std::uint8_t>(coll_shape(ls.per_worker[n.worker][n.index].kind));
   }
   // Each TP rank of a worker sends its own share to the same TP rank of the peer (docs/papers.md#megatron); with
   // context parallelism each context-parallel rank its own tokens' share.

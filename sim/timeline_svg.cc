@@ -490,6 +490,7 @@ TimelinePanel timeline_panel(const LoweredSchedule& ls, const Placement& pl, con
         case LOpKind::AllReduce:
         case LOpKind::AllGather:
         case LOpKind::ReduceScatter:
+        case LOpKind::AllToAll:
           iv.kind = BlockKind::Collective;
           break;
       }

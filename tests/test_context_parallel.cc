@@ -92,6 +92,8 @@ TEST(ContextParallel, CollectiveRings) {
         break;
       case CollTag::None:
       case CollTag::Embedding:
+      case CollTag::ExpertParallel:
+      case CollTag::ExpertData:
       case CollTag::ScatterGather:
       case CollTag::ParamGather:
         break;  // rings not checked here

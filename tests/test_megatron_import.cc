@@ -210,6 +210,56 @@ TEST(MegatronImport, Llama3ShapeAndDistributedOptimizer) {
   EXPECT_EQ(s.parallel.dp, 2);
 }
 
+// Megatron-LM's Mixtral 8x7B example (examples/mixtral): the MoE and parallel flags become the model's experts and ep.
+TEST(MegatronImport, MixtureOfExperts) {
+  const std::vector<std::string> mixtral = {
+      "--disable-bias-linear", "--seq-length", "4096", "--num-layers", "32", "--hidden-size", "4096",
+      "--ffn-hidden-size", "14336", "--num-attention-heads", "32", "--normalization", "RMSNorm",
+      "--position-embedding-type", "rope", "--swiglu", "--untie-embeddings-and-output-weights",
+      "--group-query-attention", "--num-query-groups", "8", "--vocab-size", "32000", "--num-experts", "8",
+      "--moe-router-topk", "2", "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2",
+      "--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall", "--micro-batch-size", "1",
+      "--global-batch-size", "256", "--bf16", "--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size",
+      "4", "--expert-model-parallel-size", "8", "--use-distributed-optimizer"};
+  const MegatronImport r = import_megatron(mixtral, MegatronImportOptions{"mixtral", "dgx-h100", 8});
+  EXPECT_TRUE(r.unknown.empty());
+  // The one thing the scenario does not say: a trained router's imbalance.
+  ASSERT_EQ(r.unsupported.size(), 1u);
+  EXPECT_NE(r.unsupported[0].find("load imbalance"), std::string::npos);
+  const Scenario s = parse_scenario(r.yaml, "import.yaml");
+  EXPECT_EQ(s.model.moe_experts, 8);
+  EXPECT_EQ(s.model.moe_top_k, 2);
+  EXPECT_EQ(s.model.moe_ffn_hidden, 14336);  // --ffn-hidden-size when no --moe-ffn-hidden-size
+  EXPECT_EQ(s.parallel.ep, 8);
+  EXPECT_EQ(s.parallel.dp, 16);
+  EXPECT_EQ(s.training.moe_dispatcher, "alltoall");
+  // DeepSeek-V3's layer pattern and DeepEP; a pattern the scenario cannot say is refused.
+  std::vector<std::string> ds = mixtral;
+  auto set = [&](const char* flag, const char* value) { *(std::find(ds.begin(), ds.end(), flag) + 1) = value; };
+  set("--num-layers", "61");
+  set("--pipeline-model-parallel-size", "1");  // 61 layers split no further
+  set("--moe-token-dispatcher-type", "flex");
+  for (const char* x : {"--moe-layer-freq", "([0]*3+[1]*58)", "--moe-ffn-hidden-size", "2048",
+                        "--moe-shared-expert-intermediate-size", "2048", "--moe-enable-deepep",
+                        "--moe-router-force-load-balancing"})
+    ds.push_back(x);
+  const MegatronImport d = import_megatron(ds, MegatronImportOptions{"ds", "dgx-h100", 8});
+  EXPECT_TRUE(d.unsupported.empty());
+  const Scenario t = parse_scenario(d.yaml, "import.yaml");
+  EXPECT_EQ(t.model.moe_dense_layers, 3);
+  EXPECT_EQ(t.model.moe_layer_freq, 1);
+  EXPECT_EQ(t.model.moe_shared_ffn_hidden, 2048);
+  EXPECT_EQ(t.training.moe_dispatcher, "deepep");
+  std::vector<std::string> odd = mixtral;
+  odd.insert(odd.end(), {"--moe-layer-freq", "[1,0,0,1]*8"});
+  try {
+    import_megatron(odd, MegatronImportOptions{"x", "dgx-h100", 8});
+    ADD_FAILURE() << "expected the pattern refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--moe-layer-freq"), std::string::npos) << e.what();
+  }
+}
+
 TEST(MegatronImport, BadArgumentsNameTheFlag) {
   auto msg = [](const std::vector<std::string>& a, MegatronImportOptions o = {}) -> std::string {
     try {

@@ -86,6 +86,35 @@ namespace {
 // issued at (j+1)*lambda. Closed form of start_j = max(issue_j, end_{j-1}): the op ends at
 // max_j (issue_j + remaining work from j); over the repeated layers that maximum is at the first or last
 // repetition (it is linear in the repetition index), so this is O(kernels per layer).
+// Finish time of an in-order stream of segments, segment i's kernels repeated reps_i times (the closed form above
+// per segment, with the kernels issued before it and the work after it).
+struct Segment {
+  const std::vector<double>* times;
+  int reps;
+};
+double stream_seconds(const std::vector<Segment>& segs, double lambda) {
+  std::vector<double> after(segs.size() + 1, 0.0);  // work of the segments after segment i
+  for (std::size_t i = segs.size(); i-- > 0;) {
+    double G = 0;
+    for (double x : *segs[i].times) G += x;
+    after[i] = after[i + 1] + segs[i].reps * G;
+  }
+  double end = 0, before = 0;  // kernels issued before the segment
+  for (std::size_t k = 0; k < segs.size(); k++) {
+    const std::vector<double>& t = *segs[k].times;
+    const int reps = segs[k].reps;
+    std::vector<double> suffix(t.size() + 1, 0.0);
+    for (std::size_t j = t.size(); j-- > 0;) suffix[j] = suffix[j + 1] + t[j];
+    const double G = suffix[0], n = static_cast<double>(t.size()), rest = after[k + 1];
+    for (std::size_t i = 0; i < t.size() && reps > 0; i++) {
+      end = std::max(end, (before + i + 1) * lambda + suffix[i] + (reps - 1) * G + rest);
+      end = std::max(end, (before + (reps - 1) * n + i + 1) * lambda + suffix[i] + rest);
+    }
+    before += reps * n;
+  }
+  return end;
+}
+
 double stream_seconds(const std::vector<double>& pre, const std::vector<double>& layer, int reps,
                       const std::vector<double>& post, double lambda) {
   auto suffix_sums = [](const std::vector<double>& g) {
@@ -126,7 +155,10 @@ AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
        "parallel.cp = " + std::to_string(par.cp) +
            " needs seq_len divisible by 2 * cp and training.flash_attention (ring attention)");
   try {
-    for (int g = 0; g < par.pp * par.v; g++) stage_layers_.push_back(stage_layer_range(s_, g).count);
+    for (int g = 0; g < par.pp * par.v; g++) {
+      stage_layers_.push_back(stage_layer_range(s_, g).count);
+      stage_moe_.push_back(stage_moe_layer_count(s_, g));
+    }
   } catch (const std::invalid_argument& e) {
     invalid(src + e.what());
   }
@@ -150,6 +182,11 @@ AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
   need(std::isfinite(s_.training.optimizer_bytes_per_param), "training.optimizer_bytes_per_param must be finite");
 }
 
+int AnalyticCostModel::moe_layers_of_stage(int stage) const {
+  layers_of_stage(stage);  // checks the index
+  return stage_moe_[static_cast<std::size_t>(stage)];
+}
+
 int AnalyticCostModel::layers_of_stage(int stage) const {
   if (stage < 0 || stage >= static_cast<int>(stage_layers_.size()))
     invalid("stage " + std::to_string(stage) + " outside 0.." + std::to_string(stage_layers_.size() - 1));
@@ -163,7 +200,7 @@ double AnalyticCostModel::fused_attention_seconds(const KernelCost& k, double pe
   const DeviceSpec& d = s_.cluster.device;
   const double fwd = d.flash_fwd_efficiency > 0 ? d.flash_fwd_efficiency : d.gemm_efficiency;
   const double bwd = d.flash_bwd_efficiency > 0 ? d.flash_bwd_efficiency : d.gemm_efficiency;
-  const double head = static_cast<double>(s_.model.hidden) / s_.model.heads;
+  const double head = layer_dims(s_.model).hd;
   const double padded = std::ceil(head / kFlashHeadStep) * kFlashHeadStep;
   const double flops = k.flops * (head > 0 ? padded / head : 1.0);
   const double at_rate =
@@ -205,7 +242,8 @@ double AnalyticCostModel::kernel_seconds(const KernelCost& k) const {
 std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, int c) const {
   const ModelSpec& m = s_.model;
   const double t = s_.parallel.tp, e = elem_bytes();
-  const double h = m.hidden, kv = layer_dims(m).kv, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
+  // h: the attention width a * head_dim (the hidden size unless model.head_dim says otherwise).
+  const double h = layer_dims(m).q, kv = layer_dims(m).kv, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
   const double S = b * (m.heads / t) * l * K;                    // score elements on this GPU
   const double qk = 2.0 * b * l * K * h / t;                     // Q.K^T (and P.V) FLOPs over the full l x K rectangle
   const double L = l, hd = h / m.heads, bh = b * (m.heads / t);  // per-head GEMMs (rows, head dim, batch)
@@ -237,19 +275,111 @@ std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, 
   return k;
 }
 
-std::vector<KernelCost> AnalyticCostModel::recompute_kernels(int b, int l, int c) const {
+std::vector<KernelCost> AnalyticCostModel::recompute_kernels(int b, int l, int c, bool moe) const {
   switch (s_.schedule.recompute) {
     case Recompute::None:
       return {};
     case Recompute::Selective:  // flash attention already recomputes its scores in backward: nothing extra
       return s_.training.flash_attention ? std::vector<KernelCost>{} : attention_core_kernels(b, l, c);
     case Recompute::Full:
-      return layer_forward_kernels(b, l, c);
+      return layer_forward_kernels(b, l, c, moe);
   }
   return {};
 }
 
-std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, int c) const {
+// The MoE part of a layer's forward on one GPU (docs/moe.md): the GPU's Tr = T / t tokens (sequence parallelism)
+// are routed, their k copies each permuted into expert order and dispatched (the all-to-all is the lowering's
+// collective, core/cost/expert_parallel.h), the E / ep local experts run as one grouped GEMM over the copies they
+// receive (ep * Tr * k / E tokens each when balanced), and the combine brings the outputs back for the weighted sum.
+std::vector<KernelCost> AnalyticCostModel::moe_forward_kernels(int b, int l) const {
+  const LayerDims d = layer_dims(s_.model);
+  const MoeDims x = moe_dims(s_.model);
+  const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, T = static_cast<double>(b) * l, Tr = T / t;
+  const double E = x.experts, k = x.top_k, copies = Tr * k, local = E / s_.parallel.ep;
+  const double per_expert = copies / local;  // rows of each local expert's GEMM
+  auto gemm = [&](double M, double Kd, double N) {
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
+                       Fp8Pass::Forward);
+  };
+  auto grouped = [&](double Kd, double N) {  // one GEMM per local expert, launched as one grouped kernel
+    KernelCost g{2 * copies * Kd * N, e * (copies * Kd + local * Kd * N + copies * N), true, false, per_expert, N, Kd,
+                 local};
+    return linear_gemm(g, e, Fp8Pass::Forward);
+  };
+  std::vector<KernelCost> out = {
+      KernelCost{2 * Tr * h * E, e * (Tr * h + h * E) + 4 * Tr * E, true, false, Tr, E, h},  // router logits
+      {6 * Tr * E, 12 * Tr * E + 8 * copies, false},  // softmax, top-k, the routing map (fp32 scores)
+      {2 * Tr * E, 8 * Tr * E, false},                // load-balancing loss (per-expert token counts, probabilities)
+      {0, e * (Tr * h + copies * h) + 8 * copies, false},  // permute: each token's k copies in expert order
+      grouped(h, x.up_out),                                // expert MLP up (SwiGLU: gate and up)
+      {8 * copies * x.f, e * copies * (x.up_out + x.f), false},  // activation
+      grouped(x.f, h),                                           // expert MLP down
+      {2 * copies * h, e * (copies * h + Tr * h) + 4 * copies, false},  // unpermute: weighted sum of the k outputs
+  };
+  if (x.shared_f > 0) {  // shared experts: a dense MLP over the whole tokens, split t ways like the dense one
+    out.push_back(gemm(T, h, x.shared_up_out / t));
+    out.push_back({8 * T * x.shared_f / t, e * T * (x.shared_up_out + x.shared_f) / t, false});
+    out.push_back(gemm(T, x.shared_f / t, h));
+    out.push_back({Tr * h, 3 * e * Tr * h, false});  // routed + shared outputs
+  }
+  return out;
+}
+
+std::vector<KernelCost> AnalyticCostModel::moe_backward_kernels(int b, int l, bool tp_overlap) const {
+  const LayerDims d = layer_dims(s_.model);
+  const MoeDims x = moe_dims(s_.model);
+  const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, T = static_cast<double>(b) * l, Tr = T / t;
+  const double E = x.experts, k = x.top_k, copies = Tr * k, local = E / s_.parallel.ep;
+  const double per_expert = copies / local;
+  const double g = s_.training.grad_fp32 ? 4.0 : 2.0;
+  const double acc = s_.training.wgrad_accumulation == "autograd" ? 2 * e + 2 * g : 2 * g;
+  auto gemm = [&](double M, double Kd, double N) {
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
+                       Fp8Pass::Backward);
+  };
+  auto wgrad = [&](double M, double Kd, double N) {
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd}, acc,
+                       Fp8Pass::Backward);
+  };
+  // dgrad: copies x N from copies x Kd; wgrad: each local expert's Kd x N gradient over its rows.
+  auto grouped_dgrad = [&](double Kd, double N) {
+    KernelCost c{2 * copies * Kd * N, e * (copies * Kd + local * Kd * N + copies * N), true, false, per_expert, N, Kd,
+                 local};
+    return linear_gemm(c, e, Fp8Pass::Backward);
+  };
+  auto grouped_wgrad = [&](double Kd, double N) {
+    KernelCost c{2 * copies * Kd * N, e * copies * (Kd + N) + acc * local * Kd * N, true, true, Kd, N, per_expert,
+                 local};
+    return linear_gemm(c, acc, Fp8Pass::Backward);
+  };
+  std::vector<KernelCost> out;
+  if (x.shared_f > 0) {
+    const double ar = tp_overlap ? tp_overlap_seconds(b, l) : 0.0;
+    KernelCost up_w = wgrad(h, T, x.shared_up_out / t);
+    up_w.beside_s = ar;
+    out.push_back(gemm(T, h, x.shared_f / t));                                          // down dgrad
+    out.push_back(wgrad(x.shared_f / t, T, h));                                         // down wgrad
+    out.push_back({8 * T * x.shared_f / t, e * T * (x.shared_f + 2 * x.shared_up_out) / t, false});  // act backward
+    out.push_back(gemm(T, x.shared_up_out / t, h));                                     // up dgrad
+    out.push_back(up_w);                                                                // up wgrad
+  }
+  const std::vector<KernelCost> routed = {
+      {copies * h, e * (Tr * h + 2 * copies * h) + 4 * copies, false},  // unpermute backward (and the weights' grads)
+      grouped_dgrad(h, x.f),                                            // expert down dgrad
+      grouped_wgrad(x.f, h),                                            // expert down wgrad
+      {8 * copies * x.f, e * copies * (x.f + 2 * x.up_out), false},     // activation backward
+      grouped_dgrad(x.up_out, h),                                       // expert up dgrad
+      grouped_wgrad(h, x.up_out),                                       // expert up wgrad
+      {copies * h, e * (copies * h + Tr * h) + 8 * copies, false},      // permute backward: the copies' gradients summed
+      {4 * Tr * E, 16 * Tr * E, false},                                 // softmax / top-k / loss backward
+      KernelCost{2 * Tr * E * h, e * (Tr * E + E * h + Tr * h), true, false, Tr, h, E},   // router dgrad
+      KernelCost{2 * Tr * E * h, e * (Tr * E + Tr * h) + acc * E * h, true, true, h, E, Tr},  // router wgrad
+  };
+  out.insert(out.end(), routed.begin(), routed.end());
+  return out;
+}
+
+std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, int c, bool moe) const {
   const ModelSpec& m = s_.model;
   const LayerDims d = layer_dims(m);
   const double t = s_.parallel.tp, e = elem_bytes();
@@ -267,22 +397,31 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
   const std::vector<KernelCost> core = attention_core_kernels(b, l, c);
   k.insert(k.end(), core.begin(), core.end());
   const std::vector<KernelCost> rest = {
-      {0, 2 * e * T * h / t, false},                       // context transpose
-      gemm(T, h / t, h),                                   // output projection
-      {3 * Tr * h, (3 * e + mask) * Tr * h, false},        // bias + dropout + residual add
-      {8 * Tr * h, 2 * e * Tr * h, false},                 // LayerNorm
-      gemm(T, h, d.up_out / t),                            // MLP up (SwiGLU: gate and up, 2f wide)
-      {8 * T * f / t, e * T * (d.up_out + f) / t, false},  // bias + GeLU (SwiGLU: SiLU(gate) * up)
-      gemm(T, f / t, h),                                   // MLP down
-      {3 * Tr * h, (3 * e + mask) * Tr * h, false},        // bias + dropout + residual add
+      {0, 2 * e * T * d.q / t, false},                 // context transpose
+      gemm(T, d.q / t, h),                             // output projection
+      {3 * Tr * h, (3 * e + mask) * Tr * h, false},    // bias + dropout + residual add
+      {8 * Tr * h, 2 * e * Tr * h, false},             // LayerNorm
   };
   k.insert(k.end(), rest.begin(), rest.end());
-  const std::vector<KernelCost> casts = fp8_layer_kernels(b, l, true);
+  if (moe) {
+    const std::vector<KernelCost> x = moe_forward_kernels(b, l);
+    k.insert(k.end(), x.begin(), x.end());
+  } else {
+    const std::vector<KernelCost> mlp = {
+        gemm(T, h, d.up_out / t),                            // MLP up (SwiGLU: gate and up, 2f wide)
+        {8 * T * f / t, e * T * (d.up_out + f) / t, false},  // bias + GeLU (SwiGLU: SiLU(gate) * up)
+        gemm(T, f / t, h),                                   // MLP down
+    };
+    k.insert(k.end(), mlp.begin(), mlp.end());
+  }
+  k.push_back({3 * Tr * h, (3 * e + mask) * Tr * h, false});  // bias + dropout + residual add
+  const std::vector<KernelCost> casts = fp8_layer_kernels(b, l, true, moe);
   k.insert(k.end(), casts.begin(), casts.end());
   return k;
 }
 
-std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, int c, bool tp_overlap) const {
+std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, int c, bool tp_overlap,
+                                                                  bool moe) const {
   const ModelSpec& m = s_.model;
   const LayerDims d = layer_dims(m);
   const double kv = d.kv;
@@ -290,8 +429,9 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);
   const double S = b * (m.heads / t) * l * K;
-  const double qk = 2.0 * b * l * K * h / t;
-  const double L = l, hd = h / m.heads, bh = b * (m.heads / t);  // per-head GEMMs (rows, head dim, batch)
+  const double q = d.q;  // the attention width (h unless model.head_dim says otherwise)
+  const double qk = 2.0 * b * l * K * q / t;
+  const double L = l, hd = d.hd, bh = b * (m.heads / t);  // per-head GEMMs (rows, head dim, batch)
   auto gemm = [&](double M, double Kd, double N) {
     return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
                        Fp8Pass::Backward);
@@ -321,41 +461,50 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     return k;
   };
   const double mask = s_.training.dropout ? 1.0 : 0.0;  // dropout mask bytes per element
-  std::vector<KernelCost> k = {
-      {3 * Tr * h, (2 * e + mask) * Tr * h, false},            // dropout + add backward (MLP)
-      bias_grad(Tr, h),                                        // MLP down bias
-      gemm(T, h, f / t),                                       // MLP down dgrad
-      wgrad(f / t, T, h),                                      // MLP down wgrad
-      {8 * T * f / t, e * T * (f + 2 * d.up_out) / t, false},  // GeLU (SwiGLU) backward
-      bias_grad(T, d.up_out / t),                              // MLP up bias
-      column_dgrad(T, d.up_out / t, h),                        // MLP up dgrad
-      column_wgrad(h, T, d.up_out / t),                        // MLP up wgrad
-      {10 * Tr * h, 4 * e * Tr * h, false},                    // LayerNorm backward (+ residual gradient)
-      {3 * Tr * h, (2 * e + mask) * Tr * h, false},            // dropout + add backward (attention)
-      bias_grad(Tr, h),                                        // output projection bias
-      gemm(T, h, h / t),                                       // output projection dgrad
-      wgrad(h / t, T, h),                                      // output projection wgrad
-      {0, 2 * e * T * h / t, false},                           // context transpose backward
+  std::vector<KernelCost> k = {{3 * Tr * h, (2 * e + mask) * Tr * h, false}};  // dropout + add backward (MLP)
+  if (moe) {
+    const std::vector<KernelCost> x = moe_backward_kernels(b, l, tp_overlap);
+    k.insert(k.end(), x.begin(), x.end());
+  } else {
+    const std::vector<KernelCost> mlp = {
+        bias_grad(Tr, h),                                        // MLP down bias
+        gemm(T, h, f / t),                                       // MLP down dgrad
+        wgrad(f / t, T, h),                                      // MLP down wgrad
+        {8 * T * f / t, e * T * (f + 2 * d.up_out) / t, false},  // GeLU (SwiGLU) backward
+        bias_grad(T, d.up_out / t),                              // MLP up bias
+        column_dgrad(T, d.up_out / t, h),                        // MLP up dgrad
+        column_wgrad(h, T, d.up_out / t),                        // MLP up wgrad
+    };
+    k.insert(k.end(), mlp.begin(), mlp.end());
+  }
+  const std::vector<KernelCost> attn_tail = {
+      {10 * Tr * h, 4 * e * Tr * h, false},          // LayerNorm backward (+ residual gradient)
+      {3 * Tr * h, (2 * e + mask) * Tr * h, false},  // dropout + add backward (attention)
+      bias_grad(Tr, h),                              // output projection bias
+      gemm(T, h, d.q / t),                           // output projection dgrad
+      wgrad(d.q / t, T, h),                          // output projection wgrad
+      {0, 2 * e * T * d.q / t, false},               // context transpose backward
   };
+  k.insert(k.end(), attn_tail.begin(), attn_tail.end());
   if (s_.parallel.cp > 1) {  // ring attention (core/cost/context_parallel.h)
     const std::vector<KernelCost> ring = cp_attention_backward_kernels(timer(), s_, b);
     k.insert(k.end(), ring.begin(), ring.end());
   } else if (s_.training.flash_attention) {
     const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
     const double lse = 4 * b * (m.heads / t) * l;                  // fp32 per query and head
-    k.push_back({2 * T * h / t, 2 * e * T * h / t + lse, false});  // D = rowsum(dO * O)
+    k.push_back({2 * T * q / t, 2 * e * T * q / t + lse, false});  // D = rowsum(dO * O)
     // Recomputes the scores: 5 matmuls over the causal pairs (S, dV, dP, dQ, dK); reads Q, K, V, O, dO, writes
     // dK, dV over the whole prefix and accumulates dQ in fp32.
-    KernelCost fused{10 * b * h * pairs / t, e * (3 * T * h / t + 4 * b * K * kv / t) + 8 * T * h / t + 2 * lse, true};
+    KernelCost fused{10 * b * q * pairs / t, e * (3 * T * q / t + 4 * b * K * kv / t) + 8 * T * q / t + 2 * lse, true};
     fused.attention = FusedAttention::Backward;
     fused.m = K, fused.batch = b * (m.heads / t);
     k.push_back(fused);
-    k.push_back({0, (4 + e) * T * h / t, false});  // dQ fp32 -> 16 bit
+    k.push_back({0, (4 + e) * T * q / t, false});  // dQ fp32 -> 16 bit
     // dK/dV of this slice's keys plus the context add up with what the later slices left (docs/papers.md#seq1f1b).
     if (c + l < m.seq_len) k.push_back({2 * b * K * kv / t, 6 * e * b * K * kv / t, false});
   } else {
-    k.push_back({qk, e * (T * h / t + b * K * kv / t + S), true, false, L, K, hd, bh});  // dP = dO.V^T
-    k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true, false, K, hd, L, bh});  // dV = P^T.dO
+    k.push_back({qk, e * (T * q / t + b * K * kv / t + S), true, false, L, K, hd, bh});  // dP = dO.V^T
+    k.push_back({qk, e * (S + T * q / t + b * K * kv / t), true, false, K, hd, L, bh});  // dV = P^T.dO
     if (s_.training.dropout) k.push_back({S, 2 * e * S + S, false});                     // dropout backward
     if (s_.training.softmax_fp32) {
       // The cast's backward (e -> fp32), softmax backward in fp32 (reads the gradient and the saved fp32
@@ -366,8 +515,8 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     } else {
       k.push_back({4 * S, 3 * e * S, false});  // softmax backward
     }
-    k.push_back({qk, e * (S + b * K * kv / t + T * h / t), true, false, L, hd, K, bh});  // dQ = dS.K
-    k.push_back({qk, e * (S + T * h / t + b * K * kv / t), true, false, K, hd, L, bh});  // dK = dS^T.Q
+    k.push_back({qk, e * (S + b * K * kv / t + T * q / t), true, false, L, hd, K, bh});  // dQ = dS.K
+    k.push_back({qk, e * (S + T * q / t + b * K * kv / t), true, false, K, hd, L, bh});  // dK = dS^T.Q
   }
   const std::vector<KernelCost> rest = {
       bias_grad(T, d.qkv_out / t),           // QKV bias
@@ -376,7 +525,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
       {10 * Tr * h, 4 * e * Tr * h, false},  // LayerNorm backward (+ residual gradient)
   };
   k.insert(k.end(), rest.begin(), rest.end());
-  const std::vector<KernelCost> casts = fp8_layer_kernels(b, l, false);
+  const std::vector<KernelCost> casts = fp8_layer_kernels(b, l, false, moe);
   k.insert(k.end(), casts.begin(), casts.end());
   return k;
 }
@@ -385,12 +534,20 @@ KernelCost AnalyticCostModel::linear_gemm(const KernelCost& k, double out_bytes_
   return s_.training.fp8() ? fp8_gemm(k, out_bytes_per_elem, pass) : k;
 }
 
-std::vector<KernelCost> AnalyticCostModel::fp8_layer_kernels(int b, int l, bool forward) const {
+std::vector<KernelCost> AnalyticCostModel::fp8_layer_kernels(int b, int l, bool forward, bool moe) const {
   if (!s_.training.fp8()) return {};
   const LayerDims d = layer_dims(s_.model);
   const double t = s_.parallel.tp, e = elem_bytes(), T = static_cast<double>(b) * l;
   // Forward: the inputs of QKV, projection, MLP up and MLP down; backward: the output gradients of the same four.
-  const double cols = forward ? d.h + d.h / t + d.h + d.f / t : d.qkv_out / t + d.h + d.up_out / t + d.h;
+  // An MoE layer's experts cast the k copies of the GPU's 1/t of the tokens (and the shared experts their input).
+  if (!moe) {
+    const double cols = forward ? d.h + d.q / t + d.h + d.f / t : d.qkv_out / t + d.h + d.up_out / t + d.h;
+    return {fp8_cast_transpose(T, cols, e)};
+  }
+  const MoeDims x = moe_dims(s_.model);
+  const double mlp = x.top_k * (forward ? d.h + x.f : x.up_out + d.h) / t +
+                     (x.shared_f > 0 ? (forward ? d.h + x.shared_f / t : x.shared_up_out / t + d.h) : 0.0);
+  const double cols = forward ? d.h + d.q / t + mlp : d.qkv_out / t + d.h + mlp;
   return {fp8_cast_transpose(T, cols, e)};
 }
 
@@ -448,7 +605,9 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
       k.pre = {{0, 2 * e * T * h, false},                      // word-embedding gather (vocab-parallel)
                {2 * Tr * h, (3 * e + mask) * Tr * h, false}};  // + position embedding, dropout
     }
-    k.layer = layer_forward_kernels(b, l, c);
+    k.layers = layers_of_stage(op.stage), k.moe_layers = moe_layers_of_stage(op.stage);
+    if (k.layers > k.moe_layers) k.layer = layer_forward_kernels(b, l, c);
+    if (k.moe_layers > 0) k.moe_layer = layer_forward_kernels(b, l, c, true);
     if (last) {
       k.post = {{8 * Tr * h, 2 * e * Tr * h, false},           // final LayerNorm
                 gemm(T, h, V / t),                             // logits
@@ -467,10 +626,18 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
              logits_wgrad,                                                 // logits wgrad
              {10 * Tr * h, 4 * e * Tr * h, false}};                        // final LayerNorm backward
   }
-  k.layer = layer_backward_kernels(b, l, c, tp_overlap(op));
+  k.layers = layers_of_stage(op.stage), k.moe_layers = moe_layers_of_stage(op.stage);
   // Megatron recomputes each checkpointed layer (or its attention core) just before its backward.
-  const std::vector<KernelCost> f = recompute_kernels(b, l, c);
-  k.layer.insert(k.layer.begin(), f.begin(), f.end());
+  if (k.layers > k.moe_layers) {
+    k.layer = layer_backward_kernels(b, l, c, tp_overlap(op));
+    const std::vector<KernelCost> f = recompute_kernels(b, l, c);
+    k.layer.insert(k.layer.begin(), f.begin(), f.end());
+  }
+  if (k.moe_layers > 0) {
+    k.moe_layer = layer_backward_kernels(b, l, c, tp_overlap(op), true);
+    const std::vector<KernelCost> f = recompute_kernels(b, l, c, true);
+    k.moe_layer.insert(k.moe_layer.begin(), f.begin(), f.end());
+  }
   if (first) {
     k.post = {{Tr * h, (2 * e + mask) * Tr * h, false},  // dropout backward
               {T * h, (e + 8) * T * h, false, true}};    // embedding gradient scatter-add (fp32 rows)
@@ -481,8 +648,13 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
 
 double AnalyticCostModel::fused_seconds(const Op& op, int microbatch_seqs, bool forward) const {
   const OpKernels k = op_kernels(op, microbatch_seqs, forward);
-  return stream_seconds(times_of(*this, k.pre), times_of(*this, k.layer), layers_of_stage(op.stage),
-                        times_of(*this, k.post), s_.cluster.device.kernel_launch_s);
+  if (k.moe_layers == 0)
+    return stream_seconds(times_of(*this, k.pre), times_of(*this, k.layer), k.layers, times_of(*this, k.post),
+                          s_.cluster.device.kernel_launch_s);
+  const std::vector<double> pre = times_of(*this, k.pre), dense = times_of(*this, k.layer),
+                            moe = times_of(*this, k.moe_layer), post = times_of(*this, k.post);
+  return stream_seconds({{&pre, 1}, {&dense, k.layers - k.moe_layers}, {&moe, k.moe_layers}, {&post, 1}},
+                        s_.cluster.device.kernel_launch_s);
 }
 
 double AnalyticCostModel::backward_weight_share(const Op& op, int microbatch_seqs) const {
@@ -497,16 +669,20 @@ double AnalyticCostModel::backward_weight_share(const Op& op, int microbatch_seq
     }
   };
   add(k.pre, 1);
-  add(k.layer, layers_of_stage(op.stage));
+  add(k.layer, k.layers - k.moe_layers);
+  add(k.moe_layer, k.moe_layers);
   add(k.post, 1);
   return all > 0 ? weight / all : 0.0;
 }
 
 double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) const {
   check_op(op, microbatch_seqs);
-  const int layers = layers_of_stage(op.stage);
+  // An MoE stage's key holds its MoE layer count beside its layer count (12 bits each).
+  const int moe = moe_layers_of_stage(op.stage);
+  const int layers = moe == 0 ? layers_of_stage(op.stage) : (layers_of_stage(op.stage) << 12 | moe) | 1 << 23;
   // The key packs layers and sequences in 24 bits each; wider values are asked directly.
-  if (layers >= (1 << 24) || microbatch_seqs >= (1 << 24)) return compute_seconds_uncached(op, microbatch_seqs);
+  if (layers >= (1 << 24) || microbatch_seqs >= (1 << 24) || layers_of_stage(op.stage) >= (1 << 11))
+    return compute_seconds_uncached(op, microbatch_seqs);
   auto u32 = [](std::int32_t x) { return static_cast<std::uint64_t>(static_cast<std::uint32_t>(x)); };
   const int last = s_.parallel.pp * s_.parallel.v - 1;
   const std::uint64_t where = (op.stage == 0 ? 1u : 0u) | (op.stage == last ? 2u : 0u);
@@ -532,10 +708,18 @@ double AnalyticCostModel::compute_seconds_uncached(const Op& op, int microbatch_
 double AnalyticCostModel::recompute_seconds(const Op& op, int microbatch_seqs) const {
   if (op.kind == OpKind::Forward || s_.schedule.recompute == Recompute::None) return 0.0;
   check_op(op, microbatch_seqs);
-  const std::vector<KernelCost> k = recompute_kernels(microbatch_seqs, op.tokens() / s_.parallel.cp, op.tok_begin);
+  const int b = microbatch_seqs, l = op.tokens() / s_.parallel.cp, c = op.tok_begin;
+  const int moe = moe_layers_of_stage(op.stage), dense = layers_of_stage(op.stage) - moe;
+  const std::vector<KernelCost> k = recompute_kernels(b, l, c);
   if (k.empty()) return 0.0;
-  const double redo =
-      stream_seconds({}, times_of(*this, k), layers_of_stage(op.stage), {}, s_.cluster.device.kernel_launch_s);
+  const double lambda = s_.cluster.device.kernel_launch_s;
+  double redo = 0;
+  if (moe == 0) {
+    redo = stream_seconds({}, times_of(*this, k), dense, {}, lambda);
+  } else {
+    const std::vector<double> d = times_of(*this, k), x = times_of(*this, recompute_kernels(b, l, c, true));
+    redo = stream_seconds({{&d, dense}, {&x, moe}}, lambda);
+  }
   const double fused = fused_seconds(op, microbatch_seqs, false);
   return fused > 0 ? std::min(1.0, redo / fused) * compute_seconds(op, microbatch_seqs) : 0.0;
 }
@@ -544,19 +728,20 @@ double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {
   check_op(op, microbatch_seqs);
   const ModelSpec& m = s_.model;
   const int b = microbatch_seqs, l = op.tokens(), c = op.tok_begin;
-  const double fwd = layer_forward_flops(m, s_.parallel.tp, b, l, c).total() * layers_of_stage(op.stage);
+  const int moe = moe_layers_of_stage(op.stage), dense = layers_of_stage(op.stage) - moe;
+  const LayerFlops lf = layer_forward_flops(m, s_.parallel.tp, b, l, c);
+  const LayerFlops mf = moe > 0 ? layer_forward_flops(m, s_.parallel.tp, b, l, c, true) : LayerFlops{};
+  const double fwd = moe == 0 ? lf.total() * dense : lf.total() * dense + mf.total() * moe;
   const double logits = 2.0 * b * l * static_cast<double>(m.hidden) * m.vocab / s_.parallel.tp;
   const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
   // W is the weight-gradient GEMMs: as many FLOPs as the forward GEMMs (and the logits GEMM); I is the rest.
-  const double wgrad =
-      layer_forward_flops(m, s_.parallel.tp, b, l, c).gemm() * layers_of_stage(op.stage) + (last ? logits : 0.0);
-  const LayerFlops lf = layer_forward_flops(m, s_.parallel.tp, b, l, c);
+  const double wgrad = (moe == 0 ? lf.gemm() * dense : lf.gemm() * dense + mf.gemm() * moe) + (last ? logits : 0.0);
   double recomputed = 0;  // the forward work backward redoes
   switch (s_.schedule.recompute) {
     case Recompute::None:
       break;
     case Recompute::Selective:
-      recomputed = s_.training.flash_attention ? 0.0 : lf.attn * layers_of_stage(op.stage);
+      recomputed = s_.training.flash_attention ? 0.0 : lf.attn * layers_of_stage(op.stage);  // attention alike
       break;
     case Recompute::Full:
       recomputed = fwd;
@@ -603,17 +788,20 @@ double AnalyticCostModel::tp_overlap_seconds(int b, int l) const {
 int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
   if (s_.parallel.tp == 1) return 0;
   const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
-  const int recomputed = s_.schedule.recompute == Recompute::Full ? 2 * layers_of_stage(op.stage) : 0;
+  // Per layer: the attention's and the MLP's; an MoE layer's experts are not split t ways (its tokens are: each GPU
+  // dispatches its own 1/t), leaving the attention's and, with shared experts, theirs.
+  const int moe = moe_layers_of_stage(op.stage);
+  const int per_layer = 2 * (layers_of_stage(op.stage) - moe) + (s_.model.moe_shared_ffn_hidden > 0 ? 2 : 1) * moe;
+  const int recomputed = s_.schedule.recompute == Recompute::Full ? per_layer : 0;
   // + the LM head's input gradient; with async_tp_allreduce the input-gradient all-reduces (2 per layer and the
   // LM head's) run beside their wgrads and are costed there (compute_seconds), leaving the recomputed forward's.
   // With sequence parallelism the two all-gathers of the row-parallel outputs' gradients (one all-reduce's worth per
   // layer) stay exposed (core/cost/tp_overlap.h).
-  const int sp_exposed = sequence_parallel_tp() ? layers_of_stage(op.stage) : 0;
-  const int backward =
-      tp_overlap(op) ? recomputed + sp_exposed : recomputed + 2 * layers_of_stage(op.stage) + (last ? 1 : 0);
+  const int sp_exposed = sequence_parallel_tp() ? (per_layer + 1) / 2 : 0;
+  const int backward = tp_overlap(op) ? recomputed + sp_exposed : recomputed + per_layer + (last ? 1 : 0);
   switch (op.kind) {
     case OpKind::Forward:
-      return 2 * layers_of_stage(op.stage) + (op.stage == 0 ? 1 : 0);  // + vocab-parallel embedding output
+      return per_layer + (op.stage == 0 ? 1 : 0);  // + vocab-parallel embedding output
     case OpKind::Backward:
     case OpKind::BackwardInput:  // the all-reduces of the input gradients (and the recomputed forward)
       return backward;
@@ -628,18 +816,34 @@ double AnalyticCostModel::tp_allreduce_bytes(const Op& op, int microbatch_seqs) 
   return static_cast<double>(microbatch_seqs) * op.tokens() * s_.model.hidden * elem_bytes() / s_.parallel.cp;
 }
 
-double AnalyticCostModel::grad_bytes(int rank) const { return rank_parameter_count(s_, rank) * grad_elem_bytes(); }
+// The routed experts' gradients are reduced over their own group (core/cost/expert_parallel.h), not over DP.
+double AnalyticCostModel::grad_bytes(int rank) const {
+  return (rank_parameter_count(s_, rank) - rank_expert_parameter_count(s_, rank)) * grad_elem_bytes();
+}
 
 double AnalyticCostModel::param_bytes(int rank) const {
-  return rank_parameter_count(s_, rank) * s_.training.param_bytes().weight;
+  return (rank_parameter_count(s_, rank) - rank_expert_parameter_count(s_, rank)) * s_.training.param_bytes().weight;
+}
+
+double AnalyticCostModel::expert_grad_bytes(int rank) const {
+  return rank_expert_parameter_count(s_, rank) * grad_elem_bytes();
+}
+
+double AnalyticCostModel::expert_param_bytes(int rank) const {
+  return rank_expert_parameter_count(s_, rank) * s_.training.param_bytes().weight;
 }
 
 double AnalyticCostModel::optimizer_seconds(int rank) const {
   const DeviceSpec& d = s_.cluster.device;
   // The distributed optimizer updates its 1/dp shard only (the all-gather of the result is a collective).
   // Megatron shards it over the data-parallel group with context parallelism: dp * cp GPUs.
-  const double shards = s_.training.distributed_optimizer ? 1.0 * s_.parallel.dp * s_.parallel.cp : 1.0;
-  const double params = rank_parameter_count(s_, rank) / shards;
+  const ParallelSpec& par = s_.parallel;
+  const double shards = s_.training.distributed_optimizer ? 1.0 * par.dp * par.cp : 1.0;
+  // The routed experts' state is sharded over their expert-data-parallel group: tp * cp * dp / ep GPUs.
+  const double expert_shards = s_.training.distributed_optimizer ? 1.0 * par.tp * par.cp * par.dp / par.ep : 1.0;
+  const double experts = rank_expert_parameter_count(s_, rank);
+  const double params = experts == 0 ? rank_parameter_count(s_, rank) / shards
+                                     : (rank_parameter_count(s_, rank) - experts) / shards + experts / expert_shards;
   const TrainingSpec::ParamBytes pb = s_.training.param_bytes();
   const double w = pb.weight, g = pb.grad, state = pb.state;  // state: fp32 master + moments
   // Read and write the state, read the gradient twice (unscale / norm, update), write the working weights

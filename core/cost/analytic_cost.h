@@ -25,6 +25,8 @@ class AnalyticCostModel : public CostModel {
   double optimizer_seconds(int rank) const override;
   double embedding_grad_bytes() const override;
   double param_bytes(int rank) const override;  // rank parameters x weight bytes (training.dtype)
+  double expert_grad_bytes(int rank) const override;
+  double expert_param_bytes(int rank) const override;
   // The recomputed kernels' share of the fused backward, times compute_seconds(op) (I and W alike).
   double recompute_seconds(const Op& op, int microbatch_seqs) const override;
 
@@ -51,23 +53,30 @@ class AnalyticCostModel : public CostModel {
   KernelTimer timer() const {
     return [this](const KernelCost& k) { return kernel_seconds(k); };
   }
-  // The kernels of one layer's forward / backward (without recomputation), in issue order.
-  std::vector<KernelCost> layer_forward_kernels(int b, int l, int c) const;
+  // The kernels of one layer's forward / backward (without recomputation), in issue order; moe: a layer with routed
+  // experts (ModelSpec::moe_layer) in place of the dense MLP.
+  std::vector<KernelCost> layer_forward_kernels(int b, int l, int c, bool moe = false) const;
   // tp_overlap: the fused backward with training.async_tp_allreduce or sequence parallelism (the column-parallel wgrads
   // carry the collective of their input gradient, core/cost/tp_overlap.h); off for a split backward (I / W), whose W
   // runs later.
-  std::vector<KernelCost> layer_backward_kernels(int b, int l, int c, bool tp_overlap = false) const;
+  std::vector<KernelCost> layer_backward_kernels(int b, int l, int c, bool tp_overlap = false, bool moe = false) const;
+  // An MoE layer's router, permutation, grouped expert GEMMs, combine and shared experts (docs/moe.md), forward and
+  // backward, on one GPU; the dispatch and combine all-to-alls are collectives of the lowering.
+  std::vector<KernelCost> moe_forward_kernels(int b, int l) const;
+  std::vector<KernelCost> moe_backward_kernels(int b, int l, bool tp_overlap) const;
   // The attention core of a layer's forward (Q.K^T, softmax, dropout, P.V; or the one flash kernel).
   std::vector<KernelCost> attention_core_kernels(int b, int l, int c) const;
   // What a layer's backward recomputes first: schedule.recompute full = the whole forward, selective = the
   // attention core (nothing with flash attention, which recomputes its scores anyway), none = nothing.
-  std::vector<KernelCost> recompute_kernels(int b, int l, int c) const;
+  std::vector<KernelCost> recompute_kernels(int b, int l, int c, bool moe = false) const;
+  int moe_layers_of_stage(int stage) const;  // of layers_of_stage, those with routed experts
 
  protected:
   Scenario s_;
   double dtype_peak_flops_ = 0;
   double fp8_peak_flops_ = 0;      // training.dtype fp8: the linear GEMMs' peak (dtype_peak_flops_ is bf16's then)
   std::vector<int> stage_layers_;  // per virtual stage
+  std::vector<int> stage_moe_;     // per virtual stage: its MoE layers
   // Whether this model's kernel lists time backward ops (a profile's layer tables or kernel fits do not, and carry
   // no wgrad for training.async_tp_allreduce to hide the all-reduces behind: those stay exposed then).
   virtual bool kernels_time_backward() const { return true; }
@@ -79,8 +88,11 @@ class AnalyticCostModel : public CostModel {
   // range, sequences. Many stages of a pipeline hold the same layers, and a search or a planner asks the same
   // questions thousands of times. Not for concurrent use (nothing shares a cost model across threads).
   mutable MemoTable compute_memo_;
+  // layer runs (layers_of_stage - moe_layers_of_stage) times, then moe_layer moe_layers_of_stage times (the stream's
+  // time hardly depends on the order of the two kinds).
   struct OpKernels {
-    std::vector<KernelCost> pre, layer, post;  // layer runs layers_of_stage(op.stage) times
+    std::vector<KernelCost> pre, layer, moe_layer, post;
+    int layers = 0, moe_layers = 0;
   };
   // The kernels of a forward (forward = true) or a fused backward (with the recomputed forward) of `op`.
   OpKernels op_kernels(const Op& op, int microbatch_seqs, bool forward) const;
@@ -95,7 +107,7 @@ class AnalyticCostModel : public CostModel {
   // A linear layer's GEMM (not attention, not logits): FP8 operands with training.dtype fp8 (core/cost/fp8.h).
   KernelCost linear_gemm(const KernelCost& k, double out_bytes_per_elem, Fp8Pass pass) const;
   // FP8 casts of one layer's linear-GEMM inputs (forward) or output gradients (backward) and its amax update.
-  std::vector<KernelCost> fp8_layer_kernels(int b, int l, bool forward) const;
+  std::vector<KernelCost> fp8_layer_kernels(int b, int l, bool forward, bool moe = false) const;
 };
 
 }  // namespace pipescope

@@ -42,14 +42,15 @@ KernelCost wait_kernel(double s) {
 }
 
 struct CpDims {
-  double T, Th, lse, kvb, e;  // token rows, T * h / t, fp32 log-sum-exp bytes, b * (s/cp) * kv / t, element bytes
+  double T, Th, lse, kvb, e;  // token rows, T * q / t (q: attention width), fp32 log-sum-exp bytes, b * (s/cp) * kv / t,
+                              // element bytes
 };
 
 CpDims cp_dims(const Scenario& s, int b) {
   const double t = s.parallel.tp, l = static_cast<double>(s.model.seq_len) / s.parallel.cp;
   CpDims d;
   d.T = b * l;
-  d.Th = d.T * s.model.hidden / t;
+  d.Th = d.T * layer_dims(s.model).q / t;
   d.lse = 4.0 * b * (s.model.heads / t) * l;
   d.kvb = b * l * layer_dims(s.model).kv / t;
   d.e = s.training.act_bytes_per_elem();
@@ -66,7 +67,7 @@ std::vector<KernelCost> cp_attention_forward_kernels(const KernelTimer& time, co
   for (int i = 0; i < cp; i++) {
     const double pairs = b * cp_step_pairs(s.model.seq_len, cp, i);
     // The flash kernel of the step: reads Q and the step's K, V, writes its partial output and log-sum-exp.
-    KernelCost step{4.0 * s.model.hidden * pairs / s.parallel.tp, d.e * (2 * d.Th + 2 * d.kvb) + d.lse, true};
+    KernelCost step{4.0 * layer_dims(s.model).q * pairs / s.parallel.tp, d.e * (2 * d.Th + 2 * d.kvb) + d.lse, true};
     step.attention = FusedAttention::Forward;
     double busy = time(step);
     k.push_back(step);
@@ -90,7 +91,7 @@ std::vector<KernelCost> cp_attention_backward_kernels(const KernelTimer& time, c
   for (int i = 0; i < cp; i++) {
     const double pairs = b * cp_step_pairs(s.model.seq_len, cp, i);
     // Recomputes the scores (5 matmuls over the pairs); reads Q, K, V, O, dO, writes dK, dV, accumulates dQ.
-    KernelCost step{10.0 * s.model.hidden * pairs / s.parallel.tp, d.e * (3 * d.Th + 4 * d.kvb) + 8 * d.Th + 2 * d.lse,
+    KernelCost step{10.0 * layer_dims(s.model).q * pairs / s.parallel.tp, d.e * (3 * d.Th + 4 * d.kvb) + 8 * d.Th + 2 * d.lse,
                     true};
     step.attention = FusedAttention::Backward;
     double busy = time(step);

@@ -47,6 +47,8 @@ class VariedCostModel final : public CostModel {
   double optimizer_seconds(int rank) const override;
   double embedding_grad_bytes() const override { return inner_->embedding_grad_bytes(); }
   double param_bytes(int rank) const override { return inner_->param_bytes(rank); }
+  double expert_grad_bytes(int rank) const override { return inner_->expert_grad_bytes(rank); }
+  double expert_param_bytes(int rank) const override { return inner_->expert_param_bytes(rank); }
   double recompute_seconds(const Op& op, int microbatch_seqs) const override;
   const CostModel& inner() const { return *inner_; }
 

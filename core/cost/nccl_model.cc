@@ -122,6 +122,36 @@ double nccl_collective_seconds(const NcclGroup& g, double bytes, bool allgather)
   return nccl_collective(g, bytes, allgather).seconds;
 }
 
+double node_dedup_share(const NcclGroup& g) {
+  const int N = g.nodes, I = g.dedup_items, k = g.dedup_picks;
+  if (I <= 0 || k <= 0 || N <= 1 || I % N != 0 || k > I) return 1.0;
+  double miss = 1;  // C(I - I/N, k) / C(I, k): no pick on a given node
+  for (int i = 0; i < k; i++) miss *= std::max(0.0, static_cast<double>(I - I / N - i)) / (I - i);
+  const double nodes_hit = (N - 1) * (1 - miss), copies = k * (N - 1.0) / N;
+  return std::min(1.0, nodes_hit / copies);
+}
+
+double nccl_alltoall_seconds(const NcclGroup& g, double bytes) {
+  if (g.ranks <= 1 || bytes <= 0) return 0;
+  const double n = g.ranks, local = std::min(g.ranks_per_node, g.ranks);
+  const double chunk = bytes / n;
+  double t = 0;
+  if (local > 1) {
+    if (!(g.intra_bw_Bps > 0))
+      throw std::invalid_argument("nccl model: all-to-all group of " + std::to_string(g.ranks) + " ranks has no intra-node bandwidth");
+    t = std::max(t, (local - 1) * chunk / (g.intra_bw_Bps * nccl_nvlink_efficiency()));
+  }
+  if (g.nodes > 1) {
+    if (!(g.inter_bw_Bps > 0))
+      throw std::invalid_argument("nccl model: all-to-all group across " + std::to_string(g.nodes) + " nodes has no NIC bandwidth");
+    t = std::max(t, node_dedup_share(g) * local * (n - local) * chunk / (g.inter_bw_Bps * nccl_nic_efficiency()));
+  }
+  const auto& hop_intra = g.nvlink ? kHopNvlink_us : kHopPcie_us;
+  const int simple = static_cast<int>(NcclProto::Simple);
+  const double hop = g.nodes > 1 ? kHopNet_us[kRing][simple] : hop_intra[kRing][simple];
+  return 1e-6 * (kBaseLat_us[kRing][simple] + hop) + t;
+}
+
 NcclGroup nccl_ring_group(const ClusterSpec& cluster, const std::vector<std::int32_t>& ring,
                           const std::function<double(std::int32_t, std::int32_t)>& hop_bw_Bps) {
   const std::size_t n = ring.size();

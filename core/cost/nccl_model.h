@@ -28,6 +28,10 @@ struct NcclGroup {
   double intra_bw_Bps = 0;  // per GPU per direction inside a node (NVLink / PCIe route bottleneck)
   double inter_bw_Bps = 0;  // per direction out of a node for this group: NICs it reaches x NIC bandwidth
   bool nvlink = true;       // intra-node hops over NVLink (false: PCIe / host path latencies)
+  // All-to-all with per-node deduplication (DeepEP's dispatch): the buffer is dedup_picks copies of each token,
+  // for items picked among dedup_items spread evenly over the group's nodes, and a token crosses the network once
+  // per node it goes to. 0 = every copy crosses.
+  int dedup_items = 0, dedup_picks = 0;
 };
 
 struct NcclChoice {
@@ -51,6 +55,16 @@ NcclGroup nccl_ring_group(const ClusterSpec& cluster, const std::vector<std::int
 // buffer, as NCCL's count). Throws std::invalid_argument on a group without bandwidth.
 NcclChoice nccl_collective(const NcclGroup& g, double bytes, bool allgather = false);
 double nccl_collective_seconds(const NcclGroup& g, double bytes, bool allgather = false);
+
+// An all-to-all of `bytes` per rank (its whole send buffer, n equal chunks, its own included) as NCCL runs it: one
+// grouped send / receive per peer, all at once, so the time is one launch and hop latency plus the slower of the
+// two paths: each rank's chunks to the other members of its node over NVLink, and each node's chunks to the
+// members on other nodes through the NICs the group reaches (the receivers' side is symmetric).
+double nccl_alltoall_seconds(const NcclGroup& g, double bytes);
+// With g.dedup_items > 0: the share of the cross-node copies that cross the network, the expected nodes a token's
+// picks land on other than its own over its expected picks there: (N - 1) (1 - C(I - I/N, k) / C(I, k)) over
+// k (N - 1) / N for I items on N nodes, k picks. 1 otherwise.
+double node_dedup_share(const NcclGroup& g);
 
 // NCCL's achieved share of the raw link bandwidth for bulk transfers (docs/cost-model.md sources).
 double nccl_nvlink_efficiency();

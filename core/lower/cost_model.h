@@ -30,6 +30,11 @@ class CostModel {
   virtual double embedding_grad_bytes() const = 0;
   // Parameter bytes held by one GPU of pipeline rank r: what the distributed optimizer all-gathers after its step.
   virtual double param_bytes(int rank) const { return grad_bytes(rank); }
+  // Of an MoE model: the routed experts' gradient and parameter bytes held by one GPU of pipeline rank r, reduced
+  // (gathered) over the expert-data-parallel group instead; grad_bytes and param_bytes leave them out. Pure: a
+  // wrapper that forwarded the rest and forgot these would drop the experts' gradient traffic silently.
+  virtual double expert_grad_bytes(int rank) const = 0;
+  virtual double expert_param_bytes(int rank) const = 0;
   // Of compute_seconds(op): the seconds a backward op spends recomputing the forward (activation recomputation);
   // 0 for a forward and without recomputation. The time breakdown reads it (core/lower/time_breakdown.h).
   virtual double recompute_seconds(const Op& /*op*/, int /*microbatch_seqs*/) const { return 0.0; }
@@ -64,6 +69,8 @@ class ConstantCostModel final : public CostModel {
   double grad_bytes(int) const override { return c_.grad_bytes; }
   double optimizer_seconds(int) const override { return c_.optimizer_s; }
   double embedding_grad_bytes() const override { return 0.0; }
+  double expert_grad_bytes(int) const override { return 0.0; }  // no experts
+  double expert_param_bytes(int) const override { return 0.0; }
 
  private:
   double token_share(const Op& op) const;  // tokens / seq_len

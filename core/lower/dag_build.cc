@@ -354,6 +354,7 @@ struct DagNodes {
       case LOpKind::AllReduce:
       case LOpKind::AllGather:
       case LOpKind::ReduceScatter:
+      case LOpKind::AllToAll:
         n.group = group;
         n.count = l.count;
         n.amount = l.bytes;
@@ -409,7 +410,22 @@ std::vector<std::vector<std::vector<std::int32_t>>> collective_rings(const Lower
       rings.back().reserve(n);
       return rings.back();
     };
-    if (ws.size() == 1 && tag == CollTag::ContextParallel) {
+    if (tag == CollTag::ExpertParallel || tag == CollTag::ExpertData) {
+      // The members' GPUs in Megatron's rank order (worker by worker, lane c * tp + t), cut into expert-parallel
+      // groups of ep consecutive GPUs; an expert-data-parallel ring takes the GPUs at one place in every group.
+      std::vector<std::int32_t> all;
+      for (std::int32_t w : ws)
+        for (int lane = 0; lane < tp * cp; lane++) all.push_back(pl.gpu_of(w, lane));
+      const auto ep = static_cast<std::size_t>(std::max(1, ls.ep));
+      if (tag == CollTag::ExpertParallel) {
+        for (std::size_t i = 0; i + ep <= all.size(); i += ep) ring(ep).assign(all.begin() + i, all.begin() + i + ep);
+      } else {
+        for (std::size_t j = 0; j < ep; j++) {
+          auto& r = ring(all.size() / ep);
+          for (std::size_t i = j; i < all.size(); i += ep) r.push_back(all[i]);
+        }
+      }
+    } else if (ws.size() == 1 && tag == CollTag::ContextParallel) {
       for (int t = 0; t < tp; t++) {
         auto& r = ring(static_cast<std::size_t>(cp));
         for (int c = 0; c < cp; c++) r.push_back(pl.gpu_of(ws[0], c * tp + t));

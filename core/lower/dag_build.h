@@ -42,7 +42,7 @@ void reserve_grown(std::vector<T>& v, std::size_t n) {
 }
 
 constexpr bool is_collective(LOpKind k) {
-  return k == LOpKind::AllReduce || k == LOpKind::AllGather || k == LOpKind::ReduceScatter;
+  return k == LOpKind::AllReduce || k == LOpKind::AllGather || k == LOpKind::ReduceScatter || k == LOpKind::AllToAll;
 }
 
 // The predecessors of a lowered op's node under the execution semantics of core/lower/lowering.h, stated once for
@@ -77,6 +77,7 @@ inline DagKind dag_kind_of(const LoweredOp& l) {
     case LOpKind::AllReduce:
     case LOpKind::AllGather:
     case LOpKind::ReduceScatter:
+    case LOpKind::AllToAll:
       break;
   }
   return l.bytes > 0 ? DagKind::Collective : DagKind::Join;

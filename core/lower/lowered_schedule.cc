@@ -33,6 +33,10 @@ const char* tag_text(CollTag t) {
       return "params";
     case CollTag::ContextParallel:
       return "cp";
+    case CollTag::ExpertParallel:
+      return "ep";
+    case CollTag::ExpertData:
+      return "edp";
     case CollTag::None:
       break;
   }
@@ -51,16 +55,19 @@ std::string lowered_text(const LoweredOp& op) {
       return "recv(" + op_text(op.op) + "<-" + std::to_string(op.peer) + ")";
     case LOpKind::AllReduce:
     case LOpKind::AllGather:
-    case LOpKind::ReduceScatter: {
-      std::string t = op.kind == LOpKind::AllReduce   ? "allreduce["
-                      : op.kind == LOpKind::AllGather ? "allgather["
-                                                      : "reducescatter[";
+    case LOpKind::ReduceScatter:
+    case LOpKind::AllToAll: {
+      std::string t = op.kind == LOpKind::AllReduce       ? "allreduce["
+                      : op.kind == LOpKind::AllGather     ? "allgather["
+                      : op.kind == LOpKind::ReduceScatter ? "reducescatter["
+                                                          : "alltoall[";
       t += tag_text(op.tag);
       t += " g" + std::to_string(op.group) + " ";
       if (op.count != 1) t += std::to_string(op.count) + "x";
       t += fmt_bytes(op.bytes);
       // Per-op collectives (TP, scatter/gather) name the compute op they belong to.
-      if (op.tag == CollTag::TensorParallel || op.tag == CollTag::ScatterGather) t += " " + op_text(op.op);
+      if (op.tag == CollTag::TensorParallel || op.tag == CollTag::ScatterGather || op.tag == CollTag::ExpertParallel)
+        t += " " + op_text(op.op);
       // Overlapped buckets name the op whose weight gradients (or forward's parameters) they carry.
       if (op.async) t += " async " + op_text(op.op);
       return t + "]";
@@ -74,8 +81,8 @@ std::string lowered_text(const LoweredOp& op) {
 std::string lowered_op_name(const LoweredSchedule& ls, int worker, std::size_t index) {
   const LoweredOp& op = ls.per_worker.at(static_cast<std::size_t>(worker)).at(index);
   std::string t = lowered_text(op);
-  const bool collective =
-      op.kind == LOpKind::AllReduce || op.kind == LOpKind::AllGather || op.kind == LOpKind::ReduceScatter;
+  const bool collective = op.kind == LOpKind::AllReduce || op.kind == LOpKind::AllGather ||
+                          op.kind == LOpKind::ReduceScatter || op.kind == LOpKind::AllToAll;
   if (op.kind == LOpKind::Optimizer || (ls.dp > 1 && !collective)) t += "@w" + std::to_string(worker);
   return t;
 }

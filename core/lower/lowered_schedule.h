@@ -21,12 +21,25 @@ enum class LOpKind : std::uint8_t {
   AllReduce,      // group, bytes (per-rank buffer), tag says what (DP grads, TP layer, embedding)
   AllGather,      // group, bytes (total output); Megatron scatter/gather on arrival; distributed optimizer's params
   ReduceScatter,  // group, bytes (total input); the distributed optimizer's gradient reduction
+  AllToAll,       // group, bytes (each rank's whole send buffer, its own share included); MoE dispatch and combine
   Optimizer,      // seconds
 };
 constexpr std::size_t kLOpKinds = static_cast<std::size_t>(LOpKind::Optimizer) + 1;  // flat per-kind tables
 
+// How a collective moves data: an all-reduce, an all-gather (a ring reduce-scatter moves the same: n - 1 steps of
+// 1/n of the buffer) or an all-to-all. Compute, send, receive and optimizer ops are no collective (AllReduce).
+enum class CollShape : std::uint8_t { AllReduce, AllGather, AllToAll };
+constexpr CollShape coll_shape(LOpKind k) {
+  return k == LOpKind::AllGather || k == LOpKind::ReduceScatter ? CollShape::AllGather
+         : k == LOpKind::AllToAll                               ? CollShape::AllToAll
+                                                                : CollShape::AllReduce;
+}
+
 // ParamGather: the distributed optimizer's all-gather of the updated parameters over the DP group.
 // ContextParallel: the K/V ring exchange of context-parallel attention (core/cost/context_parallel.h), posted async.
+// ExpertParallel: an MoE layer's token dispatch and combine (all-to-all over an expert-parallel group);
+// ExpertData: the routed experts' gradient reduction (and, with the distributed optimizer, parameter gather) over
+// their expert-data-parallel group (core/cost/expert_parallel.h).
 enum class CollTag : std::uint8_t {
   None,
   DataParallel,
@@ -34,7 +47,9 @@ enum class CollTag : std::uint8_t {
   Embedding,
   ScatterGather,
   ParamGather,
-  ContextParallel
+  ContextParallel,
+  ExpertParallel,
+  ExpertData
 };
 
 // Fields ordered so that the struct packs into 72 bytes (the lowering passes copy millions of them in a search).
@@ -71,6 +86,10 @@ struct CollGroup {
   // cp ranks); a DP group has the dp workers of one pipeline rank (the call runs as tp parallel rings, one per TP
   // rank, each over the dp * cp GPUs of that TP rank: Megatron reduces gradients over DP and CP together).
   std::vector<std::int32_t> workers;
+  // An expert-parallel group under DeepEP's dispatch (core/cost/expert_parallel.h): its all-to-all buffer holds
+  // node_dedup_picks copies of each token, for experts picked among node_dedup_items spread evenly over the group's
+  // nodes, and a token crosses the network once per node it goes to. 0: every copy crosses (every other group).
+  std::int32_t node_dedup_items = 0, node_dedup_picks = 0;
 };
 
 struct Placement;
@@ -79,6 +98,7 @@ struct LoweredSchedule {
   Schedule schedule;  // the compute schedule it came from (for reports / checks)
   int dp = 1, p = 1, tp = 1;
   int cp = 1;  // context-parallel ranks per worker (set by add_cp_exchange, core/cost/context_parallel.h)
+  int ep = 1;  // expert-parallel group size in GPUs (set by add_expert_parallel, core/cost/expert_parallel.h)
   std::vector<std::vector<LoweredOp>> per_worker;  // size dp * p; worker = d * p + r
   std::vector<CollGroup> groups;
   // Sends block the sender's stream: Megatron-LM's p2p calls (docs/papers.md)

@@ -19,6 +19,7 @@ std::uint8_t question_of(const LoweredOp& l) {
     case LOpKind::AllReduce:
     case LOpKind::AllGather:
     case LOpKind::ReduceScatter:
+    case LOpKind::AllToAll:
       break;
   }
   switch (l.tag) {
@@ -32,7 +33,9 @@ std::uint8_t question_of(const LoweredOp& l) {
     case CollTag::Embedding:
     case CollTag::ParamGather:
     case CollTag::ContextParallel:
-      return 0;  // rank questions, or priced by its own pass (core/cost/context_parallel.h)
+    case CollTag::ExpertParallel:
+    case CollTag::ExpertData:
+      return 0;  // rank questions, or priced by its own pass (core/cost/context_parallel.h, expert_parallel.h)
   }
   return 0;
 }

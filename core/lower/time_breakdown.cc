@@ -23,6 +23,7 @@ const std::vector<TimePart>& time_parts() {
       {"optimizer_s", &B::optimizer_s, "optimizer step"},
       {"tp_comm_s", &B::tp_comm_s, "exposed tensor-parallel communication"},
       {"cp_comm_s", &B::cp_comm_s, "exposed context-parallel communication"},
+      {"ep_comm_s", &B::ep_comm_s, "exposed expert-parallel all-to-all"},
       {"dp_comm_s", &B::dp_comm_s, "exposed data-parallel communication"},
       {"p2p_s", &B::p2p_s, "exposed pipeline p2p"},
       {"bubble_s", &B::bubble_s, "pipeline bubble (waiting on another stage)"},
@@ -56,12 +57,15 @@ double TimeBreakdown::*collective_part(CollTag tag) {
       return &TimeBreakdown::tp_comm_s;
     case CollTag::ContextParallel:
       return &TimeBreakdown::cp_comm_s;
+    case CollTag::ExpertParallel:
+      return &TimeBreakdown::ep_comm_s;
     case CollTag::ScatterGather:  // the rest of a pipeline message, gathered on arrival
       return &TimeBreakdown::p2p_s;
     case CollTag::None:
     case CollTag::DataParallel:
     case CollTag::ParamGather:
     case CollTag::Embedding:
+    case CollTag::ExpertData:  // the experts' gradients: data-parallel communication of their own group
       return &TimeBreakdown::dp_comm_s;
   }
   return &TimeBreakdown::dp_comm_s;

@@ -3,7 +3,7 @@
 // pipeline bubble. A worker's time from 0 to the iteration's end is cut into its own compute ops (forward, backward
 // less what it recomputes, recomputation, optimizer) and the gaps between them; a gap is charged to what the next op
 // waited for, followed back along the last-finishing predecessors of the DAG: a transfer's or a collective's span to
-// its kind (pipeline p2p, tensor-, context- or data-parallel), time waiting for another worker's compute to the
+// its kind (pipeline p2p, tensor-, context-, expert- or data-parallel), time waiting for another worker's compute to the
 // pipeline bubble. The gap after a worker's last op waits for the iteration's last node the same way. Every worker's
 // parts sum to the iteration time.
 
@@ -19,7 +19,8 @@ namespace pipescope {
 
 struct TimeBreakdown {
   double forward_s = 0, backward_s = 0, recompute_s = 0, optimizer_s = 0;
-  double tp_comm_s = 0, cp_comm_s = 0, dp_comm_s = 0, p2p_s = 0;  // exposed: the worker waited for them
+  // Exposed: the worker waited for them. ep_comm_s: the MoE dispatch and combine all-to-alls.
+  double tp_comm_s = 0, cp_comm_s = 0, ep_comm_s = 0, dp_comm_s = 0, p2p_s = 0;
   double bubble_s = 0;  // waiting for a pipeline dependency (another worker's compute)
   double total_s() const;
 };

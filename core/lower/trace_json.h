@@ -93,6 +93,9 @@ class TraceJsonWriter {
       case LOpKind::ReduceScatter:
         kind = "reducescatter";
         break;
+      case LOpKind::AllToAll:
+        kind = "alltoall";
+        break;
       case LOpKind::Optimizer:
         kind = "optimizer";
         break;

@@ -211,6 +211,11 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
   const bool recompute = s.schedule.recompute == Recompute::Full;
   const bool flash = s.training.flash_attention;
   const std::vector<ActivationTensor> widths = layer_activation_tensors(m);
+  const std::vector<ActivationTensor> moe_widths = moe_layer_activation_tensors(m);
+  std::vector<int> stage_moe;  // per virtual stage: its MoE layers (stored after its dense ones: the sums are alike)
+  for (int g = 0; g < par.pp * par.v; g++) stage_moe.push_back(stage_moe_layer_count(s, g));
+  // The distributed optimizer shards the routed experts' state over their expert-data-parallel group.
+  const double expert_shards = s.training.distributed_optimizer ? 1.0 * par.tp * par.cp * par.dp / par.ep : 1.0;
 
   MemoryReport rep;
   rep.device_bytes = s.cluster.device.memory_bytes;
@@ -221,7 +226,8 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
     const double params = rank_parameter_count(s, r);
     rm.weights_bytes = params * pb.weight + fp8_weight_cache_bytes(s, r);
     rm.grads_bytes = params * pb.grad;
-    rm.optimizer_bytes = params * pb.state / shards;
+    const double experts = rank_expert_parameter_count(s, r);
+    rm.optimizer_bytes = (params - experts) * pb.state / shards + experts * pb.state / expert_shards;
     const double static_bytes = rm.weights_bytes + rm.grads_bytes + rm.optimizer_bytes;
 
     // The static state is reserved first, in tensors of their own; the activations get what is left.
@@ -245,7 +251,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
       }
       max_units = std::max(max_units, units);
     };
-    std::vector<double> tensors;                      // one layer's, per op (the buffer is reused)
+    std::vector<double> tensors, moe_tensors;         // one layer's, per op (the buffers are reused)
     auto add_kv = [&](Group& g, int b, int tokens) {  // K and V of `tokens` tokens: two tensors
       const double half = layer_kv_bytes(s, b, tokens) / 2.0;
       ledger.add(g, half);
@@ -265,6 +271,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
       const auto mb_key = std::make_pair(op.stage, op.microbatch);
       const bool sliced = sched.slices(op.microbatch) > 1;
       const int layers = stage_layers[static_cast<std::size_t>(op.stage)];
+      const int moe_layers = stage_moe[static_cast<std::size_t>(op.stage)];
       check_layer_args("memory_report", b, l / par.cp, c);  // e.g. fewer tokens than context-parallel GPUs
       auto forward = [&] {
         auto [it, fresh] = live_ops.emplace(key, Stored{Group{}, l});
@@ -276,18 +283,22 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
         if (recompute) {
           tensors.assign(1, bl * h * e / rep_tp);                                       // the layer's input
           if (sliced) tensors.insert(tensors.end(), 2, layer_kv_bytes(s, b, l) / 2.0);  // later slices need its K/V
+          moe_tensors = tensors;
         } else {
           layer_tensor_bytes(s, widths, b, l / par.cp, c, kv_in_cache, tensors);
+          if (moe_layers > 0) layer_tensor_bytes(s, moe_widths, b, l / par.cp, c, kv_in_cache, moe_tensors);
         }
         if (!sliced || recompute) {
-          ledger.add_layers(g, tensors, layers);
+          ledger.add_layers(g, tensors, layers - moe_layers);
+          if (moe_layers > 0) ledger.add_layers(g, moe_tensors, moe_layers);
         } else {
           // Token-sliced schedules keep a K/V cache per layer, grown (flash) or made (without) with each layer.
           std::vector<Group>& cache = kv_cache[mb_key];
           const bool new_cache = cache.empty();
           if (new_cache) cache.resize(static_cast<std::size_t>(layers));
-          for (Group& layer_cache : cache) {
-            ledger.add_layers(g, tensors, 1);
+          for (std::size_t i = 0; i < cache.size(); i++) {
+            Group& layer_cache = cache[i];
+            ledger.add_layers(g, static_cast<int>(i) < layers - moe_layers ? tensors : moe_tensors, 1);
             if (flash && c > 0) {
               // torch.cat makes a new cache of c + l keys and drops the old one, except the first segment's own K/V,
               // which was the cache until now and stays saved for its backward (kv_cache holds only copies).
@@ -313,8 +324,8 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
         if (live_ops.find(key) == live_ops.end())
           fail("rank " + std::to_string(r) + ": backward " + op_text(op) + " comes before its forward");
         Group transient;
-        if (recompute) {
-          layer_tensor_bytes(s, widths, b, l / par.cp, c, false, tensors);
+        if (recompute) {  // the largest layer of the stage
+          layer_tensor_bytes(s, moe_layers > 0 ? moe_widths : widths, b, l / par.cp, c, false, tensors);
           ledger.add_layers(transient, tensors, 1);
         }
         // Seq1F1B's flash backward of one layer writes a new dK/dV over the prefix (c + l keys) while the later

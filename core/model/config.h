@@ -38,7 +38,23 @@ struct ModelSpec {
   NormKind norm = NormKind::LayerNorm;
   PositionKind position = PositionKind::Learned;
   bool linear_bias = true;  // biases on the QKV, projection and MLP GEMMs (GPT yes, Llama no)
+  // Width of one attention head; 0 = hidden / heads. Qwen3 runs 64 heads of 128 on a hidden size of 4096: its
+  // attention is twice as wide as its residual stream (Megatron's --kv-channels).
+  int head_dim = 0;
+  // Mixture of experts (docs/moe.md); moe_experts = 0: every layer has the dense MLP of ffn_hidden.
+  int moe_experts = 0;          // routed experts per MoE layer
+  int moe_top_k = 0;            // experts each token is sent to
+  int moe_ffn_hidden = 0;       // inner size of one routed expert's MLP (same kind as ffn)
+  int moe_shared_ffn_hidden = 0;  // shared experts' inner size, all of them together (0 = none)
+  int moe_dense_layers = 0;     // the first layers keep the dense MLP (DeepSeek-V3: 3)
+  int moe_layer_freq = 1;       // of the other layers, every moe_layer_freq-th one (counting from the first) is MoE
   int kv_heads() const { return query_groups > 0 ? query_groups : heads; }
+  int head_width() const { return head_dim > 0 ? head_dim : (heads > 0 ? hidden / heads : 0); }
+  bool moe() const { return moe_experts > 0; }
+  // Whether global layer `layer` (0-based) has routed experts.
+  bool moe_layer(int layer) const {
+    return moe() && layer >= moe_dense_layers && (layer - moe_dense_layers) % moe_layer_freq == 0;
+  }
 };
 
 // ---------------------------------------------------------------- cluster
@@ -127,6 +143,9 @@ struct ParallelSpec {
   int micro_batch_size = 1;        // b (sequences per micro-batch)
   int global_batch = 1;            // B (sequences per iteration, all replicas)
   bool sequence_parallel = false;  // Megatron sequence parallelism: LayerNorm/dropout activations split t ways
+  // Expert parallelism (MoE models; docs/moe.md): the routed experts of a layer are spread over ep GPUs of a
+  // pipeline stage, whose tp * cp * dp GPUs Megatron-Core re-folds into ep x expert-data-parallel groups.
+  int ep = 1;
   // Transformer layers of each virtual stage 0..pp*v-1 (uneven layouts); empty = model.layers / (pp * v) each.
   // Read it through stage_layer_range() (core/model/placement.h), never directly.
   std::vector<int> stage_layers;
@@ -210,6 +229,10 @@ struct TrainingSpec {
     return b;
   }
   bool flash_attention = false;  // FlashAttention: no materialised score matrix (memory and HBM traffic O(l))
+  // How an MoE layer moves its tokens (docs/moe.md): "alltoall" (Megatron's NCCL all-to-all: every copy of a token
+  // crosses the network to its expert's GPU) or "deepep" (DeepEP's dispatch: a token goes once to each node that
+  // holds one of its experts, then over NVLink to the experts' GPUs; the combine sums a node's outputs first).
+  std::string moe_dispatcher = "alltoall";
   // How a weight-gradient GEMM adds into the gradient accumulated over micro-batches and slices: "fused" (cuBLAS
   // beta = 1, Megatron-LM's gradient accumulation fusion: reads and writes the gradient) or "autograd" (PyTorch's
   // AccumulateGrad, as TeraPipe's code: the GEMM writes a new tensor, then grad += new).

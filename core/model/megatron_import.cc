@@ -64,7 +64,16 @@ const std::set<std::string> kIgnoredWithValue = {"--lr",
                                                  "--fp8-margin",
                                                  "--fp8-interval",
                                                  "--fp8-amax-history-len",
-                                                 "--fp8-amax-compute-algo"};
+                                                 "--fp8-amax-compute-algo",
+                                                 "--moe-aux-loss-coeff",
+                                                 "--moe-z-loss-coeff",
+                                                 "--moe-router-load-balancing-type",
+                                                 "--moe-router-dtype",
+                                                 "--moe-router-score-function",
+                                                 "--moe-router-topk-scaling-factor",
+                                                 "--moe-router-bias-update-rate",
+                                                 "--moe-router-num-groups",
+                                                 "--moe-router-group-topk"};
 // Flags without a value that do not change an iteration's time.
 const std::set<std::string> kIgnoredFlags = {"--no-masked-softmax-fusion",
                                              "--no-bias-gelu-fusion",
@@ -80,13 +89,27 @@ const std::set<std::string> kIgnoredFlags = {"--no-masked-softmax-fusion",
                                              "--mock-data",
                                              "--no-async-tensor-model-parallel-allreduce",
                                              "--use-mcore-models",
-                                             "--transformer-impl"};
+                                             "--transformer-impl",
+                                             "--moe-grouped-gemm",  // the experts run as grouped GEMMs anyway
+                                             "--moe-router-enable-expert-bias",
+                                             "--moe-permute-fusion",
+                                             "--moe-router-fusion",
+                                             "--moe-router-pre-softmax"};
 // Known, change the time, not modelled.
 const std::map<std::string, std::string> kUnsupported = {
-    {"--num-experts", "mixture of experts"},
-    {"--expert-model-parallel-size", "expert parallelism"},
     {"--recompute-method", "partial recomputation (recompute is all layers or none)"},
-    {"--recompute-num-layers", "partial recomputation"}};
+    {"--recompute-num-layers", "partial recomputation"},
+    {"--expert-tensor-parallel-size", "expert tensor parallelism (an expert is never split)"},
+    {"--moe-expert-capacity-factor", "expert capacity and token dropping (every token reaches its experts)"},
+    {"--moe-pad-expert-input-to-capacity", "expert capacity padding"},
+    {"--multi-latent-attention", "multi-head latent attention"},
+    {"--q-lora-rank", "multi-head latent attention"},
+    {"--kv-lora-rank", "multi-head latent attention"},
+    {"--qk-head-dim", "multi-head latent attention"},
+    {"--qk-pos-emb-head-dim", "multi-head latent attention"},
+    {"--v-head-dim", "multi-head latent attention"},
+    {"--mtp-num-layers", "multi-token prediction layers"},
+    {"--overlap-moe-expert-parallel-comm", "the all-to-all overlapped in the schedule"}};
 
 bool takes_value(const std::string& flag) {
   static const std::set<std::string> with_value = {"--num-layers",
@@ -110,6 +133,20 @@ bool takes_value(const std::string& flag) {
                                                    "--normalization",
                                                    "--num-experts",
                                                    "--expert-model-parallel-size",
+                                                   "--expert-tensor-parallel-size",
+                                                   "--moe-router-topk",
+                                                   "--moe-ffn-hidden-size",
+                                                   "--moe-shared-expert-intermediate-size",
+                                                   "--moe-layer-freq",
+                                                   "--moe-token-dispatcher-type",
+                                                   "--moe-expert-capacity-factor",
+                                                   "--kv-channels",
+                                                   "--q-lora-rank",
+                                                   "--kv-lora-rank",
+                                                   "--qk-head-dim",
+                                                   "--qk-pos-emb-head-dim",
+                                                   "--v-head-dim",
+                                                   "--mtp-num-layers",
                                                    "--recompute-method",
                                                    "--recompute-num-layers",
                                                    "--decoder-first-pipeline-num-layers",
@@ -135,6 +172,106 @@ int bounded_product(const std::string& what, std::initializer_list<int> xs, long
     if (p > max) throw std::invalid_argument(what + " is over " + std::to_string(max) + " (docs/limits.md)");
   }
   return static_cast<int>(p);
+}
+
+// Megatron's --moe-layer-freq: an integer N (layer i is MoE when i % N == 0) or a Python list expression of 0/1 per
+// layer such as "([0]*3+[1]*58)" or "[0,1,1,1]"; what the scenario can say: dense first layers, then every n-th.
+struct LayerPattern {
+  int dense = 0, freq = 1;
+};
+LayerPattern moe_layer_pattern(const std::string& v, int layers) {
+  const std::string flag = "--moe-layer-freq";
+  if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos) {
+    const int n = positive(flag, v);
+    return {0, n};
+  }
+  std::vector<int> bits;  // expand "[a]*n" terms and plain lists
+  std::string s;
+  for (char c : v)
+    if (c != ' ' && c != '(' && c != ')') s += c;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    if (s[i] == '+') {
+      i++;
+      continue;
+    }
+    if (s[i] != '[') throw std::invalid_argument(flag + ": '" + v + "' is not an integer or a list of 0 and 1");
+    const std::size_t close = s.find(']', i);
+    if (close == std::string::npos) throw std::invalid_argument(flag + ": '" + v + "': unclosed [");
+    std::vector<int> items;
+    std::size_t k = i + 1;
+    while (k < close) {
+      const std::size_t end = std::min(s.find(',', k), close);
+      const std::string item = s.substr(k, end - k);
+      if (item != "0" && item != "1") throw std::invalid_argument(flag + ": '" + v + "': items must be 0 or 1");
+      items.push_back(item == "1");
+      k = end + 1;
+    }
+    i = close + 1;
+    int reps = 1;
+    if (i < s.size() && s[i] == '*') {
+      std::size_t end = s.find_first_not_of("0123456789", i + 1);
+      if (end == std::string::npos) end = s.size();
+      reps = positive(flag, s.substr(i + 1, end - i - 1));
+      i = end;
+    }
+    if (1LL * reps * static_cast<long long>(items.size()) + static_cast<long long>(bits.size()) > layers)
+      throw std::invalid_argument(flag + ": '" + v + "' lists more than the " + std::to_string(layers) + " layers");
+    for (int r = 0; r < reps; r++) bits.insert(bits.end(), items.begin(), items.end());
+  }
+  if (static_cast<int>(bits.size()) != layers)
+    throw std::invalid_argument(flag + ": '" + v + "' lists " + std::to_string(bits.size()) + " layers, the model has " +
+                                std::to_string(layers));
+  LayerPattern p;
+  while (p.dense < layers && bits[static_cast<std::size_t>(p.dense)] == 0) p.dense++;
+  if (p.dense == layers) throw std::invalid_argument(flag + ": '" + v + "' has no MoE layer");
+  int next = p.dense + 1;
+  while (next < layers && bits[static_cast<std::size_t>(next)] == 0) next++;
+  p.freq = next < layers ? next - p.dense : 1;
+  for (int l = p.dense; l < layers; l++)
+    if ((bits[static_cast<std::size_t>(l)] == 1) != ((l - p.dense) % p.freq == 0))
+      throw std::invalid_argument(flag + ": '" + v + "': the MoE layers are not dense first layers then every " +
+                                  std::to_string(p.freq) + "-th (what the scenario can describe)");
+  return p;
+}
+
+// The mixture-of-experts arguments as scenario text: model keys (", num_experts: 8, ..."), training keys and ep.
+struct MoeArgs {
+  std::string model, training;
+  int ep = 1;
+  std::vector<std::string> not_modelled;  // for MegatronImport::unsupported
+};
+MoeArgs moe_args(std::map<std::string, std::string>& values, int layers) {
+  MoeArgs a;
+  auto get = [&](const char* flag, int def) { return values.count(flag) ? positive(flag, values[flag]) : def; };
+  if (!values.count("--num-experts")) {
+    for (const char* f : {"--expert-model-parallel-size", "--moe-router-topk", "--moe-ffn-hidden-size"})
+      if (values.count(f)) throw std::invalid_argument(std::string(f) + " needs --num-experts (a mixture of experts)");
+    return a;
+  }
+  std::ostringstream m;
+  m << ", num_experts: " << get("--num-experts", 1) << ", moe_top_k: " << get("--moe-router-topk", 2);
+  if (values.count("--moe-ffn-hidden-size")) m << ", moe_ffn_hidden: " << get("--moe-ffn-hidden-size", 1);
+  else if (values.count("--ffn-hidden-size")) m << ", moe_ffn_hidden: " << get("--ffn-hidden-size", 1);
+  else throw std::invalid_argument("--num-experts needs --moe-ffn-hidden-size or --ffn-hidden-size (an expert's size)");
+  if (values.count("--moe-shared-expert-intermediate-size"))
+    m << ", moe_shared_ffn_hidden: " << get("--moe-shared-expert-intermediate-size", 1);
+  if (values.count("--moe-layer-freq")) {
+    const LayerPattern p = moe_layer_pattern(values["--moe-layer-freq"], layers);
+    if (p.dense > 0) m << ", moe_dense_layers: " << p.dense;
+    if (p.freq > 1) m << ", moe_layer_freq: " << p.freq;
+  }
+  a.model = m.str();
+  a.ep = get("--expert-model-parallel-size", 1);
+  // alltoall, allgather (not modelled: the all-to-all's bytes are used) or flex with --moe-enable-deepep.
+  const std::string kind = values.count("--moe-token-dispatcher-type") ? values["--moe-token-dispatcher-type"] : "allgather";
+  if (kind != "alltoall" && kind != "allgather" && kind != "flex")
+    throw std::invalid_argument("--moe-token-dispatcher-type: '" + kind + "' is not alltoall, allgather or flex");
+  if (kind == "allgather") a.not_modelled.push_back("--moe-token-dispatcher-type allgather: priced as the all-to-all");
+  if (!values.count("--moe-router-force-load-balancing"))
+    a.not_modelled.push_back("a trained router's load imbalance (every expert gets the mean load)");
+  a.training = std::string(", moe_dispatcher: ") + (values.count("--moe-enable-deepep") ? "deepep" : "alltoall");
+  return a;
 }
 
 }  // namespace
@@ -182,7 +319,9 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
                                                    "--use-distributed-optimizer",
                                                    "--overlap-grad-reduce",
                                                    "--overlap-param-gather",
-                                                   "--accumulate-allreduce-grads-in-fp32"};
+                                                   "--accumulate-allreduce-grads-in-fp32",
+                                                   "--moe-enable-deepep",
+                                                   "--moe-router-force-load-balancing"};  // the model's assumption
     if (!known_value && !switches.count(flag)) {
       // Unknown: take the next word as its value when it is not a flag, so that it is not misread as one.
       if (!has_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) value = args[++i], has_value = true;
@@ -291,6 +430,8 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
     position = p == "rope" ? "rope" : "learned";
   }
   const bool dist_opt = values.count("--use-distributed-optimizer") != 0;
+  const MoeArgs moe = moe_args(values, layers);
+  out.unsupported.insert(out.unsupported.end(), moe.not_modelled.begin(), moe.not_modelled.end());
 
   std::ostringstream y;
   y << "# Imported from a Megatron-LM pretrain_gpt.py command line (pipescope import megatron).\n";
@@ -310,11 +451,13 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   y << ", vocab: " << vocab << ", seq_len: " << seq
     << ", tied_embeddings: " << (values.count("--untie-embeddings-and-output-weights") ? "false" : "true")
     << ", query_groups: " << groups << ", ffn: " << (values.count("--swiglu") ? "swiglu" : "gelu") << ", norm: " << norm
-    << ", position: " << position << ", linear_bias: " << (values.count("--disable-bias-linear") ? "false" : "true")
-    << "}\n";
+    << ", position: " << position << ", linear_bias: " << (values.count("--disable-bias-linear") ? "false" : "true");
+  if (values.count("--kv-channels")) y << ", head_dim: " << positive("--kv-channels", values["--kv-channels"]);
+  y << moe.model << "}\n";
   y << "cluster: {preset: " << opt.cluster << ", nodes: " << nodes << "}\n";
   y << "parallel: {dp: " << dp << ", pp: " << pp << ", tp: " << tp;
   if (cp > 1) y << ", cp: " << cp;  // context parallelism: Transformer Engine's ring attention (flash kernels)
+  if (moe.ep > 1) y << ", ep: " << moe.ep;
   y << ", v: " << v << ", micro_batch_size: " << mbs << ", global_batch: " << gbs
     << ", sequence_parallel: " << (values.count("--sequence-parallel") ? "true" : "false");
   if (!stage_layers.empty()) {
@@ -331,7 +474,8 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   y << "training: {dtype: " << dtype << ", flash_attention: " << (flash ? "true" : "false")
     << ", grad_fp32: " << (grad_fp32 ? "true" : "false") << ", distributed_optimizer: " << (dist_opt ? "true" : "false")
     << ", overlap_grad_reduce: " << (values.count("--overlap-grad-reduce") ? "true" : "false")
-    << ", overlap_param_gather: " << (dist_opt && values.count("--overlap-param-gather") ? "true" : "false") << "}\n";
+    << ", overlap_param_gather: " << (dist_opt && values.count("--overlap-param-gather") ? "true" : "false")
+    << moe.training << "}\n";
   y << "sim: {placement: megatron, p2p: blocking}  # Megatron-LM's p2p calls block\n";
   out.yaml = y.str();
   parse_scenario(out.yaml, "<import megatron>");  // the loader's checks: divisibility, m % pp, dtype, ...

@@ -14,8 +14,10 @@ LayerDims layer_dims(const ModelSpec& m) {
   d.f = m.ffn_hidden;
   d.a = m.heads;
   d.g = m.kv_heads();
-  d.kv = m.heads > 0 ? d.h * d.g / d.a : 0.0;
-  d.qkv_out = d.h + 2.0 * d.kv;
+  d.hd = m.head_width();
+  d.q = d.a * d.hd;
+  d.kv = d.g * d.hd;
+  d.qkv_out = d.q + 2.0 * d.kv;
   d.bias = m.linear_bias;
   switch (m.ffn) {
     case FfnKind::Gelu:
@@ -36,26 +38,78 @@ LayerDims layer_dims(const ModelSpec& m) {
   return d;
 }
 
-LayerFlops layer_forward_flops(const ModelSpec& m, int t, int b, int l, int c) {
+namespace {
+
+double up_width(FfnKind k, double f) {
+  switch (k) {
+    case FfnKind::Gelu:
+      return f;
+    case FfnKind::SwiGlu:
+      return 2.0 * f;
+  }
+  return f;
+}
+
+// QKV h*qkv_out, output projection q*h, two norms; biases on both GEMMs' outputs.
+double attention_parameter_count(const LayerDims& d) {
+  double p = d.h * d.qkv_out + d.q * d.h + 2.0 * d.norm_params;
+  if (d.bias) p += d.qkv_out + d.h;
+  return p;
+}
+
+}  // namespace
+
+MoeDims moe_dims(const ModelSpec& m) {
+  MoeDims x;
+  if (!m.moe()) return x;
+  x.experts = m.moe_experts;
+  x.top_k = m.moe_top_k;
+  x.f = m.moe_ffn_hidden;
+  x.up_out = up_width(m.ffn, x.f);
+  x.shared_f = m.moe_shared_ffn_hidden;
+  x.shared_up_out = up_width(m.ffn, x.shared_f);
+  return x;
+}
+
+LayerFlops layer_forward_flops(const ModelSpec& m, int t, int b, int l, int c, bool moe) {
   const LayerDims d = layer_dims(m);
   const double T = static_cast<double>(b) * l, tt = t;
   LayerFlops x;
   x.qkv = 2.0 * T * d.h * d.qkv_out / tt;
-  x.proj = 2.0 * T * d.h * d.h / tt;
-  x.mlp = 2.0 * T * d.h * (d.up_out + d.f) / tt;
+  x.proj = 2.0 * T * d.q * d.h / tt;
+  if (moe) {
+    const MoeDims e = moe_dims(m);
+    x.mlp = 2.0 * T * d.h * (e.experts + e.top_k * (e.up_out + e.f) + e.shared_up_out + e.shared_f) / tt;
+  } else {
+    x.mlp = 2.0 * T * d.h * (d.up_out + d.f) / tt;
+  }
   // Causal pairs: query i of the slice sees c context keys and i + 1 keys of its own slice. Every query head
   // scores its keys (GQA shares K/V between heads, not the work).
   const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
-  x.attn = 4.0 * b * d.h * pairs / tt;
+  x.attn = 4.0 * b * d.q * pairs / tt;
   return x;
 }
 
 double layer_parameter_count(const ModelSpec& m) {
   const LayerDims d = layer_dims(m);
-  // QKV h*qkv_out, output projection h^2, MLP h*up_out + f*h, two norms; biases on each GEMM's output.
-  double p = d.h * d.qkv_out + d.h * d.h + d.h * d.up_out + d.f * d.h + 2.0 * d.norm_params;
-  if (d.bias) p += d.qkv_out + d.h + d.up_out + d.h;
+  // + MLP h*up_out + f*h, biases on its GEMMs' outputs.
+  double p = attention_parameter_count(d) + d.h * d.up_out + d.f * d.h;
+  if (d.bias) p += d.up_out + d.h;
   return p;
+}
+
+double moe_expert_parameter_count(const ModelSpec& m) {
+  const LayerDims d = layer_dims(m);
+  const MoeDims e = moe_dims(m);
+  return e.experts * (d.h * e.up_out + e.f * d.h + (d.bias ? e.up_out + d.h : 0.0));
+}
+
+double moe_layer_parameter_count(const ModelSpec& m) {
+  const LayerDims d = layer_dims(m);
+  const MoeDims e = moe_dims(m);
+  double shared = d.h * e.shared_up_out + e.shared_f * d.h;
+  if (d.bias && e.shared_f > 0) shared += e.shared_up_out + d.h;
+  return attention_parameter_count(d) + d.h * e.experts + moe_expert_parameter_count(m) + shared;
 }
 
 namespace {
@@ -72,9 +126,21 @@ double position_params(const ModelSpec& m) {
 
 }  // namespace
 
+namespace {
+
+int moe_layer_total(const ModelSpec& m) {
+  int n = 0;
+  for (int i = 0; i < m.layers; i++) n += m.moe_layer(i) ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
 double parameter_count(const ModelSpec& m) {
   const double h = m.hidden;
-  double p = m.layers * layer_parameter_count(m) + static_cast<double>(m.vocab) * h + position_params(m);
+  const int moe = moe_layer_total(m);
+  double p = (m.layers - moe) * layer_parameter_count(m) + moe * moe_layer_parameter_count(m) +
+             static_cast<double>(m.vocab) * h + position_params(m);
   if (!m.tied_embeddings) p += static_cast<double>(m.vocab) * h;  // separate output layer
   return p;
 }
@@ -83,8 +149,12 @@ double megatron_flops_per_iteration(const ModelSpec& m, int global_batch, Recomp
   // Eq. 3 counts full (non-causal) attention: 3 passes (4 with full recompute); logits 6*B*s*h*V, not recomputed.
   const LayerDims d = layer_dims(m);
   const double B = global_batch, s = m.seq_len, h = d.h;
-  const double gemm_fwd = 2.0 * B * s * (h * d.qkv_out + h * h + h * d.up_out + d.f * h);
-  const double attn_fwd = 4.0 * B * s * s * h;
+  const double attn_gemm = h * d.qkv_out + d.q * h;
+  const double gemm_fwd = 2.0 * B * s * (attn_gemm + h * d.up_out + d.f * h);
+  const MoeDims e = moe_dims(m);
+  const double moe_gemm_fwd =
+      2.0 * B * s * (attn_gemm + h * (e.top_k * (e.up_out + e.f) + e.shared_up_out + e.shared_f));
+  const double attn_fwd = 4.0 * B * s * s * d.q;
   double passes_gemm = 3.0, passes_attn = 3.0;
   switch (recompute) {
     case Recompute::None:
@@ -96,7 +166,21 @@ double megatron_flops_per_iteration(const ModelSpec& m, int global_batch, Recomp
       passes_gemm = passes_attn = 4.0;
       break;
   }
-  return m.layers * (passes_gemm * gemm_fwd + passes_attn * attn_fwd) + 6.0 * B * s * h * m.vocab;
+  const int moe = moe_layer_total(m);
+  return (m.layers - moe) * passes_gemm * gemm_fwd + moe * passes_gemm * moe_gemm_fwd +
+         m.layers * passes_attn * attn_fwd + 6.0 * B * s * h * m.vocab;
+}
+
+double megatron_core_flops_per_iteration(const ModelSpec& m, int global_batch) {
+  const LayerDims d = layer_dims(m);
+  const MoeDims e = moe_dims(m);
+  const double h = d.h, s = m.seq_len;
+  const double attn = h * d.qkv_out + d.q * h;
+  const double dense = h * (d.up_out + d.f), routed = h * (e.top_k * (e.up_out + e.f) + e.shared_up_out + e.shared_f);
+  const int moe = moe_layer_total(m);
+  const double per_token = 6.0 * (m.layers * attn + (m.layers - moe) * dense + moe * routed) +
+                           6.0 * m.layers * s * d.q + 6.0 * h * m.vocab;
+  return static_cast<double>(global_batch) * s * per_token;
 }
 
 double rank_parameter_count(const Scenario& s, int rank) {
@@ -107,7 +191,10 @@ double rank_parameter_count(const Scenario& s, int rank) {
                                 std::to_string(par.pp - 1));
   const double h = m.hidden, V = m.vocab;
   const double layers_on_rank = rank_layer_count(s, rank);  // its v chunks
-  double p = layers_on_rank * layer_parameter_count(m);
+  const double moe_on_rank = rank_moe_layer_count(s, rank);
+  // Everything but the routed experts, which go to rank_expert_parameter_count.
+  double p = (layers_on_rank - moe_on_rank) * layer_parameter_count(m) +
+             moe_on_rank * (moe_layer_parameter_count(m) - moe_expert_parameter_count(m));
   // The ranks of the first and last virtual stage (both rank 0 in a V-shaped schedule).
   const StageStyle style = scenario_stage_style(s);
   const int first = stage_rank(style, par.pp, 0), last = stage_rank(style, par.pp, par.pp * par.v - 1);
@@ -118,32 +205,67 @@ double rank_parameter_count(const Scenario& s, int rank) {
     // models have their own output layer.
     if (!m.tied_embeddings || first != last) p += V * h;
   }
-  return p / par.tp;
+  return p / par.tp + rank_expert_parameter_count(s, rank);
 }
+
+double rank_expert_parameter_count(const Scenario& s, int rank) {
+  if (!s.model.moe()) return 0;
+  return rank_moe_layer_count(s, rank) * moe_expert_parameter_count(s.model) / s.parallel.ep;
+}
+
+double active_parameter_count(const ModelSpec& m) {
+  if (!m.moe()) return parameter_count(m);
+  const MoeDims e = moe_dims(m);
+  return parameter_count(m) - moe_layer_total(m) * moe_expert_parameter_count(m) * (1.0 - e.top_k / e.experts);
+}
+
+namespace {
+
+// Up to and including the second norm's input: what dense and MoE layers both save.
+std::vector<ActivationTensor> attention_activation_tensors(const LayerDims& d) {
+  return {
+      {2.0 * d.h, false, false},  // first LayerNorm input
+      {2.0 * d.h, false, false},  // QKV GEMM input (the LayerNorm output)
+      {2.0 * d.q, true, false},   // Q
+      {2.0 * d.kv, true, true},   // K
+      {2.0 * d.kv, true, true},   // V
+      {2.0 * d.q, true, false},   // output projection input (the attention output)
+      {1.0 * d.h, false, false},  // residual dropout mask
+      {2.0 * d.h, false, false},  // second LayerNorm input
+  };
+}
+
+// An MLP of inner size f on `rows` token copies per token (1 for a dense MLP; k for the routed experts, whose
+// copies each GPU holds for its 1/t of the tokens: split): its input, the up GEMM's output, the down GEMM's input.
+void add_mlp_tensors(std::vector<ActivationTensor>& x, FfnKind kind, double h, double f, double rows, bool split_in) {
+  x.push_back({2.0 * h * rows, split_in, false});  // fc1 input
+  x.push_back({2.0 * up_width(kind, f) * rows, true, false});  // fc1 output (GeLU / SwiGLU input)
+  x.push_back({2.0 * f * rows, true, false});  // fc2 input
+}
+
+}  // namespace
 
 std::vector<ActivationTensor> layer_activation_tensors(const ModelSpec& m) {
   const LayerDims d = layer_dims(m);
-  std::vector<ActivationTensor> x = {
-      {2.0 * d.h, false, false},  // first LayerNorm input
-      {2.0 * d.h, false, false},  // QKV GEMM input (the LayerNorm output)
-      {2.0 * d.h, true, false},   // Q
-      {2.0 * d.kv, true, true},   // K
-      {2.0 * d.kv, true, true},   // V
-      {2.0 * d.h, true, false},   // output projection input (the attention output)
-      {1.0 * d.h, false, false},  // residual dropout mask
-      {2.0 * d.h, false, false},  // second LayerNorm input
-      {2.0 * d.h, false, false},  // fc1 input
-  };
-  switch (m.ffn) {
-    case FfnKind::Gelu:
-      x.push_back({2.0 * d.f, true, false});  // fc1 output (GeLU input)
-      break;
-    case FfnKind::SwiGlu:
-      x.push_back({4.0 * d.f, true, false});  // fc1 output: gate and up, 2f wide
-      break;
-  }
-  x.push_back({2.0 * d.f, true, false});   // fc2 input
+  std::vector<ActivationTensor> x = attention_activation_tensors(d);
+  add_mlp_tensors(x, m.ffn, d.h, d.f, 1, false);
   x.push_back({1.0 * d.h, false, false});  // residual dropout mask
+  return x;
+}
+
+std::vector<ActivationTensor> moe_layer_activation_tensors(const ModelSpec& m) {
+  const LayerDims d = layer_dims(m);
+  const MoeDims e = moe_dims(m);
+  std::vector<ActivationTensor> x = attention_activation_tensors(d);
+  x.push_back({2.0 * d.h, false, false});           // router input (the LayerNorm output)
+  x.push_back({4.0 * e.experts, false, false});     // router probabilities (fp32)
+  x.push_back({8.0 * e.top_k, false, false});       // routing map: expert indices of each token's copies
+  // The routed experts see the tokens' k copies after the dispatch; with sequence parallelism each GPU of a TP
+  // group dispatches its 1/t of the tokens (Megatron requires it for MoE with tp > 1), hence split.
+  add_mlp_tensors(x, m.ffn, d.h, e.f, e.top_k, true);
+  x.push_back({2.0 * d.h * e.top_k, true, false});  // expert outputs before the combine (unpermute input)
+  if (e.shared_f > 0) add_mlp_tensors(x, m.ffn, d.h, e.shared_f, 1, false);
+  x.push_back({1.0 * d.h, false, false});           // residual dropout mask
   return x;
 }
 

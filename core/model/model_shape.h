@@ -17,33 +17,63 @@ struct LayerDims {
   double f = 0;            // ffn_hidden
   double a = 0;            // attention (query) heads
   double g = 0;            // K/V heads (query groups; = a for multi-head attention)
-  double kv = 0;           // width of K (and of V): h * g / a
-  double qkv_out = 0;      // fused QKV GEMM output: h + 2 kv
+  double hd = 0;           // head width: model.head_dim, else h / a
+  double q = 0;            // width of Q and of the attention output: a * hd (= h unless head_dim is given)
+  double kv = 0;           // width of K (and of V): g * hd
+  double qkv_out = 0;      // fused QKV GEMM output: q + 2 kv
   double up_out = 0;       // MLP up GEMM output: f (GeLU) or 2f (SwiGLU: gate and up in one GEMM)
   bool bias = true;        // linear biases
   double norm_params = 0;  // parameters of one norm: 2h (LayerNorm) or h (RMSNorm)
 };
 LayerDims layer_dims(const ModelSpec& m);
 
+// Widths of an MoE layer's MLP part (docs/moe.md); all zero for a dense model.
+struct MoeDims {
+  double experts = 0;        // E routed experts
+  double top_k = 0;          // k experts per token
+  double f = 0;              // one expert's inner size
+  double up_out = 0;         // its up GEMM's output: f, or 2f with SwiGLU
+  double shared_f = 0;       // the shared experts' inner size (all of them)
+  double shared_up_out = 0;  // their up GEMM's output
+};
+MoeDims moe_dims(const ModelSpec& m);
+
 // Forward FLOPs of one transformer layer for b sequences, l tokens after c context tokens, per GPU of a
 // t-way tensor-parallel group (causal attention: query i attends to keys 0..c+i).
+// An MoE layer (moe = true) has the router and the top-k experts of each token (plus the shared experts) in
+// place of the dense MLP: mlp = router + routed experts + shared experts, every token's k expert MLPs counted
+// (the active work, not E experts' worth); the experts are not split t ways but each GPU of the TP group routes
+// its 1/t of the tokens (sequence parallelism), the same work per GPU.
 struct LayerFlops {
   double qkv = 0, proj = 0, mlp = 0, attn = 0;
   double gemm() const { return qkv + proj + mlp; }
   double total() const { return qkv + proj + mlp + attn; }
 };
-LayerFlops layer_forward_flops(const ModelSpec& m, int t, int b, int l, int c);
+LayerFlops layer_forward_flops(const ModelSpec& m, int t, int b, int l, int c, bool moe = false);
 
 // Model accounting (docs/papers.md#megatron; docs/cost-model.md, "Model shapes").
 double layer_parameter_count(const ModelSpec& m);  // GPT: 4h^2 + 2hf + f + 9h (12h^2 + 13h at f = 4h)
+// Of an MoE layer: attention and norms as a dense layer's, the router (h x E), E routed experts, the shared ones.
+double moe_layer_parameter_count(const ModelSpec& m);
+// The routed experts' parameters of one MoE layer (what expert parallelism spreads).
+double moe_expert_parameter_count(const ModelSpec& m);
 // Eq. 2 (+ V*h output layer when untied; learned position embeddings only; the final norm left out, as in Eq. 2).
 double parameter_count(const ModelSpec& m);
 // Eq. 3 generalised: per layer forward 2Bs(h*qkv_out + h^2 + h*up_out + f*h) + 4Bs^2h, times 3 passes, +1 forward
 // with full recomputation, +1 attention-core forward (the 4Bs^2h term) with selective recomputation; logits 6BshV.
 double megatron_flops_per_iteration(const ModelSpec& m, int global_batch, Recompute recompute);
+// Megatron-Core's own count, the one behind its printed TFLOP/s (megatron/training/training.py, core 0.12 and
+// later): per token 6 x (the layers' GEMM weights: attention, the dense MLP or the top-k experts and the shared
+// ones, no router) + 6 L s q for causal attention (half the square) + 6 h V for the logits; no recomputation.
+double megatron_core_flops_per_iteration(const ModelSpec& m, int global_batch);
 // Parameters held by one GPU of pipeline rank `rank` (its v chunks, embeddings on the first / last virtual
-// stage, final norm on the last), divided by the tensor-parallel degree.
+// stage, final norm on the last): the routed experts divided by the expert-parallel degree, the rest by the
+// tensor-parallel degree.
 double rank_parameter_count(const Scenario& s, int rank);
+// Of those, the routed experts' (reduced over the expert-data-parallel group, not the data-parallel one).
+double rank_expert_parameter_count(const Scenario& s, int rank);
+// Parameters of one token's forward: the dense ones and, per MoE layer, top-k experts (the "active" count).
+double active_parameter_count(const ModelSpec& m);
 
 // The tensors one layer's forward saves, in the order it creates them (Megatron-LM's layer; Korthikanti et al. 2022,
 // Table 2, term by term, with K/V of width kv and an MLP of width f). `width` is bytes per token row at 2-byte
@@ -59,5 +89,9 @@ struct ActivationTensor {
   bool kv = false;  // K or V (a token-sliced schedule without flash keeps them in its K/V cache instead)
 };
 std::vector<ActivationTensor> layer_activation_tensors(const ModelSpec& m);
+// An MoE layer's: the attention part as above, then the router's input and probabilities, the routing map, the
+// routed experts' tensors for the k copies of each token this GPU dispatches, the expert outputs before the
+// combine, and the shared experts' MLP tensors (docs/moe.md).
+std::vector<ActivationTensor> moe_layer_activation_tensors(const ModelSpec& m);
 
 }  // namespace pipescope

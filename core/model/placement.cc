@@ -191,4 +191,21 @@ int rank_layer_count(const Scenario& s, int rank) {
   return n;
 }
 
+int stage_moe_layer_count(const Scenario& s, int stage) {
+  if (!s.model.moe()) return 0;
+  const LayerRange r = stage_layer_range(s, stage);
+  int n = 0;
+  for (int i = r.first; i < r.first + r.count; i++) n += s.model.moe_layer(i) ? 1 : 0;
+  return n;
+}
+
+int rank_moe_layer_count(const Scenario& s, int rank) {
+  const StageStyle style = scenario_stage_style(s);
+  const int stages = s.parallel.pp * s.parallel.v;
+  int n = 0;
+  for (int g = 0; g < stages; g++)
+    if (stage_rank(style, s.parallel.pp, g) == rank) n += stage_moe_layer_count(s, g);
+  return n;
+}
+
 }  // namespace pipescope

@@ -51,5 +51,8 @@ LayerRange stage_layer_range(const Scenario& s, int stage);  // model.layers, pa
 void check_stage_layers(int layers, const std::vector<int>& stage_layers, int stages);
 // Layers held by pipeline rank `rank`: its v virtual stages (loop or V placement: scenario_stage_style).
 int rank_layer_count(const Scenario& s, int rank);
+// Of those, the layers with routed experts (ModelSpec::moe_layer); per virtual stage and per rank.
+int stage_moe_layer_count(const Scenario& s, int stage);
+int rank_moe_layer_count(const Scenario& s, int rank);
 
 }  // namespace pipescope

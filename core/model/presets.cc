@@ -47,6 +47,18 @@ ModelSpec nemotron4_340b() {
   return m;
 }
 
+// A Llama-style mixture of experts: every layer (after `dense` dense ones) routes each token to k of E experts of
+// inner size moe_f; head_dim 0 = hidden / heads. scenarios/README.md "Model presets" gives the sources.
+ModelSpec moe(ModelSpec m, int experts, int k, int moe_f, int head_dim = 0, int shared_f = 0, int dense = 0) {
+  m.moe_experts = experts;
+  m.moe_top_k = k;
+  m.moe_ffn_hidden = moe_f;
+  m.head_dim = head_dim;
+  m.moe_shared_ffn_hidden = shared_f;
+  m.moe_dense_layers = dense;
+  return m;
+}
+
 const std::vector<ModelSpec>& models() {
   static const std::vector<ModelSpec> kModels = {
       // docs/papers.md#terapipe (heads = H/128 from the authors' code). TeraPipe times only the transformer
@@ -80,6 +92,13 @@ const std::vector<ModelSpec>& models() {
       llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
       llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
       nemotron4_340b(),
+      // Mixtures of experts (Hugging Face config.json of each; s = 4096, the length of Megatron-Core's MoE
+      // recipes): Mixtral 8x7B and 8x22B (8 experts, top-2, every layer), Qwen3 30B-A3B and 235B-A22B (128
+      // experts, top-8, every layer, heads 128 wide on a narrower hidden size; the dense ffn_hidden is unused).
+      moe(llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096), 8, 2, 14336),
+      moe(llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32000, 4096), 8, 2, 16384),
+      moe(llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 4096), 128, 8, 768, 128),
+      moe(llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 4096), 128, 8, 1536, 128),
   };
   return kModels;
 }

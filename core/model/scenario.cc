@@ -206,6 +206,19 @@ class Section {
     return true;
   }
 
+  // An integer >= 0 (a count that may be zero).
+  bool get_count(const std::string& key, int& out) const {
+    const YAML::Node* n = find(key);
+    if (!n) return false;
+    long long v = 0;
+    if (!n->IsScalar() || !parse_int(n->Scalar(), v) || v < 0 || v > std::numeric_limits<int>::max())
+      fail(key, "expected an integer >= 0, got " + describe(*n));
+    typed(key, *n, "an integer");
+    in_range(key, static_cast<double>(v));
+    out = static_cast<int>(v);
+    return true;
+  }
+
   // A dimensioned number; `scale` converts the key's unit to SI.
   bool get(const std::string& key, Num kind, double scale, double& out) const {
     const YAML::Node* n = find(key);
@@ -377,6 +390,10 @@ const auto& collective_models() {
   static const auto t = string_table({"ring", "aggregate", "analytic", "auto"});
   return t;
 }
+const auto& moe_dispatchers() {
+  static const auto t = string_table({"alltoall", "deepep"});
+  return t;
+}
 const auto& wgrad_accumulations() {
   static const auto t = string_table({"fused", "autograd"});
   return t;
@@ -419,7 +436,9 @@ const double kUnset = std::numeric_limits<double>::quiet_NaN();
 
 ModelSpec parse_model(const Section& root) {
   const Section m = root.sub("model", {"preset", "layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len",
-                                       "tied_embeddings", "query_groups", "ffn", "norm", "position", "linear_bias"});
+                                       "tied_embeddings", "query_groups", "ffn", "norm", "position", "linear_bias",
+                                       "head_dim", "num_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_ffn_hidden",
+                                       "moe_dense_layers", "moe_layer_freq"});
   ModelSpec model;
   std::string preset;
   const bool from_preset = m.get("preset", preset);
@@ -447,6 +466,13 @@ ModelSpec parse_model(const Section& root) {
   m.get_enum("norm", norm_kinds(), model.norm);
   m.get_enum("position", position_kinds(), model.position);
   m.get("linear_bias", model.linear_bias);
+  m.get("head_dim", model.head_dim);
+  m.get_count("num_experts", model.moe_experts);
+  m.get("moe_top_k", model.moe_top_k);
+  m.get("moe_ffn_hidden", model.moe_ffn_hidden);
+  m.get_count("moe_shared_ffn_hidden", model.moe_shared_ffn_hidden);
+  m.get_count("moe_dense_layers", model.moe_dense_layers);
+  m.get("moe_layer_freq", model.moe_layer_freq);
   if (!from_preset)
     for (const char* key : {"layers", "hidden", "heads", "vocab", "seq_len"})
       if (!m.has(key)) m.missing(key, "required when model.preset is not given");
@@ -602,6 +628,8 @@ class Validator {
   void check_stage_layers_key(const ModelSpec& m, const ParallelSpec& p) const;
   void check_ranges() const;
   void check_context_parallel() const;  // parallel.cp (core/cost/context_parallel.h)
+  void check_moe() const;               // model.num_experts and the MoE keys, parallel.ep (docs/moe.md)
+  void check_expert_parallel() const;
   const Scenario& s_;
   const Marks* marks_;
 };
@@ -669,6 +697,9 @@ void Validator::check_ranges() const {
       {"parallel.pp", p.pp},
       {"parallel.tp", p.tp},
       {"parallel.cp", p.cp},
+      {"parallel.ep", p.ep},
+      {"model.num_experts", s_.model.moe_experts},
+      {"model.moe_layer_freq", s_.model.moe_layer_freq},
       {"parallel.v", p.v},
       {"parallel.micro_batch_size", p.micro_batch_size},
       {"parallel.global_batch", p.global_batch},
@@ -687,6 +718,64 @@ void Validator::check_ranges() const {
   for (const auto& [key, v] : links)
     if (v != 0)
       if (const std::string why = range_violation(key, v); !why.empty()) fail({key}, why);
+}
+
+// The MoE keys belong to an MoE model (num_experts > 0), and describe one.
+void Validator::check_moe() const {
+  const ModelSpec& m = s_.model;
+  if (!m.moe()) {
+    for (const auto& [key, set] : {std::pair<const char*, bool>{"model.moe_top_k", m.moe_top_k != 0},
+                                   {"model.moe_ffn_hidden", m.moe_ffn_hidden != 0},
+                                   {"model.moe_shared_ffn_hidden", m.moe_shared_ffn_hidden != 0},
+                                   {"model.moe_dense_layers", m.moe_dense_layers != 0},
+                                   {"model.moe_layer_freq", m.moe_layer_freq != 1}})
+      if (set) fail({key, "model.num_experts"}, "is a mixture-of-experts key, but the model has no experts (set model.num_experts)");
+    return;
+  }
+  const std::string E = std::to_string(m.moe_experts);
+  if (m.moe_top_k < 1 || m.moe_top_k > m.moe_experts)
+    fail({"model.moe_top_k", "model.num_experts"},
+         "each token goes to moe_top_k of the num_experts = " + E + " experts: it must be in 1.." + E + ", got " +
+             std::to_string(m.moe_top_k));
+  if (m.moe_ffn_hidden < 1)
+    fail({"model.moe_ffn_hidden", "model.num_experts"}, "an MoE model needs the inner size of one expert's MLP");
+  if (m.moe_dense_layers >= m.layers)
+    fail({"model.moe_dense_layers", "model.layers"},
+         "moe_dense_layers = " + std::to_string(m.moe_dense_layers) + " leaves no MoE layer of the " +
+             std::to_string(m.layers));
+  if (m.moe_shared_ffn_hidden % s_.parallel.tp != 0)
+    fail({"model.moe_shared_ffn_hidden", "parallel.tp"},
+         "the shared experts are split like the dense MLP: moe_shared_ffn_hidden = " +
+             std::to_string(m.moe_shared_ffn_hidden) + " is not divisible by tp = " + std::to_string(s_.parallel.tp));
+  if (s_.parallel.tp > 1 && !s_.parallel.sequence_parallel)
+    fail({"parallel.sequence_parallel", "parallel.tp", "model.num_experts"},
+         "a mixture-of-experts model with tp = " + std::to_string(s_.parallel.tp) +
+             " needs parallel.sequence_parallel: true (Megatron-Core requires it: each GPU of a tensor-parallel "
+             "group dispatches its own share of the tokens)");
+  if (!s_.sim.profile.empty())
+    fail({"model.num_experts", "sim.profile", "calibration"},
+         "a calibration profile times dense layers; a mixture-of-experts model needs the analytic model");
+}
+
+// Megatron-Core's parallel folding: the tp * cp * dp GPUs of a pipeline stage hold the experts in groups of ep
+// consecutive ranks. The simulator needs each group inside one worker's tp * cp GPUs or made of whole workers.
+void Validator::check_expert_parallel() const {
+  const ParallelSpec& p = s_.parallel;
+  const ModelSpec& m = s_.model;
+  if (p.ep == 1) return;
+  const std::string ep = std::to_string(p.ep);
+  if (!m.moe()) fail({"parallel.ep", "model.num_experts"}, "ep = " + ep + " spreads experts, but the model has none");
+  if (m.moe_experts % p.ep != 0)
+    fail({"parallel.ep", "model.num_experts"},
+         "num_experts = " + std::to_string(m.moe_experts) + " is not divisible by ep = " + ep);
+  const long long width = 1LL * p.tp * p.cp, stage = width * p.dp;
+  if (stage % p.ep != 0)
+    fail({"parallel.ep", "parallel.dp", "parallel.tp"},
+         "ep = " + ep + " does not divide the " + std::to_string(stage) + " GPUs of a pipeline stage (tp * cp * dp)");
+  if (width % p.ep != 0 && p.ep % width != 0)
+    fail({"parallel.ep", "parallel.tp", "parallel.cp"},
+         "an expert-parallel group is a divisor or a multiple of the tp * cp = " + std::to_string(width) +
+             " GPUs of one model replica's stage, got ep = " + ep);
 }
 
 // Context parallelism as Megatron-LM runs it (Transformer Engine's ring attention): whole sequences in 2 * cp
@@ -791,9 +880,10 @@ void Validator::run() const {
              " * " + std::to_string(p.v) + " = " + std::to_string(p.pp * p.v) +
              " (give parallel.stage_layers for an uneven split)");
   check_stage_layers_key(m, p);
-  if (m.hidden % m.heads != 0)
+  if (m.head_dim == 0 && m.hidden % m.heads != 0)
     fail({"model.heads", "model.hidden"}, "model.hidden = " + std::to_string(m.hidden) +
-                                              " is not divisible by model.heads = " + std::to_string(m.heads));
+                                              " is not divisible by model.heads = " + std::to_string(m.heads) +
+                                              " (give model.head_dim when the heads are not hidden / heads wide)");
   if (m.heads % p.tp != 0)
     fail({"parallel.tp", "model.heads"},
          "model.heads = " + std::to_string(m.heads) + " is not divisible by tp = " + std::to_string(p.tp));
@@ -942,6 +1032,8 @@ void Validator::run() const {
   if (!one_of(placements(), s_.sim.placement))
     fail({"sim.placement"}, unknown_value_message("value", s_.sim.placement, names_of(placements())));
   check_context_parallel();
+  check_moe();
+  check_expert_parallel();
   // TeraPipe's layout keeps each tensor-parallel group inside one node.
   if (s_.sim.placement == "terapipe" && c.gpus_per_node % p.tp != 0)
     fail({"sim.placement", "parallel.tp"},
@@ -1068,7 +1160,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   s.cluster = parse_cluster(root);
 
   const Section par = root.sub("parallel", {"dp", "pp", "tp", "cp", "v", "micro_batch_size", "global_batch",
-                                            "sequence_parallel", "stage_layers"});
+                                            "sequence_parallel", "stage_layers", "ep"});
   par.get("dp", s.parallel.dp);
   par.get("pp", s.parallel.pp);
   par.get("tp", s.parallel.tp);
@@ -1078,6 +1170,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   par.get("global_batch", s.parallel.global_batch);
   par.get("sequence_parallel", s.parallel.sequence_parallel);
   par.get("stage_layers", s.parallel.stage_layers);
+  par.get("ep", s.parallel.ep);
 
   const Section sch =
       root.sub("schedule", {"kind", "seq_slices", "slice_tokens", "slicing", "recompute", "scatter_gather", "file"});
@@ -1115,7 +1208,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   const Section tr =
       root.sub("training", {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention", "wgrad_accumulation",
                             "distributed_optimizer", "overlap_grad_reduce", "grad_bucket_MB", "overlap_param_gather",
-                            "async_tp_allreduce", "dropout", "softmax_fp32"});
+                            "async_tp_allreduce", "dropout", "softmax_fp32", "moe_dispatcher"});
   tr.get_enum("dtype", dtypes(), s.training.dtype);
   tr.get("optimizer_bytes_per_param", Num::NonNegative, 1.0, s.training.optimizer_bytes_per_param);
   tr.get("grad_fp32", s.training.grad_fp32);
@@ -1128,6 +1221,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   tr.get("async_tp_allreduce", s.training.async_tp_allreduce);
   tr.get("dropout", s.training.dropout);
   tr.get("softmax_fp32", s.training.softmax_fp32);
+  tr.get_enum("moe_dispatcher", moe_dispatchers(), s.training.moe_dispatcher);
 
   const Section sim = root.sub("sim", {"collectives", "placement", "profile", "p2p"});
   sim.get_enum("collectives", collective_models(), s.sim.collectives);

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/model/model_shape.h"
+#include "core/model/presets.h"
 #include "core/model/scenario.h"
 #include "core/model/scenario_vary.h"
 #include "core/plan/csv_table.h"
@@ -306,6 +307,122 @@ std::vector<DevRow> h100_rows(const DevSet& set) {
   return out;
 }
 
+// ---------------------------------------------------------------- MoE H100
+// Megatron-Core's recompute cell: "selective: <modules>" (norms, activations, the MoE layer: Megatron's cheap
+// modules; with flash attention the attention core is recomputed anyway), "full" or "none".
+const char* moe_recompute(const CsvRecord& r) {
+  const std::string& cell = r.text("recompute");
+  if (cell.rfind("selective", 0) == 0) return "selective";
+  if (cell == "full") return "full";
+  if (cell == "none" || cell.empty()) return "none";
+  r.fail("recompute", "expected none, full or selective: <modules>, got \"" + cell + "\"");
+}
+
+// Layers per virtual stage: as even as can be, the stages short of the even share taken from both ends of the
+// pipeline (the first holds the embedding, the last the head: Megatron's first / last-stage layer counts). Empty
+// when the layers divide evenly.
+// "DeepEP" or "A2A (all-to-all dispatcher)".
+std::string moe_dispatcher(const CsvRecord& r) {
+  const std::string& cell = r.text("dispatcher");
+  if (cell == "DeepEP") return "deepep";
+  if (cell.rfind("A2A", 0) == 0) return "alltoall";
+  r.fail("dispatcher", "expected DeepEP or A2A, got \"" + cell + "\"");
+}
+
+std::vector<int> moe_stage_layers(int layers, int stages) {
+  if (layers % stages == 0) return {};
+  const int base = (layers + stages - 1) / stages;
+  std::vector<int> out(static_cast<std::size_t>(stages), base);
+  int deficit = base * stages - layers;
+  for (int i = 0; deficit > 0; i++, deficit--) out[static_cast<std::size_t>(i % 2 == 0 ? i / 2 : stages - 1 - i / 2)]--;
+  return out;
+}
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s;
+}
+
+DevRow moe_row(const CsvRecord& r, const DevSet& set) {
+  DevRow d;
+  MeasuredRun& run = d.run;
+  run = measured_run(r, r.text("model"));
+  run.seq_len = r.integer("seq_len");
+  run.gpus = r.integer("gpus"), run.gpus_per_node = r.integer("gpus_per_node");
+  run.tp = r.integer("tp"), run.pp = r.integer("pp"), run.vp = r.integer("vpp", 1);
+  const int cp = r.integer("cp", 1), ep = r.integer("ep");
+  run.mbs = r.integer("mbs"), run.global_batch = r.integer("global_batch");
+  if (run.gpus % (run.tp * cp * run.pp) != 0) r.fail("gpus", "tp * cp * pp does not divide the GPU count");
+  run.dp = run.gpus / (run.tp * cp * run.pp);
+  if (r.has("dp") && !r.text("dp").empty() && r.integer("dp") != run.dp)
+    r.fail("dp", "is not gpus / (tp * cp * pp) = " + std::to_string(run.dp));
+  run.micro_batches = run.global_batch / (run.mbs * run.dp);
+  const std::string layout = "t" + std::to_string(run.tp) + " c" + std::to_string(cp) + " e" + std::to_string(ep) +
+                             " p" + std::to_string(run.pp) + " v" + std::to_string(run.vp) + " d" +
+                             std::to_string(run.dp) + " " + r.text("dispatcher");
+  d.label = run.model + " s" + std::to_string(run.seq_len) + " " + layout;
+  const std::string metric = r.text("metric");
+  std::string preset = run.model;
+  for (char& c : preset) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::optional<ModelSpec> m = model_preset(preset);
+  if (!m) r.fail("model", "no model preset " + preset);
+  if (metric == "step_time") {
+    run.measured_s = r.number("value");
+    d.group = run.model + " " + std::to_string(run.gpus) + " GPUs s" + std::to_string(run.seq_len) + " layouts";
+  } else if (metric == "tflops_per_gpu") {
+    // Megatron-Core prints its own FLOP count (core/model/model_shape.h megatron_core_flops_per_iteration).
+    ModelSpec mm = *m;
+    mm.seq_len = run.seq_len;
+    run.measured_s = megatron_core_flops_per_iteration(mm, run.global_batch) / (r.number("value") * 1e12 * run.gpus);
+  } else {
+    r.fail("metric", "expected step_time or tflops_per_gpu, got \"" + metric + "\"");
+  }
+  if (!r.text("fsdp").empty()) {
+    d.skipped = "fully sharded data parallelism (fsdp): not in the scenario schema";
+    return d;
+  }
+  if (r.text("a2a_overlap").rfind("yes", 0) == 0) {
+    d.skipped = "the all-to-all overlapped in the schedule (combined 1F1B): no overlapped schedules yet";
+    return d;
+  }
+  const int stages = run.pp * run.vp;
+  if (stages > m->layers) {
+    d.skipped = std::to_string(stages) + " virtual stages for " + std::to_string(m->layers) +
+                " layers: stages without transformer layers (embedding or loss only) are not in the scenario schema";
+    return d;
+  }
+  const int pad = 128 * run.tp;  // Megatron pads the vocabulary to a multiple of 128 x tp
+  const int vocab = (m->vocab + pad - 1) / pad * pad;
+  const std::vector<int> split = moe_stage_layers(m->layers, stages);
+  const std::string yaml =
+      "name: moe-line-" + std::to_string(r.line) + "\n" +
+      "model: {preset: " + preset + ", vocab: " + std::to_string(vocab) + ", seq_len: " + std::to_string(run.seq_len) +
+      "}\ncluster: {preset: " + set.cluster + ", nodes: " + std::to_string(run.gpus / run.gpus_per_node) +
+      ", gpus_per_node: " + std::to_string(run.gpus_per_node) + "}\nparallel: {dp: " + std::to_string(run.dp) +
+      ", pp: " + std::to_string(run.pp) + ", tp: " + std::to_string(run.tp) + ", cp: " + std::to_string(cp) +
+      ", ep: " + std::to_string(ep) + ", v: " + std::to_string(run.vp) + ", micro_batch_size: " +
+      std::to_string(run.mbs) + ", global_batch: " + std::to_string(run.global_batch) +
+      ", sequence_parallel: " + (run.tp > 1 ? "true" : "false") +
+      (split.empty() ? std::string() : ", stage_layers: [" + join_ints(split) + "]") + "}\n" +
+      "schedule: {kind: " + (run.vp > 1 ? "interleaved" : "1f1b") + ", recompute: " + moe_recompute(r) + "}\n" +
+      "training: {dtype: " + r.text("precision") + ", grad_fp32: true, flash_attention: true, distributed_optimizer: "
+      "true, overlap_grad_reduce: true, overlap_param_gather: true, dropout: false, moe_dispatcher: " +
+      moe_dispatcher(r) + "}\n"
+      "sim: {placement: megatron}\n";
+  d.scenario = parse_scenario(yaml, where(r) + "scenario");
+  return d;
+}
+
+std::vector<DevRow> moe_rows(const DevSet& set) {
+  std::vector<DevRow> out;
+  for (CsvRecord r : read_csv_records(data_path(set.file))) {
+    r.source = set.file;
+    out.push_back(moe_row(r, set));
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------- paper tables
 std::vector<DevRow> megatron_table1_rows(const DevSet& set) {
   std::vector<DevRow> out;
@@ -428,8 +545,9 @@ const std::vector<DevSet>& dev_sets() {
       {"terapipe-table2", "scenarios/terapipe", "V100", "aws-p3.16xlarge", DevSetKind::TerapipeTable2,
        "Table 2 latency (s) as printed (core/plan/paper_tables.cc)", "without and with TeraPipe at one setting", "",
        "row"},
-      {"moe-h100", "scenarios/fidelity/moe_h100_dev.csv", "H100", "", DevSetKind::NotModelled, "step time (s)", "",
-       "not modelled (no expert parallelism)", "line"},
+      {"moe-h100", "scenarios/fidelity/moe_h100_dev.csv", "H100", "dgx-h100", DevSetKind::MoeH100,
+       "step time (s), or Megatron-Core's TFLOP/s per GPU: iteration = its FLOP count / (TFLOP/s x GPUs)",
+       "the layouts of one model, GPU count and sequence length", "", "line"},
   };
   return kSets;
 }
@@ -457,6 +575,8 @@ std::vector<DevRow> dev_set_rows(const DevSet& set) {
       return megatron_table1_rows(set);
     case DevSetKind::TerapipeTable2:
       return terapipe_table2_rows(set);
+    case DevSetKind::MoeH100:
+      return moe_rows(set);
     case DevSetKind::NotModelled:
       return not_modelled_rows(set);
   }

@@ -24,6 +24,7 @@ enum class DevSetKind : std::uint8_t {
   H100Dense,       // a Megatron-Core / NeMo scenario built from the row on the dgx-h100 preset
   MegatronTable1,  // scenarios/megatron/<row>.yaml, the paper's TFLOP/s per GPU (core/plan/paper_tables.h)
   TerapipeTable2,  // scenarios/terapipe/setting-N(-gpipe).yaml, the paper's latencies (core/plan/paper_tables.h)
+  MoeH100,         // a Megatron-Core MoE scenario built from the row on the dgx-h100 preset
   NotModelled,     // counted, never run: the schema lacks what the set measures
 };
 

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "core/cost/context_parallel.h"
+#include "core/cost/expert_parallel.h"
 #include "core/ir/schedule_csv.h"
 #include "core/lower/megatron_p2p.h"
 #include "core/model/schedule_registry.h"
@@ -58,7 +59,8 @@ Schedule make_schedule(const Scenario& s) {
 LoweredSchedule lower_scenario(const Scenario& s, const Schedule& sch, const CostModel& cost) {
   LoweredSchedule ls =
       lower(sch, s.parallel.dp, s.parallel.tp, cost, uses_scatter_gather(s), grad_sync_options(s.training));
-  return with_p2p_mode(add_cp_exchange(ls, s), s);  // context-parallel K/V rings (no-op at cp = 1)
+  // Context-parallel K/V rings (no-op at cp = 1), then the MoE all-to-alls and expert gradients (dense: no-op).
+  return with_p2p_mode(add_expert_parallel(add_cp_exchange(ls, s), s, cost), s);
 }
 
 Placement scenario_placement(const Scenario& s) {

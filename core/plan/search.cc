@@ -145,6 +145,10 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
   const ClusterSpec& c = base.cluster;
   const int gpus = c.total_gpus();
   if (gpus < 1) throw std::invalid_argument(base.source + ": the cluster has no GPUs");
+  if (base.model.moe())
+    throw std::invalid_argument(base.source + ": model.num_experts = " + std::to_string(base.model.moe_experts) +
+                                ": search does not handle mixture-of-experts models yet; compare layouts with sweep "
+                                "(e.g. --vary parallel.ep=8,16)");
   // Every candidate would keep cp and miss the GPUs it takes, and stage 2 has no context-parallel rings.
   if (base.parallel.cp > 1)
     throw std::invalid_argument(base.source + ": parallel.cp = " + std::to_string(base.parallel.cp) +

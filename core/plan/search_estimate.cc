@@ -45,6 +45,8 @@ class MemoCost final : public CostModel {
   double optimizer_seconds(int rank) const override { return c_.optimizer_seconds(rank); }
   double embedding_grad_bytes() const override { return c_.embedding_grad_bytes(); }
   double param_bytes(int rank) const override { return c_.param_bytes(rank); }
+  double expert_grad_bytes(int rank) const override { return c_.expert_grad_bytes(rank); }
+  double expert_param_bytes(int rank) const override { return c_.expert_param_bytes(rank); }
 
  private:
   // A lowering asks each question for many ops in a row (every micro-batch of a class): in front of each table, the

@@ -286,6 +286,8 @@ CostedOp costed(const DagShape& sh, const Recipe& x, const Retimer::Values& v, i
           break;
         case CollTag::None:
         case CollTag::ContextParallel:
+        case CollTag::ExpertParallel:
+        case CollTag::ExpertData:
           break;  // not in a one-replica lowering (make_dag_shape refuses them)
       }
       break;
@@ -368,6 +370,8 @@ Recipe recipe_of(const LoweredSchedule& ls, const LoweredOp& l, const DagNode& n
       break;
     case CollTag::None:
     case CollTag::ContextParallel:
+    case CollTag::ExpertParallel:
+    case CollTag::ExpertData:
       throw std::logic_error("stage 2: a one-replica lowering has no " + lowered_text(l) + " to re-cost");
   }
   return x;

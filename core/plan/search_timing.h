@@ -43,7 +43,8 @@ inline CostedOp costed_op(const LoweredOp& l, const DagNode& n) {
       break;
     case DagKind::Collective:
       c.async =
-          l.async && (l.kind == LOpKind::AllReduce || l.kind == LOpKind::AllGather || l.kind == LOpKind::ReduceScatter);
+          l.async && (l.kind == LOpKind::AllReduce || l.kind == LOpKind::AllGather ||
+                      l.kind == LOpKind::ReduceScatter || l.kind == LOpKind::AllToAll);
       c.bytes = l.bytes;
       c.count = l.count;
       c.lead_s = l.async ? l.lead_s : 0.0;

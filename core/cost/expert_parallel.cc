@@ -1,0 +1,120 @@
+#include "core/cost/expert_parallel.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "core/lower/cost_model.h"
+#include "core/model/placement.h"
+
+namespace pipescope {
+
+int moe_alltoall_calls(const Scenario& s, const Op& op) {
+  const int layers = stage_moe_layer_count(s, op.stage);
+  const int recomputed = s.schedule.recompute == Recompute::Full ? 2 * layers : 0;
+  switch (op.kind) {
+    case OpKind::Forward:
+      return 2 * layers;
+    case OpKind::Backward:
+    case OpKind::BackwardInput:  // the token gradients go back through the experts' dgrads
+      return 2 * layers + recomputed;
+    case OpKind::BackwardWeight:
+      return 0;
+  }
+  return 0;
+}
+
+double moe_alltoall_bytes(const Scenario& s, const Op& op, int microbatch_seqs) {
+  const ParallelSpec& p = s.parallel;
+  // The GPU's tokens: the op's slice of its micro-batch, / cp (context parallelism), / tp (sequence parallelism).
+  const double tokens = static_cast<double>(microbatch_seqs) * op.tokens() / p.cp / p.tp;
+  return tokens * s.model.moe_top_k * s.model.hidden * s.training.act_bytes_per_elem();
+}
+
+namespace {
+
+// The expert-parallel group of worker w: its index in `groups`, made on first use.
+struct EpGroups {
+  const LoweredSchedule& ls;
+  int span;  // workers per group (1 when ep divides a worker's GPUs)
+  std::vector<std::int32_t> of_block;  // per (replica block, rank): group index or -1
+  std::vector<CollGroup>& groups;
+  std::int32_t dedup_items, dedup_picks;  // DeepEP: CollGroup::node_dedup_*
+  std::int32_t get(int w) {
+    const int d = w / ls.p, r = w % ls.p, block = d / span;
+    std::int32_t& g = of_block[static_cast<std::size_t>(block * ls.p + r)];
+    if (g < 0) {
+      CollGroup cg{CollTag::ExpertParallel, {}};
+      if (dedup_items > 0) cg.node_dedup_items = dedup_items, cg.node_dedup_picks = dedup_picks;
+      for (int i = 0; i < span; i++) cg.workers.push_back(LoweredSchedule::worker(block * span + i, r, ls.p));
+      g = static_cast<std::int32_t>(groups.size());
+      groups.push_back(std::move(cg));
+    }
+    return g;
+  }
+};
+
+void add_alltoalls(LoweredSchedule& out, const Scenario& s) {
+  const int width = out.tp * out.cp;
+  const int span = s.parallel.ep > width ? s.parallel.ep / width : 1;
+  if (out.dp % span != 0)
+    throw std::invalid_argument("expert parallelism: ep = " + std::to_string(s.parallel.ep) + " spans " +
+                                std::to_string(span) + " replicas, which do not divide dp = " + std::to_string(out.dp));
+  EpGroups eg{out, span, std::vector<std::int32_t>(static_cast<std::size_t>(out.dp / span * out.p), -1), out.groups,
+              s.training.moe_dispatcher == "deepep" ? s.model.moe_experts : 0, s.model.moe_top_k};
+  for (std::size_t w = 0; w < out.per_worker.size(); w++) {
+    const std::vector<LoweredOp>& prog = out.per_worker[w];
+    std::vector<LoweredOp> next;
+    next.reserve(prog.size() * 2 + 4);
+    for (const LoweredOp& l : prog) {
+      next.push_back(l);
+      if (l.kind != LOpKind::Compute) continue;
+      const int calls = moe_alltoall_calls(s, l.op);
+      if (calls == 0) continue;
+      const int b = out.schedule.microbatches.at(static_cast<std::size_t>(l.op.microbatch)).seq_count;
+      LoweredOp x = collective_op(LOpKind::AllToAll, CollTag::ExpertParallel, eg.get(static_cast<int>(w)),
+                                  moe_alltoall_bytes(s, l.op, b), l.op);
+      x.count = calls;
+      next.push_back(x);
+    }
+    out.per_worker[w] = std::move(next);
+  }
+}
+
+// The experts' gradient reduction before the optimizer step and (distributed optimizer) their parameter gather
+// after it, over the expert-data-parallel group of each pipeline rank (all its dp workers).
+void add_expert_grad_sync(LoweredSchedule& out, const Scenario& s, const CostModel& cost) {
+  const ParallelSpec& p = s.parallel;
+  if (1LL * p.tp * p.cp * p.dp / p.ep <= 1) return;
+  const bool dist = s.training.distributed_optimizer;
+  for (int r = 0; r < out.p; r++) {
+    const double grads = cost.expert_grad_bytes(r), params = cost.expert_param_bytes(r);
+    if (grads <= 0) continue;
+    CollGroup cg{CollTag::ExpertData, {}};
+    for (int d = 0; d < out.dp; d++) cg.workers.push_back(LoweredSchedule::worker(d, r, out.p));
+    const auto g = static_cast<std::int32_t>(out.groups.size());
+    out.groups.push_back(cg);
+    for (std::int32_t w : out.groups.back().workers) {
+      std::vector<LoweredOp>& prog = out.per_worker[static_cast<std::size_t>(w)];
+      std::size_t opt = 0;
+      while (opt < prog.size() && prog[opt].kind != LOpKind::Optimizer) opt++;
+      if (opt == prog.size()) throw std::logic_error("expert parallelism: worker " + std::to_string(w) + " has no optimizer step");
+      const LOpKind reduce = dist ? LOpKind::ReduceScatter : LOpKind::AllReduce;
+      prog.insert(prog.begin() + static_cast<std::ptrdiff_t>(opt), collective_op(reduce, CollTag::ExpertData, g, grads));
+      if (dist) prog.insert(prog.begin() + static_cast<std::ptrdiff_t>(opt) + 2,
+                            collective_op(LOpKind::AllGather, CollTag::ExpertData, g, params));
+    }
+  }
+}
+
+}  // namespace
+
+LoweredSchedule add_expert_parallel(const LoweredSchedule& in, const Scenario& s, const CostModel& cost) {
+  if (!s.model.moe()) return in;
+  LoweredSchedule out = in;
+  out.ep = s.parallel.ep;
+  add_alltoalls(out, s);
+  add_expert_grad_sync(out, s, cost);
+  return out;
+}
+
+}  // namespace pipescope
