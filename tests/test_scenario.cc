@@ -180,7 +180,7 @@ TEST(Scenario, ExplicitSliceTokensImplySlicingAndCount) {
 }
 
 TEST(Scenario, EveryModelPresetLoads) {
-  ASSERT_EQ(model_preset_names().size(), 22u);
+  ASSERT_EQ(model_preset_names().size(), 26u);
   for (const auto& name : model_preset_names()) {
     SCOPED_TRACE(name);
     Scenario s = parse_scenario("model: {preset: " + name +
@@ -188,11 +188,13 @@ TEST(Scenario, EveryModelPresetLoads) {
                                     "parallel: {global_batch: 4}\n",
                                 "t.yaml");
     EXPECT_EQ(s.model.name, name);
-    const bool gpt = name.rfind("llama", 0) != 0 && name.rfind("nemotron", 0) != 0;
+    const bool gpt = name.rfind("llama", 0) != 0 && name.rfind("nemotron", 0) != 0 && !s.model.moe();
     if (gpt) {
       EXPECT_EQ(s.model.ffn_hidden, 4 * s.model.hidden);
     }
-    EXPECT_EQ(s.model.hidden % s.model.heads, 0);
+    if (s.model.head_dim == 0) {
+      EXPECT_EQ(s.model.hidden % s.model.heads, 0);
+    }
     EXPECT_EQ(s.model.heads % s.model.kv_heads(), 0);
   }
   // Spot checks against the papers' model tables (docs/papers.md).
@@ -441,7 +443,7 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "gpt3-13b, gpt3-44b, gpt3-175b, megatron-1.7b, megatron-3.6b, megatron-7.5b, megatron-18.4b, "
             "megatron-39.1b, megatron-76.1b, megatron-145.6b, megatron-310.1b, megatron-529.6b, megatron-1t, "
             "seq1f1b-2.7b, seq1f1b-7b, seq1f1b-13b, seq1f1b-30b, llama3-8b, llama3-70b, llama3-405b, "
-            "nemotron4-340b");
+            "nemotron4-340b, mixtral-8x7b, mixtral-8x22b, qwen3-30b-a3b, qwen3-235b-a22b");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-z100}\n" + kParallel),
             "t.yaml:2:19: cluster.preset: unknown cluster preset \"dgx-z100\" (did you mean \"dgx-a100\"?); valid: "
             "aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, vtrain-a100, dgx-h100, dgx-h100-superpod, dgx-b200, "
@@ -522,7 +524,8 @@ TEST(ScenarioErrors, ModelSplit) {
             "t.yaml:3:23: parallel.pp: pp * v = 16 model chunks but the model has only 8 layers (every chunk needs "
             "at least one)");
   EXPECT_EQ(error_of("model: {preset: gpt3-1b, heads: 24}\n" + two_nodes + kParallel),
-            "t.yaml:1:33: model.heads: model.hidden = 2048 is not divisible by model.heads = 24");
+            "t.yaml:1:33: model.heads: model.hidden = 2048 is not divisible by model.heads = 24 (give model.head_dim when the "
+    "heads are not hidden / heads wide)");
   EXPECT_EQ(error_of("model: {preset: gpt3-1b, heads: 2, hidden: 2048}\n" + two_nodes +
                      "parallel: {dp: 1, pp: 4, tp: 4, global_batch: 32}\n"),
             "t.yaml:3:30: parallel.tp: model.heads = 2 is not divisible by tp = 4");

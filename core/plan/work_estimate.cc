@@ -58,11 +58,13 @@ WorkEstimate estimate_work(const Scenario& s) {
   w.ops = p.dp * w.pipeline_ops * std::max(1.0, std::min<double>(p.tp, 2));
   w.ops += static_cast<double>(p.dp) * p.pp * p.tp * (p.v + 2);               // collectives and optimizer per worker
   if (p.cp > 1) w.ops += static_cast<double>(p.dp) * p.pp * p.v * m * k * 2;  // the K/V ring of every F and B
+  if (s.model.moe()) w.ops += static_cast<double>(p.dp) * p.pp * p.v * m * k * 2;  // the all-to-alls of every F and B
   // The data-parallel gradient all-reduce as a ring: 2 (dp - 1) steps per member and stage chunk. The simulator
   // folds replicas that occupy whole nodes (sim/replica_fold.cc) and then runs one member's ring; otherwise all dp
   // members' (pp 1, dp 1024 on 8-GPU nodes: 9 s, the same cost per step as a schedule op).
   const int gpn = s.cluster.gpus_per_node;
-  const bool folds = gpn > 0 && (static_cast<long long>(p.pp) * p.tp * p.cp) % gpn == 0;
+  // Expert groups couple replicas in their own rings: an MoE run is never folded.
+  const bool folds = !s.model.moe() && gpn > 0 && (static_cast<long long>(p.pp) * p.tp * p.cp) % gpn == 0;
   w.ops += static_cast<double>(p.pp) * p.v * 2.0 * (p.dp - 1) * (folds ? 1.0 : p.dp);
   if (t.slicing == SlicePlan::TeraPipe && s.schedule.slicing == "dp") {
     const double units = s.model.seq_len / 8.0;
