@@ -29,6 +29,8 @@ void refuse_unsupported(const Scenario& s) {
                         " (its kernels are the GPT layer: multi-head attention, GeLU MLP, LayerNorm, biases, learned "
                         "positions); the simulator (pipescope simulate) models it");
   };
+  if (m.moe()) refuse("model.num_experts", "mixtures of experts (routed experts and their all-to-alls)");
+  if (m.head_dim > 0 && m.head_dim * m.heads != m.hidden) refuse("model.head_dim", "heads wider than hidden / heads");
   if (m.kv_heads() != m.heads) refuse("model.query_groups", "grouped-query attention");
   if (m.ffn != FfnKind::Gelu) refuse("model.ffn", std::string("ffn ") + to_string(m.ffn));
   if (m.norm != NormKind::LayerNorm) refuse("model.norm", std::string("norm ") + to_string(m.norm));

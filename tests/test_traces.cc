@@ -98,6 +98,7 @@ INSTANTIATE_TEST_SUITE_P(Scenarios, ShippedTrace,
                                            Case{"scenarios/terapipe/setting-4.yaml", 320},
                                            Case{"scenarios/terapipe/setting-1.yaml", 192},
                                            Case{"scenarios/seq1f1b/2.7b-s16384-m16-seq1f1b-i.yaml", 8},
+                                           Case{"scenarios/moe/qwen3-30b-a3b.yaml", 16},
                                            Case{"scenarios/megatron/3.6b.yaml", 64, false}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            std::string n = i.param.scenario;

@@ -67,12 +67,13 @@ class TraceJsonWriter {
   void finish() { os_ << "\n]}\n"; }
 
   // The args every op event carries, in simulated and measured traces alike: op (canonical text), kind,
-  // worker, rank (pipeline rank), micro_batch, chunk, slice (-1 where the op has none: optimizer, DP and
-  // embedding all-reduces). No leading or trailing comma.
+  // worker, rank (pipeline rank), micro_batch, chunk, slice (-1 where the op has none: optimizer, DP, expert-data
+  // and embedding collectives). No leading or trailing comma.
   static std::string op_args(const LoweredSchedule& ls, int worker, std::size_t index) {
     const LoweredOp& l = ls.per_worker.at(static_cast<std::size_t>(worker)).at(index);
     const bool has_op = l.kind == LOpKind::Compute || l.kind == LOpKind::Send || l.kind == LOpKind::Recv ||
-                        l.tag == CollTag::TensorParallel || l.tag == CollTag::ScatterGather;
+                        l.tag == CollTag::TensorParallel || l.tag == CollTag::ScatterGather ||
+                        l.tag == CollTag::ExpertParallel;
     std::string kind;
     switch (l.kind) {
       case LOpKind::Compute:
