@@ -23,6 +23,15 @@ namespace {
 
 Scenario load(const std::string& text) { return parse_scenario(text, "moe.yaml"); }
 
+std::string error_of(const std::string& text) {
+  try {
+    load(text);
+  } catch (const ScenarioError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 // Qwen3-30B-A3B on 2 DGX H100 nodes: 48 layers over pp 2, ep 8 = the 8 data-parallel replicas of a stage.
 std::string qwen30(const std::string& parallel = "dp: 8, pp: 2, tp: 1, ep: 8", const std::string& extra = "") {
   return "model: {preset: qwen3-30b-a3b}\n"
@@ -40,8 +49,10 @@ TEST(Moe, PresetParametersMatchThePublishedCounts) {
     const char* preset;
     double total_b, active_b;
   };
+  // DeepSeek-V3: 671B; its README's 37B active leaves out one of the embedding and the head (0.9B each): 37.55B.
   for (const Case& c : {Case{"mixtral-8x7b", 46.7, 12.9}, Case{"mixtral-8x22b", 140.6, 39.2},
-                        Case{"qwen3-30b-a3b", 30.5, 3.35}, Case{"qwen3-235b-a22b", 235.1, 22.2}}) {
+                        Case{"qwen3-30b-a3b", 30.5, 3.35}, Case{"qwen3-235b-a22b", 235.1, 22.2},
+                        Case{"deepseek-v3", 671.0, 37.55}}) {
     const ModelSpec m = *model_preset(c.preset);
     EXPECT_NEAR(parameter_count(m) / 1e9, c.total_b, 0.005 * c.total_b) << c.preset;
     EXPECT_NEAR(active_parameter_count(m) / 1e9, c.active_b, 0.005 * c.active_b) << c.preset;
@@ -50,6 +61,35 @@ TEST(Moe, PresetParametersMatchThePublishedCounts) {
   const LayerDims d = layer_dims(*model_preset("qwen3-235b-a22b"));
   EXPECT_EQ(d.q, 8192);
   EXPECT_EQ(d.kv, 512);
+}
+
+// DeepSeek-V3's multi-head latent attention: Q and K heads of 128 + 64, V heads of 128, the latents' widths; its
+// attention FLOPs count Q.K^T over 192-wide and P.V over 128-wide heads.
+TEST(Moe, LatentAttentionShapes) {
+  const ModelSpec m = *model_preset("deepseek-v3");
+  const LayerDims d = layer_dims(m);
+  EXPECT_TRUE(d.mla);
+  EXPECT_EQ(d.hd, 192);
+  EXPECT_EQ(d.q, 128 * 192);
+  EXPECT_EQ(d.o, 128 * 128);
+  EXPECT_EQ(d.kv_up_out, 128 * 256);
+  const LayerFlops f = layer_forward_flops(m, 1, 1, 4096, 0);
+  EXPECT_DOUBLE_EQ(f.attn, 2.0 * (d.q + d.o) * 4096.0 * 4097 / 2);
+  EXPECT_DOUBLE_EQ(f.proj, 2.0 * 4096 * d.o * d.h);
+  // The first three layers are dense, the rest MoE.
+  EXPECT_FALSE(m.moe_layer(2));
+  EXPECT_TRUE(m.moe_layer(3));
+  // MLA sizes without kv_lora_rank, or with grouped-query attention, are refused naming the key.
+  const std::string rest = "cluster: {preset: dgx-h100, nodes: 1}\nparallel: {dp: 8, global_batch: 8}\n"
+                           "training: {flash_attention: true}\n";
+  EXPECT_NE(error_of("model: {preset: llama3-8b, v_head_dim: 128}\n" + rest).find("model.v_head_dim"),
+            std::string::npos);
+  EXPECT_NE(error_of("model: {preset: deepseek-v3, query_groups: 8}\n" + rest).find("grouped-query"),
+            std::string::npos);
+  EXPECT_NE(error_of("model: {preset: deepseek-v3}\ncluster: {preset: dgx-h100, nodes: 1}\n"
+                     "parallel: {dp: 8, global_batch: 8}\n")
+                .find("training.flash_attention"),
+            std::string::npos);
 }
 
 // Which layers route: the dense first layers, then every moe_layer_freq-th.
@@ -62,15 +102,6 @@ TEST(Moe, LayerPattern) {
   EXPECT_TRUE(m.moe_layer(3));
   EXPECT_FALSE(m.moe_layer(4));
   EXPECT_TRUE(m.moe_layer(5));
-}
-
-std::string error_of(const std::string& text) {
-  try {
-    load(text);
-  } catch (const ScenarioError& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 TEST(Moe, BadInputNamesFileLineAndKey) {

@@ -254,6 +254,11 @@ std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, 
     // One fused kernel over the causal pairs: reads Q, K, V, writes the output and the fp32 log-sum-exp.
     const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
     KernelCost fused{4 * b * h * pairs / t, e * (2 * T * h / t + 2 * b * K * kv / t) + 4 * b * (m.heads / t) * l, true};
+    if (layer_dims(m).mla) {  // Q.K^T over the q-wide heads, P.V over the o-wide ones; reads Q, K, V, writes O
+      const double o = layer_dims(m).o;
+      fused.flops = 2 * b * (h + o) * pairs / t;
+      fused.bytes = e * (T * (h + o) / t + 2 * b * K * kv / t) + 4 * b * (m.heads / t) * l;
+    }
     fused.attention = FusedAttention::Forward;
     fused.m = l, fused.batch = b * (m.heads / t);
     k.push_back(fused);
@@ -285,6 +290,67 @@ std::vector<KernelCost> AnalyticCostModel::recompute_kernels(int b, int l, int c
       return layer_forward_kernels(b, l, c, moe);
   }
   return {};
+}
+
+// Multi-head latent attention's projections (docs/moe.md): the down projections (h to the Q latent and to the K/V
+// latent with the rotary key) on the GPU's Tr rows, the latents' RMSNorms, the up projections split t ways on all T
+// rows (Q; K's non-rotary part and V), and the rotary key broadcast into every head's K.
+std::vector<KernelCost> AnalyticCostModel::mla_forward_kernels(int b, int l) const {
+  const LayerDims d = layer_dims(s_.model);
+  const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, T = static_cast<double>(b) * l;
+  const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);
+  auto gemm = [&](double M, double Kd, double N) {
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
+                       Fp8Pass::Forward);
+  };
+  std::vector<KernelCost> k;
+  if (d.q_lora > 0) {
+    k.push_back(gemm(Tr, h, d.q_lora));                            // Q down
+    k.push_back({4 * T * d.q_lora, 2 * e * T * d.q_lora, false});  // its RMSNorm
+    k.push_back(gemm(T, d.q_lora, d.q / t));                       // Q up
+  } else {
+    k.push_back(gemm(T, h, d.q / t));  // Q
+  }
+  k.push_back(gemm(Tr, h, d.kv_lora + d.rope));                   // K/V down and the rotary key
+  k.push_back({4 * T * d.kv_lora, 2 * e * T * d.kv_lora, false});  // its RMSNorm
+  k.push_back(gemm(T, d.kv_lora, d.kv_up_out / t));                // K (non-rotary) and V up
+  k.push_back({0, 2 * e * T * d.q / t, false});                    // K = [K_nope, rotary key] per head
+  return k;
+}
+
+std::vector<KernelCost> AnalyticCostModel::mla_backward_kernels(int b, int l) const {
+  const LayerDims d = layer_dims(s_.model);
+  const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, T = static_cast<double>(b) * l;
+  const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);
+  const double g = s_.training.grad_fp32 ? 4.0 : 2.0;
+  const double acc = s_.training.wgrad_accumulation == "autograd" ? 2 * e + 2 * g : 2 * g;
+  auto gemm = [&](double M, double Kd, double N) {
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
+                       Fp8Pass::Backward);
+  };
+  auto wgrad = [&](double M, double Kd, double N) {
+    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd}, acc,
+                       Fp8Pass::Backward);
+  };
+  std::vector<KernelCost> k = {
+      {0, 2 * e * T * d.q / t, false},                     // the rotary key's gradient summed over the heads
+      gemm(T, d.kv_up_out / t, d.kv_lora),                 // K/V up dgrad
+      wgrad(d.kv_lora, T, d.kv_up_out / t),                // K/V up wgrad
+      {6 * T * d.kv_lora, 4 * e * T * d.kv_lora, false},   // RMSNorm backward
+      gemm(Tr, d.kv_lora + d.rope, h),                     // K/V down dgrad
+      wgrad(h, Tr, d.kv_lora + d.rope),                    // K/V down wgrad
+  };
+  if (d.q_lora > 0) {
+    k.push_back(gemm(T, d.q / t, d.q_lora));                      // Q up dgrad
+    k.push_back(wgrad(d.q_lora, T, d.q / t));                     // Q up wgrad
+    k.push_back({6 * T * d.q_lora, 4 * e * T * d.q_lora, false});  // RMSNorm backward
+    k.push_back(gemm(Tr, d.q_lora, h));                           // Q down dgrad
+    k.push_back(wgrad(h, Tr, d.q_lora));                          // Q down wgrad
+  } else {
+    k.push_back(gemm(T, d.q / t, h));   // Q dgrad
+    k.push_back(wgrad(h, T, d.q / t));  // Q wgrad
+  }
+  return k;
 }
 
 // The MoE part of a layer's forward on one GPU (docs/moe.md): the GPU's Tr = T / t tokens (sequence parallelism)
@@ -390,15 +456,18 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
     return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
                        Fp8Pass::Forward);
   };
-  std::vector<KernelCost> k = {
-      {8 * Tr * h, 2 * e * Tr * h, false},  // LayerNorm
-      gemm(T, h, d.qkv_out / t),            // QKV (GQA: K and V kv wide each)
-  };
+  std::vector<KernelCost> k = {{8 * Tr * h, 2 * e * Tr * h, false}};  // LayerNorm
+  if (d.mla) {
+    const std::vector<KernelCost> x = mla_forward_kernels(b, l);
+    k.insert(k.end(), x.begin(), x.end());
+  } else {
+    k.push_back(gemm(T, h, d.qkv_out / t));  // QKV (GQA: K and V kv wide each)
+  }
   const std::vector<KernelCost> core = attention_core_kernels(b, l, c);
   k.insert(k.end(), core.begin(), core.end());
   const std::vector<KernelCost> rest = {
-      {0, 2 * e * T * d.q / t, false},                 // context transpose
-      gemm(T, d.q / t, h),                             // output projection
+      {0, 2 * e * T * d.o / t, false},                 // context transpose
+      gemm(T, d.o / t, h),                             // output projection
       {3 * Tr * h, (3 * e + mask) * Tr * h, false},    // bias + dropout + residual add
       {8 * Tr * h, 2 * e * Tr * h, false},             // LayerNorm
   };
@@ -481,9 +550,9 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
       {10 * Tr * h, 4 * e * Tr * h, false},          // LayerNorm backward (+ residual gradient)
       {3 * Tr * h, (2 * e + mask) * Tr * h, false},  // dropout + add backward (attention)
       bias_grad(Tr, h),                              // output projection bias
-      gemm(T, h, d.q / t),                           // output projection dgrad
-      wgrad(d.q / t, T, h),                          // output projection wgrad
-      {0, 2 * e * T * d.q / t, false},               // context transpose backward
+      gemm(T, h, d.o / t),                           // output projection dgrad
+      wgrad(d.o / t, T, h),                          // output projection wgrad
+      {0, 2 * e * T * d.o / t, false},               // context transpose backward
   };
   k.insert(k.end(), attn_tail.begin(), attn_tail.end());
   if (s_.parallel.cp > 1) {  // ring attention (core/cost/context_parallel.h)
@@ -496,6 +565,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     // Recomputes the scores: 5 matmuls over the causal pairs (S, dV, dP, dQ, dK); reads Q, K, V, O, dO, writes
     // dK, dV over the whole prefix and accumulates dQ in fp32.
     KernelCost fused{10 * b * q * pairs / t, e * (3 * T * q / t + 4 * b * K * kv / t) + 8 * T * q / t + 2 * lse, true};
+    if (d.mla) fused.flops = 5 * b * (q + d.o) * pairs / t;  // the five matmuls over q- and o-wide heads
     fused.attention = FusedAttention::Backward;
     fused.m = K, fused.batch = b * (m.heads / t);
     k.push_back(fused);
@@ -518,13 +588,21 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     k.push_back({qk, e * (S + b * K * kv / t + T * q / t), true, false, L, hd, K, bh});  // dQ = dS.K
     k.push_back({qk, e * (S + T * q / t + b * K * kv / t), true, false, K, hd, L, bh});  // dK = dS^T.Q
   }
-  const std::vector<KernelCost> rest = {
-      bias_grad(T, d.qkv_out / t),           // QKV bias
-      column_dgrad(T, d.qkv_out / t, h),     // QKV dgrad
-      column_wgrad(h, T, d.qkv_out / t),     // QKV wgrad
-      {10 * Tr * h, 4 * e * Tr * h, false},  // LayerNorm backward (+ residual gradient)
-  };
-  k.insert(k.end(), rest.begin(), rest.end());
+  if (d.mla) {
+    std::vector<KernelCost> x = mla_backward_kernels(b, l);
+    for (KernelCost& y : x)
+      if (y.weight && y.gemm) y.beside_s = ar;  // the up projections are column-parallel
+    k.insert(k.end(), x.begin(), x.end());
+    k.push_back({10 * Tr * h, 4 * e * Tr * h, false});  // LayerNorm backward (+ residual gradient)
+  } else {
+    const std::vector<KernelCost> rest = {
+        bias_grad(T, d.qkv_out / t),           // QKV bias
+        column_dgrad(T, d.qkv_out / t, h),     // QKV dgrad
+        column_wgrad(h, T, d.qkv_out / t),     // QKV wgrad
+        {10 * Tr * h, 4 * e * Tr * h, false},  // LayerNorm backward (+ residual gradient)
+    };
+    k.insert(k.end(), rest.begin(), rest.end());
+  }
   const std::vector<KernelCost> casts = fp8_layer_kernels(b, l, false, moe);
   k.insert(k.end(), casts.begin(), casts.end());
   return k;
@@ -540,14 +618,21 @@ std::vector<KernelCost> AnalyticCostModel::fp8_layer_kernels(int b, int l, bool 
   const double t = s_.parallel.tp, e = elem_bytes(), T = static_cast<double>(b) * l;
   // Forward: the inputs of QKV, projection, MLP up and MLP down; backward: the output gradients of the same four.
   // An MoE layer's experts cast the k copies of the GPU's 1/t of the tokens (and the shared experts their input).
-  if (!moe) {
+  // MLA: its projections' inputs (h, the two latents) and their output gradients in place of the fused QKV's.
+  const double qkv_in = d.mla ? d.h + d.q_lora + d.kv_lora : d.h;
+  const double qkv_out = d.mla ? (d.q + d.kv_up_out) / t + d.q_lora + d.kv_lora + d.rope : d.qkv_out / t;
+  if (!moe && !d.mla) {
     const double cols = forward ? d.h + d.q / t + d.h + d.f / t : d.qkv_out / t + d.h + d.up_out / t + d.h;
+    return {fp8_cast_transpose(T, cols, e)};
+  }
+  if (!moe) {
+    const double cols = forward ? qkv_in + d.o / t + d.h + d.f / t : qkv_out + d.h + d.up_out / t + d.h;
     return {fp8_cast_transpose(T, cols, e)};
   }
   const MoeDims x = moe_dims(s_.model);
   const double mlp = x.top_k * (forward ? d.h + x.f : x.up_out + d.h) / t +
                      (x.shared_f > 0 ? (forward ? d.h + x.shared_f / t : x.shared_up_out / t + d.h) : 0.0);
-  const double cols = forward ? d.h + d.q / t + mlp : d.qkv_out / t + d.h + mlp;
+  const double cols = forward ? qkv_in + d.o / t + mlp : qkv_out + d.h + mlp;
   return {fp8_cast_transpose(T, cols, e)};
 }
 

@@ -63,6 +63,9 @@ class AnalyticCostModel : public CostModel {
   // An MoE layer's router, permutation, grouped expert GEMMs, combine and shared experts (docs/moe.md), forward and
   // backward, on one GPU; the dispatch and combine all-to-alls are collectives of the lowering.
   std::vector<KernelCost> moe_forward_kernels(int b, int l) const;
+  // Multi-head latent attention's projections (in place of the fused QKV GEMM), forward and backward.
+  std::vector<KernelCost> mla_forward_kernels(int b, int l) const;
+  std::vector<KernelCost> mla_backward_kernels(int b, int l) const;
   std::vector<KernelCost> moe_backward_kernels(int b, int l, bool tp_overlap) const;
   // The attention core of a layer's forward (Q.K^T, softmax, dropout, P.V; or the one flash kernel).
   std::vector<KernelCost> attention_core_kernels(int b, int l, int c) const;

@@ -10,7 +10,8 @@ double fp8_meta_bytes_per_layer() {
 
 double fp8_linear_weight_params(const ModelSpec& m) {
   const LayerDims d = layer_dims(m);
-  return d.h * d.qkv_out + d.h * d.h + d.h * d.up_out + d.f * d.h;
+  if (d.mla) return mla_qkv_weights(d) + d.o * d.h + d.h * d.up_out + d.f * d.h;
+  return d.h * d.qkv_out + d.q * d.h + d.h * d.up_out + d.f * d.h;
 }
 
 KernelCost fp8_gemm(KernelCost k, double out_bytes_per_elem, Fp8Pass pass) {

@@ -48,6 +48,11 @@ struct ModelSpec {
   int moe_shared_ffn_hidden = 0;  // shared experts' inner size, all of them together (0 = none)
   int moe_dense_layers = 0;     // the first layers keep the dense MLP (DeepSeek-V3: 3)
   int moe_layer_freq = 1;       // of the other layers, every moe_layer_freq-th one (counting from the first) is MoE
+  // Multi-head latent attention (DeepSeek-V2/V3; docs/moe.md), on when kv_lora_rank > 0: K and V come up from a
+  // latent of kv_lora_rank (beside one rotary key of qk_rope_head_dim that every head shares), Q from a latent of
+  // q_lora_rank (0 = straight from h); Q and K heads are head_dim + qk_rope_head_dim wide, V heads v_head_dim.
+  int q_lora_rank = 0, kv_lora_rank = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  bool mla() const { return kv_lora_rank > 0; }
   int kv_heads() const { return query_groups > 0 ? query_groups : heads; }
   int head_width() const { return head_dim > 0 ? head_dim : (heads > 0 ? hidden / heads : 0); }
   bool moe() const { return moe_experts > 0; }

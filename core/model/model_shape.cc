@@ -18,6 +18,17 @@ LayerDims layer_dims(const ModelSpec& m) {
   d.q = d.a * d.hd;
   d.kv = d.g * d.hd;
   d.qkv_out = d.q + 2.0 * d.kv;
+  d.o = d.q;
+  if (m.mla()) {
+    d.mla = true;
+    d.q_lora = m.q_lora_rank, d.kv_lora = m.kv_lora_rank, d.rope = m.qk_rope_head_dim;
+    d.hd = static_cast<double>(m.head_dim) + m.qk_rope_head_dim;
+    d.q = d.a * d.hd;
+    d.o = d.a * m.v_head_dim;
+    d.kv = (d.q + d.o) / 2;
+    d.kv_up_out = d.a * (static_cast<double>(m.head_dim) + m.v_head_dim);
+    d.qkv_out = d.q + 2.0 * d.kv;
+  }
   d.bias = m.linear_bias;
   switch (m.ffn) {
     case FfnKind::Gelu:
@@ -50,14 +61,25 @@ double up_width(FfnKind k, double f) {
   return f;
 }
 
-// QKV h*qkv_out, output projection q*h, two norms; biases on both GEMMs' outputs.
+// QKV h*qkv_out, output projection o*h, two norms; biases on both GEMMs' outputs. MLA: the Q down (h x q_lora) and
+// up (q_lora x q) projections or h x q, the K/V down projection (h x (kv_lora + rope)), its up projection
+// (kv_lora x a (head_dim + v_head_dim)), the latents' norms.
 double attention_parameter_count(const LayerDims& d) {
+  if (d.mla) {
+    const double q = d.q_lora > 0 ? d.h * d.q_lora + d.q_lora + d.q_lora * d.q : d.h * d.q;
+    return q + d.h * (d.kv_lora + d.rope) + d.kv_lora + d.kv_lora * d.kv_up_out + d.o * d.h + 2.0 * d.norm_params;
+  }
   double p = d.h * d.qkv_out + d.q * d.h + 2.0 * d.norm_params;
   if (d.bias) p += d.qkv_out + d.h;
   return p;
 }
 
 }  // namespace
+
+double mla_qkv_weights(const LayerDims& d) {
+  const double q = d.q_lora > 0 ? d.h * d.q_lora + d.q_lora * d.q : d.h * d.q;
+  return q + d.h * (d.kv_lora + d.rope) + d.kv_lora * d.kv_up_out;
+}
 
 MoeDims moe_dims(const ModelSpec& m) {
   MoeDims x;
@@ -77,6 +99,10 @@ LayerFlops layer_forward_flops(const ModelSpec& m, int t, int b, int l, int c, b
   LayerFlops x;
   x.qkv = 2.0 * T * d.h * d.qkv_out / tt;
   x.proj = 2.0 * T * d.q * d.h / tt;
+  if (d.mla) {  // the down projections on the GPU's share of the tokens (sequence parallelism), the rest split t ways
+    x.qkv = 2.0 * T * (mla_qkv_weights(d)) / tt;
+    x.proj = 2.0 * T * d.o * d.h / tt;
+  }
   if (moe) {
     const MoeDims e = moe_dims(m);
     x.mlp = 2.0 * T * d.h * (e.experts + e.top_k * (e.up_out + e.f) + e.shared_up_out + e.shared_f) / tt;
@@ -86,7 +112,7 @@ LayerFlops layer_forward_flops(const ModelSpec& m, int t, int b, int l, int c, b
   // Causal pairs: query i of the slice sees c context keys and i + 1 keys of its own slice. Every query head
   // scores its keys (GQA shares K/V between heads, not the work).
   const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
-  x.attn = 4.0 * b * d.q * pairs / tt;
+  x.attn = d.mla ? 2.0 * b * (d.q + d.o) * pairs / tt : 4.0 * b * d.q * pairs / tt;  // Q.K^T over q, P.V over o
   return x;
 }
 
@@ -149,12 +175,12 @@ double megatron_flops_per_iteration(const ModelSpec& m, int global_batch, Recomp
   // Eq. 3 counts full (non-causal) attention: 3 passes (4 with full recompute); logits 6*B*s*h*V, not recomputed.
   const LayerDims d = layer_dims(m);
   const double B = global_batch, s = m.seq_len, h = d.h;
-  const double attn_gemm = h * d.qkv_out + d.q * h;
+  const double attn_gemm = d.mla ? mla_qkv_weights(d) + d.o * h : h * d.qkv_out + d.q * h;
   const double gemm_fwd = 2.0 * B * s * (attn_gemm + h * d.up_out + d.f * h);
   const MoeDims e = moe_dims(m);
   const double moe_gemm_fwd =
       2.0 * B * s * (attn_gemm + h * (e.top_k * (e.up_out + e.f) + e.shared_up_out + e.shared_f));
-  const double attn_fwd = 4.0 * B * s * s * d.q;
+  const double attn_fwd = d.mla ? 2.0 * B * s * s * (d.q + d.o) : 4.0 * B * s * s * d.q;
   double passes_gemm = 3.0, passes_attn = 3.0;
   switch (recompute) {
     case Recompute::None:
@@ -175,11 +201,11 @@ double megatron_core_flops_per_iteration(const ModelSpec& m, int global_batch) {
   const LayerDims d = layer_dims(m);
   const MoeDims e = moe_dims(m);
   const double h = d.h, s = m.seq_len;
-  const double attn = h * d.qkv_out + d.q * h;
+  const double attn = d.mla ? mla_qkv_weights(d) + d.o * h : h * d.qkv_out + d.q * h;
   const double dense = h * (d.up_out + d.f), routed = h * (e.top_k * (e.up_out + e.f) + e.shared_up_out + e.shared_f);
   const int moe = moe_layer_total(m);
   const double per_token = 6.0 * (m.layers * attn + (m.layers - moe) * dense + moe * routed) +
-                           6.0 * m.layers * s * d.q + 6.0 * h * m.vocab;
+                           3.0 * m.layers * s * (d.q + d.o) + 6.0 * h * m.vocab;
   return static_cast<double>(global_batch) * s * per_token;
 }
 
@@ -223,6 +249,21 @@ namespace {
 
 // Up to and including the second norm's input: what dense and MoE layers both save.
 std::vector<ActivationTensor> attention_activation_tensors(const LayerDims& d) {
+  if (d.mla)
+    return {
+        {2.0 * d.h, false, false},                // first LayerNorm input
+        {2.0 * d.h, false, false},                // the down projections' input (the LayerNorm output)
+        {2.0 * d.q_lora, false, false},           // Q latent (its norm's input; none without q_lora)
+        {2.0 * d.q_lora, false, false},           // normed Q latent (the Q up projection's input)
+        {2.0 * (d.kv_lora + d.rope), false, false},  // K/V latent and rotary key
+        {2.0 * d.kv_lora, false, false},          // normed K/V latent (the up projection's input)
+        {2.0 * d.q, true, false},                 // Q
+        {2.0 * d.q, true, true},                  // K (the rotary key broadcast to every head)
+        {2.0 * d.o, true, true},                  // V
+        {2.0 * d.o, true, false},                 // output projection input (the attention output)
+        {1.0 * d.h, false, false},                // residual dropout mask
+        {2.0 * d.h, false, false},                // second LayerNorm input
+    };
   return {
       {2.0 * d.h, false, false},  // first LayerNorm input
       {2.0 * d.h, false, false},  // QKV GEMM input (the LayerNorm output)

@@ -17,10 +17,15 @@ struct LayerDims {
   double f = 0;            // ffn_hidden
   double a = 0;            // attention (query) heads
   double g = 0;            // K/V heads (query groups; = a for multi-head attention)
-  double hd = 0;           // head width: model.head_dim, else h / a
-  double q = 0;            // width of Q and of the attention output: a * hd (= h unless head_dim is given)
-  double kv = 0;           // width of K (and of V): g * hd
-  double qkv_out = 0;      // fused QKV GEMM output: q + 2 kv
+  double hd = 0;           // Q/K head width: model.head_dim (+ qk_rope_head_dim with MLA), else h / a
+  double q = 0;            // width of Q (and of K with MLA): a * hd (= h unless head_dim is given)
+  double o = 0;            // width of the attention output (the projection's input): q, or a * v_head_dim with MLA
+  double kv = 0;           // width of K (and of V): g * hd; with MLA (q + o) / 2, so that K + V is q + o
+  double qkv_out = 0;      // fused QKV GEMM output: q + 2 kv (MLA: what its up-projections make)
+  // Multi-head latent attention (all 0 without): the latent widths, the shared rotary key, a * (head_dim + v_head_dim)
+  // (the K/V up-projection's output).
+  bool mla = false;
+  double q_lora = 0, kv_lora = 0, rope = 0, kv_up_out = 0;
   double up_out = 0;       // MLP up GEMM output: f (GeLU) or 2f (SwiGLU: gate and up in one GEMM)
   bool bias = true;        // linear biases
   double norm_params = 0;  // parameters of one norm: 2h (LayerNorm) or h (RMSNorm)
@@ -37,6 +42,8 @@ struct MoeDims {
   double shared_up_out = 0;  // their up GEMM's output
 };
 MoeDims moe_dims(const ModelSpec& m);
+// The weights of an MLA layer's Q, K and V projections (down and up; the rotary key's part of the K/V down one).
+double mla_qkv_weights(const LayerDims& d);
 
 // Forward FLOPs of one transformer layer for b sequences, l tokens after c context tokens, per GPU of a
 // t-way tensor-parallel group (causal attention: query i attends to keys 0..c+i).

@@ -59,6 +59,19 @@ ModelSpec moe(ModelSpec m, int experts, int k, int moe_f, int head_dim = 0, int 
   return m;
 }
 
+// DeepSeek-V3 (its repository's inference/configs/config_671B.json; the paper, section 4.2): 61 layers, the first 3
+// dense (ffn 18432), then 256 routed experts of 2048, top-8, beside one shared expert of 2048; multi-head latent
+// attention (Q latent 1536, K/V latent 512, heads of 128 + 64 rotary, V heads of 128); V = 129280; s = 4096, its
+// pre-training length. The multi-token prediction module is left out.
+ModelSpec deepseek_v3() {
+  ModelSpec m = moe(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096), 256, 8, 2048, 128, 2048, 3);
+  m.q_lora_rank = 1536;
+  m.kv_lora_rank = 512;
+  m.qk_rope_head_dim = 64;
+  m.v_head_dim = 128;
+  return m;
+}
+
 const std::vector<ModelSpec>& models() {
   static const std::vector<ModelSpec> kModels = {
       // docs/papers.md#terapipe (heads = H/128 from the authors' code). TeraPipe times only the transformer
@@ -99,6 +112,7 @@ const std::vector<ModelSpec>& models() {
       moe(llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32000, 4096), 8, 2, 16384),
       moe(llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 4096), 128, 8, 768, 128),
       moe(llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 4096), 128, 8, 1536, 128),
+      deepseek_v3(),
   };
   return kModels;
 }

@@ -438,7 +438,8 @@ ModelSpec parse_model(const Section& root) {
   const Section m = root.sub("model", {"preset", "layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len",
                                        "tied_embeddings", "query_groups", "ffn", "norm", "position", "linear_bias",
                                        "head_dim", "num_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_ffn_hidden",
-                                       "moe_dense_layers", "moe_layer_freq"});
+                                       "moe_dense_layers", "moe_layer_freq", "q_lora_rank", "kv_lora_rank",
+                                       "qk_rope_head_dim", "v_head_dim"});
   ModelSpec model;
   std::string preset;
   const bool from_preset = m.get("preset", preset);
@@ -473,6 +474,10 @@ ModelSpec parse_model(const Section& root) {
   m.get_count("moe_shared_ffn_hidden", model.moe_shared_ffn_hidden);
   m.get_count("moe_dense_layers", model.moe_dense_layers);
   m.get("moe_layer_freq", model.moe_layer_freq);
+  m.get_count("q_lora_rank", model.q_lora_rank);
+  m.get_count("kv_lora_rank", model.kv_lora_rank);
+  m.get_count("qk_rope_head_dim", model.qk_rope_head_dim);
+  m.get_count("v_head_dim", model.v_head_dim);
   if (!from_preset)
     for (const char* key : {"layers", "hidden", "heads", "vocab", "seq_len"})
       if (!m.has(key)) m.missing(key, "required when model.preset is not given");
@@ -630,6 +635,7 @@ class Validator {
   void check_context_parallel() const;  // parallel.cp (core/cost/context_parallel.h)
   void check_moe() const;               // model.num_experts and the MoE keys, parallel.ep (docs/moe.md)
   void check_expert_parallel() const;
+  void check_latent_attention() const;  // model.kv_lora_rank and the other MLA keys
   const Scenario& s_;
   const Marks* marks_;
 };
@@ -700,6 +706,10 @@ void Validator::check_ranges() const {
       {"parallel.ep", p.ep},
       {"model.num_experts", s_.model.moe_experts},
       {"model.moe_layer_freq", s_.model.moe_layer_freq},
+      {"model.q_lora_rank", s_.model.q_lora_rank},
+      {"model.kv_lora_rank", s_.model.kv_lora_rank},
+      {"model.qk_rope_head_dim", s_.model.qk_rope_head_dim},
+      {"model.v_head_dim", s_.model.v_head_dim},
       {"parallel.v", p.v},
       {"parallel.micro_batch_size", p.micro_batch_size},
       {"parallel.global_batch", p.global_batch},
@@ -755,6 +765,29 @@ void Validator::check_moe() const {
   if (!s_.sim.profile.empty())
     fail({"model.num_experts", "sim.profile", "calibration"},
          "a calibration profile times dense layers; a mixture-of-experts model needs the analytic model");
+}
+
+// Multi-head latent attention: all its sizes or none, no grouped-query attention, the fused attention kernels.
+void Validator::check_latent_attention() const {
+  const ModelSpec& m = s_.model;
+  if (!m.mla()) {
+    for (const auto& [key, set] : {std::pair<const char*, bool>{"model.q_lora_rank", m.q_lora_rank != 0},
+                                   {"model.qk_rope_head_dim", m.qk_rope_head_dim != 0},
+                                   {"model.v_head_dim", m.v_head_dim != 0}})
+      if (set) fail({key, "model.kv_lora_rank"}, "is a multi-head latent attention key, but model.kv_lora_rank is 0");
+    return;
+  }
+  if (m.head_dim < 1 || m.qk_rope_head_dim < 1 || m.v_head_dim < 1)
+    fail({"model.head_dim", "model.qk_rope_head_dim", "model.v_head_dim", "model.kv_lora_rank"},
+         "multi-head latent attention needs head_dim (the non-rotary part of a Q/K head), qk_rope_head_dim and "
+         "v_head_dim");
+  if (m.kv_heads() != m.heads)
+    fail({"model.query_groups", "model.kv_lora_rank"}, "multi-head latent attention has no grouped-query attention");
+  if (!s_.training.flash_attention)
+    fail({"training.flash_attention", "model.kv_lora_rank"},
+         "multi-head latent attention runs in the fused attention kernels: set training.flash_attention: true");
+  if (s_.parallel.cp > 1)
+    fail({"parallel.cp", "model.kv_lora_rank"}, "context parallelism with multi-head latent attention: not modelled");
 }
 
 // Megatron-Core's parallel folding: the tp * cp * dp GPUs of a pipeline stage hold the experts in groups of ep
@@ -1034,6 +1067,7 @@ void Validator::run() const {
   check_context_parallel();
   check_moe();
   check_expert_parallel();
+  check_latent_attention();
   // TeraPipe's layout keeps each tensor-parallel group inside one node.
   if (s_.sim.placement == "terapipe" && c.gpus_per_node % p.tp != 0)
     fail({"sim.placement", "parallel.tp"},

@@ -24,6 +24,10 @@ constexpr KeyRange kRanges[] = {
     {"model.moe_ffn_hidden", 1, 4194304, false},
     {"model.moe_shared_ffn_hidden", 1, 4194304, true},
     {"model.moe_layer_freq", 1, 10000, false},
+    {"model.q_lora_rank", 1, 1048576, true},
+    {"model.kv_lora_rank", 1, 1048576, true},
+    {"model.qk_rope_head_dim", 1, 65536, true},
+    {"model.v_head_dim", 1, 65536, true},
     {"cluster.nodes", 1, 1000000, false},
     {"cluster.gpus_per_node", 1, 1024, false},
     // Down to 1 MFLOP/s: a CPU profile sets every peak to its measured GEMM rate, about 1 GFLOP/s on a slow or
