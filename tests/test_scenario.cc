@@ -185,7 +185,8 @@ TEST(Scenario, EveryModelPresetLoads) {
     SCOPED_TRACE(name);
     Scenario s = parse_scenario("model: {preset: " + name +
                                     "}\ncluster: {preset: dgx-a100, gpus_per_node: 1}\n"
-                                    "parallel: {global_batch: 4}\n",
+                                    "parallel: {global_batch: 4}\n"
+                                    "training: {flash_attention: true}\n",  // multi-head latent attention needs it
                                 "t.yaml");
     EXPECT_EQ(s.model.name, name);
     const bool gpt = name.rfind("llama", 0) != 0 && name.rfind("nemotron", 0) != 0 && !s.model.moe();
