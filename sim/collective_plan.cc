@@ -3,9 +3,9 @@
 #include "sim/collective_plan.h"
 
 #include <algorithm>
-#include <tuple>
 #include <cstddef>
 #include <limits>
+#include <tuple>
 
 namespace pipescope::sim {
 

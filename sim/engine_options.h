@@ -37,7 +37,7 @@ struct EngineOptions {
 
 // What the driver needs besides the DAG; simulate() derives it from the lowered schedule.
 struct DagAnnotations {
-  std::vector<CollTag> group_tags;      // per collective group (empty = all None)
+  std::vector<CollTag> group_tags;  // per collective group (empty = all None)
   // Per collective group (empty = none): CollGroup::node_dedup_items, node_dedup_picks (DeepEP's all-to-all).
   std::vector<std::pair<std::int32_t, std::int32_t>> group_node_dedup;
   std::vector<std::uint8_t> allgather;  // per node (empty = none): a Collective's CollShape (all-gather, all-to-all)

@@ -212,15 +212,51 @@ TEST(MegatronImport, Llama3ShapeAndDistributedOptimizer) {
 
 // Megatron-LM's Mixtral 8x7B example (examples/mixtral): the MoE and parallel flags become the model's experts and ep.
 TEST(MegatronImport, MixtureOfExperts) {
-  const std::vector<std::string> mixtral = {
-      "--disable-bias-linear", "--seq-length", "4096", "--num-layers", "32", "--hidden-size", "4096",
-      "--ffn-hidden-size", "14336", "--num-attention-heads", "32", "--normalization", "RMSNorm",
-      "--position-embedding-type", "rope", "--swiglu", "--untie-embeddings-and-output-weights",
-      "--group-query-attention", "--num-query-groups", "8", "--vocab-size", "32000", "--num-experts", "8",
-      "--moe-router-topk", "2", "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2",
-      "--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall", "--micro-batch-size", "1",
-      "--global-batch-size", "256", "--bf16", "--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size",
-      "4", "--expert-model-parallel-size", "8", "--use-distributed-optimizer"};
+  const std::vector<std::string> mixtral = {"--disable-bias-linear",
+                                            "--seq-length",
+                                            "4096",
+                                            "--num-layers",
+                                            "32",
+                                            "--hidden-size",
+                                            "4096",
+                                            "--ffn-hidden-size",
+                                            "14336",
+                                            "--num-attention-heads",
+                                            "32",
+                                            "--normalization",
+                                            "RMSNorm",
+                                            "--position-embedding-type",
+                                            "rope",
+                                            "--swiglu",
+                                            "--untie-embeddings-and-output-weights",
+                                            "--group-query-attention",
+                                            "--num-query-groups",
+                                            "8",
+                                            "--vocab-size",
+                                            "32000",
+                                            "--num-experts",
+                                            "8",
+                                            "--moe-router-topk",
+                                            "2",
+                                            "--moe-router-load-balancing-type",
+                                            "aux_loss",
+                                            "--moe-aux-loss-coeff",
+                                            "1e-2",
+                                            "--moe-grouped-gemm",
+                                            "--moe-token-dispatcher-type",
+                                            "alltoall",
+                                            "--micro-batch-size",
+                                            "1",
+                                            "--global-batch-size",
+                                            "256",
+                                            "--bf16",
+                                            "--tensor-model-parallel-size",
+                                            "1",
+                                            "--pipeline-model-parallel-size",
+                                            "4",
+                                            "--expert-model-parallel-size",
+                                            "8",
+                                            "--use-distributed-optimizer"};
   const MegatronImport r = import_megatron(mixtral, MegatronImportOptions{"mixtral", "dgx-h100", 8});
   EXPECT_TRUE(r.unknown.empty());
   // The one thing the scenario does not say: a trained router's imbalance.
@@ -239,9 +275,9 @@ TEST(MegatronImport, MixtureOfExperts) {
   set("--num-layers", "61");
   set("--pipeline-model-parallel-size", "1");  // 61 layers split no further
   set("--moe-token-dispatcher-type", "flex");
-  for (const char* x : {"--moe-layer-freq", "([0]*3+[1]*58)", "--moe-ffn-hidden-size", "2048",
-                        "--moe-shared-expert-intermediate-size", "2048", "--moe-enable-deepep",
-                        "--moe-router-force-load-balancing"})
+  for (const char* x :
+       {"--moe-layer-freq", "([0]*3+[1]*58)", "--moe-ffn-hidden-size", "2048", "--moe-shared-expert-intermediate-size",
+        "2048", "--moe-enable-deepep", "--moe-router-force-load-balancing"})
     ds.push_back(x);
   const MegatronImport d = import_megatron(ds, MegatronImportOptions{"ds", "dgx-h100", 8});
   EXPECT_TRUE(d.unsupported.empty());

@@ -50,9 +50,9 @@ TEST(Moe, PresetParametersMatchThePublishedCounts) {
     double total_b, active_b;
   };
   // DeepSeek-V3: 671B; its README's 37B active leaves out one of the embedding and the head (0.9B each): 37.55B.
-  for (const Case& c : {Case{"mixtral-8x7b", 46.7, 12.9}, Case{"mixtral-8x22b", 140.6, 39.2},
-                        Case{"qwen3-30b-a3b", 30.5, 3.35}, Case{"qwen3-235b-a22b", 235.1, 22.2},
-                        Case{"deepseek-v3", 671.0, 37.55}}) {
+  for (const Case& c :
+       {Case{"mixtral-8x7b", 46.7, 12.9}, Case{"mixtral-8x22b", 140.6, 39.2}, Case{"qwen3-30b-a3b", 30.5, 3.35},
+        Case{"qwen3-235b-a22b", 235.1, 22.2}, Case{"deepseek-v3", 671.0, 37.55}}) {
     const ModelSpec m = *model_preset(c.preset);
     EXPECT_NEAR(parameter_count(m) / 1e9, c.total_b, 0.005 * c.total_b) << c.preset;
     EXPECT_NEAR(active_parameter_count(m) / 1e9, c.active_b, 0.005 * c.active_b) << c.preset;
@@ -80,8 +80,9 @@ TEST(Moe, LatentAttentionShapes) {
   EXPECT_FALSE(m.moe_layer(2));
   EXPECT_TRUE(m.moe_layer(3));
   // MLA sizes without kv_lora_rank, or with grouped-query attention, are refused naming the key.
-  const std::string rest = "cluster: {preset: dgx-h100, nodes: 1}\nparallel: {dp: 8, global_batch: 8}\n"
-                           "training: {flash_attention: true}\n";
+  const std::string rest =
+      "cluster: {preset: dgx-h100, nodes: 1}\nparallel: {dp: 8, global_batch: 8}\n"
+      "training: {flash_attention: true}\n";
   EXPECT_NE(error_of("model: {preset: llama3-8b, v_head_dim: 128}\n" + rest).find("model.v_head_dim"),
             std::string::npos);
   EXPECT_NE(error_of("model: {preset: deepseek-v3, query_groups: 8}\n" + rest).find("grouped-query"),
@@ -163,7 +164,8 @@ TEST(Moe, GroupsHoldTheFoldedRanks) {
       if (p->lowered.groups[g].tag == CollTag::ExpertParallel) {
         ep_rings++;
         ASSERT_EQ(ring.size(), 4u);
-        for (std::size_t i = 1; i < ring.size(); i++) EXPECT_EQ(ring[i], ring[0] + static_cast<int>(i));  // megatron order
+        for (std::size_t i = 1; i < ring.size(); i++)
+          EXPECT_EQ(ring[i], ring[0] + static_cast<int>(i));  // megatron order
       }
       if (p->lowered.groups[g].tag == CollTag::ExpertData) {
         edp_rings++;

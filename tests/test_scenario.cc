@@ -525,8 +525,9 @@ TEST(ScenarioErrors, ModelSplit) {
             "t.yaml:3:23: parallel.pp: pp * v = 16 model chunks but the model has only 8 layers (every chunk needs "
             "at least one)");
   EXPECT_EQ(error_of("model: {preset: gpt3-1b, heads: 24}\n" + two_nodes + kParallel),
-            "t.yaml:1:33: model.heads: model.hidden = 2048 is not divisible by model.heads = 24 (give model.head_dim when the "
-    "heads are not hidden / heads wide)");
+            "t.yaml:1:33: model.heads: model.hidden = 2048 is not divisible by model.heads = 24 (give model.head_dim "
+            "when the "
+            "heads are not hidden / heads wide)");
   EXPECT_EQ(error_of("model: {preset: gpt3-1b, heads: 2, hidden: 2048}\n" + two_nodes +
                      "parallel: {dp: 1, pp: 4, tp: 4, global_batch: 32}\n"),
             "t.yaml:3:30: parallel.tp: model.heads = 2 is not divisible by tp = 4");

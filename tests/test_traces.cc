@@ -90,23 +90,21 @@ TEST_P(ShippedTrace, NoOverlapsFlowsCompleteEveryGpuCommonArgs) {
 
 // The top-level scenarios, three reference ones (default, Seq1F1B, TeraPipe setting 4) and one per folder and
 // schedule kind whose trace stays small enough for the suite (Megatron's 1T row writes ~10 GB).
-INSTANTIATE_TEST_SUITE_P(Scenarios, ShippedTrace,
-                         ::testing::Values(Case{"scenarios/default.yaml", 16}, Case{"scenarios/full-schema.yaml", 16},
-                                           Case{"scenarios/interleaved-small.yaml", 8},
-                                           Case{"scenarios/seq1f1b-2.7b.yaml", 8},
-                                           Case{"scenarios/calib/cpu-2rank.yaml", 2},
-                                           Case{"scenarios/terapipe/setting-4.yaml", 320},
-                                           Case{"scenarios/terapipe/setting-1.yaml", 192},
-                                           Case{"scenarios/seq1f1b/2.7b-s16384-m16-seq1f1b-i.yaml", 8},
-                                           Case{"scenarios/moe/qwen3-30b-a3b.yaml", 16},
-                                           Case{"scenarios/megatron/3.6b.yaml", 64, false}),
-                         [](const ::testing::TestParamInfo<Case>& i) {
-                           std::string n = i.param.scenario;
-                           n = n.substr(10);  // without "scenarios/"
-                           for (char& ch : n)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Scenarios, ShippedTrace,
+    ::testing::Values(Case{"scenarios/default.yaml", 16}, Case{"scenarios/full-schema.yaml", 16},
+                      Case{"scenarios/interleaved-small.yaml", 8}, Case{"scenarios/seq1f1b-2.7b.yaml", 8},
+                      Case{"scenarios/calib/cpu-2rank.yaml", 2}, Case{"scenarios/terapipe/setting-4.yaml", 320},
+                      Case{"scenarios/terapipe/setting-1.yaml", 192},
+                      Case{"scenarios/seq1f1b/2.7b-s16384-m16-seq1f1b-i.yaml", 8},
+                      Case{"scenarios/moe/qwen3-30b-a3b.yaml", 16}, Case{"scenarios/megatron/3.6b.yaml", 64, false}),
+    [](const ::testing::TestParamInfo<Case>& i) {
+      std::string n = i.param.scenario;
+      n = n.substr(10);  // without "scenarios/"
+      for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
 
 // --compare --trace: each variant's processes get their own pid range, also on clusters of more than 1000 nodes
 // (with a fixed stride of 1000, variant 0's node 1000 and variant 1's node 0 shared pid 1000).

@@ -243,7 +243,8 @@ std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, 
   const ModelSpec& m = s_.model;
   const double t = s_.parallel.tp, e = elem_bytes();
   // h: the attention width a * head_dim (the hidden size unless model.head_dim says otherwise).
-  const double h = layer_dims(m).q, kv = layer_dims(m).kv, T = static_cast<double>(b) * l, K = static_cast<double>(c) + l;
+  const double h = layer_dims(m).q, kv = layer_dims(m).kv, T = static_cast<double>(b) * l,
+               K = static_cast<double>(c) + l;
   const double S = b * (m.heads / t) * l * K;                    // score elements on this GPU
   const double qk = 2.0 * b * l * K * h / t;                     // Q.K^T (and P.V) FLOPs over the full l x K rectangle
   const double L = l, hd = h / m.heads, bh = b * (m.heads / t);  // per-head GEMMs (rows, head dim, batch)
@@ -311,7 +312,7 @@ std::vector<KernelCost> AnalyticCostModel::mla_forward_kernels(int b, int l) con
   } else {
     k.push_back(gemm(T, h, d.q / t));  // Q
   }
-  k.push_back(gemm(Tr, h, d.kv_lora + d.rope));                   // K/V down and the rotary key
+  k.push_back(gemm(Tr, h, d.kv_lora + d.rope));                    // K/V down and the rotary key
   k.push_back({4 * T * d.kv_lora, 2 * e * T * d.kv_lora, false});  // its RMSNorm
   k.push_back(gemm(T, d.kv_lora, d.kv_up_out / t));                // K (non-rotary) and V up
   k.push_back({0, 2 * e * T * d.q / t, false});                    // K = [K_nope, rotary key] per head
@@ -333,19 +334,19 @@ std::vector<KernelCost> AnalyticCostModel::mla_backward_kernels(int b, int l) co
                        Fp8Pass::Backward);
   };
   std::vector<KernelCost> k = {
-      {0, 2 * e * T * d.q / t, false},                     // the rotary key's gradient summed over the heads
-      gemm(T, d.kv_up_out / t, d.kv_lora),                 // K/V up dgrad
-      wgrad(d.kv_lora, T, d.kv_up_out / t),                // K/V up wgrad
-      {6 * T * d.kv_lora, 4 * e * T * d.kv_lora, false},   // RMSNorm backward
-      gemm(Tr, d.kv_lora + d.rope, h),                     // K/V down dgrad
-      wgrad(h, Tr, d.kv_lora + d.rope),                    // K/V down wgrad
+      {0, 2 * e * T * d.q / t, false},                    // the rotary key's gradient summed over the heads
+      gemm(T, d.kv_up_out / t, d.kv_lora),                // K/V up dgrad
+      wgrad(d.kv_lora, T, d.kv_up_out / t),               // K/V up wgrad
+      {6 * T * d.kv_lora, 4 * e * T * d.kv_lora, false},  // RMSNorm backward
+      gemm(Tr, d.kv_lora + d.rope, h),                    // K/V down dgrad
+      wgrad(h, Tr, d.kv_lora + d.rope),                   // K/V down wgrad
   };
   if (d.q_lora > 0) {
-    k.push_back(gemm(T, d.q / t, d.q_lora));                      // Q up dgrad
-    k.push_back(wgrad(d.q_lora, T, d.q / t));                     // Q up wgrad
+    k.push_back(gemm(T, d.q / t, d.q_lora));                       // Q up dgrad
+    k.push_back(wgrad(d.q_lora, T, d.q / t));                      // Q up wgrad
     k.push_back({6 * T * d.q_lora, 4 * e * T * d.q_lora, false});  // RMSNorm backward
-    k.push_back(gemm(Tr, d.q_lora, h));                           // Q down dgrad
-    k.push_back(wgrad(h, Tr, d.q_lora));                          // Q down wgrad
+    k.push_back(gemm(Tr, d.q_lora, h));                            // Q down dgrad
+    k.push_back(wgrad(h, Tr, d.q_lora));                           // Q down wgrad
   } else {
     k.push_back(gemm(T, d.q / t, h));   // Q dgrad
     k.push_back(wgrad(h, T, d.q / t));  // Q wgrad
@@ -368,16 +369,16 @@ std::vector<KernelCost> AnalyticCostModel::moe_forward_kernels(int b, int l) con
                        Fp8Pass::Forward);
   };
   auto grouped = [&](double Kd, double N) {  // one GEMM per local expert, launched as one grouped kernel
-    KernelCost g{2 * copies * Kd * N, e * (copies * Kd + local * Kd * N + copies * N), true, false, per_expert, N, Kd,
-                 local};
+    KernelCost g{
+        2 * copies * Kd * N, e * (copies * Kd + local * Kd * N + copies * N), true, false, per_expert, N, Kd, local};
     return linear_gemm(g, e, Fp8Pass::Forward);
   };
   std::vector<KernelCost> out = {
       KernelCost{2 * Tr * h * E, e * (Tr * h + h * E) + 4 * Tr * E, true, false, Tr, E, h},  // router logits
       {6 * Tr * E, 12 * Tr * E + 8 * copies, false},  // softmax, top-k, the routing map (fp32 scores)
       {2 * Tr * E, 8 * Tr * E, false},                // load-balancing loss (per-expert token counts, probabilities)
-      {0, e * (Tr * h + copies * h) + 8 * copies, false},  // permute: each token's k copies in expert order
-      grouped(h, x.up_out),                                // expert MLP up (SwiGLU: gate and up)
+      {0, e * (Tr * h + copies * h) + 8 * copies, false},        // permute: each token's k copies in expert order
+      grouped(h, x.up_out),                                      // expert MLP up (SwiGLU: gate and up)
       {8 * copies * x.f, e * copies * (x.up_out + x.f), false},  // activation
       grouped(x.f, h),                                           // expert MLP down
       {2 * copies * h, e * (copies * h + Tr * h) + 4 * copies, false},  // unpermute: weighted sum of the k outputs
@@ -409,13 +410,13 @@ std::vector<KernelCost> AnalyticCostModel::moe_backward_kernels(int b, int l, bo
   };
   // dgrad: copies x N from copies x Kd; wgrad: each local expert's Kd x N gradient over its rows.
   auto grouped_dgrad = [&](double Kd, double N) {
-    KernelCost c{2 * copies * Kd * N, e * (copies * Kd + local * Kd * N + copies * N), true, false, per_expert, N, Kd,
-                 local};
+    KernelCost c{
+        2 * copies * Kd * N, e * (copies * Kd + local * Kd * N + copies * N), true, false, per_expert, N, Kd, local};
     return linear_gemm(c, e, Fp8Pass::Backward);
   };
   auto grouped_wgrad = [&](double Kd, double N) {
-    KernelCost c{2 * copies * Kd * N, e * copies * (Kd + N) + acc * local * Kd * N, true, true, Kd, N, per_expert,
-                 local};
+    KernelCost c{
+        2 * copies * Kd * N, e * copies * (Kd + N) + acc * local * Kd * N, true, true, Kd, N, per_expert, local};
     return linear_gemm(c, acc, Fp8Pass::Backward);
   };
   std::vector<KernelCost> out;
@@ -423,11 +424,11 @@ std::vector<KernelCost> AnalyticCostModel::moe_backward_kernels(int b, int l, bo
     const double ar = tp_overlap ? tp_overlap_seconds(b, l) : 0.0;
     KernelCost up_w = wgrad(h, T, x.shared_up_out / t);
     up_w.beside_s = ar;
-    out.push_back(gemm(T, h, x.shared_f / t));                                          // down dgrad
-    out.push_back(wgrad(x.shared_f / t, T, h));                                         // down wgrad
+    out.push_back(gemm(T, h, x.shared_f / t));                                                       // down dgrad
+    out.push_back(wgrad(x.shared_f / t, T, h));                                                      // down wgrad
     out.push_back({8 * T * x.shared_f / t, e * T * (x.shared_f + 2 * x.shared_up_out) / t, false});  // act backward
-    out.push_back(gemm(T, x.shared_up_out / t, h));                                     // up dgrad
-    out.push_back(up_w);                                                                // up wgrad
+    out.push_back(gemm(T, x.shared_up_out / t, h));                                                  // up dgrad
+    out.push_back(up_w);                                                                             // up wgrad
   }
   const std::vector<KernelCost> routed = {
       {copies * h, e * (Tr * h + 2 * copies * h) + 4 * copies, false},  // unpermute backward (and the weights' grads)
@@ -436,9 +437,9 @@ std::vector<KernelCost> AnalyticCostModel::moe_backward_kernels(int b, int l, bo
       {8 * copies * x.f, e * copies * (x.f + 2 * x.up_out), false},     // activation backward
       grouped_dgrad(x.up_out, h),                                       // expert up dgrad
       grouped_wgrad(h, x.up_out),                                       // expert up wgrad
-      {copies * h, e * (copies * h + Tr * h) + 8 * copies, false},      // permute backward: the copies' gradients summed
-      {4 * Tr * E, 16 * Tr * E, false},                                 // softmax / top-k / loss backward
-      KernelCost{2 * Tr * E * h, e * (Tr * E + E * h + Tr * h), true, false, Tr, h, E},   // router dgrad
+      {copies * h, e * (copies * h + Tr * h) + 8 * copies, false},  // permute backward: the copies' gradients summed
+      {4 * Tr * E, 16 * Tr * E, false},                             // softmax / top-k / loss backward
+      KernelCost{2 * Tr * E * h, e * (Tr * E + E * h + Tr * h), true, false, Tr, h, E},       // router dgrad
       KernelCost{2 * Tr * E * h, e * (Tr * E + Tr * h) + acc * E * h, true, true, h, E, Tr},  // router wgrad
   };
   out.insert(out.end(), routed.begin(), routed.end());
@@ -466,10 +467,10 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
   const std::vector<KernelCost> core = attention_core_kernels(b, l, c);
   k.insert(k.end(), core.begin(), core.end());
   const std::vector<KernelCost> rest = {
-      {0, 2 * e * T * d.o / t, false},                 // context transpose
-      gemm(T, d.o / t, h),                             // output projection
-      {3 * Tr * h, (3 * e + mask) * Tr * h, false},    // bias + dropout + residual add
-      {8 * Tr * h, 2 * e * Tr * h, false},             // LayerNorm
+      {0, 2 * e * T * d.o / t, false},               // context transpose
+      gemm(T, d.o / t, h),                           // output projection
+      {3 * Tr * h, (3 * e + mask) * Tr * h, false},  // bias + dropout + residual add
+      {8 * Tr * h, 2 * e * Tr * h, false},           // LayerNorm
   };
   k.insert(k.end(), rest.begin(), rest.end());
   if (moe) {
@@ -529,7 +530,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     k.beside_s = regather;
     return k;
   };
-  const double mask = s_.training.dropout ? 1.0 : 0.0;  // dropout mask bytes per element
+  const double mask = s_.training.dropout ? 1.0 : 0.0;                         // dropout mask bytes per element
   std::vector<KernelCost> k = {{3 * Tr * h, (2 * e + mask) * Tr * h, false}};  // dropout + add backward (MLP)
   if (moe) {
     const std::vector<KernelCost> x = moe_backward_kernels(b, l, tp_overlap);

@@ -42,8 +42,8 @@ KernelCost wait_kernel(double s) {
 }
 
 struct CpDims {
-  double T, Th, lse, kvb, e;  // token rows, T * q / t (q: attention width), fp32 log-sum-exp bytes, b * (s/cp) * kv / t,
-                              // element bytes
+  double T, Th, lse, kvb, e;  // token rows, T * q / t (q: attention width), fp32 log-sum-exp bytes, b * (s/cp) * kv /
+                              // t, element bytes
 };
 
 CpDims cp_dims(const Scenario& s, int b) {
@@ -91,8 +91,8 @@ std::vector<KernelCost> cp_attention_backward_kernels(const KernelTimer& time, c
   for (int i = 0; i < cp; i++) {
     const double pairs = b * cp_step_pairs(s.model.seq_len, cp, i);
     // Recomputes the scores (5 matmuls over the pairs); reads Q, K, V, O, dO, writes dK, dV, accumulates dQ.
-    KernelCost step{10.0 * layer_dims(s.model).q * pairs / s.parallel.tp, d.e * (3 * d.Th + 4 * d.kvb) + 8 * d.Th + 2 * d.lse,
-                    true};
+    KernelCost step{10.0 * layer_dims(s.model).q * pairs / s.parallel.tp,
+                    d.e * (3 * d.Th + 4 * d.kvb) + 8 * d.Th + 2 * d.lse, true};
     step.attention = FusedAttention::Backward;
     double busy = time(step);
     k.push_back(step);

@@ -35,7 +35,7 @@ namespace {
 // The expert-parallel group of worker w: its index in `groups`, made on first use.
 struct EpGroups {
   const LoweredSchedule& ls;
-  int span;  // workers per group (1 when ep divides a worker's GPUs)
+  int span;                            // workers per group (1 when ep divides a worker's GPUs)
   std::vector<std::int32_t> of_block;  // per (replica block, rank): group index or -1
   std::vector<CollGroup>& groups;
   std::int32_t dedup_items, dedup_picks;  // DeepEP: CollGroup::node_dedup_*
@@ -59,8 +59,12 @@ void add_alltoalls(LoweredSchedule& out, const Scenario& s) {
   if (out.dp % span != 0)
     throw std::invalid_argument("expert parallelism: ep = " + std::to_string(s.parallel.ep) + " spans " +
                                 std::to_string(span) + " replicas, which do not divide dp = " + std::to_string(out.dp));
-  EpGroups eg{out, span, std::vector<std::int32_t>(static_cast<std::size_t>(out.dp / span * out.p), -1), out.groups,
-              s.training.moe_dispatcher == "deepep" ? s.model.moe_experts : 0, s.model.moe_top_k};
+  EpGroups eg{out,
+              span,
+              std::vector<std::int32_t>(static_cast<std::size_t>(out.dp / span * out.p), -1),
+              out.groups,
+              s.training.moe_dispatcher == "deepep" ? s.model.moe_experts : 0,
+              s.model.moe_top_k};
   for (std::size_t w = 0; w < out.per_worker.size(); w++) {
     const std::vector<LoweredOp>& prog = out.per_worker[w];
     std::vector<LoweredOp> next;
@@ -97,11 +101,14 @@ void add_expert_grad_sync(LoweredSchedule& out, const Scenario& s, const CostMod
       std::vector<LoweredOp>& prog = out.per_worker[static_cast<std::size_t>(w)];
       std::size_t opt = 0;
       while (opt < prog.size() && prog[opt].kind != LOpKind::Optimizer) opt++;
-      if (opt == prog.size()) throw std::logic_error("expert parallelism: worker " + std::to_string(w) + " has no optimizer step");
+      if (opt == prog.size())
+        throw std::logic_error("expert parallelism: worker " + std::to_string(w) + " has no optimizer step");
       const LOpKind reduce = dist ? LOpKind::ReduceScatter : LOpKind::AllReduce;
-      prog.insert(prog.begin() + static_cast<std::ptrdiff_t>(opt), collective_op(reduce, CollTag::ExpertData, g, grads));
-      if (dist) prog.insert(prog.begin() + static_cast<std::ptrdiff_t>(opt) + 2,
-                            collective_op(LOpKind::AllGather, CollTag::ExpertData, g, params));
+      prog.insert(prog.begin() + static_cast<std::ptrdiff_t>(opt),
+                  collective_op(reduce, CollTag::ExpertData, g, grads));
+      if (dist)
+        prog.insert(prog.begin() + static_cast<std::ptrdiff_t>(opt) + 2,
+                    collective_op(LOpKind::AllGather, CollTag::ExpertData, g, params));
     }
   }
 }

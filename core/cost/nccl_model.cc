@@ -138,12 +138,14 @@ double nccl_alltoall_seconds(const NcclGroup& g, double bytes) {
   double t = 0;
   if (local > 1) {
     if (!(g.intra_bw_Bps > 0))
-      throw std::invalid_argument("nccl model: all-to-all group of " + std::to_string(g.ranks) + " ranks has no intra-node bandwidth");
+      throw std::invalid_argument("nccl model: all-to-all group of " + std::to_string(g.ranks) +
+                                  " ranks has no intra-node bandwidth");
     t = std::max(t, (local - 1) * chunk / (g.intra_bw_Bps * nccl_nvlink_efficiency()));
   }
   if (g.nodes > 1) {
     if (!(g.inter_bw_Bps > 0))
-      throw std::invalid_argument("nccl model: all-to-all group across " + std::to_string(g.nodes) + " nodes has no NIC bandwidth");
+      throw std::invalid_argument("nccl model: all-to-all group across " + std::to_string(g.nodes) +
+                                  " nodes has no NIC bandwidth");
     t = std::max(t, node_dedup_share(g) * local * (n - local) * chunk / (g.inter_bw_Bps * nccl_nic_efficiency()));
   }
   const auto& hop_intra = g.nvlink ? kHopNvlink_us : kHopPcie_us;

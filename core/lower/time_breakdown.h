@@ -3,9 +3,9 @@
 // pipeline bubble. A worker's time from 0 to the iteration's end is cut into its own compute ops (forward, backward
 // less what it recomputes, recomputation, optimizer) and the gaps between them; a gap is charged to what the next op
 // waited for, followed back along the last-finishing predecessors of the DAG: a transfer's or a collective's span to
-// its kind (pipeline p2p, tensor-, context-, expert- or data-parallel), time waiting for another worker's compute to the
-// pipeline bubble. The gap after a worker's last op waits for the iteration's last node the same way. Every worker's
-// parts sum to the iteration time.
+// its kind (pipeline p2p, tensor-, context-, expert- or data-parallel), time waiting for another worker's compute to
+// the pipeline bubble. The gap after a worker's last op waits for the iteration's last node the same way. Every
+// worker's parts sum to the iteration time.
 
 #include <cstdint>
 #include <functional>

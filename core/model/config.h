@@ -42,12 +42,12 @@ struct ModelSpec {
   // attention is twice as wide as its residual stream (Megatron's --kv-channels).
   int head_dim = 0;
   // Mixture of experts (docs/moe.md); moe_experts = 0: every layer has the dense MLP of ffn_hidden.
-  int moe_experts = 0;          // routed experts per MoE layer
-  int moe_top_k = 0;            // experts each token is sent to
-  int moe_ffn_hidden = 0;       // inner size of one routed expert's MLP (same kind as ffn)
+  int moe_experts = 0;            // routed experts per MoE layer
+  int moe_top_k = 0;              // experts each token is sent to
+  int moe_ffn_hidden = 0;         // inner size of one routed expert's MLP (same kind as ffn)
   int moe_shared_ffn_hidden = 0;  // shared experts' inner size, all of them together (0 = none)
-  int moe_dense_layers = 0;     // the first layers keep the dense MLP (DeepSeek-V3: 3)
-  int moe_layer_freq = 1;       // of the other layers, every moe_layer_freq-th one (counting from the first) is MoE
+  int moe_dense_layers = 0;       // the first layers keep the dense MLP (DeepSeek-V3: 3)
+  int moe_layer_freq = 1;         // of the other layers, every moe_layer_freq-th one (counting from the first) is MoE
   // Multi-head latent attention (DeepSeek-V2/V3; docs/moe.md), on when kv_lora_rank > 0: K and V come up from a
   // latent of kv_lora_rank (beside one rotary key of qk_rope_head_dim that every head shares), Q from a latent of
   // q_lora_rank (0 = straight from h); Q and K heads are head_dim + qk_rope_head_dim wide, V heads v_head_dim.

@@ -220,8 +220,8 @@ LayerPattern moe_layer_pattern(const std::string& v, int layers) {
     for (int r = 0; r < reps; r++) bits.insert(bits.end(), items.begin(), items.end());
   }
   if (static_cast<int>(bits.size()) != layers)
-    throw std::invalid_argument(flag + ": '" + v + "' lists " + std::to_string(bits.size()) + " layers, the model has " +
-                                std::to_string(layers));
+    throw std::invalid_argument(flag + ": '" + v + "' lists " + std::to_string(bits.size()) +
+                                " layers, the model has " + std::to_string(layers));
   LayerPattern p;
   while (p.dense < layers && bits[static_cast<std::size_t>(p.dense)] == 0) p.dense++;
   if (p.dense == layers) throw std::invalid_argument(flag + ": '" + v + "' has no MoE layer");
@@ -251,9 +251,12 @@ MoeArgs moe_args(std::map<std::string, std::string>& values, int layers) {
   }
   std::ostringstream m;
   m << ", num_experts: " << get("--num-experts", 1) << ", moe_top_k: " << get("--moe-router-topk", 2);
-  if (values.count("--moe-ffn-hidden-size")) m << ", moe_ffn_hidden: " << get("--moe-ffn-hidden-size", 1);
-  else if (values.count("--ffn-hidden-size")) m << ", moe_ffn_hidden: " << get("--ffn-hidden-size", 1);
-  else throw std::invalid_argument("--num-experts needs --moe-ffn-hidden-size or --ffn-hidden-size (an expert's size)");
+  if (values.count("--moe-ffn-hidden-size"))
+    m << ", moe_ffn_hidden: " << get("--moe-ffn-hidden-size", 1);
+  else if (values.count("--ffn-hidden-size"))
+    m << ", moe_ffn_hidden: " << get("--ffn-hidden-size", 1);
+  else
+    throw std::invalid_argument("--num-experts needs --moe-ffn-hidden-size or --ffn-hidden-size (an expert's size)");
   if (values.count("--moe-shared-expert-intermediate-size"))
     m << ", moe_shared_ffn_hidden: " << get("--moe-shared-expert-intermediate-size", 1);
   if (values.count("--moe-layer-freq")) {
@@ -264,7 +267,8 @@ MoeArgs moe_args(std::map<std::string, std::string>& values, int layers) {
   a.model = m.str();
   a.ep = get("--expert-model-parallel-size", 1);
   // alltoall, allgather (not modelled: the all-to-all's bytes are used) or flex with --moe-enable-deepep.
-  const std::string kind = values.count("--moe-token-dispatcher-type") ? values["--moe-token-dispatcher-type"] : "allgather";
+  const std::string kind =
+      values.count("--moe-token-dispatcher-type") ? values["--moe-token-dispatcher-type"] : "allgather";
   if (kind != "alltoall" && kind != "allgather" && kind != "flex")
     throw std::invalid_argument("--moe-token-dispatcher-type: '" + kind + "' is not alltoall, allgather or flex");
   if (kind == "allgather") a.not_modelled.push_back("--moe-token-dispatcher-type allgather: priced as the all-to-all");

@@ -251,18 +251,18 @@ namespace {
 std::vector<ActivationTensor> attention_activation_tensors(const LayerDims& d) {
   if (d.mla)
     return {
-        {2.0 * d.h, false, false},                // first LayerNorm input
-        {2.0 * d.h, false, false},                // the down projections' input (the LayerNorm output)
-        {2.0 * d.q_lora, false, false},           // Q latent (its norm's input; none without q_lora)
-        {2.0 * d.q_lora, false, false},           // normed Q latent (the Q up projection's input)
+        {2.0 * d.h, false, false},                   // first LayerNorm input
+        {2.0 * d.h, false, false},                   // the down projections' input (the LayerNorm output)
+        {2.0 * d.q_lora, false, false},              // Q latent (its norm's input; none without q_lora)
+        {2.0 * d.q_lora, false, false},              // normed Q latent (the Q up projection's input)
         {2.0 * (d.kv_lora + d.rope), false, false},  // K/V latent and rotary key
-        {2.0 * d.kv_lora, false, false},          // normed K/V latent (the up projection's input)
-        {2.0 * d.q, true, false},                 // Q
-        {2.0 * d.q, true, true},                  // K (the rotary key broadcast to every head)
-        {2.0 * d.o, true, true},                  // V
-        {2.0 * d.o, true, false},                 // output projection input (the attention output)
-        {1.0 * d.h, false, false},                // residual dropout mask
-        {2.0 * d.h, false, false},                // second LayerNorm input
+        {2.0 * d.kv_lora, false, false},             // normed K/V latent (the up projection's input)
+        {2.0 * d.q, true, false},                    // Q
+        {2.0 * d.q, true, true},                     // K (the rotary key broadcast to every head)
+        {2.0 * d.o, true, true},                     // V
+        {2.0 * d.o, true, false},                    // output projection input (the attention output)
+        {1.0 * d.h, false, false},                   // residual dropout mask
+        {2.0 * d.h, false, false},                   // second LayerNorm input
     };
   return {
       {2.0 * d.h, false, false},  // first LayerNorm input
@@ -279,9 +279,9 @@ std::vector<ActivationTensor> attention_activation_tensors(const LayerDims& d) {
 // An MLP of inner size f on `rows` token copies per token (1 for a dense MLP; k for the routed experts, whose
 // copies each GPU holds for its 1/t of the tokens: split): its input, the up GEMM's output, the down GEMM's input.
 void add_mlp_tensors(std::vector<ActivationTensor>& x, FfnKind kind, double h, double f, double rows, bool split_in) {
-  x.push_back({2.0 * h * rows, split_in, false});  // fc1 input
+  x.push_back({2.0 * h * rows, split_in, false});              // fc1 input
   x.push_back({2.0 * up_width(kind, f) * rows, true, false});  // fc1 output (GeLU / SwiGLU input)
-  x.push_back({2.0 * f * rows, true, false});  // fc2 input
+  x.push_back({2.0 * f * rows, true, false});                  // fc2 input
 }
 
 }  // namespace
@@ -298,15 +298,15 @@ std::vector<ActivationTensor> moe_layer_activation_tensors(const ModelSpec& m) {
   const LayerDims d = layer_dims(m);
   const MoeDims e = moe_dims(m);
   std::vector<ActivationTensor> x = attention_activation_tensors(d);
-  x.push_back({2.0 * d.h, false, false});           // router input (the LayerNorm output)
-  x.push_back({4.0 * e.experts, false, false});     // router probabilities (fp32)
-  x.push_back({8.0 * e.top_k, false, false});       // routing map: expert indices of each token's copies
+  x.push_back({2.0 * d.h, false, false});        // router input (the LayerNorm output)
+  x.push_back({4.0 * e.experts, false, false});  // router probabilities (fp32)
+  x.push_back({8.0 * e.top_k, false, false});    // routing map: expert indices of each token's copies
   // The routed experts see the tokens' k copies after the dispatch; with sequence parallelism each GPU of a TP
   // group dispatches its 1/t of the tokens (Megatron requires it for MoE with tp > 1), hence split.
   add_mlp_tensors(x, m.ffn, d.h, e.f, e.top_k, true);
   x.push_back({2.0 * d.h * e.top_k, true, false});  // expert outputs before the combine (unpermute input)
   if (e.shared_f > 0) add_mlp_tensors(x, m.ffn, d.h, e.shared_f, 1, false);
-  x.push_back({1.0 * d.h, false, false});           // residual dropout mask
+  x.push_back({1.0 * d.h, false, false});  // residual dropout mask
   return x;
 }
 

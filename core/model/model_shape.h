@@ -13,15 +13,15 @@ namespace pipescope {
 
 // Widths of one transformer layer (whole layer, before the tensor-parallel split).
 struct LayerDims {
-  double h = 0;            // hidden
-  double f = 0;            // ffn_hidden
-  double a = 0;            // attention (query) heads
-  double g = 0;            // K/V heads (query groups; = a for multi-head attention)
-  double hd = 0;           // Q/K head width: model.head_dim (+ qk_rope_head_dim with MLA), else h / a
-  double q = 0;            // width of Q (and of K with MLA): a * hd (= h unless head_dim is given)
-  double o = 0;            // width of the attention output (the projection's input): q, or a * v_head_dim with MLA
-  double kv = 0;           // width of K (and of V): g * hd; with MLA (q + o) / 2, so that K + V is q + o
-  double qkv_out = 0;      // fused QKV GEMM output: q + 2 kv (MLA: what its up-projections make)
+  double h = 0;        // hidden
+  double f = 0;        // ffn_hidden
+  double a = 0;        // attention (query) heads
+  double g = 0;        // K/V heads (query groups; = a for multi-head attention)
+  double hd = 0;       // Q/K head width: model.head_dim (+ qk_rope_head_dim with MLA), else h / a
+  double q = 0;        // width of Q (and of K with MLA): a * hd (= h unless head_dim is given)
+  double o = 0;        // width of the attention output (the projection's input): q, or a * v_head_dim with MLA
+  double kv = 0;       // width of K (and of V): g * hd; with MLA (q + o) / 2, so that K + V is q + o
+  double qkv_out = 0;  // fused QKV GEMM output: q + 2 kv (MLA: what its up-projections make)
   // Multi-head latent attention (all 0 without): the latent widths, the shared rotary key, a * (head_dim + v_head_dim)
   // (the K/V up-projection's output).
   bool mla = false;

@@ -435,11 +435,30 @@ const double kUnset = std::numeric_limits<double>::quiet_NaN();
 // ---------------------------------------------------------------- sections
 
 ModelSpec parse_model(const Section& root) {
-  const Section m = root.sub("model", {"preset", "layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len",
-                                       "tied_embeddings", "query_groups", "ffn", "norm", "position", "linear_bias",
-                                       "head_dim", "num_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_ffn_hidden",
-                                       "moe_dense_layers", "moe_layer_freq", "q_lora_rank", "kv_lora_rank",
-                                       "qk_rope_head_dim", "v_head_dim"});
+  const Section m = root.sub("model", {"preset",
+                                       "layers",
+                                       "hidden",
+                                       "heads",
+                                       "ffn_hidden",
+                                       "vocab",
+                                       "seq_len",
+                                       "tied_embeddings",
+                                       "query_groups",
+                                       "ffn",
+                                       "norm",
+                                       "position",
+                                       "linear_bias",
+                                       "head_dim",
+                                       "num_experts",
+                                       "moe_top_k",
+                                       "moe_ffn_hidden",
+                                       "moe_shared_ffn_hidden",
+                                       "moe_dense_layers",
+                                       "moe_layer_freq",
+                                       "q_lora_rank",
+                                       "kv_lora_rank",
+                                       "qk_rope_head_dim",
+                                       "v_head_dim"});
   ModelSpec model;
   std::string preset;
   const bool from_preset = m.get("preset", preset);
@@ -739,20 +758,21 @@ void Validator::check_moe() const {
                                    {"model.moe_shared_ffn_hidden", m.moe_shared_ffn_hidden != 0},
                                    {"model.moe_dense_layers", m.moe_dense_layers != 0},
                                    {"model.moe_layer_freq", m.moe_layer_freq != 1}})
-      if (set) fail({key, "model.num_experts"}, "is a mixture-of-experts key, but the model has no experts (set model.num_experts)");
+      if (set)
+        fail({key, "model.num_experts"},
+             "is a mixture-of-experts key, but the model has no experts (set model.num_experts)");
     return;
   }
   const std::string E = std::to_string(m.moe_experts);
   if (m.moe_top_k < 1 || m.moe_top_k > m.moe_experts)
-    fail({"model.moe_top_k", "model.num_experts"},
-         "each token goes to moe_top_k of the num_experts = " + E + " experts: it must be in 1.." + E + ", got " +
-             std::to_string(m.moe_top_k));
+    fail({"model.moe_top_k", "model.num_experts"}, "each token goes to moe_top_k of the num_experts = " + E +
+                                                       " experts: it must be in 1.." + E + ", got " +
+                                                       std::to_string(m.moe_top_k));
   if (m.moe_ffn_hidden < 1)
     fail({"model.moe_ffn_hidden", "model.num_experts"}, "an MoE model needs the inner size of one expert's MLP");
   if (m.moe_dense_layers >= m.layers)
-    fail({"model.moe_dense_layers", "model.layers"},
-         "moe_dense_layers = " + std::to_string(m.moe_dense_layers) + " leaves no MoE layer of the " +
-             std::to_string(m.layers));
+    fail({"model.moe_dense_layers", "model.layers"}, "moe_dense_layers = " + std::to_string(m.moe_dense_layers) +
+                                                         " leaves no MoE layer of the " + std::to_string(m.layers));
   if (m.moe_shared_ffn_hidden % s_.parallel.tp != 0)
     fail({"model.moe_shared_ffn_hidden", "parallel.tp"},
          "the shared experts are split like the dense MLP: moe_shared_ffn_hidden = " +

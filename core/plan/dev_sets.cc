@@ -396,19 +396,21 @@ DevRow moe_row(const CsvRecord& r, const DevSet& set) {
   const int vocab = (m->vocab + pad - 1) / pad * pad;
   const std::vector<int> split = moe_stage_layers(m->layers, stages);
   const std::string yaml =
-      "name: moe-line-" + std::to_string(r.line) + "\n" +
-      "model: {preset: " + preset + ", vocab: " + std::to_string(vocab) + ", seq_len: " + std::to_string(run.seq_len) +
+      "name: moe-line-" + std::to_string(r.line) + "\n" + "model: {preset: " + preset +
+      ", vocab: " + std::to_string(vocab) + ", seq_len: " + std::to_string(run.seq_len) +
       "}\ncluster: {preset: " + set.cluster + ", nodes: " + std::to_string(run.gpus / run.gpus_per_node) +
       ", gpus_per_node: " + std::to_string(run.gpus_per_node) + "}\nparallel: {dp: " + std::to_string(run.dp) +
       ", pp: " + std::to_string(run.pp) + ", tp: " + std::to_string(run.tp) + ", cp: " + std::to_string(cp) +
-      ", ep: " + std::to_string(ep) + ", v: " + std::to_string(run.vp) + ", micro_batch_size: " +
-      std::to_string(run.mbs) + ", global_batch: " + std::to_string(run.global_batch) +
+      ", ep: " + std::to_string(ep) + ", v: " + std::to_string(run.vp) +
+      ", micro_batch_size: " + std::to_string(run.mbs) + ", global_batch: " + std::to_string(run.global_batch) +
       ", sequence_parallel: " + (run.tp > 1 ? "true" : "false") +
       (split.empty() ? std::string() : ", stage_layers: [" + join_ints(split) + "]") + "}\n" +
       "schedule: {kind: " + (run.vp > 1 ? "interleaved" : "1f1b") + ", recompute: " + moe_recompute(r) + "}\n" +
-      "training: {dtype: " + r.text("precision") + ", grad_fp32: true, flash_attention: true, distributed_optimizer: "
+      "training: {dtype: " + r.text("precision") +
+      ", grad_fp32: true, flash_attention: true, distributed_optimizer: "
       "true, overlap_grad_reduce: true, overlap_param_gather: true, dropout: false, moe_dispatcher: " +
-      moe_dispatcher(r) + "}\n"
+      moe_dispatcher(r) +
+      "}\n"
       "sim: {placement: megatron}\n";
   d.scenario = parse_scenario(yaml, where(r) + "scenario");
   return d;

@@ -42,9 +42,8 @@ inline CostedOp costed_op(const LoweredOp& l, const DagNode& n) {
       c.peer = l.peer;
       break;
     case DagKind::Collective:
-      c.async =
-          l.async && (l.kind == LOpKind::AllReduce || l.kind == LOpKind::AllGather ||
-                      l.kind == LOpKind::ReduceScatter || l.kind == LOpKind::AllToAll);
+      c.async = l.async && (l.kind == LOpKind::AllReduce || l.kind == LOpKind::AllGather ||
+                            l.kind == LOpKind::ReduceScatter || l.kind == LOpKind::AllToAll);
       c.bytes = l.bytes;
       c.count = l.count;
       c.lead_s = l.async ? l.lead_s : 0.0;
