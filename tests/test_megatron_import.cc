@@ -286,6 +286,21 @@ TEST(MegatronImport, MixtureOfExperts) {
   EXPECT_EQ(t.model.moe_layer_freq, 1);
   EXPECT_EQ(t.model.moe_shared_ffn_hidden, 2048);
   EXPECT_EQ(t.training.moe_dispatcher, "deepep");
+  // DeepSeek-V3's attention.
+  std::vector<std::string> mla = ds;
+  for (const char* x : {"--multi-latent-attention", "--q-lora-rank", "1536", "--kv-lora-rank", "512", "--qk-head-dim",
+                        "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128"})
+    mla.push_back(x);
+  *(std::find(mla.begin(), mla.end(), "--num-query-groups") + 1) = "32";  // no GQA with MLA
+  mla.erase(std::find(mla.begin(), mla.end(), "--group-query-attention"));
+  const MegatronImport lat = import_megatron(mla, MegatronImportOptions{"ds", "dgx-h100", 8});
+  EXPECT_TRUE(lat.unsupported.empty());
+  const Scenario u = parse_scenario(lat.yaml, "import.yaml");
+  EXPECT_TRUE(u.model.mla());
+  EXPECT_EQ(u.model.q_lora_rank, 1536);
+  EXPECT_EQ(u.model.kv_lora_rank, 512);
+  EXPECT_EQ(u.model.head_dim, 128);
+  EXPECT_TRUE(u.training.flash_attention);
   std::vector<std::string> odd = mixtral;
   odd.insert(odd.end(), {"--moe-layer-freq", "[1,0,0,1]*8"});
   try {

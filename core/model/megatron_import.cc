@@ -102,12 +102,6 @@ const std::map<std::string, std::string> kUnsupported = {
     {"--expert-tensor-parallel-size", "expert tensor parallelism (an expert is never split)"},
     {"--moe-expert-capacity-factor", "expert capacity and token dropping (every token reaches its experts)"},
     {"--moe-pad-expert-input-to-capacity", "expert capacity padding"},
-    {"--multi-latent-attention", "multi-head latent attention"},
-    {"--q-lora-rank", "multi-head latent attention"},
-    {"--kv-lora-rank", "multi-head latent attention"},
-    {"--qk-head-dim", "multi-head latent attention"},
-    {"--qk-pos-emb-head-dim", "multi-head latent attention"},
-    {"--v-head-dim", "multi-head latent attention"},
     {"--mtp-num-layers", "multi-token prediction layers"},
     {"--overlap-moe-expert-parallel-comm", "the all-to-all overlapped in the schedule"}};
 
@@ -235,6 +229,22 @@ LayerPattern moe_layer_pattern(const std::string& v, int layers) {
   return p;
 }
 
+// Multi-head latent attention's sizes as model keys (", kv_lora_rank: 512, ..."); Megatron's defaults where a flag is
+// absent (q_lora_rank none, kv_lora_rank 32, qk_head_dim 128, qk_pos_emb_head_dim 64, v_head_dim 128).
+std::string mla_args(std::map<std::string, std::string>& values) {
+  if (!values.count("--multi-latent-attention")) {
+    for (const char* f : {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim"})
+      if (values.count(f)) throw std::invalid_argument(std::string(f) + " needs --multi-latent-attention");
+    return "";
+  }
+  auto get = [&](const char* flag, int def) { return values.count(flag) ? positive(flag, values[flag]) : def; };
+  std::ostringstream m;
+  if (values.count("--q-lora-rank")) m << ", q_lora_rank: " << get("--q-lora-rank", 1);
+  m << ", kv_lora_rank: " << get("--kv-lora-rank", 32) << ", head_dim: " << get("--qk-head-dim", 128)
+    << ", qk_rope_head_dim: " << get("--qk-pos-emb-head-dim", 64) << ", v_head_dim: " << get("--v-head-dim", 128);
+  return m.str();
+}
+
 // The mixture-of-experts arguments as scenario text: model keys (", num_experts: 8, ..."), training keys and ep.
 struct MoeArgs {
   std::string model, training;
@@ -325,7 +335,8 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
                                                    "--overlap-param-gather",
                                                    "--accumulate-allreduce-grads-in-fp32",
                                                    "--moe-enable-deepep",
-                                                   "--moe-router-force-load-balancing"};  // the model's assumption
+                                                   "--moe-router-force-load-balancing",
+                                                   "--multi-latent-attention"};  // the model's assumption
     if (!known_value && !switches.count(flag)) {
       // Unknown: take the next word as its value when it is not a flag, so that it is not misread as one.
       if (!has_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) value = args[++i], has_value = true;
@@ -456,7 +467,9 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
     << ", tied_embeddings: " << (values.count("--untie-embeddings-and-output-weights") ? "false" : "true")
     << ", query_groups: " << groups << ", ffn: " << (values.count("--swiglu") ? "swiglu" : "gelu") << ", norm: " << norm
     << ", position: " << position << ", linear_bias: " << (values.count("--disable-bias-linear") ? "false" : "true");
-  if (values.count("--kv-channels")) y << ", head_dim: " << positive("--kv-channels", values["--kv-channels"]);
+  if (values.count("--kv-channels") && !values.count("--multi-latent-attention"))
+    y << ", head_dim: " << positive("--kv-channels", values["--kv-channels"]);
+  y << mla_args(values);
   y << moe.model << "}\n";
   y << "cluster: {preset: " << opt.cluster << ", nodes: " << nodes << "}\n";
   y << "parallel: {dp: " << dp << ", pp: " << pp << ", tp: " << tp;
@@ -473,8 +486,9 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   y << "schedule: {kind: " << to_string(v > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB)
     << ", recompute: " << recompute
     << ", scatter_gather: " << (values.count("--no-scatter-gather-tensors-in-pipeline") ? "false" : "true") << "}\n";
-  // Context parallelism runs Transformer Engine's fused attention, whatever --use-flash-attn says.
-  const bool flash = values.count("--use-flash-attn") || cp > 1;
+  // Context parallelism and multi-head latent attention run Transformer Engine's fused attention, whatever
+  // --use-flash-attn says.
+  const bool flash = values.count("--use-flash-attn") || cp > 1 || values.count("--multi-latent-attention");
   y << "training: {dtype: " << dtype << ", flash_attention: " << (flash ? "true" : "false")
     << ", grad_fp32: " << (grad_fp32 ? "true" : "false") << ", distributed_optimizer: " << (dist_opt ? "true" : "false")
     << ", overlap_grad_reduce: " << (values.count("--overlap-grad-reduce") ? "true" : "false")
