@@ -35,15 +35,16 @@ int run_import_megatron(const ImportOptions& o) {
   list("unknown arguments, not mapped", r.unknown);
   list("not modelled", r.unsupported);
   list("ignored (no effect on an iteration's time)", r.ignored);
+  // --strict refuses before anything is written: no scenario of a launch it could not represent.
+  if (o.strict && (!r.unknown.empty() || !r.unsupported.empty()))
+    throw InputError("--strict: " + std::to_string(r.unknown.size()) + " unknown and " +
+                     std::to_string(r.unsupported.size()) + " unmodelled arguments (listed above); nothing written");
   if (o.out.empty() || o.out == "-") {
     std::cout << r.yaml;
   } else {
     write_file_atomic(o.out, r.yaml, "-o");  // a write error is the environment's (exit 3)
     std::fprintf(stderr, "wrote %s\n", o.out.c_str());
   }
-  if (o.strict && (!r.unknown.empty() || !r.unsupported.empty()))
-    throw InputError("--strict: " + std::to_string(r.unknown.size()) + " unknown and " +
-                     std::to_string(r.unsupported.size()) + " unmodelled arguments (listed above)");
   return 0;
 }
 

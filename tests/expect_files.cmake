@@ -2,15 +2,16 @@
 # the exit code. FILES: paths removed before the run that must exist, non-empty, after it; FILE_REGEX: regexes
 # every one of which must match the FILES' contents (concatenated). STDOUT_REGEX / STDERR_REGEX: regexes for
 # each stream alone (stdout carrying a document, `--json -`, must hold nothing else); STDOUT_NOT_REGEX /
-# STDERR_NOT_REGEX / FILE_NOT_REGEX: regexes that must not match; MAX_LINE: no stdout line longer. For output bugs where the
-# exit code alone says nothing: `simulate --compare --json F` once exited 0 writing nothing.
+# STDERR_NOT_REGEX / FILE_NOT_REGEX: regexes that must not match; MAX_LINE: no stdout line longer; ABSENT_FILES: paths
+# removed before the run that must still not exist after it. For output bugs where the exit code alone says nothing:
+# `simulate --compare --json F` once exited 0 writing nothing, `import megatron --strict -o F` exited 1 writing F.
 if(NOT DEFINED EXPECT_RC)
   set(EXPECT_RC 0)
 endif()
 if(NOT DEFINED WORKDIR)
   set(WORKDIR .)
 endif()
-foreach(f IN LISTS FILES)
+foreach(f IN LISTS FILES ABSENT_FILES)
   file(REMOVE "${f}")
 endforeach()
 execute_process(COMMAND ${CMD} WORKING_DIRECTORY "${WORKDIR}" RESULT_VARIABLE rc OUTPUT_VARIABLE out
@@ -19,6 +20,11 @@ message("stdout:\n${out}\nstderr:\n${err}")
 if(NOT rc EQUAL EXPECT_RC)
   message(FATAL_ERROR "expected exit code ${EXPECT_RC}, got ${rc}")
 endif()
+foreach(f IN LISTS ABSENT_FILES)
+  if(EXISTS "${f}")
+    message(FATAL_ERROR "${f} was written")
+  endif()
+endforeach()
 set(all "")
 foreach(f IN LISTS FILES)
   if(NOT EXISTS "${f}")
