@@ -300,10 +300,7 @@ std::vector<KernelCost> AnalyticCostModel::mla_forward_kernels(int b, int l) con
   const LayerDims d = layer_dims(s_.model);
   const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, T = static_cast<double>(b) * l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);
-  auto gemm = [&](double M, double Kd, double N) {
-    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
-                       Fp8Pass::Forward);
-  };
+  auto gemm = [&](double M, double Kd, double N) { return linear_gemm_kernel(M, Kd, N, Fp8Pass::Forward); };
   std::vector<KernelCost> k;
   if (d.q_lora > 0) {
     k.push_back(gemm(Tr, h, d.q_lora));                            // Q down
@@ -323,16 +320,8 @@ std::vector<KernelCost> AnalyticCostModel::mla_backward_kernels(int b, int l) co
   const LayerDims d = layer_dims(s_.model);
   const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, T = static_cast<double>(b) * l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);
-  const double g = s_.training.grad_fp32 ? 4.0 : 2.0;
-  const double acc = s_.training.wgrad_accumulation == "autograd" ? 2 * e + 2 * g : 2 * g;
-  auto gemm = [&](double M, double Kd, double N) {
-    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
-                       Fp8Pass::Backward);
-  };
-  auto wgrad = [&](double M, double Kd, double N) {
-    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd}, acc,
-                       Fp8Pass::Backward);
-  };
+  auto gemm = [&](double M, double Kd, double N) { return linear_gemm_kernel(M, Kd, N, Fp8Pass::Backward); };
+  auto wgrad = [&](double M, double Kd, double N) { return wgrad_kernel(M, Kd, N); };
   std::vector<KernelCost> k = {
       {0, 2 * e * T * d.q / t, false},                    // the rotary key's gradient summed over the heads
       gemm(T, d.kv_up_out / t, d.kv_lora),                // K/V up dgrad
@@ -364,10 +353,7 @@ std::vector<KernelCost> AnalyticCostModel::moe_forward_kernels(int b, int l) con
   const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, T = static_cast<double>(b) * l, Tr = T / t;
   const double E = x.experts, k = x.top_k, copies = Tr * k, local = E / s_.parallel.ep;
   const double per_expert = copies / local;  // rows of each local expert's GEMM
-  auto gemm = [&](double M, double Kd, double N) {
-    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
-                       Fp8Pass::Forward);
-  };
+  auto gemm = [&](double M, double Kd, double N) { return linear_gemm_kernel(M, Kd, N, Fp8Pass::Forward); };
   auto grouped = [&](double Kd, double N) {  // one GEMM per local expert, launched as one grouped kernel
     KernelCost g{
         2 * copies * Kd * N, e * (copies * Kd + local * Kd * N + copies * N), true, false, per_expert, N, Kd, local};
@@ -398,16 +384,9 @@ std::vector<KernelCost> AnalyticCostModel::moe_backward_kernels(int b, int l, bo
   const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, T = static_cast<double>(b) * l, Tr = T / t;
   const double E = x.experts, k = x.top_k, copies = Tr * k, local = E / s_.parallel.ep;
   const double per_expert = copies / local;
-  const double g = s_.training.grad_fp32 ? 4.0 : 2.0;
-  const double acc = s_.training.wgrad_accumulation == "autograd" ? 2 * e + 2 * g : 2 * g;
-  auto gemm = [&](double M, double Kd, double N) {
-    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
-                       Fp8Pass::Backward);
-  };
-  auto wgrad = [&](double M, double Kd, double N) {
-    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd}, acc,
-                       Fp8Pass::Backward);
-  };
+  const double acc = wgrad_accumulation_bytes();
+  auto gemm = [&](double M, double Kd, double N) { return linear_gemm_kernel(M, Kd, N, Fp8Pass::Backward); };
+  auto wgrad = [&](double M, double Kd, double N) { return wgrad_kernel(M, Kd, N); };
   // dgrad: copies x N from copies x Kd; wgrad: each local expert's Kd x N gradient over its rows.
   auto grouped_dgrad = [&](double Kd, double N) {
     KernelCost c{
@@ -453,10 +432,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
   const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
   const double mask = s_.training.dropout ? 1.0 : 0.0;              // dropout mask bytes per element
-  auto gemm = [&](double M, double Kd, double N) {
-    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
-                       Fp8Pass::Forward);
-  };
+  auto gemm = [&](double M, double Kd, double N) { return linear_gemm_kernel(M, Kd, N, Fp8Pass::Forward); };
   std::vector<KernelCost> k = {{8 * Tr * h, 2 * e * Tr * h, false}};  // LayerNorm
   if (d.mla) {
     const std::vector<KernelCost> x = mla_forward_kernels(b, l);
@@ -502,20 +478,9 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   const double q = d.q;  // the attention width (h unless model.head_dim says otherwise)
   const double qk = 2.0 * b * l * K * q / t;
   const double L = l, hd = d.hd, bh = b * (m.heads / t);  // per-head GEMMs (rows, head dim, batch)
-  auto gemm = [&](double M, double Kd, double N) {
-    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e,
-                       Fp8Pass::Backward);
-  };
+  auto gemm = [&](double M, double Kd, double N) { return linear_gemm_kernel(M, Kd, N, Fp8Pass::Backward); };
   auto bias_grad = [&](double rows, double n) { return KernelCost{rows * n, e * (rows * n + n), false, true}; };
-  // Weight gradients accumulate over the micro-batches and slices of an iteration (cuBLAS beta = 1 into the
-  // gradient buffer): each wgrad reads and writes the whole weight gradient. Small slices pay it per slice.
-  const double g = s_.training.grad_fp32 ? 4.0 : 2.0;
-  // fused: read + write of the gradient; autograd: the GEMM's own output, then grad += new reads both, writes one.
-  const double acc = s_.training.wgrad_accumulation == "autograd" ? 2 * e + 2 * g : 2 * g;
-  auto wgrad = [&](double M, double Kd, double N) {
-    return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd}, acc,
-                       Fp8Pass::Backward);
-  };
+  auto wgrad = [&](double M, double Kd, double N) { return wgrad_kernel(M, Kd, N); };
   // A column-parallel linear's wgrad with its input gradient's all-reduce (reduce-scatter with sequence parallelism)
   // beside it, and with sequence parallelism its dgrad beside the re-gather of its input (core/cost/tp_overlap.h).
   const double ar = tp_overlap ? tp_overlap_seconds(b, l) : 0.0;
@@ -611,6 +576,25 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
 
 KernelCost AnalyticCostModel::linear_gemm(const KernelCost& k, double out_bytes_per_elem, Fp8Pass pass) const {
   return s_.training.fp8() ? fp8_gemm(k, out_bytes_per_elem, pass) : k;
+}
+
+KernelCost AnalyticCostModel::linear_gemm_kernel(double M, double Kd, double N, Fp8Pass pass) const {
+  const double e = elem_bytes();
+  return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd}, e, pass);
+}
+
+// Weight gradients accumulate over the micro-batches and slices of an iteration (cuBLAS beta = 1 into the gradient
+// buffer): each wgrad reads and writes the whole weight gradient, and small slices pay it per slice. fused: read +
+// write of the gradient; autograd: the GEMM's own output, then grad += new reads both and writes one.
+double AnalyticCostModel::wgrad_accumulation_bytes() const {
+  const double e = elem_bytes(), g = s_.training.grad_fp32 ? 4.0 : 2.0;
+  return s_.training.wgrad_accumulation == "autograd" ? 2 * e + 2 * g : 2 * g;
+}
+
+KernelCost AnalyticCostModel::wgrad_kernel(double M, double Kd, double N) const {
+  const double e = elem_bytes(), acc = wgrad_accumulation_bytes();
+  return linear_gemm(KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N) + acc * M * N, true, true, M, N, Kd}, acc,
+                     Fp8Pass::Backward);
 }
 
 std::vector<KernelCost> AnalyticCostModel::fp8_layer_kernels(int b, int l, bool forward, bool moe) const {

@@ -111,6 +111,11 @@ class AnalyticCostModel : public CostModel {
   KernelCost linear_gemm(const KernelCost& k, double out_bytes_per_elem, Fp8Pass pass) const;
   // FP8 casts of one layer's linear-GEMM inputs (forward) or output gradients (backward) and its amax update.
   std::vector<KernelCost> fp8_layer_kernels(int b, int l, bool forward, bool moe = false) const;
+  // A linear layer's GEMM (M x Kd by Kd x N, in FP8 with training.dtype fp8) and a weight-gradient GEMM that
+  // accumulates into the gradient buffer (wgrad_accumulation_bytes per gradient element).
+  KernelCost linear_gemm_kernel(double M, double Kd, double N, Fp8Pass pass) const;
+  KernelCost wgrad_kernel(double M, double Kd, double N) const;
+  double wgrad_accumulation_bytes() const;
 };
 
 }  // namespace pipescope
