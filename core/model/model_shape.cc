@@ -8,6 +8,21 @@
 
 namespace pipescope {
 
+namespace {
+
+// The up GEMM's output width of an MLP of inner size f: f (GeLU), or gate and up in one GEMM (SwiGLU).
+double up_width(FfnKind k, double f) {
+  switch (k) {
+    case FfnKind::Gelu:
+      return f;
+    case FfnKind::SwiGlu:
+      return 2.0 * f;
+  }
+  return f;
+}
+
+}  // namespace
+
 LayerDims layer_dims(const ModelSpec& m) {
   LayerDims d;
   d.h = m.hidden;
@@ -30,14 +45,7 @@ LayerDims layer_dims(const ModelSpec& m) {
     d.qkv_out = d.q + 2.0 * d.kv;
   }
   d.bias = m.linear_bias;
-  switch (m.ffn) {
-    case FfnKind::Gelu:
-      d.up_out = d.f;
-      break;
-    case FfnKind::SwiGlu:
-      d.up_out = 2.0 * d.f;
-      break;
-  }
+  d.up_out = up_width(m.ffn, d.f);
   switch (m.norm) {
     case NormKind::LayerNorm:
       d.norm_params = 2.0 * d.h;
@@ -50,16 +58,6 @@ LayerDims layer_dims(const ModelSpec& m) {
 }
 
 namespace {
-
-double up_width(FfnKind k, double f) {
-  switch (k) {
-    case FfnKind::Gelu:
-      return f;
-    case FfnKind::SwiGlu:
-      return 2.0 * f;
-  }
-  return f;
-}
 
 // QKV h*qkv_out, output projection o*h, two norms; biases on both GEMMs' outputs. MLA: the Q down (h x q_lora) and
 // up (q_lora x q) projections or h x q, the K/V down projection (h x (kv_lora + rope)), its up projection
