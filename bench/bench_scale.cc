@@ -7,12 +7,16 @@
 //    NICs per node); dp = GPUs / 128 and 16 micro-batches per replica (weak scaling: global batch 16 * dp).
 //  - megatron1t/dp<d>: scenarios/megatron/1t.yaml with only parallel.dp, cluster.nodes and global_batch scaled
 //    (1T at dp 6 to 96, 3,072 to 49,152 GPUs).
+//  - deepseekv3/<GPUs>: scenarios/moe/deepseek-v3.yaml (pp 16, ep 64, ZeRO-1 data parallelism, DeepEP) with dp,
+//    cluster.nodes and global_batch scaled (120 micro-batches per replica): 2,048 and 16,384 GPUs. MoE runs are not
+//    folded to one replica, so the whole cluster is simulated.
 //
 // Each iteration runs in a forked child whose address space is capped (RLIMIT_AS, kCapGB) so that a case that
 // would not fit fails instead of exhausting the shared machine. Counters: wall_s (child, end to end),
 // peak_rss_MB (child ru_maxrss), activities and activities_per_s (SimGrid activities per second of simulation
 // wall time), dag_nodes, gpus, simulated_iteration_s, within_target (the targets: 16,384 GPUs under
-// 10 s and 2 GB, 131,072 under 60 s and 8 GB, the 1T row under 3 s).
+// 10 s and 2 GB, 131,072 under 60 s and 8 GB, the 1T row under 3 s; MoE: 2,048 GPUs under 10 s and 2 GB, 16,384
+// under 60 s and 8 GB).
 //
 //   bench_scale                                   all cases (several minutes on a 2-core machine)
 //   bench_scale --benchmark_filter=dense405b
@@ -67,6 +71,23 @@ std::string megatron1t(int dp) {
   sub("nodes: 384", "nodes: " + std::to_string(64 * dp));
   sub("dp: 6,", "dp: " + std::to_string(dp) + ",");
   sub("global_batch: 3072", "global_batch: " + std::to_string(512 * dp));
+  return t;
+}
+
+// scenarios/moe/deepseek-v3.yaml at `gpus` GPUs: dp = gpus / 16, 120 sequences per replica.
+std::string deepseek_v3(int gpus) {
+  std::ifstream f(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/moe/deepseek-v3.yaml");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string t = ss.str();
+  auto sub = [&t](const std::string& from, const std::string& to) {
+    const auto at = t.find(from);
+    if (at == std::string::npos) throw std::runtime_error("deepseek-v3.yaml: '" + from + "' not found");
+    t.replace(at, from.size(), to);
+  };
+  sub("nodes: 256", "nodes: " + std::to_string(gpus / 8));
+  sub("dp: 128", "dp: " + std::to_string(gpus / 16));
+  sub("global_batch: 15360", "global_batch: " + std::to_string(120 * (gpus / 16)));
   return t;
 }
 
@@ -126,6 +147,11 @@ void BM_Megatron1T(benchmark::State& state) {
   run_case(state, megatron1t(dp), 512.0 * dp, dp == 6 ? 3.0 : 0, 1e9);
 }
 
+void BM_DeepSeekV3(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  run_case(state, deepseek_v3(gpus), gpus, gpus == 2048 ? 10 : 60, gpus == 2048 ? 2048 : 8192);
+}
+
 }  // namespace
 
 BENCHMARK(BM_Dense405B)
@@ -148,6 +174,15 @@ BENCHMARK(BM_Megatron1T)
     ->Arg(24)
     ->Arg(48)
     ->Arg(96)
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
+BENCHMARK(BM_DeepSeekV3)
+    ->Name("deepseekv3")
+    ->ArgName("gpus")
+    ->Arg(2048)
+    ->Arg(16384)
     ->UseManualTime()
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);

@@ -47,8 +47,9 @@ CollectivePlan plan_collectives(const ClusterSpec& cluster, const Dag& dag, cons
   cp.used = groups_in_use(dag, cp.rings);
   cp.algo.assign(cp.rings.size(), collective_algorithm(opt.collectives));
   const std::size_t tagged = ann ? std::min(ann->group_tags.size(), cp.algo.size()) : 0;
+  // An all-to-all has no ring steps: explicit runs start every pair's flow at once (aggregate).
   for (std::size_t g = 0; g < tagged; g++)
-    if (ann->group_tags[g] == CollTag::ExpertParallel) cp.algo[g] = CollAlgo::Analytic;
+    if (ann->group_tags[g] == CollTag::ExpertParallel && cp.algo[g] == CollAlgo::Ring) cp.algo[g] = CollAlgo::Aggregate;
   cp.routes.resize(cp.rings.size());
   for (std::size_t g = 0; g < cp.rings.size(); g++) {
     if (cp.algo[g] == CollAlgo::Ring || !cp.used[g]) continue;

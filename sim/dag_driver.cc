@@ -73,9 +73,14 @@ void Driver::bind_hosts(const Endpoints& ep) {
   ring_hosts_.assign(exec_rings_.size(), {});
   for (std::size_t g = 0; g < exec_rings_.size(); g++) {
     if (cp_.algo[g] == CollAlgo::Analytic) continue;
+    const bool all_pairs = g < ann_.group_tags.size() && ann_.group_tags[g] == CollTag::ExpertParallel;
     for (const Ring& ring : exec_rings_[g]) {
       std::vector<HostPair> hp;
-      if (qranks_[g] != 0) {
+      if (all_pairs) {  // an all-to-all: every member sends to every other one
+        for (std::int32_t a : ring)
+          for (std::int32_t b : ring)
+            if (a != b) hp.push_back(ep.pair(a, b));
+      } else if (qranks_[g] != 0) {
         if (cp_.used[g]) hp.push_back(ep.mirror(ring[0]));
       } else {
         for (std::size_t i = 0; ring.size() > 1 && i < ring.size(); i++)
@@ -277,7 +282,7 @@ bool Driver::launch_collective(std::uint32_t node, const DagNode& n) {
   const int ranks = q != 0 ? q : rings.empty() ? 0 : static_cast<int>(rings[0].size());
   const CollShape shape = allgather_.empty() ? CollShape::AllReduce : static_cast<CollShape>(allgather_[node]);
   const bool allgather = shape == CollShape::AllGather;
-  // An all-to-all runs Analytic only (plan_collectives); its "steps" only say whether it moves anything.
+  // An all-to-all has no ring steps; ranks - 1 only says whether it moves anything.
   const int steps = shape == CollShape::AllToAll ? ranks - 1 : ring_steps(ranks, allgather);
   if (n.amount <= 0 || steps == 0 || n.count <= 0 || rings.empty()) return false;
   const std::uint32_t total_steps = static_cast<std::uint32_t>(steps) * static_cast<std::uint32_t>(n.count);
@@ -296,6 +301,12 @@ bool Driver::launch_collective(std::uint32_t node, const DagNode& n) {
   const std::uint32_t run = new_run(node);
   CollRun& r = runs_[run];
   r.chunk_bytes = n.amount / ranks;
+  if (shape == CollShape::AllToAll) {  // NCCL's all-to-all: all peers at once, each 1/ranks of the buffer per call
+    std::uint32_t pairs = 0;
+    for (const auto& hp : ring_hosts_[n.group]) pairs += static_cast<std::uint32_t>(hp.size());
+    start_aggregate(run, n.group, static_cast<std::uint32_t>(n.count), pairs);
+    return true;
+  }
   const int positions = q != 0 ? 1 : ranks;
   if (algo == CollAlgo::Ring) {
     r.ring.reset(static_cast<int>(rings.size()), positions, total_steps);

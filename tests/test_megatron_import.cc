@@ -259,10 +259,9 @@ TEST(MegatronImport, MixtureOfExperts) {
                                             "--use-distributed-optimizer"};
   const MegatronImport r = import_megatron(mixtral, MegatronImportOptions{"mixtral", "dgx-h100", 8});
   EXPECT_TRUE(r.unknown.empty());
-  // The one thing the scenario does not say: a trained router's imbalance.
-  ASSERT_EQ(r.unsupported.size(), 1u);
-  EXPECT_NE(r.unsupported[0].find("load imbalance"), std::string::npos);
+  EXPECT_TRUE(r.unsupported.empty());
   const Scenario s = parse_scenario(r.yaml, "import.yaml");
+  EXPECT_EQ(s.training.moe_routing, "trained");  // no forced balance: a trained router's load imbalance
   EXPECT_EQ(s.model.moe_experts, 8);
   EXPECT_EQ(s.model.moe_top_k, 2);
   EXPECT_EQ(s.model.moe_ffn_hidden, 14336);  // --ffn-hidden-size when no --moe-ffn-hidden-size
@@ -286,6 +285,32 @@ TEST(MegatronImport, MixtureOfExperts) {
   EXPECT_EQ(t.model.moe_layer_freq, 1);
   EXPECT_EQ(t.model.moe_shared_ffn_hidden, 2048);
   EXPECT_EQ(t.training.moe_dispatcher, "deepep");
+  EXPECT_EQ(t.training.moe_routing, "balanced");  // --moe-router-force-load-balancing
+  // Capacity with padding; Megatron's MoE recompute modules (a list-valued flag).
+  std::vector<std::string> cap = ds;
+  for (const char* x : {"--moe-expert-capacity-factor", "1.25", "--moe-pad-expert-input-to-capacity",
+                        "--recompute-granularity", "selective", "--recompute-modules", "moe_act", "layernorm"})
+    cap.push_back(x);
+  const Scenario c = parse_scenario(import_megatron(cap, MegatronImportOptions{"ds", "dgx-h100", 8}).yaml, "i.yaml");
+  EXPECT_EQ(c.training.moe_capacity_factor, 1.25);
+  EXPECT_TRUE(c.training.moe_pad_to_capacity);
+  EXPECT_EQ(c.schedule.recompute, Recompute::Selective);
+  EXPECT_EQ(c.schedule.recompute_modules, module_bit(RecomputeModule::MoeAct) | module_bit(RecomputeModule::LayerNorm));
+  for (const auto& [flags, what] :
+       {std::pair<std::vector<const char*>, const char*>{{"--moe-expert-capacity-factor", "0"},
+                                                         "--moe-expert-capacity-factor"},
+        {{"--moe-pad-expert-input-to-capacity"}, "--moe-pad-expert-input-to-capacity"},
+        {{"--recompute-modules", "moe"}, "--recompute-granularity selective"},
+        {{"--recompute-granularity", "selective", "--recompute-modules", "attn"}, "'attn'"}}) {
+    std::vector<std::string> bad = ds;
+    bad.insert(bad.end(), flags.begin(), flags.end());
+    try {
+      import_megatron(bad, MegatronImportOptions{"ds", "dgx-h100", 8});
+      ADD_FAILURE() << "expected a refusal naming " << what;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  }
   // DeepSeek-V3's attention.
   std::vector<std::string> mla = ds;
   for (const char* x : {"--multi-latent-attention", "--q-lora-rank", "1536", "--kv-lora-rank", "512", "--qk-head-dim",

@@ -9,8 +9,10 @@
 
 #include "core/cost/analytic_cost.h"
 #include "core/cost/expert_parallel.h"
+#include "core/cost/moe_load.h"
 #include "core/cost/nccl_model.h"
 #include "core/lower/dag.h"
+#include "core/memory/memory_model.h"
 #include "core/model/model_shape.h"
 #include "core/model/placement.h"
 #include "core/model/presets.h"
@@ -208,6 +210,142 @@ TEST(Moe, SimulatedStepShowsTheAllToAll) {
   // The same token copies per GPU either way, but at ep 1 every GPU holds all 128 experts: its grouped GEMMs load
   // eight times the weights (and accumulate eight times the gradients) for them.
   EXPECT_LT(r.breakdown.forward_s + r.breakdown.backward_s, local.breakdown.forward_s + local.breakdown.backward_s);
+}
+
+// Megatron's recompute modules: listed with selective only, each once, and only modules the model has.
+TEST(Moe, RecomputeModulesKeys) {
+  const std::string sel = "schedule: {recompute: selective, recompute_modules: [layernorm, moe]}\n";
+  const Scenario s = load(qwen30("dp: 8, pp: 2, tp: 1, ep: 8", sel));
+  EXPECT_EQ(s.schedule.recompute_modules, module_bit(RecomputeModule::LayerNorm) | module_bit(RecomputeModule::Moe));
+  EXPECT_TRUE(s.schedule.recomputes(RecomputeModule::Moe));
+  EXPECT_FALSE(s.schedule.recomputes(RecomputeModule::CoreAttn));
+  EXPECT_TRUE(load(qwen30()).schedule.recompute_modules == module_bit(RecomputeModule::CoreAttn));  // the default
+  auto err = [&](const std::string& schedule) { return error_of(qwen30("dp: 8, pp: 2, tp: 1, ep: 8", schedule)); };
+  EXPECT_NE(err("schedule: {recompute: full, recompute_modules: [moe]}\n").find("schedule.recompute_modules"),
+            std::string::npos);
+  EXPECT_NE(err("schedule: {recompute: selective, recompute_modules: [moe, moe]}\n").find("listed twice"),
+            std::string::npos);
+  EXPECT_NE(err("schedule: {recompute: selective, recompute_modules: [attn]}\n").find("recompute_modules[0]"),
+            std::string::npos);
+  EXPECT_NE(err("schedule: {recompute: selective, recompute_modules: []}\n").find("lists no module"),
+            std::string::npos);
+  // Qwen3-30B has no shared experts, no latent attention and no dense layer.
+  for (const char* m : {"shared_experts", "mla_up_proj", "mlp"})
+    EXPECT_NE(err(std::string("schedule: {recompute: selective, recompute_modules: [") + m + "]}\n").find(m),
+              std::string::npos)
+        << m;
+  EXPECT_NE(
+      error_of("model: {preset: llama3-8b}\ncluster: {preset: dgx-h100, nodes: 1}\nparallel: {dp: 8, global_batch: 8}\n"
+               "schedule: {recompute: selective, recompute_modules: [moe_act]}\n")
+          .find("no experts"),
+      std::string::npos);
+}
+
+// Recomputing the MoE layer stores less, reruns its kernels and its two all-to-alls per layer in every backward.
+TEST(Moe, RecomputedMoeLayer) {
+  const Scenario plain = load(qwen30("dp: 8, pp: 2, tp: 1, ep: 8", "schedule: {recompute: selective}\n"));
+  const Scenario moe =
+      load(qwen30("dp: 8, pp: 2, tp: 1, ep: 8", "schedule: {recompute: selective, recompute_modules: [moe]}\n"));
+  const Scenario act =
+      load(qwen30("dp: 8, pp: 2, tp: 1, ep: 8", "schedule: {recompute: selective, recompute_modules: [moe_act]}\n"));
+  const Schedule sched = make_schedule(plain);
+  const double m0 = memory_report(plain, sched).ranks[0].peak_bytes, m1 = memory_report(moe, sched).ranks[0].peak_bytes,
+               m2 = memory_report(act, sched).ranks[0].peak_bytes;
+  EXPECT_LT(m1, m2);
+  EXPECT_LT(m2, m0);
+  Op b;
+  b.kind = OpKind::Backward;
+  b.tok_end = plain.model.seq_len;
+  EXPECT_EQ(moe_alltoall_calls(plain, b), 2 * 24);
+  EXPECT_EQ(moe_alltoall_calls(moe, b), 4 * 24);
+  EXPECT_EQ(moe_alltoall_calls(act, b), 2 * 24);
+  const AnalyticCostModel c0(plain), c1(moe), c2(act);
+  EXPECT_EQ(c0.recompute_seconds(b, 1), 0.0);
+  EXPECT_GT(c2.recompute_seconds(b, 1), 0.0);
+  EXPECT_GT(c1.recompute_seconds(b, 1), 5 * c2.recompute_seconds(b, 1));
+  EXPECT_GT(c1.op_flops(b, 1), c0.op_flops(b, 1));  // the experts' GEMMs again
+}
+
+// Expert loads: balanced = 1; a trained router's shares have mean 1, are the same on every call and for every
+// layout, and weigh more on fewer experts per GPU; capacity caps them (dropping) or fixes them (padding).
+TEST(Moe, ExpertLoad) {
+  const Scenario bal = load(qwen30());
+  EXPECT_EQ(layer_expert_overload(bal, 5), 1.0);
+  EXPECT_FALSE(expert_load_varies(bal));
+  const std::string trained = "training: {dtype: bf16, moe_routing: trained}\n";
+  auto with = [&](const std::string& parallel, const std::string& training) {
+    std::string y = qwen30(parallel);
+    y.replace(y.find("training:"), y.find("\n", y.find("training:")) - y.find("training:") + 1, training);
+    return load(y);
+  };
+  const Scenario t8 = with("dp: 8, pp: 2, tp: 1, ep: 8", trained), t2 = with("dp: 8, pp: 2, tp: 1, ep: 2", trained);
+  const std::vector<double> p = expert_shares(t8, 7);
+  double sum = 0;
+  for (double x : p) sum += x;
+  EXPECT_NEAR(sum / p.size(), 1.0, 1e-12);
+  EXPECT_EQ(p, expert_shares(t2, 7));  // the router does not depend on the layout
+  EXPECT_EQ(layer_expert_overload(t8, 7), layer_expert_overload(t8, 7));
+  EXPECT_GT(layer_expert_overload(t8, 7), layer_expert_overload(t2, 7));
+  EXPECT_GT(layer_expert_overload(t2, 7), 1.0);
+  EXPECT_NE(expert_shares(t8, 7), expert_shares(t8, 8));  // each layer its own
+  const StageExpertLoad st = stage_expert_load(t8, 0);
+  EXPECT_GT(st.time, 1.0);
+  EXPECT_LE(st.memory, st.time);  // the busiest GPU changes from layer to layer
+  const Scenario drop = with("dp: 8, pp: 2, tp: 1, ep: 8",
+                             "training: {dtype: bf16, moe_routing: trained, "
+                             "moe_expert_load_cv: 1, moe_capacity_factor: 1.1}\n");
+  for (double x : expert_shares(drop, 3)) EXPECT_LE(x, 1.1);
+  const Scenario pad = with("dp: 8, pp: 2, tp: 1, ep: 8",
+                            "training: {dtype: bf16, moe_routing: trained, "
+                            "moe_capacity_factor: 1.5, moe_pad_to_capacity: true}\n");
+  EXPECT_EQ(layer_expert_overload(pad, 3), 1.5);
+}
+
+// The busiest GPU sets the step: a trained router is slower than forced balance, padding to a capacity of 1 under
+// forced balance changes nothing (the stage-keyed memo included), padding to 2 is slower still.
+TEST(Moe, ImbalanceSlowsTheStep) {
+  auto step = [&](const std::string& training) {
+    std::string y = qwen30();
+    y.replace(y.find("training:"), y.find("\n", y.find("training:")) - y.find("training:") + 1, training);
+    return sim::run_isolated(load(y)).iteration_s;
+  };
+  const std::string base = "training: {dtype: bf16, flash_attention: true, distributed_optimizer: true";
+  const double balanced = step(base + "}\n");
+  EXPECT_GT(step(base + ", moe_routing: trained}\n"), 1.01 * balanced);
+  EXPECT_EQ(step(base + ", moe_capacity_factor: 1, moe_pad_to_capacity: true}\n"), balanced);
+  EXPECT_GT(step(base + ", moe_capacity_factor: 2, moe_pad_to_capacity: true}\n"), 1.05 * balanced);
+}
+
+TEST(Moe, BadLoadKeys) {
+  auto err = [&](const std::string& training) {
+    std::string y = qwen30();
+    y.replace(y.find("training:"), y.find("\n", y.find("training:")) - y.find("training:") + 1, training);
+    return error_of(y);
+  };
+  EXPECT_NE(err("training: {moe_capacity_factor: 0}\n").find("training.moe_capacity_factor"), std::string::npos);
+  EXPECT_NE(err("training: {moe_capacity_factor: -1}\n").find("moe.yaml:4"), std::string::npos);
+  EXPECT_NE(err("training: {moe_pad_to_capacity: true}\n").find("training.moe_capacity_factor"), std::string::npos);
+  EXPECT_NE(err("training: {moe_expert_load_cv: 0.5}\n").find("moe_routing: trained"), std::string::npos);
+  EXPECT_NE(err("training: {moe_routing: skewed}\n").find("training.moe_routing"), std::string::npos);
+  EXPECT_NE(
+      error_of("model: {preset: llama3-8b}\ncluster: {preset: dgx-h100, nodes: 1}\nparallel: {dp: 8, global_batch: 8}\n"
+               "training: {moe_routing: trained}\n")
+          .find("mixture-of-experts key"),
+      std::string::npos);
+}
+
+// sim.collectives ring or aggregate run the all-to-alls as the engine's own flows (every pair of the group at once,
+// through NVLink and the NICs with the rest of the traffic); the NCCL model (auto) stays the default. Both move the
+// same bytes: the flows' time lies within a factor of two of the model's.
+TEST(Moe, AllToAllAsFlows) {
+  const sim::RunResult model = sim::run_isolated(load(qwen30()));
+  for (const char* algo : {"aggregate", "ring"}) {
+    const sim::RunResult flows = sim::run_isolated(
+        load(qwen30("dp: 8, pp: 2, tp: 1, ep: 8", std::string("sim: {collectives: ") + algo + "}\n")));
+    EXPECT_GT(flows.breakdown.ep_comm_s, 0.5 * model.breakdown.ep_comm_s) << algo;
+    EXPECT_LT(flows.breakdown.ep_comm_s, 2.0 * model.breakdown.ep_comm_s) << algo;
+    EXPECT_NEAR(flows.breakdown.total_s(), flows.iteration_s, 1e-9 * flows.iteration_s) << algo;
+  }
 }
 
 }  // namespace

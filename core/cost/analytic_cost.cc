@@ -72,6 +72,7 @@
 #include "core/cost/context_parallel.h"
 #include "core/cost/fp8.h"
 #include "core/cost/gemm_model.h"
+#include "core/cost/moe_load.h"
 #include "core/cost/tp_overlap.h"
 #include "core/model/placement.h"
 #include "core/model/schedule_registry.h"
@@ -158,7 +159,9 @@ AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
     for (int g = 0; g < par.pp * par.v; g++) {
       stage_layers_.push_back(stage_layer_range(s_, g).count);
       stage_moe_.push_back(stage_moe_layer_count(s_, g));
+      stage_overload_.push_back(stage_expert_load(s_, g).time);
     }
+    load_varies_ = m.moe() && expert_load_varies(s_);
   } catch (const std::invalid_argument& e) {
     invalid(src + e.what());
   }
@@ -281,16 +284,70 @@ std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, 
   return k;
 }
 
-std::vector<KernelCost> AnalyticCostModel::recompute_kernels(int b, int l, int c, bool moe) const {
+std::vector<KernelCost> AnalyticCostModel::recompute_kernels(int b, int l, int c, bool moe, double overload) const {
   switch (s_.schedule.recompute) {
     case Recompute::None:
       return {};
-    case Recompute::Selective:  // flash attention already recomputes its scores in backward: nothing extra
-      return s_.training.flash_attention ? std::vector<KernelCost>{} : attention_core_kernels(b, l, c);
+    case Recompute::Selective:
+      return selective_recompute_kernels(b, l, c, moe, s_.schedule.recompute_modules, overload);
     case Recompute::Full:
-      return layer_forward_kernels(b, l, c, moe);
+      return layer_forward_kernels(b, l, c, moe, overload);
   }
   return {};
+}
+
+std::vector<KernelCost> AnalyticCostModel::selective_recompute_kernels(int b, int l, int c, bool moe,
+                                                                       std::uint8_t modules, double overload) const {
+  auto on = [&](RecomputeModule x) { return (modules & module_bit(x)) != 0; };
+  std::vector<KernelCost> k;
+  auto add = [&](const std::vector<KernelCost>& x) { k.insert(k.end(), x.begin(), x.end()); };
+  // Flash attention already recomputes its scores in backward: core_attn adds nothing then.
+  if (on(RecomputeModule::CoreAttn) && !s_.training.flash_attention) add(attention_core_kernels(b, l, c));
+  if (on(RecomputeModule::LayerNorm)) add({norm_kernel(b, l), norm_kernel(b, l)});
+  if (layer_dims(s_.model).mla && on(RecomputeModule::MlaUpProj)) add(mla_up_kernels(b, l));
+  if (!moe) {
+    if (on(RecomputeModule::Mlp)) add(dense_mlp_kernels(b, l));
+  } else if (on(RecomputeModule::Moe)) {
+    add(moe_forward_kernels(b, l, overload));  // its all-to-alls are the lowering's (core/cost/expert_parallel.h)
+  } else {
+    if (on(RecomputeModule::MoeAct)) k.push_back(expert_activation_kernel(b, l, overload));
+    if (on(RecomputeModule::SharedExperts)) add(shared_expert_kernels(b, l));
+  }
+  return k;
+}
+
+KernelCost AnalyticCostModel::norm_kernel(int b, int l) const {
+  const double t = s_.parallel.tp, e = elem_bytes(), h = s_.model.hidden;
+  const double Tr = static_cast<double>(b) * l / (s_.parallel.sequence_parallel ? t : 1.0);
+  return {8 * Tr * h, 2 * e * Tr * h, false};
+}
+
+std::vector<KernelCost> AnalyticCostModel::dense_mlp_kernels(int b, int l) const {
+  const LayerDims d = layer_dims(s_.model);
+  const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, f = d.f, T = static_cast<double>(b) * l;
+  return {
+      linear_gemm_kernel(T, h, d.up_out / t, Fp8Pass::Forward),  // MLP up (SwiGLU: gate and up, 2f wide)
+      {8 * T * f / t, e * T * (d.up_out + f) / t, false},        // bias + GeLU (SwiGLU: SiLU(gate) * up)
+      linear_gemm_kernel(T, f / t, h, Fp8Pass::Forward),         // MLP down
+  };
+}
+
+std::vector<KernelCost> AnalyticCostModel::shared_expert_kernels(int b, int l) const {
+  const MoeDims x = moe_dims(s_.model);
+  if (x.shared_f <= 0) return {};
+  const double t = s_.parallel.tp, e = elem_bytes(), h = s_.model.hidden, T = static_cast<double>(b) * l, Tr = T / t;
+  return {
+      linear_gemm_kernel(T, h, x.shared_up_out / t, Fp8Pass::Forward),
+      {8 * T * x.shared_f / t, e * T * (x.shared_up_out + x.shared_f) / t, false},
+      linear_gemm_kernel(T, x.shared_f / t, h, Fp8Pass::Forward),
+      {Tr * h, 3 * e * Tr * h, false},  // routed + shared outputs
+  };
+}
+
+KernelCost AnalyticCostModel::expert_activation_kernel(int b, int l, double overload) const {
+  const MoeDims x = moe_dims(s_.model);
+  const double copies = static_cast<double>(b) * l / s_.parallel.tp * x.top_k * overload;  // the busiest GPU's
+  return {8 * copies * x.f, elem_bytes() * copies * (x.up_out + x.f), false};
 }
 
 // Multi-head latent attention's projections (docs/moe.md): the down projections (h to the Q latent and to the K/V
@@ -305,14 +362,27 @@ std::vector<KernelCost> AnalyticCostModel::mla_forward_kernels(int b, int l) con
   if (d.q_lora > 0) {
     k.push_back(gemm(Tr, h, d.q_lora));                            // Q down
     k.push_back({4 * T * d.q_lora, 2 * e * T * d.q_lora, false});  // its RMSNorm
-    k.push_back(gemm(T, d.q_lora, d.q / t));                       // Q up
   } else {
     k.push_back(gemm(T, h, d.q / t));  // Q
   }
   k.push_back(gemm(Tr, h, d.kv_lora + d.rope));                    // K/V down and the rotary key
   k.push_back({4 * T * d.kv_lora, 2 * e * T * d.kv_lora, false});  // its RMSNorm
-  k.push_back(gemm(T, d.kv_lora, d.kv_up_out / t));                // K (non-rotary) and V up
-  k.push_back({0, 2 * e * T * d.q / t, false});                    // K = [K_nope, rotary key] per head
+  const std::vector<KernelCost> up = mla_up_kernels(b, l);
+  k.insert(d.q_lora > 0 ? k.begin() + 2 : k.end(), up.begin(), up.begin() + (d.q_lora > 0 ? 1 : 0));
+  k.insert(k.end(), up.begin() + (d.q_lora > 0 ? 1 : 0), up.end());
+  return k;
+}
+
+// The up projections (Q from its latent when q_lora_rank is set; K's non-rotary part and V) and the rotary key's
+// copy into every head: what mla_up_proj recomputation reruns.
+std::vector<KernelCost> AnalyticCostModel::mla_up_kernels(int b, int l) const {
+  const LayerDims d = layer_dims(s_.model);
+  const double t = s_.parallel.tp, e = elem_bytes(), T = static_cast<double>(b) * l;
+  auto gemm = [&](double M, double Kd, double N) { return linear_gemm_kernel(M, Kd, N, Fp8Pass::Forward); };
+  std::vector<KernelCost> k;
+  if (d.q_lora > 0) k.push_back(gemm(T, d.q_lora, d.q / t));  // Q up
+  k.push_back(gemm(T, d.kv_lora, d.kv_up_out / t));           // K (non-rotary) and V up
+  k.push_back({0, 2 * e * T * d.q / t, false});               // K = [K_nope, rotary key] per head
   return k;
 }
 
@@ -347,55 +417,50 @@ std::vector<KernelCost> AnalyticCostModel::mla_backward_kernels(int b, int l) co
 // are routed, their k copies each permuted into expert order and dispatched (the all-to-all is the lowering's
 // collective, core/cost/expert_parallel.h), the E / ep local experts run as one grouped GEMM over the copies they
 // receive (ep * Tr * k / E tokens each when balanced), and the combine brings the outputs back for the weighted sum.
-std::vector<KernelCost> AnalyticCostModel::moe_forward_kernels(int b, int l) const {
+std::vector<KernelCost> AnalyticCostModel::moe_forward_kernels(int b, int l, double overload) const {
   const LayerDims d = layer_dims(s_.model);
   const MoeDims x = moe_dims(s_.model);
   const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, T = static_cast<double>(b) * l, Tr = T / t;
   const double E = x.experts, k = x.top_k, copies = Tr * k, local = E / s_.parallel.ep;
-  const double per_expert = copies / local;  // rows of each local expert's GEMM
-  auto gemm = [&](double M, double Kd, double N) { return linear_gemm_kernel(M, Kd, N, Fp8Pass::Forward); };
+  const double got = copies * overload;      // the copies the busiest GPU's experts receive
+  const double per_expert = got / local;     // rows of each local expert's GEMM
   auto grouped = [&](double Kd, double N) {  // one GEMM per local expert, launched as one grouped kernel
-    KernelCost g{
-        2 * copies * Kd * N, e * (copies * Kd + local * Kd * N + copies * N), true, false, per_expert, N, Kd, local};
+    KernelCost g{2 * got * Kd * N, e * (got * Kd + local * Kd * N + got * N), true, false, per_expert, N, Kd, local};
     return linear_gemm(g, e, Fp8Pass::Forward);
   };
   std::vector<KernelCost> out = {
       KernelCost{2 * Tr * h * E, e * (Tr * h + h * E) + 4 * Tr * E, true, false, Tr, E, h},  // router logits
       {6 * Tr * E, 12 * Tr * E + 8 * copies, false},  // softmax, top-k, the routing map (fp32 scores)
       {2 * Tr * E, 8 * Tr * E, false},                // load-balancing loss (per-expert token counts, probabilities)
-      {0, e * (Tr * h + copies * h) + 8 * copies, false},        // permute: each token's k copies in expert order
-      grouped(h, x.up_out),                                      // expert MLP up (SwiGLU: gate and up)
-      {8 * copies * x.f, e * copies * (x.up_out + x.f), false},  // activation
-      grouped(x.f, h),                                           // expert MLP down
+      {0, e * (Tr * h + copies * h) + 8 * copies, false},  // permute: each token's k copies in expert order
+      grouped(h, x.up_out),                                // expert MLP up (SwiGLU: gate and up)
+      expert_activation_kernel(b, l, overload),            // activation
+      grouped(x.f, h),                                     // expert MLP down
       {2 * copies * h, e * (copies * h + Tr * h) + 4 * copies, false},  // unpermute: weighted sum of the k outputs
   };
-  if (x.shared_f > 0) {  // shared experts: a dense MLP over the whole tokens, split t ways like the dense one
-    out.push_back(gemm(T, h, x.shared_up_out / t));
-    out.push_back({8 * T * x.shared_f / t, e * T * (x.shared_up_out + x.shared_f) / t, false});
-    out.push_back(gemm(T, x.shared_f / t, h));
-    out.push_back({Tr * h, 3 * e * Tr * h, false});  // routed + shared outputs
-  }
+  // Shared experts: a dense MLP over the whole tokens, split t ways like the dense one.
+  const std::vector<KernelCost> shared = shared_expert_kernels(b, l);
+  out.insert(out.end(), shared.begin(), shared.end());
   return out;
 }
 
-std::vector<KernelCost> AnalyticCostModel::moe_backward_kernels(int b, int l, bool tp_overlap) const {
+std::vector<KernelCost> AnalyticCostModel::moe_backward_kernels(int b, int l, bool tp_overlap, double overload) const {
   const LayerDims d = layer_dims(s_.model);
   const MoeDims x = moe_dims(s_.model);
   const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, T = static_cast<double>(b) * l, Tr = T / t;
   const double E = x.experts, k = x.top_k, copies = Tr * k, local = E / s_.parallel.ep;
-  const double per_expert = copies / local;
+  const double got = copies * overload;  // the copies the busiest GPU's experts received
+  const double per_expert = got / local;
   const double acc = wgrad_accumulation_bytes();
   auto gemm = [&](double M, double Kd, double N) { return linear_gemm_kernel(M, Kd, N, Fp8Pass::Backward); };
   auto wgrad = [&](double M, double Kd, double N) { return wgrad_kernel(M, Kd, N); };
-  // dgrad: copies x N from copies x Kd; wgrad: each local expert's Kd x N gradient over its rows.
+  // dgrad: got x N from got x Kd; wgrad: each local expert's Kd x N gradient over its rows.
   auto grouped_dgrad = [&](double Kd, double N) {
-    KernelCost c{
-        2 * copies * Kd * N, e * (copies * Kd + local * Kd * N + copies * N), true, false, per_expert, N, Kd, local};
+    KernelCost c{2 * got * Kd * N, e * (got * Kd + local * Kd * N + got * N), true, false, per_expert, N, Kd, local};
     return linear_gemm(c, e, Fp8Pass::Backward);
   };
   auto grouped_wgrad = [&](double Kd, double N) {
-    KernelCost c{
-        2 * copies * Kd * N, e * copies * (Kd + N) + acc * local * Kd * N, true, true, Kd, N, per_expert, local};
+    KernelCost c{2 * got * Kd * N, e * got * (Kd + N) + acc * local * Kd * N, true, true, Kd, N, per_expert, local};
     return linear_gemm(c, acc, Fp8Pass::Backward);
   };
   std::vector<KernelCost> out;
@@ -413,7 +478,7 @@ std::vector<KernelCost> AnalyticCostModel::moe_backward_kernels(int b, int l, bo
       {copies * h, e * (Tr * h + 2 * copies * h) + 4 * copies, false},  // unpermute backward (and the weights' grads)
       grouped_dgrad(h, x.f),                                            // expert down dgrad
       grouped_wgrad(x.f, h),                                            // expert down wgrad
-      {8 * copies * x.f, e * copies * (x.f + 2 * x.up_out), false},     // activation backward
+      {8 * got * x.f, e * got * (x.f + 2 * x.up_out), false},           // activation backward
       grouped_dgrad(x.up_out, h),                                       // expert up dgrad
       grouped_wgrad(h, x.up_out),                                       // expert up wgrad
       {copies * h, e * (copies * h + Tr * h) + 8 * copies, false},  // permute backward: the copies' gradients summed
@@ -425,15 +490,15 @@ std::vector<KernelCost> AnalyticCostModel::moe_backward_kernels(int b, int l, bo
   return out;
 }
 
-std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, int c, bool moe) const {
+std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, int c, bool moe, double overload) const {
   const ModelSpec& m = s_.model;
   const LayerDims d = layer_dims(m);
   const double t = s_.parallel.tp, e = elem_bytes();
-  const double h = m.hidden, f = m.ffn_hidden, T = static_cast<double>(b) * l;
+  const double h = m.hidden, T = static_cast<double>(b) * l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
   const double mask = s_.training.dropout ? 1.0 : 0.0;              // dropout mask bytes per element
   auto gemm = [&](double M, double Kd, double N) { return linear_gemm_kernel(M, Kd, N, Fp8Pass::Forward); };
-  std::vector<KernelCost> k = {{8 * Tr * h, 2 * e * Tr * h, false}};  // LayerNorm
+  std::vector<KernelCost> k = {norm_kernel(b, l)};  // LayerNorm
   if (d.mla) {
     const std::vector<KernelCost> x = mla_forward_kernels(b, l);
     k.insert(k.end(), x.begin(), x.end());
@@ -446,18 +511,14 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
       {0, 2 * e * T * d.o / t, false},               // context transpose
       gemm(T, d.o / t, h),                           // output projection
       {3 * Tr * h, (3 * e + mask) * Tr * h, false},  // bias + dropout + residual add
-      {8 * Tr * h, 2 * e * Tr * h, false},           // LayerNorm
+      norm_kernel(b, l),                             // LayerNorm
   };
   k.insert(k.end(), rest.begin(), rest.end());
   if (moe) {
-    const std::vector<KernelCost> x = moe_forward_kernels(b, l);
+    const std::vector<KernelCost> x = moe_forward_kernels(b, l, overload);
     k.insert(k.end(), x.begin(), x.end());
   } else {
-    const std::vector<KernelCost> mlp = {
-        gemm(T, h, d.up_out / t),                            // MLP up (SwiGLU: gate and up, 2f wide)
-        {8 * T * f / t, e * T * (d.up_out + f) / t, false},  // bias + GeLU (SwiGLU: SiLU(gate) * up)
-        gemm(T, f / t, h),                                   // MLP down
-    };
+    const std::vector<KernelCost> mlp = dense_mlp_kernels(b, l);
     k.insert(k.end(), mlp.begin(), mlp.end());
   }
   k.push_back({3 * Tr * h, (3 * e + mask) * Tr * h, false});  // bias + dropout + residual add
@@ -466,8 +527,8 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
   return k;
 }
 
-std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, int c, bool tp_overlap,
-                                                                  bool moe) const {
+std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, int c, bool tp_overlap, bool moe,
+                                                                  double overload) const {
   const ModelSpec& m = s_.model;
   const LayerDims d = layer_dims(m);
   const double kv = d.kv;
@@ -498,7 +559,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   const double mask = s_.training.dropout ? 1.0 : 0.0;                         // dropout mask bytes per element
   std::vector<KernelCost> k = {{3 * Tr * h, (2 * e + mask) * Tr * h, false}};  // dropout + add backward (MLP)
   if (moe) {
-    const std::vector<KernelCost> x = moe_backward_kernels(b, l, tp_overlap);
+    const std::vector<KernelCost> x = moe_backward_kernels(b, l, tp_overlap, overload);
     k.insert(k.end(), x.begin(), x.end());
   } else {
     const std::vector<KernelCost> mlp = {
@@ -677,7 +738,8 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
     }
     k.layers = layers_of_stage(op.stage), k.moe_layers = moe_layers_of_stage(op.stage);
     if (k.layers > k.moe_layers) k.layer = layer_forward_kernels(b, l, c);
-    if (k.moe_layers > 0) k.moe_layer = layer_forward_kernels(b, l, c, true);
+    if (k.moe_layers > 0)
+      k.moe_layer = layer_forward_kernels(b, l, c, true, stage_overload_[static_cast<std::size_t>(op.stage)]);
     if (last) {
       k.post = {{8 * Tr * h, 2 * e * Tr * h, false},           // final LayerNorm
                 gemm(T, h, V / t),                             // logits
@@ -704,8 +766,9 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
     k.layer.insert(k.layer.begin(), f.begin(), f.end());
   }
   if (k.moe_layers > 0) {
-    k.moe_layer = layer_backward_kernels(b, l, c, tp_overlap(op), true);
-    const std::vector<KernelCost> f = recompute_kernels(b, l, c, true);
+    const double overload = stage_overload_[static_cast<std::size_t>(op.stage)];
+    k.moe_layer = layer_backward_kernels(b, l, c, tp_overlap(op), true, overload);
+    const std::vector<KernelCost> f = recompute_kernels(b, l, c, true, overload);
     k.moe_layer.insert(k.moe_layer.begin(), f.begin(), f.end());
   }
   if (first) {
@@ -749,7 +812,10 @@ double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) con
   check_op(op, microbatch_seqs);
   // An MoE stage's key holds its MoE layer count beside its layer count (12 bits each).
   const int moe = moe_layers_of_stage(op.stage);
-  const int layers = moe == 0 ? layers_of_stage(op.stage) : (layers_of_stage(op.stage) << 12 | moe) | 1 << 23;
+  int layers = moe == 0 ? layers_of_stage(op.stage) : (layers_of_stage(op.stage) << 12 | moe) | 1 << 23;
+  // With uneven expert loads each stage's MoE layers have their own (core/cost/moe_load.h): keyed by stage.
+  if (moe > 0 && load_varies_) layers = op.stage | 1 << 22;
+  if (moe > 0 && load_varies_ && op.stage >= (1 << 22)) return compute_seconds_uncached(op, microbatch_seqs);
   // The key packs layers and sequences in 24 bits each; wider values are asked directly.
   if (layers >= (1 << 24) || microbatch_seqs >= (1 << 24) || layers_of_stage(op.stage) >= (1 << 11))
     return compute_seconds_uncached(op, microbatch_seqs);
@@ -781,13 +847,16 @@ double AnalyticCostModel::recompute_seconds(const Op& op, int microbatch_seqs) c
   const int b = microbatch_seqs, l = op.tokens() / s_.parallel.cp, c = op.tok_begin;
   const int moe = moe_layers_of_stage(op.stage), dense = layers_of_stage(op.stage) - moe;
   const std::vector<KernelCost> k = recompute_kernels(b, l, c);
-  if (k.empty()) return 0.0;
+  const std::vector<KernelCost> km =
+      moe > 0 ? recompute_kernels(b, l, c, true, stage_overload_[static_cast<std::size_t>(op.stage)])
+              : std::vector<KernelCost>{};
+  if (k.empty() && km.empty()) return 0.0;
   const double lambda = s_.cluster.device.kernel_launch_s;
   double redo = 0;
   if (moe == 0) {
     redo = stream_seconds({}, times_of(*this, k), dense, {}, lambda);
   } else {
-    const std::vector<double> d = times_of(*this, k), x = times_of(*this, recompute_kernels(b, l, c, true));
+    const std::vector<double> d = times_of(*this, k), x = times_of(*this, km);
     redo = stream_seconds({{&d, dense}, {&x, moe}}, lambda);
   }
   const double fused = fused_seconds(op, microbatch_seqs, false);
@@ -810,9 +879,21 @@ double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {
   switch (s_.schedule.recompute) {
     case Recompute::None:
       break;
-    case Recompute::Selective:
-      recomputed = s_.training.flash_attention ? 0.0 : lf.attn * layers_of_stage(op.stage);  // attention alike
+    case Recompute::Selective: {
+      const bool attn = s_.schedule.recomputes(RecomputeModule::CoreAttn) && !s_.training.flash_attention;
+      recomputed = attn ? lf.attn * layers_of_stage(op.stage) : 0.0;  // attention alike
+      // The other modules' GEMMs (LayerNorms and activations are not counted, as in the forward's).
+      const auto others =
+          static_cast<std::uint8_t>(s_.schedule.recompute_modules & ~module_bit(RecomputeModule::CoreAttn));
+      auto gemm_flops = [&](bool moe_layer) {
+        double sum = 0;
+        for (const KernelCost& k : selective_recompute_kernels(b, l, c, moe_layer, others))
+          sum += k.gemm ? k.flops : 0.0;
+        return sum;
+      };
+      if (others != 0) recomputed += dense * gemm_flops(false) + (moe > 0 ? moe * gemm_flops(true) : 0.0);
       break;
+    }
     case Recompute::Full:
       recomputed = fwd;
       break;
@@ -862,7 +943,15 @@ int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
   // dispatches its own 1/t), leaving the attention's and, with shared experts, theirs.
   const int moe = moe_layers_of_stage(op.stage);
   const int per_layer = 2 * (layers_of_stage(op.stage) - moe) + (s_.model.moe_shared_ffn_hidden > 0 ? 2 : 1) * moe;
-  const int recomputed = s_.schedule.recompute == Recompute::Full ? per_layer : 0;
+  // Recomputed modules rerun their collectives: all of them with full recomputation; the dense MLPs' with mlp, the
+  // shared experts' with moe or shared_experts.
+  const ScheduleSpec& sc = s_.schedule;
+  const bool shared = s_.model.moe_shared_ffn_hidden > 0 &&
+                      (sc.recomputes(RecomputeModule::Moe) || sc.recomputes(RecomputeModule::SharedExperts));
+  const int recomputed =
+      sc.recompute == Recompute::Full
+          ? per_layer
+          : (sc.recomputes(RecomputeModule::Mlp) ? layers_of_stage(op.stage) - moe : 0) + (shared ? moe : 0);
   // + the LM head's input gradient; with async_tp_allreduce the input-gradient all-reduces (2 per layer and the
   // LM head's) run beside their wgrads and are costed there (compute_seconds), leaving the recomputed forward's.
   // With sequence parallelism the two all-gathers of the row-parallel outputs' gradients (one all-reduce's worth per

@@ -55,24 +55,36 @@ class AnalyticCostModel : public CostModel {
   }
   // The kernels of one layer's forward / backward (without recomputation), in issue order; moe: a layer with routed
   // experts (ModelSpec::moe_layer) in place of the dense MLP.
-  std::vector<KernelCost> layer_forward_kernels(int b, int l, int c, bool moe = false) const;
+  std::vector<KernelCost> layer_forward_kernels(int b, int l, int c, bool moe = false, double overload = 1) const;
   // tp_overlap: the fused backward with training.async_tp_allreduce or sequence parallelism (the column-parallel wgrads
   // carry the collective of their input gradient, core/cost/tp_overlap.h); off for a split backward (I / W), whose W
   // runs later.
-  std::vector<KernelCost> layer_backward_kernels(int b, int l, int c, bool tp_overlap = false, bool moe = false) const;
+  std::vector<KernelCost> layer_backward_kernels(int b, int l, int c, bool tp_overlap = false, bool moe = false,
+                                                 double overload = 1) const;
   // An MoE layer's router, permutation, grouped expert GEMMs, combine and shared experts (docs/moe.md), forward and
-  // backward, on one GPU; the dispatch and combine all-to-alls are collectives of the lowering.
-  std::vector<KernelCost> moe_forward_kernels(int b, int l) const;
+  // backward, on one GPU; the dispatch and combine all-to-alls are collectives of the lowering. overload: the busiest
+  // expert-parallel GPU's tokens / the balanced mean (core/cost/moe_load.h): the grouped GEMMs run its rows.
+  std::vector<KernelCost> moe_forward_kernels(int b, int l, double overload = 1) const;
   // Multi-head latent attention's projections (in place of the fused QKV GEMM), forward and backward.
   std::vector<KernelCost> mla_forward_kernels(int b, int l) const;
   std::vector<KernelCost> mla_backward_kernels(int b, int l) const;
-  std::vector<KernelCost> moe_backward_kernels(int b, int l, bool tp_overlap) const;
+  std::vector<KernelCost> moe_backward_kernels(int b, int l, bool tp_overlap, double overload = 1) const;
   // The attention core of a layer's forward (Q.K^T, softmax, dropout, P.V; or the one flash kernel).
   std::vector<KernelCost> attention_core_kernels(int b, int l, int c) const;
   // What a layer's backward recomputes first: schedule.recompute full = the whole forward, selective = the
-  // attention core (nothing with flash attention, which recomputes its scores anyway), none = nothing.
-  std::vector<KernelCost> recompute_kernels(int b, int l, int c, bool moe = false) const;
-  int moe_layers_of_stage(int stage) const;  // of layers_of_stage, those with routed experts
+  // schedule.recompute_modules' kernels (core_attn: nothing with flash attention, which recomputes its scores
+  // anyway), none = nothing.
+  std::vector<KernelCost> recompute_kernels(int b, int l, int c, bool moe = false, double overload = 1) const;
+  // Those of the recompute modules in `modules` (module_bit()s), for a dense or an MoE layer.
+  std::vector<KernelCost> selective_recompute_kernels(int b, int l, int c, bool moe, std::uint8_t modules,
+                                                      double overload = 1) const;
+  // Parts of the lists above that selective recomputation reruns on their own.
+  KernelCost norm_kernel(int b, int l) const;                                // one LayerNorm / RMSNorm on Tr rows
+  std::vector<KernelCost> dense_mlp_kernels(int b, int l) const;             // up GEMM, activation, down GEMM
+  std::vector<KernelCost> shared_expert_kernels(int b, int l) const;         // the shared experts' MLP and the sum
+  KernelCost expert_activation_kernel(int b, int l, double overload) const;  // the routed experts' activation
+  std::vector<KernelCost> mla_up_kernels(int b, int l) const;  // MLA's up projections and the rotary key copy
+  int moe_layers_of_stage(int stage) const;                    // of layers_of_stage, those with routed experts
 
  protected:
   Scenario s_;
@@ -80,6 +92,9 @@ class AnalyticCostModel : public CostModel {
   double fp8_peak_flops_ = 0;      // training.dtype fp8: the linear GEMMs' peak (dtype_peak_flops_ is bf16's then)
   std::vector<int> stage_layers_;  // per virtual stage
   std::vector<int> stage_moe_;     // per virtual stage: its MoE layers
+  // Per virtual stage: its MoE layers' mean expert overload (core/cost/moe_load.h); whether any differs from 1.
+  std::vector<double> stage_overload_;
+  bool load_varies_ = false;
   // Whether this model's kernel lists time backward ops (a profile's layer tables or kernel fits do not, and carry
   // no wgrad for training.async_tp_allreduce to hide the all-reduces behind: those stay exposed then).
   virtual bool kernels_time_backward() const { return true; }

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/cost/moe_load.h"
 #include "core/lower/cost_model.h"
 #include "core/model/placement.h"
 
@@ -10,7 +11,8 @@ namespace pipescope {
 
 int moe_alltoall_calls(const Scenario& s, const Op& op) {
   const int layers = stage_moe_layer_count(s, op.stage);
-  const int recomputed = s.schedule.recompute == Recompute::Full ? 2 * layers : 0;
+  // Recomputing the MoE layer (full, or the moe module) reruns its dispatch and combine before its backward.
+  const int recomputed = s.schedule.recomputes(RecomputeModule::Moe) ? 2 * layers : 0;
   switch (op.kind) {
     case OpKind::Forward:
       return 2 * layers;
@@ -23,11 +25,11 @@ int moe_alltoall_calls(const Scenario& s, const Op& op) {
   return 0;
 }
 
-double moe_alltoall_bytes(const Scenario& s, const Op& op, int microbatch_seqs) {
+double moe_alltoall_bytes(const Scenario& s, const Op& op, int microbatch_seqs, double overload) {
   const ParallelSpec& p = s.parallel;
   // The GPU's tokens: the op's slice of its micro-batch, / cp (context parallelism), / tp (sequence parallelism).
   const double tokens = static_cast<double>(microbatch_seqs) * op.tokens() / p.cp / p.tp;
-  return tokens * s.model.moe_top_k * s.model.hidden * s.training.act_bytes_per_elem();
+  return tokens * s.model.moe_top_k * s.model.hidden * s.training.act_bytes_per_elem() * overload;
 }
 
 namespace {
@@ -65,6 +67,9 @@ void add_alltoalls(LoweredSchedule& out, const Scenario& s) {
               out.groups,
               s.training.moe_dispatcher == "deepep" ? s.model.moe_experts : 0,
               s.model.moe_top_k};
+  // Uneven expert loads: the busiest GPU of the group receives (and sends back) `overload` times the mean.
+  std::vector<double> overload;
+  for (int g = 0; g < s.parallel.pp * s.parallel.v; g++) overload.push_back(stage_expert_load(s, g).time);
   for (std::size_t w = 0; w < out.per_worker.size(); w++) {
     const std::vector<LoweredOp>& prog = out.per_worker[w];
     std::vector<LoweredOp> next;
@@ -75,8 +80,9 @@ void add_alltoalls(LoweredSchedule& out, const Scenario& s) {
       const int calls = moe_alltoall_calls(s, l.op);
       if (calls == 0) continue;
       const int b = out.schedule.microbatches.at(static_cast<std::size_t>(l.op.microbatch)).seq_count;
-      LoweredOp x = collective_op(LOpKind::AllToAll, CollTag::ExpertParallel, eg.get(static_cast<int>(w)),
-                                  moe_alltoall_bytes(s, l.op, b), l.op);
+      LoweredOp x =
+          collective_op(LOpKind::AllToAll, CollTag::ExpertParallel, eg.get(static_cast<int>(w)),
+                        moe_alltoall_bytes(s, l.op, b, overload.at(static_cast<std::size_t>(l.op.stage))), l.op);
       x.count = calls;
       next.push_back(x);
     }

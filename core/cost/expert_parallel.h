@@ -15,10 +15,11 @@
 
 namespace pipescope {
 
-// All-to-all calls of one compute op (2 per MoE layer of its stage forward, 2 backward + 2 with full
-// recomputation; none for W) and the bytes of one call on one GPU.
+// All-to-all calls of one compute op (2 per MoE layer of its stage forward, 2 backward + 2 when the MoE layer is
+// recomputed: full, or the moe module; none for W) and the bytes of one call on one GPU, those of the group's busiest
+// receiver with an overload (core/cost/moe_load.h).
 int moe_alltoall_calls(const Scenario& s, const Op& op);
-double moe_alltoall_bytes(const Scenario& s, const Op& op, int microbatch_seqs);
+double moe_alltoall_bytes(const Scenario& s, const Op& op, int microbatch_seqs, double overload = 1);
 
 // Lowering pass: after every compute op with MoE layers, its all-to-alls as one AllToAll op (tag ExpertParallel,
 // count = calls) on the worker's expert-parallel group: one member worker when ep divides its tp * cp GPUs, else

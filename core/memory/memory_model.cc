@@ -63,6 +63,7 @@
 #include <tuple>
 
 #include "core/cost/fp8.h"
+#include "core/cost/moe_load.h"
 #include "core/memory/caching_allocator.h"
 #include "core/model/model_shape.h"
 #include "core/model/placement.h"
@@ -95,7 +96,9 @@ void check_layer_args(const char* what, int b, int tokens, int context) {
 double layer_score_bytes(const Scenario& s, int b, int tokens, int context) {
   check_layer_args("layer_score_bytes", b, tokens, context);
   // Flash attention never materialises the scores; selective recomputation drops them after the forward.
-  if (s.training.flash_attention || s.schedule.recompute == Recompute::Selective) return 0.0;
+  if (s.training.flash_attention ||
+      (s.schedule.recompute == Recompute::Selective && s.schedule.recomputes(RecomputeModule::CoreAttn)))
+    return 0.0;
   const double a = s.model.heads, t = s.parallel.tp;
   const double bl = static_cast<double>(b) * tokens;
   return 5.0 * a * bl * (static_cast<double>(context) + tokens) / t * s.training.act_bytes_per_elem() / 2.0;
@@ -106,14 +109,15 @@ namespace {
 // at b x tokens rows, then the three score tensors unless flash or selective recomputation drops them; kv_in_cache
 // leaves out K and V (a token-sliced schedule without flash keeps them in its cache).
 void layer_tensor_bytes(const Scenario& s, const std::vector<ActivationTensor>& widths, int b, int tokens, int context,
-                        bool kv_in_cache, std::vector<double>& out) {
+                        bool kv_in_cache, std::vector<double>& out, double expert_load = 1) {
   const double t = s.parallel.tp;
   const double r = s.parallel.sequence_parallel ? t : 1.0;
   const double bl = static_cast<double>(b) * tokens;
   const double scale = s.training.act_bytes_per_elem() / 2.0;
   out.clear();
   for (const ActivationTensor& x : widths)
-    if (!(kv_in_cache && x.kv)) out.push_back(bl * x.width / (x.split ? t : r) * scale);
+    if (!(kv_in_cache && x.kv))
+      out.push_back(bl * x.width / (x.split ? t : r) * scale * (x.routed ? expert_load : 1.0));
   // The scores: softmax output (2 B), dropout mask (1 B) and dropout output (2 B) per score at 2-byte activations.
   const double scores = layer_score_bytes(s, b, tokens, context);
   if (scores > 0)
@@ -124,7 +128,8 @@ void layer_tensor_bytes(const Scenario& s, const std::vector<ActivationTensor>& 
 double layer_activation_bytes(const Scenario& s, int b, int tokens, int context) {
   check_layer_args("layer_activation_bytes", b, tokens, context);
   std::vector<double> tensors;
-  layer_tensor_bytes(s, layer_activation_tensors(s.model), b, tokens, context, false, tensors);
+  layer_tensor_bytes(s, stored_activation_tensors(layer_activation_tensors(s.model), s.schedule), b, tokens, context,
+                     false, tensors);
   double sum = 0;
   for (double x : tensors) sum += x;
   return sum;
@@ -210,10 +215,18 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
   const int last_stage = par.pp * par.v - 1;
   const bool recompute = s.schedule.recompute == Recompute::Full;
   const bool flash = s.training.flash_attention;
-  const std::vector<ActivationTensor> widths = layer_activation_tensors(m);
-  const std::vector<ActivationTensor> moe_widths = moe_layer_activation_tensors(m);
+  // What a layer stores, and with selective recomputation what its backward materialises again first.
+  const std::vector<ActivationTensor> widths = stored_activation_tensors(layer_activation_tensors(m), s.schedule);
+  const std::vector<ActivationTensor> moe_widths =
+      stored_activation_tensors(moe_layer_activation_tensors(m), s.schedule);
+  const std::vector<ActivationTensor> rerun = recomputed_activation_tensors(layer_activation_tensors(m), s.schedule);
+  const std::vector<ActivationTensor> moe_rerun =
+      recomputed_activation_tensors(moe_layer_activation_tensors(m), s.schedule);
   std::vector<int> stage_moe;  // per virtual stage: its MoE layers (stored after its dense ones: the sums are alike)
   for (int g = 0; g < par.pp * par.v; g++) stage_moe.push_back(stage_moe_layer_count(s, g));
+  // Per virtual stage: the routed copies the busiest GPU holds over its MoE layers / the balanced mean.
+  std::vector<double> expert_memory;
+  for (int g = 0; g < par.pp * par.v; g++) expert_memory.push_back(stage_expert_load(s, g).memory);
   // The distributed optimizer shards the routed experts' state over their expert-data-parallel group.
   const double expert_shards = s.training.distributed_optimizer ? 1.0 * par.tp * par.cp * par.dp / par.ep : 1.0;
 
@@ -286,7 +299,8 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
           moe_tensors = tensors;
         } else {
           layer_tensor_bytes(s, widths, b, l / par.cp, c, kv_in_cache, tensors);
-          if (moe_layers > 0) layer_tensor_bytes(s, moe_widths, b, l / par.cp, c, kv_in_cache, moe_tensors);
+          if (moe_layers > 0)
+            layer_tensor_bytes(s, moe_widths, b, l / par.cp, c, kv_in_cache, moe_tensors, expert_memory[op.stage]);
         }
         if (!sliced || recompute) {
           ledger.add_layers(g, tensors, layers - moe_layers);
@@ -325,7 +339,12 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
           fail("rank " + std::to_string(r) + ": backward " + op_text(op) + " comes before its forward");
         Group transient;
         if (recompute) {  // the largest layer of the stage
-          layer_tensor_bytes(s, moe_layers > 0 ? moe_widths : widths, b, l / par.cp, c, false, tensors);
+          layer_tensor_bytes(s, moe_layers > 0 ? moe_widths : widths, b, l / par.cp, c, false, tensors,
+                             moe_layers > 0 ? expert_memory[op.stage] : 1.0);
+          ledger.add_layers(transient, tensors, 1);
+        } else if (!rerun.empty() || !moe_rerun.empty()) {  // selective: one layer's recomputed modules
+          layer_tensor_bytes(s, moe_layers > 0 ? moe_rerun : rerun, b, l / par.cp, c, false, tensors,
+                             moe_layers > 0 ? expert_memory[op.stage] : 1.0);
           ledger.add_layers(transient, tensors, 1);
         }
         // Seq1F1B's flash backward of one layer writes a new dK/dV over the prefix (c + l keys) while the later

@@ -90,6 +90,26 @@ const char* to_string(Recompute r) {
   return "?";
 }
 
+const char* to_string(RecomputeModule m) {
+  switch (m) {
+    case RecomputeModule::CoreAttn:
+      return "core_attn";
+    case RecomputeModule::LayerNorm:
+      return "layernorm";
+    case RecomputeModule::Mlp:
+      return "mlp";
+    case RecomputeModule::MoeAct:
+      return "moe_act";
+    case RecomputeModule::Moe:
+      return "moe";
+    case RecomputeModule::SharedExperts:
+      return "shared_experts";
+    case RecomputeModule::MlaUpProj:
+      return "mla_up_proj";
+  }
+  return "?";
+}
+
 }  // namespace pipescope
 
 namespace pipescope {

@@ -178,12 +178,24 @@ enum class ScheduleKind : std::uint8_t {
 // and reruns its whole forward before its backward.
 enum class Recompute : std::uint8_t { None, Selective, Full };
 
+// What selective recomputation reruns, as Megatron-Core's --recompute-modules names it (docs/memory.md): a module's
+// outputs are not stored after the forward and backward runs it again from its stored inputs. core_attn is the
+// default (the attention core, the Korthikanti et al. selective recomputation); moe is the whole MoE layer, its two
+// all-to-alls included.
+enum class RecomputeModule : std::uint8_t { CoreAttn, LayerNorm, Mlp, MoeAct, Moe, SharedExperts, MlaUpProj };
+constexpr std::uint8_t module_bit(RecomputeModule m) { return static_cast<std::uint8_t>(1u << static_cast<int>(m)); }
+
 struct ScheduleSpec {
   ScheduleKind kind = ScheduleKind::OneFOneB;
   int seq_slices = 1;               // k: token slices / sequence segments per micro-batch (uniform unless given)
   std::vector<int> slice_tokens;    // explicit slice lengths (sum = seq_len); empty = uniform / planned
   std::string slicing = "uniform";  // uniform | dp (TeraPipe planner) | cwp (Seq1F1B equal-FLOPs) | explicit
   Recompute recompute = Recompute::None;
+  std::uint8_t recompute_modules = module_bit(RecomputeModule::CoreAttn);  // with selective: module_bit()s
+  // Whether backward reruns module m (selective recomputation of it; full recomputation reruns everything).
+  bool recomputes(RecomputeModule m) const {
+    return recompute == Recompute::Full || (recompute == Recompute::Selective && (recompute_modules & module_bit(m)));
+  }
   bool scatter_gather = true;  // Megatron scatter/gather of cross-node p2p (tp > 1)
   // kind file: the CSV (PyTorch pipelining's format), relative paths resolved against the scenario's directory
   // when it is loaded, and where the file puts the virtual stages (read from the file then).
@@ -238,6 +250,22 @@ struct TrainingSpec {
   // crosses the network to its expert's GPU) or "deepep" (DeepEP's dispatch: a token goes once to each node that
   // holds one of its experts, then over NVLink to the experts' GPUs; the combine sums a node's outputs first).
   std::string moe_dispatcher = "alltoall";
+  // Which tokens each expert receives (docs/moe.md, "Load imbalance"): "balanced" (every expert the mean:
+  // Megatron's --moe-router-force-load-balancing) or "trained" (a trained router's preference: per MoE layer, the
+  // experts' shares of the tokens drawn lognormal with coefficient of variation moe_expert_load_cv, seeded by
+  // moe_routing_seed and the layer).
+  std::string moe_routing = "balanced";
+  // 0.22: lognormal shares whose expected largest share among 64 experts is 1.62x the mean, the middle of the
+  // maximal violations of global balance (0.52 and 0.72) that Wang et al. 2024 (auxiliary-loss-free balancing,
+  // arXiv 2408.15664, Table 2) measure for routers balanced by an auxiliary loss.
+  static constexpr double kTrainedRouterLoadCv = 0.22;
+  double moe_expert_load_cv = kTrainedRouterLoadCv;
+  int moe_routing_seed = 1;
+  // Megatron's --moe-expert-capacity-factor: an expert takes at most this many times the mean tokens, the rest
+  // are dropped (0: dropless); with moe_pad_to_capacity (--moe-pad-expert-input-to-capacity) every expert's input
+  // is padded to its capacity, so the time is the capacity's whatever the routing.
+  double moe_capacity_factor = 0;
+  bool moe_pad_to_capacity = false;
   // How a weight-gradient GEMM adds into the gradient accumulated over micro-batches and slices: "fused" (cuBLAS
   // beta = 1, Megatron-LM's gradient accumulation fusion: reads and writes the gradient) or "autograd" (PyTorch's
   // AccumulateGrad, as TeraPipe's code: the GEMM writes a new tensor, then grad += new).
@@ -279,6 +307,7 @@ const char* to_string(FfnKind f);
 const char* to_string(NormKind n);
 const char* to_string(PositionKind p);
 const char* to_string(Recompute r);
+const char* to_string(RecomputeModule m);
 const char* to_string(IntraNodeFabric f);
 const char* to_string(InterNodeTopology t);
 

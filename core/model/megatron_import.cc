@@ -100,10 +100,28 @@ const std::map<std::string, std::string> kUnsupported = {
     {"--recompute-method", "partial recomputation (recompute is all layers or none)"},
     {"--recompute-num-layers", "partial recomputation"},
     {"--expert-tensor-parallel-size", "expert tensor parallelism (an expert is never split)"},
-    {"--moe-expert-capacity-factor", "expert capacity and token dropping (every token reaches its experts)"},
-    {"--moe-pad-expert-input-to-capacity", "expert capacity padding"},
     {"--mtp-num-layers", "multi-token prediction layers"},
     {"--overlap-moe-expert-parallel-comm", "the all-to-all overlapped in the schedule"}};
+
+// --recompute-modules (Megatron-Core: selective recomputation only; core_attn when not given) as
+// schedule.recompute_modules.
+std::string recompute_modules(std::map<std::string, std::string>& values, const std::string& recompute) {
+  if (!values.count("--recompute-modules")) return "";
+  if (recompute != "selective")
+    throw std::invalid_argument("--recompute-modules needs --recompute-granularity selective (got " + recompute + ")");
+  static const std::set<std::string> known = {"core_attn", "moe_act",        "layernorm", "mla_up_proj",
+                                              "mlp",       "shared_experts", "moe"};
+  std::istringstream in(values["--recompute-modules"]);
+  std::string out, m;
+  while (in >> m) {
+    if (!known.count(m))
+      throw std::invalid_argument(
+          "--recompute-modules: '" + m +
+          "' is not one of core_attn, moe_act, layernorm, mla_up_proj, mlp, shared_experts, moe");
+    out += (out.empty() ? "" : ", ") + m;
+  }
+  return ", recompute_modules: [" + out + "]";
+}
 
 bool takes_value(const std::string& flag) {
   static const std::set<std::string> with_value = {"--num-layers",
@@ -282,9 +300,22 @@ MoeArgs moe_args(std::map<std::string, std::string>& values, int layers) {
   if (kind != "alltoall" && kind != "allgather" && kind != "flex")
     throw std::invalid_argument("--moe-token-dispatcher-type: '" + kind + "' is not alltoall, allgather or flex");
   if (kind == "allgather") a.not_modelled.push_back("--moe-token-dispatcher-type allgather: priced as the all-to-all");
-  if (!values.count("--moe-router-force-load-balancing"))
-    a.not_modelled.push_back("a trained router's load imbalance (every expert gets the mean load)");
-  a.training = std::string(", moe_dispatcher: ") + (values.count("--moe-enable-deepep") ? "deepep" : "alltoall");
+  std::ostringstream t;
+  t << ", moe_dispatcher: " << (values.count("--moe-enable-deepep") ? "deepep" : "alltoall");
+  // Without forced balance the router is a trained one: its load imbalance (docs/moe.md, "Load imbalance").
+  t << ", moe_routing: " << (values.count("--moe-router-force-load-balancing") ? "balanced" : "trained");
+  if (values.count("--moe-expert-capacity-factor")) {
+    const std::string c = values["--moe-expert-capacity-factor"];
+    char* end = nullptr;
+    const double x = std::strtod(c.c_str(), &end);
+    if (c.empty() || *end != '\0' || !(x > 0) || x > 1000)
+      throw std::invalid_argument("--moe-expert-capacity-factor: '" + c + "' is not a number in (0, 1000]");
+    t << ", moe_capacity_factor: " << c;
+    if (values.count("--moe-pad-expert-input-to-capacity")) t << ", moe_pad_to_capacity: true";
+  } else if (values.count("--moe-pad-expert-input-to-capacity")) {
+    throw std::invalid_argument("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
+  }
+  a.training = t.str();
   return a;
 }
 
@@ -303,6 +334,14 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
     }
     if (flag.rfind("--", 0) != 0) {
       out.unknown.push_back(flag);  // a stray positional word
+      continue;
+    }
+    // argparse's nargs='*' / '+' flags: every following word up to the next flag, joined by spaces.
+    static const std::set<std::string> list_valued = {"--recompute-modules"};
+    if (list_valued.count(flag)) {
+      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) value += (value.empty() ? "" : " ") + args[++i];
+      if (value.empty()) throw std::invalid_argument(flag + ": missing value");
+      values[flag] = value;
       continue;
     }
     const bool known_value = takes_value(flag);
@@ -336,6 +375,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
                                                    "--accumulate-allreduce-grads-in-fp32",
                                                    "--moe-enable-deepep",
                                                    "--moe-router-force-load-balancing",
+                                                   "--moe-pad-expert-input-to-capacity",
                                                    "--multi-latent-attention"};  // the model's assumption
     if (!known_value && !switches.count(flag)) {
       // Unknown: take the next word as its value when it is not a flag, so that it is not misread as one.
@@ -428,6 +468,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
       throw std::invalid_argument("--recompute-granularity: '" + g + "' is not full or selective");
     recompute = g;
   }
+  const std::string modules = recompute_modules(values, recompute);
   const bool gqa = values.count("--group-query-attention") != 0;
   const int groups = gqa ? get("--num-query-groups", 1) : heads;
   std::string norm = "layernorm";
@@ -484,7 +525,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   }
   y << "}\n";
   y << "schedule: {kind: " << to_string(v > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB)
-    << ", recompute: " << recompute
+    << ", recompute: " << recompute << modules
     << ", scatter_gather: " << (values.count("--no-scatter-gather-tensors-in-pipeline") ? "false" : "true") << "}\n";
   // Context parallelism and multi-head latent attention run Transformer Engine's fused attention, whatever
   // --use-flash-attn says.

@@ -1,5 +1,6 @@
 #include "core/model/model_shape.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -247,39 +248,48 @@ namespace {
 
 // Up to and including the second norm's input: what dense and MoE layers both save.
 std::vector<ActivationTensor> attention_activation_tensors(const LayerDims& d) {
+  const std::uint8_t norm = module_bit(RecomputeModule::LayerNorm), up = module_bit(RecomputeModule::MlaUpProj);
   if (d.mla)
     return {
         {2.0 * d.h, false, false},                   // first LayerNorm input
-        {2.0 * d.h, false, false},                   // the down projections' input (the LayerNorm output)
+        {2.0 * d.h, false, false, norm},             // the down projections' input (the LayerNorm output)
         {2.0 * d.q_lora, false, false},              // Q latent (its norm's input; none without q_lora)
         {2.0 * d.q_lora, false, false},              // normed Q latent (the Q up projection's input)
         {2.0 * (d.kv_lora + d.rope), false, false},  // K/V latent and rotary key
         {2.0 * d.kv_lora, false, false},             // normed K/V latent (the up projection's input)
-        {2.0 * d.q, true, false},                    // Q
-        {2.0 * d.q, true, true},                     // K (the rotary key broadcast to every head)
-        {2.0 * d.o, true, true},                     // V
+        {2.0 * d.q, true, false, up},                // Q
+        {2.0 * d.q, true, true, up},                 // K (the rotary key broadcast to every head)
+        {2.0 * d.o, true, true, up},                 // V
         {2.0 * d.o, true, false},                    // output projection input (the attention output)
         {1.0 * d.h, false, false},                   // residual dropout mask
         {2.0 * d.h, false, false},                   // second LayerNorm input
     };
   return {
-      {2.0 * d.h, false, false},  // first LayerNorm input
-      {2.0 * d.h, false, false},  // QKV GEMM input (the LayerNorm output)
-      {2.0 * d.q, true, false},   // Q
-      {2.0 * d.kv, true, true},   // K
-      {2.0 * d.kv, true, true},   // V
-      {2.0 * d.q, true, false},   // output projection input (the attention output)
-      {1.0 * d.h, false, false},  // residual dropout mask
-      {2.0 * d.h, false, false},  // second LayerNorm input
+      {2.0 * d.h, false, false},        // first LayerNorm input
+      {2.0 * d.h, false, false, norm},  // QKV GEMM input (the LayerNorm output)
+      {2.0 * d.q, true, false},         // Q
+      {2.0 * d.kv, true, true},         // K
+      {2.0 * d.kv, true, true},         // V
+      {2.0 * d.q, true, false},         // output projection input (the attention output)
+      {1.0 * d.h, false, false},        // residual dropout mask
+      {2.0 * d.h, false, false},        // second LayerNorm input
   };
 }
 
 // An MLP of inner size f on `rows` token copies per token (1 for a dense MLP; k for the routed experts, whose
-// copies each GPU holds for its 1/t of the tokens: split): its input, the up GEMM's output, the down GEMM's input.
-void add_mlp_tensors(std::vector<ActivationTensor>& x, FfnKind kind, double h, double f, double rows, bool split_in) {
-  x.push_back({2.0 * h * rows, split_in, false});              // fc1 input
-  x.push_back({2.0 * up_width(kind, f) * rows, true, false});  // fc1 output (GeLU / SwiGLU input)
-  x.push_back({2.0 * f * rows, true, false});                  // fc2 input
+// copies each GPU holds for its 1/t of the tokens: split): its input (unless `with_input` is false: the shared
+// experts read the router's input tensor), the up GEMM's output, the down GEMM's input; `mlp` and `act` are the
+// recompute modules that drop the up output (the MLP's) and the down input (the MLP's or its activation's).
+struct MlpTensors {
+  double rows = 1;
+  bool split_in = false, with_input = true;
+  std::uint8_t input = 0, mlp = 0, act = 0;
+  bool routed = false;
+};
+void add_mlp_tensors(std::vector<ActivationTensor>& x, FfnKind kind, double h, double f, const MlpTensors& t) {
+  if (t.with_input) x.push_back({2.0 * h * t.rows, t.split_in, false, t.input, t.routed});  // fc1 input
+  x.push_back({2.0 * up_width(kind, f) * t.rows, true, false, t.mlp, t.routed});  // fc1 output (activation input)
+  x.push_back({2.0 * f * t.rows, true, false, static_cast<std::uint8_t>(t.mlp | t.act), t.routed});  // fc2 input
 }
 
 }  // namespace
@@ -287,7 +297,8 @@ void add_mlp_tensors(std::vector<ActivationTensor>& x, FfnKind kind, double h, d
 std::vector<ActivationTensor> layer_activation_tensors(const ModelSpec& m) {
   const LayerDims d = layer_dims(m);
   std::vector<ActivationTensor> x = attention_activation_tensors(d);
-  add_mlp_tensors(x, m.ffn, d.h, d.f, 1, false);
+  const std::uint8_t mlp = module_bit(RecomputeModule::Mlp);
+  add_mlp_tensors(x, m.ffn, d.h, d.f, {1, false, true, module_bit(RecomputeModule::LayerNorm), mlp, 0});
   x.push_back({1.0 * d.h, false, false});  // residual dropout mask
   return x;
 }
@@ -295,16 +306,34 @@ std::vector<ActivationTensor> layer_activation_tensors(const ModelSpec& m) {
 std::vector<ActivationTensor> moe_layer_activation_tensors(const ModelSpec& m) {
   const LayerDims d = layer_dims(m);
   const MoeDims e = moe_dims(m);
+  const std::uint8_t moe = module_bit(RecomputeModule::Moe), act = module_bit(RecomputeModule::MoeAct);
+  const std::uint8_t shared = moe | module_bit(RecomputeModule::SharedExperts);
   std::vector<ActivationTensor> x = attention_activation_tensors(d);
-  x.push_back({2.0 * d.h, false, false});        // router input (the LayerNorm output)
-  x.push_back({4.0 * e.experts, false, false});  // router probabilities (fp32)
-  x.push_back({8.0 * e.top_k, false, false});    // routing map: expert indices of each token's copies
+  x.push_back({2.0 * d.h, false, false, module_bit(RecomputeModule::LayerNorm)});  // router input (the norm output)
+  x.push_back({4.0 * e.experts, false, false, moe});                               // router probabilities (fp32)
+  x.push_back({8.0 * e.top_k, false, false, moe});  // routing map: expert indices of each token's copies
   // The routed experts see the tokens' k copies after the dispatch; with sequence parallelism each GPU of a TP
   // group dispatches its 1/t of the tokens (Megatron requires it for MoE with tp > 1), hence split.
-  add_mlp_tensors(x, m.ffn, d.h, e.f, e.top_k, true);
-  x.push_back({2.0 * d.h * e.top_k, true, false});  // expert outputs before the combine (unpermute input)
-  if (e.shared_f > 0) add_mlp_tensors(x, m.ffn, d.h, e.shared_f, 1, false);
+  add_mlp_tensors(x, m.ffn, d.h, e.f, {e.top_k, true, true, moe, moe, act, true});
+  x.push_back({2.0 * d.h * e.top_k, true, false, moe, true});  // expert outputs before the combine (unpermute input)
+  if (e.shared_f > 0) add_mlp_tensors(x, m.ffn, d.h, e.shared_f, {1, false, false, 0, shared, 0});
   x.push_back({1.0 * d.h, false, false});  // residual dropout mask
+  return x;
+}
+
+std::vector<ActivationTensor> stored_activation_tensors(std::vector<ActivationTensor> x, const ScheduleSpec& sc) {
+  if (sc.recompute != Recompute::Selective) return x;
+  x.erase(std::remove_if(x.begin(), x.end(),
+                         [&](const ActivationTensor& t) { return t.dropped_by & sc.recompute_modules; }),
+          x.end());
+  return x;
+}
+
+std::vector<ActivationTensor> recomputed_activation_tensors(std::vector<ActivationTensor> x, const ScheduleSpec& sc) {
+  if (sc.recompute != Recompute::Selective) return {};
+  x.erase(std::remove_if(x.begin(), x.end(),
+                         [&](const ActivationTensor& t) { return !(t.dropped_by & sc.recompute_modules); }),
+          x.end());
   return x;
 }
 

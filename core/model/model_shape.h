@@ -93,12 +93,18 @@ double active_parameter_count(const ModelSpec& m);
 struct ActivationTensor {
   double width = 0;
   bool split = false;
-  bool kv = false;  // K or V (a token-sliced schedule without flash keeps them in its K/V cache instead)
+  bool kv = false;              // K or V (a token-sliced schedule without flash keeps them in its K/V cache instead)
+  std::uint8_t dropped_by = 0;  // the module_bit()s of the recompute modules that rerun its producer
+  bool routed = false;          // held per routed copy on the GPU of its expert (scaled by the expert load)
 };
 std::vector<ActivationTensor> layer_activation_tensors(const ModelSpec& m);
 // An MoE layer's: the attention part as above, then the router's input and probabilities, the routing map, the
 // routed experts' tensors for the k copies of each token this GPU dispatches, the expert outputs before the
 // combine, and the shared experts' MLP tensors (docs/moe.md).
 std::vector<ActivationTensor> moe_layer_activation_tensors(const ModelSpec& m);
+// The tensors a layer stores under the schedule's selective recomputation: those no recomputed module drops.
+std::vector<ActivationTensor> stored_activation_tensors(std::vector<ActivationTensor> x, const ScheduleSpec& sc);
+// The others: what backward recomputes (one layer at a time) before it runs.
+std::vector<ActivationTensor> recomputed_activation_tensors(std::vector<ActivationTensor> x, const ScheduleSpec& sc);
 
 }  // namespace pipescope

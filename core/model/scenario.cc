@@ -275,6 +275,33 @@ class Section {
     fail(key, unknown_value_message("value", n->Scalar(), names));
   }
 
+  // A list of enum spellings (each at most once); entry errors name key[i] at the entry's own position.
+  template <typename E>
+  bool get_enum_list(const std::string& key, const std::vector<std::pair<std::string, E>>& values,
+                     std::vector<E>& out) const {
+    const YAML::Node* n = find(key);
+    if (!n) return false;
+    std::vector<std::string> names;
+    for (const auto& v : values) names.push_back(v.first);
+    if (!n->IsSequence()) fail(key, "expected a list of " + join(names) + ", got " + describe(*n));
+    out.clear();
+    for (std::size_t i = 0; i < n->size(); i++) {
+      const YAML::Node e = (*n)[i];
+      const std::string at = child(key) + "[" + std::to_string(i) + "]";
+      const YAML::Mark mark = e.IsNull() ? entries_.at(key).mark : e.Mark();
+      const auto hit = std::find_if(values.begin(), values.end(),
+                                    [&](const auto& v) { return e.IsScalar() && e.Scalar() == v.first; });
+      if (hit == values.end())
+        fail_at(source_, mark, at,
+                e.IsScalar() ? unknown_value_message("value", e.Scalar(), names)
+                             : "expected one of " + join(names) + ", got " + describe(e));
+      if (std::find(out.begin(), out.end(), hit->second) != out.end())
+        fail_at(source_, mark, at, "'" + hit->first + "' is listed twice");
+      out.push_back(hit->second);
+    }
+    return true;
+  }
+
   // A list of positive integers; entry errors name key[i] at the entry's own position.
   bool get(const std::string& key, std::vector<int>& out) const {
     const YAML::Node* n = find(key);
@@ -368,6 +395,13 @@ const std::vector<std::pair<std::string, Recompute>>& recompute_modes() {
   static const auto t = enum_table({Recompute::None, Recompute::Selective, Recompute::Full});
   return t;
 }
+
+const std::vector<std::pair<std::string, RecomputeModule>>& recompute_module_names() {
+  static const auto t =
+      enum_table({RecomputeModule::CoreAttn, RecomputeModule::LayerNorm, RecomputeModule::Mlp, RecomputeModule::MoeAct,
+                  RecomputeModule::Moe, RecomputeModule::SharedExperts, RecomputeModule::MlaUpProj});
+  return t;
+}
 const std::vector<std::pair<std::string, InterNodeTopology>>& topologies() {
   static const auto t = enum_table({InterNodeTopology::Star, InterNodeTopology::FatTree, InterNodeTopology::Rail});
   return t;
@@ -392,6 +426,10 @@ const auto& collective_models() {
 }
 const auto& moe_dispatchers() {
   static const auto t = string_table({"alltoall", "deepep"});
+  return t;
+}
+const auto& moe_routings() {
+  static const auto t = string_table({"balanced", "trained"});
   return t;
 }
 const auto& wgrad_accumulations() {
@@ -654,7 +692,8 @@ class Validator {
   void check_context_parallel() const;  // parallel.cp (core/cost/context_parallel.h)
   void check_moe() const;               // model.num_experts and the MoE keys, parallel.ep (docs/moe.md)
   void check_expert_parallel() const;
-  void check_latent_attention() const;  // model.kv_lora_rank and the other MLA keys
+  void check_latent_attention() const;   // model.kv_lora_rank and the other MLA keys
+  void check_recompute_modules() const;  // schedule.recompute_modules against the model
   const Scenario& s_;
   const Marks* marks_;
 };
@@ -752,17 +791,32 @@ void Validator::check_ranges() const {
 // The MoE keys belong to an MoE model (num_experts > 0), and describe one.
 void Validator::check_moe() const {
   const ModelSpec& m = s_.model;
+  const TrainingSpec& t = s_.training;
+  const TrainingSpec plain;
   if (!m.moe()) {
     for (const auto& [key, set] : {std::pair<const char*, bool>{"model.moe_top_k", m.moe_top_k != 0},
                                    {"model.moe_ffn_hidden", m.moe_ffn_hidden != 0},
                                    {"model.moe_shared_ffn_hidden", m.moe_shared_ffn_hidden != 0},
                                    {"model.moe_dense_layers", m.moe_dense_layers != 0},
-                                   {"model.moe_layer_freq", m.moe_layer_freq != 1}})
+                                   {"model.moe_layer_freq", m.moe_layer_freq != 1},
+                                   {"training.moe_routing", t.moe_routing != plain.moe_routing},
+                                   {"training.moe_expert_load_cv", t.moe_expert_load_cv != plain.moe_expert_load_cv},
+                                   {"training.moe_routing_seed", t.moe_routing_seed != plain.moe_routing_seed},
+                                   {"training.moe_capacity_factor", t.moe_capacity_factor != plain.moe_capacity_factor},
+                                   {"training.moe_pad_to_capacity", t.moe_pad_to_capacity}})
       if (set)
         fail({key, "model.num_experts"},
              "is a mixture-of-experts key, but the model has no experts (set model.num_experts)");
     return;
   }
+  if (t.moe_routing == "balanced")
+    for (const auto& [key, set] :
+         {std::pair<const char*, bool>{"training.moe_expert_load_cv", t.moe_expert_load_cv != plain.moe_expert_load_cv},
+          {"training.moe_routing_seed", t.moe_routing_seed != plain.moe_routing_seed}})
+      if (set) fail({key, "training.moe_routing"}, "describes a trained router: set training.moe_routing: trained");
+  if (t.moe_pad_to_capacity && !(t.moe_capacity_factor > 0))
+    fail({"training.moe_pad_to_capacity", "training.moe_capacity_factor"},
+         "pads each expert's input to its capacity: give training.moe_capacity_factor");
   const std::string E = std::to_string(m.moe_experts);
   if (m.moe_top_k < 1 || m.moe_top_k > m.moe_experts)
     fail({"model.moe_top_k", "model.num_experts"}, "each token goes to moe_top_k of the num_experts = " + E +
@@ -785,6 +839,26 @@ void Validator::check_moe() const {
   if (!s_.sim.profile.empty())
     fail({"model.num_experts", "sim.profile", "calibration"},
          "a calibration profile times dense layers; a mixture-of-experts model needs the analytic model");
+}
+
+// A module to recompute must exist in the model: MoE parts need experts, shared_experts shared ones, mla_up_proj
+// latent attention, mlp a dense layer.
+void Validator::check_recompute_modules() const {
+  const ModelSpec& m = s_.model;
+  const ScheduleSpec& sc = s_.schedule;
+  if (sc.recompute != Recompute::Selective) return;
+  int dense_layers = 0;
+  for (int i = 0; i < m.layers; i++) dense_layers += m.moe_layer(i) ? 0 : 1;
+  const std::pair<RecomputeModule, std::pair<bool, const char*>> needs[] = {
+      {RecomputeModule::MoeAct, {m.moe(), "the model has no experts (model.num_experts)"}},
+      {RecomputeModule::Moe, {m.moe(), "the model has no experts (model.num_experts)"}},
+      {RecomputeModule::SharedExperts, {m.moe_shared_ffn_hidden > 0, "the model has no shared experts"}},
+      {RecomputeModule::MlaUpProj, {m.mla(), "the model has no latent attention (model.kv_lora_rank)"}},
+      {RecomputeModule::Mlp, {dense_layers > 0, "every layer of the model is an MoE layer"}},
+  };
+  for (const auto& [mod, need] : needs)
+    if ((sc.recompute_modules & module_bit(mod)) && !need.first)
+      fail({"schedule.recompute_modules"}, std::string("lists ") + to_string(mod) + ", but " + need.second);
 }
 
 // Multi-head latent attention: all its sizes or none, no grouped-query attention, the fused attention kernels.
@@ -1088,6 +1162,7 @@ void Validator::run() const {
   check_moe();
   check_expert_parallel();
   check_latent_attention();
+  check_recompute_modules();
   // TeraPipe's layout keeps each tensor-parallel group inside one node.
   if (s_.sim.placement == "terapipe" && c.gpus_per_node % p.tp != 0)
     fail({"sim.placement", "parallel.tp"},
@@ -1226,8 +1301,8 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   par.get("stage_layers", s.parallel.stage_layers);
   par.get("ep", s.parallel.ep);
 
-  const Section sch =
-      root.sub("schedule", {"kind", "seq_slices", "slice_tokens", "slicing", "recompute", "scatter_gather", "file"});
+  const Section sch = root.sub("schedule", {"kind", "seq_slices", "slice_tokens", "slicing", "recompute",
+                                            "recompute_modules", "scatter_gather", "file"});
   sch.get_enum("kind", schedule_kinds(), s.schedule.kind);
   const bool slices_given = sch.get("seq_slices", s.schedule.seq_slices);
   sch.get("slice_tokens", s.schedule.slice_tokens);
@@ -1247,6 +1322,15 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
     } else if (!sch.get_enum("recompute", recompute_modes(), s.schedule.recompute))
       sch.fail("recompute", "missing");
   }
+  if (std::vector<RecomputeModule> mods; sch.get_enum_list("recompute_modules", recompute_module_names(), mods)) {
+    if (s.schedule.recompute != Recompute::Selective)
+      sch.fail("recompute_modules",
+               std::string("lists what selective recomputation reruns, but schedule.recompute is ") +
+                   to_string(s.schedule.recompute) + " (write recompute: selective)");
+    if (mods.empty()) sch.fail("recompute_modules", "lists no module (leave the key out for core_attn alone)");
+    s.schedule.recompute_modules = 0;
+    for (RecomputeModule x : mods) s.schedule.recompute_modules |= module_bit(x);
+  }
   sch.get("scatter_gather", s.schedule.scatter_gather);
   if (sch.get("file", s.schedule.file) && !s.schedule.file.empty()) {
     // Relative to the scenario file, like sim.profile; the stage placement is read now (core/ir/schedule_csv.h).
@@ -1262,7 +1346,8 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   const Section tr =
       root.sub("training", {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention", "wgrad_accumulation",
                             "distributed_optimizer", "overlap_grad_reduce", "grad_bucket_MB", "overlap_param_gather",
-                            "async_tp_allreduce", "dropout", "softmax_fp32", "moe_dispatcher"});
+                            "async_tp_allreduce", "dropout", "softmax_fp32", "moe_dispatcher", "moe_routing",
+                            "moe_expert_load_cv", "moe_routing_seed", "moe_capacity_factor", "moe_pad_to_capacity"});
   tr.get_enum("dtype", dtypes(), s.training.dtype);
   tr.get("optimizer_bytes_per_param", Num::NonNegative, 1.0, s.training.optimizer_bytes_per_param);
   tr.get("grad_fp32", s.training.grad_fp32);
@@ -1276,6 +1361,11 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   tr.get("dropout", s.training.dropout);
   tr.get("softmax_fp32", s.training.softmax_fp32);
   tr.get_enum("moe_dispatcher", moe_dispatchers(), s.training.moe_dispatcher);
+  tr.get_enum("moe_routing", moe_routings(), s.training.moe_routing);
+  tr.get("moe_expert_load_cv", Num::NonNegative, 1.0, s.training.moe_expert_load_cv);
+  tr.get_count("moe_routing_seed", s.training.moe_routing_seed);
+  tr.get("moe_capacity_factor", Num::Positive, 1.0, s.training.moe_capacity_factor);
+  tr.get("moe_pad_to_capacity", s.training.moe_pad_to_capacity);
 
   const Section sim = root.sub("sim", {"collectives", "placement", "profile", "p2p"});
   sim.get_enum("collectives", collective_models(), s.sim.collectives);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <numeric>
+#include <sstream>
 #include <stdexcept>
 
 #include "core/model/model_shape.h"
@@ -310,17 +311,35 @@ std::vector<DevRow> h100_rows(const DevSet& set) {
 // ---------------------------------------------------------------- MoE H100
 // Megatron-Core's recompute cell: "selective: <modules>" (norms, activations, the MoE layer: Megatron's cheap
 // modules; with flash attention the attention core is recomputed anyway), "full" or "none".
-const char* moe_recompute(const CsvRecord& r) {
+// "none", "full" or "selective: <modules>" (the model zoo's short names: norm = layernorm, act = moe_act) as the
+// scenario's schedule.recompute and recompute_modules.
+std::string moe_recompute(const CsvRecord& r) {
   const std::string& cell = r.text("recompute");
-  if (cell.rfind("selective", 0) == 0) return "selective";
   if (cell == "full") return "full";
   if (cell == "none" || cell.empty()) return "none";
-  r.fail("recompute", "expected none, full or selective: <modules>, got \"" + cell + "\"");
+  if (cell.rfind("selective", 0) != 0)
+    r.fail("recompute", "expected none, full or selective: <modules>, got \"" + cell + "\"");
+  const std::size_t colon = cell.find(':');
+  if (colon == std::string::npos) return "selective";
+  std::string modules, word;
+  std::istringstream in(cell.substr(colon + 1));
+  while (std::getline(in, word, ',')) {
+    word.erase(0, word.find_first_not_of(' '));
+    word.erase(word.find_last_not_of(' ') + 1);
+    const std::string name = word == "norm" ? "layernorm" : word == "act" ? "moe_act" : word;
+    modules += (modules.empty() ? "" : ", ") + name;
+  }
+  return "selective, recompute_modules: [" + modules + "]";
 }
 
-// Layers per virtual stage: as even as can be, the stages short of the even share taken from both ends of the
-// pipeline (the first holds the embedding, the last the head: Megatron's first / last-stage layer counts). Empty
-// when the layers divide evenly.
+// "forced balance" (Megatron's --moe-router-force-load-balancing) or "dropless" (a trained router, no capacity).
+std::string moe_routing(const CsvRecord& r) {
+  const std::string& cell = r.text("routing");
+  if (cell == "forced balance") return "balanced";
+  if (cell.rfind("dropless", 0) == 0) return "trained";
+  r.fail("routing", "expected forced balance or dropless, got \"" + cell + "\"");
+}
+
 // "DeepEP" or "A2A (all-to-all dispatcher)".
 std::string moe_dispatcher(const CsvRecord& r) {
   const std::string& cell = r.text("dispatcher");
@@ -329,6 +348,9 @@ std::string moe_dispatcher(const CsvRecord& r) {
   r.fail("dispatcher", "expected DeepEP or A2A, got \"" + cell + "\"");
 }
 
+// Layers per virtual stage: as even as can be, the stages short of the even share taken from both ends of the
+// pipeline (the first holds the embedding, the last the head: Megatron's first / last-stage layer counts). Empty
+// when the layers divide evenly.
 std::vector<int> moe_stage_layers(int layers, int stages) {
   if (layers % stages == 0) return {};
   const int base = (layers + stages - 1) / stages;
@@ -409,7 +431,7 @@ DevRow moe_row(const CsvRecord& r, const DevSet& set) {
       "training: {dtype: " + r.text("precision") +
       ", grad_fp32: true, flash_attention: true, distributed_optimizer: "
       "true, overlap_grad_reduce: true, overlap_param_gather: true, dropout: false, moe_dispatcher: " +
-      moe_dispatcher(r) +
+      moe_dispatcher(r) + ", moe_routing: " + moe_routing(r) +
       "}\n"
       "sim: {placement: megatron}\n";
   d.scenario = parse_scenario(yaml, where(r) + "scenario");

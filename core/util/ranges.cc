@@ -67,6 +67,9 @@ constexpr KeyRange kRanges[] = {
     {"schedule.seq_slices", 1, 16777216, false},
     {"schedule.slice_tokens", 1, 16777216, false},
     {"training.optimizer_bytes_per_param", 0, 64, false},
+    {"training.moe_expert_load_cv", 0, 10, false},
+    {"training.moe_routing_seed", 0, 2147483647, false},
+    {"training.moe_capacity_factor", 0.01, 1000, false},
 };
 
 std::string g(double x) {
