@@ -130,6 +130,21 @@ class Backend {
   virtual void layer_backward_input(const Params& layer, Record& rec, KVCache& kv, const Tensor& dy, Tensor& dx) = 0;
   virtual void layer_backward_weight(Params& layer, Record& rec) = 0;
 
+  // An MoE layer (kernels/README.md "Mixture of experts"; `layer` of a LayerShape with moe(), `experts` its kExperts
+  // module of this expert-parallel rank): layer_forward's attention block and shared experts plus the routed
+  // experts, whose tokens move through set_ep_all_to_all's exchange (3 calls forward, 2 backward, in the same order
+  // on every member of the group). No split backward. Backends without MoE kernels throw KernelError.
+  virtual void moe_layer_forward(const Params& layer, const Params& experts, const Tensor& x, const Slice& slice,
+                                 KVCache& kv, Record& rec, Tensor& y) {
+    (void)layer, (void)experts, (void)x, (void)slice, (void)kv, (void)rec, (void)y;
+    throw KernelError(name() + ": this backend has no mixture-of-experts layer");
+  }
+  virtual void moe_layer_backward(Params& layer, Params& experts, const Record& rec, KVCache& kv, const Tensor& dy,
+                                  Tensor& dx) {
+    (void)layer, (void)experts, (void)rec, (void)kv, (void)dy, (void)dx;
+    throw KernelError(name() + ": this backend has no mixture-of-experts layer");
+  }
+
   // First stage: x = token embedding + position embedding (positions begin..end-1). tokens: [b * l].
   virtual void embedding_forward(const Params& emb, const std::vector<std::int32_t>& tokens, const Slice& slice,
                                  Tensor& x) = 0;
@@ -177,9 +192,13 @@ class Backend {
   // layer_forward / layer_backward on parameters of a LayerShape with tp > 1; the kernels know nothing about
   // the transport. Set it before the first such call; one TP group per backend.
   void set_tp_all_reduce(TpAllReduce f) { tp_all_reduce_ = std::move(f); }
+  // The all-to-all over an MoE layer's expert-parallel group (kernels/layer.h EpAllToAll), needed by the MoE layer
+  // kernels when ep > 1 (with ep = 1 and none set, the rows stay on this backend). One group per backend.
+  void set_ep_all_to_all(EpAllToAll f) { ep_all_to_all_ = std::move(f); }
 
  protected:
   TpAllReduce tp_all_reduce_;
+  EpAllToAll ep_all_to_all_;
   double pending_loss_ = 0;  // accumulate_loss's sum on backends that read the loss at once
 };
 

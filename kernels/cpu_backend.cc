@@ -163,6 +163,32 @@ class CpuBackend final : public Backend {
                                P.g.data());
   }
 
+  void moe_layer_forward(const Params& layer, const Params& experts, const Tensor& x, const Slice& slice, KVCache& kv,
+                         Record& rec, Tensor& y) override {
+    const auto& P = module(layer, ModuleKind::kLayer, "moe_layer_forward");
+    const auto& X = experts_of(experts, P, "moe_layer_forward");
+    auto& c = as<CpuKVCache<T>>(kv, "moe_layer_forward kv");
+    auto& Y = as<CpuTensor<T>>(y, "moe_layer_forward y");
+    c.push_state();
+    ref::moe_layer_forward(P.shape().layer, P.p.data(), X.p.data(), as<const CpuTensor<T>>(x, "moe_layer_forward x").m,
+                           slice, c.kv, as<CpuRecord<T>>(rec, "moe_layer_forward record").layer, Y.m, ep_all_to_all_);
+    Y.resize_view();
+    c.sync_state();
+  }
+  void moe_layer_backward(Params& layer, Params& experts, const Record& rec, KVCache& kv, const Tensor& dy,
+                          Tensor& dx) override {
+    auto& P = module(layer, ModuleKind::kLayer, "moe_layer_backward");
+    auto& X = experts_of(experts, P, "moe_layer_backward");
+    auto& c = as<CpuKVCache<T>>(kv, "moe_layer_backward kv");
+    auto& DX = as<CpuTensor<T>>(dx, "moe_layer_backward dx");
+    c.push_state();
+    ref::moe_layer_backward(
+        P.shape().layer, P.p.data(), X.p.data(), as<const CpuRecord<T>>(rec, "moe_layer_backward record").layer, c.kv,
+        as<const CpuTensor<T>>(dy, "moe_layer_backward dy").m, P.g.data(), X.g.data(), DX.m, ep_all_to_all_);
+    DX.resize_view();
+    c.sync_state();
+  }
+
   void embedding_forward(const Params& emb, const std::vector<std::int32_t>& tokens, const Slice& slice,
                          Tensor& x) override {
     const auto& P = module(emb, ModuleKind::kEmbedding, "embedding_forward");
@@ -229,6 +255,16 @@ class CpuBackend final : public Backend {
   ref::TpSum<T> tp_sum(const CpuParams<T>& P) const {
     if (P.shape().layer.tp == 1 || !tp_all_reduce_) return {};
     return [this](ref::Mat<T>& m) { tp_all_reduce_(m.data(), static_cast<std::size_t>(m.size()), dtype_of<T>()); };
+  }
+  // The experts module of an MoE layer: its shape must be the layer's.
+  template <class Q>
+  static auto& experts_of(Q& p, const CpuParams<T>& layer, const char* what) {
+    auto& X = module(p, ModuleKind::kExperts, what);
+    const LayerShape &a = X.shape().layer, &b = layer.shape().layer;
+    if (!b.moe() || a.hidden != b.hidden || a.experts != b.experts || a.expert_ffn != b.expert_ffn ||
+        a.top_k != b.top_k || a.ep != b.ep)
+      throw KernelError(std::string(what) + ": the experts module was made for another layer shape");
+    return X;
   }
   template <class Q>
   static auto& module(Q& p, ModuleKind kind, const char* what) {

@@ -35,7 +35,19 @@ std::size_t dtype_bytes(DType t) {
 }
 
 void LayerShape::validate() const {
-  if (hidden <= 0 || heads <= 0 || ffn <= 0)
+  if (moe()) {
+    if (top_k < 1 || top_k > experts || expert_ffn <= 0 || ffn < 0)
+      throw KernelError(
+          "LayerShape: an MoE layer needs 1 <= top_k <= experts and expert_ffn > 0, ffn >= 0 (got "
+          "experts=" +
+          std::to_string(experts) + ", top_k=" + std::to_string(top_k) + ", expert_ffn=" + std::to_string(expert_ffn) +
+          ", ffn=" + std::to_string(ffn) + ")");
+    if (ep < 1 || experts % ep != 0)
+      throw KernelError("LayerShape: the expert-parallel degree ep (" + std::to_string(ep) +
+                        ") must be >= 1 and divide experts (" + std::to_string(experts) + ")");
+    if (tp != 1) throw KernelError("LayerShape: MoE layers are not tensor-parallel (tp = " + std::to_string(tp) + ")");
+  }
+  if (hidden <= 0 || heads <= 0 || (ffn <= 0 && !moe()))
     throw KernelError("LayerShape: hidden, heads and ffn must be positive (got hidden=" + std::to_string(hidden) +
                       ", heads=" + std::to_string(heads) + ", ffn=" + std::to_string(ffn) + ")");
   if (hidden % heads != 0)
@@ -76,7 +88,21 @@ LayerLayout LayerLayout::of(const LayerShape& s) {
   L.b_fc1 = take(f);
   L.w_fc2 = take(f * h);
   L.b_fc2 = take(h);
+  L.w_router = take(h * static_cast<std::size_t>(s.experts));
   L.size = o;
+  return L;
+}
+
+ExpertLayout ExpertLayout::of(const LayerShape& s) {
+  s.validate();
+  if (!s.moe()) throw KernelError("ExpertLayout: a dense layer (experts = 0) has no routed experts");
+  const std::size_t h = s.hidden, f = s.expert_ffn;
+  ExpertLayout L{};
+  L.w_fc1 = 0;
+  L.b_fc1 = h * f;
+  L.w_fc2 = L.b_fc1 + f;
+  L.b_fc2 = L.w_fc2 + f * h;
+  L.size = L.b_fc2 + h;
   return L;
 }
 
@@ -161,6 +187,8 @@ std::size_t param_count(ModuleKind kind, const ModelShape& m) {
       return EmbeddingLayout::of(m).size;
     case ModuleKind::kHead:
       return HeadLayout::of(m).size;
+    case ModuleKind::kExperts:
+      return ExpertLayout::of(m.layer).size * static_cast<std::size_t>(m.layer.local_experts());
   }
   throw KernelError("param_count: unknown module kind");
 }
@@ -186,8 +214,21 @@ std::vector<TensorSpan> module_tensor_spans(ModuleKind kind, const ModelShape& m
       at = {{"ln1_g", L.ln1_g}, {"ln1_b", L.ln1_b}, {"w_qkv", L.w_qkv}, {"b_qkv", L.b_qkv},
             {"w_o", L.w_o},     {"b_o", L.b_o},     {"ln2_g", L.ln2_g}, {"ln2_b", L.ln2_b},
             {"w_fc1", L.w_fc1}, {"b_fc1", L.b_fc1}, {"w_fc2", L.w_fc2}, {"b_fc2", L.b_fc2}};
+      if (m.layer.moe()) at.push_back({"w_router", L.w_router});
       size = L.size;
       break;
+    }
+    case ModuleKind::kExperts: {  // names by the module's own (local) expert index
+      const auto L = ExpertLayout::of(m.layer);
+      static const char* const kNames[] = {"w_fc1", "b_fc1", "w_fc2", "b_fc2"};
+      std::vector<TensorSpan> out;
+      for (int e = 0; e < m.layer.local_experts(); e++) {
+        const std::size_t base = L.size * static_cast<std::size_t>(e);
+        const std::size_t off[] = {L.w_fc1, L.b_fc1, L.w_fc2, L.b_fc2, L.size};
+        for (int k = 0; k < 4; k++)
+          out.push_back({"expert" + std::to_string(e) + "." + kNames[k], base + off[k], off[k + 1] - off[k]});
+      }
+      return out;
     }
   }
   if (at.empty()) throw KernelError("module_tensor_spans: unknown module kind");
@@ -244,6 +285,22 @@ std::vector<double> init_params(ModuleKind kind, const ModelShape& m, std::uint6
       fill(p, L.b_fc1, f, 0.0, perturb, rnd);
       fill(p, L.w_fc2, f * h, 0.0, std_dev, rnd);
       fill(p, L.b_fc2, h, 0.0, perturb, rnd);
+      fill(p, L.w_router, h * static_cast<std::size_t>(m.layer.experts), 0.0, std_dev, rnd);
+      break;
+    }
+    case ModuleKind::kExperts: {
+      if (m.layer.ep != 1)
+        throw KernelError("init_params: an expert-parallel shard (ep = " + std::to_string(m.layer.ep) +
+                          "); draw all experts and cut them with expert_shard");
+      const ExpertLayout L = ExpertLayout::of(m.layer);
+      const std::size_t fe = m.layer.expert_ffn;
+      for (int e = 0; e < m.layer.experts; e++) {
+        const std::size_t b = L.size * static_cast<std::size_t>(e);
+        fill(p, b + L.w_fc1, h * fe, 0.0, std_dev, rnd);
+        fill(p, b + L.b_fc1, fe, 0.0, perturb, rnd);
+        fill(p, b + L.w_fc2, fe * h, 0.0, std_dev, rnd);
+        fill(p, b + L.b_fc2, h, 0.0, perturb, rnd);
+      }
       break;
     }
     case ModuleKind::kEmbedding:
@@ -299,6 +356,33 @@ std::vector<double> shard_params(ModuleKind kind, const ModelShape& shard, int r
   copy(F.w_fc2 + r * f * h, S.w_fc2, f * h);
   copy(F.b_fc2, S.b_fc2, h);
   return out;
+}
+
+std::vector<double> expert_shard(const ModelShape& shard, int rank, const std::vector<double>& full) {
+  ModelShape whole = shard;
+  whole.layer.ep = 1;
+  const std::size_t want = param_count(ModuleKind::kExperts, whole);
+  if (full.size() != want)
+    throw KernelError("expert_shard: expected the " + std::to_string(want) + " values of all experts, got " +
+                      std::to_string(full.size()));
+  if (rank < 0 || rank >= shard.layer.ep)
+    throw KernelError("expert_shard: rank " + std::to_string(rank) + " outside [0, " + std::to_string(shard.layer.ep) +
+                      ")");
+  const std::size_t n = param_count(ModuleKind::kExperts, shard);
+  const auto from = full.begin() + static_cast<std::ptrdiff_t>(n * static_cast<std::size_t>(rank));
+  return {from, from + static_cast<std::ptrdiff_t>(n)};
+}
+
+std::vector<int> top_k_experts(const double* logits, int n, int k) {
+  if (k < 1 || k > n)
+    throw KernelError("top_k_experts: k = " + std::to_string(k) + " outside [1, " + std::to_string(n) + "]");
+  std::vector<int> idx(static_cast<std::size_t>(n));
+  for (int e = 0; e < n; e++) idx[static_cast<std::size_t>(e)] = e;
+  // Larger logit first; among equal logits the lower index (a strict weak order: the result is unique).
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  idx.resize(static_cast<std::size_t>(k));
+  return idx;
 }
 
 std::size_t count_targets(const std::vector<std::int32_t>& targets) {

@@ -38,6 +38,16 @@ struct LayerShape {
   int heads = 0;
   int ffn = 0;  // MLP width (4 * hidden for GPT)
   int tp = 1;   // tensor-parallel degree; must divide heads and ffn
+  // Mixture of experts (kernels/README.md "Mixture of experts"): experts > 0 makes this an MoE layer, whose MLP
+  // block is `experts` routed GELU experts of width expert_ffn (each token goes to its top_k) plus the dense MLP of
+  // width ffn as the shared experts (ffn may then be 0: none). ep: expert-parallel degree, an experts module
+  // (ModuleKind::kExperts) holds experts / ep of them. MoE layers are not tensor-parallel (tp = 1).
+  int experts = 0;
+  int top_k = 0;
+  int expert_ffn = 0;
+  int ep = 1;
+  bool moe() const { return experts > 0; }
+  int local_experts() const { return experts / ep; }
   int head_dim() const { return hidden / heads; }
   int shard_heads() const { return heads / tp; }
   int shard_width() const { return hidden / tp; }  // attention width of the shard: shard_heads() * head_dim()
@@ -50,6 +60,16 @@ struct LayerShape {
 // twice per backward (the gradients w.r.t. the LayerNorm outputs feeding the column-parallel GEMMs), in the
 // same order on every shard; the caller supplies the transport. CPU backend: host memory.
 using TpAllReduce = std::function<void(void* data, std::size_t count, DType dtype)>;
+
+// The expert-parallel exchange of an MoE layer: an all-to-all over the ep members of the layer's expert-parallel
+// group, blocking. `send` holds, in member order, send_bytes[j] bytes for member j; `recv` receives recv_bytes[i]
+// bytes from member i, in member order (the caller sized it). kCounts exchanges the per-expert row counts (64-bit
+// integers, host memory) before a dispatch; kTokens moves rows of activations or their gradients (the backend's
+// memory: host on the CPU). A forward makes one kCounts and two kTokens calls per MoE layer (dispatch, combine), a
+// backward two kTokens calls (the reverse exchanges, with the forward's counts), in the same order on every member.
+enum class EpExchange : std::uint8_t { kCounts, kTokens };
+using EpAllToAll = std::function<void(EpExchange what, const void* send, const std::vector<std::size_t>& send_bytes,
+                                      void* recv, const std::vector<std::size_t>& recv_bytes)>;
 
 // Everything a stage needs besides its layers: vocabulary and the longest sequence (position table).
 struct ModelShape {
@@ -79,8 +99,18 @@ struct LayerLayout {
   std::size_t ln2_g, ln2_b;  // [h]
   std::size_t w_fc1, b_fc1;  // [h, ffn], [ffn]
   std::size_t w_fc2, b_fc2;  // [ffn, h], [h]
+  std::size_t w_router;      // [h, experts] (MoE layers; empty otherwise)
   std::size_t size;
   static LayerLayout of(const LayerShape& s);
+};
+
+// One routed expert inside an experts module (ModuleKind::kExperts), which holds the layer's local_experts()
+// experts one after the other (expert j of the module at j * size): the GELU MLP w_fc1 [h, fe], b_fc1 [fe],
+// w_fc2 [fe, h], b_fc2 [h], fe = expert_ffn.
+struct ExpertLayout {
+  std::size_t w_fc1, b_fc1, w_fc2, b_fc2;
+  std::size_t size;
+  static ExpertLayout of(const LayerShape& s);
 };
 
 struct EmbeddingLayout {
@@ -128,7 +158,8 @@ class KVState {
 
 inline constexpr double kLayerNormEps = 1e-5;
 
-enum class ModuleKind : std::uint8_t { kLayer, kEmbedding, kHead };
+// kExperts: the routed experts of one MoE layer that an expert-parallel rank holds (ExpertLayout).
+enum class ModuleKind : std::uint8_t { kLayer, kEmbedding, kHead, kExperts };
 std::size_t param_count(ModuleKind kind, const ModelShape& m);
 // The named tensors of a module's flat buffer, in layout order, covering it (the shard's when m.layer.tp > 1):
 // for per-tensor error reports and checks.
@@ -162,6 +193,14 @@ std::vector<double> init_params(ModuleKind kind, const ModelShape& m, std::uint6
 // `full` itself. So shard_params(init_params(full)) are the shard's initial parameters, and a shard's gradient
 // equals the same cut of the unsharded gradient.
 std::vector<double> shard_params(ModuleKind kind, const ModelShape& shard, int rank, const std::vector<double>& full);
+// The experts expert-parallel rank `rank` of shard.layer.ep holds, cut from the module of all experts (ep = 1):
+// experts [rank E / ep, (rank + 1) E / ep).
+std::vector<double> expert_shard(const ModelShape& shard, int rank, const std::vector<double>& full);
+
+// Deterministic top-k routing of one token (kernels/README.md "Mixture of experts"): the k largest of `n` router
+// logits, largest first; equal logits: the lower expert index first. Selecting on the logits selects the largest
+// softmax probabilities (softmax is increasing) without the ties exp's rounding could make.
+std::vector<int> top_k_experts(const double* logits, int n, int k);
 
 // Counts non-ignored targets (target >= 0). The loss of a run is normalised by this count over the
 // whole global batch, so that any slicing / micro-batching yields the same loss and gradients.

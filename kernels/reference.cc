@@ -1,7 +1,9 @@
 #include "kernels/reference.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <numeric>
 #include <string>
 
 namespace pipescope::kernels::ref {
@@ -164,7 +166,8 @@ namespace {
 // dy, which the caller keeps). Checks the record and the cache protocol.
 template <class T>
 void backward_input(const LayerShape& shape, const T* P, const LayerRecord<T>& r, KVCache<T>& kv, const Mat<T>& dy,
-                    LayerGrads<T>& d, Mat<T>& dx, const TpSum<T>& tp_sum, const char* what) {
+                    LayerGrads<T>& d, Mat<T>& dx, const TpSum<T>& tp_sum, const char* what,
+                    const Mat<T>* da2_routed = nullptr) {
   const LayerLayout L = LayerLayout::of(shape);
   const int h = shape.hidden, w = shape.shard_width(), f = shape.shard_ffn(), nh = shape.shard_heads(),
             dh = shape.head_dim();
@@ -184,6 +187,7 @@ void backward_input(const LayerShape& shape, const T* P, const LayerRecord<T>& r
   // Column-parallel fc1 (and QKV below): the gradient w.r.t. their input is a partial sum over the shards.
   d.da2.noalias() = d.du * CMap<T>(P + L.w_fc1, h, f).transpose();
   if (shape.tp > 1) tp_sum(d.da2);
+  if (da2_routed) d.da2 += *da2_routed;  // an MoE layer's router and routed experts read LN2's output too
   d.dx1 = dy;
   ln_backward_input(r.x1, r.mu2, r.rstd2, P + L.ln2_g, d.da2, d.dx1);
 
@@ -263,6 +267,194 @@ void layer_backward_weight(const LayerShape& shape, LayerRecord<T>& r, T* G) {
     throw KernelError("layer_backward_weight: the record was made for another layer shape");
   backward_weight(shape, r, r.grads.dy, r.grads, G);
   r = LayerRecord<T>();  // consumed: the activations and output gradients are freed
+}
+
+namespace {
+
+// One all-to-all of the expert-parallel group; without a transport (ep = 1) the rows stay here.
+void ep_exchange(const EpAllToAll& ex, int ep, EpExchange what, const void* send, const std::vector<std::size_t>& sb,
+                 void* recv, const std::vector<std::size_t>& rb) {
+  if (ex) {
+    ex(what, send, sb, recv, rb);
+    return;
+  }
+  if (ep != 1)
+    throw KernelError("MoE layer: expert parallelism (ep = " + std::to_string(ep) +
+                      ") needs the all-to-all over its group (Backend::set_ep_all_to_all)");
+  if (sb.size() != 1 || rb.size() != 1 || sb[0] != rb[0]) throw KernelError("MoE layer: exchange sizes differ");
+  if (sb[0] > 0) std::memcpy(recv, send, sb[0]);
+}
+
+std::vector<std::size_t> scaled(const std::vector<std::size_t>& rows, std::size_t bytes_per_row) {
+  std::vector<std::size_t> out(rows.size());
+  for (std::size_t i = 0; i < rows.size(); i++) out[i] = rows[i] * bytes_per_row;
+  return out;
+}
+
+// Routing of a slice: top-k, gates, send order, the counts exchange and the received rows' layout.
+template <class T>
+void route(const LayerShape& shape, const T* P, const Mat<T>& a2, MoeRecord<T>& m, const EpAllToAll& ex) {
+  const LayerLayout L = LayerLayout::of(shape);
+  const int n = static_cast<int>(a2.rows()), h = shape.hidden, E = shape.experts, k = shape.top_k, ep = shape.ep,
+            local = shape.local_experts();
+  const Mat<T> logits = a2 * CMap<T>(P + L.w_router, h, E);
+  m.sel.assign(static_cast<std::size_t>(n) * k, 0);
+  m.gates.resize(n, k);
+  std::vector<double> row(static_cast<std::size_t>(E));
+  std::vector<std::int64_t> count(static_cast<std::size_t>(E), 0);
+  for (int t = 0; t < n; t++) {
+    for (int e = 0; e < E; e++) row[static_cast<std::size_t>(e)] = static_cast<double>(logits(t, e));
+    const std::vector<int> top = top_k_experts(row.data(), E, k);
+    T sum = 0;
+    for (int i = 0; i < k; i++) {  // softmax over the selected logits; top[0] holds the largest
+      m.sel[static_cast<std::size_t>(t) * k + i] = top[static_cast<std::size_t>(i)];
+      m.gates(t, i) = std::exp(logits(t, top[static_cast<std::size_t>(i)]) - logits(t, top[0]));
+      sum += m.gates(t, i);
+      count[static_cast<std::size_t>(top[static_cast<std::size_t>(i)])]++;
+    }
+    m.gates.row(t) /= sum;
+  }
+  std::vector<std::size_t> next(static_cast<std::size_t>(E), 0);  // send order: by expert, then token
+  for (int e = 1; e < E; e++) next[e] = next[e - 1] + static_cast<std::size_t>(count[e - 1]);
+  m.pos.resize(m.sel.size());
+  for (std::size_t r = 0; r < m.sel.size(); r++) m.pos[r] = next[static_cast<std::size_t>(m.sel[r])]++;
+  m.send_rows.assign(static_cast<std::size_t>(ep), 0);
+  for (int e = 0; e < E; e++) m.send_rows[static_cast<std::size_t>(e / local)] += static_cast<std::size_t>(count[e]);
+  m.recv_counts.assign(static_cast<std::size_t>(E), 0);  // ep members x local experts
+  const std::vector<std::size_t> cb(static_cast<std::size_t>(ep), sizeof(std::int64_t) * local);
+  ep_exchange(ex, ep, EpExchange::kCounts, count.data(), cb, m.recv_counts.data(), cb);
+  m.recv_rows.assign(static_cast<std::size_t>(ep), 0);
+  for (int i = 0; i < ep; i++)
+    for (int e = 0; e < local; e++) {
+      const std::int64_t c = m.recv_counts[static_cast<std::size_t>(i * local + e)];
+      if (c < 0) throw KernelError("MoE layer: a member sent a negative row count");
+      m.recv_rows[static_cast<std::size_t>(i)] += static_cast<std::size_t>(c);
+    }
+}
+
+// Calls f(expert, first row, rows) for each block of received rows (member, local expert), in receive order.
+template <class T, class F>
+void for_blocks(const LayerShape& shape, const MoeRecord<T>& m, F&& f) {
+  const int local = shape.local_experts();
+  long at = 0;
+  for (int i = 0; i < shape.ep; i++)
+    for (int e = 0; e < local; e++) {
+      const long c = static_cast<long>(m.recv_counts[static_cast<std::size_t>(i * local + e)]);
+      if (c > 0) f(e, at, c);
+      at += c;
+    }
+}
+
+template <class T>
+void routed_forward(const LayerShape& shape, const T* P, const T* X, const Mat<T>& a2, MoeRecord<T>& m, Mat<T>& y,
+                    const EpAllToAll& ex) {
+  const ExpertLayout EL = ExpertLayout::of(shape);
+  const int h = shape.hidden, fe = shape.expert_ffn, k = shape.top_k;
+  const long n = a2.rows();
+  route(shape, P, a2, m, ex);
+  Mat<T> xs(n * k, h);
+  for (std::size_t r = 0; r < m.sel.size(); r++) xs.row(static_cast<long>(m.pos[r])) = a2.row(static_cast<long>(r) / k);
+  const std::size_t row_bytes = sizeof(T) * static_cast<std::size_t>(h);
+  const long nr = static_cast<long>(std::accumulate(m.recv_rows.begin(), m.recv_rows.end(), std::size_t{0}));
+  m.xr.resize(nr, h);
+  ep_exchange(ex, shape.ep, EpExchange::kTokens, xs.data(), scaled(m.send_rows, row_bytes), m.xr.data(),
+              scaled(m.recv_rows, row_bytes));
+  m.u.resize(nr, fe);
+  m.g.resize(nr, fe);
+  Mat<T> out(nr, h);
+  for_blocks(shape, m, [&](int e, long at, long c) {
+    const T* W = X + EL.size * static_cast<std::size_t>(e);
+    m.u.middleRows(at, c).noalias() = m.xr.middleRows(at, c) * CMap<T>(W + EL.w_fc1, h, fe);
+    m.u.middleRows(at, c).rowwise() += CRow<T>(W + EL.b_fc1, fe);
+    m.g.middleRows(at, c) = m.u.middleRows(at, c).unaryExpr([](T v) { return gelu(v); });
+    out.middleRows(at, c).noalias() = m.g.middleRows(at, c) * CMap<T>(W + EL.w_fc2, fe, h);
+    out.middleRows(at, c).rowwise() += CRow<T>(W + EL.b_fc2, h);
+  });
+  m.yb.resize(n * k, h);
+  ep_exchange(ex, shape.ep, EpExchange::kTokens, out.data(), scaled(m.recv_rows, row_bytes), m.yb.data(),
+              scaled(m.send_rows, row_bytes));
+  for (long t = 0; t < n; t++)
+    for (int i = 0; i < k; i++)
+      y.row(t) += m.gates(t, i) * m.yb.row(static_cast<long>(m.pos[static_cast<std::size_t>(t * k + i)]));
+  m.filled = true;
+}
+
+// Gradients of the router and of the local experts; returns the routed part's gradient w.r.t. LN2's output.
+template <class T>
+Mat<T> routed_backward(const LayerShape& shape, const T* P, const T* X, const LayerRecord<T>& r, const Mat<T>& dy, T* G,
+                       T* GX, const EpAllToAll& ex) {
+  const LayerLayout L = LayerLayout::of(shape);
+  const ExpertLayout EL = ExpertLayout::of(shape);
+  const MoeRecord<T>& m = r.moe;
+  const int h = shape.hidden, fe = shape.expert_ffn, k = shape.top_k, E = shape.experts;
+  const long n = r.a2.rows();
+  if (!m.filled) throw KernelError("moe_layer_backward: the record holds no MoE forward");
+  Mat<T> dgate(n, k), dyb(n * k, h);
+  for (long t = 0; t < n; t++)
+    for (int i = 0; i < k; i++) {
+      const long p = static_cast<long>(m.pos[static_cast<std::size_t>(t * k + i)]);
+      dgate(t, i) = dy.row(t).dot(m.yb.row(p));
+      dyb.row(p) = m.gates(t, i) * dy.row(t);
+    }
+  const std::size_t row_bytes = sizeof(T) * static_cast<std::size_t>(h);
+  Mat<T> dout(m.xr.rows(), h), dxr(m.xr.rows(), h);
+  ep_exchange(ex, shape.ep, EpExchange::kTokens, dyb.data(), scaled(m.send_rows, row_bytes), dout.data(),
+              scaled(m.recv_rows, row_bytes));
+  for_blocks(shape, m, [&](int e, long at, long c) {
+    const std::size_t b = EL.size * static_cast<std::size_t>(e);
+    const auto d = dout.middleRows(at, c);
+    MMap<T>(GX + b + EL.w_fc2, fe, h).noalias() += m.g.middleRows(at, c).transpose() * d;
+    MRow<T>(GX + b + EL.b_fc2, h) += d.colwise().sum();
+    Mat<T> du = d * CMap<T>(X + b + EL.w_fc2, fe, h).transpose();
+    du.array() *= m.u.middleRows(at, c).unaryExpr([](T v) { return gelu_grad(v); }).array();
+    MMap<T>(GX + b + EL.w_fc1, h, fe).noalias() += m.xr.middleRows(at, c).transpose() * du;
+    MRow<T>(GX + b + EL.b_fc1, fe) += du.colwise().sum();
+    dxr.middleRows(at, c).noalias() = du * CMap<T>(X + b + EL.w_fc1, h, fe).transpose();
+  });
+  Mat<T> dxs(n * k, h);
+  ep_exchange(ex, shape.ep, EpExchange::kTokens, dxr.data(), scaled(m.recv_rows, row_bytes), dxs.data(),
+              scaled(m.send_rows, row_bytes));
+  Mat<T> da2 = Mat<T>::Zero(n, h), dlogits = Mat<T>::Zero(n, E);
+  for (long t = 0; t < n; t++) {
+    T dot = 0;
+    for (int i = 0; i < k; i++) {
+      da2.row(t) += dxs.row(static_cast<long>(m.pos[static_cast<std::size_t>(t * k + i)]));
+      dot += dgate(t, i) * m.gates(t, i);
+    }
+    // Softmax over the selected logits; the others get no gradient (the top-k choice is not differentiated).
+    for (int i = 0; i < k; i++)
+      dlogits(t, m.sel[static_cast<std::size_t>(t * k + i)]) = m.gates(t, i) * (dgate(t, i) - dot);
+  }
+  MMap<T>(G + L.w_router, h, E).noalias() += r.a2.transpose() * dlogits;
+  da2.noalias() += dlogits * CMap<T>(P + L.w_router, h, E).transpose();
+  return da2;
+}
+
+void require_moe(const LayerShape& shape, const char* what) {
+  if (!shape.moe()) throw KernelError(std::string(what) + ": a dense layer (experts = 0)");
+}
+
+}  // namespace
+
+template <class T>
+void moe_layer_forward(const LayerShape& shape, const T* P, const T* X, const Mat<T>& x, const Slice& sl,
+                       KVCache<T>& kv, LayerRecord<T>& r, Mat<T>& y, const EpAllToAll& ex) {
+  require_moe(shape, "moe_layer_forward");
+  layer_forward(shape, P, x, sl, kv, r, y);  // attention, and the shared experts as the dense MLP of width ffn
+  routed_forward(shape, P, X, r.a2, r.moe, y, ex);
+}
+
+template <class T>
+void moe_layer_backward(const LayerShape& shape, const T* P, const T* X, const LayerRecord<T>& r, KVCache<T>& kv,
+                        const Mat<T>& dy, T* G, T* GX, Mat<T>& dx, const EpAllToAll& ex) {
+  require_moe(shape, "moe_layer_backward");
+  if (!r.filled) throw KernelError("moe_layer_backward: the activation record holds no forward");
+  check_rows("moe_layer_backward dy", dy.rows(), dy.cols(), r.slice.rows(), shape.hidden);
+  kv.state.check_backward(r.slice);  // before any exchange: a protocol error must not leave the peers waiting
+  const Mat<T> da2 = routed_backward(shape, P, X, r, dy, G, GX, ex);
+  LayerGrads<T> d;
+  backward_input(shape, P, r, kv, dy, d, dx, {}, "moe_layer_backward", &da2);
+  backward_weight(shape, r, dy, d, G);
 }
 
 namespace {
@@ -415,7 +607,11 @@ void adam_step(const AdamConfig& cfg, int step, std::size_t n, T* p, const T* g,
   template void layer_backward_weight<T>(const LayerShape&, LayerRecord<T>&, T*);                                     \
   template void head_backward_input<T>(const ModelShape&, const T*, HeadRecord<T>&, Mat<T>&);                         \
   template void head_backward_weight<T>(const ModelShape&, HeadRecord<T>&, T*);                                       \
-  template void adam_step<T>(const AdamConfig&, int, std::size_t, T*, const T*, T*, T*);
+  template void adam_step<T>(const AdamConfig&, int, std::size_t, T*, const T*, T*, T*);                              \
+  template void moe_layer_forward<T>(const LayerShape&, const T*, const T*, const Mat<T>&, const Slice&, KVCache<T>&, \
+                                     LayerRecord<T>&, Mat<T>&, const EpAllToAll&);                                    \
+  template void moe_layer_backward<T>(const LayerShape&, const T*, const T*, const LayerRecord<T>&, KVCache<T>&,      \
+                                      const Mat<T>&, T*, T*, Mat<T>&, const EpAllToAll&);
 
 PIPESCOPE_REF_INSTANTIATE(double)
 PIPESCOPE_REF_INSTANTIATE(float)

@@ -56,6 +56,21 @@ struct LayerGrads {
   Mat<T> dy, du, da2, dx1, dqkv, da1;
 };
 
+// The routed half of an MoE layer's forward on one slice (kernels/README.md "Mixture of experts"). Tokens are
+// dispatched in send order: by global expert, then token, so member j's rows are contiguous.
+template <class T>
+struct MoeRecord {
+  bool filled = false;
+  std::vector<int> sel;                   // [n * k]: each token's experts, best first
+  Mat<T> gates;                           // [n, k]: softmax over the selected logits
+  std::vector<std::size_t> pos;           // [n * k]: send-order row of (token, slot)
+  std::vector<std::size_t> send_rows;     // per member: rows dispatched to it
+  std::vector<std::int64_t> recv_counts;  // [ep * local]: rows from member i for local expert e
+  std::vector<std::size_t> recv_rows;     // per member: rows received from it
+  Mat<T> xr, u, g;                        // received rows, expert fc1 outputs, their GELU ([rows, fe])
+  Mat<T> yb;                              // [n * k, h]: expert outputs back in send order (before the gates)
+};
+
 // What a layer's backward needs from its forward on one slice; after a split backward's I, also what its W
 // needs (grads).
 template <class T>
@@ -66,6 +81,7 @@ struct LayerRecord {
   Vec<T> mu1, rstd1, mu2, rstd2;
   std::vector<Mat<T>> probs;  // softmax of sequence s, head j at [s * heads + j]: [len, end]
   LayerGrads<T> grads;        // set by layer_backward_input, consumed by layer_backward_weight
+  MoeRecord<T> moe;           // MoE layers: the routed experts' part
 };
 
 template <class T>
@@ -105,6 +121,23 @@ void layer_backward_input(const LayerShape& shape, const T* params, LayerRecord<
                           const Mat<T>& dy, Mat<T>& dx, const TpSum<T>& tp_sum = {});
 template <class T>
 void layer_backward_weight(const LayerShape& shape, LayerRecord<T>& rec, T* grads);
+
+// An MoE layer (shape.moe()): the attention block and the dense MLP of width shape.ffn (the shared experts) as
+// layer_forward, plus the routed experts on LN2's output: router logits a2 W_router, top-k (top_k_experts), gates =
+// softmax over the k selected logits (the top-k softmax probabilities renormalised over the k, as Mixtral and
+// Qwen3), dispatch all-to-all, each local expert's GELU MLP, combine all-to-all, gate-weighted sum added to y.
+// `experts` are this rank's local_experts() experts (ExpertLayout). ep_all_to_all carries the exchanges; it may be
+// empty only when shape.ep == 1 (the rows stay here). Not tensor-parallel; no split backward.
+template <class T>
+void moe_layer_forward(const LayerShape& shape, const T* params, const T* experts, const Mat<T>& x, const Slice& slice,
+                       KVCache<T>& kv, LayerRecord<T>& rec, Mat<T>& y, const EpAllToAll& ep_all_to_all);
+// Its backward: gradients of the layer (router included, through the gates; the top-k choice is not differentiated)
+// into `grads`, of the local experts into `expert_grads`; the reverse exchanges (combine, then dispatch) with the
+// forward's counts.
+template <class T>
+void moe_layer_backward(const LayerShape& shape, const T* params, const T* experts, const LayerRecord<T>& rec,
+                        KVCache<T>& kv, const Mat<T>& dy, T* grads, T* expert_grads, Mat<T>& dx,
+                        const EpAllToAll& ep_all_to_all);
 
 // x[s * l + t] = tok[tokens[s * l + t]] + pos[begin + t]. tokens: [b * l].
 template <class T>

@@ -39,13 +39,17 @@ ReferenceResult reference_run(const ModelConfig& mc, const SyntheticData& data, 
   if (S > mc.shape.max_seq) throw RuntimeError("reference_run: seq_len exceeds the model's max_seq");
   std::map<ModuleId, std::unique_ptr<kernels::Params>> mods;
   auto add = [&](const ModuleId& id) {
-    auto p = be->params(id.kind, mc.shape);
+    auto p = be->params(id.kind, mc.layer_shape(id.layer));
     p->set(initial_params(mc, id));
     mods.emplace(id, std::move(p));
   };
   add({kernels::ModuleKind::kEmbedding, 0});
-  for (int l = 0; l < mc.layers; l++) add({kernels::ModuleKind::kLayer, l});
+  for (int l = 0; l < mc.layers; l++) {
+    add({kernels::ModuleKind::kLayer, l});
+    if (mc.moe_layer(l)) add({kernels::ModuleKind::kExperts, l});  // all experts on this one device (ep = 1)
+  }
   add({kernels::ModuleKind::kHead, 0});
+  auto experts = [&](int l) -> kernels::Params& { return *mods.at({kernels::ModuleKind::kExperts, l}); };
 
   const kernels::Slice sl{B, 0, S};
   const auto tokens = data.tokens(0, B, 0, S);
@@ -60,7 +64,11 @@ ReferenceResult reference_run(const ModelConfig& mc, const SyntheticData& data, 
     for (int l = 0; l < mc.layers; l++) {
       kv.push_back(be->kv_cache(mc.shape.layer, B, S));
       recs.push_back(be->record());
-      be->layer_forward(*mods.at({kernels::ModuleKind::kLayer, l}), *x, sl, *kv.back(), *recs.back(), *y);
+      const auto& P = *mods.at({kernels::ModuleKind::kLayer, l});
+      if (mc.moe_layer(l))
+        be->moe_layer_forward(P, experts(l), *x, sl, *kv.back(), *recs.back(), *y);
+      else
+        be->layer_forward(P, *x, sl, *kv.back(), *recs.back(), *y);
       std::swap(x, y);
     }
     auto head_rec = be->record();
@@ -69,7 +77,11 @@ ReferenceResult reference_run(const ModelConfig& mc, const SyntheticData& data, 
     r.loss = be->head_loss(*head_rec);
     be->head_backward(head, *head_rec, *x);
     for (int l = mc.layers - 1; l >= 0; l--) {
-      be->layer_backward(*mods.at({kernels::ModuleKind::kLayer, l}), *recs[l], *kv[l], *x, *y);
+      auto& P = *mods.at({kernels::ModuleKind::kLayer, l});
+      if (mc.moe_layer(l))
+        be->moe_layer_backward(P, experts(l), *recs[l], *kv[l], *x, *y);
+      else
+        be->layer_backward(P, *recs[l], *kv[l], *x, *y);
       std::swap(x, y);
     }
     be->embedding_backward(*mods.at({kernels::ModuleKind::kEmbedding, 0}), tokens, sl, *x);
@@ -103,9 +115,27 @@ Exactness compare_with_reference(const JobResult& run, const ReferenceResult& re
         continue;
       }
       std::vector<double> ref_g, ref_p;
+      // An experts module holds its expert-parallel rank's experts: compared with the same experts of the reference,
+      // each scaled by its own tensors (spans from `first`, the rank's first expert's, on).
+      kernels::ModelShape cut = shard;
+      std::size_t first = 0;
       try {
-        ref_g = kernels::shard_params(m.id.kind, shard, w.tp_rank, g->second);
-        ref_p = kernels::shard_params(m.id.kind, shard, w.tp_rank, p->second);
+        if (m.id.kind == kernels::ModuleKind::kExperts) {
+          cut = mc.layer_shape(m.id.layer);
+          const std::size_t one = kernels::ExpertLayout::of(cut.layer).size;
+          const int local = static_cast<int>(m.grads.size() / one);
+          if (local < 1 || cut.layer.experts % local != 0 || m.grads.size() % one != 0)
+            throw kernels::KernelError("holds " + std::to_string(m.grads.size()) + " values, not whole experts");
+          cut.layer.ep = cut.layer.experts / local;
+          first = static_cast<std::size_t>(w.ep_rank) * static_cast<std::size_t>(local) * 4;  // 4 tensors per expert
+          ref_g = kernels::expert_shard(cut, w.ep_rank, g->second);
+          ref_p = kernels::expert_shard(cut, w.ep_rank, p->second);
+        } else {
+          cut = mc.layer_shape(m.id.layer);
+          cut.layer.tp = run.tp;
+          ref_g = kernels::shard_params(m.id.kind, cut, w.tp_rank, g->second);
+          ref_p = kernels::shard_params(m.id.kind, cut, w.tp_rank, p->second);
+        }
       } catch (const kernels::KernelError& ex) {
         e.problems.push_back(m.id.name() + " (" + who + "): " + ex.what());
         continue;
@@ -116,14 +146,13 @@ Exactness compare_with_reference(const JobResult& run, const ReferenceResult& re
       }
       seen.insert({m.id, w.tp_rank});
       e.copies++;
-      const auto whole = module_tensors(mc.shape, m.id), part = module_tensors(shard, m.id);
+      const auto whole = module_tensors(mc, m.id), part = module_tensors(cut, m.id);
       for (std::size_t k = 0; k < part.size(); k++) {
-        const TensorSpan& t = part[k];
-        const std::string where = m.id.name() + "." + t.name + " (" + who + ")";
-        const double ge = rel_err(m.grads, ref_g, t.offset, t.size, max_abs(g->second, whole[k].offset, whole[k].size));
+        const TensorSpan &t = part[k], &wt = whole[first + k];
+        const std::string where = m.id.name() + "." + wt.name + " (" + who + ")";
+        const double ge = rel_err(m.grads, ref_g, t.offset, t.size, max_abs(g->second, wt.offset, wt.size));
         if (ge > e.grad_rel_err || e.grad_worst.empty()) e.grad_rel_err = ge, e.grad_worst = where;
-        const double pe =
-            rel_err(m.params, ref_p, t.offset, t.size, max_abs(p->second, whole[k].offset, whole[k].size));
+        const double pe = rel_err(m.params, ref_p, t.offset, t.size, max_abs(p->second, wt.offset, wt.size));
         if (pe > e.param_rel_err || e.param_worst.empty()) e.param_rel_err = pe, e.param_worst = where;
       }
     }

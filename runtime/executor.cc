@@ -112,13 +112,18 @@ Executor::Executor(UncheckedForTesting, const LoweredSchedule& ls, int worker, c
   } catch (const kernels::KernelError& e) {
     throw RuntimeError("model: tensor parallelism: " + std::string(e.what()));
   }
+  find_ep_group();
   validate_program();
   st_ = std::make_unique<State>(s);
 
   const int stages = s.stages();
   auto add = [&](const ModuleId& id) {
-    auto p = be_.params(id.kind, shard_);
-    p->set(kernels::shard_params(id.kind, shard_, tp_rank_, initial_params(model_, id)));
+    const kernels::ModelShape shape = layer_shard(id.layer);
+    auto p = be_.params(id.kind, shape);
+    if (id.kind == kernels::ModuleKind::kExperts)
+      p->set(kernels::expert_shard(shape, ep_rank_, initial_params(model_, id)));
+    else
+      p->set(kernels::shard_params(id.kind, shape, tp_rank_, initial_params(model_, id)));
     modules_.emplace(id, std::move(p));
   };
   if (auto t = be_.op_timer(); t->on_device()) device_timer_ = std::move(t);
@@ -128,13 +133,113 @@ Executor::Executor(UncheckedForTesting, const LoweredSchedule& ls, int worker, c
     const int g = s.stage_of(rank_, c);
     const StageLayers L = stage_layers(model_, stages, g);
     if (g == 0) add({kernels::ModuleKind::kEmbedding, 0});
-    for (int l = L.first; l < L.first + L.count; l++) add({kernels::ModuleKind::kLayer, l});
+    for (int l = L.first; l < L.first + L.count; l++) {
+      add({kernels::ModuleKind::kLayer, l});
+      if (model_.moe_layer(l)) add({kernels::ModuleKind::kExperts, l});
+    }
     if (g == stages - 1) add({kernels::ModuleKind::kHead, 0});
   }
+  if (ep_group_ >= 0)
+    be_.set_ep_all_to_all([this](kernels::EpExchange what, const void* send, const std::vector<std::size_t>& sb,
+                                 void* recv,
+                                 const std::vector<std::size_t>& rb) { ep_all_to_all(what, send, sb, recv, rb); });
 }
 
 Executor::~Executor() {
   if (ls_.tp > 1) be_.set_tp_all_reduce({});  // it points at this executor
+  if (ep_group_ >= 0) be_.set_ep_all_to_all({});
+}
+
+void Executor::find_ep_group() {
+  for (const LoweredOp& l : prog_) {
+    if (l.kind != LOpKind::AllToAll) continue;
+    if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls_.groups.size())
+      throw RuntimeError("all-to-all on unknown group g" + std::to_string(l.group));
+    if (ep_group_ >= 0 && l.group != ep_group_)
+      throw RuntimeError("all-to-alls on two groups (g" + std::to_string(ep_group_) + ", g" + std::to_string(l.group) +
+                         "): a worker's MoE layers have one expert-parallel group");
+    ep_group_ = l.group;
+  }
+  if (ep_group_ < 0) return;
+  const auto& ws = ls_.groups[ep_group_].workers;
+  const auto it = std::find(ws.begin(), ws.end(), worker_);
+  if (it == ws.end()) throw RuntimeError("all-to-all group g" + std::to_string(ep_group_) + " without this worker");
+  ep_size_ = static_cast<int>(ws.size());
+  ep_rank_ = static_cast<int>(it - ws.begin());
+  if (!model_.moe()) throw RuntimeError("the program has expert-parallel all-to-alls but the model no experts");
+  if (ls_.tp > 1)
+    throw RuntimeError("MoE layers with tensor parallelism (tp = " + std::to_string(ls_.tp) +
+                       ") are not implemented by the runtime");
+  if (ep_size_ != ls_.ep || model_.experts % ep_size_ != 0)
+    throw RuntimeError("expert-parallel group g" + std::to_string(ep_group_) + " has " + std::to_string(ep_size_) +
+                       " workers for ep = " + std::to_string(ls_.ep) + " and " + std::to_string(model_.experts) +
+                       " experts");
+}
+
+kernels::ModelShape Executor::layer_shard(int layer) const {
+  kernels::ModelShape m = model_.layer_shape(layer);
+  m.layer.tp = ls_.tp;
+  if (m.layer.moe()) m.layer.ep = ep_size_;
+  return m;
+}
+
+int Executor::stage_moe_layers(int stage) const {
+  const StageLayers L = stage_layers(model_, ls_.schedule.stages(), stage);
+  int n = 0;
+  for (int l = L.first; l < L.first + L.count; l++) n += model_.moe_layer(l) ? 1 : 0;
+  return n;
+}
+
+int Executor::layer_ep_calls(const Op& op) const {
+  switch (op.kind) {
+    case OpKind::Forward:   // dispatch and combine
+    case OpKind::Backward:  // their reverse
+      return 2 * stage_moe_layers(op.stage);
+    case OpKind::BackwardInput:  // refused with MoE layers (validate_program)
+    case OpKind::BackwardWeight:
+      return 0;
+  }
+  return 0;
+}
+
+void Executor::ep_all_to_all(kernels::EpExchange what, const void* send, const std::vector<std::size_t>& send_bytes,
+                             void* recv, const std::vector<std::size_t>& recv_bytes) {
+  const auto a = Clock::now();
+  auto req = tr_.ialltoallv(send, send_bytes, recv, recv_bytes, ep_group_);
+  wait(*req, "expert-parallel all-to-all");
+  switch (what) {
+    case kernels::EpExchange::kTokens:
+      ep_calls_++;
+      break;
+    case kernels::EpExchange::kCounts:  // part of the dispatch it precedes
+      break;
+  }
+  ep_s_ += seconds(Clock::now() - a);
+}
+
+// The routed experts' gradients, summed over the ExpertData group: members at the same place of their expert-parallel
+// groups hold the same experts. Each member contributes a buffer of all E experts with only its own filled (x + 0 is
+// exact), so a sum over the whole group is the expert-data-parallel sum of every expert; the bytes are ep times
+// Megatron's.
+void Executor::expert_allreduce(const LoweredOp& l, IterationStats& st) {
+  timed(st.comm_s, [&] {
+    std::vector<std::vector<unsigned char>> bufs;
+    std::vector<std::pair<kernels::Params*, std::unique_ptr<Request>>> reqs;
+    for (auto& [id, p] : modules_) {
+      if (id.kind != kernels::ModuleKind::kExperts) continue;
+      const ElemType t = elem_type(p->grad_dtype());
+      const std::size_t n = p->size(), eb = elem_bytes(t);
+      bufs.emplace_back(n * static_cast<std::size_t>(ep_size_) * eb, 0);
+      std::memcpy(bufs.back().data() + n * static_cast<std::size_t>(ep_rank_) * eb, p->grad_data(), n * eb);
+      reqs.emplace_back(p.get(), tr_.iallreduce_sum(bufs.back().data(), n * ep_size_, t, l.group));
+    }
+    for (std::size_t k = 0; k < reqs.size(); k++) {
+      wait(*reqs[k].second, "expert-data-parallel all-reduce");
+      kernels::Params& p = *reqs[k].first;
+      const std::size_t n = p.size(), eb = elem_bytes(elem_type(p.grad_dtype()));
+      std::memcpy(p.grad_data(), bufs[k].data() + n * static_cast<std::size_t>(ep_rank_) * eb, n * eb);
+    }
+  });
 }
 
 std::string Executor::op_name(std::size_t i) const { return lowered_op_name(ls_, worker_, i); }
@@ -161,6 +266,12 @@ void Executor::validate_program() const {
           bad("token range out of range");
         if (l.kind == LOpKind::Compute && s.rank_of_stage(l.op.stage) != rank_)
           bad("stage does not live on this pipeline rank");
+        if (l.kind == LOpKind::Compute && stage_moe_layers(l.op.stage) > 0) {
+          if (l.op.kind == OpKind::BackwardInput || l.op.kind == OpKind::BackwardWeight)
+            bad("a split backward (I / W) of MoE layers is not implemented by the runtime");
+          if (ep_group_ < 0 || i + 1 == prog_.size() || prog_[i + 1].kind != LOpKind::AllToAll)
+            bad("its stage has MoE layers but no expert-parallel all-to-all follows it (the lowering counted none)");
+        }
         if (l.kind == LOpKind::Compute && ls_.tp > 1 && layer_tp_calls(l.op) > 0 &&
             (i + 1 == prog_.size() || prog_[i + 1].kind != LOpKind::AllReduce ||
              prog_[i + 1].tag != CollTag::TensorParallel))
@@ -176,8 +287,8 @@ void Executor::validate_program() const {
         if (l.tag == CollTag::Embedding)
           bad("embedding all-reduce (tied embeddings): the runtime's model has an untied LM head, so first and last "
               "stage share no parameter; set model.tied_embeddings: false");
-        if (l.tag != CollTag::DataParallel && l.tag != CollTag::TensorParallel)
-          bad("only data- and tensor-parallel all-reduces are implemented");
+        if (l.tag != CollTag::DataParallel && l.tag != CollTag::TensorParallel && l.tag != CollTag::ExpertData)
+          bad("only data-, expert-data- and tensor-parallel all-reduces are implemented");
         if (l.async) bad("overlapped (async) gradient reduction is not implemented by the runtime");
         if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls_.groups.size()) bad("unknown group");
         if (ls_.groups[l.group].tag != l.tag) bad("the group's tag differs from the op's");
@@ -195,6 +306,7 @@ void Executor::validate_program() const {
         }
         break;
       case LOpKind::AllGather:
+        if (model_.moe()) bad("the distributed optimizer with MoE layers is not implemented by the runtime");
         if (l.tag == CollTag::ParamGather) {  // the distributed optimizer's parameter all-gather
           if (l.async) bad("an overlapped parameter all-gather is not implemented by the runtime");
           if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls_.groups.size() ||
@@ -212,14 +324,25 @@ void Executor::validate_program() const {
           bad("an all-gather must directly follow the receive of its message");
         break;
       case LOpKind::ReduceScatter:  // the distributed optimizer's gradient reduction
+        if (model_.moe()) bad("the distributed optimizer with MoE layers is not implemented by the runtime");
         if (l.tag != CollTag::DataParallel || l.async) bad("only a data-parallel reduce-scatter after the flush runs");
         if (l.group < 0 || static_cast<std::size_t>(l.group) >= ls_.groups.size() ||
             ls_.groups[l.group].tag != CollTag::DataParallel)
           bad("not a data-parallel group");
         break;
-      case LOpKind::AllToAll:
-        bad("the runtime does not execute mixture-of-experts layers (expert-parallel all-to-all) yet");
+      case LOpKind::AllToAll: {
+        // A marker like the TP all-reduce: the MoE layer kernels of its compute op make the exchanges.
+        if (l.tag != CollTag::ExpertParallel || ls_.groups[l.group].tag != CollTag::ExpertParallel)
+          bad("only expert-parallel all-to-alls are implemented");
+        if (l.async) bad("an overlapped all-to-all is not implemented by the runtime");
+        if (i == 0 || prog_[i - 1].kind != LOpKind::Compute || !(key_of(prog_[i - 1].op) == key_of(l.op)))
+          bad("an all-to-all must directly follow its compute op (the MoE layer kernels make the exchanges)");
+        const int calls = layer_ep_calls(l.op);
+        if (l.count < calls)
+          bad("count " + std::to_string(l.count) + " is less than the " + std::to_string(calls) +
+              " all-to-alls the MoE layer kernels make (2 per MoE layer)");
         break;
+      }
       case LOpKind::Optimizer:
         break;
     }
@@ -256,6 +379,8 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
         case LOpKind::Compute:
           tp_calls_ = 0;
           tp_s_ = 0;
+          ep_calls_ = 0;
+          ep_s_ = 0;
           switch (l.op.kind) {
             case OpKind::Forward:
               forward(l.op, stats);
@@ -272,8 +397,8 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
               break;
           }
           // The kernels' TP all-reduces ran inside timed backend calls: they are communication.
-          stats.kernel_s -= tp_s_;
-          stats.comm_s += tp_s_;
+          stats.kernel_s -= tp_s_ + ep_s_;
+          stats.comm_s += tp_s_ + ep_s_;
           tp_of[i] = tp_s_;
           break;
         case LOpKind::Send:
@@ -291,6 +416,8 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
                                  " tensor-parallel all-reduces, expected " + std::to_string(calls) + " (2 per layer)");
             OpTiming& c = stats.ops[i - 1];
             c.end = c.done = c.end - tp_s_;
+          } else if (l.tag == CollTag::ExpertData) {
+            expert_allreduce(l, stats);
           } else {
             allreduce(l, stats);
           }
@@ -304,8 +431,17 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
         case LOpKind::ReduceScatter:
           reduce_scatter(l, stats);
           break;
-        case LOpKind::AllToAll:  // refused by the program check
+        case LOpKind::AllToAll: {
+          // A marker: the MoE layer kernels of the compute op just before it made the exchanges (validate_program).
+          const int calls = layer_ep_calls(l.op);
+          if (ep_calls_ != calls)
+            throw RuntimeError("the MoE layer kernels of " + op_text(l.op) + " made " + std::to_string(ep_calls_) +
+                               " expert-parallel all-to-alls, expected " + std::to_string(calls) +
+                               " (2 per MoE layer)");
+          OpTiming& c = stats.ops[i - 1];
+          c.end = c.done = c.end - ep_s_;
           break;
+        }
         case LOpKind::Optimizer:
           timed(stats.kernel_s, [&] {
             for (auto& [id, p] : modules_) {
@@ -329,6 +465,10 @@ IterationStats Executor::run_iteration(int step, Clock::time_point t0) {
       // Shown as its calls' total time right after the compute op's own (kernel) time.
       t.start = stats.ops[i - 1].end;
       t.end = t.start + tp_s_;
+    }
+    if (prog_[i].kind == LOpKind::AllToAll) {  // the same for the MoE layers' exchanges
+      t.start = stats.ops[i - 1].end;
+      t.end = t.start + ep_s_;
     }
     if (prog_[i].kind != LOpKind::Send) t.done = t.end;
     if (wd_) wd_->progress();
@@ -499,10 +639,15 @@ void Executor::forward(const Op& op, IterationStats& st) {
   for (int j = 0; j < L.count; j++) {
     const int layer = L.first + j;
     auto& kv = st_->kv[{op.microbatch, layer}];
-    if (!kv) kv = be_.kv_cache(shard_.layer, mb.seq_count, s.seq_len);
+    if (!kv) kv = be_.kv_cache(layer_shard(layer).layer, mb.seq_count, s.seq_len);
     auto rec = st_->record(be_);
     const auto& P = *modules_.at({kernels::ModuleKind::kLayer, layer});
-    timed(st.kernel_s, [&] { be_.layer_forward(P, *x, sl, *kv, *rec, *y); });
+    timed(st.kernel_s, [&] {
+      if (model_.moe_layer(layer))
+        be_.moe_layer_forward(P, *modules_.at({kernels::ModuleKind::kExperts, layer}), *x, sl, *kv, *rec, *y);
+      else
+        be_.layer_forward(P, *x, sl, *kv, *rec, *y);
+    });
     recs.push_back(std::move(rec));
     std::swap(x, y);
   }
@@ -567,7 +712,10 @@ std::shared_ptr<kernels::Tensor> Executor::backward_through(const Op& op, Record
     if (it == st_->kv.end()) throw RuntimeError("no K/V cache for layer " + std::to_string(layer));
     auto& P = *modules_.at({kernels::ModuleKind::kLayer, layer});
     timed(st.kernel_s, [&] {
-      if (split)
+      if (model_.moe_layer(layer))  // never split (validate_program)
+        be_.moe_layer_backward(P, *modules_.at({kernels::ModuleKind::kExperts, layer}), *recs[j], *it->second, *dy,
+                               *dx);
+      else if (split)
         be_.layer_backward_input(P, *recs[j], *it->second, *dy, *dx);
       else
         be_.layer_backward(P, *recs[j], *it->second, *dy, *dx);
@@ -733,7 +881,8 @@ void Executor::allreduce(const LoweredOp& l, IterationStats& st) {
     std::vector<std::unique_ptr<Request>> reqs;
     reqs.reserve(modules_.size());
     for (auto& [id, p] : modules_)
-      reqs.push_back(tr_.iallreduce_sum(p->grad_data(), p->size(), elem_type(p->grad_dtype()), l.group));
+      if (id.kind != kernels::ModuleKind::kExperts)  // reduced over their expert-data-parallel group instead
+        reqs.push_back(tr_.iallreduce_sum(p->grad_data(), p->size(), elem_type(p->grad_dtype()), l.group));
     for (auto& r : reqs) wait(*r, "data-parallel all-reduce");
   });
 }

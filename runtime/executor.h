@@ -100,6 +100,9 @@ class Executor {
   // with tp > 1 this process's shard of each layer.
   const std::map<ModuleId, std::unique_ptr<kernels::Params>>& modules() const { return modules_; }
   std::size_t program_size() const { return prog_.size(); }
+  // This worker's place in its expert-parallel group (MoE layers; 0 without one): its experts modules hold experts
+  // [ep_rank E / ep, (ep_rank + 1) E / ep) of each MoE layer.
+  int ep_rank() const { return ep_rank_; }
 
  private:
   struct State;
@@ -130,6 +133,14 @@ class Executor {
   void wait(Request& r, const char* what);
   void tp_all_reduce(void* data, std::size_t count, kernels::DType dtype);
   int layer_tp_calls(const Op& op) const;  // TP all-reduces the layer kernels make for a compute op: 2 per layer
+  // MoE layers (runtime/README.md "Mixture of experts"): the expert-parallel group, the kernels' all-to-alls.
+  void find_ep_group();
+  int stage_moe_layers(int stage) const;
+  int layer_ep_calls(const Op& op) const;            // token all-to-alls of a compute op: 2 per MoE layer (F, B)
+  kernels::ModelShape layer_shard(int layer) const;  // shard_ with `layer`'s shape and this run's ep
+  void ep_all_to_all(kernels::EpExchange what, const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                     const std::vector<std::size_t>& recv_bytes);
+  void expert_allreduce(const LoweredOp& l, IterationStats& st);  // the experts' gradients over the ExpertData group
   std::shared_ptr<kernels::Tensor> take_input(const Op& consumer, const OpKey& producer);
   std::string op_name(std::size_t i) const;
   std::string who() const;  // "rank W" (MPI rank = worker); with tp > 1 "rank R (worker W, TP rank t)"
@@ -150,6 +161,11 @@ class Executor {
   // The kernels' TP all-reduces during the current compute op: calls and seconds.
   int tp_calls_ = 0;
   double tp_s_ = 0;
+  // The expert-parallel group (-1: none), its size and this worker's place; the all-to-alls of the current compute
+  // op (token exchanges counted, all timed).
+  int ep_group_ = -1, ep_size_ = 1, ep_rank_ = 0;
+  int ep_calls_ = 0;
+  double ep_s_ = 0;
   std::map<ModuleId, std::unique_ptr<kernels::Params>> modules_;
   std::unique_ptr<kernels::OpTimer> device_timer_;  // set for device backends only
   std::unique_ptr<State> st_;

@@ -63,6 +63,7 @@ JobResult run(const LoweredSchedule& ls, const CheckedSchedule* cs, const ModelC
   WorkerResult mine;
   mine.worker = w;
   mine.tp_rank = tr.tp_rank();
+  mine.ep_rank = ex->ep_rank();
   const int steps = opt.warmup + opt.iterations;
   const double offset_s = tr.clock_offset_s();
   for (int step = 1; step <= steps; step++) {
@@ -142,6 +143,7 @@ std::vector<double> pack(const WorkerResult& w) {
   std::vector<double> v;
   v.push_back(w.worker);
   v.push_back(w.tp_rank);
+  v.push_back(w.ep_rank);
   v.push_back(static_cast<double>(w.iterations.size()));
   for (const auto& it : w.iterations) {
     v.push_back(static_cast<double>(it.ops.size()));
@@ -153,6 +155,7 @@ std::vector<double> pack(const WorkerResult& w) {
   for (const auto& m : w.modules) {
     v.push_back(m.id.kind == kernels::ModuleKind::kEmbedding ? -1.0
                 : m.id.kind == kernels::ModuleKind::kHead    ? -2.0
+                : m.id.kind == kernels::ModuleKind::kExperts ? -3.0 - m.id.layer
                                                              : static_cast<double>(m.id.layer));
     v.push_back(static_cast<double>(m.grads.size()));
     v.push_back(static_cast<double>(m.params.size()));
@@ -167,6 +170,7 @@ WorkerResult unpack(const std::vector<double>& v, int layers) {
   WorkerResult w;
   w.worker = static_cast<int>(r.next());
   w.tp_rank = static_cast<int>(r.next());
+  w.ep_rank = static_cast<int>(r.next());
   const std::size_t iters = r.count();
   for (std::size_t k = 0; k < iters; k++) {
     IterationStats it;
@@ -195,6 +199,8 @@ WorkerResult unpack(const std::vector<double>& v, int layers) {
       m.id = {kernels::ModuleKind::kHead, 0};
     else if (code >= 0 && code < layers)
       m.id = {kernels::ModuleKind::kLayer, static_cast<int>(code)};
+    else if (code <= -3.0 && code > -3.0 - layers)
+      m.id = {kernels::ModuleKind::kExperts, static_cast<int>(-3.0 - code)};
     else
       throw RuntimeError("corrupt result record: module " + std::to_string(code));
     const std::size_t ng = r.count(), np = r.count();

@@ -36,6 +36,7 @@ struct ModuleState {
 struct WorkerResult {
   int worker = 0;
   int tp_rank = 0;                         // which of the worker's tp processes (tensor parallelism)
+  int ep_rank = 0;                         // its place in its expert-parallel group (its experts modules' share)
   std::vector<IterationStats> iterations;  // the timed iterations
   double loss = 0;                         // this worker's loss share in the last iteration
   std::vector<ModuleState> modules;        // when collected (layers: this TP rank's shards)

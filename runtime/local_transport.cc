@@ -108,6 +108,79 @@ std::unique_ptr<Request> LocalTransport::iallreduce_sum(void* buf, std::size_t c
                 type, "all-reduce of group g" + std::to_string(group));
 }
 
+std::unique_ptr<Request> LocalTransport::ialltoallv(const void* send, const std::vector<std::size_t>& send_bytes,
+                                                    void* recv, const std::vector<std::size_t>& recv_bytes, int group) {
+  const std::string what = "all-to-all of group g" + std::to_string(group);
+  if (group < 0 || static_cast<std::size_t>(group) >= fabric_.groups_.size())
+    throw RuntimeError("all-to-all on unknown group g" + std::to_string(group));
+  const auto& ws = fabric_.groups_[group].workers;
+  const auto it = std::find(ws.begin(), ws.end(), worker_);
+  if (it == ws.end()) throw RuntimeError(what + ": worker " + std::to_string(worker_) + " is not a member");
+  const int n = static_cast<int>(ws.size()), me = static_cast<int>(it - ws.begin());
+  if (send_bytes.size() != ws.size() || recv_bytes.size() != ws.size())
+    throw RuntimeError(what + ": " + std::to_string(send_bytes.size()) + " send and " +
+                       std::to_string(recv_bytes.size()) + " receive sizes for " + std::to_string(n) + " members");
+  auto& calls = fabric_.calls_[static_cast<std::size_t>(group) * fabric_.tp() + tp_rank_];
+  const std::int64_t number = next_call_[group]++;
+  {
+    std::lock_guard<std::mutex> l(fabric_.mu_);
+    LocalFabric::Call& c = calls[number];
+    if (c.contrib.empty()) c.contrib.resize(static_cast<std::size_t>(n)), c.sizes.resize(static_cast<std::size_t>(n));
+    std::size_t total = 0;
+    for (std::size_t b : send_bytes) total += b;
+    const char* p = static_cast<const char*>(send);
+    c.contrib[me].assign(p, p + total);
+    c.sizes[me] = send_bytes;
+    c.arrived++;
+  }
+  // Member i's chunk for this member, copied out once everyone has deposited (eager, like the sends).
+  class AllToAll final : public Request {
+   public:
+    AllToAll(LocalFabric& f, void* recv, std::vector<std::size_t> rb, LocalFabric::Calls& calls, std::int64_t number,
+             int n, int me, std::string what)
+        : f_(f),
+          recv_(recv),
+          rb_(std::move(rb)),
+          calls_(calls),
+          number_(number),
+          n_(n),
+          me_(me),
+          what_(std::move(what)) {}
+    bool test() override {
+      if (done_) return true;
+      std::lock_guard<std::mutex> l(f_.mu_);
+      auto it = calls_.find(number_);
+      if (it == calls_.end() || it->second.arrived < n_) return false;
+      char* out = static_cast<char*>(recv_);
+      for (int i = 0; i < n_; i++) {
+        const auto& sz = it->second.sizes[static_cast<std::size_t>(i)];
+        if (sz.size() != static_cast<std::size_t>(n_) || sz[me_] != rb_[i])
+          throw RuntimeError(what_ + ": member " + std::to_string(i) + " sends " +
+                             std::to_string(sz.size() == static_cast<std::size_t>(n_) ? sz[me_] : 0) +
+                             " bytes to member " + std::to_string(me_) + ", which expects " + std::to_string(rb_[i]));
+        std::size_t off = 0;
+        for (int j = 0; j < me_; j++) off += sz[j];
+        if (rb_[i] > 0) std::memcpy(out, it->second.contrib[static_cast<std::size_t>(i)].data() + off, rb_[i]);
+        out += rb_[i];
+      }
+      if (++it->second.taken == n_) calls_.erase(it);
+      done_ = true;
+      return true;
+    }
+
+   private:
+    LocalFabric& f_;
+    void* recv_;
+    std::vector<std::size_t> rb_;
+    LocalFabric::Calls& calls_;
+    std::int64_t number_;
+    int n_, me_;
+    std::string what_;
+    bool done_ = false;
+  };
+  return std::make_unique<AllToAll>(fabric_, recv, recv_bytes, calls, number, n, me, what);
+}
+
 std::unique_ptr<Request> LocalTransport::tp_iallreduce_sum(void* buf, std::size_t count, ElemType type) {
   if (fabric_.tp() == 1) throw RuntimeError("tensor-parallel all-reduce without tensor parallelism (tp = 1)");
   return reduce(fabric_.tp_calls_[worker_], next_tp_call_++, tp_rank_, fabric_.tp(), buf, count, type,

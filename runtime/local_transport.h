@@ -33,6 +33,7 @@ class LocalFabric {
     std::vector<std::vector<char>> contrib;
     int arrived = 0, taken = 0;
     std::vector<char> result;
+    std::vector<std::vector<std::size_t>> sizes;  // all-to-all: each member's send_bytes
   };
   using Calls = std::map<std::int64_t, Call>;  // call number -> call
   int workers_, tp_;
@@ -59,6 +60,8 @@ class LocalTransport final : public Transport {
   std::unique_ptr<Request> isend(const void* buf, std::size_t bytes, int peer, int tag) override;
   std::unique_ptr<Request> irecv(void* buf, std::size_t bytes, int peer, int tag) override;
   std::unique_ptr<Request> iallreduce_sum(void* buf, std::size_t count, ElemType type, int group) override;
+  std::unique_ptr<Request> ialltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                                      const std::vector<std::size_t>& recv_bytes, int group) override;
   std::unique_ptr<Request> tp_iallreduce_sum(void* buf, std::size_t count, ElemType type) override;
   std::unique_ptr<Request> tp_iallgather(void* buf, std::size_t chunk_bytes) override;
   void barrier() override;

@@ -17,8 +17,34 @@ ModelConfig ModelConfig::from(const ModelSpec& m, const std::vector<int>& stage_
   c.shape.vocab = m.vocab;
   c.shape.max_seq = m.seq_len;
   c.layers = m.layers;
+  if (m.moe()) {
+    c.experts = m.moe_experts;
+    c.top_k = m.moe_top_k;
+    c.expert_ffn = m.moe_ffn_hidden;
+    c.shared_ffn = m.moe_shared_ffn_hidden;
+    c.dense_layers = m.moe_dense_layers;
+    c.layer_freq = m.moe_layer_freq;
+  }
   c.validate();
   return c;
+}
+
+bool ModelConfig::moe_layer(int layer) const {
+  return moe() && layer >= dense_layers && layer_freq >= 1 && (layer - dense_layers) % layer_freq == 0;
+}
+
+kernels::ModelShape ModelConfig::layer_shape(int layer) const {
+  kernels::ModelShape m = shape;
+  if (!moe_layer(layer)) return m;
+  m.layer.ffn = shared_ffn;
+  m.layer.experts = experts;
+  m.layer.top_k = top_k;
+  m.layer.expert_ffn = expert_ffn;
+  return m;
+}
+
+std::vector<TensorSpan> module_tensors(const ModelConfig& mc, const ModuleId& id) {
+  return kernels::module_tensor_spans(id.kind, mc.layer_shape(id.layer));
 }
 
 ModelConfig ModelConfig::for_validation(const ModelSpec& m, const std::vector<int>& stage_layers) {
@@ -34,14 +60,24 @@ void ModelConfig::validate() const {
     throw RuntimeError(std::string("model: ") + e.what());
   }
   if (layers < 1) throw RuntimeError("model: layers must be >= 1, got " + std::to_string(layers));
+  if (!moe()) return;
+  if (layer_freq < 1) throw RuntimeError("model.moe_layer_freq must be >= 1, got " + std::to_string(layer_freq));
+  try {
+    for (int l = 0; l < layers; l++)
+      if (moe_layer(l)) return layer_shape(l).validate();
+  } catch (const kernels::KernelError& e) {
+    throw RuntimeError(std::string("model (num_experts, moe_top_k, moe_ffn_hidden, moe_shared_ffn_hidden): ") +
+                       e.what());
+  }
 }
 
 bool ModuleId::operator<(const ModuleId& o) const {
   auto rank = [](const ModuleId& m) {
+    // A layer's experts right after the layer.
     return std::make_tuple(m.kind == kernels::ModuleKind::kEmbedding ? 0
-                           : m.kind == kernels::ModuleKind::kLayer   ? 1
-                                                                     : 2,
-                           m.layer);
+                           : m.kind == kernels::ModuleKind::kHead    ? 2
+                                                                     : 1,
+                           m.layer, m.kind == kernels::ModuleKind::kExperts ? 1 : 0);
   };
   return rank(*this) < rank(o);
 }
@@ -52,6 +88,8 @@ std::string ModuleId::name() const {
       return "embedding";
     case kernels::ModuleKind::kHead:
       return "head";
+    case kernels::ModuleKind::kExperts:
+      return "layer" + std::to_string(layer) + ".experts";
     case kernels::ModuleKind::kLayer:
       break;
   }
@@ -64,6 +102,8 @@ int ModuleId::code(int layers) const {
       return -1;
     case kernels::ModuleKind::kHead:
       return layers;
+    case kernels::ModuleKind::kExperts:
+      return layers + 1 + layer;
     case kernels::ModuleKind::kLayer:
       break;
   }
@@ -71,15 +111,16 @@ int ModuleId::code(int layers) const {
 }
 
 ModuleId ModuleId::from_code(int code, int layers) {
-  if (code < -1 || code > layers) throw RuntimeError("module code " + std::to_string(code) + " out of range");
+  if (code < -1 || code > 2 * layers) throw RuntimeError("module code " + std::to_string(code) + " out of range");
   if (code == -1) return {kernels::ModuleKind::kEmbedding, 0};
   if (code == layers) return {kernels::ModuleKind::kHead, 0};
+  if (code > layers) return {kernels::ModuleKind::kExperts, code - layers - 1};
   return {kernels::ModuleKind::kLayer, code};
 }
 
 std::vector<double> initial_params(const ModelConfig& mc, const ModuleId& id) {
   const std::uint64_t seed = splitmix64(mc.seed + static_cast<std::uint64_t>(id.code(mc.layers) + 1));
-  return kernels::init_params(id.kind, mc.shape, seed, mc.init_std, mc.perturb);
+  return kernels::init_params(id.kind, mc.layer_shape(id.layer), seed, mc.init_std, mc.perturb);
 }
 
 StageLayers stage_layers(const ModelConfig& mc, int stages, int stage) {

@@ -33,6 +33,14 @@ struct ModelConfig {
   // Adds N(0, perturb) to LayerNorm gammas / betas and biases so that every gradient path is exercised;
   // the exactness tests use 0.1, training-like runs 0.
   double perturb = 0.0;
+  // Mixture of experts (model.num_experts > 0; docs/moe.md, kernels/README.md "Mixture of experts"): layer i is
+  // MoE as ModelSpec::moe_layer(i) says; there the dense MLP becomes the shared experts (width shared_ffn, 0: none)
+  // and experts routed GELU experts of width expert_ffn, top_k per token.
+  int experts = 0, top_k = 0, expert_ffn = 0, shared_ffn = 0, dense_layers = 0, layer_freq = 1;
+  bool moe() const { return experts > 0; }
+  bool moe_layer(int layer) const;
+  // The model's shape with `layer`'s layer shape (MoE: the experts fields, ffn = shared_ffn, ep = 1).
+  kernels::ModelShape layer_shape(int layer) const;
 
   // From a scenario's model section and its parallel.stage_layers. Throws RuntimeError on shapes the kernels
   // cannot run.
@@ -45,19 +53,20 @@ struct ModelConfig {
   void validate() const;
 };
 
-// A module of the model: the embedding, transformer layer `layer` (0-based, global), or the head.
+// A module of the model: the embedding, transformer layer `layer` (0-based, global), the routed experts of MoE layer
+// `layer` (kExperts; with expert parallelism this rank's share), or the head.
 struct ModuleId {
   kernels::ModuleKind kind = kernels::ModuleKind::kLayer;
   int layer = 0;  // layers only
   bool operator<(const ModuleId& o) const;
   bool operator==(const ModuleId& o) const { return kind == o.kind && layer == o.layer; }
-  std::string name() const;  // "embedding", "layer3", "head"
-  // Ordering key used on the wire and in reports: embedding -1, layers 0..L-1, head L.
+  std::string name() const;  // "embedding", "layer3", "layer3.experts", "head"
+  // Ordering key used on the wire and in reports: embedding -1, layers 0..L-1, head L, experts of layer i L + 1 + i.
   int code(int layers) const;
   static ModuleId from_code(int code, int layers);
 };
 
-// Deterministic initial parameters of a module (the same on every rank and in the reference).
+// Deterministic initial parameters of a module (the same on every rank and in the reference; experts: all of them).
 std::vector<double> initial_params(const ModelConfig& mc, const ModuleId& id);
 
 // Layers of virtual stage g of a pipeline of `stages` stages: [first, first + count), mc.stage_layers or the
@@ -93,6 +102,8 @@ using TensorSpan = kernels::TensorSpan;
 inline std::vector<TensorSpan> module_tensors(const kernels::ModelShape& shape, const ModuleId& id) {
   return kernels::module_tensor_spans(id.kind, shape);
 }
+// The same with the module's own layer shape (MoE layers and their experts).
+std::vector<TensorSpan> module_tensors(const ModelConfig& mc, const ModuleId& id);
 
 // Backend by name: "cpu-f64", "cpu-f32", "null" (no-op compute, for measuring the runtime's own overhead),
 // "cuda-bf16", "cuda-f16" on GPU `device` (only in a build with CUDA and NCCL, PIPESCOPE_HAVE_NCCL, and only with a

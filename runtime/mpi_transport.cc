@@ -176,6 +176,39 @@ std::unique_ptr<Request> MpiTransport::iallreduce_sum(void* buf, std::size_t cou
   return r;
 }
 
+std::unique_ptr<Request> MpiTransport::ialltoallv(const void* send, const std::vector<std::size_t>& send_bytes,
+                                                  void* recv, const std::vector<std::size_t>& recv_bytes, int group) {
+  const std::string what = "MPI_Ialltoallv (group g" + std::to_string(group) + ")";
+  if (group < 0 || static_cast<std::size_t>(group) >= groups_.size() || groups_[group] == MPI_COMM_NULL)
+    throw RuntimeError(what + ": rank " + std::to_string(rank_) + " is not a member of that group");
+  int n = 0;
+  check(MPI_Comm_size(groups_[group], &n), what);
+  if (send_bytes.size() != static_cast<std::size_t>(n) || recv_bytes.size() != static_cast<std::size_t>(n))
+    throw RuntimeError(what + ": " + std::to_string(send_bytes.size()) + " send and " +
+                       std::to_string(recv_bytes.size()) + " receive sizes for " + std::to_string(n) + " members");
+  // MPI reads the counts and displacements until the operation completes: the request owns them.
+  class Request final : public runtime::Request {
+   public:
+    Request(std::string what, const std::vector<std::size_t>& sb, const std::vector<std::size_t>& rb)
+        : req(what, -1), sc(sb.size()), sd(sb.size()), rc(rb.size()), rd(rb.size()) {
+      int so = 0, ro = 0;
+      for (std::size_t i = 0; i < sb.size(); i++) {
+        sc[i] = as_count(sb[i], what), sd[i] = so, so += sc[i];
+        rc[i] = as_count(rb[i], what), rd[i] = ro, ro += rc[i];
+        if (so < 0 || ro < 0) throw RuntimeError(what + ": more bytes than MPI's int displacements hold");
+      }
+    }
+    bool test() override { return req.test(); }
+    MpiRequest req;
+    std::vector<int> sc, sd, rc, rd;
+  };
+  auto r = std::make_unique<Request>(what, send_bytes, recv_bytes);
+  check(MPI_Ialltoallv(send, r->sc.data(), r->sd.data(), MPI_BYTE, recv, r->rc.data(), r->rd.data(), MPI_BYTE,
+                       groups_[group], r->req.handle()),
+        what);
+  return r;
+}
+
 std::unique_ptr<Request> MpiTransport::tp_iallreduce_sum(void* buf, std::size_t count, ElemType type) {
   const std::string what = "MPI_Iallreduce (TP group of worker " + std::to_string(worker_) + ")";
   if (tp_comm_ == MPI_COMM_NULL) throw RuntimeError(what + ": no tensor parallelism (tp = 1)");

@@ -335,6 +335,33 @@ std::unique_ptr<Request> NcclTransport::iallreduce_sum(void* buf, std::size_t co
                  [&](ncclComm_t comm, cudaStream_t s) { return ncclAllReduce(buf, buf, count, t, ncclSum, comm, s); });
 }
 
+std::unique_ptr<Request> NcclTransport::ialltoallv(const void* send, const std::vector<std::size_t>& send_bytes,
+                                                   void* recv, const std::vector<std::size_t>& recv_bytes, int group) {
+  const std::string what = "ncclSend/ncclRecv all-to-all (group g" + std::to_string(group) + ")";
+  if (group < 0 || static_cast<std::size_t>(group) >= groups_.size() || !groups_[group].comm)
+    throw RuntimeError(who() + ": " + what + ": not a member of that group");
+  int n = 0;
+  NCCL_CHECKED(ncclCommCount(groups_[group].comm, &n), groups_[group].comm, what);
+  if (send_bytes.size() != static_cast<std::size_t>(n) || recv_bytes.size() != static_cast<std::size_t>(n))
+    throw RuntimeError(who() + ": " + what + ": " + std::to_string(send_bytes.size()) + " send and " +
+                       std::to_string(recv_bytes.size()) + " receive sizes for " + std::to_string(n) + " members");
+  // NCCL has no all-to-all-v: one grouped send and receive per member (communicator rank = member index).
+  return enqueue(groups_[group], what, [&](ncclComm_t comm, cudaStream_t s) {
+    ncclResult_t r = ncclGroupStart();
+    const char* out = static_cast<const char*>(send);
+    char* in = static_cast<char*>(recv);
+    for (int j = 0; j < n && (r == ncclSuccess || r == ncclInProgress); j++) {
+      if (send_bytes[j] > 0) r = ncclSend(out, send_bytes[j], ncclInt8, j, comm, s);
+      if (recv_bytes[j] > 0 && (r == ncclSuccess || r == ncclInProgress))
+        r = ncclRecv(in, recv_bytes[j], ncclInt8, j, comm, s);
+      out += send_bytes[j];
+      in += recv_bytes[j];
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    return r == ncclSuccess || r == ncclInProgress ? end : r;
+  });
+}
+
 std::unique_ptr<Request> NcclTransport::tp_iallreduce_sum(void* buf, std::size_t count, ElemType type) {
   const std::string what = "ncclAllReduce (TP group of worker " + std::to_string(worker()) + ")";
   if (!tp_.comm) throw RuntimeError(who() + ": " + what + ": no tensor parallelism (tp = 1)");

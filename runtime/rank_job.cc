@@ -39,6 +39,18 @@ void RankJob::add_shrink_options(CLI::App& app) {
   app.add_option("--tp", tp, "Tensor-parallel degree (tp processes per worker; must divide heads and ffn)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))
       ->group(g);
+  app.add_option("--experts", experts, "Routed experts per MoE layer (model.num_experts; a dense model becomes MoE)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->group(g);
+  app.add_option("--top-k", top_k, "Experts per token (model.moe_top_k)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->group(g);
+  app.add_option("--expert-ffn", expert_ffn, "One routed expert's MLP width (model.moe_ffn_hidden)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->group(g);
+  app.add_option("--ep", ep, "Expert-parallel degree (parallel.ep; must divide dp and the experts)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->group(g);
   app.add_option("--v", v, "Model chunks per pipeline rank (interleaved)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))
       ->group(g);
@@ -86,6 +98,10 @@ std::vector<std::string> RankJob::args() const {
   add("--dp", dp);
   add("--pp", pp);
   add("--tp", tp);
+  add("--experts", experts);
+  add("--top-k", top_k);
+  add("--expert-ffn", expert_ffn);
+  add("--ep", ep);
   add("--v", v);
   add("--slices", slices);
   if (!slice_tokens.empty()) {
@@ -121,6 +137,10 @@ ScenarioOverrides RankJob::overrides() const {
   set(r.dp, dp);
   set(r.pp, pp);
   set(r.tp, tp);
+  set(r.experts, experts);
+  set(r.top_k, top_k);
+  set(r.expert_ffn, expert_ffn);
+  set(r.ep, ep);
   set(r.v, v);
   set(r.micro_batch_size, micro_batch_size);
   set(r.global_batch, global_batch);

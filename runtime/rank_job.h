@@ -19,6 +19,7 @@ struct RankJob {
   std::string schedule;
   int layers = 0, hidden = 0, heads = 0, ffn = 0, vocab = 0, seq_len = 0;
   int dp = 0, pp = 0, tp = 0, v = 0, micro_batch_size = 0, global_batch = 0, slices = 0;
+  int experts = 0, top_k = 0, expert_ffn = 0, ep = 0;  // mixture of experts
   std::vector<int> slice_tokens;
   std::vector<int> stage_layers;  // layers per virtual stage (parallel.stage_layers); empty keeps the scenario's
   // The run.

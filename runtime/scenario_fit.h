@@ -17,6 +17,8 @@ struct ScenarioOverrides {
   std::optional<std::string> schedule;  // schedule.kind
   std::optional<int> layers, hidden, heads, ffn, vocab, seq_len;
   std::optional<int> dp, pp, tp, v, micro_batch_size, global_batch, slices;
+  // Mixture of experts: model.num_experts, moe_top_k, moe_ffn_hidden, parallel.ep.
+  std::optional<int> experts, top_k, expert_ffn, ep;
   std::optional<std::vector<int>> slice_tokens;  // sets slicing: explicit and seq_slices
   std::optional<std::vector<int>> stage_layers;  // parallel.stage_layers (empty list = even split)
 };
@@ -28,7 +30,9 @@ struct ScenarioOverrides {
 //     twin must not schedule an embedding all-reduce either;
 //   - a schedule without token slicing drops seq_slices / slice_tokens;
 //   - a scenario's parallel.stage_layers that no longer fits changed layers / pp / v is an error (give
-//     stage_layers, or an empty list for the even split).
+//     stage_layers, or an empty list for the even split);
+//   - MoE: a changed hidden size scales moe_ffn_hidden and moe_shared_ffn_hidden like ffn; experts on a dense
+//     model get moe_ffn_hidden = ffn_hidden and top-k 1 unless given.
 // Then validates (throws ScenarioError naming the scenario and the key, e.g. "parallel.pp").
 Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o);
 

@@ -50,6 +50,13 @@ class Transport {
   // In-place element-wise sum over the members of collective group `group` (LoweredSchedule::groups index,
   // as given to the transport's constructor). The n-th call of a group on each member is the same call.
   virtual std::unique_ptr<Request> iallreduce_sum(void* buf, std::size_t count, ElemType type, int group) = 0;
+  // All-to-all over the members of collective group `group` (an expert-parallel group; MoE dispatch and combine):
+  // `send` holds, in member order, send_bytes[j] bytes for member j; `recv` receives recv_bytes[i] bytes from
+  // member i, in member order (MPI_Alltoallv with contiguous displacements). The n-th call of a group on each
+  // member is the same call, and member i's send_bytes[j] must equal member j's recv_bytes[i] (the MoE layer
+  // exchanges the counts first). Buffers and size vectors must stay valid until the request completes.
+  virtual std::unique_ptr<Request> ialltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                                              const std::vector<std::size_t>& recv_bytes, int group) = 0;
   // In-place element-wise sum over the tp_size() processes of this worker (the layer kernels' tensor-parallel
   // all-reduces); the n-th call on each of them is the same call. Throws when tp_size() == 1.
   virtual std::unique_ptr<Request> tp_iallreduce_sum(void* buf, std::size_t count, ElemType type) = 0;

@@ -35,6 +35,11 @@ void print_validate_header(std::FILE* out, const Scenario& s, const LoweredSched
   std::fprintf(out, "  model: %d layers%s, hidden %d, %d heads, ffn %d, vocab %d, seq_len %d (untied head)\n",
                s.model.layers, layout_text(par).c_str(), s.model.hidden, s.model.heads, s.model.ffn_hidden,
                s.model.vocab, s.model.seq_len);
+  if (s.model.moe())  // dense runs print no such line
+    std::fprintf(
+        out, "  experts: %d routed (top-%d, width %d), shared width %d, in layers %d.. every %d; ep %d (%d per rank)\n",
+        s.model.moe_experts, s.model.moe_top_k, s.model.moe_ffn_hidden, s.model.moe_shared_ffn_hidden,
+        s.model.moe_dense_layers, s.model.moe_layer_freq, par.ep, s.model.moe_experts / par.ep);
   std::fprintf(out, "  parallel: dp %d x pp %d (v %d), tp %d; schedule %s, %d micro-batches of %d, %zu slice(s)\n",
                par.dp, par.pp, par.v, par.tp, to_string(s.schedule.kind), par.micro_batches(), par.micro_batch_size,
                ls.schedule.microbatches.empty() ? 0 : ls.schedule.microbatches[0].slice_begin.size());

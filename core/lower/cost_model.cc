@@ -20,7 +20,8 @@ ConstantCostModel::ConstantCostModel(ConstantCosts c) : c_(c) {
   require(c.seq_len >= 1, "seq_len must be >= 1, got " + std::to_string(c.seq_len));
   require(c.tp_calls_fwd >= 0, "tp_calls_fwd must be >= 0, got " + std::to_string(c.tp_calls_fwd));
   for (int n : c.stage_tp_calls) require(n >= 0, "stage_tp_calls must be >= 0, got " + std::to_string(n));
-  const double vals[] = {c.forward_s, c.backward_s, c.p2p_bytes, c.grad_bytes, c.optimizer_s, c.tp_bytes};
+  const double vals[] = {c.forward_s,   c.backward_s, c.p2p_bytes,        c.grad_bytes,
+                         c.optimizer_s, c.tp_bytes,   c.expert_grad_bytes};
   for (double x : vals) require(std::isfinite(x) && x >= 0, "costs and sizes must be finite and >= 0");
   require(c.weight_share >= 0 && c.weight_share <= 1, "weight_share must be in [0, 1]");
 }

@@ -51,6 +51,9 @@ struct ConstantCosts {
   double weight_share = 0.5;
   double p2p_bytes = 0.0;   // per whole micro-batch; slices get their token share
   double grad_bytes = 0.0;  // per rank
+  // Per rank, of an MoE model: the routed experts' gradient (and parameter) bytes, reduced over the expert-data-
+  // parallel group (core/cost/expert_parallel.h); 0 = none.
+  double expert_grad_bytes = 0.0;
   double optimizer_s = 0.0;
   double tp_bytes = 0.0;            // per TP all-reduce call (whole micro-batch)
   int tp_calls_fwd = 0;             // TP all-reduce calls per forward (backward uses the same count)
@@ -69,8 +72,8 @@ class ConstantCostModel final : public CostModel {
   double grad_bytes(int) const override { return c_.grad_bytes; }
   double optimizer_seconds(int) const override { return c_.optimizer_s; }
   double embedding_grad_bytes() const override { return 0.0; }
-  double expert_grad_bytes(int) const override { return 0.0; }  // no experts
-  double expert_param_bytes(int) const override { return 0.0; }
+  double expert_grad_bytes(int) const override { return c_.expert_grad_bytes; }
+  double expert_param_bytes(int) const override { return c_.expert_grad_bytes; }
 
  private:
   double token_share(const Op& op) const;  // tokens / seq_len
