@@ -56,6 +56,8 @@ void refuse_unsupported_moe(const Scenario& s) {
   if (s.training.moe_dispatcher != "alltoall") refuse("training.moe_dispatcher", "DeepEP's node-deduplicated dispatch");
   if (schedule_entry(s.schedule.kind).traits.split_backward)
     refuse("schedule.kind", "a split backward (zero-bubble I / W of the routed experts)");
+  if (s.training.moe_capacity_factor > 0)
+    refuse("training.moe_capacity_factor", "expert capacity (token dropping or padding)");
 }
 
 }  // namespace

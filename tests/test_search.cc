@@ -105,6 +105,57 @@ TEST(Search, TopMatchesExhaustiveSimulation) {
   }
 }
 
+// Mixture of experts: ep is a dimension of the space (divisors of the experts that the folding takes), each
+// candidate's stage-2 estimate carries its all-to-alls, and the search's best is the exhaustive simulation's best.
+TEST(Search, ExpertParallelDegrees) {
+  const Scenario base = parse_scenario(
+      "name: moe\n"
+      "model: {preset: qwen3-30b-a3b, seq_len: 1024}\n"
+      "cluster: {preset: dgx-h100, nodes: 2}\n"
+      "parallel: {dp: 8, pp: 2, tp: 1, ep: 8, micro_batch_size: 1, global_batch: 32}\n"
+      "training: {dtype: bf16, flash_attention: true, distributed_optimizer: true}\n",
+      "<test>");
+  SearchSpace sp;
+  sp.schedules = {"1f1b"};
+  sp.tp = {1, 2};
+  sp.pp = {2};
+  sp.micro_batch_sizes = {1};
+  sp.recompute = {Recompute::Full};
+  sp.distributed_optimizer = {true};
+  const Stage1 s1 = enumerate_candidates(base, sp);
+  std::set<int> eps;
+  for (const Candidate& c : s1.survivors) {
+    eps.insert(c.scenario.parallel.ep);
+    EXPECT_NE(c.label.find(" ep" + std::to_string(c.scenario.parallel.ep)), std::string::npos) << c.label;
+    if (c.scenario.parallel.tp > 1) EXPECT_TRUE(c.scenario.parallel.sequence_parallel) << c.label;
+  }
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4, 8}));  // 16 does not divide the 8 GPUs of a stage
+  std::vector<Scenario> all;
+  for (const auto& c : s1.survivors) all.push_back(c.scenario);
+  const auto out = sim::run_scenarios(all, {}, 2);
+  std::string best;
+  double best_s = 1e300;
+  Stage2Estimator e;
+  for (std::size_t i = 0; i < out.size(); i++) {
+    ASSERT_TRUE(out[i].ok()) << s1.survivors[i].label;
+    const double est = e.estimate(all[i]), simulated = out[i].result.iteration_s;
+    EXPECT_NEAR(est, simulated, 0.05 * simulated) << s1.survivors[i].label;  // a one-replica estimate
+    if (simulated < best_s) best_s = simulated, best = s1.survivors[i].label;
+  }
+  sim::SearchOptions o;
+  o.space = sp;
+  o.keep = 3;
+  o.jobs = 2;
+  o.as_written = false;
+  const sim::SearchResult r = sim::run_search(base, o);
+  ASSERT_FALSE(r.rows.empty());
+  EXPECT_EQ(r.rows[0].label, best);
+  // --ep on a dense model is refused.
+  SearchSpace dense = sp;
+  dense.ep = {2};
+  EXPECT_THROW(enumerate_candidates(parse_scenario(kScenarios[0], "<test>"), dense), std::invalid_argument);
+}
+
 // Stage 2 re-times a DAG built for an earlier candidate of the same structure: every value must be the one a fresh
 // estimate gives, whatever the gradient-sync options, p2p mode and collective model.
 TEST(Search, ReusedStructuresGiveTheFreshEstimate) {

@@ -1,9 +1,11 @@
 #include "core/cost/expert_parallel.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "core/cost/moe_load.h"
+#include "core/cost/nccl_model.h"
 #include "core/lower/cost_model.h"
 #include "core/model/placement.h"
 
@@ -30,6 +32,18 @@ double moe_alltoall_bytes(const Scenario& s, const Op& op, int microbatch_seqs, 
   // The GPU's tokens: the op's slice of its micro-batch, / cp (context parallelism), / tp (sequence parallelism).
   const double tokens = static_cast<double>(microbatch_seqs) * op.tokens() / p.cp / p.tp;
   return tokens * s.model.moe_top_k * s.model.hidden * s.training.act_bytes_per_elem() * overload;
+}
+
+double moe_alltoall_estimate_s(const Scenario& s, const Op& op, int microbatch_seqs) {
+  const int calls = s.model.moe() ? moe_alltoall_calls(s, op) : 0;
+  if (calls == 0 || s.parallel.ep == 1) return 0.0;
+  const ClusterSpec& c = s.cluster;
+  const int ep = s.parallel.ep, per_node = std::min(ep, c.gpus_per_node);
+  const double intra = c.fabric == IntraNodeFabric::PCIe ? c.pcie_bw_Bps : c.nvlink_bw_Bps;
+  NcclGroup g = nccl_group(c, ep, (ep + per_node - 1) / per_node, per_node, intra);
+  if (s.training.moe_dispatcher == "deepep") g.dedup_items = s.model.moe_experts, g.dedup_picks = s.model.moe_top_k;
+  const double bytes = moe_alltoall_bytes(s, op, microbatch_seqs, stage_expert_load(s, op.stage).time);
+  return calls * nccl_alltoall_seconds(g, bytes);
 }
 
 namespace {

@@ -21,6 +21,11 @@ namespace pipescope {
 int moe_alltoall_calls(const Scenario& s, const Op& op);
 double moe_alltoall_bytes(const Scenario& s, const Op& op, int microbatch_seqs, double overload = 1);
 
+// The all-to-all seconds of one compute op as the engine's NCCL model prices them (core/cost/nccl_model.h), for the
+// layout search's estimate, which lowers one replica without the expert-parallel groups: the group is `ep`
+// consecutive GPUs of a stage in Megatron's rank order (on min(ep, GPUs per node) GPUs of each of its nodes).
+double moe_alltoall_estimate_s(const Scenario& s, const Op& op, int microbatch_seqs);
+
 // Lowering pass: after every compute op with MoE layers, its all-to-alls as one AllToAll op (tag ExpertParallel,
 // count = calls) on the worker's expert-parallel group: one member worker when ep divides its tp * cp GPUs, else
 // the ep / (tp * cp) workers of consecutive replicas at the same pipeline rank. Before each worker's optimizer step,

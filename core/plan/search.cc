@@ -93,6 +93,17 @@ void terapipe_slices(Scenario& s) {
   s.schedule.seq_slices = static_cast<int>(s.schedule.slice_tokens.size());
 }
 
+// The expert-parallel degrees of a layout: 1 for a dense model; for an MoE model the divisors of its experts (those
+// --ep allows) that Megatron-Core's folding takes: dividing the tp x dp GPUs of a stage, and a divisor or a
+// multiple of tp (core/model/scenario.cc check_expert_parallel says why).
+std::vector<int> expert_parallel_degrees(const Scenario& base, const SearchSpace& space, int tp, int dp) {
+  if (!base.model.moe()) return {1};
+  std::vector<int> out;
+  for (int ep : allowed(divisors(base.model.moe_experts), space.ep))
+    if ((tp * dp) % ep == 0 && (tp % ep == 0 || ep % tp == 0)) out.push_back(ep);
+  return out;
+}
+
 }  // namespace
 
 std::vector<bool> dist_opts(const SearchSpace& space, int dp) {
@@ -106,6 +117,7 @@ std::string candidate_label(const Scenario& s) {
                   std::to_string(p.pp) + " tp" + std::to_string(p.tp) + " v" + std::to_string(p.v) + " b" +
                   std::to_string(p.micro_batch_size);
   if (s.schedule.seq_slices > 1) l += " k" + std::to_string(s.schedule.seq_slices);
+  if (s.model.moe()) l += " ep" + std::to_string(p.ep);
   if (!p.stage_layers.empty()) {  // an uneven layout (the scenario as written: candidates split evenly)
     l += " layers";
     for (std::size_t i = 0; i < p.stage_layers.size(); i++) l += (i ? "," : " ") + std::to_string(p.stage_layers[i]);
@@ -120,6 +132,10 @@ Scenario make_point(const Scenario& base, const SearchPoint& p, int segments) {
   s.training.distributed_optimizer = p.distributed_optimizer;
   if (!p.distributed_optimizer) s.training.overlap_param_gather = false;  // it overlaps the optimizer's gather
   s.parallel.dp = p.dp, s.parallel.pp = p.pp, s.parallel.tp = p.tp, s.parallel.v = p.v;
+  if (base.model.moe()) {
+    s.parallel.ep = p.ep;
+    if (p.tp > 1) s.parallel.sequence_parallel = true;  // Megatron-Core requires it for MoE with tp > 1
+  }
   s.parallel.micro_batch_size = p.micro_batch_size;
   s.parallel.stage_layers.clear();
   s.schedule.recompute = p.recompute;
@@ -145,10 +161,6 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
   const ClusterSpec& c = base.cluster;
   const int gpus = c.total_gpus();
   if (gpus < 1) throw std::invalid_argument(base.source + ": the cluster has no GPUs");
-  if (base.model.moe())
-    throw std::invalid_argument(base.source + ": model.num_experts = " + std::to_string(base.model.moe_experts) +
-                                ": search does not handle mixture-of-experts models yet; compare layouts with sweep "
-                                "(e.g. --vary parallel.ep=8,16)");
   // Every candidate would keep cp and miss the GPUs it takes, and stage 2 has no context-parallel rings.
   if (base.parallel.cp > 1)
     throw std::invalid_argument(base.source + ": parallel.cp = " + std::to_string(base.parallel.cp) +
@@ -159,22 +171,25 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
   const auto tps = allowed(divisors(c.gpus_per_node), space.tp);  // tensor parallelism stays inside a node
   if (tps.empty())
     throw std::invalid_argument("--tp: no value divides the " + std::to_string(c.gpus_per_node) + " GPUs of a node");
+  if (!base.model.moe() && !space.ep.empty())
+    throw std::invalid_argument("--ep: the model has no experts (model.num_experts)");
   for (int tp : tps)
-    for (int pp : allowed(divisors(gpus / tp), space.pp)) {
-      const int dp = gpus / (tp * pp);
-      for (int b : mbs)
-        for (const ScheduleEntry* e : kinds) {
-          const std::vector<int> vs = e->traits.fixed_v > 0   ? std::vector<int>{e->traits.fixed_v}
-                                      : e->traits.interleaved ? space.v
-                                                              : std::vector<int>{1};
-          for (int v : vs)
-            for (Recompute rc : space.recompute)
-              for (bool dist_opt : dist_opts(space, dp)) {
-                if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
-                f(SearchPoint{dp, pp, tp, v, b, e, rc, dist_opt});
-              }
-        }
-    }
+    for (int pp : allowed(divisors(gpus / tp), space.pp))
+      for (int ep : expert_parallel_degrees(base, space, tp, gpus / (tp * pp))) {
+        const int dp = gpus / (tp * pp);
+        for (int b : mbs)
+          for (const ScheduleEntry* e : kinds) {
+            const std::vector<int> vs = e->traits.fixed_v > 0   ? std::vector<int>{e->traits.fixed_v}
+                                        : e->traits.interleaved ? space.v
+                                                                : std::vector<int>{1};
+            for (int v : vs)
+              for (Recompute rc : space.recompute)
+                for (bool dist_opt : dist_opts(space, dp)) {
+                  if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
+                  f(SearchPoint{dp, pp, tp, v, b, ep, e, rc, dist_opt});
+                }
+          }
+      }
 }
 
 Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {

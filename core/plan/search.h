@@ -22,6 +22,9 @@ struct ScheduleEntry;
 struct SearchSpace {
   std::vector<std::string> schedules;  // registered names; empty = every generated schedule (not kind file)
   std::vector<int> tp, pp;             // empty = every valid value
+  // Mixture-of-experts models: expert-parallel degrees tried (empty = every divisor of the experts that divides the
+  // GPUs of a stage and fits Megatron-Core's folding, core/model/scenario.cc check_expert_parallel).
+  std::vector<int> ep;
   std::vector<int> micro_batch_sizes;  // empty = 1, 2, 4, 8 (those dividing the per-replica batch)
   std::vector<int> v = {2, 4};         // chunks per rank tried by interleaved schedules without a fixed v
   std::vector<Recompute> recompute = {Recompute::None, Recompute::Full};
@@ -36,14 +39,15 @@ std::vector<bool> dist_opts(const SearchSpace& space, int dp);
 
 // One point of the space before any check: layout, micro-batch size, schedule kind, chunks, recompute, optimizer.
 struct SearchPoint {
-  int dp = 1, pp = 1, tp = 1, v = 1, micro_batch_size = 1;
+  int dp = 1, pp = 1, tp = 1, v = 1, micro_batch_size = 1, ep = 1;
   const ScheduleEntry* kind = nullptr;
   Recompute recompute = Recompute::None;
   bool distributed_optimizer = false;
 };
-// Every point of the space in the search's order (tp within a node, pp dividing the rest, then micro-batch size,
-// schedule, v, recompute, distributed optimizer); throws std::invalid_argument for an empty cluster, an unknown
-// or file schedule, or no --tp value fitting a node. The one walk of the space: stage 1 and the work estimate.
+// Every point of the space in the search's order (tp within a node, pp dividing the rest, ep for MoE models, then
+// micro-batch size, schedule, v, recompute, distributed optimizer); throws std::invalid_argument for an empty cluster,
+// an unknown or file schedule, or no --tp value fitting a node. The one walk of the space: stage 1 and the work
+// estimate.
 void for_each_point(const Scenario& base, const SearchSpace& space, const std::function<void(const SearchPoint&)>& f);
 // The point's scenario: the base with its layout, schedule and slicing rule (TeraPipe: made explicit in stage 1).
 Scenario make_point(const Scenario& base, const SearchPoint& p, int segments);

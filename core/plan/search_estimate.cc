@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cost/expert_parallel.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/dag.h"
 #include "core/lower/grad_sync.h"
@@ -90,6 +91,36 @@ Placement one_replica(const Scenario& s, const Placement& full) {
   return one;
 }
 
+// An MoE candidate's compute ops with their all-to-alls added (a one-replica lowering has no expert-parallel groups):
+// the NCCL model's time for each, core/cost/expert_parallel.h moe_alltoall_estimate_s; and the routed experts'
+// gradients synchronised with the dense ones (over the data-parallel ring: the expert-data-parallel one is a share
+// of it).
+class WithAllToAlls final : public CostModel {
+ public:
+  WithAllToAlls(const Scenario& s, const CostModel& c)
+      : s_(s), c_(c), edp_(1LL * s.parallel.tp * s.parallel.cp * s.parallel.dp / s.parallel.ep > 1) {}
+  double compute_seconds(const Op& op, int seqs) const override {
+    return c_.compute_seconds(op, seqs) + moe_alltoall_estimate_s(s_, op, seqs);
+  }
+  double p2p_bytes(const Op& op, int seqs) const override { return c_.p2p_bytes(op, seqs); }
+  int tp_allreduce_calls(const Op& op) const override { return c_.tp_allreduce_calls(op); }
+  double tp_allreduce_bytes(const Op& op, int seqs) const override { return c_.tp_allreduce_bytes(op, seqs); }
+  double grad_bytes(int rank) const override { return c_.grad_bytes(rank) + (edp_ ? c_.expert_grad_bytes(rank) : 0.0); }
+  double optimizer_seconds(int rank) const override { return c_.optimizer_seconds(rank); }
+  double embedding_grad_bytes() const override { return c_.embedding_grad_bytes(); }
+  double param_bytes(int rank) const override {
+    return c_.param_bytes(rank) + (edp_ ? c_.expert_param_bytes(rank) : 0.0);
+  }
+  double expert_grad_bytes(int rank) const override { return c_.expert_grad_bytes(rank); }
+  double expert_param_bytes(int rank) const override { return c_.expert_param_bytes(rank); }
+  double recompute_seconds(const Op& op, int seqs) const override { return c_.recompute_seconds(op, seqs); }
+
+ private:
+  const Scenario& s_;
+  const CostModel& c_;
+  const bool edp_;  // the experts' gradients are synchronised at all (more than one GPU holds each expert)
+};
+
 }  // namespace
 
 Stage2Estimator::Stage2Estimator()
@@ -98,7 +129,8 @@ Stage2Estimator::~Stage2Estimator() = default;
 
 double Stage2Estimator::estimate(const Scenario& s) {
   ShapeKey key;
-  if (!shape_key(s, key)) return estimate_iteration_s(s);
+  // MoE candidates are estimated directly (their all-to-alls in the compute ops), not re-timed from a shared shape.
+  if (s.model.moe() || !shape_key(s, key)) return estimate_iteration_s(s);
   const auto model = make_cost_model(s);
   // A known structure: re-timed with the candidate's cost answers, nothing lowered.
   for (const auto* words : {&key.words, &key.tp_words})
@@ -154,7 +186,8 @@ LoweredSchedule lower_one_replica(const Scenario& s, Schedule sch, const CostMod
 // cache's re-timing equals).
 double estimate_iteration_s(const Scenario& s) {
   const auto model = make_cost_model(s);
-  const MemoCost cost(*model);
+  const WithAllToAlls moe(s, *model);
+  const MemoCost cost(s.model.moe() ? static_cast<const CostModel&>(moe) : *model);
   const LoweredSchedule ls = lower_one_replica(s, make_schedule(s), cost);
   const Placement full = scenario_placement(s);
   const Dag dag = build_dag(ls, one_replica(s, full));
