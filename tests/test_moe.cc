@@ -334,6 +334,31 @@ TEST(Moe, BadLoadKeys) {
       std::string::npos);
 }
 
+// DeepSeek-V3's FP8 dispatch: a forward's all-to-alls move (1 + 4/128 + 2) / 2 bytes per element on average, a
+// backward's stay 16-bit unless it recomputes the MoE layer; 16-bit training only.
+TEST(Moe, Fp8Dispatch) {
+  const std::string fp8 = "training: {dtype: bf16, flash_attention: true, moe_dispatch_fp8: true}\n";
+  auto with = [&](const std::string& training, const std::string& schedule = "") {
+    std::string y = qwen30();
+    y.replace(y.find("training:"), y.find("\n", y.find("training:")) - y.find("training:") + 1, training + schedule);
+    return load(y);
+  };
+  const Scenario plain = load(qwen30()), f8 = with(fp8);
+  Op f;
+  f.tok_end = plain.model.seq_len;
+  Op b = f;
+  b.kind = OpKind::Backward;
+  EXPECT_NEAR(moe_alltoall_bytes(f8, f, 1) / moe_alltoall_bytes(plain, f, 1), (1 + 4.0 / 128 + 2) / 4, 1e-12);
+  EXPECT_EQ(moe_alltoall_bytes(f8, b, 1), moe_alltoall_bytes(plain, b, 1));
+  const Scenario rc = with(fp8, "schedule: {recompute: selective, recompute_modules: [moe]}\n");
+  EXPECT_NEAR(moe_alltoall_bytes(rc, b, 1) / moe_alltoall_bytes(plain, b, 1), (1 + (1 + 4.0 / 128 + 2) / 4) / 2, 1e-12);
+  EXPECT_LT(sim::run_isolated(f8).breakdown.ep_comm_s, sim::run_isolated(plain).breakdown.ep_comm_s);
+  std::string y = qwen30();
+  y.replace(y.find("training:"), y.find("\n", y.find("training:")) - y.find("training:") + 1,
+            "training: {dtype: fp32, moe_dispatch_fp8: true}\n");
+  EXPECT_NE(error_of(y).find("training.moe_dispatch_fp8"), std::string::npos);
+}
+
 // sim.collectives ring or aggregate run the all-to-alls as the engine's own flows (every pair of the group at once,
 // through NVLink and the NICs with the rest of the traffic); the NCCL model (auto) stays the default. Both move the
 // same bytes: the flows' time lies within a factor of two of the model's.

@@ -127,7 +127,9 @@ TEST(Search, ExpertParallelDegrees) {
   for (const Candidate& c : s1.survivors) {
     eps.insert(c.scenario.parallel.ep);
     EXPECT_NE(c.label.find(" ep" + std::to_string(c.scenario.parallel.ep)), std::string::npos) << c.label;
-    if (c.scenario.parallel.tp > 1) EXPECT_TRUE(c.scenario.parallel.sequence_parallel) << c.label;
+    if (c.scenario.parallel.tp > 1) {
+      EXPECT_TRUE(c.scenario.parallel.sequence_parallel) << c.label;
+    }
   }
   EXPECT_EQ(eps, (std::set<int>{1, 2, 4, 8}));  // 16 does not divide the 8 GPUs of a stage
   std::vector<Scenario> all;

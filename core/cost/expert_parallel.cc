@@ -31,7 +31,17 @@ double moe_alltoall_bytes(const Scenario& s, const Op& op, int microbatch_seqs, 
   const ParallelSpec& p = s.parallel;
   // The GPU's tokens: the op's slice of its micro-batch, / cp (context parallelism), / tp (sequence parallelism).
   const double tokens = static_cast<double>(microbatch_seqs) * op.tokens() / p.cp / p.tp;
-  return tokens * s.model.moe_top_k * s.model.hidden * s.training.act_bytes_per_elem() * overload;
+  const double e = s.training.act_bytes_per_elem();
+  double per_elem = e;  // the mean over the op's calls
+  if (s.training.moe_dispatch_fp8) {
+    // Forward pairs (a dispatch at 1 B + a 4 B scale per 128 elements, a combine at e B): the forward's, and the
+    // recomputed ones of a backward; the backward's own pairs stay at e B.
+    const double forward_pair = (1.0 + 4.0 / 128 + e) / 2;
+    const int layers = stage_moe_layer_count(s, op.stage), calls = moe_alltoall_calls(s, op);
+    const double fwd_calls = op.kind == OpKind::Forward ? calls : calls - 2.0 * layers;
+    if (calls > 0) per_elem = (fwd_calls * forward_pair + (calls - fwd_calls) * e) / calls;
+  }
+  return tokens * s.model.moe_top_k * s.model.hidden * per_elem * overload;
 }
 
 double moe_alltoall_estimate_s(const Scenario& s, const Op& op, int microbatch_seqs) {

@@ -266,6 +266,9 @@ struct TrainingSpec {
   // is padded to its capacity, so the time is the capacity's whatever the routing.
   double moe_capacity_factor = 0;
   bool moe_pad_to_capacity = false;
+  // DeepSeek-V3's FP8 dispatch (its paper, section 3.3): the forward dispatch moves the tokens in FP8 with one fp32
+  // scale per 128 elements; the combine and the backward's all-to-alls stay 16-bit.
+  bool moe_dispatch_fp8 = false;
   // How a weight-gradient GEMM adds into the gradient accumulated over micro-batches and slices: "fused" (cuBLAS
   // beta = 1, Megatron-LM's gradient accumulation fusion: reads and writes the gradient) or "autograd" (PyTorch's
   // AccumulateGrad, as TeraPipe's code: the GEMM writes a new tensor, then grad += new).

@@ -803,7 +803,8 @@ void Validator::check_moe() const {
                                    {"training.moe_expert_load_cv", t.moe_expert_load_cv != plain.moe_expert_load_cv},
                                    {"training.moe_routing_seed", t.moe_routing_seed != plain.moe_routing_seed},
                                    {"training.moe_capacity_factor", t.moe_capacity_factor != plain.moe_capacity_factor},
-                                   {"training.moe_pad_to_capacity", t.moe_pad_to_capacity}})
+                                   {"training.moe_pad_to_capacity", t.moe_pad_to_capacity},
+                                   {"training.moe_dispatch_fp8", t.moe_dispatch_fp8}})
       if (set)
         fail({key, "model.num_experts"},
              "is a mixture-of-experts key, but the model has no experts (set model.num_experts)");
@@ -814,6 +815,9 @@ void Validator::check_moe() const {
          {std::pair<const char*, bool>{"training.moe_expert_load_cv", t.moe_expert_load_cv != plain.moe_expert_load_cv},
           {"training.moe_routing_seed", t.moe_routing_seed != plain.moe_routing_seed}})
       if (set) fail({key, "training.moe_routing"}, "describes a trained router: set training.moe_routing: trained");
+  if (t.moe_dispatch_fp8 && t.act_bytes_per_elem() != 2)
+    fail({"training.moe_dispatch_fp8", "training.dtype"},
+         "quantises 16-bit activations to FP8 for the dispatch: it needs dtype bf16, fp16 or fp8, got " + t.dtype);
   if (t.moe_pad_to_capacity && !(t.moe_capacity_factor > 0))
     fail({"training.moe_pad_to_capacity", "training.moe_capacity_factor"},
          "pads each expert's input to its capacity: give training.moe_capacity_factor");
@@ -1344,10 +1348,11 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   }
 
   const Section tr =
-      root.sub("training", {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention", "wgrad_accumulation",
-                            "distributed_optimizer", "overlap_grad_reduce", "grad_bucket_MB", "overlap_param_gather",
-                            "async_tp_allreduce", "dropout", "softmax_fp32", "moe_dispatcher", "moe_routing",
-                            "moe_expert_load_cv", "moe_routing_seed", "moe_capacity_factor", "moe_pad_to_capacity"});
+      root.sub("training",
+               {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention", "wgrad_accumulation",
+                "distributed_optimizer", "overlap_grad_reduce", "grad_bucket_MB", "overlap_param_gather",
+                "async_tp_allreduce", "dropout", "softmax_fp32", "moe_dispatcher", "moe_routing", "moe_expert_load_cv",
+                "moe_routing_seed", "moe_capacity_factor", "moe_pad_to_capacity", "moe_dispatch_fp8"});
   tr.get_enum("dtype", dtypes(), s.training.dtype);
   tr.get("optimizer_bytes_per_param", Num::NonNegative, 1.0, s.training.optimizer_bytes_per_param);
   tr.get("grad_fp32", s.training.grad_fp32);
@@ -1366,6 +1371,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   tr.get_count("moe_routing_seed", s.training.moe_routing_seed);
   tr.get("moe_capacity_factor", Num::Positive, 1.0, s.training.moe_capacity_factor);
   tr.get("moe_pad_to_capacity", s.training.moe_pad_to_capacity);
+  tr.get("moe_dispatch_fp8", s.training.moe_dispatch_fp8);
 
   const Section sim = root.sub("sim", {"collectives", "placement", "profile", "p2p"});
   sim.get_enum("collectives", collective_models(), s.sim.collectives);
