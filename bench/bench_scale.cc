@@ -7,8 +7,9 @@
 //    NICs per node); dp = GPUs / 128 and 16 micro-batches per replica (weak scaling: global batch 16 * dp).
 //  - megatron1t/dp<d>: scenarios/megatron/1t.yaml with only parallel.dp, cluster.nodes and global_batch scaled
 //    (1T at dp 6 to 96, 3,072 to 49,152 GPUs).
-//  - deepseekv3/<GPUs>: scenarios/moe/deepseek-v3.yaml (pp 16, ep 64, ZeRO-1 data parallelism, DeepEP) with dp,
-//    cluster.nodes and global_batch scaled (120 micro-batches per replica): 2,048 and 16,384 GPUs. MoE runs are not
+//  - deepseekv3/<GPUs>: scenarios/moe/deepseek-v3.yaml (pp 16, ep 64, ZeRO-1 data parallelism, DeepEP) with dp and
+//    cluster.nodes scaled: 2,048 GPUs as written (15,360 sequences, 120 per replica) and 16,384 GPUs with about the
+//    same global batch (16,384 sequences, 16 per replica: DeepSeek-V3's batch on 8x the GPUs). MoE runs are not
 //    folded to one replica, so the whole cluster is simulated.
 //
 // Each iteration runs in a forked child whose address space is capped (RLIMIT_AS, kCapGB) so that a case that
@@ -74,8 +75,8 @@ std::string megatron1t(int dp) {
   return t;
 }
 
-// scenarios/moe/deepseek-v3.yaml at `gpus` GPUs: dp = gpus / 16, 120 sequences per replica.
-std::string deepseek_v3(int gpus) {
+// scenarios/moe/deepseek-v3.yaml at `gpus` GPUs: dp = gpus / 16, `per_replica` sequences per replica.
+std::string deepseek_v3(int gpus, int per_replica) {
   std::ifstream f(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/moe/deepseek-v3.yaml");
   std::stringstream ss;
   ss << f.rdbuf();
@@ -87,7 +88,7 @@ std::string deepseek_v3(int gpus) {
   };
   sub("nodes: 256", "nodes: " + std::to_string(gpus / 8));
   sub("dp: 128", "dp: " + std::to_string(gpus / 16));
-  sub("global_batch: 15360", "global_batch: " + std::to_string(120 * (gpus / 16)));
+  sub("global_batch: 15360", "global_batch: " + std::to_string(per_replica * (gpus / 16)));
   return t;
 }
 
@@ -149,7 +150,7 @@ void BM_Megatron1T(benchmark::State& state) {
 
 void BM_DeepSeekV3(benchmark::State& state) {
   const int gpus = static_cast<int>(state.range(0));
-  run_case(state, deepseek_v3(gpus), gpus, gpus == 2048 ? 10 : 60, gpus == 2048 ? 2048 : 8192);
+  run_case(state, deepseek_v3(gpus, gpus == 2048 ? 120 : 16), gpus, gpus == 2048 ? 10 : 60, gpus == 2048 ? 2048 : 8192);
 }
 
 }  // namespace

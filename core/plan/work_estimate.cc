@@ -59,13 +59,17 @@ WorkEstimate estimate_work(const Scenario& s) {
   w.ops += static_cast<double>(p.dp) * p.pp * p.tp * (p.v + 2);               // collectives and optimizer per worker
   if (p.cp > 1) w.ops += static_cast<double>(p.dp) * p.pp * p.v * m * k * 2;  // the K/V ring of every F and B
   if (s.model.moe()) w.ops += static_cast<double>(p.dp) * p.pp * p.v * m * k * 2;  // the all-to-alls of every F and B
-  // The data-parallel gradient all-reduce as a ring: 2 (dp - 1) steps per member and stage chunk. The simulator
-  // folds replicas that occupy whole nodes (sim/replica_fold.cc) and then runs one member's ring; otherwise all dp
-  // members' (pp 1, dp 1024 on 8-GPU nodes: 9 s, the same cost per step as a schedule op).
+  // The data-parallel gradient all-reduce with explicit collectives (sim.collectives ring: 2 (dp - 1) steps per
+  // member and stage chunk; aggregate: a delay and one comm per member); the NCCL model (auto, analytic) is one delay
+  // per member, counted above. The simulator folds replicas that occupy whole nodes (sim/replica_fold.cc) and then
+  // runs one member's ring; otherwise all dp members' (pp 1, dp 1024 on 8-GPU nodes: 9 s, the same cost per step as
+  // a schedule op).
   const int gpn = s.cluster.gpus_per_node;
   // Expert groups couple replicas in their own rings: an MoE run is never folded.
   const bool folds = !s.model.moe() && gpn > 0 && (static_cast<long long>(p.pp) * p.tp * p.cp) % gpn == 0;
-  w.ops += static_cast<double>(p.pp) * p.v * 2.0 * (p.dp - 1) * (folds ? 1.0 : p.dp);
+  const std::string& coll = s.sim.collectives;
+  const double steps = coll == "ring" ? 2.0 * (p.dp - 1) : coll == "aggregate" ? 2.0 : 0.0;
+  w.ops += static_cast<double>(p.pp) * p.v * steps * (folds ? 1.0 : p.dp);
   if (t.slicing == SlicePlan::TeraPipe && s.schedule.slicing == "dp") {
     const double units = s.model.seq_len / 8.0;
     w.planner_cells = units * units / 2;
