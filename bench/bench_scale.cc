@@ -32,6 +32,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bench/sim_child.h"
 #include "core/model/scenario.h"
@@ -58,38 +60,33 @@ std::string dense405b(int gpus) {
   return y.str();
 }
 
-// scenarios/megatron/1t.yaml with dp, nodes and the global batch scaled by dp / 6.
-std::string megatron1t(int dp) {
-  std::ifstream f(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/megatron/1t.yaml");
+// A shipped scenario's text with each (from, to) replaced once (a missing `from` is an error: the file changed).
+std::string rescaled(const std::string& file, const std::vector<std::pair<std::string, std::string>>& subs) {
+  std::ifstream f(std::string(PIPESCOPE_SOURCE_DIR) + "/" + file);
   std::stringstream ss;
   ss << f.rdbuf();
   std::string t = ss.str();
-  auto sub = [&t](const std::string& from, const std::string& to) {
+  for (const auto& [from, to] : subs) {
     const auto at = t.find(from);
-    if (at == std::string::npos) throw std::runtime_error("1t.yaml: '" + from + "' not found");
+    if (at == std::string::npos) throw std::runtime_error(file + ": '" + from + "' not found");
     t.replace(at, from.size(), to);
-  };
-  sub("nodes: 384", "nodes: " + std::to_string(64 * dp));
-  sub("dp: 6,", "dp: " + std::to_string(dp) + ",");
-  sub("global_batch: 3072", "global_batch: " + std::to_string(512 * dp));
+  }
   return t;
+}
+
+// scenarios/megatron/1t.yaml with dp, nodes and the global batch scaled by dp / 6.
+std::string megatron1t(int dp) {
+  return rescaled("scenarios/megatron/1t.yaml", {{"nodes: 384", "nodes: " + std::to_string(64 * dp)},
+                                                 {"dp: 6,", "dp: " + std::to_string(dp) + ","},
+                                                 {"global_batch: 3072", "global_batch: " + std::to_string(512 * dp)}});
 }
 
 // scenarios/moe/deepseek-v3.yaml at `gpus` GPUs: dp = gpus / 16, `per_replica` sequences per replica.
 std::string deepseek_v3(int gpus, int per_replica) {
-  std::ifstream f(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/moe/deepseek-v3.yaml");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string t = ss.str();
-  auto sub = [&t](const std::string& from, const std::string& to) {
-    const auto at = t.find(from);
-    if (at == std::string::npos) throw std::runtime_error("deepseek-v3.yaml: '" + from + "' not found");
-    t.replace(at, from.size(), to);
-  };
-  sub("nodes: 256", "nodes: " + std::to_string(gpus / 8));
-  sub("dp: 128", "dp: " + std::to_string(gpus / 16));
-  sub("global_batch: 15360", "global_batch: " + std::to_string(per_replica * (gpus / 16)));
-  return t;
+  return rescaled("scenarios/moe/deepseek-v3.yaml",
+                  {{"nodes: 256", "nodes: " + std::to_string(gpus / 8)},
+                   {"dp: 128", "dp: " + std::to_string(gpus / 16)},
+                   {"global_batch: 15360", "global_batch: " + std::to_string(per_replica * (gpus / 16))}});
 }
 
 Figures in_child(const std::string& text) {

@@ -26,6 +26,11 @@ constexpr double kSecondsPerOp = 6e-6;
 // 480 MB (building the tables is most of it).
 constexpr double kBytesPerCell = 32;
 constexpr double kSecondsPerCell = 1.5e-6;
+// A collective member pair: measured on `dp` x 1-stage runs of a 64-wide model that do not fold (pp 1 on 8-GPU
+// nodes), 2026-12-07: dp 4096 0.43 s and 132 MB, 16384 4.0 s and 1.28 GB, 65536 95 s and 19 GB (15-22 ns and
+// 4.4-4.8 B per pair). Rounded up.
+constexpr double kBytesPerPair = 6;
+constexpr double kSecondsPerPair = 25e-9;
 
 bool g_allow_large = false;
 
@@ -40,6 +45,7 @@ std::string estimate_figure(double x) {
 std::string WorkEstimate::text() const {
   std::string t = estimate_figure(ops) + " schedule ops";
   if (planner_cells > 0) t += " and " + estimate_figure(planner_cells) + " planner table cells";
+  if (collective_pairs > 0) t += " and " + estimate_figure(collective_pairs) + " collective member pairs";
   return t + ", about " + estimate_figure(seconds) + " s and " + estimate_figure(bytes / 1e9) + " GB";
 }
 
@@ -59,23 +65,24 @@ WorkEstimate estimate_work(const Scenario& s) {
   w.ops += static_cast<double>(p.dp) * p.pp * p.tp * (p.v + 2);               // collectives and optimizer per worker
   if (p.cp > 1) w.ops += static_cast<double>(p.dp) * p.pp * p.v * m * k * 2;  // the K/V ring of every F and B
   if (s.model.moe()) w.ops += static_cast<double>(p.dp) * p.pp * p.v * m * k * 2;  // the all-to-alls of every F and B
-  // The data-parallel gradient all-reduce with explicit collectives (sim.collectives ring: 2 (dp - 1) steps per
-  // member and stage chunk; aggregate: a delay and one comm per member); the NCCL model (auto, analytic) is one delay
-  // per member, counted above. The simulator folds replicas that occupy whole nodes (sim/replica_fold.cc) and then
-  // runs one member's ring; otherwise all dp members' (pp 1, dp 1024 on 8-GPU nodes: 9 s, the same cost per step as
-  // a schedule op).
+  // The data-parallel gradient all-reduce. With explicit collectives (sim.collectives ring) its ring: 2 (dp - 1)
+  // steps per member and stage chunk (aggregate: a delay and one comm per member; the NCCL model of auto and analytic:
+  // one delay per member, counted above). The simulator folds replicas that occupy whole nodes (sim/replica_fold.cc)
+  // and then runs one member's ring; otherwise all dp members', whose collectives also wait on each other: dp^2
+  // member pairs per stage chunk.
   const int gpn = s.cluster.gpus_per_node;
   // Expert groups couple replicas in their own rings: an MoE run is never folded.
   const bool folds = !s.model.moe() && gpn > 0 && (static_cast<long long>(p.pp) * p.tp * p.cp) % gpn == 0;
   const std::string& coll = s.sim.collectives;
   const double steps = coll == "ring" ? 2.0 * (p.dp - 1) : coll == "aggregate" ? 2.0 : 0.0;
   w.ops += static_cast<double>(p.pp) * p.v * steps * (folds ? 1.0 : p.dp);
+  if (!folds && p.dp > 1) w.collective_pairs = static_cast<double>(p.pp) * p.v * p.dp * p.dp;
   if (t.slicing == SlicePlan::TeraPipe && s.schedule.slicing == "dp") {
     const double units = s.model.seq_len / 8.0;
     w.planner_cells = units * units / 2;
   }
-  w.seconds = w.ops * kSecondsPerOp + w.planner_cells * kSecondsPerCell;
-  w.bytes = kBaseBytes + w.ops * kBytesPerOp + w.planner_cells * kBytesPerCell;
+  w.seconds = w.ops * kSecondsPerOp + w.planner_cells * kSecondsPerCell + w.collective_pairs * kSecondsPerPair;
+  w.bytes = kBaseBytes + w.ops * kBytesPerOp + w.planner_cells * kBytesPerCell + w.collective_pairs * kBytesPerPair;
   return w;
 }
 
@@ -108,11 +115,12 @@ void check_work(const Scenario& s, double runs) {
         what + "; more than the " + estimate_figure(avail / 1e9) +
         " GB of memory available to this process (free memory, ulimit -v; refused even with --allow-large)");
   if (allow_large()) return;
-  if (w.ops > kMaxOps || w.planner_cells > kMaxPlannerCells)
+  if (w.ops > kMaxOps || w.planner_cells > kMaxPlannerCells || w.collective_pairs > kMaxCollectivePairs)
     throw WorkTooLarge(what + "; over the limit of " + estimate_figure(kMaxOps) + " ops / " +
-                       estimate_figure(kMaxPlannerCells) +
-                       " planner cells per run (docs/limits.md). Reduce parallel.pp / dp / v, the micro-batch count "
-                       "(global_batch / (micro_batch_size * dp)) or schedule.seq_slices, or pass --allow-large");
+                       estimate_figure(kMaxPlannerCells) + " planner cells / " + estimate_figure(kMaxCollectivePairs) +
+                       " collective member pairs per run (docs/limits.md). Reduce parallel.pp / dp / v, the "
+                       "micro-batch count (global_batch / (micro_batch_size * dp)) or schedule.seq_slices, or pass "
+                       "--allow-large");
 }
 
 namespace {

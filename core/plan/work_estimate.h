@@ -18,6 +18,9 @@ struct WorkEstimate {
   double ops = 0;            // lowered ops over all workers (compute, p2p, collectives, optimizer)
   double pipeline_ops = 0;   // the schedule's ops of one pipeline (what search's stage 1 builds per point)
   double planner_cells = 0;  // TeraPipe's slice-time table entries (slicing dp), 0 otherwise
+  // Member pairs of the data-parallel gradient collectives of a run that is not folded to one replica: each
+  // member's collective waits on every other, dp^2 per stage chunk.
+  double collective_pairs = 0;
   double seconds = 0;        // estimated wall time of one simulation
   double bytes = 0;          // estimated peak memory of one simulation
   std::string text() const;  // "4.2e+06 ops, about 20 s and 1.7 GB"
@@ -44,6 +47,7 @@ std::string estimate_figure(double x);
 
 // Limits of one run without --allow-large.
 inline constexpr double kMaxOps = 1e7;
+inline constexpr double kMaxCollectivePairs = 1e9;
 inline constexpr double kMaxPlannerCells = 4e6;
 
 class WorkTooLarge : public std::runtime_error {

@@ -180,9 +180,9 @@ case $case in
   work_dp_1000000)
     shape in.yaml 1 1000000 1 1000000 1 64 1f1b
     run work 1 "work estimate: .* schedule ops" -- simulate in.yaml ;;
-  work_dp_4096_unfolded)
-    shape in.yaml 1 4096 1 4096 1 64 1f1b
-    run work 1 "over the limit of 1e\+07 ops .* --allow-large" -- simulate in.yaml ;;
+  work_dp_32768_unfolded)
+    shape in.yaml 1 32768 1 32768 1 64 1f1b
+    run work 1 "over the limit of 1e\+07 ops .* collective member pairs .* --allow-large" -- simulate in.yaml ;;
   work_seq_slices_1000000)
     shape in.yaml 8 1 1 8 1000000 1000000 terapipe
     run work 1 "work estimate: .* schedule ops" -- simulate in.yaml ;;
@@ -196,7 +196,7 @@ case $case in
     shape in.yaml 8 1 1 1000000000 1 64 1f1b
     run work 1 "parallel.global_batch: 1000000000 is outside the plausible range" -- simulate in.yaml ;;
   work_allow_large_under_ulimit)
-    shape in.yaml 1 4096 1 4096 1 64 1f1b
+    shape in.yaml 1 65536 1 65536 1 64 1f1b
     run work 1 "memory available to this process" --ulimit 2000000 -- simulate in.yaml --allow-large ;;
   work_pp_10000_under_ulimit)
     shape in.yaml 10000 1 1 10000 1 64 1f1b
