@@ -17,7 +17,7 @@ namespace pipescope::runtime {
 // The comparison's rows, in table order (rows without ops are not printed).
 enum OpKindRow { kRowF, kRowB, kRowI, kRowW, kRowP2P, kRowAllReduce, kRowAllToAll, kRowOptimizer, kOpKindRows };
 const char* op_kind_row_name(int row);  // "F", "B", "I", "W", "p2p", "allreduce", "alltoall", "optimizer"
-int op_kind_row(const LoweredOp& l);    // sends, receives -> p2p; all-to-alls -> alltoall; other collectives -> allreduce
+int op_kind_row(const LoweredOp& l);  // sends, receives -> p2p; all-to-alls -> alltoall; other collectives -> allreduce
 
 double median_of(std::vector<double> v);       // 0 for none
 double mean_of(const std::vector<double>& v);  // 0 for none
