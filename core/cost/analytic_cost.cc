@@ -358,18 +358,19 @@ std::vector<KernelCost> AnalyticCostModel::mla_forward_kernels(int b, int l) con
   const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, T = static_cast<double>(b) * l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);
   auto gemm = [&](double M, double Kd, double N) { return linear_gemm_kernel(M, Kd, N, Fp8Pass::Forward); };
+  const std::vector<KernelCost> up = mla_up_kernels(b, l);  // [Q up,] K/V up, the rotary key's copy
+  auto next_up = up.begin();
   std::vector<KernelCost> k;
   if (d.q_lora > 0) {
     k.push_back(gemm(Tr, h, d.q_lora));                            // Q down
     k.push_back({4 * T * d.q_lora, 2 * e * T * d.q_lora, false});  // its RMSNorm
+    k.push_back(*next_up++);                                       // Q up
   } else {
     k.push_back(gemm(T, h, d.q / t));  // Q
   }
   k.push_back(gemm(Tr, h, d.kv_lora + d.rope));                    // K/V down and the rotary key
   k.push_back({4 * T * d.kv_lora, 2 * e * T * d.kv_lora, false});  // its RMSNorm
-  const std::vector<KernelCost> up = mla_up_kernels(b, l);
-  k.insert(d.q_lora > 0 ? k.begin() + 2 : k.end(), up.begin(), up.begin() + (d.q_lora > 0 ? 1 : 0));
-  k.insert(k.end(), up.begin() + (d.q_lora > 0 ? 1 : 0), up.end());
+  k.insert(k.end(), next_up, up.end());
   return k;
 }
 
