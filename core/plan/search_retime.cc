@@ -439,12 +439,13 @@ struct ShapeBuilder::Storage {
   // emit()'s, per node in the order made: its recipe and two predecessors (b: 0 for none, kPending | msg for the
   // transfer of a message not sent yet); per worker its last node that is not a send and its ops so far; per message
   // its transfer node; per collective group of several workers its calls' nodes and each member's calls so far; the
-  // folding's successor counts; the topological numbering's stack (and `id`: new ids, or the marks below).
+  // folding's successor counts; the topological numbering's successor lists (CSR) and walk (and `id`: new ids, or
+  // the folding's marks).
   Nodes nodes;  // emit()'s made so far: the first EmitSink::made_ (the rest is room, not initialised)
   std::vector<std::uint32_t> prev, pos, sent, recv_pending;
   std::vector<std::vector<std::uint32_t>> call_node, calls;
   std::vector<std::uint8_t> refs;
-  U32s stack;
+  U32s succ_begin, succ;
 };
 
 namespace {
@@ -730,12 +731,12 @@ class EmitSink final : public LoweringSink {
   std::size_t made_ = 0;  // nodes made (st_.nodes beyond them: room)
 };
 
-// Marks of the numbering in Storage::id, above any node id: not reached yet, on the depth-first search's stack, folded.
-constexpr std::uint32_t kUnseen = 0xFFFFFFFFu, kOnStack = 0xFFFFFFFEu, kFolded = 0xFFFFFFFDu;
+// The folding's marks in Storage::id, above any node id: folded, kept (numbered later).
+constexpr std::uint32_t kKept = 0xFFFFFFFFu, kFolded = 0xFFFFFFFEu;
 
 // Joins folded into their successor: a node of no duration (a Zero recipe: every candidate times it 0) that is the
 // one predecessor of its one successor gives that successor its own predecessors (the same maxima; one node fewer
-// to time per candidate). Sets st.id to kFolded for the folded nodes, kUnseen for the others. Each node's first
+// to time per candidate). Sets st.id to kFolded for the folded nodes, kKept for the others. Each node's first
 // predecessor is its worker's previous op, made before it: one pass in the order made folds chains.
 void fold_joins(ShapeBuilder::Storage& st, const DagShape& sh) {
   const std::size_t n = st.nodes.size();
@@ -744,11 +745,11 @@ void fold_joins(ShapeBuilder::Storage& st, const DagShape& sh) {
   refs.assign(n, 0);
   U32s& id = st.id;
   id.resize(n);  // marked in the loop below (not filled first: one sweep fewer)
-  id[0] = kUnseen;
+  id[0] = kKept;
   for (std::size_t v = 1; v < n; v++) {
     refs[node[v].a] = static_cast<std::uint8_t>(std::min(2, refs[node[v].a] + 1));
     refs[node[v].b] = static_cast<std::uint8_t>(std::min(2, refs[node[v].b] + 1));
-    id[v] = kUnseen;
+    id[v] = kKept;
   }
   for (std::size_t v = 1; v < n; v++) {
     const std::uint32_t a = node[v].a;
@@ -758,53 +759,59 @@ void fold_joins(ShapeBuilder::Storage& st, const DagShape& sh) {
   }
 }
 
-// emit()'s nodes (those not folded) renumbered in a topological order (each node after its predecessors: a
-// depth-first search over them, the order of completion) into the shape's cls and pred. st.id holds each node's mark
-// (fold_joins) until it is numbered, then its new id: one array read per predecessor, not two.
-void number_emitted(ShapeBuilder::Storage& st, DagShape& sh, const std::string& source) {
+// The kept nodes' successor lists in CSR form (st.succ_begin, st.succ) from their predecessor pairs, and each node's
+// number of predecessors to wait for (a folded node 1: nothing names it, so the walk never takes it). Returns the
+// number of kept nodes.
+std::uint32_t successor_lists(ShapeBuilder::Storage& st, std::vector<std::uint32_t>& pending,
+                              const std::string& source) {
   const auto n = static_cast<std::uint32_t>(st.nodes.size());
   const Node* node = st.nodes.data();
+  const std::uint32_t* id = st.id.data();
+  std::uint32_t* begin = (st.succ_begin.assign(n + 1, 0), st.succ_begin.data());
+  pending.assign(n, 2);
+  pending[0] = 0;
+  std::uint32_t kept = 1;
+  for (std::uint32_t v = 1; v < n; v++) {
+    if (id[v] == kFolded) {
+      pending[v] = 1;
+      continue;
+    }
+    if (id[node[v].a] == kFolded || id[node[v].b] == kFolded)
+      throw std::logic_error(source + ": stage 2: a folded node is referenced");
+    begin[node[v].a]++, begin[node[v].b]++, kept++;
+  }
+  for (std::uint32_t u = 1; u <= n; u++) begin[u] += begin[u - 1];  // each node's end; filled back to its start
+  st.succ.resize(begin[n]);
+  std::uint32_t* succ = st.succ.data();
+  for (std::uint32_t v = n; v-- > 1;)
+    if (id[v] != kFolded) succ[--begin[node[v].b]] = v, succ[--begin[node[v].a]] = v;
+  return kept;
+}
+
+// emit()'s nodes (those not folded) renumbered in a topological order (the one Kahn walk, core/util/graph.h) into
+// the shape's cls and pred. st.id holds each node's mark (fold_joins) until it is numbered, then its new id: a node's
+// predecessors are numbered before it, so their new ids are read as it is taken.
+void number_emitted(ShapeBuilder::Storage& st, DagShape& sh, const std::string& source) {
+  const auto n = static_cast<std::uint32_t>(st.nodes.size());
+  const std::uint32_t kept = successor_lists(st, st.pending, source);
+  const Node* node = st.nodes.data();
   std::uint32_t* id = st.id.data();
-  sh.cls.resize(n);
-  sh.pred.resize(2 * static_cast<std::size_t>(n));
+  sh.cls.resize(kept);
+  sh.pred.resize(2 * static_cast<std::size_t>(kept));
   std::uint32_t* cls = sh.cls.data();
   std::uint32_t* pred = sh.pred.data();
-  id[0] = 0;  // the start, first
-  cls[0] = pred[0] = pred[1] = 0;
-  std::uint32_t k = 1;
-  U32s& stack = st.stack;
-  stack.resize(n);
-  std::uint32_t* top0 = stack.data();
-  for (std::uint32_t root = 1; root < n; root++) {
-    if (id[root] != kUnseen) continue;
-    std::uint32_t* top = top0;
-    *top++ = root, id[root] = kOnStack;
-    while (top != top0) {
-      const std::uint32_t u = top[-1];
-      const Node& x = node[u];
-      const std::uint32_t ia = id[x.a], ib = id[x.b];
-      if (ia >= kFolded || ib >= kFolded) {
-        const std::uint32_t next = ia == kUnseen ? x.a : ib == kUnseen ? x.b : kUnseen;
-        if (next == kUnseen) {  // a predecessor on the stack (a folded node has no successor left)
-          if (ia == kFolded || ib == kFolded) throw std::logic_error(source + ": stage 2: a folded node is referenced");
-          throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
-        }
-        *top++ = next, id[next] = kOnStack;
-        // The first predecessors not reached yet, pushed in one walk (the pushes the loop would make, each node's
-        // first predecessor first): a receive's transfer is made after it, so the search runs down the sender's
-        // chain of previous ops, and each node of it is then visited once more, not twice.
-        for (std::uint32_t a = node[next].a; id[a] == kUnseen; a = node[a].a) *top++ = a, id[a] = kOnStack;
-        continue;
-      }
-      top--;
-      id[u] = k;
-      cls[k] = x.cls;
-      pred[2 * k] = ia, pred[2 * k + 1] = ib;
-      k++;
-    }
-  }
-  sh.cls.resize(k);
-  sh.pred.resize(2 * static_cast<std::size_t>(k));
+  std::uint32_t k = 0;
+  const std::size_t done = kahn_walk(
+      n, st.succ_begin, st.succ, st.pending, st.ready,
+      [&](std::uint32_t u) {
+        id[u] = k;
+        cls[k] = u == 0 ? 0 : node[u].cls;  // the start (no predecessors) first: the only node ready at once
+        pred[2 * k] = u == 0 ? 0 : id[node[u].a];
+        pred[2 * k + 1] = u == 0 ? 0 : id[node[u].b];
+        k++;
+      },
+      [](std::uint32_t, std::uint32_t) {});
+  if (done != kept) throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
 }
 
 // A shape with the scenario's settings and nothing else, in the storage of a shape dropped from the cache where there
