@@ -439,12 +439,11 @@ struct ShapeBuilder::Storage {
   // emit()'s, per node in the order made: its recipe and two predecessors (b: 0 for none, kPending | msg for the
   // transfer of a message not sent yet); per worker its last node that is not a send and its ops so far; per message
   // its transfer node; per collective group of several workers its calls' nodes and each member's calls so far; the
-  // folding's successor counts; the topological numbering's successor lists (CSR) and walk (and `id`: new ids, or
-  // the folding's marks).
+  // topological numbering's successor lists (CSR; the folding counts them) and walk (and `id`: new ids, or the
+  // folding's marks).
   Nodes nodes;  // emit()'s made so far: the first EmitSink::made_ (the rest is room, not initialised)
   std::vector<std::uint32_t> prev, pos, sent, recv_pending;
   std::vector<std::vector<std::uint32_t>> call_node, calls;
-  std::vector<std::uint8_t> refs;
   U32s succ_begin, succ;
 };
 
@@ -736,64 +735,66 @@ constexpr std::uint32_t kKept = 0xFFFFFFFFu, kFolded = 0xFFFFFFFEu;
 
 // Joins folded into their successor: a node of no duration (a Zero recipe: every candidate times it 0) that is the
 // one predecessor of its one successor gives that successor its own predecessors (the same maxima; one node fewer
-// to time per candidate). Sets st.id to kFolded for the folded nodes, kKept for the others. Each node's first
-// predecessor is its worker's previous op, made before it: one pass in the order made folds chains.
-void fold_joins(ShapeBuilder::Storage& st, const DagShape& sh) {
-  const std::size_t n = st.nodes.size();
+// to time per candidate). Sets st.id to kFolded for the folded nodes, kKept for the others, and st.succ_begin[u] to
+// u's number of successors after the folding (the successor lists' sizes). Each node's first predecessor is its
+// worker's previous op, made before it: one pass in the order made folds chains. Returns the number of kept nodes.
+std::uint32_t fold_joins(ShapeBuilder::Storage& st, const DagShape& sh) {
+  const auto n = static_cast<std::uint32_t>(st.nodes.size());
   Node* node = st.nodes.data();
-  auto& refs = st.refs;  // successors, 2 for two or more
-  refs.assign(n, 0);
+  std::uint32_t* succs = (st.succ_begin.assign(n + 1, 0), st.succ_begin.data());
   U32s& id = st.id;
   id.resize(n);  // marked in the loop below (not filled first: one sweep fewer)
   id[0] = kKept;
-  for (std::size_t v = 1; v < n; v++) {
-    refs[node[v].a] = static_cast<std::uint8_t>(std::min(2, refs[node[v].a] + 1));
-    refs[node[v].b] = static_cast<std::uint8_t>(std::min(2, refs[node[v].b] + 1));
+  for (std::uint32_t v = 1; v < n; v++) {
+    succs[node[v].a]++, succs[node[v].b]++;
     id[v] = kKept;
   }
-  for (std::size_t v = 1; v < n; v++) {
+  std::uint32_t kept = n;
+  for (std::uint32_t v = 1; v < n; v++) {
     const std::uint32_t a = node[v].a;
-    if (a == 0 || node[v].b != 0 || refs[a] != 1 || sh.recipes[node[a].cls].what != Recipe::What::Zero) continue;
+    if (a == 0 || node[v].b != 0 || succs[a] != 1 || sh.recipes[node[a].cls].what != Recipe::What::Zero) continue;
+    // a's predecessors now precede v instead (their counts hold); a and v's edge from the start go
     node[v].a = node[a].a, node[v].b = node[a].b;
-    id[a] = kFolded;
+    succs[a] = 0, succs[0]--;
+    id[a] = kFolded, kept--;
   }
+  return kept;
 }
 
-// The kept nodes' successor lists in CSR form (st.succ_begin, st.succ) from their predecessor pairs, and each node's
-// number of predecessors to wait for (a folded node 1: nothing names it, so the walk never takes it). Returns the
-// number of kept nodes.
-std::uint32_t successor_lists(ShapeBuilder::Storage& st, std::vector<std::uint32_t>& pending,
-                              const std::string& source) {
+// The kept nodes' successor lists in CSR form (st.succ_begin from fold_joins' counts, st.succ) and each node's number
+// of predecessors to wait for (a folded node 1: nothing names it, so the walk never takes it).
+void successor_lists(ShapeBuilder::Storage& st) {
   const auto n = static_cast<std::uint32_t>(st.nodes.size());
   const Node* node = st.nodes.data();
   const std::uint32_t* id = st.id.data();
-  std::uint32_t* begin = (st.succ_begin.assign(n + 1, 0), st.succ_begin.data());
-  pending.assign(n, 2);
+  std::uint32_t* begin = st.succ_begin.data();
+  std::uint32_t* pending = (st.pending.resize(n), st.pending.data());
   pending[0] = 0;
-  std::uint32_t kept = 1;
-  for (std::uint32_t v = 1; v < n; v++) {
-    if (id[v] == kFolded) {
-      pending[v] = 1;
-      continue;
-    }
-    if (id[node[v].a] == kFolded || id[node[v].b] == kFolded)
-      throw std::logic_error(source + ": stage 2: a folded node is referenced");
-    begin[node[v].a]++, begin[node[v].b]++, kept++;
-  }
   for (std::uint32_t u = 1; u <= n; u++) begin[u] += begin[u - 1];  // each node's end; filled back to its start
   st.succ.resize(begin[n]);
   std::uint32_t* succ = st.succ.data();
-  for (std::uint32_t v = n; v-- > 1;)
-    if (id[v] != kFolded) succ[--begin[node[v].b]] = v, succ[--begin[node[v].a]] = v;
-  return kept;
+  for (std::uint32_t v = n; v-- > 1;) {
+    const bool folded = id[v] == kFolded;
+    pending[v] = folded ? 1 : 2;
+    if (!folded) succ[--begin[node[v].b]] = v, succ[--begin[node[v].a]] = v;
+  }
+}
+
+// Why a walk left nodes behind: a kept node after a folded one (folding's error), else a cycle.
+[[noreturn]] void unwalked(const ShapeBuilder::Storage& st, const std::string& source) {
+  for (std::size_t v = 1; v < st.nodes.size(); v++)
+    if (st.id[v] == kKept && (st.id[st.nodes[v].a] == kFolded || st.id[st.nodes[v].b] == kFolded))
+      throw std::logic_error(source + ": stage 2: a folded node is referenced");
+  throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
 }
 
 // emit()'s nodes (those not folded) renumbered in a topological order (the one Kahn walk, core/util/graph.h) into
 // the shape's cls and pred. st.id holds each node's mark (fold_joins) until it is numbered, then its new id: a node's
-// predecessors are numbered before it, so their new ids are read as it is taken.
-void number_emitted(ShapeBuilder::Storage& st, DagShape& sh, const std::string& source) {
+// predecessors are numbered before it, so their new ids are read as it is taken. The start (node 0, its own
+// predecessors) is the only node ready at once: it is numbered 0.
+void number_emitted(ShapeBuilder::Storage& st, DagShape& sh, std::uint32_t kept, const std::string& source) {
   const auto n = static_cast<std::uint32_t>(st.nodes.size());
-  const std::uint32_t kept = successor_lists(st, st.pending, source);
+  successor_lists(st);
   const Node* node = st.nodes.data();
   std::uint32_t* id = st.id.data();
   sh.cls.resize(kept);
@@ -805,13 +806,12 @@ void number_emitted(ShapeBuilder::Storage& st, DagShape& sh, const std::string& 
       n, st.succ_begin, st.succ, st.pending, st.ready,
       [&](std::uint32_t u) {
         id[u] = k;
-        cls[k] = u == 0 ? 0 : node[u].cls;  // the start (no predecessors) first: the only node ready at once
-        pred[2 * k] = u == 0 ? 0 : id[node[u].a];
-        pred[2 * k + 1] = u == 0 ? 0 : id[node[u].b];
+        cls[k] = node[u].cls;
+        pred[2 * k] = id[node[u].a], pred[2 * k + 1] = id[node[u].b];
         k++;
       },
       [](std::uint32_t, std::uint32_t) {});
-  if (done != kept) throw std::runtime_error(source + ": the lowered schedule's DAG has a cycle");
+  if (done != kept) unwalked(st, source);
 }
 
 // A shape with the scenario's settings and nothing else, in the storage of a shape dropped from the cache where there
@@ -890,8 +890,8 @@ DagShapePtr ShapeBuilder::emit(const Scenario& s, const CostModel& cost, const S
   sh->p = ls.p;
   sh->groups = std::move(ls.groups);
   stage_counts(st.stages, ls.p, *sh);
-  fold_joins(st, *sh);
-  number_emitted(st, *sh, s.source);
+  const std::uint32_t kept = fold_joins(st, *sh);
+  number_emitted(st, *sh, kept, s.source);
   check_recipes(*sh, st, s, cost, key);
   return sh;
 }
