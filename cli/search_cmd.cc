@@ -1,4 +1,4 @@
-// `pipescope search [SCENARIO] [--schedules a,b] [--tp 2,4] [--pp 4,8] [--ep 8,16] [--micro-batch-sizes 1,2]
+// `pipescope search [SCENARIO] [--schedules a,b] [--tp 2,4] [--pp 4,8] [--ep 8,16] [--etp 1,2] [--micro-batch-sizes 1,2]
 // [--max-memory-GB X] [--keep K] [-j N] [--json F] [--csv F] [--svg F] [--emit F.yaml]`: the best layout,
 // schedule and slicing for the scenario's model, cluster, global batch and sequence length (sim/search_run.h,
 // docs/search.md). The ranked table goes to stdout, progress to stderr. Under `mpirun -n N` the ranks share
@@ -26,7 +26,7 @@ namespace {
 struct SearchCmdOptions {
   std::string scenario;
   std::vector<std::string> schedules;
-  std::vector<int> tp, pp, ep, micro_batch_sizes;
+  std::vector<int> tp, pp, ep, etp, micro_batch_sizes;
   std::vector<std::string> dist_opt;  // "off", "on"
   double max_memory_GB = 0;
   int keep = 20, jobs = 1;
@@ -66,6 +66,7 @@ int run_search_cmd(const SearchCmdOptions& o) {
   so.space.tp = o.tp;
   so.space.pp = o.pp;
   so.space.ep = o.ep;
+  so.space.etp = o.etp;
   so.space.micro_batch_sizes = o.micro_batch_sizes;
   if (!o.dist_opt.empty()) so.space.distributed_optimizer.clear();
   for (const std::string& v : o.dist_opt) so.space.distributed_optimizer.push_back(v == "on");
@@ -119,6 +120,10 @@ Command add_search(CLI::App& app) {
   sub->add_option("--ep", o->ep, "Mixture-of-experts models: only these expert-parallel degrees, e.g. 8,16")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--etp", o->etp,
+                  "Mixture-of-experts models: only these expert-tensor-parallel degrees (default 1 and tp), e.g. 1,2")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024));
   sub->add_option("--micro-batch-sizes", o->micro_batch_sizes, "Micro-batch sizes to try (default 1,2,4,8)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));

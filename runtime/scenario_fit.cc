@@ -51,6 +51,7 @@ void refuse_unsupported_moe(const Scenario& s) {
                         " with mixture-of-experts layers; the simulator (pipescope simulate) models it");
   };
   if (s.parallel.tp > 1) refuse("parallel.tp", "tensor parallelism (sequence-parallel expert dispatch)");
+  if (s.parallel.etp > 1) refuse("parallel.etp", "expert tensor parallelism (experts split over GPUs)");
   if (s.training.distributed_optimizer)
     refuse("training.distributed_optimizer", "the distributed optimizer (sharded expert state)");
   if (s.training.moe_dispatcher != "alltoall") refuse("training.moe_dispatcher", "DeepEP's node-deduplicated dispatch");

@@ -268,6 +268,17 @@ TEST(MegatronImport, MixtureOfExperts) {
   EXPECT_EQ(s.parallel.ep, 8);
   EXPECT_EQ(s.parallel.dp, 16);
   EXPECT_EQ(s.training.moe_dispatcher, "alltoall");
+  EXPECT_EQ(s.parallel.etp, 1);
+  // Expert tensor parallelism: Megatron-Core's default is the tensor-parallel size; the flag overrides it.
+  std::vector<std::string> tp2 = mixtral;
+  *(std::find(tp2.begin(), tp2.end(), "--tensor-model-parallel-size") + 1) = "2";
+  tp2.push_back("--sequence-parallel");
+  EXPECT_EQ(parse_scenario(import_megatron(tp2, MegatronImportOptions{"m", "dgx-h100", 8}).yaml, "i.yaml").parallel.etp,
+            2);
+  tp2.insert(tp2.end(), {"--expert-tensor-parallel-size", "1"});
+  const MegatronImport etp1 = import_megatron(tp2, MegatronImportOptions{"m", "dgx-h100", 8});
+  EXPECT_TRUE(etp1.unsupported.empty());
+  EXPECT_EQ(parse_scenario(etp1.yaml, "i.yaml").parallel.etp, 1);
   // DeepSeek-V3's layer pattern and DeepEP; a pattern the scenario cannot say is refused.
   std::vector<std::string> ds = mixtral;
   auto set = [&](const char* flag, const char* value) { *(std::find(ds.begin(), ds.end(), flag) + 1) = value; };

@@ -180,6 +180,56 @@ TEST(Moe, GroupsHoldTheFoldedRanks) {
   EXPECT_EQ(edp_rings, 2 * 4);  // per rank, one per place in a group
 }
 
+// Expert tensor parallelism: each expert's MLP split etp ways over the GPUs of an etp * ep group (etp innermost). Per
+// GPU the experts' parameters and the expert-data-parallel group shrink etp times, the all-to-all carries each copy to
+// the etp GPUs of its expert, the grouped GEMMs take etp times the rows at 1/etp of the width (the same FLOPs), and the
+// gathered expert input is held etp times.
+TEST(Moe, ExpertTensorParallel) {
+  const std::string layout = "dp: 4, pp: 2, tp: 2, sequence_parallel: true, ep: 4";
+  const Scenario one = load(qwen30(layout)), two = load(qwen30(layout + ", etp: 2"));
+  EXPECT_EQ(two.parallel.expert_group_gpus(), 8);
+  EXPECT_EQ(one.parallel.expert_data_gpus(), 2);
+  EXPECT_EQ(two.parallel.expert_data_gpus(), 1);
+  EXPECT_DOUBLE_EQ(rank_expert_parameter_count(two, 0) * 2, rank_expert_parameter_count(one, 0));
+  const auto p1 = prepare(one), p2 = prepare(two);
+  EXPECT_EQ(p1->lowered.ep, 4);
+  EXPECT_EQ(p2->lowered.ep, 8);
+  const auto alltoall = [](const std::vector<LoweredOp>& prog) {
+    for (const LoweredOp& l : prog)
+      if (l.kind == LOpKind::AllToAll) return l.bytes;
+    return 0.0;
+  };
+  EXPECT_DOUBLE_EQ(alltoall(p2->lowered.per_worker[0]), 2 * alltoall(p1->lowered.per_worker[0]));
+  EXPECT_EQ(count_kind(p1->lowered.per_worker[0], LOpKind::ReduceScatter, CollTag::ExpertData), 1);
+  EXPECT_EQ(count_kind(p2->lowered.per_worker[0], LOpKind::ReduceScatter, CollTag::ExpertData), 0);  // edp 1
+  // The expert GEMMs: twice the rows, half the inner size, the same FLOPs.
+  const AnalyticCostModel c1(one), c2(two);
+  const std::vector<KernelCost> k1 = c1.moe_forward_kernels(1, 4096), k2 = c2.moe_forward_kernels(1, 4096);
+  ASSERT_EQ(k1.size(), k2.size());
+  double f1 = 0, f2 = 0;
+  for (std::size_t i = 0; i < k1.size(); i++) {
+    f1 += k1[i].flops, f2 += k2[i].flops;
+    if (k1[i].gemm && k1[i].batch > 1) {  // a grouped expert GEMM: batch = local experts, m = rows of each
+      EXPECT_DOUBLE_EQ(k2[i].m, 2 * k1[i].m);
+      EXPECT_DOUBLE_EQ(k2[i].batch, k1[i].batch);
+    }
+  }
+  EXPECT_NEAR(f2, f1, 1e-9 * f1);
+  const MemoryReport m1 = memory_report(one, make_schedule(one)), m2 = memory_report(two, make_schedule(two));
+  EXPECT_LT(m2.ranks[0].weights_bytes, m1.ranks[0].weights_bytes);
+  EXPECT_GT(m2.ranks[0].activation_peak_bytes, m1.ranks[0].activation_peak_bytes);
+  EXPECT_GT(sim::run_isolated(two).iteration_s, 0);
+  // An expert split over GPUs needs experts, an inner size etp divides and a group that fits the stage.
+  EXPECT_NE(error_of("model: {preset: llama3-8b}\ncluster: {preset: dgx-h100, nodes: 1}\n"
+                     "parallel: {dp: 4, tp: 2, sequence_parallel: true, etp: 2, global_batch: 8}\n")
+                .find("parallel.etp"),
+            std::string::npos);
+  EXPECT_NE(error_of(qwen30("dp: 4, pp: 2, tp: 2, sequence_parallel: true, ep: 4, etp: 5")).find("moe_ffn_hidden"),
+            std::string::npos);
+  EXPECT_NE(error_of(qwen30("dp: 4, pp: 2, tp: 2, sequence_parallel: true, ep: 8, etp: 2")).find("parallel.etp"),
+            std::string::npos);
+}
+
 // NCCL's all-to-all: inside a node the NVLink term, across nodes the NICs; DeepEP crosses once per node.
 TEST(Moe, AllToAllModel) {
   const ClusterSpec c = *cluster_preset("dgx-h100");

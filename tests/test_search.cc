@@ -123,15 +123,19 @@ TEST(Search, ExpertParallelDegrees) {
   sp.recompute = {Recompute::Full};
   sp.distributed_optimizer = {true};
   const Stage1 s1 = enumerate_candidates(base, sp);
-  std::set<int> eps;
+  std::set<int> eps, etps;
   for (const Candidate& c : s1.survivors) {
     eps.insert(c.scenario.parallel.ep);
+    etps.insert(c.scenario.parallel.etp);
     EXPECT_NE(c.label.find(" ep" + std::to_string(c.scenario.parallel.ep)), std::string::npos) << c.label;
+    EXPECT_EQ(c.label.find(" etp") != std::string::npos, c.scenario.parallel.etp > 1) << c.label;
+    EXPECT_TRUE(c.scenario.parallel.etp == 1 || c.scenario.parallel.etp == c.scenario.parallel.tp) << c.label;
     if (c.scenario.parallel.tp > 1) {
       EXPECT_TRUE(c.scenario.parallel.sequence_parallel) << c.label;
     }
   }
   EXPECT_EQ(eps, (std::set<int>{1, 2, 4, 8}));  // 16 does not divide the 8 GPUs of a stage
+  EXPECT_EQ(etps, (std::set<int>{1, 2}));        // 1 and Megatron-Core's default etp = tp
   std::vector<Scenario> all;
   for (const auto& c : s1.survivors) all.push_back(c.scenario);
   const auto out = sim::run_scenarios(all, {}, 2);
@@ -155,6 +159,8 @@ TEST(Search, ExpertParallelDegrees) {
   // --ep on a dense model is refused.
   SearchSpace dense = sp;
   dense.ep = {2};
+  EXPECT_THROW(enumerate_candidates(parse_scenario(kScenarios[0], "<test>"), dense), std::invalid_argument);
+  dense.ep.clear(), dense.etp = {2};
   EXPECT_THROW(enumerate_candidates(parse_scenario(kScenarios[0], "<test>"), dense), std::invalid_argument);
 }
 

@@ -346,8 +346,9 @@ std::vector<KernelCost> AnalyticCostModel::shared_expert_kernels(int b, int l) c
 
 KernelCost AnalyticCostModel::expert_activation_kernel(int b, int l, double overload) const {
   const MoeDims x = moe_dims(s_.model);
-  const double copies = static_cast<double>(b) * l / s_.parallel.tp * x.top_k * overload;  // the busiest GPU's
-  return {8 * copies * x.f, elem_bytes() * copies * (x.up_out + x.f), false};
+  // The busiest GPU's copies, gathered over its expert-tensor-parallel group, each 1/etp of the expert wide.
+  const double et = s_.parallel.etp, copies = static_cast<double>(b) * l / s_.parallel.tp * x.top_k * overload * et;
+  return {8 * copies * x.f / et, elem_bytes() * copies * (x.up_out + x.f) / et, false};
 }
 
 // Multi-head latent attention's projections (docs/moe.md): the down projections (h to the Q latent and to the K/V
@@ -418,13 +419,15 @@ std::vector<KernelCost> AnalyticCostModel::mla_backward_kernels(int b, int l) co
 // are routed, their k copies each permuted into expert order and dispatched (the all-to-all is the lowering's
 // collective, core/cost/expert_parallel.h), the E / ep local experts run as one grouped GEMM over the copies they
 // receive (ep * Tr * k / E tokens each when balanced), and the combine brings the outputs back for the weighted sum.
+// With expert tensor parallelism each expert's MLP is split etp ways: a GPU receives the copies of its etp group
+// (etp times the rows) for 1/etp of every expert's inner size.
 std::vector<KernelCost> AnalyticCostModel::moe_forward_kernels(int b, int l, double overload) const {
   const LayerDims d = layer_dims(s_.model);
   const MoeDims x = moe_dims(s_.model);
   const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, T = static_cast<double>(b) * l, Tr = T / t;
-  const double E = x.experts, k = x.top_k, copies = Tr * k, local = E / s_.parallel.ep;
-  const double got = copies * overload;      // the copies the busiest GPU's experts receive
-  const double per_expert = got / local;     // rows of each local expert's GEMM
+  const double E = x.experts, k = x.top_k, copies = Tr * k, local = E / s_.parallel.ep, et = s_.parallel.etp;
+  const double got = copies * overload * et;  // the copies the busiest GPU's experts receive
+  const double per_expert = got / local;      // rows of each local expert's GEMM
   auto grouped = [&](double Kd, double N) {  // one GEMM per local expert, launched as one grouped kernel
     KernelCost g{2 * got * Kd * N, e * (got * Kd + local * Kd * N + got * N), true, false, per_expert, N, Kd, local};
     return linear_gemm(g, e, Fp8Pass::Forward);
@@ -434,9 +437,9 @@ std::vector<KernelCost> AnalyticCostModel::moe_forward_kernels(int b, int l, dou
       {6 * Tr * E, 12 * Tr * E + 8 * copies, false},  // softmax, top-k, the routing map (fp32 scores)
       {2 * Tr * E, 8 * Tr * E, false},                // load-balancing loss (per-expert token counts, probabilities)
       {0, e * (Tr * h + copies * h) + 8 * copies, false},  // permute: each token's k copies in expert order
-      grouped(h, x.up_out),                                // expert MLP up (SwiGLU: gate and up)
+      grouped(h, x.up_out / et),                           // expert MLP up (SwiGLU: gate and up)
       expert_activation_kernel(b, l, overload),            // activation
-      grouped(x.f, h),                                     // expert MLP down
+      grouped(x.f / et, h),                                // expert MLP down
       {2 * copies * h, e * (copies * h + Tr * h) + 4 * copies, false},  // unpermute: weighted sum of the k outputs
   };
   // Shared experts: a dense MLP over the whole tokens, split t ways like the dense one.
@@ -449,9 +452,9 @@ std::vector<KernelCost> AnalyticCostModel::moe_backward_kernels(int b, int l, bo
   const LayerDims d = layer_dims(s_.model);
   const MoeDims x = moe_dims(s_.model);
   const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, T = static_cast<double>(b) * l, Tr = T / t;
-  const double E = x.experts, k = x.top_k, copies = Tr * k, local = E / s_.parallel.ep;
-  const double got = copies * overload;  // the copies the busiest GPU's experts received
-  const double per_expert = got / local;
+  const double E = x.experts, k = x.top_k, copies = Tr * k, local = E / s_.parallel.ep, et = s_.parallel.etp;
+  const double got = copies * overload * et;  // the copies the busiest GPU's experts received (moe_forward_kernels)
+  const double per_expert = got / local, f = x.f / et, up = x.up_out / et;
   const double acc = wgrad_accumulation_bytes();
   auto gemm = [&](double M, double Kd, double N) { return linear_gemm_kernel(M, Kd, N, Fp8Pass::Backward); };
   auto wgrad = [&](double M, double Kd, double N) { return wgrad_kernel(M, Kd, N); };
@@ -477,11 +480,11 @@ std::vector<KernelCost> AnalyticCostModel::moe_backward_kernels(int b, int l, bo
   }
   const std::vector<KernelCost> routed = {
       {copies * h, e * (Tr * h + 2 * copies * h) + 4 * copies, false},  // unpermute backward (and the weights' grads)
-      grouped_dgrad(h, x.f),                                            // expert down dgrad
-      grouped_wgrad(x.f, h),                                            // expert down wgrad
-      {8 * got * x.f, e * got * (x.f + 2 * x.up_out), false},           // activation backward
-      grouped_dgrad(x.up_out, h),                                       // expert up dgrad
-      grouped_wgrad(h, x.up_out),                                       // expert up wgrad
+      grouped_dgrad(h, f),                                              // expert down dgrad
+      grouped_wgrad(f, h),                                              // expert down wgrad
+      {8 * got * f, e * got * (f + 2 * up), false},                     // activation backward
+      grouped_dgrad(up, h),                                             // expert up dgrad
+      grouped_wgrad(h, up),                                             // expert up wgrad
       {copies * h, e * (copies * h + Tr * h) + 8 * copies, false},  // permute backward: the copies' gradients summed
       {4 * Tr * E, 16 * Tr * E, false},                             // softmax / top-k / loss backward
       KernelCost{2 * Tr * E * h, e * (Tr * E + E * h + Tr * h), true, false, Tr, h, E},       // router dgrad
@@ -677,7 +680,8 @@ std::vector<KernelCost> AnalyticCostModel::fp8_layer_kernels(int b, int l, bool 
     return {fp8_cast_transpose(T, cols, e)};
   }
   const MoeDims x = moe_dims(s_.model);
-  const double mlp = x.top_k * (forward ? d.h + x.f : x.up_out + d.h) / t +
+  const double et = s_.parallel.etp;  // the copies gathered over etp GPUs, each 1/etp of the expert wide
+  const double mlp = x.top_k * (forward ? et * d.h + x.f : x.up_out + et * d.h) / t +
                      (x.shared_f > 0 ? (forward ? d.h + x.shared_f / t : x.shared_up_out / t + d.h) : 0.0);
   const double cols = forward ? qkv_in + d.o / t + mlp : qkv_out + d.h + mlp;
   return {fp8_cast_transpose(T, cols, e)};
@@ -999,8 +1003,8 @@ double AnalyticCostModel::optimizer_seconds(int rank) const {
   // Megatron shards it over the data-parallel group with context parallelism: dp * cp GPUs.
   const ParallelSpec& par = s_.parallel;
   const double shards = s_.training.distributed_optimizer ? 1.0 * par.dp * par.cp : 1.0;
-  // The routed experts' state is sharded over their expert-data-parallel group: tp * cp * dp / ep GPUs.
-  const double expert_shards = s_.training.distributed_optimizer ? 1.0 * par.tp * par.cp * par.dp / par.ep : 1.0;
+  // The routed experts' state is sharded over their expert-data-parallel group: tp * cp * dp / (ep * etp) GPUs.
+  const double expert_shards = s_.training.distributed_optimizer ? static_cast<double>(par.expert_data_gpus()) : 1.0;
   const double experts = rank_expert_parameter_count(s_, rank);
   const double params = experts == 0 ? rank_parameter_count(s_, rank) / shards
                                      : (rank_parameter_count(s_, rank) - experts) / shards + experts / expert_shards;

@@ -41,16 +41,19 @@ double moe_alltoall_bytes(const Scenario& s, const Op& op, int microbatch_seqs, 
     const double fwd_calls = op.kind == OpKind::Forward ? calls : calls - 2.0 * layers;
     if (calls > 0) per_elem = (fwd_calls * forward_pair + (calls - fwd_calls) * e) / calls;
   }
-  return tokens * s.model.moe_top_k * s.model.hidden * per_elem * overload;
+  // With expert tensor parallelism each copy goes to the etp GPUs that share its expert (and each returns a partial
+  // sum in the combine): Megatron-Core's flex dispatcher sends to them directly, the all-to-all one gathers over them.
+  return tokens * s.model.moe_top_k * s.model.hidden * per_elem * overload * p.etp;
 }
 
 double moe_alltoall_estimate_s(const Scenario& s, const Op& op, int microbatch_seqs) {
   const int calls = s.model.moe() ? moe_alltoall_calls(s, op) : 0;
-  if (calls == 0 || s.parallel.ep == 1) return 0.0;
+  const int group = s.parallel.expert_group_gpus();
+  if (calls == 0 || group == 1) return 0.0;
   const ClusterSpec& c = s.cluster;
-  const int ep = s.parallel.ep, per_node = std::min(ep, c.gpus_per_node);
+  const int per_node = std::min(group, c.gpus_per_node);
   const double intra = c.fabric == IntraNodeFabric::PCIe ? c.pcie_bw_Bps : c.nvlink_bw_Bps;
-  NcclGroup g = nccl_group(c, ep, (ep + per_node - 1) / per_node, per_node, intra);
+  NcclGroup g = nccl_group(c, group, (group + per_node - 1) / per_node, per_node, intra);
   if (s.training.moe_dispatcher == "deepep") g.dedup_items = s.model.moe_experts, g.dedup_picks = s.model.moe_top_k;
   const double bytes = moe_alltoall_bytes(s, op, microbatch_seqs, stage_expert_load(s, op.stage).time);
   return calls * nccl_alltoall_seconds(g, bytes);
@@ -80,10 +83,10 @@ struct EpGroups {
 };
 
 void add_alltoalls(LoweredSchedule& out, const Scenario& s) {
-  const int width = out.tp * out.cp;
-  const int span = s.parallel.ep > width ? s.parallel.ep / width : 1;
+  const int width = out.tp * out.cp, group = s.parallel.expert_group_gpus();
+  const int span = group > width ? group / width : 1;
   if (out.dp % span != 0)
-    throw std::invalid_argument("expert parallelism: ep = " + std::to_string(s.parallel.ep) + " spans " +
+    throw std::invalid_argument("expert parallelism: etp * ep = " + std::to_string(group) + " spans " +
                                 std::to_string(span) + " replicas, which do not divide dp = " + std::to_string(out.dp));
   EpGroups eg{out,
               span,
@@ -118,7 +121,7 @@ void add_alltoalls(LoweredSchedule& out, const Scenario& s) {
 // after it, over the expert-data-parallel group of each pipeline rank (all its dp workers).
 void add_expert_grad_sync(LoweredSchedule& out, const Scenario& s, const CostModel& cost) {
   const ParallelSpec& p = s.parallel;
-  if (1LL * p.tp * p.cp * p.dp / p.ep <= 1) return;
+  if (p.expert_data_gpus() <= 1) return;
   const bool dist = s.training.distributed_optimizer;
   for (int r = 0; r < out.p; r++) {
     const double grads = cost.expert_grad_bytes(r), params = cost.expert_param_bytes(r);
@@ -148,7 +151,7 @@ void add_expert_grad_sync(LoweredSchedule& out, const Scenario& s, const CostMod
 LoweredSchedule add_expert_parallel(const LoweredSchedule& in, const Scenario& s, const CostModel& cost) {
   if (!s.model.moe()) return in;
   LoweredSchedule out = in;
-  out.ep = s.parallel.ep;
+  out.ep = s.parallel.expert_group_gpus();
   add_alltoalls(out, s);
   add_expert_grad_sync(out, s, cost);
   return out;

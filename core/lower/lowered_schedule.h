@@ -98,7 +98,7 @@ struct LoweredSchedule {
   Schedule schedule;  // the compute schedule it came from (for reports / checks)
   int dp = 1, p = 1, tp = 1;
   int cp = 1;  // context-parallel ranks per worker (set by add_cp_exchange, core/cost/context_parallel.h)
-  int ep = 1;  // expert-parallel group size in GPUs (set by add_expert_parallel, core/cost/expert_parallel.h)
+  int ep = 1;  // expert group size in GPUs, etp * ep (set by add_expert_parallel, core/cost/expert_parallel.h)
   std::vector<std::vector<LoweredOp>> per_worker;  // size dp * p; worker = d * p + r
   std::vector<CollGroup> groups;
   // Sends block the sender's stream: Megatron-LM's p2p calls (docs/papers.md)

@@ -117,7 +117,8 @@ void layer_tensor_bytes(const Scenario& s, const std::vector<ActivationTensor>& 
   out.clear();
   for (const ActivationTensor& x : widths)
     if (!(kv_in_cache && x.kv))
-      out.push_back(bl * x.width / (x.split ? t : r) * scale * (x.routed ? expert_load : 1.0));
+      out.push_back(bl * x.width / (x.split ? t : r) * scale * (x.routed ? expert_load : 1.0) *
+                    (x.gathered ? s.parallel.etp : 1.0));
   // The scores: softmax output (2 B), dropout mask (1 B) and dropout output (2 B) per score at 2-byte activations.
   const double scores = layer_score_bytes(s, b, tokens, context);
   if (scores > 0)
@@ -228,7 +229,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
   std::vector<double> expert_memory;
   for (int g = 0; g < par.pp * par.v; g++) expert_memory.push_back(stage_expert_load(s, g).memory);
   // The distributed optimizer shards the routed experts' state over their expert-data-parallel group.
-  const double expert_shards = s.training.distributed_optimizer ? 1.0 * par.tp * par.cp * par.dp / par.ep : 1.0;
+  const double expert_shards = s.training.distributed_optimizer ? static_cast<double>(par.expert_data_gpus()) : 1.0;
 
   MemoryReport rep;
   rep.device_bytes = s.cluster.device.memory_bytes;

@@ -149,8 +149,14 @@ struct ParallelSpec {
   int global_batch = 1;            // B (sequences per iteration, all replicas)
   bool sequence_parallel = false;  // Megatron sequence parallelism: LayerNorm/dropout activations split t ways
   // Expert parallelism (MoE models; docs/moe.md): the routed experts of a layer are spread over ep GPUs of a
-  // pipeline stage, whose tp * cp * dp GPUs Megatron-Core re-folds into ep x expert-data-parallel groups.
+  // pipeline stage, whose tp * cp * dp GPUs Megatron-Core re-folds into etp x ep x expert-data-parallel groups
+  // (etp innermost); expert tensor parallelism splits each expert's MLP etp ways.
   int ep = 1;
+  int etp = 1;
+  // GPUs of one expert group (Megatron-Core's expert tensor-and-model-parallel group, the dispatch's group).
+  int expert_group_gpus() const { return ep * etp; }
+  // GPUs of a pipeline stage that hold the same expert shard: the expert-data-parallel size.
+  long long expert_data_gpus() const { return 1LL * tp * cp * dp / (1LL * ep * etp); }
   // Transformer layers of each virtual stage 0..pp*v-1 (uneven layouts); empty = model.layers / (pp * v) each.
   // Read it through stage_layer_range() (core/model/placement.h), never directly.
   std::vector<int> stage_layers;

@@ -99,7 +99,6 @@ const std::set<std::string> kIgnoredFlags = {"--no-masked-softmax-fusion",
 const std::map<std::string, std::string> kUnsupported = {
     {"--recompute-method", "partial recomputation (recompute is all layers or none)"},
     {"--recompute-num-layers", "partial recomputation"},
-    {"--expert-tensor-parallel-size", "expert tensor parallelism (an expert is never split)"},
     {"--mtp-num-layers", "multi-token prediction layers"},
     {"--overlap-moe-expert-parallel-comm", "the all-to-all overlapped in the schedule"}};
 
@@ -266,14 +265,15 @@ std::string mla_args(std::map<std::string, std::string>& values) {
 // The mixture-of-experts arguments as scenario text: model keys (", num_experts: 8, ..."), training keys and ep.
 struct MoeArgs {
   std::string model, training;
-  int ep = 1;
+  int ep = 1, etp = 1;
   std::vector<std::string> not_modelled;  // for MegatronImport::unsupported
 };
-MoeArgs moe_args(std::map<std::string, std::string>& values, int layers) {
+MoeArgs moe_args(std::map<std::string, std::string>& values, int layers, int tp) {
   MoeArgs a;
   auto get = [&](const char* flag, int def) { return values.count(flag) ? positive(flag, values[flag]) : def; };
   if (!values.count("--num-experts")) {
-    for (const char* f : {"--expert-model-parallel-size", "--moe-router-topk", "--moe-ffn-hidden-size"})
+    for (const char* f : {"--expert-model-parallel-size", "--expert-tensor-parallel-size", "--moe-router-topk",
+                          "--moe-ffn-hidden-size"})
       if (values.count(f)) throw std::invalid_argument(std::string(f) + " needs --num-experts (a mixture of experts)");
     return a;
   }
@@ -294,6 +294,7 @@ MoeArgs moe_args(std::map<std::string, std::string>& values, int layers) {
   }
   a.model = m.str();
   a.ep = get("--expert-model-parallel-size", 1);
+  a.etp = get("--expert-tensor-parallel-size", tp);  // Megatron-Core's default: the tensor-parallel size
   // alltoall, allgather (not modelled: the all-to-all's bytes are used) or flex with --moe-enable-deepep.
   const std::string kind =
       values.count("--moe-token-dispatcher-type") ? values["--moe-token-dispatcher-type"] : "allgather";
@@ -486,7 +487,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
     position = p == "rope" ? "rope" : "learned";
   }
   const bool dist_opt = values.count("--use-distributed-optimizer") != 0;
-  const MoeArgs moe = moe_args(values, layers);
+  const MoeArgs moe = moe_args(values, layers, tp);
   out.unsupported.insert(out.unsupported.end(), moe.not_modelled.begin(), moe.not_modelled.end());
 
   std::ostringstream y;
@@ -516,6 +517,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   y << "parallel: {dp: " << dp << ", pp: " << pp << ", tp: " << tp;
   if (cp > 1) y << ", cp: " << cp;  // context parallelism: Transformer Engine's ring attention (flash kernels)
   if (moe.ep > 1) y << ", ep: " << moe.ep;
+  if (moe.etp > 1) y << ", etp: " << moe.etp;
   y << ", v: " << v << ", micro_batch_size: " << mbs << ", global_batch: " << gbs
     << ", sequence_parallel: " << (values.count("--sequence-parallel") ? "true" : "false");
   if (!stage_layers.empty()) {

@@ -235,7 +235,8 @@ double rank_parameter_count(const Scenario& s, int rank) {
 
 double rank_expert_parameter_count(const Scenario& s, int rank) {
   if (!s.model.moe()) return 0;
-  return rank_moe_layer_count(s, rank) * moe_expert_parameter_count(s.model) / s.parallel.ep;
+  // A GPU holds E / ep experts, each split etp ways.
+  return rank_moe_layer_count(s, rank) * moe_expert_parameter_count(s.model) / s.parallel.expert_group_gpus();
 }
 
 double active_parameter_count(const ModelSpec& m) {
@@ -284,10 +285,10 @@ struct MlpTensors {
   double rows = 1;
   bool split_in = false, with_input = true;
   std::uint8_t input = 0, mlp = 0, act = 0;
-  bool routed = false;
+  bool routed = false;  // the routed experts': their input is gathered over etp GPUs, their inner tensors split etp ways
 };
 void add_mlp_tensors(std::vector<ActivationTensor>& x, FfnKind kind, double h, double f, const MlpTensors& t) {
-  if (t.with_input) x.push_back({2.0 * h * t.rows, t.split_in, false, t.input, t.routed});  // fc1 input
+  if (t.with_input) x.push_back({2.0 * h * t.rows, t.split_in, false, t.input, t.routed, t.routed});  // fc1 input
   x.push_back({2.0 * up_width(kind, f) * t.rows, true, false, t.mlp, t.routed});  // fc1 output (activation input)
   x.push_back({2.0 * f * t.rows, true, false, static_cast<std::uint8_t>(t.mlp | t.act), t.routed});  // fc2 input
 }

@@ -96,6 +96,7 @@ struct ActivationTensor {
   bool kv = false;              // K or V (a token-sliced schedule without flash keeps them in its K/V cache instead)
   std::uint8_t dropped_by = 0;  // the module_bit()s of the recompute modules that rerun its producer
   bool routed = false;          // held per routed copy on the GPU of its expert (scaled by the expert load)
+  bool gathered = false;        // rows gathered over the expert-tensor-parallel group (etp times the copies)
 };
 std::vector<ActivationTensor> layer_activation_tensors(const ModelSpec& m);
 // An MoE layer's: the attention part as above, then the router's input and probabilities, the routing map, the

@@ -762,6 +762,7 @@ void Validator::check_ranges() const {
       {"parallel.tp", p.tp},
       {"parallel.cp", p.cp},
       {"parallel.ep", p.ep},
+      {"parallel.etp", p.etp},
       {"model.num_experts", s_.model.moe_experts},
       {"model.moe_layer_freq", s_.model.moe_layer_freq},
       {"model.q_lora_rank", s_.model.q_lora_rank},
@@ -888,25 +889,34 @@ void Validator::check_latent_attention() const {
     fail({"parallel.cp", "model.kv_lora_rank"}, "context parallelism with multi-head latent attention: not modelled");
 }
 
-// Megatron-Core's parallel folding: the tp * cp * dp GPUs of a pipeline stage hold the experts in groups of ep
-// consecutive ranks. The simulator needs each group inside one worker's tp * cp GPUs or made of whole workers.
+// Megatron-Core's parallel folding: the tp * cp * dp GPUs of a pipeline stage hold the experts in groups of
+// etp * ep consecutive ranks (etp innermost). The simulator needs each group inside one worker's tp * cp GPUs or made
+// of whole workers.
 void Validator::check_expert_parallel() const {
   const ParallelSpec& p = s_.parallel;
   const ModelSpec& m = s_.model;
-  if (p.ep == 1) return;
-  const std::string ep = std::to_string(p.ep);
-  if (!m.moe()) fail({"parallel.ep", "model.num_experts"}, "ep = " + ep + " spreads experts, but the model has none");
+  if (p.ep == 1 && p.etp == 1) return;
+  const std::string ep = std::to_string(p.ep), etp = std::to_string(p.etp);
+  if (!m.moe()) {
+    if (p.ep > 1) fail({"parallel.ep", "model.num_experts"}, "ep = " + ep + " spreads experts, but the model has none");
+    fail({"parallel.etp", "model.num_experts"}, "etp = " + etp + " splits experts, but the model has none");
+  }
   if (m.moe_experts % p.ep != 0)
     fail({"parallel.ep", "model.num_experts"},
          "num_experts = " + std::to_string(m.moe_experts) + " is not divisible by ep = " + ep);
-  const long long width = 1LL * p.tp * p.cp, stage = width * p.dp;
-  if (stage % p.ep != 0)
-    fail({"parallel.ep", "parallel.dp", "parallel.tp"},
-         "ep = " + ep + " does not divide the " + std::to_string(stage) + " GPUs of a pipeline stage (tp * cp * dp)");
-  if (width % p.ep != 0 && p.ep % width != 0)
-    fail({"parallel.ep", "parallel.tp", "parallel.cp"},
-         "an expert-parallel group is a divisor or a multiple of the tp * cp = " + std::to_string(width) +
-             " GPUs of one model replica's stage, got ep = " + ep);
+  if (m.moe_ffn_hidden % p.etp != 0)
+    fail({"parallel.etp", "model.moe_ffn_hidden"},
+         "moe_ffn_hidden = " + std::to_string(m.moe_ffn_hidden) + " is not divisible by etp = " + etp);
+  const long long width = 1LL * p.tp * p.cp, stage = width * p.dp, group = p.expert_group_gpus();
+  const std::string what = p.etp == 1 ? "ep = " + ep : "etp * ep = " + etp + " * " + ep;
+  const char* first = p.etp == 1 ? "parallel.ep" : "parallel.etp";  // the key the message points at
+  if (stage % group != 0)
+    fail({first, "parallel.ep", "parallel.dp"},
+         what + " does not divide the " + std::to_string(stage) + " GPUs of a pipeline stage (tp * cp * dp)");
+  if (width % group != 0 && group % width != 0)
+    fail({first, "parallel.ep", "parallel.tp"}, "an expert group is a divisor or a multiple of the tp * cp = " +
+                                                    std::to_string(width) + " GPUs of one model replica's stage, got " +
+                                                    what);
 }
 
 // Context parallelism as Megatron-LM runs it (Transformer Engine's ring attention): whole sequences in 2 * cp
@@ -1293,7 +1303,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   s.cluster = parse_cluster(root);
 
   const Section par = root.sub("parallel", {"dp", "pp", "tp", "cp", "v", "micro_batch_size", "global_batch",
-                                            "sequence_parallel", "stage_layers", "ep"});
+                                            "sequence_parallel", "stage_layers", "ep", "etp"});
   par.get("dp", s.parallel.dp);
   par.get("pp", s.parallel.pp);
   par.get("tp", s.parallel.tp);
@@ -1304,6 +1314,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   par.get("sequence_parallel", s.parallel.sequence_parallel);
   par.get("stage_layers", s.parallel.stage_layers);
   par.get("ep", s.parallel.ep);
+  par.get("etp", s.parallel.etp);
 
   const Section sch = root.sub("schedule", {"kind", "seq_slices", "slice_tokens", "slicing", "recompute",
                                             "recompute_modules", "scatter_gather", "file"});

@@ -373,12 +373,16 @@ DevRow moe_row(const CsvRecord& r, const DevSet& set) {
   run.seq_len = r.integer("seq_len");
   run.gpus = r.integer("gpus"), run.gpus_per_node = r.integer("gpus_per_node");
   run.tp = r.integer("tp"), run.pp = r.integer("pp"), run.vp = r.integer("vpp", 1);
-  const int cp = r.integer("cp", 1), ep = r.integer("ep");
+  // etp not printed: 1 (the model zoo's Qwen3 rows print it as 1 where they print it; the edp check holds them to it).
+  const int cp = r.integer("cp", 1), ep = r.integer("ep"), etp = r.integer("etp", 1);
   run.mbs = r.integer("mbs"), run.global_batch = r.integer("global_batch");
   if (run.gpus % (run.tp * cp * run.pp) != 0) r.fail("gpus", "tp * cp * pp does not divide the GPU count");
   run.dp = run.gpus / (run.tp * cp * run.pp);
   if (r.has("dp") && !r.text("dp").empty() && r.integer("dp") != run.dp)
     r.fail("dp", "is not gpus / (tp * cp * pp) = " + std::to_string(run.dp));
+  const long long edp = 1LL * run.tp * cp * run.dp / (1LL * ep * etp);
+  if (r.has("edp") && !r.text("edp").empty() && r.integer("edp") != edp)
+    r.fail("edp", "is not tp * cp * dp / (ep * etp) = " + std::to_string(edp));
   run.micro_batches = run.global_batch / (run.mbs * run.dp);
   const std::string layout = "t" + std::to_string(run.tp) + " c" + std::to_string(cp) + " e" + std::to_string(ep) +
                              " p" + std::to_string(run.pp) + " v" + std::to_string(run.vp) + " d" +
@@ -423,7 +427,7 @@ DevRow moe_row(const CsvRecord& r, const DevSet& set) {
       "}\ncluster: {preset: " + set.cluster + ", nodes: " + std::to_string(run.gpus / run.gpus_per_node) +
       ", gpus_per_node: " + std::to_string(run.gpus_per_node) + "}\nparallel: {dp: " + std::to_string(run.dp) +
       ", pp: " + std::to_string(run.pp) + ", tp: " + std::to_string(run.tp) + ", cp: " + std::to_string(cp) +
-      ", ep: " + std::to_string(ep) + ", v: " + std::to_string(run.vp) +
+      ", ep: " + std::to_string(ep) + ", etp: " + std::to_string(etp) + ", v: " + std::to_string(run.vp) +
       ", micro_batch_size: " + std::to_string(run.mbs) + ", global_batch: " + std::to_string(run.global_batch) +
       ", sequence_parallel: " + (run.tp > 1 ? "true" : "false") +
       (split.empty() ? std::string() : ", stage_layers: [" + join_ints(split) + "]") + "}\n" +

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <stdexcept>
+#include <utility>
 
 #include "core/lower/checks.h"
 #include "core/memory/memory_model.h"
@@ -93,14 +94,21 @@ void terapipe_slices(Scenario& s) {
   s.schedule.seq_slices = static_cast<int>(s.schedule.slice_tokens.size());
 }
 
-// The expert-parallel degrees of a layout: 1 for a dense model; for an MoE model the divisors of its experts (those
-// --ep allows) that Megatron-Core's folding takes: dividing the tp x dp GPUs of a stage, and a divisor or a
-// multiple of tp (core/model/scenario.cc check_expert_parallel says why).
-std::vector<int> expert_parallel_degrees(const Scenario& base, const SearchSpace& space, int tp, int dp) {
-  if (!base.model.moe()) return {1};
-  std::vector<int> out;
+// The expert layouts (ep, etp) of a layout: (1, 1) for a dense model; for an MoE model the divisors of its experts
+// (those --ep allows) and the expert-tensor-parallel degrees --etp allows (default 1 and tp, Megatron-Core's default;
+// dividing the expert's inner size) that Megatron-Core's folding takes: the group of etp * ep GPUs dividing the tp x dp
+// GPUs of a stage, and a divisor or a multiple of tp (core/model/scenario.cc check_expert_parallel says why).
+std::vector<std::pair<int, int>> expert_layouts(const Scenario& base, const SearchSpace& space, int tp, int dp) {
+  if (!base.model.moe()) return {{1, 1}};
+  std::vector<int> etps = space.etp;
+  if (etps.empty()) etps = tp == 1 ? std::vector<int>{1} : std::vector<int>{1, tp};
+  std::vector<std::pair<int, int>> out;
   for (int ep : allowed(divisors(base.model.moe_experts), space.ep))
-    if ((tp * dp) % ep == 0 && (tp % ep == 0 || ep % tp == 0)) out.push_back(ep);
+    for (int etp : etps) {
+      const int group = ep * etp;
+      if (base.model.moe_ffn_hidden % etp == 0 && (tp * dp) % group == 0 && (tp % group == 0 || group % tp == 0))
+        out.emplace_back(ep, etp);
+    }
   return out;
 }
 
@@ -117,7 +125,7 @@ std::string candidate_label(const Scenario& s) {
                   std::to_string(p.pp) + " tp" + std::to_string(p.tp) + " v" + std::to_string(p.v) + " b" +
                   std::to_string(p.micro_batch_size);
   if (s.schedule.seq_slices > 1) l += " k" + std::to_string(s.schedule.seq_slices);
-  if (s.model.moe()) l += " ep" + std::to_string(p.ep);
+  if (s.model.moe()) l += " ep" + std::to_string(p.ep) + (p.etp > 1 ? " etp" + std::to_string(p.etp) : "");
   if (!p.stage_layers.empty()) {  // an uneven layout (the scenario as written: candidates split evenly)
     l += " layers";
     for (std::size_t i = 0; i < p.stage_layers.size(); i++) l += (i ? "," : " ") + std::to_string(p.stage_layers[i]);
@@ -133,7 +141,7 @@ Scenario make_point(const Scenario& base, const SearchPoint& p, int segments) {
   if (!p.distributed_optimizer) s.training.overlap_param_gather = false;  // it overlaps the optimizer's gather
   s.parallel.dp = p.dp, s.parallel.pp = p.pp, s.parallel.tp = p.tp, s.parallel.v = p.v;
   if (base.model.moe()) {
-    s.parallel.ep = p.ep;
+    s.parallel.ep = p.ep, s.parallel.etp = p.etp;
     if (p.tp > 1) s.parallel.sequence_parallel = true;  // Megatron-Core requires it for MoE with tp > 1
   }
   s.parallel.micro_batch_size = p.micro_batch_size;
@@ -173,9 +181,11 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
     throw std::invalid_argument("--tp: no value divides the " + std::to_string(c.gpus_per_node) + " GPUs of a node");
   if (!base.model.moe() && !space.ep.empty())
     throw std::invalid_argument("--ep: the model has no experts (model.num_experts)");
+  if (!base.model.moe() && !space.etp.empty())
+    throw std::invalid_argument("--etp: the model has no experts (model.num_experts)");
   for (int tp : tps)
     for (int pp : allowed(divisors(gpus / tp), space.pp))
-      for (int ep : expert_parallel_degrees(base, space, tp, gpus / (tp * pp))) {
+      for (const auto& [ep, etp] : expert_layouts(base, space, tp, gpus / (tp * pp))) {
         const int dp = gpus / (tp * pp);
         for (int b : mbs)
           for (const ScheduleEntry* e : kinds) {
@@ -186,7 +196,7 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
               for (Recompute rc : space.recompute)
                 for (bool dist_opt : dist_opts(space, dp)) {
                   if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
-                  f(SearchPoint{dp, pp, tp, v, b, ep, e, rc, dist_opt});
+                  f(SearchPoint{dp, pp, tp, v, b, ep, etp, e, rc, dist_opt});
                 }
           }
       }

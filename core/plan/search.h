@@ -25,6 +25,8 @@ struct SearchSpace {
   // Mixture-of-experts models: expert-parallel degrees tried (empty = every divisor of the experts that divides the
   // GPUs of a stage and fits Megatron-Core's folding, core/model/scenario.cc check_expert_parallel).
   std::vector<int> ep;
+  // Their expert-tensor-parallel degrees tried (empty = 1 and tp, Megatron-Core's default, where they fit).
+  std::vector<int> etp;
   std::vector<int> micro_batch_sizes;  // empty = 1, 2, 4, 8 (those dividing the per-replica batch)
   std::vector<int> v = {2, 4};         // chunks per rank tried by interleaved schedules without a fixed v
   std::vector<Recompute> recompute = {Recompute::None, Recompute::Full};
@@ -39,7 +41,7 @@ std::vector<bool> dist_opts(const SearchSpace& space, int dp);
 
 // One point of the space before any check: layout, micro-batch size, schedule kind, chunks, recompute, optimizer.
 struct SearchPoint {
-  int dp = 1, pp = 1, tp = 1, v = 1, micro_batch_size = 1, ep = 1;
+  int dp = 1, pp = 1, tp = 1, v = 1, micro_batch_size = 1, ep = 1, etp = 1;
   const ScheduleEntry* kind = nullptr;
   Recompute recompute = Recompute::None;
   bool distributed_optimizer = false;

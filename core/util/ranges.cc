@@ -60,6 +60,7 @@ constexpr KeyRange kRanges[] = {
     {"parallel.tp", 1, 1024, false},
     {"parallel.cp", 1, 1024, false},
     {"parallel.ep", 1, 65536, false},
+    {"parallel.etp", 1, 1024, false},
     {"parallel.v", 1, 1024, false},
     {"parallel.micro_batch_size", 1, 1000000, false},
     {"parallel.global_batch", 1, 100000000, false},
