@@ -52,9 +52,10 @@ TEST(Moe, PresetParametersMatchThePublishedCounts) {
     double total_b, active_b;
   };
   // DeepSeek-V3: 671B; its README's 37B active leaves out one of the embedding and the head (0.9B each): 37.55B.
+  // GPT-OSS-120B: 116.83B; its model card's 5.13B active leaves out the embedding (0.58B): 5.71B.
   for (const Case& c :
        {Case{"mixtral-8x7b", 46.7, 12.9}, Case{"mixtral-8x22b", 140.6, 39.2}, Case{"qwen3-30b-a3b", 30.5, 3.35},
-        Case{"qwen3-235b-a22b", 235.1, 22.2}, Case{"deepseek-v3", 671.0, 37.55}}) {
+        Case{"qwen3-235b-a22b", 235.1, 22.2}, Case{"deepseek-v3", 671.0, 37.55}, Case{"gpt-oss-120b", 116.83, 5.71}}) {
     const ModelSpec m = *model_preset(c.preset);
     EXPECT_NEAR(parameter_count(m) / 1e9, c.total_b, 0.005 * c.total_b) << c.preset;
     EXPECT_NEAR(active_parameter_count(m) / 1e9, c.active_b, 0.005 * c.active_b) << c.preset;
@@ -63,6 +64,40 @@ TEST(Moe, PresetParametersMatchThePublishedCounts) {
   const LayerDims d = layer_dims(*model_preset("qwen3-235b-a22b"));
   EXPECT_EQ(d.q, 8192);
   EXPECT_EQ(d.kv, 512);
+}
+
+// GPT-OSS's sliding windows: every other layer (the first, third, ...) attends to at most 128 tokens. A whole
+// sequence of 4096: (128 * 129 / 2 + 128 * 3968 + 4096 * 4097 / 2) / 2 pairs a layer; a slice of 1024 after 2048
+// tokens: (128 * 1024 + 1024 * 2048 + 1024 * 1025 / 2) / 2. The fused attention kernels do that work; the FLOP
+// counts take the same share.
+TEST(Moe, SlidingWindowAttention) {
+  const ModelSpec m = *model_preset("gpt-oss-120b");
+  EXPECT_TRUE(m.sliding_layer(0));
+  EXPECT_FALSE(m.sliding_layer(1));
+  EXPECT_DOUBLE_EQ(attended_pairs(m, 4096, 0), (8256.0 + 507904 + 8390656) / 2);
+  EXPECT_DOUBLE_EQ(attended_pairs(m, 1024, 2048), (131072.0 + 2097152 + 524800) / 2);
+  EXPECT_DOUBLE_EQ(attended_pairs(m, 100, 0), 5050);  // inside the window: every layer alike
+  ModelSpec full = m;
+  full.sliding_window = 0, full.sliding_window_pattern = 0;
+  EXPECT_DOUBLE_EQ(attended_pairs(full, 4096, 0), 8390656);
+  const LayerFlops a = layer_forward_flops(m, 1, 1, 4096, 0, true), b = layer_forward_flops(full, 1, 1, 4096, 0, true);
+  EXPECT_DOUBLE_EQ(a.attn / b.attn, attended_share(m));
+  EXPECT_DOUBLE_EQ(a.mlp, b.mlp);
+  const std::string run = "cluster: {preset: dgx-h100, nodes: 1}\nparallel: {dp: 8, ep: 8, global_batch: 8}\n"
+                          "training: {dtype: bf16, flash_attention: true}\n";
+  const Scenario s = load("model: {preset: gpt-oss-120b}\n" + run);
+  const Scenario f = load("model: {preset: gpt-oss-120b, sliding_window: 0, sliding_window_pattern: 0}\n" + run);
+  const AnalyticCostModel cs(s), cf(f);
+  EXPECT_LT(cs.layer_forward_seconds(1, 4096, 0), cf.layer_forward_seconds(1, 4096, 0));
+  EXPECT_NE(error_of("model: {preset: llama3-8b, sliding_window_pattern: 2}\n" + run).find("model.sliding_window"),
+            std::string::npos);
+  EXPECT_NE(error_of("model: {preset: gpt-oss-120b, sliding_window_pattern: 1}\n" + run)
+                .find("model.sliding_window_pattern"),
+            std::string::npos);
+  EXPECT_NE(error_of("model: {preset: gpt-oss-120b}\ncluster: {preset: dgx-h100, nodes: 1}\n"
+                     "parallel: {dp: 4, cp: 2, ep: 8, global_batch: 8}\ntraining: {flash_attention: true}\n")
+                .find("parallel.cp"),
+            std::string::npos);
 }
 
 // DeepSeek-V3's multi-head latent attention: Q and K heads of 128 + 64, V heads of 128, the latents' widths; its

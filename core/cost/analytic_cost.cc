@@ -255,8 +255,9 @@ std::vector<KernelCost> AnalyticCostModel::attention_core_kernels(int b, int l, 
   if (s_.training.flash_attention) {
     std::vector<KernelCost> k;
     if (c > 0) k.push_back({0, 4 * e * b * K * kv / t, false});  // K/V cache concatenation (a new contiguous copy)
-    // One fused kernel over the causal pairs: reads Q, K, V, writes the output and the fp32 log-sum-exp.
-    const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
+    // One fused kernel over the causal pairs (within sliding windows): reads Q, K, V, writes the output and the fp32
+    // log-sum-exp.
+    const double pairs = attended_pairs(m, l, c);
     KernelCost fused{4 * b * h * pairs / t, e * (2 * T * h / t + 2 * b * K * kv / t) + 4 * b * (m.heads / t) * l, true};
     if (layer_dims(m).mla) {  // Q.K^T over the q-wide heads, P.V over the o-wide ones; reads Q, K, V, writes O
       const double o = layer_dims(m).o;
@@ -590,7 +591,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     const std::vector<KernelCost> ring = cp_attention_backward_kernels(timer(), s_, b);
     k.insert(k.end(), ring.begin(), ring.end());
   } else if (s_.training.flash_attention) {
-    const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
+    const double pairs = attended_pairs(m, l, c);  // causal, within sliding windows
     const double lse = 4 * b * (m.heads / t) * l;                  // fp32 per query and head
     k.push_back({2 * T * q / t, 2 * e * T * q / t + lse, false});  // D = rowsum(dO * O)
     // Recomputes the scores: 5 matmuls over the causal pairs (S, dV, dP, dQ, dK); reads Q, K, V, O, dO, writes

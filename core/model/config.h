@@ -52,10 +52,18 @@ struct ModelSpec {
   // latent of kv_lora_rank (beside one rotary key of qk_rope_head_dim that every head shares), Q from a latent of
   // q_lora_rank (0 = straight from h); Q and K heads are head_dim + qk_rope_head_dim wide, V heads v_head_dim.
   int q_lora_rank = 0, kv_lora_rank = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  // Sliding-window attention (GPT-OSS, Gemma, Mistral): a sliding layer's query attends to the last sliding_window
+  // tokens up to itself (0 = no window); of every sliding_window_pattern layers the last attends to the whole
+  // context (GPT-OSS: 2, alternating; 0 = every layer slides).
+  int sliding_window = 0, sliding_window_pattern = 0;
   bool mla() const { return kv_lora_rank > 0; }
   int kv_heads() const { return query_groups > 0 ? query_groups : heads; }
   int head_width() const { return head_dim > 0 ? head_dim : (heads > 0 ? hidden / heads : 0); }
   bool moe() const { return moe_experts > 0; }
+  // Whether global layer `layer` (0-based) attends through a sliding window.
+  bool sliding_layer(int layer) const {
+    return sliding_window > 0 && (sliding_window_pattern == 0 || (layer + 1) % sliding_window_pattern != 0);
+  }
   // Whether global layer `layer` (0-based) has routed experts.
   bool moe_layer(int layer) const {
     return moe() && layer >= moe_dense_layers && (layer - moe_dense_layers) % moe_layer_freq == 0;

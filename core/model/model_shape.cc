@@ -108,11 +108,29 @@ LayerFlops layer_forward_flops(const ModelSpec& m, int t, int b, int l, int c, b
   } else {
     x.mlp = 2.0 * T * d.h * (d.up_out + d.f) / tt;
   }
-  // Causal pairs: query i of the slice sees c context keys and i + 1 keys of its own slice. Every query head
-  // scores its keys (GQA shares K/V between heads, not the work).
-  const double pairs = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
+  // Causal pairs: query i of the slice sees c context keys and i + 1 keys of its own slice (at most a sliding
+  // window's). Every query head scores its keys (GQA shares K/V between heads, not the work).
+  const double pairs = attended_pairs(m, l, c);
   x.attn = d.mla ? 2.0 * b * (d.q + d.o) * pairs / tt : 4.0 * b * d.q * pairs / tt;  // Q.K^T over q, P.V over o
   return x;
+}
+
+double attended_pairs(const ModelSpec& m, int l, int c) {
+  const double full = static_cast<double>(l) * c + 0.5 * static_cast<double>(l) * (l + 1.0);
+  if (m.sliding_window <= 0 || m.layers <= 0) return full;
+  // Query p (0-based, c <= p < c + l) sees min(p + 1, w) keys: the sum of min(x, w) for x from a = c + 1 to b = c + l.
+  const double w = m.sliding_window, a = c + 1.0, b = static_cast<double>(c) + l;
+  const double window = b <= w   ? 0.5 * (a + b) * (b - a + 1)
+                        : a >= w ? w * (b - a + 1)
+                                 : 0.5 * (a + w) * (w - a + 1) + w * (b - w);
+  int sliding = 0;
+  for (int i = 0; i < m.layers; i++) sliding += m.sliding_layer(i) ? 1 : 0;
+  return (sliding * window + (m.layers - sliding) * full) / m.layers;
+}
+
+double attended_share(const ModelSpec& m) {
+  const double s = m.seq_len;
+  return s > 0 ? attended_pairs(m, m.seq_len, 0) / (0.5 * s * (s + 1)) : 1.0;
 }
 
 double layer_parameter_count(const ModelSpec& m) {
@@ -179,7 +197,8 @@ double megatron_flops_per_iteration(const ModelSpec& m, int global_batch, Recomp
   const MoeDims e = moe_dims(m);
   const double moe_gemm_fwd =
       2.0 * B * s * (attn_gemm + h * (e.top_k * (e.up_out + e.f) + e.shared_up_out + e.shared_f));
-  const double attn_fwd = d.mla ? 2.0 * B * s * s * (d.q + d.o) : 4.0 * B * s * s * d.q;
+  // Sliding windows (model.sliding_window) leave attended_share of the causal pairs: the same share of the s^2 term.
+  const double attn_fwd = (d.mla ? 2.0 * B * s * s * (d.q + d.o) : 4.0 * B * s * s * d.q) * attended_share(m);
   double passes_gemm = 3.0, passes_attn = 3.0;
   switch (recompute) {
     case Recompute::None:
@@ -204,7 +223,7 @@ double megatron_core_flops_per_iteration(const ModelSpec& m, int global_batch) {
   const double dense = h * (d.up_out + d.f), routed = h * (e.top_k * (e.up_out + e.f) + e.shared_up_out + e.shared_f);
   const int moe = moe_layer_total(m);
   const double per_token = 6.0 * (m.layers * attn + (m.layers - moe) * dense + moe * routed) +
-                           3.0 * m.layers * s * (d.q + d.o) + 6.0 * h * m.vocab;
+                           3.0 * m.layers * s * (d.q + d.o) * attended_share(m) + 6.0 * h * m.vocab;
   return static_cast<double>(global_batch) * s * per_token;
 }
 

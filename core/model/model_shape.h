@@ -58,6 +58,13 @@ struct LayerFlops {
 };
 LayerFlops layer_forward_flops(const ModelSpec& m, int t, int b, int l, int c, bool moe = false);
 
+// The (query, key) pairs that one sequence's slice of l tokens after c earlier ones attends causally, the mean over the
+// model's layers: l c + l (l + 1) / 2 for full attention; a sliding-window layer's query sees at most the window's
+// tokens (model.sliding_window). Attention kernels do the work of the pairs they attend (flash skips the rest).
+double attended_pairs(const ModelSpec& m, int l, int c);
+// attended_pairs over a whole sequence / its full causal pairs: the share of attention work sliding windows leave.
+double attended_share(const ModelSpec& m);
+
 // Model accounting (docs/papers.md#megatron; docs/cost-model.md, "Model shapes").
 double layer_parameter_count(const ModelSpec& m);  // GPT: 4h^2 + 2hf + f + 9h (12h^2 + 13h at f = 4h)
 // Of an MoE layer: attention and norms as a dense layer's, the router (h x E), E routed experts, the shared ones.

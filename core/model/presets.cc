@@ -72,6 +72,19 @@ ModelSpec deepseek_v3() {
   return m;
 }
 
+// GPT-OSS-120B (OpenAI's model card and its Hugging Face config.json): 36 layers of hidden 2880, 64 query heads of 64
+// (attention 4096 wide) on 8 K/V heads, every layer 128 experts of 2880, top-4, no shared expert; biases on the
+// attention and expert GEMMs; layers alternate a 128-token sliding window and full attention (the first slides);
+// V = 201088 (o200k_harmony), untied; s = 4096, its initial context length. Left out: the attention sinks (a learned
+// per-head logit in each softmax's denominator) and the clamped SwiGLU's extra element-wise terms.
+ModelSpec gpt_oss_120b() {
+  ModelSpec m = moe(llama("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 4096), 128, 4, 2880, 64);
+  m.linear_bias = true;
+  m.sliding_window = 128;
+  m.sliding_window_pattern = 2;
+  return m;
+}
+
 const std::vector<ModelSpec>& models() {
   static const std::vector<ModelSpec> kModels = {
       // docs/papers.md#terapipe (heads = H/128 from the authors' code). TeraPipe times only the transformer
@@ -113,6 +126,7 @@ const std::vector<ModelSpec>& models() {
       moe(llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 4096), 128, 8, 768, 128),
       moe(llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 4096), 128, 8, 1536, 128),
       deepseek_v3(),
+      gpt_oss_120b(),
   };
   return kModels;
 }

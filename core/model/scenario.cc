@@ -496,7 +496,9 @@ ModelSpec parse_model(const Section& root) {
                                        "q_lora_rank",
                                        "kv_lora_rank",
                                        "qk_rope_head_dim",
-                                       "v_head_dim"});
+                                       "v_head_dim",
+                                       "sliding_window",
+                                       "sliding_window_pattern"});
   ModelSpec model;
   std::string preset;
   const bool from_preset = m.get("preset", preset);
@@ -535,6 +537,8 @@ ModelSpec parse_model(const Section& root) {
   m.get_count("kv_lora_rank", model.kv_lora_rank);
   m.get_count("qk_rope_head_dim", model.qk_rope_head_dim);
   m.get_count("v_head_dim", model.v_head_dim);
+  m.get_count("sliding_window", model.sliding_window);
+  m.get_count("sliding_window_pattern", model.sliding_window_pattern);
   if (!from_preset)
     for (const char* key : {"layers", "hidden", "heads", "vocab", "seq_len"})
       if (!m.has(key)) m.missing(key, "required when model.preset is not given");
@@ -693,6 +697,7 @@ class Validator {
   void check_moe() const;               // model.num_experts and the MoE keys, parallel.ep (docs/moe.md)
   void check_expert_parallel() const;
   void check_latent_attention() const;   // model.kv_lora_rank and the other MLA keys
+  void check_sliding_window() const;     // model.sliding_window and its pattern
   void check_recompute_modules() const;  // schedule.recompute_modules against the model
   const Scenario& s_;
   const Marks* marks_;
@@ -769,6 +774,8 @@ void Validator::check_ranges() const {
       {"model.kv_lora_rank", s_.model.kv_lora_rank},
       {"model.qk_rope_head_dim", s_.model.qk_rope_head_dim},
       {"model.v_head_dim", s_.model.v_head_dim},
+      {"model.sliding_window", s_.model.sliding_window},
+      {"model.sliding_window_pattern", s_.model.sliding_window_pattern},
       {"parallel.v", p.v},
       {"parallel.micro_batch_size", p.micro_batch_size},
       {"parallel.global_batch", p.global_batch},
@@ -887,6 +894,17 @@ void Validator::check_latent_attention() const {
          "multi-head latent attention runs in the fused attention kernels: set training.flash_attention: true");
   if (s_.parallel.cp > 1)
     fail({"parallel.cp", "model.kv_lora_rank"}, "context parallelism with multi-head latent attention: not modelled");
+}
+
+// Sliding-window attention: a pattern needs a window; context parallelism's ring would skip the steps outside the
+// window, which the ring model does not.
+void Validator::check_sliding_window() const {
+  const ModelSpec& m = s_.model;
+  if (m.sliding_window_pattern > 0 && m.sliding_window == 0)
+    fail({"model.sliding_window_pattern", "model.sliding_window"},
+         "says which layers slide, but the model has no window (set model.sliding_window)");
+  if (m.sliding_window > 0 && s_.parallel.cp > 1)
+    fail({"parallel.cp", "model.sliding_window"}, "context parallelism with sliding-window attention: not modelled");
 }
 
 // Megatron-Core's parallel folding: the tp * cp * dp GPUs of a pipeline stage hold the experts in groups of
@@ -1174,6 +1192,7 @@ void Validator::run() const {
     fail({"sim.placement"}, unknown_value_message("value", s_.sim.placement, names_of(placements())));
   check_context_parallel();
   check_moe();
+  check_sliding_window();
   check_expert_parallel();
   check_latent_attention();
   check_recompute_modules();

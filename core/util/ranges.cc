@@ -28,6 +28,8 @@ constexpr KeyRange kRanges[] = {
     {"model.kv_lora_rank", 1, 1048576, true},
     {"model.qk_rope_head_dim", 1, 65536, true},
     {"model.v_head_dim", 1, 65536, true},
+    {"model.sliding_window", 1, 16777216, true},
+    {"model.sliding_window_pattern", 2, 10000, true},
     {"cluster.nodes", 1, 1000000, false},
     {"cluster.gpus_per_node", 1, 1024, false},
     // Down to 1 MFLOP/s: a CPU profile sets every peak to its measured GEMM rate, about 1 GFLOP/s on a slow or
