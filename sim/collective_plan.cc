@@ -55,8 +55,7 @@ CollectivePlan plan_collectives(const ClusterSpec& cluster, const Dag& dag, cons
     if (cp.algo[g] == CollAlgo::Ring || !cp.used[g]) continue;
     for (const auto& ring : cp.rings[g]) {
       cp.routes[g].push_back(ring_route(cluster, ring, pf));
-      if (ann && g < ann->group_node_dedup.size())
-        std::tie(cp.routes[g].back().nccl.dedup_items, cp.routes[g].back().nccl.dedup_picks) = ann->group_node_dedup[g];
+      if (ann && g < ann->group_node_dedup.size()) cp.routes[g].back().nccl.dedup = ann->group_node_dedup[g];
     }
   }
   return cp;

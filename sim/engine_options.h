@@ -38,8 +38,8 @@ struct EngineOptions {
 // What the driver needs besides the DAG; simulate() derives it from the lowered schedule.
 struct DagAnnotations {
   std::vector<CollTag> group_tags;  // per collective group (empty = all None)
-  // Per collective group (empty = none): CollGroup::node_dedup_items, node_dedup_picks (DeepEP's all-to-all).
-  std::vector<std::pair<std::int32_t, std::int32_t>> group_node_dedup;
+  // Per collective group (empty = none): CollGroup::node_dedup (DeepEP's all-to-all).
+  std::vector<NodeDedup> group_node_dedup;
   std::vector<std::uint8_t> allgather;  // per node (empty = none): a Collective's CollShape (all-gather, all-to-all)
   int workers = 0;                      // size of SimResult::worker_busy_s (0 = max worker + 1)
   // Data-parallel replicas: workers are d * (workers / replicas) + r (core/lower/lowering.h). With replicas > 1

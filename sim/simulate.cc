@@ -16,10 +16,10 @@ SimResult simulate(const ClusterSpec& cluster, const CheckedSchedule& cs, const 
   ann.workers = ls.workers();
   ann.replicas = ls.dp;
   ann.group_tags.resize(dag.rings.size(), CollTag::None);
-  ann.group_node_dedup.resize(dag.rings.size(), {0, 0});
+  ann.group_node_dedup.resize(dag.rings.size());
   for (std::size_t g = 0; g < dag.rings.size() && g < ls.groups.size(); g++) {
     ann.group_tags[g] = ls.groups[g].tag;
-    ann.group_node_dedup[g] = {ls.groups[g].node_dedup_items, ls.groups[g].node_dedup_picks};
+    ann.group_node_dedup[g] = ls.groups[g].node_dedup;
   }
   ann.allgather.assign(dag.size(), 0);
   for (std::uint32_t i = 0; i < dag.size(); i++) {

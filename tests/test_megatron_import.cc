@@ -297,6 +297,14 @@ TEST(MegatronImport, MixtureOfExperts) {
   EXPECT_EQ(t.model.moe_shared_ffn_hidden, 2048);
   EXPECT_EQ(t.training.moe_dispatcher, "deepep");
   EXPECT_EQ(t.training.moe_routing, "balanced");  // --moe-router-force-load-balancing
+  EXPECT_EQ(t.training.moe_router_groups, 0);
+  std::vector<std::string> groups = ds;
+  groups.insert(groups.end(), {"--moe-router-num-groups", "8", "--moe-router-group-topk", "4"});
+  const Scenario gl = parse_scenario(import_megatron(groups, MegatronImportOptions{"ds", "dgx-h100", 8}).yaml, "g.yaml");
+  EXPECT_EQ(gl.training.moe_router_groups, 8);
+  EXPECT_EQ(gl.training.moe_router_group_topk, 4);
+  groups.resize(groups.size() - 2);  // the group count alone
+  EXPECT_THROW(import_megatron(groups, MegatronImportOptions{"ds", "dgx-h100", 8}), std::invalid_argument);
   // Capacity with padding; Megatron's MoE recompute modules (a list-valued flag).
   std::vector<std::string> cap = ds;
   for (const char* x : {"--moe-expert-capacity-factor", "1.25", "--moe-pad-expert-input-to-capacity",

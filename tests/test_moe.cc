@@ -277,11 +277,64 @@ TEST(Moe, AllToAllModel) {
   const double net = 8.0 * 24 / 32 * bytes / (four.inter_bw_Bps * nccl_nic_efficiency());
   EXPECT_NEAR(nccl_alltoall_seconds(four, bytes), net, 50e-6);
   // 128 experts over 4 nodes, top-8: 4 (1 - C(96, 8) / C(128, 8)) - ... = 2.72 other nodes of 6 copies.
-  four.dedup_items = 128, four.dedup_picks = 8;
+  four.dedup = {128, 8, 0, 0};
   double miss = 1;
   for (int i = 0; i < 8; i++) miss *= (96.0 - i) / (128.0 - i);
   EXPECT_NEAR(node_dedup_share(four), 3 * (1 - miss) / 6.0, 1e-12);
   EXPECT_NEAR(nccl_alltoall_seconds(four, bytes), net * node_dedup_share(four), 50e-6);
+  // DeepSeek-V3's node-limited routing: 256 experts in 8 groups, one per node, a token's 8 picks from the best 4. A
+  // node is picked with probability 1/2 and then missed with C(96, 8) / C(128, 8) (the miss above): 8 (1 - 1/2 -
+  // miss / 2) nodes of the 8 picks, at most 4.
+  NcclGroup eight = nccl_group(c, 64, 8, 8, c.nvlink_bw_Bps);
+  eight.dedup = {256, 8, 8, 4};
+  EXPECT_NEAR(node_dedup_share(eight), (1 - miss) / 2, 1e-12);
+  EXPECT_LE(8 * node_dedup_share(eight), 4);
+  // No limit (all 8 groups): the formula without groups; two groups a node (16 of them, 8 picked) limit less.
+  eight.dedup = {256, 8, 8, 8};
+  const double unlimited = node_dedup_share(eight);
+  eight.dedup = {256, 8, 0, 0};
+  EXPECT_DOUBLE_EQ(node_dedup_share(eight), unlimited);
+  eight.dedup = {256, 8, 16, 8};
+  EXPECT_GT(node_dedup_share(eight), (1 - miss) / 2);
+  EXPECT_LT(node_dedup_share(eight), unlimited);
+}
+
+// The router's groups: both keys, whole experts in each, enough of them in the picked groups; the import reads
+// Megatron-Core's flags; DeepEP's all-to-all moves less with them.
+TEST(Moe, GroupLimitedRouting) {
+  const auto with = [](const std::string& keys) {
+    return "model: {preset: qwen3-30b-a3b}\ncluster: {preset: dgx-h100, nodes: 2}\n"
+           "parallel: {dp: 8, pp: 2, tp: 1, ep: 8, micro_batch_size: 1, global_batch: 16}\n"
+           "training: {dtype: bf16, flash_attention: true, " +
+           keys + "}\n";
+  };
+  EXPECT_NE(error_of(with("moe_router_groups: 8")).find("moe_router_group_topk"), std::string::npos);
+  EXPECT_NE(error_of(with("moe_router_groups: 3, moe_router_group_topk: 1")).find("training.moe_router_groups"),
+            std::string::npos);
+  EXPECT_NE(error_of(with("moe_router_groups: 64, moe_router_group_topk: 2")).find("training.moe_router_group_topk"),
+            std::string::npos);  // 2 groups of 2 experts hold fewer than the 8 picks
+  EXPECT_EQ(error_of(with("moe_router_groups: 8, moe_router_group_topk: 4")), "no error");
+  EXPECT_NE(error_of("model: {preset: llama3-8b}\ncluster: {preset: dgx-h100, nodes: 1}\n"
+                     "parallel: {dp: 8, global_batch: 8}\n"
+                     "training: {moe_router_groups: 8, moe_router_group_topk: 4}\n")
+                .find("mixture-of-experts key"),
+            std::string::npos);
+  // ep 16 over 2 nodes, DeepEP; 2 groups (one per node), 1 picked: a token's 8 picks on one node, crossing at most once.
+  const std::string two = "dp: 16, pp: 1, tp: 1, ep: 16";
+  const std::string deepep = "training: {dtype: bf16, flash_attention: true, moe_dispatcher: deepep";
+  const Scenario free = load("model: {preset: qwen3-30b-a3b}\ncluster: {preset: dgx-h100, nodes: 2}\nparallel: {" +
+                             two + ", global_batch: 16}\n" + deepep + "}\n");
+  const Scenario one = load("model: {preset: qwen3-30b-a3b}\ncluster: {preset: dgx-h100, nodes: 2}\nparallel: {" +
+                            two + ", global_batch: 16}\n" + deepep +
+                            ", moe_router_groups: 2, moe_router_group_topk: 1}\n");
+  EXPECT_EQ(node_dedup(one).group_picks, 1);
+  Op f;
+  f.tok_end = 4096;
+  EXPECT_LT(moe_alltoall_estimate_s(one, f, 1), moe_alltoall_estimate_s(free, f, 1));
+  NcclGroup g = nccl_group(one.cluster, 16, 2, 8, one.cluster.nvlink_bw_Bps);
+  g.dedup = node_dedup(one);
+  EXPECT_DOUBLE_EQ(node_dedup_share(g), 2 * 0.5 / 8);  // one node of the two hit, over 8 picks
+  EXPECT_LT(sim::run_isolated(one).breakdown.ep_comm_s, sim::run_isolated(free).breakdown.ep_comm_s);
 }
 
 // A step: the all-to-alls show in the breakdown, which still sums to the iteration; ep 1 moves nothing and computes

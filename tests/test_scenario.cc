@@ -180,7 +180,7 @@ TEST(Scenario, ExplicitSliceTokensImplySlicingAndCount) {
 }
 
 TEST(Scenario, EveryModelPresetLoads) {
-  ASSERT_EQ(model_preset_names().size(), 27u);
+  ASSERT_EQ(model_preset_names().size(), 28u);
   for (const auto& name : model_preset_names()) {
     SCOPED_TRACE(name);
     Scenario s = parse_scenario("model: {preset: " + name +
@@ -444,7 +444,7 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "gpt3-13b, gpt3-44b, gpt3-175b, megatron-1.7b, megatron-3.6b, megatron-7.5b, megatron-18.4b, "
             "megatron-39.1b, megatron-76.1b, megatron-145.6b, megatron-310.1b, megatron-529.6b, megatron-1t, "
             "seq1f1b-2.7b, seq1f1b-7b, seq1f1b-13b, seq1f1b-30b, llama3-8b, llama3-70b, llama3-405b, "
-            "nemotron4-340b, mixtral-8x7b, mixtral-8x22b, qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3");
+            "nemotron4-340b, mixtral-8x7b, mixtral-8x22b, qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3, gpt-oss-120b");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-z100}\n" + kParallel),
             "t.yaml:2:19: cluster.preset: unknown cluster preset \"dgx-z100\" (did you mean \"dgx-a100\"?); valid: "
             "aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, vtrain-a100, dgx-h100, dgx-h100-superpod, dgx-b200, "

@@ -46,6 +46,11 @@ double moe_alltoall_bytes(const Scenario& s, const Op& op, int microbatch_seqs, 
   return tokens * s.model.moe_top_k * s.model.hidden * per_elem * overload * p.etp;
 }
 
+NodeDedup node_dedup(const Scenario& s) {
+  const TrainingSpec& t = s.training;
+  return {s.model.moe_experts, s.model.moe_top_k, t.moe_router_groups, t.moe_router_group_topk};
+}
+
 double moe_alltoall_estimate_s(const Scenario& s, const Op& op, int microbatch_seqs) {
   const int calls = s.model.moe() ? moe_alltoall_calls(s, op) : 0;
   const int group = s.parallel.expert_group_gpus();
@@ -54,7 +59,7 @@ double moe_alltoall_estimate_s(const Scenario& s, const Op& op, int microbatch_s
   const int per_node = std::min(group, c.gpus_per_node);
   const double intra = c.fabric == IntraNodeFabric::PCIe ? c.pcie_bw_Bps : c.nvlink_bw_Bps;
   NcclGroup g = nccl_group(c, group, (group + per_node - 1) / per_node, per_node, intra);
-  if (s.training.moe_dispatcher == "deepep") g.dedup_items = s.model.moe_experts, g.dedup_picks = s.model.moe_top_k;
+  if (s.training.moe_dispatcher == "deepep") g.dedup = node_dedup(s);
   const double bytes = moe_alltoall_bytes(s, op, microbatch_seqs, stage_expert_load(s, op.stage).time);
   return calls * nccl_alltoall_seconds(g, bytes);
 }
@@ -67,13 +72,13 @@ struct EpGroups {
   int span;                            // workers per group (1 when ep divides a worker's GPUs)
   std::vector<std::int32_t> of_block;  // per (replica block, rank): group index or -1
   std::vector<CollGroup>& groups;
-  std::int32_t dedup_items, dedup_picks;  // DeepEP: CollGroup::node_dedup_*
+  NodeDedup dedup;  // DeepEP: CollGroup::node_dedup
   std::int32_t get(int w) {
     const int d = w / ls.p, r = w % ls.p, block = d / span;
     std::int32_t& g = of_block[static_cast<std::size_t>(block * ls.p + r)];
     if (g < 0) {
       CollGroup cg{CollTag::ExpertParallel, {}};
-      if (dedup_items > 0) cg.node_dedup_items = dedup_items, cg.node_dedup_picks = dedup_picks;
+      cg.node_dedup = dedup;
       for (int i = 0; i < span; i++) cg.workers.push_back(LoweredSchedule::worker(block * span + i, r, ls.p));
       g = static_cast<std::int32_t>(groups.size());
       groups.push_back(std::move(cg));
@@ -92,8 +97,7 @@ void add_alltoalls(LoweredSchedule& out, const Scenario& s) {
               span,
               std::vector<std::int32_t>(static_cast<std::size_t>(out.dp / span * out.p), -1),
               out.groups,
-              s.training.moe_dispatcher == "deepep" ? s.model.moe_experts : 0,
-              s.model.moe_top_k};
+              s.training.moe_dispatcher == "deepep" ? node_dedup(s) : NodeDedup{}};
   // Uneven expert loads: the busiest GPU of the group receives (and sends back) `overload` times the mean.
   std::vector<double> overload;
   for (int g = 0; g < s.parallel.pp * s.parallel.v; g++) overload.push_back(stage_expert_load(s, g).time);

@@ -23,6 +23,9 @@ namespace pipescope {
 int moe_alltoall_calls(const Scenario& s, const Op& op);
 double moe_alltoall_bytes(const Scenario& s, const Op& op, int microbatch_seqs, double overload = 1);
 
+// DeepEP's per-node spread of a token's copies: the model's experts and picks, the router's groups.
+NodeDedup node_dedup(const Scenario& s);
+
 // The all-to-all seconds of one compute op as the engine's NCCL model prices them (core/cost/nccl_model.h), for the
 // layout search's estimate, which lowers one replica without the expert groups: the group is etp * ep consecutive
 // GPUs of a stage in Megatron's rank order (on min(etp * ep, GPUs per node) GPUs of each of its nodes).

@@ -122,13 +122,40 @@ double nccl_collective_seconds(const NcclGroup& g, double bytes, bool allgather)
   return nccl_collective(g, bytes, allgather).seconds;
 }
 
+namespace {
+
+// C(n - m, k) / C(n, k): k picks among n items, none among m given ones.
+double none_among(double n, double m, int k) {
+  double p = 1;
+  for (int i = 0; i < k; i++) p *= std::max(0.0, n - m - i) / (n - i);
+  return p;
+}
+
+// C(a, j) C(b, c - j) / C(a + b, c): j of the a marked among c drawn from a + b.
+double hypergeometric(int a, int b, int c, int j) {
+  if (j > a || c - j > b || j < 0 || c - j < 0) return 0;
+  const auto lc = [](int n, int r) { return std::lgamma(n + 1.0) - std::lgamma(r + 1.0) - std::lgamma(n - r + 1.0); };
+  return std::exp(lc(a, j) + lc(b, c - j) - lc(a + b, c));
+}
+
+}  // namespace
+
 double node_dedup_share(const NcclGroup& g) {
-  const int N = g.nodes, I = g.dedup_items, k = g.dedup_picks;
+  const NodeDedup& d = g.dedup;
+  const int N = g.nodes, I = d.items, k = d.picks;
   if (I <= 0 || k <= 0 || N <= 1 || I % N != 0 || k > I) return 1.0;
-  double miss = 1;  // C(I - I/N, k) / C(I, k): no pick on a given node
-  for (int i = 0; i < k; i++) miss *= std::max(0.0, static_cast<double>(I - I / N - i)) / (I - i);
-  const double nodes_hit = (N - 1) * (1 - miss), copies = k * (N - 1.0) / N;
-  return std::min(1.0, nodes_hit / copies);
+  const int G = d.groups, M = d.group_picks;
+  // No groups, or groups that do not tile the nodes (neither a whole number per node nor whole nodes per group).
+  if (G <= 0 || M <= 0 || M >= G || I % G != 0 || (G % N != 0 && N % G != 0)) {
+    const double nodes_hit = (N - 1) * (1 - none_among(I, I / N, k)), copies = k * (N - 1.0) / N;
+    return std::min(1.0, nodes_hit / copies);
+  }
+  const int of_node = G >= N ? G / N : 1;                           // groups with items on a given node
+  const double x = G >= N ? 1.0 * I / G : 1.0 * I / N, pool = 1.0 * M * I / G;  // its items in each; the picked's
+  double missed = 0;
+  for (int j = 0; j <= std::min(of_node, M); j++)
+    missed += hypergeometric(of_node, G - of_node, M, j) * none_among(pool, j * x, k);
+  return std::min(1.0, N * (1 - missed) / k);
 }
 
 double nccl_alltoall_seconds(const NcclGroup& g, double bytes) {

@@ -28,10 +28,9 @@ struct NcclGroup {
   double intra_bw_Bps = 0;  // per GPU per direction inside a node (NVLink / PCIe route bottleneck)
   double inter_bw_Bps = 0;  // per direction out of a node for this group: NICs it reaches x NIC bandwidth
   bool nvlink = true;       // intra-node hops over NVLink (false: PCIe / host path latencies)
-  // All-to-all with per-node deduplication (DeepEP's dispatch): the buffer is dedup_picks copies of each token,
-  // for items picked among dedup_items spread evenly over the group's nodes, and a token crosses the network once
-  // per node it goes to. 0 = every copy crosses.
-  int dedup_items = 0, dedup_picks = 0;
+  // All-to-all with per-node deduplication (DeepEP's dispatch): the buffer is dedup.picks copies of each token, and a
+  // token crosses the network once per node it goes to (NodeDedup, core/model/config.h). Empty: every copy crosses.
+  NodeDedup dedup;
 };
 
 struct NcclChoice {
@@ -61,9 +60,12 @@ double nccl_collective_seconds(const NcclGroup& g, double bytes, bool allgather 
 // two paths: each rank's chunks to the other members of its node over NVLink, and each node's chunks to the
 // members on other nodes through the NICs the group reaches (the receivers' side is symmetric).
 double nccl_alltoall_seconds(const NcclGroup& g, double bytes);
-// With g.dedup_items > 0: the share of the cross-node copies that cross the network, the expected nodes a token's
-// picks land on other than its own over its expected picks there: (N - 1) (1 - C(I - I/N, k) / C(I, k)) over
-// k (N - 1) / N for I items on N nodes, k picks. 1 otherwise.
+// With g.dedup.items > 0: the share of the cross-node copies that cross the network, the expected nodes a token's
+// picks land on other than its own over its expected picks there. For I items on N nodes and k picks uniform over
+// them: (N - 1) (1 - C(I - I/N, k) / C(I, k)) over k (N - 1) / N. With G groups of which M are picked (the picks
+// uniform over the M groups' items, the groups a uniform M-subset): a node whose share of j picked groups holds
+// x items each is missed with probability C(M I/G - j x, k) / C(M I/G, k), j hypergeometric; the expected nodes hit,
+// N (1 - P(missed)), are spread evenly over the nodes, so the share is N (1 - P(missed)) / k. 1 otherwise.
 double node_dedup_share(const NcclGroup& g);
 
 // NCCL's achieved share of the raw link bandwidth for bulk transfers (docs/cost-model.md sources).

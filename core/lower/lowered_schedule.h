@@ -86,10 +86,10 @@ struct CollGroup {
   // cp ranks); a DP group has the dp workers of one pipeline rank (the call runs as tp parallel rings, one per TP
   // rank, each over the dp * cp GPUs of that TP rank: Megatron reduces gradients over DP and CP together).
   std::vector<std::int32_t> workers;
-  // An expert-parallel group under DeepEP's dispatch (core/cost/expert_parallel.h): its all-to-all buffer holds
-  // node_dedup_picks copies of each token, for experts picked among node_dedup_items spread evenly over the group's
-  // nodes, and a token crosses the network once per node it goes to. 0: every copy crosses (every other group).
-  std::int32_t node_dedup_items = 0, node_dedup_picks = 0;
+  // An expert-parallel group under DeepEP's dispatch (core/cost/expert_parallel.h): how its all-to-all's token copies
+  // spread over the group's nodes, each token crossing the network once per node it goes to (NodeDedup,
+  // core/model/config.h). Empty: every copy crosses (every other group).
+  NodeDedup node_dedup;
 };
 
 struct Placement;

@@ -70,6 +70,14 @@ struct ModelSpec {
   }
 };
 
+// How a token's copies spread over the nodes of an expert group under DeepEP's dispatch, which sends a token across
+// the network once per node it goes to: `picks` experts among `items` spread evenly over the nodes; with `groups` > 0
+// the experts are in that many equal groups of consecutive experts and the picks come from `group_picks` of them
+// (TrainingSpec::moe_router_groups). items = 0: every copy crosses (every group but a DeepEP expert group).
+struct NodeDedup {
+  int items = 0, picks = 0, groups = 0, group_picks = 0;
+};
+
 // ---------------------------------------------------------------- cluster
 enum class IntraNodeFabric : std::uint8_t {
   NVSwitch,  // every GPU pair at full per-GPU NVLink bandwidth (star zone)
@@ -283,6 +291,11 @@ struct TrainingSpec {
   // DeepSeek-V3's FP8 dispatch (its paper, section 3.3): the forward dispatch moves the tokens in FP8 with one fp32
   // scale per 128 elements; the combine and the backward's all-to-alls stay 16-bit.
   bool moe_dispatch_fp8 = false;
+  // Group-limited routing (Megatron-Core's --moe-router-num-groups / --moe-router-group-topk; DeepSeek-V3's
+  // node-limited routing, its paper section 2.1.2): the experts in moe_router_groups equal groups of consecutive
+  // experts, each token's experts taken from the moe_router_group_topk best groups (0: no groups). With one group
+  // per node of the expert group, a token reaches at most group_topk nodes: what DeepEP's dispatch moves across them.
+  int moe_router_groups = 0, moe_router_group_topk = 0;
   // How a weight-gradient GEMM adds into the gradient accumulated over micro-batches and slices: "fused" (cuBLAS
   // beta = 1, Megatron-LM's gradient accumulation fusion: reads and writes the gradient) or "autograd" (PyTorch's
   // AccumulateGrad, as TeraPipe's code: the GEMM writes a new tensor, then grad += new).

@@ -71,9 +71,7 @@ const std::set<std::string> kIgnoredWithValue = {"--lr",
                                                  "--moe-router-dtype",
                                                  "--moe-router-score-function",
                                                  "--moe-router-topk-scaling-factor",
-                                                 "--moe-router-bias-update-rate",
-                                                 "--moe-router-num-groups",
-                                                 "--moe-router-group-topk"};
+                                                 "--moe-router-bias-update-rate"};
 // Flags without a value that do not change an iteration's time.
 const std::set<std::string> kIgnoredFlags = {"--no-masked-softmax-fusion",
                                              "--no-bias-gelu-fusion",
@@ -151,6 +149,8 @@ bool takes_value(const std::string& flag) {
                                                    "--moe-layer-freq",
                                                    "--moe-token-dispatcher-type",
                                                    "--moe-expert-capacity-factor",
+                                                   "--moe-router-num-groups",
+                                                   "--moe-router-group-topk",
                                                    "--kv-channels",
                                                    "--q-lora-rank",
                                                    "--kv-lora-rank",
@@ -316,6 +316,12 @@ MoeArgs moe_args(std::map<std::string, std::string>& values, int layers, int tp)
   } else if (values.count("--moe-pad-expert-input-to-capacity")) {
     throw std::invalid_argument("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
   }
+  // Group-limited routing (DeepSeek-V3's node-limited routing): both flags or neither.
+  if (values.count("--moe-router-num-groups") != values.count("--moe-router-group-topk"))
+    throw std::invalid_argument("--moe-router-num-groups and --moe-router-group-topk go together");
+  if (values.count("--moe-router-num-groups"))
+    t << ", moe_router_groups: " << get("--moe-router-num-groups", 0)
+      << ", moe_router_group_topk: " << get("--moe-router-group-topk", 0);
   a.training = t.str();
   return a;
 }

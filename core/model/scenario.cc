@@ -695,6 +695,7 @@ class Validator {
   void check_ranges() const;
   void check_context_parallel() const;  // parallel.cp (core/cost/context_parallel.h)
   void check_moe() const;               // model.num_experts and the MoE keys, parallel.ep (docs/moe.md)
+  void check_router_groups() const;     // training.moe_router_groups and moe_router_group_topk
   void check_expert_parallel() const;
   void check_latent_attention() const;   // model.kv_lora_rank and the other MLA keys
   void check_sliding_window() const;     // model.sliding_window and its pattern
@@ -775,6 +776,8 @@ void Validator::check_ranges() const {
       {"model.qk_rope_head_dim", s_.model.qk_rope_head_dim},
       {"model.v_head_dim", s_.model.v_head_dim},
       {"model.sliding_window", s_.model.sliding_window},
+      {"training.moe_router_groups", s_.training.moe_router_groups},
+      {"training.moe_router_group_topk", s_.training.moe_router_group_topk},
       {"model.sliding_window_pattern", s_.model.sliding_window_pattern},
       {"parallel.v", p.v},
       {"parallel.micro_batch_size", p.micro_batch_size},
@@ -812,7 +815,9 @@ void Validator::check_moe() const {
                                    {"training.moe_routing_seed", t.moe_routing_seed != plain.moe_routing_seed},
                                    {"training.moe_capacity_factor", t.moe_capacity_factor != plain.moe_capacity_factor},
                                    {"training.moe_pad_to_capacity", t.moe_pad_to_capacity},
-                                   {"training.moe_dispatch_fp8", t.moe_dispatch_fp8}})
+                                   {"training.moe_dispatch_fp8", t.moe_dispatch_fp8},
+                                   {"training.moe_router_groups", t.moe_router_groups != 0},
+                                   {"training.moe_router_group_topk", t.moe_router_group_topk != 0}})
       if (set)
         fail({key, "model.num_experts"},
              "is a mixture-of-experts key, but the model has no experts (set model.num_experts)");
@@ -829,6 +834,7 @@ void Validator::check_moe() const {
   if (t.moe_pad_to_capacity && !(t.moe_capacity_factor > 0))
     fail({"training.moe_pad_to_capacity", "training.moe_capacity_factor"},
          "pads each expert's input to its capacity: give training.moe_capacity_factor");
+  check_router_groups();
   const std::string E = std::to_string(m.moe_experts);
   if (m.moe_top_k < 1 || m.moe_top_k > m.moe_experts)
     fail({"model.moe_top_k", "model.num_experts"}, "each token goes to moe_top_k of the num_experts = " + E +
@@ -894,6 +900,29 @@ void Validator::check_latent_attention() const {
          "multi-head latent attention runs in the fused attention kernels: set training.flash_attention: true");
   if (s_.parallel.cp > 1)
     fail({"parallel.cp", "model.kv_lora_rank"}, "context parallelism with multi-head latent attention: not modelled");
+}
+
+// Group-limited routing: both keys or neither; groups of whole experts, enough experts in the picked groups.
+void Validator::check_router_groups() const {
+  const TrainingSpec& t = s_.training;
+  const ModelSpec& m = s_.model;
+  const int G = t.moe_router_groups, M = t.moe_router_group_topk;
+  if (G == 0 && M == 0) return;
+  if (G == 0 || M == 0)
+    fail({G == 0 ? "training.moe_router_group_topk" : "training.moe_router_groups",
+          G == 0 ? "training.moe_router_groups" : "training.moe_router_group_topk"},
+         "group-limited routing needs both training.moe_router_groups and training.moe_router_group_topk");
+  if (m.moe_experts % G != 0)
+    fail({"training.moe_router_groups", "model.num_experts"}, "num_experts = " + std::to_string(m.moe_experts) +
+                                                                  " is not divisible into " + std::to_string(G) +
+                                                                  " groups");
+  if (M > G)
+    fail({"training.moe_router_group_topk", "training.moe_router_groups"},
+         "picks " + std::to_string(M) + " of " + std::to_string(G) + " groups");
+  if (1LL * M * (m.moe_experts / G) < m.moe_top_k)
+    fail({"training.moe_router_group_topk", "model.moe_top_k"},
+         std::to_string(M) + " groups of " + std::to_string(m.moe_experts / G) + " experts hold fewer than moe_top_k = " +
+             std::to_string(m.moe_top_k));
 }
 
 // Sliding-window attention: a pattern needs a window; context parallelism's ring would skip the steps outside the
@@ -1382,7 +1411,8 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
                {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention", "wgrad_accumulation",
                 "distributed_optimizer", "overlap_grad_reduce", "grad_bucket_MB", "overlap_param_gather",
                 "async_tp_allreduce", "dropout", "softmax_fp32", "moe_dispatcher", "moe_routing", "moe_expert_load_cv",
-                "moe_routing_seed", "moe_capacity_factor", "moe_pad_to_capacity", "moe_dispatch_fp8"});
+                "moe_routing_seed", "moe_capacity_factor", "moe_pad_to_capacity", "moe_dispatch_fp8",
+                "moe_router_groups", "moe_router_group_topk"});
   tr.get_enum("dtype", dtypes(), s.training.dtype);
   tr.get("optimizer_bytes_per_param", Num::NonNegative, 1.0, s.training.optimizer_bytes_per_param);
   tr.get("grad_fp32", s.training.grad_fp32);
@@ -1402,6 +1432,8 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   tr.get("moe_capacity_factor", Num::Positive, 1.0, s.training.moe_capacity_factor);
   tr.get("moe_pad_to_capacity", s.training.moe_pad_to_capacity);
   tr.get("moe_dispatch_fp8", s.training.moe_dispatch_fp8);
+  tr.get_count("moe_router_groups", s.training.moe_router_groups);
+  tr.get_count("moe_router_group_topk", s.training.moe_router_group_topk);
 
   const Section sim = root.sub("sim", {"collectives", "placement", "profile", "p2p"});
   sim.get_enum("collectives", collective_models(), s.sim.collectives);

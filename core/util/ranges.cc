@@ -30,6 +30,8 @@ constexpr KeyRange kRanges[] = {
     {"model.v_head_dim", 1, 65536, true},
     {"model.sliding_window", 1, 16777216, true},
     {"model.sliding_window_pattern", 2, 10000, true},
+    {"training.moe_router_groups", 1, 65536, true},
+    {"training.moe_router_group_topk", 1, 65536, true},
     {"cluster.nodes", 1, 1000000, false},
     {"cluster.gpus_per_node", 1, 1024, false},
     // Down to 1 MFLOP/s: a CPU profile sets every peak to its measured GEMM rate, about 1 GFLOP/s on a slow or
