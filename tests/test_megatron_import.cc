@@ -279,6 +279,23 @@ TEST(MegatronImport, MixtureOfExperts) {
   const MegatronImport etp1 = import_megatron(tp2, MegatronImportOptions{"m", "dgx-h100", 8});
   EXPECT_TRUE(etp1.unsupported.empty());
   EXPECT_EQ(parse_scenario(etp1.yaml, "i.yaml").parallel.etp, 1);
+  // Megatron-Core's virtual stages per rank and the embedding and loss counted as layers: 30 layers + 2 over
+  // pp 4 x v 8 = 32 virtual stages, the first and last without a transformer layer.
+  std::vector<std::string> split = mixtral;
+  *(std::find(split.begin(), split.end(), "--num-layers") + 1) = "30";
+  split.insert(split.end(), {"--num-virtual-stages-per-pipeline-rank", "8", "--account-for-embedding-in-pipeline-split",
+                             "--account-for-loss-in-pipeline-split"});
+  const MegatronImport acc = import_megatron(split, MegatronImportOptions{"m", "dgx-h100", 8});
+  EXPECT_TRUE(acc.unknown.empty());
+  const Scenario a = parse_scenario(acc.yaml, "i.yaml");
+  EXPECT_EQ(a.parallel.v, 8);
+  ASSERT_EQ(a.parallel.stage_layers.size(), 32u);
+  EXPECT_EQ(a.parallel.stage_layers.front(), 0);
+  EXPECT_EQ(a.parallel.stage_layers.back(), 0);
+  EXPECT_EQ(a.parallel.stage_layers[1], 1);
+  split.push_back("--account-for-loss-in-pipeline-split");  // repeated: still 32 stages; now one that does not divide
+  *(std::find(split.begin(), split.end(), "--num-layers") + 1) = "31";
+  EXPECT_THROW(import_megatron(split, MegatronImportOptions{"m", "dgx-h100", 8}), std::invalid_argument);
   // DeepSeek-V3's layer pattern and DeepEP; a pattern the scenario cannot say is refused.
   std::vector<std::string> ds = mixtral;
   auto set = [&](const char* flag, const char* value) { *(std::find(ds.begin(), ds.end(), flag) + 1) = value; };

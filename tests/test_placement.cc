@@ -196,7 +196,9 @@ TEST(LayerPlacement, ErrorsSayWhichCountOrSumIsWrong) {
   EXPECT_EQ(layer_error(8, {4, 4}, 4),
             "parallel.stage_layers lists 2 stages, but pp * v = 4 (one entry per virtual stage)");
   EXPECT_EQ(layer_error(8, {2, 2, 2, 1}, 4), "parallel.stage_layers sums to 7 layers, but model.layers = 8");
-  EXPECT_EQ(layer_error(8, {4, 0, 2, 2}, 4), "parallel.stage_layers[1] = 0; every stage needs at least one layer");
+  EXPECT_EQ(layer_error(8, {4, 0, 2, 2}, 4),
+            "parallel.stage_layers[1] = 0; a stage between the first and the last needs at least one layer");
+  EXPECT_EQ(layer_error(8, {0, 4, 4, 0}, 4), "");
   EXPECT_EQ(layer_error(8, {2, 2, 2, 2}, 4), "");
 }
 
@@ -250,6 +252,41 @@ double makespan(const Scenario& s) {
   const CheckedSchedule cs = check(prep->lowered, prep->placement);
   const auto f = earliest_finish(cs.dag());
   return *std::max_element(f.begin(), f.end());
+}
+
+// The first and last stages may hold the embedding or the head alone (Megatron's account-for-embedding / loss split):
+// every schedule lowers and times them, their ops cost the embedding or the head only, and a rank holding them
+// stores no layer's activations for them.
+TEST(LayerPlacement, EndStagesWithoutLayers) {
+  const Scenario ends = head_heavy("[0, 8, 8, 0]");
+  const AnalyticCostModel c(ends);
+  EXPECT_EQ(c.layers_of_stage(0), 0);
+  Op f;
+  f.kind = OpKind::Forward;
+  f.tok_end = ends.model.seq_len;
+  const double embedding = c.compute_seconds(f, 1);
+  f.stage = f.rank = 1;
+  EXPECT_GT(embedding, 0);
+  EXPECT_LT(embedding, 0.1 * c.compute_seconds(f, 1));
+  f.stage = f.rank = 3;
+  EXPECT_NEAR(c.op_flops(f, 1), 2.0 * ends.model.seq_len * ends.model.hidden * ends.model.vocab,
+              0.01 * c.op_flops(f, 1));  // the logits GEMM and little else
+  EXPECT_EQ(rank_layer_count(ends, 0), 0);
+  EXPECT_GT(makespan(ends), 0);
+  for (const char* kind : {"gpipe", "interleaved", "zb-h1", "zb-v"}) {
+    SCOPED_TRACE(kind);
+    const bool two = std::string(kind) == "interleaved" || std::string(kind) == "zb-v";
+    const Scenario s = parse_scenario(
+        std::string("model: {preset: gpt3-1b, layers: 16, vocab: 128000}\n"
+                    "cluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 4}\n"
+                    "parallel: {dp: 1, pp: 4, tp: 1, global_batch: 8") +
+            (two ? ", v: 2, stage_layers: [0, 3, 3, 2, 2, 3, 3, 0]}\n" : ", stage_layers: [0, 8, 8, 0]}\n") +
+            "schedule: {kind: " + kind + "}\n",
+        "ends.yaml");
+    EXPECT_GT(makespan(s), 0);
+    const MemoryReport m = memory_report(s, make_schedule(s));
+    for (const RankMemory& r : m.ranks) EXPECT_GT(r.peak_bytes, 0);
+  }
 }
 
 TEST(LayerPlacement, LighterLastStageIsFasterWhenTheHeadDominates) {

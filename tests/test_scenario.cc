@@ -607,14 +607,19 @@ TEST(ScenarioErrors, StageLayers) {
                "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 32, stage_layers: [2, 3, 3, 3, 3, 3, 3, 4]}\n" +
                "schedule: {kind: interleaved}\n"),
       "");
-  // A stage without layers, and entries that are not positive integers, at the entry itself.
-  EXPECT_EQ(error_of(head + "parallel: {dp: 2, pp: 4, tp: 2, global_batch: 32, stage_layers: [0, 8, 8, 8]}\n"),
-            "t.yaml:3:66: parallel.stage_layers[0]: expected a positive integer, got \"0\"");
+  // The first and last stage may hold the embedding or the loss alone (Megatron's account-for-embedding / loss split);
+  // a stage between them without layers is refused, and entries that are not integers >= 0 at the entry itself.
+  EXPECT_EQ(error_of(head + "parallel: {dp: 2, pp: 4, tp: 2, global_batch: 32, stage_layers: [0, 12, 12, 0]}\n"), "");
+  EXPECT_EQ(error_of(head + "parallel: {dp: 2, pp: 4, tp: 2, global_batch: 32, stage_layers: [8, 0, 8, 8]}\n"),
+            "t.yaml:3:65: parallel.stage_layers: entry 1 is 0; a stage between the first and the last needs at least "
+            "one layer");
+  EXPECT_EQ(error_of(head + "parallel: {dp: 2, pp: 4, tp: 2, global_batch: 32, stage_layers: [-1, 9, 8, 8]}\n"),
+            "t.yaml:3:66: parallel.stage_layers[0]: expected an integer >= 0, got \"-1\"");
   EXPECT_EQ(error_of(head + "parallel:\n  dp: 2\n  pp: 4\n  tp: 2\n  global_batch: 32\n  stage_layers: 6\n"),
-            "t.yaml:8:17: parallel.stage_layers: expected a list of positive integers, got \"6\"");
+            "t.yaml:8:17: parallel.stage_layers: expected a list of integers >= 0, got \"6\"");
   EXPECT_EQ(error_of(head + "parallel:\n  dp: 2\n  pp: 4\n  tp: 2\n  global_batch: 32\n  stage_layers:\n"
                             "    - 6\n    - 6\n    - six\n    - 6\n"),
-            "t.yaml:11:7: parallel.stage_layers[2]: expected a positive integer, got \"six\"");
+            "t.yaml:11:7: parallel.stage_layers[2]: expected an integer >= 0, got \"six\"");
   // Scenarios built in code get the same checks, without a position.
   Scenario c = s;
   c.parallel.stage_layers = {5, 7, 7, 6};

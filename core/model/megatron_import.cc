@@ -133,6 +133,7 @@ bool takes_value(const std::string& flag) {
                                                    "--context-parallel-size",
                                                    "--context-model-parallel-size",
                                                    "--num-layers-per-virtual-pipeline-stage",
+                                                   "--num-virtual-stages-per-pipeline-rank",
                                                    "--recompute-granularity",
                                                    "--vocab-size",
                                                    "--padded-vocab-size",
@@ -326,6 +327,23 @@ MoeArgs moe_args(std::map<std::string, std::string>& values, int layers, int tp)
   return a;
 }
 
+// Megatron-Core's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split: the embedding
+// and the loss count as a layer each, the total split evenly over the pp * v virtual stages (it must divide), the
+// first stage's share less the embedding, the last's less the loss. Empty without the flags.
+std::vector<int> accounted_split(const std::map<std::string, std::string>& values, int layers, int pp, int v) {
+  const int embedding = values.count("--account-for-embedding-in-pipeline-split") ? 1 : 0,
+            loss = values.count("--account-for-loss-in-pipeline-split") ? 1 : 0;
+  if (embedding + loss == 0) return {};
+  const long long stages = 1LL * pp * v, total = 1LL * layers + embedding + loss;
+  if (total % stages != 0)
+    throw std::invalid_argument("--account-for-*-in-pipeline-split: " + std::to_string(layers) + " layers + " +
+                                std::to_string(embedding + loss) + " do not split evenly over pp x v = " +
+                                std::to_string(stages) + " virtual stages");
+  std::vector<int> out(static_cast<std::size_t>(stages), static_cast<int>(total / stages));
+  out.front() -= embedding, out.back() -= loss;
+  return out;
+}
+
 }  // namespace
 
 MegatronImport import_megatron(const std::vector<std::string>& args, const MegatronImportOptions& opt) {
@@ -383,6 +401,8 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
                                                    "--moe-enable-deepep",
                                                    "--moe-router-force-load-balancing",
                                                    "--moe-pad-expert-input-to-capacity",
+                                                   "--account-for-embedding-in-pipeline-split",
+                                                   "--account-for-loss-in-pipeline-split",
                                                    "--multi-latent-attention"};  // the model's assumption
     if (!known_value && !switches.count(flag)) {
       // Unknown: take the next word as its value when it is not a flag, so that it is not misread as one.
@@ -422,6 +442,13 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
                                 (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) + " (give --nodes)");
   const int dp = gpus / model_gpus;
   int v = 1;
+  // Virtual stages per rank: Megatron-Core's count, or the older layers per virtual stage.
+  if (values.count("--num-virtual-stages-per-pipeline-rank")) {
+    if (values.count("--num-layers-per-virtual-pipeline-stage"))
+      throw std::invalid_argument(
+          "--num-virtual-stages-per-pipeline-rank and --num-layers-per-virtual-pipeline-stage: give one of them");
+    v = positive("--num-virtual-stages-per-pipeline-rank", values["--num-virtual-stages-per-pipeline-rank"]);
+  }
   if (values.count("--num-layers-per-virtual-pipeline-stage")) {
     const int per =
         positive("--num-layers-per-virtual-pipeline-stage", values["--num-layers-per-virtual-pipeline-stage"]);
@@ -431,9 +458,13 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
                                   " x chunks of " + std::to_string(per));
     v = layers / (pp * per);
   }
+  const std::vector<int> accounted = accounted_split(values, layers, pp, v);
   // Uneven first / last pipeline stages (Megatron-Core): the other stages split the remaining layers evenly.
-  std::vector<int> stage_layers;
+  std::vector<int> stage_layers = accounted;
   if (values.count("--decoder-first-pipeline-num-layers") || values.count("--decoder-last-pipeline-num-layers")) {
+    if (!accounted.empty())
+      throw std::invalid_argument("--decoder-first/last-pipeline-num-layers with --account-for-*-in-pipeline-split: "
+                                  "give one way of splitting");
     const int first = get("--decoder-first-pipeline-num-layers", 0),
               last = get("--decoder-last-pipeline-num-layers", 0);
     const int fixed = (first > 0) + (last > 0), rest = layers - first - last;

@@ -303,17 +303,21 @@ class Section {
   }
 
   // A list of positive integers; entry errors name key[i] at the entry's own position.
-  bool get(const std::string& key, std::vector<int>& out) const {
+  // A list of positive integers (of integers >= 0 with zero_ok).
+  bool get(const std::string& key, std::vector<int>& out, bool zero_ok = false) const {
     const YAML::Node* n = find(key);
     if (!n) return false;
-    if (!n->IsSequence()) fail(key, "expected a list of positive integers, got " + describe(*n));
+    if (!n->IsSequence())
+      fail(key, std::string("expected a list of ") + (zero_ok ? "integers >= 0" : "positive integers") + ", got " +
+                    describe(*n));
     out.clear();
     for (std::size_t i = 0; i < n->size(); i++) {
       const YAML::Node e = (*n)[i];
       long long v = 0;
-      if (!e.IsScalar() || !parse_int(e.Scalar(), v) || v <= 0 || v > std::numeric_limits<int>::max())
+      if (!e.IsScalar() || !parse_int(e.Scalar(), v) || v < (zero_ok ? 0 : 1) || v > std::numeric_limits<int>::max())
         fail_at(source_, e.IsNull() ? entries_.at(key).mark : e.Mark(), child(key) + "[" + std::to_string(i) + "]",
-                "expected a positive integer, got " + describe(e));
+                std::string("expected ") + (zero_ok ? "an integer >= 0" : "a positive integer") + ", got " +
+                    describe(e));
       const std::string why = e.Tag() != "?" ? "a quoted or tagged value is not an integer; write it plain"
                                              : range_violation(child(key), static_cast<double>(v));
       if (!why.empty()) fail_at(source_, e.Mark(), child(key) + "[" + std::to_string(i) + "]", why);
@@ -719,10 +723,13 @@ void Validator::check_stage_layers_key(const ModelSpec& m, const ParallelSpec& p
   if (static_cast<long long>(p.stage_layers.size()) != stages)
     fail({"parallel.stage_layers"}, "lists " + std::to_string(p.stage_layers.size()) + " stages, but needs " + per);
   long long sum = 0;
+  // The first and last virtual stages may hold no transformer layer: the embedding or the loss alone (Megatron's
+  // --account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split).
   for (std::size_t g = 0; g < p.stage_layers.size(); g++) {
-    if (p.stage_layers[g] < 1)
+    const bool end = g == 0 || g + 1 == p.stage_layers.size();
+    if (p.stage_layers[g] < (end ? 0 : 1))
       fail({"parallel.stage_layers"}, "entry " + std::to_string(g) + " is " + std::to_string(p.stage_layers[g]) +
-                                          "; every stage needs at least one layer");
+                                          "; a stage between the first and the last needs at least one layer");
     sum += p.stage_layers[g];
   }
   if (sum != m.layers)
@@ -1058,10 +1065,12 @@ void Validator::run() const {
              std::to_string(c.gpus_per_node) + " = " + std::to_string(total));
 
   // Model split: even (layers / (pp * v) per virtual stage) or parallel.stage_layers (core/model/placement.h).
-  if (1LL * p.pp * p.v > m.layers)
+  // Every chunk holds a layer, but the first and last of an uneven split (check_stage_layers_key).
+  const long long chunks = 1LL * p.pp * p.v, ends = p.stage_layers.empty() ? 0 : std::min(2LL, chunks - 1);
+  if (chunks > m.layers + ends)
     fail({"parallel.pp", "parallel.v", "model.layers"},
-         "pp * v = " + std::to_string(p.pp * p.v) + " model chunks but the model has only " + std::to_string(m.layers) +
-             " layers (every chunk needs at least one)");
+         "pp * v = " + std::to_string(chunks) + " model chunks but the model has only " + std::to_string(m.layers) +
+             " layers (every chunk needs at least one" + (ends > 0 ? ", but the first and the last" : "") + ")");
   if (p.stage_layers.empty() && m.layers % (p.pp * p.v) != 0)
     fail({"parallel.pp", "parallel.v", "model.layers"},
          "model.layers = " + std::to_string(m.layers) + " is not divisible by pp * v = " + std::to_string(p.pp) +
@@ -1360,7 +1369,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   par.get("micro_batch_size", s.parallel.micro_batch_size);
   par.get("global_batch", s.parallel.global_batch);
   par.get("sequence_parallel", s.parallel.sequence_parallel);
-  par.get("stage_layers", s.parallel.stage_layers);
+  par.get("stage_layers", s.parallel.stage_layers, true);  // 0: an end stage (check_stage_layers_key)
   par.get("ep", s.parallel.ep);
   par.get("etp", s.parallel.etp);
 

@@ -349,8 +349,9 @@ std::string moe_dispatcher(const CsvRecord& r) {
 }
 
 // Layers per virtual stage: as even as can be, the stages short of the even share taken from both ends of the
-// pipeline (the first holds the embedding, the last the head: Megatron's first / last-stage layer counts). Empty
-// when the layers divide evenly.
+// pipeline (the first holds the embedding, the last the head: Megatron's first / last-stage layer counts, or its
+// --account-for-embedding / loss-in-pipeline-split when there are more stages than layers: the first and last stage
+// then hold the embedding or the loss alone). Empty when the layers divide evenly.
 std::vector<int> moe_stage_layers(int layers, int stages) {
   if (layers % stages == 0) return {};
   const int base = (layers + stages - 1) / stages;
@@ -413,9 +414,9 @@ DevRow moe_row(const CsvRecord& r, const DevSet& set) {
     return d;
   }
   const int stages = run.pp * run.vp;
-  if (stages > m->layers) {
+  if (stages > m->layers + 2) {
     d.skipped = std::to_string(stages) + " virtual stages for " + std::to_string(m->layers) +
-                " layers: stages without transformer layers (embedding or loss only) are not in the scenario schema";
+                " layers: stages without transformer layers other than the first and the last are not in the schema";
     return d;
   }
   const int pad = 128 * run.tp;  // Megatron pads the vocabulary to a multiple of 128 x tp

@@ -46,7 +46,7 @@ class StageCoster {
   static std::vector<CollGroup> tp_groups(const Scenario& s) {
     std::vector<CollGroup> g;
     if (s.parallel.tp > 1)
-      for (int r = 0; r < s.parallel.pp; r++) g.push_back(CollGroup{CollTag::TensorParallel, {r}});
+      for (int r = 0; r < s.parallel.pp; r++) g.push_back(CollGroup{CollTag::TensorParallel, {r}, NodeDedup{}});
     return g;
   }
   const Scenario& s_;

@@ -68,7 +68,7 @@ constexpr KeyRange kRanges[] = {
     {"parallel.v", 1, 1024, false},
     {"parallel.micro_batch_size", 1, 1000000, false},
     {"parallel.global_batch", 1, 100000000, false},
-    {"parallel.stage_layers", 1, 10000, false},
+    {"parallel.stage_layers", 1, 10000, true},  // 0: the first or last virtual stage (scenario.cc)
     {"schedule.seq_slices", 1, 16777216, false},
     {"schedule.slice_tokens", 1, 16777216, false},
     {"training.optimizer_bytes_per_param", 0, 64, false},
