@@ -1,4 +1,5 @@
-// `pipescope search [SCENARIO] [--schedules a,b] [--tp 2,4] [--pp 4,8] [--ep 8,16] [--etp 1,2] [--micro-batch-sizes 1,2]
+// `pipescope search [SCENARIO] [--schedules a,b] [--tp 2,4] [--pp 4,8] [--ep 8,16] [--etp 1,2] [--micro-batch-sizes
+// 1,2]
 // [--max-memory-GB X] [--keep K] [-j N] [--json F] [--csv F] [--svg F] [--emit F.yaml]`: the best layout,
 // schedule and slicing for the scenario's model, cluster, global batch and sequence length (sim/search_run.h,
 // docs/search.md). The ranked table goes to stdout, progress to stderr. Under `mpirun -n N` the ranks share

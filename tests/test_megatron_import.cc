@@ -317,7 +317,8 @@ TEST(MegatronImport, MixtureOfExperts) {
   EXPECT_EQ(t.training.moe_router_groups, 0);
   std::vector<std::string> groups = ds;
   groups.insert(groups.end(), {"--moe-router-num-groups", "8", "--moe-router-group-topk", "4"});
-  const Scenario gl = parse_scenario(import_megatron(groups, MegatronImportOptions{"ds", "dgx-h100", 8}).yaml, "g.yaml");
+  const Scenario gl =
+      parse_scenario(import_megatron(groups, MegatronImportOptions{"ds", "dgx-h100", 8}).yaml, "g.yaml");
   EXPECT_EQ(gl.training.moe_router_groups, 8);
   EXPECT_EQ(gl.training.moe_router_group_topk, 4);
   groups.resize(groups.size() - 2);  // the group count alone

@@ -83,17 +83,18 @@ TEST(Moe, SlidingWindowAttention) {
   const LayerFlops a = layer_forward_flops(m, 1, 1, 4096, 0, true), b = layer_forward_flops(full, 1, 1, 4096, 0, true);
   EXPECT_DOUBLE_EQ(a.attn / b.attn, attended_share(m));
   EXPECT_DOUBLE_EQ(a.mlp, b.mlp);
-  const std::string run = "cluster: {preset: dgx-h100, nodes: 1}\nparallel: {dp: 8, ep: 8, global_batch: 8}\n"
-                          "training: {dtype: bf16, flash_attention: true}\n";
+  const std::string run =
+      "cluster: {preset: dgx-h100, nodes: 1}\nparallel: {dp: 8, ep: 8, global_batch: 8}\n"
+      "training: {dtype: bf16, flash_attention: true}\n";
   const Scenario s = load("model: {preset: gpt-oss-120b}\n" + run);
   const Scenario f = load("model: {preset: gpt-oss-120b, sliding_window: 0, sliding_window_pattern: 0}\n" + run);
   const AnalyticCostModel cs(s), cf(f);
   EXPECT_LT(cs.layer_forward_seconds(1, 4096, 0), cf.layer_forward_seconds(1, 4096, 0));
   EXPECT_NE(error_of("model: {preset: llama3-8b, sliding_window_pattern: 2}\n" + run).find("model.sliding_window"),
             std::string::npos);
-  EXPECT_NE(error_of("model: {preset: gpt-oss-120b, sliding_window_pattern: 1}\n" + run)
-                .find("model.sliding_window_pattern"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("model: {preset: gpt-oss-120b, sliding_window_pattern: 1}\n" + run).find("model.sliding_window_pattern"),
+      std::string::npos);
   EXPECT_NE(error_of("model: {preset: gpt-oss-120b}\ncluster: {preset: dgx-h100, nodes: 1}\n"
                      "parallel: {dp: 4, cp: 2, ep: 8, global_batch: 8}\ntraining: {flash_attention: true}\n")
                 .find("parallel.cp"),
@@ -319,14 +320,14 @@ TEST(Moe, GroupLimitedRouting) {
                      "training: {moe_router_groups: 8, moe_router_group_topk: 4}\n")
                 .find("mixture-of-experts key"),
             std::string::npos);
-  // ep 16 over 2 nodes, DeepEP; 2 groups (one per node), 1 picked: a token's 8 picks on one node, crossing at most once.
+  // ep 16 over 2 nodes, DeepEP; 2 groups (one per node), 1 picked: a token's 8 picks on one node, crossing at most
+  // once.
   const std::string two = "dp: 16, pp: 1, tp: 1, ep: 16";
   const std::string deepep = "training: {dtype: bf16, flash_attention: true, moe_dispatcher: deepep";
   const Scenario free = load("model: {preset: qwen3-30b-a3b}\ncluster: {preset: dgx-h100, nodes: 2}\nparallel: {" +
                              two + ", global_batch: 16}\n" + deepep + "}\n");
-  const Scenario one = load("model: {preset: qwen3-30b-a3b}\ncluster: {preset: dgx-h100, nodes: 2}\nparallel: {" +
-                            two + ", global_batch: 16}\n" + deepep +
-                            ", moe_router_groups: 2, moe_router_group_topk: 1}\n");
+  const Scenario one = load("model: {preset: qwen3-30b-a3b}\ncluster: {preset: dgx-h100, nodes: 2}\nparallel: {" + two +
+                            ", global_batch: 16}\n" + deepep + ", moe_router_groups: 2, moe_router_group_topk: 1}\n");
   EXPECT_EQ(node_dedup(one).group_picks, 1);
   Op f;
   f.tok_end = 4096;

@@ -135,7 +135,7 @@ TEST(Search, ExpertParallelDegrees) {
     }
   }
   EXPECT_EQ(eps, (std::set<int>{1, 2, 4, 8}));  // 16 does not divide the 8 GPUs of a stage
-  EXPECT_EQ(etps, (std::set<int>{1, 2}));        // 1 and Megatron-Core's default etp = tp
+  EXPECT_EQ(etps, (std::set<int>{1, 2}));       // 1 and Megatron-Core's default etp = tp
   std::vector<Scenario> all;
   for (const auto& c : s1.survivors) all.push_back(c.scenario);
   const auto out = sim::run_scenarios(all, {}, 2);

@@ -429,7 +429,7 @@ std::vector<KernelCost> AnalyticCostModel::moe_forward_kernels(int b, int l, dou
   const double E = x.experts, k = x.top_k, copies = Tr * k, local = E / s_.parallel.ep, et = s_.parallel.etp;
   const double got = copies * overload * et;  // the copies the busiest GPU's experts receive
   const double per_expert = got / local;      // rows of each local expert's GEMM
-  auto grouped = [&](double Kd, double N) {  // one GEMM per local expert, launched as one grouped kernel
+  auto grouped = [&](double Kd, double N) {   // one GEMM per local expert, launched as one grouped kernel
     KernelCost g{2 * got * Kd * N, e * (got * Kd + local * Kd * N + got * N), true, false, per_expert, N, Kd, local};
     return linear_gemm(g, e, Fp8Pass::Forward);
   };
@@ -591,7 +591,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     const std::vector<KernelCost> ring = cp_attention_backward_kernels(timer(), s_, b);
     k.insert(k.end(), ring.begin(), ring.end());
   } else if (s_.training.flash_attention) {
-    const double pairs = attended_pairs(m, l, c);  // causal, within sliding windows
+    const double pairs = attended_pairs(m, l, c);                  // causal, within sliding windows
     const double lse = 4 * b * (m.heads / t) * l;                  // fp32 per query and head
     k.push_back({2 * T * q / t, 2 * e * T * q / t + lse, false});  // D = rowsum(dO * O)
     // Recomputes the scores: 5 matmuls over the causal pairs (S, dV, dP, dQ, dK); reads Q, K, V, O, dO, writes

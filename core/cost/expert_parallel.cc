@@ -93,10 +93,7 @@ void add_alltoalls(LoweredSchedule& out, const Scenario& s) {
   if (out.dp % span != 0)
     throw std::invalid_argument("expert parallelism: etp * ep = " + std::to_string(group) + " spans " +
                                 std::to_string(span) + " replicas, which do not divide dp = " + std::to_string(out.dp));
-  EpGroups eg{out,
-              span,
-              std::vector<std::int32_t>(static_cast<std::size_t>(out.dp / span * out.p), -1),
-              out.groups,
+  EpGroups eg{out, span, std::vector<std::int32_t>(static_cast<std::size_t>(out.dp / span * out.p), -1), out.groups,
               s.training.moe_dispatcher == "deepep" ? node_dedup(s) : NodeDedup{}};
   // Uneven expert loads: the busiest GPU of the group receives (and sends back) `overload` times the mean.
   std::vector<double> overload;

@@ -33,8 +33,8 @@ double moe_alltoall_estimate_s(const Scenario& s, const Op& op, int microbatch_s
 
 // Lowering pass: after every compute op with MoE layers, its all-to-alls as one AllToAll op (tag ExpertParallel,
 // count = calls) on the worker's expert group: one member worker when etp * ep divides its tp * cp GPUs, else
-// the etp * ep / (tp * cp) workers of consecutive replicas at the same pipeline rank. Before each worker's optimizer step,
-// the routed experts' gradient reduction (reduce-scatter with the distributed optimizer, else all-reduce; tag
+// the etp * ep / (tp * cp) workers of consecutive replicas at the same pipeline rank. Before each worker's optimizer
+// step, the routed experts' gradient reduction (reduce-scatter with the distributed optimizer, else all-reduce; tag
 // ExpertData) over the expert-data-parallel group when it has more than one GPU, and with the distributed
 // optimizer their parameter all-gather after the step. Sets ls.ep. Identity for a dense model.
 LoweredSchedule add_expert_parallel(const LoweredSchedule& in, const Scenario& s, const CostModel& cost);

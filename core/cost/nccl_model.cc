@@ -150,7 +150,7 @@ double node_dedup_share(const NcclGroup& g) {
     const double nodes_hit = (N - 1) * (1 - none_among(I, I / N, k)), copies = k * (N - 1.0) / N;
     return std::min(1.0, nodes_hit / copies);
   }
-  const int of_node = G >= N ? G / N : 1;                           // groups with items on a given node
+  const int of_node = G >= N ? G / N : 1;                                       // groups with items on a given node
   const double x = G >= N ? 1.0 * I / G : 1.0 * I / N, pool = 1.0 * M * I / G;  // its items in each; the picked's
   double missed = 0;
   for (int j = 0; j <= std::min(of_node, M); j++)

@@ -337,8 +337,8 @@ std::vector<int> accounted_split(const std::map<std::string, std::string>& value
   const long long stages = 1LL * pp * v, total = 1LL * layers + embedding + loss;
   if (total % stages != 0)
     throw std::invalid_argument("--account-for-*-in-pipeline-split: " + std::to_string(layers) + " layers + " +
-                                std::to_string(embedding + loss) + " do not split evenly over pp x v = " +
-                                std::to_string(stages) + " virtual stages");
+                                std::to_string(embedding + loss) +
+                                " do not split evenly over pp x v = " + std::to_string(stages) + " virtual stages");
   std::vector<int> out(static_cast<std::size_t>(stages), static_cast<int>(total / stages));
   out.front() -= embedding, out.back() -= loss;
   return out;
@@ -463,8 +463,9 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   std::vector<int> stage_layers = accounted;
   if (values.count("--decoder-first-pipeline-num-layers") || values.count("--decoder-last-pipeline-num-layers")) {
     if (!accounted.empty())
-      throw std::invalid_argument("--decoder-first/last-pipeline-num-layers with --account-for-*-in-pipeline-split: "
-                                  "give one way of splitting");
+      throw std::invalid_argument(
+          "--decoder-first/last-pipeline-num-layers with --account-for-*-in-pipeline-split: "
+          "give one way of splitting");
     const int first = get("--decoder-first-pipeline-num-layers", 0),
               last = get("--decoder-last-pipeline-num-layers", 0);
     const int fixed = (first > 0) + (last > 0), rest = layers - first - last;

@@ -304,7 +304,8 @@ struct MlpTensors {
   double rows = 1;
   bool split_in = false, with_input = true;
   std::uint8_t input = 0, mlp = 0, act = 0;
-  bool routed = false;  // the routed experts': their input is gathered over etp GPUs, their inner tensors split etp ways
+  bool routed =
+      false;  // the routed experts': their input is gathered over etp GPUs, their inner tensors split etp ways
 };
 void add_mlp_tensors(std::vector<ActivationTensor>& x, FfnKind kind, double h, double f, const MlpTensors& t) {
   if (t.with_input) x.push_back({2.0 * h * t.rows, t.split_in, false, t.input, t.routed, t.routed});  // fc1 input

@@ -161,8 +161,8 @@ void check_stage_layers(int layers, const std::vector<int>& stage_layers, int st
     // The first and last may hold the embedding or the loss alone (Megatron's account-for split).
     const bool end = g == 0 || g + 1 == stage_layers.size();
     if (stage_layers[g] < (end ? 0 : 1))
-      throw std::invalid_argument("parallel.stage_layers[" + std::to_string(g) + "] = " +
-                                  std::to_string(stage_layers[g]) +
+      throw std::invalid_argument("parallel.stage_layers[" + std::to_string(g) +
+                                  "] = " + std::to_string(stage_layers[g]) +
                                   "; a stage between the first and the last needs at least one layer");
     sum += stage_layers[g];
   }

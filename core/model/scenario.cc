@@ -315,9 +315,9 @@ class Section {
       const YAML::Node e = (*n)[i];
       long long v = 0;
       if (!e.IsScalar() || !parse_int(e.Scalar(), v) || v < (zero_ok ? 0 : 1) || v > std::numeric_limits<int>::max())
-        fail_at(source_, e.IsNull() ? entries_.at(key).mark : e.Mark(), child(key) + "[" + std::to_string(i) + "]",
-                std::string("expected ") + (zero_ok ? "an integer >= 0" : "a positive integer") + ", got " +
-                    describe(e));
+        fail_at(
+            source_, e.IsNull() ? entries_.at(key).mark : e.Mark(), child(key) + "[" + std::to_string(i) + "]",
+            std::string("expected ") + (zero_ok ? "an integer >= 0" : "a positive integer") + ", got " + describe(e));
       const std::string why = e.Tag() != "?" ? "a quoted or tagged value is not an integer; write it plain"
                                              : range_violation(child(key), static_cast<double>(v));
       if (!why.empty()) fail_at(source_, e.Mark(), child(key) + "[" + std::to_string(i) + "]", why);
@@ -920,16 +920,15 @@ void Validator::check_router_groups() const {
           G == 0 ? "training.moe_router_groups" : "training.moe_router_group_topk"},
          "group-limited routing needs both training.moe_router_groups and training.moe_router_group_topk");
   if (m.moe_experts % G != 0)
-    fail({"training.moe_router_groups", "model.num_experts"}, "num_experts = " + std::to_string(m.moe_experts) +
-                                                                  " is not divisible into " + std::to_string(G) +
-                                                                  " groups");
+    fail({"training.moe_router_groups", "model.num_experts"},
+         "num_experts = " + std::to_string(m.moe_experts) + " is not divisible into " + std::to_string(G) + " groups");
   if (M > G)
     fail({"training.moe_router_group_topk", "training.moe_router_groups"},
          "picks " + std::to_string(M) + " of " + std::to_string(G) + " groups");
   if (1LL * M * (m.moe_experts / G) < m.moe_top_k)
     fail({"training.moe_router_group_topk", "model.moe_top_k"},
-         std::to_string(M) + " groups of " + std::to_string(m.moe_experts / G) + " experts hold fewer than moe_top_k = " +
-             std::to_string(m.moe_top_k));
+         std::to_string(M) + " groups of " + std::to_string(m.moe_experts / G) +
+             " experts hold fewer than moe_top_k = " + std::to_string(m.moe_top_k));
 }
 
 // Sliding-window attention: a pattern needs a window; context parallelism's ring would skip the steps outside the
@@ -968,9 +967,9 @@ void Validator::check_expert_parallel() const {
     fail({first, "parallel.ep", "parallel.dp"},
          what + " does not divide the " + std::to_string(stage) + " GPUs of a pipeline stage (tp * cp * dp)");
   if (width % group != 0 && group % width != 0)
-    fail({first, "parallel.ep", "parallel.tp"}, "an expert group is a divisor or a multiple of the tp * cp = " +
-                                                    std::to_string(width) + " GPUs of one model replica's stage, got " +
-                                                    what);
+    fail({first, "parallel.ep", "parallel.tp"},
+         "an expert group is a divisor or a multiple of the tp * cp = " + std::to_string(width) +
+             " GPUs of one model replica's stage, got " + what);
 }
 
 // Context parallelism as Megatron-LM runs it (Transformer Engine's ring attention): whole sequences in 2 * cp
@@ -1415,13 +1414,27 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
     }
   }
 
-  const Section tr =
-      root.sub("training",
-               {"dtype", "optimizer_bytes_per_param", "grad_fp32", "flash_attention", "wgrad_accumulation",
-                "distributed_optimizer", "overlap_grad_reduce", "grad_bucket_MB", "overlap_param_gather",
-                "async_tp_allreduce", "dropout", "softmax_fp32", "moe_dispatcher", "moe_routing", "moe_expert_load_cv",
-                "moe_routing_seed", "moe_capacity_factor", "moe_pad_to_capacity", "moe_dispatch_fp8",
-                "moe_router_groups", "moe_router_group_topk"});
+  const Section tr = root.sub("training", {"dtype",
+                                           "optimizer_bytes_per_param",
+                                           "grad_fp32",
+                                           "flash_attention",
+                                           "wgrad_accumulation",
+                                           "distributed_optimizer",
+                                           "overlap_grad_reduce",
+                                           "grad_bucket_MB",
+                                           "overlap_param_gather",
+                                           "async_tp_allreduce",
+                                           "dropout",
+                                           "softmax_fp32",
+                                           "moe_dispatcher",
+                                           "moe_routing",
+                                           "moe_expert_load_cv",
+                                           "moe_routing_seed",
+                                           "moe_capacity_factor",
+                                           "moe_pad_to_capacity",
+                                           "moe_dispatch_fp8",
+                                           "moe_router_groups",
+                                           "moe_router_group_topk"});
   tr.get_enum("dtype", dtypes(), s.training.dtype);
   tr.get("optimizer_bytes_per_param", Num::NonNegative, 1.0, s.training.optimizer_bytes_per_param);
   tr.get("grad_fp32", s.training.grad_fp32);

@@ -97,8 +97,7 @@ Placement one_replica(const Scenario& s, const Placement& full) {
 // of it).
 class WithAllToAlls final : public CostModel {
  public:
-  WithAllToAlls(const Scenario& s, const CostModel& c)
-      : s_(s), c_(c), edp_(s.parallel.expert_data_gpus() > 1) {}
+  WithAllToAlls(const Scenario& s, const CostModel& c) : s_(s), c_(c), edp_(s.parallel.expert_data_gpus() > 1) {}
   double compute_seconds(const Op& op, int seqs) const override {
     return c_.compute_seconds(op, seqs) + moe_alltoall_estimate_s(s_, op, seqs);
   }
