@@ -282,6 +282,28 @@ case $case in
     run codes 2 "--fail-on-oom: the memory model says a rank does not fit" -- simulate in.yaml --fail-on-oom ;;
   code_no_launcher)
     run codes 3 "--launcher: 'no-such-mpirun' not found in PATH" -- validate --launcher no-such-mpirun --pp 2 --dp 1 --tp 1 ;;
+  code_launcher_fails)
+    # A launcher or job that failed was an internal error (exit 4).
+    printf '#!/bin/sh\necho "fake launcher: $*" >&2\nexit 1\n' >launcher.sh && chmod +x launcher.sh
+    run codes 3 "the measured run failed \\(launcher exit code 1\\)" -- validate --launcher "$PWD/launcher.sh" --pp 2 \
+      --dp 1 --tp 1 ;;
+  code_launcher_killed)
+    printf '#!/bin/sh\nkill -KILL $$\n' >launcher.sh && chmod +x launcher.sh
+    run codes 3 "the measured run failed \\(launcher exit code 137\\)" -- validate --launcher "$PWD/launcher.sh" --pp 2 \
+      --dp 1 --tp 1 ;;
+  code_rank_killed)
+    # Every rank killed (as the kernel's OOM killer would) under the real launcher.
+    printf '#!/bin/sh\nkill -KILL $$\n' >rank.sh && chmod +x rank.sh
+    run codes 3 "the measured run failed \\(launcher exit code [0-9]+\\)" -- validate --rank-exe "$PWD/rank.sh" --pp 2 \
+      --dp 1 --tp 1 ;;
+  code_calibrate_launcher_fails)
+    printf '#!/bin/sh\nexit 1\n' >launcher.sh && chmod +x launcher.sh
+    run codes 3 "the link benchmark job failed \\(exit 1\\)" -- calibrate --launcher "$PWD/launcher.sh" --out p.yaml ;;
+  code_calibrate_step_factor_1)
+    # The link sweep's flags were checked only inside the MPI job: a failed job, exit 4.
+    run codes 1 "-f 1: the step factor must be a number > 1" -- calibrate -f 1 --out p.yaml ;;
+  code_calibrate_min_over_max)
+    run codes 1 "-b 1M: larger than -e 8" -- calibrate -b 1M -e 8 --out p.yaml ;;
   code_calibrate_no_gpu)
     # Only where there is no usable GPU (with one, this would calibrate it).
     if "$(dirname "$bin")/pipescope-cuda-check" cuda-f16 2>/dev/null; then echo "SKIP: a GPU is present"; exit 0; fi
