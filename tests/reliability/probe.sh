@@ -104,6 +104,12 @@ case $case in
   range_optimizer_bytes_huge)
     { cat "$base"; echo "training: {optimizer_bytes_per_param: 1e300}"; } >in.yaml
     run ranges 1 "training.optimizer_bytes_per_param: 1e\+300 is outside the plausible range" -- simulate in.yaml ;;
+  range_sm_count_huge)
+    with "preset: A100-SXM4-80GB}" "preset: A100-SXM4-80GB, sm_count: 2000000000}" in.yaml
+    run ranges 1 "cluster.device.sm_count: 2000000000 is outside the plausible range \\[1, 10000\\]" -- simulate in.yaml ;;
+  range_grad_bucket_tiny)
+    { cat "$base"; echo "training: {grad_bucket_MB: 1e-300}"; } >in.yaml
+    run ranges 1 "training.grad_bucket_MB: 1e-300 is outside the plausible range" -- simulate in.yaml ;;
   # ---- strict YAML types
   type_quoted_int)
     with "pp: 4," 'pp: "4",' in.yaml
@@ -166,6 +172,17 @@ case $case in
     { sed "s|schedule: {kind: 1f1b}|schedule: {kind: terapipe, slice_tokens: [|" "$base"
       head -c 24000000 /dev/zero | tr '\0' '1' | sed 's/1/1,/g' | head -c 24000000; echo "1]}"; } >st.yaml
     run files 1 "st.yaml: 24000[0-9]+ bytes: larger than the 16 MiB limit" -- simulate st.yaml ;;
+  file_profile_optimizer_huge)
+    # An optimizer step of 1e300 us per million parameters gave a 1e302-second iteration with exit 0.
+    sed 's/^sections: \[device, links\]/sections: [device, links, optimizer_us_per_mparam]/
+         s/^complete: true/optimizer_us_per_mparam: 1e300\ncomplete: true/' \
+      "$src/calib/profiles/dgx-a100.analytic.yaml" >opt.yaml
+    run profiles 1 "opt.yaml:[0-9]+:[0-9]+: optimizer_us_per_mparam: 1e\\+300 is outside the plausible range" -- \
+      simulate "$base" --profile opt.yaml ;;
+  file_profile_duplicate_key)
+    # A key given twice: the second value was ignored without a word.
+    awk '{print} /^  intra: \{latency_us/ && !d {print; d=1}' "$src/calib/profiles/dgx-a100.analytic.yaml" >dup.yaml
+    run profiles 1 "dup.yaml:[0-9]+:[0-9]+: links.intra: duplicate key" -- simulate "$base" --profile dup.yaml ;;
   file_profile_section_deleted)
     grep -v "^links:\|^  inter:\|^  intra:" "$src/calib/profiles/dgx-a100.analytic.yaml" >nolinks.yaml
     run profiles 1 "nolinks.yaml:.*links: missing: the profile lists section links" -- simulate --profile nolinks.yaml ;;
@@ -273,6 +290,20 @@ case $case in
     run cli 1 "--worker 99: this scenario has workers 0..7" -- show --lowered --worker 99 ;;
   cli_timeline_width_nan)
     run cli 1 "--timeline-width: expected a finite number" -- simulate "$base" --timeline t.svg --timeline-width nan ;;
+  cli_json_empty)
+    # An empty file name read as "no --json": the run succeeded and wrote nothing.
+    run cli 1 "--json: an empty value" -- simulate "$base" --json '' ;;
+  cli_calibrate_analytic_empty)
+    # An empty preset name started a full calibration instead of writing an analytic profile.
+    run cli 1 "--analytic: an empty value" -- calibrate --analytic '' --out p.yaml ;;
+  cli_timeline_png_upper_case)
+    # T.PNG was written as SVG (the extension was matched case-sensitively).
+    run cli 0 "" -- simulate "$base" --timeline T.PNG || exit 1
+    [ "$(head -c 4 T.PNG | tail -c 3)" = PNG ] || { echo "FAIL: T.PNG is not a PNG"; head -c 60 T.PNG; exit 1; } ;;
+  cli_timeline_png_too_wide)
+    # Over cairo's 32767 pixels a side: "invalid value", exit 4.
+    run cli 1 "the timeline is 100000 x [0-9]+ pixels, over PNG's limit of 32767 a side" -- simulate "$base" \
+      --timeline t.png --timeline-width 100000 ;;
   cli_unknown_flag)
     run cli 1 "--no-such-flag" -- simulate --no-such-flag ;;
   # ---- exit codes of the other classes
