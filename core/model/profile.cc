@@ -466,7 +466,7 @@ DeviceProfile parse_profile(const std::string& text, const std::string& source) 
     root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     throw ProfileError(source + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
-                       ": YAML syntax error: " + e.msg);
+                       ": YAML syntax error: " + yaml_error_text(e));
   }
   if (!root || root.IsNull()) throw ProfileError(source + ": empty profile");
   const Map m(source, root, "",

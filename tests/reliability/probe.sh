@@ -30,6 +30,12 @@ schedule: {kind: $8, seq_slices: $6}
 YAML
 }
 
+# A two-stage scenario on one node whose schedule is the file s.csv: csv_scenario OUT.
+csv_scenario() {
+  sed 's|nodes: 2|nodes: 1|; s|pp: 4, tp: 1, micro_batch_size: 1, global_batch: 8|pp: 2, tp: 1, micro_batch_size: 1, global_batch: 2|
+       s|schedule: {kind: 1f1b}|schedule: {kind: file, file: s.csv}|' "$base" >"$1"
+}
+
 # run CLASS RC REGEX [--ulimit KB] -- ARGS...: runs pipescope ARGS, checks the exit code and the output.
 run() {
   local cls=$1 want=$2 re=$3
@@ -110,6 +116,11 @@ case $case in
   range_grad_bucket_tiny)
     { cat "$base"; echo "training: {grad_bucket_MB: 1e-300}"; } >in.yaml
     run ranges 1 "training.grad_bucket_MB: 1e-300 is outside the plausible range" -- simulate in.yaml ;;
+  range_fp8_without_bf16)
+    # The refusal named the FP8 peak (present) instead of the missing bf16 one.
+    sed "s|preset: A100-SXM4-80GB}|preset: H100-SXM, peak_tflops_bf16: 0}|" "$base" >in.yaml
+    echo "training: {dtype: fp8}" >>in.yaml
+    run ranges 1 "H100-SXM has no bf16 peak \\(peak_tflops_bf16 = 0\\)" -- simulate in.yaml ;;
   # ---- strict YAML types
   type_quoted_int)
     with "pp: 4," 'pp: "4",' in.yaml
@@ -136,6 +147,24 @@ case $case in
   file_not_utf8)
     { printf 'name: "ab\xffc"\n'; cat "$base"; } >in.yaml
     run files 1 "in.yaml:1:10: invalid UTF-8 \\(byte 0xFF\\)" -- simulate in.yaml ;;
+  file_nul_byte)
+    # A NUL byte was taken into a quoted name without a word (elsewhere yaml-cpp misread what follows).
+    { printf 'name: "a\0b"\n'; grep -v '^name:' "$base"; } >in.yaml
+    run files 1 "in.yaml:1:9: a NUL byte \\(0x00\\)" -- simulate in.yaml ;;
+  file_yaml_deep_nesting)
+    # yaml-cpp's nesting limit said only "bad file".
+    { cat "$base"; printf 'x: '; head -c 600 /dev/zero | tr '\0' '['; head -c 600 /dev/zero | tr '\0' ']'; echo; } >in.yaml
+    run files 1 "in.yaml:.*lists or mappings nested more than [0-9]+ levels deep" -- simulate in.yaml ;;
+  file_csv_bom)
+    # A schedule CSV saved with a byte-order mark (as spreadsheets do): "no stage number" in its first cell.
+    csv_scenario in.yaml
+    printf '\xef\xbb\xbf0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n' >s.csv
+    run files 0 "iteration time" -- simulate in.yaml ;;
+  file_csv_number_too_large)
+    csv_scenario in.yaml
+    printf '0F0,0F1,,0B0,,0B1\n,99999999999F0,1B0,1F1,1B1\n' >s.csv
+    run files 1 "s.csv: rank 1 \\(row 2, column 2\\): \"99999999999F0\": the stage number is over 1000000000" -- \
+      simulate in.yaml ;;
   file_yaml_alias_recursive)
     # An alias to the node that holds it segfaulted simulate, search and sweep (a node that contains itself).
     { printf 'model: &m {preset: gpt3-1b, x: *m}\n'; grep -v '^model:' "$base"; } >in.yaml
@@ -270,6 +299,11 @@ case $case in
     run cli 1 "tp x pp x cp = 4294967296 GPUs is over" -- import megatron -- --num-layers 24 --hidden-size 2048 \
       --num-attention-heads 16 --seq-length 2048 --micro-batch-size 1 --global-batch-size 64 \
       --tensor-model-parallel-size 65536 --pipeline-model-parallel-size 65536 ;;
+  cli_import_error_names_the_flag)
+    # The loader's refusal pointed at "<import megatron>:4:42", a line of YAML the user never saw.
+    run cli 1 "import megatron: --num-attention-heads \\(scenario key model.heads\\): model.hidden = 2048 is not divisible" \
+      -- import megatron -- --num-layers 24 --hidden-size 2048 --num-attention-heads 15 --seq-length 2048 \
+      --micro-batch-size 1 --global-batch-size 64 ;;
   cli_validate_pp_0)
     run cli 1 "--pp: Value 0 not in range" -- validate --pp 0 ;;
   cli_validate_pp_negative)
