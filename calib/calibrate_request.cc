@@ -1,6 +1,7 @@
 #include "calib/calibrate_request.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -94,6 +95,24 @@ void check_micro_batch_memory(const std::vector<int>& sizes, const kernels::Mode
         " GB of host memory, more than the " + std::to_string(static_cast<long long>(have / 1e9)) + " GB available");
 }
 
+// The link sweep's flags, here rather than in the job: a bad one is bad input (exit 1), not a failed job.
+double sweep_size(const std::string& v, const char* flag) {
+  try {
+    return parse_size(v);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string(flag) + ": " + e.what());
+  }
+}
+
+void check_link_sweep(const std::string& min_bytes, const std::string& max_bytes, const std::string& factor) {
+  const double lo = sweep_size(min_bytes, "-b"), hi = sweep_size(max_bytes, "-e");
+  if (lo > hi) throw std::invalid_argument("-b " + min_bytes + ": larger than -e " + max_bytes);
+  char* end = nullptr;
+  const double f = std::strtod(factor.c_str(), &end);
+  if (factor.empty() || *end != '\0' || !(f > 1) || !std::isfinite(f))
+    throw std::invalid_argument("-f " + factor + ": the step factor must be a number > 1");
+}
+
 }  // namespace
 
 CalibrateOptions calibrate_options(const CalibrateRequest& r, const Scenario& s, const std::string& command) {
@@ -119,13 +138,7 @@ CalibrateOptions calibrate_options(const CalibrateRequest& r, const Scenario& s,
 std::vector<std::string> linkbench_args(const CalibrateRequest& r, const std::string& results) {
   if (r.link_ranks < 2) throw std::invalid_argument("--link-ranks: at least 2");
   const std::string max_bytes = !r.max_bytes.empty() ? r.max_bytes : (r.quick ? "4M" : "32M");
-  for (const auto* v : {&r.min_bytes, &max_bytes}) {
-    try {
-      parse_size(*v);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string(v == &r.min_bytes ? "-b" : "-e") + ": " + e.what());
-    }
-  }
+  check_link_sweep(r.min_bytes, max_bytes, r.step_factor);
   return {"-b",    r.min_bytes,
           "-e",    max_bytes,
           "-f",    r.step_factor,

@@ -50,9 +50,9 @@ void run_link_job(const calib::CalibrateRequest& c, const std::string& results) 
   const int rc =
       launch_mpi(c.launcher, c.link_ranks, exe, args,
                  "calibrate: link benchmarks, " + std::to_string(c.link_ranks) + " ranks (" + c.launcher + ")\n");
-  if (rc != 0)
-    throw std::runtime_error("the link benchmark job failed (exit " + std::to_string(rc) +
-                             "); see its messages above, or pass --no-links");
+  if (rc != 0)  // its flags were checked above: a launcher or rank that failed is the environment's (exit 3)
+    throw EnvironmentError("the link benchmark job failed (exit " + std::to_string(rc) +
+                           "); see its messages above, or pass --no-links");
 }
 
 int run(const calib::CalibrateRequest& c) {

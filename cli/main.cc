@@ -4,6 +4,7 @@
 #include <exception>
 #include <iostream>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,18 @@ int stdout_written(int code) {
   return code;
 }
 
+// An option given an empty value (`--json ''`, `calibrate --analytic ''`) is bad input: left alone, an empty
+// string reads as "not given" and the command went on without the output or with its default. Positional
+// arguments are exempt (import passes Megatron's own flags through, where '' can be a value).
+void refuse_empty_values(const CLI::App& app) {
+  for (const CLI::Option* opt : app.get_options()) {
+    if (!opt->nonpositional() || opt->get_type_size() == 0) continue;  // positionals and flags
+    for (const std::string& r : opt->results())
+      if (r.empty()) throw std::invalid_argument(opt->get_name() + ": an empty value ('')");
+  }
+  for (const CLI::App* sub : app.get_subcommands()) refuse_empty_values(*sub);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -82,6 +95,7 @@ int main(int argc, char** argv) {
   }
   set_allow_large(allow_large);
   try {
+    refuse_empty_values(app);
     for (auto& c : commands)
       if (c.app->parsed()) return stdout_written(c.run());
     return cli::kExitInput;

@@ -116,9 +116,9 @@ int run_validate(const ValidateOptions& vo) {
     std::fprintf(stderr, "error: the measured run did not finish: a rank's watchdog fired (reports above)\n");
     return kExitSchedule;
   }
-  if (rc != 0)
-    throw std::runtime_error("the measured run failed (launcher exit code " + std::to_string(rc) +
-                             "); the ranks' messages are above");
+  if (rc != 0)  // a rank killed or out of memory, mpirun killed or failing: the environment's (exit 3)
+    throw EnvironmentError("the measured run failed (launcher exit code " + std::to_string(rc) +
+                           "); the ranks' messages are above");
   const runtime::Comparison c = runtime::compare_runs(cs, sim::node_seconds(sr), sr.iteration_s, mr);
   runtime::print_comparison(stdout, c, o.iterations);
   calib::print_drift(stdout, drift);

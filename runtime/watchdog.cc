@@ -31,8 +31,14 @@ void Watchdog::enter(std::int64_t op) {
 
 void Watchdog::progress() { last_ns_.store(now_ns(), std::memory_order_relaxed); }
 
+// The timeout in nanoseconds, saturated: 1e10 s (or inf) overflowed the cast and fired at once.
+std::int64_t Watchdog::timeout_ns() const {
+  constexpr double kMaxNs = 4e18;  // 127 years, well inside int64_t
+  return timeout_s_ * 1e9 < kMaxNs ? static_cast<std::int64_t>(timeout_s_ * 1e9) : static_cast<std::int64_t>(kMaxNs);
+}
+
 void Watchdog::loop() {
-  const auto timeout_ns = static_cast<std::int64_t>(timeout_s_ * 1e9);
+  const std::int64_t timeout_ns = this->timeout_ns();
   // Poll at a tenth of the timeout (at most 1 s): the report comes at most 10% late.
   const auto period = std::chrono::nanoseconds(std::clamp<std::int64_t>(timeout_ns / 10, 1000000, 1000000000));
   std::unique_lock<std::mutex> l(mu_);

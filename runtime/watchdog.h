@@ -38,6 +38,7 @@ class Watchdog {
 
  private:
   void loop();
+  std::int64_t timeout_ns() const;
   static std::int64_t now_ns();
   double timeout_s_;
   Handler handler_;

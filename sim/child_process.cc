@@ -1,11 +1,13 @@
 #include "sim/child_process.h"
 
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -20,14 +22,23 @@ struct Child {
   std::string got;
 };
 
+// A simulation child ends with its parent: SIGTERM or SIGKILL to the command (not to its process group) must not
+// leave simulations running with no one to read their answers.
+void die_with_parent(pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(0);  // the parent died before prctl
+}
+
 // Forks a child that runs fn and writes "OK <answer>" or "ERR <message>" to a pipe; the parent gets the read end.
 Child start(const std::function<std::string()>& fn, const ChildOptions& o) {
   int fd[2];
   if (pipe(fd) != 0) throw std::runtime_error("pipe() failed");
   pid_t pid = -1;
+  const pid_t parent = getpid();
   try {
     pid = fork_child(
         [&] {
+          die_with_parent(parent);
           close(fd[0]);
           if (o.cap_GB > 0) {
             const auto cap = static_cast<rlim_t>(o.cap_GB * (1ull << 30));

@@ -4,6 +4,8 @@
 #include <cairo.h>
 #include <librsvg/rsvg.h>
 
+#include <cctype>
+#include <cstdio>
 #include <memory>
 #include <stdexcept>
 
@@ -25,6 +27,15 @@ std::string take_error(GError* e) {
   return msg;
 }
 
+// cairo's image surfaces stop at 32767 pixels a side; past that it fails with "invalid value".
+void check_png_size(double w, double h) {
+  constexpr double kMaxSide = 32767;
+  if (w + 0.5 < kMaxSide + 1 && h + 0.5 < kMaxSide + 1) return;
+  char b[160];
+  std::snprintf(b, sizeof b, "the timeline is %.0f x %.0f pixels, over PNG's limit of %.0f a side", w, h, kMaxSide);
+  throw std::invalid_argument(std::string(b) + " (cairo); write SVG or PDF, or lower --timeline-width");
+}
+
 }  // namespace
 
 ImageFormat image_format_from_name(const std::string& name, const std::string& flag) {
@@ -36,7 +47,8 @@ ImageFormat image_format_from_name(const std::string& name, const std::string& f
 
 ImageFormat image_format_from_path(const std::string& path) {
   const auto dot = path.find_last_of('.');
-  const std::string ext = dot == std::string::npos ? "" : path.substr(dot + 1);
+  std::string ext = dot == std::string::npos ? "" : path.substr(dot + 1);
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (ext == "pdf") return ImageFormat::Pdf;
   if (ext == "png") return ImageFormat::Png;
   return ImageFormat::Svg;
@@ -57,6 +69,7 @@ std::string render_svg(const std::string& svg, ImageFormat format) {
   double w = 0, ht = 0;
   if (!rsvg_handle_get_intrinsic_size_in_pixels(h.get(), &w, &ht) || w <= 0 || ht <= 0)
     throw std::runtime_error("rendering the timeline: the SVG has no width and height");
+  if (format == ImageFormat::Png) check_png_size(w, ht);
   std::string out;
   std::unique_ptr<cairo_surface_t, void (*)(cairo_surface_t*)> surface(
       format == ImageFormat::Pdf

@@ -153,9 +153,12 @@ TEST(Profile, ErrorsNameLineAndKey) {
   const std::string ck = error_of(with("  memory_GB: 16", "  memory_GB: 16\n  ? [a, b]\n  : 1"));
   EXPECT_NE(ck.find("p.yaml:"), std::string::npos) << ck;
   EXPECT_NE(ck.find("device.(key): a key must be a plain scalar"), std::string::npos) << ck;
-  EXPECT_NE(error_of(with("kind: measured", "kind: measured\nprovenance:\n  ? {x: 1}\n  : y"))
+  EXPECT_NE(error_of(with("provenance:\n", "provenance:\n  ? {x: 1}\n  : y\n"))
                 .find("provenance.(key): a key must be a plain scalar"),
             std::string::npos);
+  // A key given twice: yaml-cpp keeps both and a lookup reads one.
+  const std::string dup = error_of(with("kind: measured", "kind: measured\nkind: analytic"));
+  EXPECT_NE(dup.find("p.yaml:4:1: kind: duplicate key"), std::string::npos) << dup;
 }
 
 TEST(ProfileCost, TablesInterpolateAndAddContext) {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -330,6 +332,15 @@ TEST(Runtime, WatchdogReportsTheBlockedOpInsteadOfHanging) {
   ASSERT_EQ(run.watchdog.size(), 2u);
   EXPECT_EQ(run.watchdog[0].rfind("rank 0: blocked on recv(1B1<-1)", 0), 0u) << run.watchdog[0];
   EXPECT_EQ(run.watchdog[1].rfind("rank 1: blocked on recv(0F1<-0)", 0), 0u) << run.watchdog[1];
+}
+
+// A timeout past int64_t nanoseconds (1e10 s, inf) overflowed the conversion and fired at once.
+TEST(Runtime, WatchdogWithAHugeTimeoutDoesNotFire) {
+  for (double timeout_s : {1e10, 1e300, std::numeric_limits<double>::infinity()}) {
+    Watchdog wd(timeout_s, [](std::int64_t, double) {});
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_FALSE(wd.fired()) << timeout_s;
+  }
 }
 
 // ------------------------------------------------------------ unsupported programs fail up front

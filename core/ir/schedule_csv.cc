@@ -78,17 +78,16 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
-// Digits at s[i..]: the value, i moved past them; nullopt when there are none or the value does not fit an int.
+constexpr long long kMaxNumber = 1000000000;
+
+// Digits at s[i..]: the value, i moved past them; nullopt when there are none. A value over kMaxNumber is -1.
 std::optional<int> digits(const std::string& s, std::size_t& i) {
   const std::size_t b = i;
   long long v = 0;
-  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
-    v = v * 10 + (s[i] - '0');
-    if (v > 1000000000) return std::nullopt;
-    i++;
-  }
+  for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); i++)
+    if (v <= kMaxNumber) v = v * 10 + (s[i] - '0');
   if (i == b) return std::nullopt;
-  return static_cast<int>(v);
+  return v > kMaxNumber ? -1 : static_cast<int>(v);
 }
 
 std::optional<Action> Reader::parse_cell(std::string s, int row, int column) const {
@@ -103,9 +102,15 @@ std::optional<Action> Reader::parse_cell(std::string s, int row, int column) con
     input_error(cell(row, column) + ": \"" + s + "\": " + why +
                 " (an action is <stage><F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B><microbatch>[@<slice>], e.g. 2F0)");
   };
+  // A number of the action, or the reason it has none.
+  auto number = [&](std::size_t& i, const std::string& what) -> int {
+    const auto v = digits(s, i);
+    if (!v) bad("no " + what);
+    if (*v < 0) bad("the " + what + " is over " + std::to_string(kMaxNumber));
+    return *v;
+  };
   std::size_t i = 0;
-  const auto stage = digits(s, i);
-  if (!stage) return bad("no stage number");
+  const int stage = number(i, "stage number");
   static const std::pair<const char*, ActionType> kTypes[] = {
       {"SEND_F", ActionType::SendF}, {"RECV_F", ActionType::RecvF}, {"SEND_B", ActionType::SendB},
       {"RECV_B", ActionType::RecvB}, {"F", ActionType::F},          {"B", ActionType::B},
@@ -129,24 +134,23 @@ std::optional<Action> Reader::parse_cell(std::string s, int row, int column) con
       return bad(word + " actions are not supported (pipescope models compute and point-to-point actions only)");
     return bad("unknown action type");
   }
-  const auto mb = digits(s, i);
-  if (!mb) return bad("no micro-batch number");
+  const int mb = number(i, "micro-batch number");
   if (i < s.size() && s[i] == '@') {
     i++;
-    const auto slice = digits(s, i);
-    if (!slice) return bad("no slice number after @");
-    a.slice = *slice;
+    a.slice = number(i, "slice number after @");
     a.has_slice = true;
   }
   if (i != s.size()) return bad("unexpected text after the micro-batch");
-  a.stage = *stage;
-  a.microbatch = *mb;
+  a.stage = stage;
+  a.microbatch = mb;
   return a;
 }
 
 std::vector<std::vector<Action>> Reader::parse(const std::string& text) const {
   std::vector<std::vector<Action>> rows;
-  std::istringstream in(text);
+  // A byte-order mark (spreadsheets write one) is not part of the first cell.
+  const bool bom = text.compare(0, 3, "\xEF\xBB\xBF") == 0;
+  std::istringstream in(bom ? text.substr(3) : text);
   std::string line;
   int row = 0;
   std::vector<int> blank;  // rows without any action

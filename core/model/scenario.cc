@@ -1199,7 +1199,10 @@ void Validator::run() const {
   if (t.flash_attention && t.dtype != "fp16" && t.dtype != "bf16" && !t.fp8())
     fail({"training.flash_attention", "training.dtype"}, "flash attention needs dtype fp16 or bf16, got " + t.dtype);
   // FP8 GEMMs need FP8 tensor cores (Hopper and later); the rest of an FP8 run is bf16.
-  if (t.fp8() && !(d.peak_flops_fp8 > 0 && d.peak_flops_bf16 > 0))
+  if (t.fp8() && d.peak_flops_fp8 > 0 && !(d.peak_flops_bf16 > 0))
+    fail({"training.dtype", "cluster.device.peak_tflops_bf16", "cluster.device.preset", "cluster.preset"},
+         "fp8 runs everything but its linear GEMMs in bf16; " + d.name + " has no bf16 peak (peak_tflops_bf16 = 0)");
+  if (t.fp8() && !(d.peak_flops_fp8 > 0))
     fail({"training.dtype", "cluster.device.peak_tflops_fp8", "cluster.device.preset", "cluster.preset"},
          "fp8 needs a device with FP8 tensor cores (H100, H200); " + d.name +
              (s_.sim.profile.empty() ? std::string() : " as described by the profile " + s_.sim.profile) +
@@ -1340,7 +1343,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
     if (has_doc) doc = YAML::Load(text);
     check_quotes(doc, text, source);
   } catch (const YAML::Exception& e) {
-    fail_at(source, e.mark, "(syntax)", e.msg);
+    fail_at(source, e.mark, "(syntax)", yaml_error_text(e));
   }
   Marks marks;
   const YAML::Mark doc_mark = !has_doc || doc.IsNull() ? YAML::Mark::null_mark() : doc.Mark();

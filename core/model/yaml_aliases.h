@@ -5,6 +5,7 @@
 // nodes that the loader would then walk. AliasCheck is the event handler that finds both, from the parser's events,
 // before any node is built.
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -13,6 +14,13 @@
 #include <vector>
 
 namespace pipescope {
+
+// yaml-cpp's message, except where it says "bad file": its nesting limit (DeepRecursion) has that message.
+inline std::string yaml_error_text(const YAML::Exception& e) {
+  if (const auto* d = dynamic_cast<const YAML::DeepRecursion*>(&e))
+    return "lists or mappings nested more than " + std::to_string(d->depth()) + " levels deep (yaml-cpp's limit)";
+  return e.msg;
+}
 
 class AliasCheck : public YAML::EventHandler {
  public:

@@ -34,6 +34,12 @@ std::string utf8_problem(const std::string& text, int* line_out, int* column_out
       cp = (cp << 6) | (s[i + k] & 0x3F);
     }
     if (ok && len > 1) ok = cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    if (c == 0) {  // valid UTF-8, but no text file holds one (YAML forbids it; yaml-cpp misreads what follows)
+      if (line_out) *line_out = static_cast<int>(line);
+      if (column_out) *column_out = static_cast<int>(col);
+      return "line " + std::to_string(line) + ", column " + std::to_string(col) +
+             ": a NUL byte (0x00); input files must be UTF-8 text";
+    }
     if (!ok) {
       char hex[8];
       std::snprintf(hex, sizeof hex, "0x%02X", c);

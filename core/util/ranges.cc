@@ -47,6 +47,7 @@ constexpr KeyRange kRanges[] = {
     {"cluster.device.gemm_half_sat_gflop", 0, 1e6, false},
     {"cluster.device.kernel_launch_us", 0, 1e5, false},
     {"cluster.device.memory_efficiency", 1e-3, 1, false},
+    {"cluster.device.sm_count", 1, 10000, false},
     {"cluster.intra_node.nvlink_bw_GBps", 1e-2, 1e5, false},
     {"cluster.intra_node.nvlink_latency_us", 0, 1e6, false},
     {"cluster.intra_node.pcie_bw_GBps", 1e-2, 1e5, false},
@@ -72,6 +73,8 @@ constexpr KeyRange kRanges[] = {
     {"schedule.seq_slices", 1, 16777216, false},
     {"schedule.slice_tokens", 1, 16777216, false},
     {"training.optimizer_bytes_per_param", 0, 64, false},
+    // Bucket counts are clamped to 1024 per virtual stage (core/lower/op_price.h): smaller buckets change nothing.
+    {"training.grad_bucket_MB", 1e-2, 1e6, false},
     {"training.moe_expert_load_cv", 0, 10, false},
     {"training.moe_routing_seed", 0, 2147483647, false},
     {"training.moe_capacity_factor", 0.01, 1000, false},

@@ -30,6 +30,12 @@ schedule: {kind: $8, seq_slices: $6}
 YAML
 }
 
+# A two-stage scenario on one node whose schedule is the file s.csv: csv_scenario OUT.
+csv_scenario() {
+  sed 's|nodes: 2|nodes: 1|; s|pp: 4, tp: 1, micro_batch_size: 1, global_batch: 8|pp: 2, tp: 1, micro_batch_size: 1, global_batch: 2|
+       s|schedule: {kind: 1f1b}|schedule: {kind: file, file: s.csv}|' "$base" >"$1"
+}
+
 # run CLASS RC REGEX [--ulimit KB] -- ARGS...: runs pipescope ARGS, checks the exit code and the output.
 run() {
   local cls=$1 want=$2 re=$3
@@ -104,6 +110,17 @@ case $case in
   range_optimizer_bytes_huge)
     { cat "$base"; echo "training: {optimizer_bytes_per_param: 1e300}"; } >in.yaml
     run ranges 1 "training.optimizer_bytes_per_param: 1e\+300 is outside the plausible range" -- simulate in.yaml ;;
+  range_sm_count_huge)
+    with "preset: A100-SXM4-80GB}" "preset: A100-SXM4-80GB, sm_count: 2000000000}" in.yaml
+    run ranges 1 "cluster.device.sm_count: 2000000000 is outside the plausible range \\[1, 10000\\]" -- simulate in.yaml ;;
+  range_grad_bucket_tiny)
+    { cat "$base"; echo "training: {grad_bucket_MB: 1e-300}"; } >in.yaml
+    run ranges 1 "training.grad_bucket_MB: 1e-300 is outside the plausible range" -- simulate in.yaml ;;
+  range_fp8_without_bf16)
+    # The refusal named the FP8 peak (present) instead of the missing bf16 one.
+    sed "s|preset: A100-SXM4-80GB}|preset: H100-SXM, peak_tflops_bf16: 0}|" "$base" >in.yaml
+    echo "training: {dtype: fp8}" >>in.yaml
+    run ranges 1 "H100-SXM has no bf16 peak \\(peak_tflops_bf16 = 0\\)" -- simulate in.yaml ;;
   # ---- strict YAML types
   type_quoted_int)
     with "pp: 4," 'pp: "4",' in.yaml
@@ -130,6 +147,24 @@ case $case in
   file_not_utf8)
     { printf 'name: "ab\xffc"\n'; cat "$base"; } >in.yaml
     run files 1 "in.yaml:1:10: invalid UTF-8 \\(byte 0xFF\\)" -- simulate in.yaml ;;
+  file_nul_byte)
+    # A NUL byte was taken into a quoted name without a word (elsewhere yaml-cpp misread what follows).
+    { printf 'name: "a\0b"\n'; grep -v '^name:' "$base"; } >in.yaml
+    run files 1 "in.yaml:1:9: a NUL byte \\(0x00\\)" -- simulate in.yaml ;;
+  file_yaml_deep_nesting)
+    # yaml-cpp's nesting limit said only "bad file".
+    { cat "$base"; printf 'x: '; head -c 600 /dev/zero | tr '\0' '['; head -c 600 /dev/zero | tr '\0' ']'; echo; } >in.yaml
+    run files 1 "in.yaml:.*lists or mappings nested more than [0-9]+ levels deep" -- simulate in.yaml ;;
+  file_csv_bom)
+    # A schedule CSV saved with a byte-order mark (as spreadsheets do): "no stage number" in its first cell.
+    csv_scenario in.yaml
+    printf '\xef\xbb\xbf0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n' >s.csv
+    run files 0 "iteration time" -- simulate in.yaml ;;
+  file_csv_number_too_large)
+    csv_scenario in.yaml
+    printf '0F0,0F1,,0B0,,0B1\n,99999999999F0,1B0,1F1,1B1\n' >s.csv
+    run files 1 "s.csv: rank 1 \\(row 2, column 2\\): \"99999999999F0\": the stage number is over 1000000000" -- \
+      simulate in.yaml ;;
   file_yaml_alias_recursive)
     # An alias to the node that holds it segfaulted simulate, search and sweep (a node that contains itself).
     { printf 'model: &m {preset: gpt3-1b, x: *m}\n'; grep -v '^model:' "$base"; } >in.yaml
@@ -166,6 +201,17 @@ case $case in
     { sed "s|schedule: {kind: 1f1b}|schedule: {kind: terapipe, slice_tokens: [|" "$base"
       head -c 24000000 /dev/zero | tr '\0' '1' | sed 's/1/1,/g' | head -c 24000000; echo "1]}"; } >st.yaml
     run files 1 "st.yaml: 24000[0-9]+ bytes: larger than the 16 MiB limit" -- simulate st.yaml ;;
+  file_profile_optimizer_huge)
+    # An optimizer step of 1e300 us per million parameters gave a 1e302-second iteration with exit 0.
+    sed 's/^sections: \[device, links\]/sections: [device, links, optimizer_us_per_mparam]/
+         s/^complete: true/optimizer_us_per_mparam: 1e300\ncomplete: true/' \
+      "$src/calib/profiles/dgx-a100.analytic.yaml" >opt.yaml
+    run profiles 1 "opt.yaml:[0-9]+:[0-9]+: optimizer_us_per_mparam: 1e\\+300 is outside the plausible range" -- \
+      simulate "$base" --profile opt.yaml ;;
+  file_profile_duplicate_key)
+    # A key given twice: the second value was ignored without a word.
+    awk '{print} /^  intra: \{latency_us/ && !d {print; d=1}' "$src/calib/profiles/dgx-a100.analytic.yaml" >dup.yaml
+    run profiles 1 "dup.yaml:[0-9]+:[0-9]+: links.intra: duplicate key" -- simulate "$base" --profile dup.yaml ;;
   file_profile_section_deleted)
     grep -v "^links:\|^  inter:\|^  intra:" "$src/calib/profiles/dgx-a100.analytic.yaml" >nolinks.yaml
     run profiles 1 "nolinks.yaml:.*links: missing: the profile lists section links" -- simulate --profile nolinks.yaml ;;
@@ -253,6 +299,11 @@ case $case in
     run cli 1 "tp x pp x cp = 4294967296 GPUs is over" -- import megatron -- --num-layers 24 --hidden-size 2048 \
       --num-attention-heads 16 --seq-length 2048 --micro-batch-size 1 --global-batch-size 64 \
       --tensor-model-parallel-size 65536 --pipeline-model-parallel-size 65536 ;;
+  cli_import_error_names_the_flag)
+    # The loader's refusal pointed at "<import megatron>:4:42", a line of YAML the user never saw.
+    run cli 1 "import megatron: --num-attention-heads \\(scenario key model.heads\\): model.hidden = 2048 is not divisible" \
+      -- import megatron -- --num-layers 24 --hidden-size 2048 --num-attention-heads 15 --seq-length 2048 \
+      --micro-batch-size 1 --global-batch-size 64 ;;
   cli_validate_pp_0)
     run cli 1 "--pp: Value 0 not in range" -- validate --pp 0 ;;
   cli_validate_pp_negative)
@@ -273,6 +324,20 @@ case $case in
     run cli 1 "--worker 99: this scenario has workers 0..7" -- show --lowered --worker 99 ;;
   cli_timeline_width_nan)
     run cli 1 "--timeline-width: expected a finite number" -- simulate "$base" --timeline t.svg --timeline-width nan ;;
+  cli_json_empty)
+    # An empty file name read as "no --json": the run succeeded and wrote nothing.
+    run cli 1 "--json: an empty value" -- simulate "$base" --json '' ;;
+  cli_calibrate_analytic_empty)
+    # An empty preset name started a full calibration instead of writing an analytic profile.
+    run cli 1 "--analytic: an empty value" -- calibrate --analytic '' --out p.yaml ;;
+  cli_timeline_png_upper_case)
+    # T.PNG was written as SVG (the extension was matched case-sensitively).
+    run cli 0 "" -- simulate "$base" --timeline T.PNG || exit 1
+    [ "$(head -c 4 T.PNG | tail -c 3)" = PNG ] || { echo "FAIL: T.PNG is not a PNG"; head -c 60 T.PNG; exit 1; } ;;
+  cli_timeline_png_too_wide)
+    # Over cairo's 32767 pixels a side: "invalid value", exit 4.
+    run cli 1 "the timeline is 100000 x [0-9]+ pixels, over PNG's limit of 32767 a side" -- simulate "$base" \
+      --timeline t.png --timeline-width 100000 ;;
   cli_unknown_flag)
     run cli 1 "--no-such-flag" -- simulate --no-such-flag ;;
   # ---- exit codes of the other classes
@@ -282,6 +347,28 @@ case $case in
     run codes 2 "--fail-on-oom: the memory model says a rank does not fit" -- simulate in.yaml --fail-on-oom ;;
   code_no_launcher)
     run codes 3 "--launcher: 'no-such-mpirun' not found in PATH" -- validate --launcher no-such-mpirun --pp 2 --dp 1 --tp 1 ;;
+  code_launcher_fails)
+    # A launcher or job that failed was an internal error (exit 4).
+    printf '#!/bin/sh\necho "fake launcher: $*" >&2\nexit 1\n' >launcher.sh && chmod +x launcher.sh
+    run codes 3 "the measured run failed \\(launcher exit code 1\\)" -- validate --launcher "$PWD/launcher.sh" --pp 2 \
+      --dp 1 --tp 1 ;;
+  code_launcher_killed)
+    printf '#!/bin/sh\nkill -KILL $$\n' >launcher.sh && chmod +x launcher.sh
+    run codes 3 "the measured run failed \\(launcher exit code 137\\)" -- validate --launcher "$PWD/launcher.sh" --pp 2 \
+      --dp 1 --tp 1 ;;
+  code_rank_killed)
+    # Every rank killed (as the kernel's OOM killer would) under the real launcher.
+    printf '#!/bin/sh\nkill -KILL $$\n' >rank.sh && chmod +x rank.sh
+    run codes 3 "the measured run failed \\(launcher exit code [0-9]+\\)" -- validate --rank-exe "$PWD/rank.sh" --pp 2 \
+      --dp 1 --tp 1 ;;
+  code_calibrate_launcher_fails)
+    printf '#!/bin/sh\nexit 1\n' >launcher.sh && chmod +x launcher.sh
+    run codes 3 "the link benchmark job failed \\(exit 1\\)" -- calibrate --launcher "$PWD/launcher.sh" --out p.yaml ;;
+  code_calibrate_step_factor_1)
+    # The link sweep's flags were checked only inside the MPI job: a failed job, exit 4.
+    run codes 1 "-f 1: the step factor must be a number > 1" -- calibrate -f 1 --out p.yaml ;;
+  code_calibrate_min_over_max)
+    run codes 1 "-b 1M: larger than -e 8" -- calibrate -b 1M -e 8 --out p.yaml ;;
   code_calibrate_no_gpu)
     # Only where there is no usable GPU (with one, this would calibrate it).
     if "$(dirname "$bin")/pipescope-cuda-check" cuda-f16 2>/dev/null; then echo "SKIP: a GPU is present"; exit 0; fi

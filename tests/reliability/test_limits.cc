@@ -70,6 +70,7 @@ TEST(InputFile, RefusesDirectoriesDevicesAndBadUtf8) {
   EXPECT_NE(utf8_problem("\xc0\xaf"), "");                        // overlong '/'
   EXPECT_NE(utf8_problem("\xed\xa0\x80"), "");                    // a surrogate
   EXPECT_NE(utf8_problem(std::string("ab\xf0\x9f\x98", 5)), "");  // cut short
+  EXPECT_NE(utf8_problem(std::string("a\0b", 3)).find("line 1, column 2: a NUL byte"), std::string::npos);
 }
 
 TEST(WorkEstimate, GrowsWithEveryCountAndRefusesOverTheLimit) {
