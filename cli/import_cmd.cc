@@ -6,12 +6,10 @@
 #include <iostream>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/model/megatron_import.h"
-#include "core/model/scenario.h"
 #include "core/util/atomic_file.h"
 
 namespace pipescope::cli {
@@ -30,52 +28,10 @@ void list(const char* what, const std::vector<std::string>& v) {
   for (const auto& x : v) std::fprintf(stderr, "  %s\n", x.c_str());
 }
 
-// The pretrain_gpt.py flag behind a key of the generated scenario; nullptr when none gives it alone.
-const char* megatron_flag(const std::string& key) {
-  static const std::pair<const char*, const char*> kFlags[] = {{"model.layers", "--num-layers"},
-                                                               {"model.hidden", "--hidden-size"},
-                                                               {"model.heads", "--num-attention-heads"},
-                                                               {"model.ffn_hidden", "--ffn-hidden-size"},
-                                                               {"model.vocab", "--vocab-size"},
-                                                               {"model.seq_len", "--seq-length"},
-                                                               {"model.head_dim", "--kv-channels"},
-                                                               {"model.query_groups", "--num-query-groups"},
-                                                               {"parallel.tp", "--tensor-model-parallel-size"},
-                                                               {"parallel.pp", "--pipeline-model-parallel-size"},
-                                                               {"parallel.cp", "--context-parallel-size"},
-                                                               {"parallel.ep", "--expert-model-parallel-size"},
-                                                               {"parallel.etp", "--expert-tensor-parallel-size"},
-                                                               {"parallel.micro_batch_size", "--micro-batch-size"},
-                                                               {"parallel.global_batch", "--global-batch-size"},
-                                                               {"parallel.dp", "--nodes (of this command)"},
-                                                               {"cluster.nodes", "--nodes (of this command)"}};
-  for (const auto& [k, flag] : kFlags)
-    if (key == k) return flag;
-  return nullptr;
-}
-
-// The loader's checks of the generated YAML, told in the launch's terms: "<import megatron>:4:42: model.heads: ..."
-// pointed at a line of a file the user never saw.
-MegatronImport import_in_flag_terms(const ImportOptions& o) {
-  try {
-    return import_megatron(o.args, o.megatron);
-  } catch (const ScenarioError& e) {
-    const std::string m = e.what(), source = "<import megatron>:";
-    if (m.rfind(source, 0) != 0) throw;
-    const std::size_t at = m.find(": ", source.size());  // past "line:column"
-    const std::size_t key_end = at == std::string::npos ? at : m.find(": ", at + 2);
-    if (key_end == std::string::npos) throw;
-    const std::string key = m.substr(at + 2, key_end - at - 2);
-    const char* flag = megatron_flag(key);
-    throw InputError("import megatron: " + (flag ? std::string(flag) + " (scenario key " + key + ")" : key) + ": " +
-                     m.substr(key_end + 2));
-  }
-}
-
 int run_import_megatron(const ImportOptions& o) {
   if (o.args.empty()) throw InputError("import megatron: give the pretrain_gpt.py arguments after --");
   if (!o.out.empty() && o.out != "-") check_output_paths({{"-o", o.out}});
-  const MegatronImport r = import_in_flag_terms(o);
+  const MegatronImport r = import_megatron(o.args, o.megatron);
   list("unknown arguments, not mapped", r.unknown);
   list("not modelled", r.unsupported);
   list("ignored (no effect on an iteration's time)", r.ignored);

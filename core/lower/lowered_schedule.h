@@ -89,7 +89,7 @@ struct CollGroup {
   // An expert-parallel group under DeepEP's dispatch (core/cost/expert_parallel.h): how its all-to-all's token copies
   // spread over the group's nodes, each token crossing the network once per node it goes to (NodeDedup,
   // core/model/config.h). Empty: every copy crosses (every other group).
-  NodeDedup node_dedup;
+  NodeDedup node_dedup{};
 };
 
 struct Placement;

@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "core/model/presets.h"
 #include "core/model/scenario.h"
@@ -327,6 +329,49 @@ MoeArgs moe_args(std::map<std::string, std::string>& values, int layers, int tp)
   return a;
 }
 
+// The pretrain_gpt.py flag behind a key of the generated scenario; nullptr when none gives it alone.
+const char* megatron_flag(const std::string& key) {
+  static const std::pair<const char*, const char*> kFlags[] = {{"model.layers", "--num-layers"},
+                                                               {"model.hidden", "--hidden-size"},
+                                                               {"model.heads", "--num-attention-heads"},
+                                                               {"model.ffn_hidden", "--ffn-hidden-size"},
+                                                               {"model.vocab", "--vocab-size"},
+                                                               {"model.seq_len", "--seq-length"},
+                                                               {"model.head_dim", "--kv-channels"},
+                                                               {"model.query_groups", "--num-query-groups"},
+                                                               {"parallel.tp", "--tensor-model-parallel-size"},
+                                                               {"parallel.pp", "--pipeline-model-parallel-size"},
+                                                               {"parallel.cp", "--context-parallel-size"},
+                                                               {"parallel.ep", "--expert-model-parallel-size"},
+                                                               {"parallel.etp", "--expert-tensor-parallel-size"},
+                                                               {"parallel.micro_batch_size", "--micro-batch-size"},
+                                                               {"parallel.global_batch", "--global-batch-size"},
+                                                               {"parallel.dp", "--nodes (of this command)"},
+                                                               {"cluster.nodes", "--nodes (of this command)"}};
+  for (const auto& [k, flag] : kFlags)
+    if (key == k) return flag;
+  return nullptr;
+}
+
+// The loader's checks of the generated YAML, told in the launch's terms: "<import megatron>:4:42: model.heads: ..."
+// would point at a line of a file the user never saw.
+void check_in_flag_terms(const std::string& yaml) {
+  const std::string source = "<import megatron>";
+  try {
+    parse_scenario(yaml, source);
+  } catch (const ScenarioError& e) {
+    const std::string m = e.what();
+    if (m.rfind(source + ":", 0) != 0) throw;
+    const std::size_t at = m.find(": ", source.size() + 1);  // past "line:column"
+    const std::size_t key_end = at == std::string::npos ? at : m.find(": ", at + 2);
+    if (key_end == std::string::npos) throw;
+    const std::string key = m.substr(at + 2, key_end - at - 2);
+    const char* flag = megatron_flag(key);
+    throw std::invalid_argument("import megatron: " + (flag ? std::string(flag) + " (scenario key " + key + ")" : key) +
+                                ": " + m.substr(key_end + 2));
+  }
+}
+
 // Megatron-Core's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split: the embedding
 // and the loss count as a layer each, the total split evenly over the pp * v virtual stages (it must divide), the
 // first stage's share less the embedding, the last's less the loss. Empty without the flags.
@@ -577,7 +622,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
     << moe.training << "}\n";
   y << "sim: {placement: megatron, p2p: blocking}  # Megatron-LM's p2p calls block\n";
   out.yaml = y.str();
-  parse_scenario(out.yaml, "<import megatron>");  // the loader's checks: divisibility, m % pp, dtype, ...
+  check_in_flag_terms(out.yaml);  // the loader's checks: divisibility, m % pp, dtype, ...
   return out;
 }
 
