@@ -123,8 +123,8 @@ double attended_pairs(const ModelSpec& m, int l, int c) {
   const double window = b <= w   ? 0.5 * (a + b) * (b - a + 1)
                         : a >= w ? w * (b - a + 1)
                                  : 0.5 * (a + w) * (w - a + 1) + w * (b - w);
-  int sliding = 0;
-  for (int i = 0; i < m.layers; i++) sliding += m.sliding_layer(i) ? 1 : 0;
+  // ModelSpec::sliding_layer's count: every layer, or all but every pattern-th.
+  const int sliding = m.sliding_window_pattern == 0 ? m.layers : m.layers - m.layers / m.sliding_window_pattern;
   return (sliding * window + (m.layers - sliding) * full) / m.layers;
 }
 
@@ -304,8 +304,8 @@ struct MlpTensors {
   double rows = 1;
   bool split_in = false, with_input = true;
   std::uint8_t input = 0, mlp = 0, act = 0;
-  bool routed =
-      false;  // the routed experts': their input is gathered over etp GPUs, their inner tensors split etp ways
+  // The routed experts': their input is gathered over etp GPUs, their inner tensors split etp ways.
+  bool routed = false;
 };
 void add_mlp_tensors(std::vector<ActivationTensor>& x, FfnKind kind, double h, double f, const MlpTensors& t) {
   if (t.with_input) x.push_back({2.0 * h * t.rows, t.split_in, false, t.input, t.routed, t.routed});  // fc1 input
