@@ -54,14 +54,15 @@ int run_show(const ShowOptions& o) {
   if (!o.lowered) {
     for (std::size_t r = 0; r < prep->schedule.per_rank.size(); ++r) {
       std::vector<std::string> ops;
-      for (const Op& op : prep->schedule.per_rank[r]) ops.push_back(op_text(op));
+      for (const Op& op : prep->schedule.per_rank[r]) ops.push_back(paired_op_text(op));
       print_wrapped(std::cout, "r" + std::to_string(r) + ":", ops, o.width);
     }
   } else {
     for (int w = 0; w < prep->lowered.workers(); ++w) {
       if (o.worker >= 0 && w != o.worker) continue;
       std::vector<std::string> ops;
-      for (const auto& op : prep->lowered.per_worker[w]) ops.push_back(lowered_text(op));
+      for (const auto& op : prep->lowered.per_worker[w])
+        ops.push_back(op.kind == LOpKind::Compute ? paired_op_text(op.op) : lowered_text(op));
       print_wrapped(std::cout, "w" + std::to_string(w) + ":", ops, o.width);
     }
   }

@@ -156,7 +156,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
 
   // ---- vertical geometry, shared by all panels
   std::size_t total_rows = 0;
-  bool any_w = false, any_opt = false, any_p2p = false, any_coll = false;
+  bool any_w = false, any_opt = false, any_p2p = false, any_coll = false, any_pair = false;
   for (const auto& p : panels) {
     total_rows += p.rows.size();
     for (const auto& iv : p.intervals) {
@@ -164,6 +164,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
       any_opt = any_opt || iv.kind == BlockKind::Optimizer;
       any_p2p = any_p2p || iv.kind == BlockKind::P2P;
       any_coll = any_coll || iv.kind == BlockKind::Collective;
+      any_pair = any_pair || iv.pair != Overlap::None;
     }
   }
   // Rows share about 760 px: 4 stages get 30 px rows, 96 stages 7.9 px, never below 4 px.
@@ -256,6 +257,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   if (any_opt) swatch("O", "optimizer");
   if (opt.comm && any_p2p) swatch("P", "point-to-point");
   if (opt.comm && any_coll) swatch("C", "collective");
+  if (any_pair) swatch("pr", "overlapped pair (forward | backward)");
   swatch("idle", "idle");
   lx = ml, ly += 19;
   phrase("micro-batch:");
@@ -300,6 +302,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
      << ".rl{font-size:" << f2(row_fs) << "px;text-anchor:end;fill:#333}.h{font-size:16px;font-weight:bold}"
      << ".pt{font-size:13px;font-weight:bold;fill:#222}.lg{font-size:12px;fill:#333}"
      << ".ax{stroke:#555;stroke-width:1}.tk{font-size:11px;text-anchor:middle;fill:#444}\n";
+  if (any_pair) os << ".pr{fill:none;stroke:#111;stroke-width:1.6}\n";
   for (int c = -1; c < kColours; c++)
     for (BlockKind k : {BlockKind::Forward, BlockKind::Backward, BlockKind::WeightGrad})
       os << '.' << kind_class(k) << ".c" << (c < 0 ? std::string("g") : std::to_string(c))
@@ -371,6 +374,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
         os << "<rect class=\"cbg\" x=\"" << f2(px(0)) << "\" y=\"" << f2(ry + compute_h + comm_gap) << "\" width=\""
            << f2(px(end) - px(0)) << "\" height=\"" << f2(comm_h) << "\"/>\n";
       std::string labels;  // drawn after the row's blocks so that no block covers a label
+      double pair_x0 = 0;  // the open overlapped pair's left edge and its first block's label
+      std::string pair_label;
       for (; k < order.size() && p.intervals[order[k]].row == r; k++) {
         const TimelineInterval& iv = p.intervals[order[k]];
         if (is_comm(iv.kind) && !opt.comm) continue;
@@ -395,6 +400,20 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
         if (is_compute(iv.kind) && iv.chunk > 0 && w >= 1)  // the chunk's hatch over the micro-batch colour
           os << "<rect fill=\"url(#k" << std::min(iv.chunk, 3) << ")\" x=\"" << f2(x0) << "\" y=\"" << f2(by)
              << "\" width=\"" << f2(w) << "\" height=\"" << f2(h) << "\"/>\n";
+        if (!comm && iv.pair == Overlap::First) {
+          pair_x0 = x0, pair_label = iv.label;
+          continue;
+        }
+        if (!comm && iv.pair == Overlap::Second) {  // one frame and one label over both blocks
+          const double pw = round2(x1 - pair_x0);
+          os << "<rect class=\"pr\" x=\"" << f2(pair_x0) << "\" y=\"" << f2(by) << "\" width=\"" << f2(pw)
+             << "\" height=\"" << f2(h) << "\"/>\n";
+          const std::string both = pair_label + "|" + iv.label;
+          if (block_labels && pw >= text_width(both, label_fs) + 3)
+            labels += "<text class=\"t td\" x=\"" + f2(pair_x0 + pw / 2) + "\" y=\"" +
+                      f2(ry + compute_h / 2 + label_fs * 0.36) + "\">" + xml_escape(both) + "</text>\n";
+          continue;
+        }
         if (!comm && block_labels && !iv.label.empty() && w >= text_width(iv.label, label_fs) + 3) {
           const bool light_text =
               is_compute(iv.kind) ? luminance(block_fill(iv.kind, colour)) < 0.5 : iv.kind == BlockKind::Optimizer;
@@ -475,6 +494,7 @@ TimelinePanel timeline_panel(const LoweredSchedule& ls, const Placement& pl, con
           }
           iv.microbatch = l.op.microbatch;
           iv.chunk = l.op.chunk;
+          iv.pair = l.op.overlap;
           iv.label = std::to_string(l.op.microbatch);
           if (sliced) iv.label += "." + std::to_string(l.op.slice);
           if (chunks) iv.label += "c" + std::to_string(l.op.chunk);

@@ -2,7 +2,7 @@
 // Pipeline timelines as SVG, drawn the way the papers draw them: one row per pipeline stage (a worker: one
 // data-parallel replica's pipeline rank, standing for its tensor-parallel group), forward and backward blocks
 // coloured by micro-batch (hue; forward light, backward dark, weight gradient between), chunks >= 1 hatched,
-// labels "micro-batch[.slice][c<chunk>]" where they fit, idle time as the grey band showing through, an optional
+// labels "micro-batch[.slice][c<chunk>]" where they fit (an overlapped pair framed as one block labelled "a|b"), idle time as the grey band showing through, an optional
 // communication strip under each row, a legend by op kind, micro-batch hue and chunk pattern (wrapped to the
 // width; a simulated run's adds where its time goes), and a time axis. The writer takes a neutral list of intervals so
 // that simulated runs (sim::SimResult) and measured runs (the validation runtime's per-op timings) share it; several
@@ -32,6 +32,8 @@ struct TimelineInterval {
   std::string label;    // drawn inside the block when it fits ("3", "3.1", "3c1")
   std::string name;     // tooltip, e.g. the op's canonical text
   int chunk = 0;        // model chunk (interleaved, V schedules): chunk >= 1 gets a hatch over its colour
+  // An overlapped pair's two compute blocks (core/ir/schedule.h): framed together, one label "a|b" for both.
+  Overlap pair = Overlap::None;
 };
 
 struct TimelinePanel {

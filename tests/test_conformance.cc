@@ -19,8 +19,12 @@
 //        in the paper's sense at tF = tI = tW)
 //   zb-v                          3 m t + (p - 1) t / 2                      tF = tI = tW = t, m >= 2p - 1
 //       (half a stage's forward per hop: the V puts both halves of the model on every rank)
+//   dualpipev                     3 m t + (p - 1) t                          tF = tI = tW = t, m >= 2p
+//       (DeepSeek's DualPipe bubble (PP/2 - 1)(F&B + B - 3W) with PP = 2p chunk-stages, per chunk F = W = t/2,
+//        B = t and F&B = F + B when communication is free: the pairs run their two halves back to back)
 // Peak in-flight activations (whole stage-micro-batches, the worst rank): gpipe m, 1f1b min(p, m), zb-h1
-// min(p, m), zb-h2 min(2p - 1, m), zb-v p (m >= 2p - 1), interleaved (2(p-1) + (v-1)p + 1)/v, terapipe m,
+// min(p, m), zb-h2 min(2p - 1, m), zb-v p (m >= 2p - 1), dualpipev p + 1/2 (one chunk more than zb-v: the pair's
+// forward is held beside its backward; DeepSeek's PP + 1 chunk-stages), interleaved (2(p-1) + (v-1)p + 1)/v, terapipe m,
 // seq1f1b (p + k - 1)/k, seq1f1b-i ((v-1)p + 2(p-1) + k)/(v k).
 #include <gtest/gtest.h>
 
@@ -127,6 +131,11 @@ const std::map<std::string, MakespanForm>& makespan_forms() {
          if (s.m < 2 * s.p - 1 || c.tF != c.tI || c.tI != c.tW) return std::nullopt;
          return 3 * s.m * c.tF + (s.p - 1) * c.tF / 2;
        }},
+      {"dualpipev",
+       [](const Shape& s, int, const Costs& c) -> std::optional<double> {
+         if (s.m < 2 * s.p || c.tF != c.tI || c.tI != c.tW) return std::nullopt;
+         return 3 * s.m * c.tF + (s.p - 1) * c.tF;
+       }},
   };
   return forms;
 }
@@ -144,6 +153,7 @@ const std::map<std::string, PeakForm>& peak_forms() {
       {"zb-h1", [](const Shape& s, int) { return double(std::min(s.p, s.m)); }},
       {"zb-h2", [](const Shape& s, int) { return double(std::min(2 * s.p - 1, s.m)); }},
       {"zb-v", [](const Shape& s, int) { return double(s.p); }},
+      {"dualpipev", [](const Shape& s, int) { return s.p + 0.5; }},
   };
   return forms;
 }
@@ -176,7 +186,11 @@ TEST_P(Conformance, CheckerAcceptsAndEveryOpOnce) {
       EXPECT_EQ(seen[slot], index.expected(index.key(slot)) ? 1 : 0) << op_text(op_of(s, index.key(slot)));
     // The registry's trait says which backward form the generator emits.
     const std::size_t units = static_cast<std::size_t>(s.stages()) * sh.m * slices_of(entry(), sh);
-    EXPECT_EQ(entry().traits.split_backward ? split : fused, units) << GetParam();
+    // DualPipeV splits only the backwards whose W fills a bubble.
+    if (entry().traits.overlapped)
+      EXPECT_EQ(split + fused, units) << GetParam();
+    else
+      EXPECT_EQ(entry().traits.split_backward ? split : fused, units) << GetParam();
     EXPECT_EQ(s.v, chunks_of(entry()));
     EXPECT_EQ(s.style, entry().traits.style);
   }
@@ -297,7 +311,7 @@ TEST(ScheduleRegistry, NamesUniqueAndLookupsAgree) {
   EXPECT_EQ(find_schedule("no-such-schedule"), nullptr);
   EXPECT_EQ(schedule_names_if([](const ScheduleTraits& t) { return t.sliced(); }),
             "terapipe, seq1f1b, seq1f1b-i or file");
-  EXPECT_EQ(schedule_names_if([](const ScheduleTraits& t) { return t.split_backward; }), "zb-h1, zb-h2 or zb-v");
+  EXPECT_EQ(schedule_names_if([](const ScheduleTraits& t) { return t.split_backward; }), "zb-h1, zb-h2, zb-v or dualpipev");
 }
 
 }  // namespace

@@ -175,10 +175,46 @@ std::string schedule_text(const Schedule& s) {
   std::string out;
   for (std::size_t r = 0; r < s.per_rank.size(); r++) {
     out += "r" + std::to_string(r) + ":";
-    for (const Op& op : s.per_rank[r]) out += " " + op_text(op);
+    for (const Op& op : s.per_rank[r]) {
+      switch (op.overlap) {
+        case Overlap::None:
+          out += " " + op_text(op);
+          break;
+        case Overlap::First:
+          out += " (" + op_text(op);
+          break;
+        case Overlap::Second:
+          out += ";" + op_text(op) + ")";
+          break;
+      }
+    }
     out += "\n";
   }
   return out;
+}
+
+std::string paired_op_text(const Op& op) {
+  switch (op.overlap) {
+    case Overlap::None:
+      break;
+    case Overlap::First:
+      return "(" + op_text(op);
+    case Overlap::Second:
+      return op_text(op) + ")";
+  }
+  return op_text(op);
+}
+
+void pair_ops(std::vector<Op>& ops, std::size_t i) {
+  ops.at(i).overlap = Overlap::First;
+  ops.at(i + 1).overlap = Overlap::Second;
+}
+
+std::size_t pair_count(const Schedule& s) {
+  std::size_t n = 0;
+  for (const auto& ops : s.per_rank)
+    for (const Op& op : ops) n += op.overlap == Overlap::First;
+  return n;
 }
 
 OpKey key_of(const Op& op) { return OpKey{op.kind, op.stage, op.microbatch, op.slice}; }

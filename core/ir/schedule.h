@@ -33,10 +33,18 @@ enum class StageStyle : std::uint8_t { Loop, V };
 // The rank that holds virtual stage `stage` of p ranks in this style.
 int stage_rank(StageStyle style, int p, int stage);
 
+// Overlapped pairs (DualPipe, DualPipeV, Megatron-Core's combined 1F1B): two adjacent ops of one rank that run
+// together, a forward and a backward (B or I) of two other (stage, micro-batch)s, so that each one's communication
+// (all-to-all, tensor-parallel collectives) hides behind the other's compute (core/lower/lowering.h has the execution
+// semantics). The pair's first op is marked First, the op right after it Second; both start once both can start.
+// PyTorch pipelining writes a pair as one action, "(a;b)OVERLAP_F_B"; the text form here is "(a;b)".
+enum class Overlap : std::uint8_t { None, First, Second };
+
 // One compute op: the forward or backward pass of one model chunk for one micro-batch (a range of
 // sequences) over one token range.
 struct Op {
   OpKind kind = OpKind::Forward;
+  Overlap overlap = Overlap::None;  // its place in an overlapped pair (in the padding after kind: no growth)
   std::int32_t rank = 0;        // pipeline rank that runs it (0-based)
   std::int32_t chunk = 0;       // model chunk on that rank (interleaved), else 0
   std::int32_t stage = 0;       // virtual stage = chunk * p + rank; a micro-batch visits 0..p*v-1
@@ -46,11 +54,13 @@ struct Op {
   std::int32_t tok_end = 0;
 
   bool operator==(const Op& o) const {
-    return kind == o.kind && rank == o.rank && chunk == o.chunk && stage == o.stage && microbatch == o.microbatch &&
-           slice == o.slice && tok_begin == o.tok_begin && tok_end == o.tok_end;
+    return kind == o.kind && overlap == o.overlap && rank == o.rank && chunk == o.chunk && stage == o.stage &&
+           microbatch == o.microbatch && slice == o.slice && tok_begin == o.tok_begin && tok_end == o.tok_end;
   }
   int tokens() const { return tok_end - tok_begin; }
+  bool paired() const { return overlap != Overlap::None; }
 };
+static_assert(sizeof(Op) == 32);
 
 // A micro-batch: a contiguous range of sequences of the replica's batch, cut into token slices.
 struct MicroBatch {
@@ -87,8 +97,14 @@ struct Schedule {
 std::string op_text(const Op& op);
 Op parse_op(const std::string& text);                     // throws std::invalid_argument on malformed text
 Op parse_op(const std::string& text, const Schedule& s);  // ... or on an op outside the schedule
-// One line per rank: "r0: 0F0 0F1 0B0 ...".
+// One line per rank: "r0: 0F0 0F1 0B0 ...", an overlapped pair as "(0F5c1;0B2)".
 std::string schedule_text(const Schedule& s);
+// op_text with its pair's bracket, for listings one op per word: "(0F3" opens a pair, "0B1c1)" closes it.
+std::string paired_op_text(const Op& op);
+// Marks ops[i] and ops[i + 1] as one overlapped pair (the generators' one way to pair).
+void pair_ops(std::vector<Op>& ops, std::size_t i);
+// The overlapped pairs of a schedule.
+std::size_t pair_count(const Schedule& s);
 
 // ---------------------------------------------------------------- semantic dependencies
 // The data dependencies of a compute op, independent of any placement: F(g, mb, i) needs F(g-1, mb, i) and
@@ -183,5 +199,12 @@ Schedule make_zb_h1(int p, const std::vector<MicroBatch>& mbs, int seq_len);
 Schedule make_zb_h2(int p, const std::vector<MicroBatch>& mbs, int seq_len);
 // ZB-V: two chunks per rank in the V style (rank r holds stages r and 2p-1-r), I and W split.
 Schedule make_zb_v(int p, const std::vector<MicroBatch>& mbs, int seq_len);
+
+// DualPipeV (core/ir/dual_pipe.cc): ZB-V's placement, the steady state as overlapped pairs (the forward of one chunk
+// with the backward of the other); m >= 2p.
+Schedule make_dualpipev(int p, const std::vector<MicroBatch>& mbs, int seq_len);
+// Megatron-Core's combined 1F1B (core/ir/combined_1f1b.cc): every forward followed on its rank by a backward (B or I)
+// of another (stage, micro-batch) becomes an overlapped pair with it: the steady state of 1F1B and interleaved 1F1B.
+Schedule pair_steady_state(Schedule s);
 
 }  // namespace pipescope

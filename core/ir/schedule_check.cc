@@ -51,13 +51,43 @@ void check_microbatches(const Schedule& s) {
   }
 }
 
+// An overlapped pair is a First followed by a Second on its rank, one forward and one backward (B or I) of other
+// (stage, micro-batch)s: a W has no communication to hide and a pair of one kind has nothing to overlap.
+void check_pairs(const Schedule& s, int r) {
+  const auto& ops = s.per_rank[r];
+  for (std::size_t i = 0; i < ops.size(); i++) {
+    const Op& op = ops[i];
+    switch (op.overlap) {
+      case Overlap::None:
+        continue;
+      case Overlap::First:
+        if (i + 1 == ops.size() || ops[i + 1].overlap != Overlap::Second)
+          fail_check(on_rank(op, r, i) + " opens an overlapped pair that the next op does not close", {op_text(op)});
+        break;
+      case Overlap::Second:
+        if (i == 0 || ops[i - 1].overlap != Overlap::First)
+          fail_check(on_rank(op, r, i) + " closes an overlapped pair that no op opens", {op_text(op)});
+        continue;
+    }
+    const Op& b = ops[i + 1];
+    const bool fb = (op.kind == OpKind::Forward) != (b.kind == OpKind::Forward);
+    const bool no_w = op.kind != OpKind::BackwardWeight && b.kind != OpKind::BackwardWeight;
+    if (!fb || !no_w)
+      fail_check("overlapped pair (" + op_text(op) + ";" + op_text(b) + ") on rank " + std::to_string(r) +
+                     ", position " + std::to_string(i) + ": a pair is one forward and one backward (B or I)",
+                 {op_text(op), op_text(b)});
+  }
+}
+
 }  // namespace
 
 bool valid_op(const Schedule& s, const Op& op) {
   if (op.chunk < 0 || op.chunk >= s.v || op.stage != s.stage_of(op.rank, op.chunk) || op.microbatch < 0 ||
       op.microbatch >= s.m || op.slice < 0 || op.slice >= s.slices(op.microbatch))
     return false;
-  return op == op_of(s, key_of(op));
+  Op bare = op;  // the grid's op carries no pairing
+  bare.overlap = Overlap::None;
+  return bare == op_of(s, key_of(op));
 }
 
 // A B of a (stage, micro-batch, slice) whose backward the schedule also splits into I and W.
@@ -95,6 +125,7 @@ void check_schedule(const Schedule& s) {
       rank_of[slot] = r;
       pos_of[slot] = static_cast<std::int32_t>(i);
     }
+    check_pairs(s, r);
   }
   for (std::size_t slot = 0; slot < index.size(); slot++)
     if (rank_of[slot] == kNone && index.expected(index.key(slot))) {
@@ -102,7 +133,8 @@ void check_schedule(const Schedule& s) {
       fail_check(op_text(op) + " is missing from rank " + std::to_string(op.rank), {op_text(op)});
     }
   // Per rank: backward after its forward, every stage-local dependency earlier. Across ranks: the
-  // compute-only order must be acyclic (program order + data dependencies).
+  // compute-only order must be acyclic (program order + data dependencies). The two ops of an overlapped pair start
+  // together: the second's dependencies are the pair's, met before the first starts, and it needs nothing of the first.
   const std::size_t n = offset[s.p];
   std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
   edges.reserve(2 * n);
@@ -110,6 +142,7 @@ void check_schedule(const Schedule& s) {
     for (std::size_t i = 0; i < s.per_rank[r].size(); i++) {
       const Op& op = s.per_rank[r][i];
       if (i > 0) edges.emplace_back(offset[r] + i - 1, offset[r] + i);
+      const std::size_t start = op.overlap == Overlap::Second ? i - 1 : i;  // where the op's pair starts
       if (is_backward(op.kind)) {
         const auto f = static_cast<std::size_t>(index.slot(OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice}));
         if (pos_of[f] > static_cast<std::int32_t>(i))
@@ -123,7 +156,11 @@ void check_schedule(const Schedule& s) {
         if (dr == r && pos_of[d] > static_cast<std::int32_t>(i))
           fail_check(on_rank(op, r, i) + " needs " + on_rank(dop, r, pos_of[d]) + ", which runs later on the same rank",
                      {op_text(op), op_text(dop)});
-        if (dr != r) edges.emplace_back(offset[dr] + pos_of[d], offset[r] + i);
+        if (dr == r && pos_of[d] == static_cast<std::int32_t>(start) && start != i)
+          fail_check(on_rank(op, r, i) + " needs " + on_rank(dop, r, pos_of[d]) +
+                         ", the op it is paired with: the two ops of an overlapped pair run together",
+                     {op_text(op), op_text(dop)});
+        if (dr != r) edges.emplace_back(offset[dr] + pos_of[d], offset[r] + start);
       }
     }
   }

@@ -25,6 +25,7 @@ struct Action {
   bool has_slice = false;
   int row = 0, column = 0;  // 0-based position in the file
   std::string text;         // as written (trimmed)
+  Overlap overlap = Overlap::None;  // a sub-action of an "(a;b)OVERLAP_F_B" cell
 };
 
 bool is_compute(ActionType t) {
@@ -67,6 +68,7 @@ class Reader {
 
  private:
   std::optional<Action> parse_cell(std::string s, int row, int column) const;
+  std::vector<Action> parse_cells(const std::string& s, int row, int column) const;
   const std::string& source_;
   const CsvScheduleShape& shape_;
 };
@@ -146,6 +148,34 @@ std::optional<Action> Reader::parse_cell(std::string s, int row, int column) con
   return a;
 }
 
+constexpr const char* kOverlapSuffix = ")OVERLAP_F_B";
+
+// A cell: no action (empty), one action, or PyTorch's overlapped pair "(a;b)OVERLAP_F_B" as two compute actions.
+std::vector<Action> Reader::parse_cells(const std::string& text, int row, int column) const {
+  std::string s = trim(text);
+  if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = trim(s.substr(1, s.size() - 2));
+  const std::string suffix = kOverlapSuffix;
+  if (s.empty() || s.front() != '(') {
+    auto a = parse_cell(s, row, column);
+    return a ? std::vector<Action>{*a} : std::vector<Action>{};
+  }
+  const std::size_t semi = s.find(';');
+  if (s.size() < suffix.size() || s.compare(s.size() - suffix.size(), suffix.size(), suffix) != 0 ||
+      semi == std::string::npos || s.find(';', semi + 1) != std::string::npos)
+    input_error(cell(row, column) + ": \"" + s +
+                "\": an overlapped pair is written (<action>;<action>)OVERLAP_F_B, e.g. (0F5;3B2)OVERLAP_F_B");
+  std::vector<Action> pair;
+  for (const std::string& part : {s.substr(1, semi - 1), s.substr(semi + 1, s.size() - suffix.size() - semi - 1)}) {
+    auto a = parse_cell(part, row, column);
+    if (!a || !is_compute(a->type))
+      input_error(cell(row, column) + ": \"" + s + "\": each half of an overlapped pair is one compute action (F, B, I)");
+    pair.push_back(*a);
+  }
+  pair[0].overlap = Overlap::First;
+  pair[1].overlap = Overlap::Second;
+  return pair;
+}
+
 std::vector<std::vector<Action>> Reader::parse(const std::string& text) const {
   std::vector<std::vector<Action>> rows;
   // A byte-order mark (spreadsheets write one) is not part of the first cell.
@@ -161,8 +191,8 @@ std::vector<std::vector<Action>> Reader::parse(const std::string& text) const {
     std::size_t b = 0;
     while (true) {
       const std::size_t e = line.find(',', b);
-      if (auto a = parse_cell(line.substr(b, e == std::string::npos ? std::string::npos : e - b), row, column))
-        actions.push_back(*a);
+      for (Action& a : parse_cells(line.substr(b, e == std::string::npos ? std::string::npos : e - b), row, column))
+        actions.push_back(std::move(a));
       column++;
       if (e == std::string::npos) break;
       b = e + 1;
@@ -268,7 +298,8 @@ Schedule Reader::build(const std::vector<std::vector<Action>>& rows) const {
       const auto kind = kind_of(a.type);
       if (!kind) continue;
       count[{a.stage, a.type}]++;
-      const Op op = make_op(s, *kind, r, s.chunk_of_stage(a.stage), a.microbatch, a.slice);
+      Op op = make_op(s, *kind, r, s.chunk_of_stage(a.stage), a.microbatch, a.slice);
+      op.overlap = a.overlap;
       const auto [it, fresh] = at.emplace(key_of(op), &a);
       if (!fresh) reject("\"" + a.text + "\" appears twice: " + cell(*it->second) + " and " + cell(a), {op_text(op)});
       s.per_rank[r].push_back(op);
@@ -506,9 +537,18 @@ std::string schedule_to_csv(const Schedule& s) {
   for (const auto& ops : s.per_rank) {
     bool first = true;
     for (const Op& op : ops) {
-      if (!first) out += ',';
+      switch (op.overlap) {
+        case Overlap::None:
+          out += (first ? "" : ",") + action_text(s, key_of(op));
+          break;
+        case Overlap::First:
+          out += (first ? "(" : ",(") + action_text(s, key_of(op));
+          break;
+        case Overlap::Second:
+          out += ";" + action_text(s, key_of(op)) + kOverlapSuffix;
+          break;
+      }
       first = false;
-      out += action_text(s, key_of(op));
     }
     out += '\n';
   }

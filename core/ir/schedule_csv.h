@@ -6,13 +6,16 @@
 // SEND_F / RECV_F / SEND_B / RECV_B (SEND_F of stage s goes to RECV_F of stage s+1, SEND_B of stage s to RECV_B
 // of stage s-1; none between two stages on the same rank). Numbers are 0-based.
 //
+// An overlapped pair (DualPipeV, core/ir/schedule.h Overlap) is one cell, as PyTorch writes it: "(a;b)OVERLAP_F_B",
+// e.g. (0F5;3B2)OVERLAP_F_B, a forward and a backward of the rank run together.
+//
 // Extension for token / sequence slices (TeraPipe, Seq1F1B): `@<slice>` after the micro-batch, e.g. `0F3@1` is
 // the forward of slice 1 of micro-batch 3 on stage 0. Written for every op of a micro-batch cut into more than
 // one slice; without it an action means slice 0 and its micro-batch must be whole.
 //
 // Loading checks what PyTorch's validation checks and what a run needs, naming the rank and the cell
 // (row = rank + 1, column = position in the row, both 1-based):
-//   - malformed cells, unsupported actions (UNSHARD, RESHARD, REDUCE_GRAD, OVERLAP_F_B), a row count other than
+//   - malformed cells, unsupported actions (UNSHARD, RESHARD, REDUCE_GRAD), a row count other than
 //     pp, stages or micro-batches outside the scenario: std::invalid_argument (input error, exit 1);
 //   - a stage on two ranks, a stage placement other than the IR's (loop: stage g on rank g % pp; V: rank r holds
 //     stages r and 2 pp - 1 - r), a duplicated or

@@ -51,11 +51,18 @@ constexpr bool is_collective(LOpKind k) {
 // not wait for (blocking sends and awaited collectives add edges of their own in build_graph); (b) a Recv also waits
 // for its message's transfer (the Send's node); (c) a collective call is one node shared by the members of its
 // group, each member's previous op a predecessor.
-constexpr bool holds_worker(LOpKind k, bool async) { return k != LOpKind::Send && !(async && is_collective(k)); }
-// (a): the node of the worker's previous op once op `l` (node `node`) is in its program, `prev` before it.
+constexpr bool holds_worker(LOpKind k, bool posted) { return k != LOpKind::Send && !(posted && is_collective(k)); }
+// (a): the node of the worker's previous op once op `l` (node `node`) is in its program, `prev` before it. An
+// overlapped pair's collective is posted too.
 template <class Node>
 Node prev_after(const LoweredOp& l, Node prev, Node node) {
-  return holds_worker(l.kind, l.async) ? node : prev;
+  return holds_worker(l.kind, l.async || l.overlap) ? node : prev;
+}
+// An overlapped pair's collectives (core/lower/overlap.h): posted when the pair starts, one after another on the
+// worker's communication stream, awaited by every op after the pair's compute that is not one of them.
+constexpr bool overlapped_call(const LoweredOp& l) { return l.overlap && is_collective(l.kind); }
+constexpr bool pair_compute(const LoweredOp& l, Overlap which) {
+  return l.kind == LOpKind::Compute && l.op.overlap == which;
 }
 // (b)
 constexpr bool waits_for_transfer(LOpKind k) { return k == LOpKind::Recv; }
@@ -101,7 +108,7 @@ struct Scratch {
   std::vector<std::vector<std::vector<std::int32_t>>> calls;  // calls[g][slot][n]: member slot's n-th call on group g
   std::vector<Edge> edges, shared;
   std::vector<std::size_t> posted;
-  std::vector<std::uint32_t> posted_sends, fill;
+  std::vector<std::uint32_t> posted_sends, fill, pair_calls;
 };
 
 // build_dag's checks of `ls` against the placement, and its matching of sends with receives and of collective calls
@@ -164,11 +171,28 @@ void build_graph(const LoweredSchedule& ls, Dag& dag, Scratch& sc, Sink& sink) {
     std::int64_t prev = -1;
     std::vector<std::size_t>& posted = sc.posted;  // async collectives not awaited yet (core/lower/lowering.h)
     posted.clear();
+    std::vector<std::uint32_t>& pair_calls = sc.pair_calls;  // the current overlapped pair's collectives
+    pair_calls.clear();
+    std::int64_t pair_start = -1;  // the op the current pair starts after
     auto link = [&](std::uint32_t from, std::uint32_t to) {
       (from >= first_coll && to >= first_coll ? shared : edges).emplace_back(from, to);
     };
     for (std::size_t i = 0; i < prog.size(); i++) {
       const auto node = static_cast<std::uint32_t>(nodes[i]);
+      if (pair_compute(prog[i], Overlap::First)) pair_start = prev;
+      if (overlapped_call(prog[i])) {
+        // On the pair's communication stream: after the pair's start and the pair's previous call.
+        if (!pair_calls.empty())
+          link(pair_calls.back(), node);
+        else if (pair_start >= 0)
+          link(static_cast<std::uint32_t>(pair_start), node);
+        pair_calls.push_back(node);
+        continue;  // posted: prev stays
+      }
+      if (!pair_calls.empty() && !pair_compute(prog[i], Overlap::Second)) {
+        for (std::uint32_t c : pair_calls) link(c, node);
+        if (prog[i].kind != LOpKind::Send) pair_calls.clear();  // every send after the pair waits too
+      }
       if (prev >= 0) link(static_cast<std::uint32_t>(prev), node);
       if (prog[i].async && is_collective(prog[i].kind)) {
         // One communication stream per group: a bucket without a lead (posted all at once: the parameter

@@ -70,6 +70,7 @@ std::string lowered_text(const LoweredOp& op) {
         t += " " + op_text(op.op);
       // Overlapped buckets name the op whose weight gradients (or forward's parameters) they carry.
       if (op.async) t += " async " + op_text(op.op);
+      if (op.overlap) t += " overlapped";  // beside its pair's compute (core/lower/overlap.h)
       return t + "]";
     }
     case LOpKind::Optimizer:
@@ -98,7 +99,8 @@ bool replica_programs_equal(const LoweredSchedule& ls, int d) {
       const LoweredOp& x = a[i];
       const LoweredOp& y = b[i];
       const std::int32_t peer = x.peer < 0 ? x.peer : x.peer + d * p;
-      if (x.kind != y.kind || x.tag != y.tag || !(x.op == y.op) || y.peer != peer || x.count != y.count ||
+      if (x.kind != y.kind || x.tag != y.tag || x.overlap != y.overlap || !(x.op == y.op) || y.peer != peer ||
+          x.count != y.count ||
           x.seconds != y.seconds || x.bytes != y.bytes)
         return false;
     }

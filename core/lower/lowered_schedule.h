@@ -57,6 +57,9 @@ struct LoweredOp {
   LOpKind kind = LOpKind::Compute;
   CollTag tag = CollTag::None;
   bool async = false;       // collectives only: posted, not waited for by the next op (see the semantics above)
+  // Collectives only: one of an overlapped pair's per-op collectives, run on the worker's communication stream while
+  // the pair computes (core/lower/overlap.h; the semantics in core/lower/lowering.h).
+  bool overlap = false;
   Op op;                    // compute op (Compute) or producer op (Send/Recv/TP collective)
   std::int32_t peer = -1;   // peer worker (Send/Recv)
   std::int32_t group = -1;  // collective group index (AllReduce/AllGather)

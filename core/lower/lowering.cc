@@ -230,8 +230,11 @@ std::vector<std::vector<Insert>> p2p_inserts(const LoweredSchedule& in, const Co
           const auto at = static_cast<std::uint32_t>(at_index[slot]);
           const Op& producer = in.per_worker[pw][at].op;
           const double bytes = ask_op(cost, producer, seqs_of(s, producer), kAskP2p).p2p_bytes;
-          ins[pw].push_back(Insert{at, msgs, w, at, bytes, true});
-          ins[w].push_back(Insert{static_cast<std::uint32_t>(i), msgs++, pw, at, bytes, false});
+          // An overlapped pair receives everything before its first op and sends after its second.
+          const std::uint32_t send_at = at + (producer.overlap == Overlap::First ? 1 : 0);
+          const auto recv_at = static_cast<std::uint32_t>(i - (prog[i].op.overlap == Overlap::Second ? 1 : 0));
+          ins[pw].push_back(Insert{send_at, msgs, w, at, bytes, true});
+          ins[w].push_back(Insert{recv_at, msgs++, pw, at, bytes, false});
         }
       }
     }

@@ -22,6 +22,11 @@
 //   the ops after it do not wait for it. It is awaited by the worker's next Optimizer op, or, for a ParamGather,
 //   by the worker's first later Compute op of the virtual stage in its `op` field. An async collective without a
 //   lead also waits for the previous async collective of its group (one communication stream per group).
+// - An overlapped pair (two Compute ops marked First and Second, core/ir/schedule.h Overlap) receives all it needs
+//   before its first op and sends after its second. Its two compute ops run back to back; its per-op collectives
+//   (LoweredOp::overlap, core/lower/overlap.h) are posted when the pair starts (when the op before its first compute
+//   op completes) and run one after another on the worker's communication stream, so that one op's communication
+//   runs during the other's compute; every op after the pair's compute ops (Sends included) waits for them.
 
 #include <vector>
 

@@ -8,10 +8,10 @@ bool same_figures(const DeviceSpec& a, const DeviceSpec& b) {
   auto figures = [](const DeviceSpec& d) {
     return std::tie(d.peak_flops_fp16, d.peak_flops_bf16, d.peak_flops_fp32, d.peak_flops_fp64, d.peak_flops_fp8,
                     d.memory_bytes, d.hbm_bw_Bps, d.gemm_efficiency, d.gemm_half_sat_flops, d.kernel_launch_s,
-                    d.memory_efficiency, d.sm_count, d.gemm_epilogue_hidden, d.flash_fwd_efficiency,
+                    d.memory_efficiency, d.sm_count, d.comm_sm_count, d.gemm_epilogue_hidden, d.flash_fwd_efficiency,
                     d.flash_bwd_efficiency);
   };
-  static_assert(sizeof(DeviceSpec) == sizeof(std::string) + 13 * sizeof(double) + 2 * sizeof(int),
+  static_assert(sizeof(DeviceSpec) == sizeof(std::string) + 13 * sizeof(double) + 4 * sizeof(int),
                 "a DeviceSpec field is missing from same_figures");
   return figures(a) == figures(b);
 }

@@ -105,6 +105,9 @@ struct DeviceSpec {
   double kernel_launch_s = 0.0;      // per-kernel launch / fixed overhead
   double memory_efficiency = 0.0;    // share of HBM bandwidth reached by bandwidth-bound kernels
   int sm_count = 0;                  // streaming multiprocessors (GEMM wave quantisation); 0 = unknown: none
+  // Of those, the ones communication kernels hold while they run beside compute (an overlapped pair's all-to-all,
+  // core/lower/overlap.h): the pair's compute runs on the rest. 0 = no measured figure: no slowdown.
+  int comm_sm_count = 0;
   // Hopper's persistent GEMM kernels write a tile while the next one computes; Volta's and Ampere's finish a wave's
   // writes before the next wave starts (core/cost/gemm_model.h). Used with sm_count only.
   bool gemm_epilogue_hidden = false;
@@ -192,6 +195,7 @@ enum class ScheduleKind : std::uint8_t {
   ZeroBubbleH1,
   ZeroBubbleH2,
   ZeroBubbleV,
+  DualPipeV,
   File,  // read from schedule.file (core/ir/schedule_csv.h)
 };
 
@@ -219,6 +223,10 @@ struct ScheduleSpec {
     return recompute == Recompute::Full || (recompute == Recompute::Selective && (recompute_modules & module_bit(m)));
   }
   bool scatter_gather = true;  // Megatron scatter/gather of cross-node p2p (tp > 1)
+  // Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): the steady state's forward-backward steps run
+  // as overlapped pairs, one micro-batch's all-to-all (and tensor-parallel communication) beside the other's compute
+  // (core/ir/combined_1f1b.cc, core/lower/overlap.h). Schedules whose registry traits allow it.
+  bool overlap_moe_a2a = false;
   // kind file: the CSV (PyTorch pipelining's format), relative paths resolved against the scenario's directory
   // when it is loaded, and where the file puts the virtual stages (read from the file then).
   std::string file;

@@ -100,7 +100,7 @@ const std::map<std::string, std::string> kUnsupported = {
     {"--recompute-method", "partial recomputation (recompute is all layers or none)"},
     {"--recompute-num-layers", "partial recomputation"},
     {"--mtp-num-layers", "multi-token prediction layers"},
-    {"--overlap-moe-expert-parallel-comm", "the all-to-all overlapped in the schedule"}};
+    {"--delay-wgrad-compute", "the weight gradients delayed inside a combined 1F1B pair (a pair computes as one stream)"}};
 
 // --recompute-modules (Megatron-Core: selective recomputation only; core_attn when not given) as
 // schedule.recompute_modules.
@@ -442,6 +442,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
                                                    "--use-distributed-optimizer",
                                                    "--overlap-grad-reduce",
                                                    "--overlap-param-gather",
+                                                   "--overlap-moe-expert-parallel-comm",
                                                    "--accumulate-allreduce-grads-in-fp32",
                                                    "--moe-enable-deepep",
                                                    "--moe-router-force-load-balancing",
@@ -611,7 +612,8 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   y << "}\n";
   y << "schedule: {kind: " << to_string(v > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB)
     << ", recompute: " << recompute << modules
-    << ", scatter_gather: " << (values.count("--no-scatter-gather-tensors-in-pipeline") ? "false" : "true") << "}\n";
+    << ", scatter_gather: " << (values.count("--no-scatter-gather-tensors-in-pipeline") ? "false" : "true")
+    << (values.count("--overlap-moe-expert-parallel-comm") ? ", overlap_moe_a2a: true" : "") << "}\n";
   // Context parallelism and multi-head latent attention run Transformer Engine's fused attention, whatever
   // --use-flash-attn says.
   const bool flash = values.count("--use-flash-attn") || cp > 1 || values.count("--multi-latent-attention");

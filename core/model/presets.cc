@@ -158,10 +158,13 @@ DeviceSpec device(const char* name, double fp16_tflops, double bf16_tflops, doub
 }
 
 // Hopper: FP8 tensor cores (E4M3 / E5M2, dense, no sparsity) at twice the bf16 rate, which Volta and Ampere lack;
-// cuBLAS's Hopper GEMMs are persistent warp-specialised kernels (core/cost/gemm_model.h).
+// cuBLAS's Hopper GEMMs are persistent warp-specialised kernels (core/cost/gemm_model.h). Communication beside
+// compute holds 20 of the 132 SMs: DeepSeek-V3's report (section 3.2.2, 20 SMs saturate InfiniBand and NVLink in
+// DualPipe's overlap) and DeepEP's default for its dispatch and combine kernels (Buffer.num_sms = 20).
 DeviceSpec hopper(DeviceSpec d, double fp8_tflops) {
   d.peak_flops_fp8 = fp8_tflops * kTflops;
   d.gemm_epilogue_hidden = true;
+  d.comm_sm_count = 20;
   return d;
 }
 

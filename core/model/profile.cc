@@ -269,7 +269,7 @@ DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
   const Map m(src, n, "device",
               {"name", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64", "memory_GB",
                "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop", "kernel_launch_us", "memory_efficiency",
-               "sm_count", "gemm_epilogue_hidden", "flash_fwd_efficiency", "flash_bwd_efficiency"});
+               "sm_count", "comm_sm_count", "gemm_epilogue_hidden", "flash_fwd_efficiency", "flash_bwd_efficiency"});
   DeviceSpec d;
   d.name = m.str("name");
   d.peak_flops_fp16 = m.num("peak_tflops_fp16", true) * kTflops;
@@ -286,6 +286,9 @@ DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
   if (d.memory_efficiency > 1)
     fail_profile_key(src, m.node("memory_efficiency"), "device.memory_efficiency", "must be <= 1");
   d.sm_count = m.integer("sm_count", 0, 0);  // GEMM wave quantisation (core/cost/gemm_model.h); 0 = none
+  d.comm_sm_count = m.integer("comm_sm_count", 0, 0);  // held by overlapped communication; 0 = none
+  if (d.comm_sm_count > 0 && d.comm_sm_count >= d.sm_count)
+    fail_profile_key(src, m.node("comm_sm_count"), "device.comm_sm_count", "must be below device.sm_count");
   d.gemm_epilogue_hidden = m.boolean("gemm_epilogue_hidden", false);
   for (auto [key, field] : {std::pair{"flash_fwd_efficiency", &d.flash_fwd_efficiency},
                             std::pair{"flash_bwd_efficiency", &d.flash_bwd_efficiency}}) {
@@ -623,6 +626,7 @@ void write_profile(const DeviceProfile& p, std::ostream& os) {
   os << "  kernel_launch_us: " << us(d.kernel_launch_s) << "\n";
   os << "  memory_efficiency: " << yaml_num(d.memory_efficiency) << "\n";
   if (d.sm_count > 0) os << "  sm_count: " << d.sm_count << "\n";
+  if (d.comm_sm_count > 0) os << "  comm_sm_count: " << d.comm_sm_count << "\n";
   if (d.gemm_epilogue_hidden) os << "  gemm_epilogue_hidden: true\n";
   if (d.flash_fwd_efficiency > 0) os << "  flash_fwd_efficiency: " << yaml_num(d.flash_fwd_efficiency) << "\n";
   if (d.flash_bwd_efficiency > 0) os << "  flash_bwd_efficiency: " << yaml_num(d.flash_bwd_efficiency) << "\n";

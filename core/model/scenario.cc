@@ -553,7 +553,7 @@ DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_
   const Section d =
       c.sub("device", {"preset", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tflops_fp32", "peak_tflops_fp64",
                        "peak_tflops_fp8", "memory_GB", "hbm_bw_GBps", "gemm_efficiency", "gemm_half_sat_gflop",
-                       "kernel_launch_us", "memory_efficiency", "sm_count", "gemm_epilogue_hidden",
+                       "kernel_launch_us", "memory_efficiency", "sm_count", "comm_sm_count", "gemm_epilogue_hidden",
                        "flash_fwd_efficiency", "flash_bwd_efficiency"});
   if (!d.present() && !cluster_from_preset) c.missing("device", "required when cluster.preset is not given");
   DeviceSpec dev = base.device;
@@ -580,6 +580,10 @@ DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_
   d.get("kernel_launch_us", Num::NonNegative, kUs, dev.kernel_launch_s);
   d.get("memory_efficiency", Num::Fraction, 1.0, dev.memory_efficiency);
   d.get("sm_count", dev.sm_count);  // GEMM wave quantisation (core/cost/gemm_model.h); absent: none
+  d.get_count("comm_sm_count", dev.comm_sm_count);  // held by overlapped communication (core/lower/overlap.h)
+  if (dev.comm_sm_count > 0 && dev.comm_sm_count >= dev.sm_count)
+    d.fail("comm_sm_count", "must be below sm_count (" + std::to_string(dev.sm_count) +
+                                "): the SMs communication holds are a part of the device's");
   d.get("gemm_epilogue_hidden", dev.gemm_epilogue_hidden);                      // persistent GEMM kernels (Hopper)
   d.get("flash_fwd_efficiency", Num::Fraction, 1.0, dev.flash_fwd_efficiency);  // fused attention; 0 = gemm share
   d.get("flash_bwd_efficiency", Num::Fraction, 1.0, dev.flash_bwd_efficiency);
@@ -1138,6 +1142,18 @@ void Validator::run() const {
          std::string("schedule ") + kind +
              " needs the micro-batch count m = global_batch / (micro_batch_size * dp) = " + std::to_string(mb) +
              " to be a multiple of pp = " + std::to_string(p.pp));
+  if (entry.traits.min_m_per_rank > 0 && mb < entry.traits.min_m_per_rank * p.pp)
+    fail({"parallel.global_batch", "parallel.pp", "schedule.kind"},
+         std::string("schedule ") + kind + " needs at least " + std::to_string(entry.traits.min_m_per_rank) +
+             " micro-batches per pipeline rank: m = global_batch / (micro_batch_size * dp) = " + std::to_string(mb) +
+             " < " + std::to_string(entry.traits.min_m_per_rank) + " * pp = " +
+             std::to_string(entry.traits.min_m_per_rank * p.pp));
+  if (sch.overlap_moe_a2a && !entry.traits.combined_1f1b)
+    fail({"schedule.overlap_moe_a2a", "schedule.kind"},
+         std::string("overlap_moe_a2a runs the steady state of ") +
+             schedule_names_if([](const ScheduleTraits& t) { return t.combined_1f1b; }) +
+             " as overlapped forward-backward pairs (Megatron's combined 1F1B); schedule " + kind +
+             (entry.traits.overlapped ? " pairs its own ops already" : " has no such steady state"));
   if (sch.seq_slices > m.seq_len)
     fail({"schedule.seq_slices", "model.seq_len"},
          "seq_slices = " + std::to_string(sch.seq_slices) + " exceeds seq_len = " + std::to_string(m.seq_len));
@@ -1376,7 +1392,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   par.get("etp", s.parallel.etp);
 
   const Section sch = root.sub("schedule", {"kind", "seq_slices", "slice_tokens", "slicing", "recompute",
-                                            "recompute_modules", "scatter_gather", "file"});
+                                            "recompute_modules", "scatter_gather", "overlap_moe_a2a", "file"});
   sch.get_enum("kind", schedule_kinds(), s.schedule.kind);
   const bool slices_given = sch.get("seq_slices", s.schedule.seq_slices);
   sch.get("slice_tokens", s.schedule.slice_tokens);
@@ -1406,6 +1422,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
     for (RecomputeModule x : mods) s.schedule.recompute_modules |= module_bit(x);
   }
   sch.get("scatter_gather", s.schedule.scatter_gather);
+  sch.get("overlap_moe_a2a", s.schedule.overlap_moe_a2a);
   if (sch.get("file", s.schedule.file) && !s.schedule.file.empty()) {
     // Relative to the scenario file, like sim.profile; the stage placement is read now (core/ir/schedule_csv.h).
     std::string& path = s.schedule.file;

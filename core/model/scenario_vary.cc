@@ -169,6 +169,7 @@ Scenario with_schedule(const Scenario& base, ScheduleKind kind) {
   s.parallel.v = e.traits.fit_v(base.parallel.v);
   if (!e.traits.sliced()) drop_slicing(s.schedule);
   if (!e.traits.from_file) s.schedule.file.clear(), s.schedule.file_style = ScheduleSpec{}.file_style;
+  if (!e.traits.combined_1f1b) s.schedule.overlap_moe_a2a = false;  // pairs: the kind's own, or none
   return s;
 }
 

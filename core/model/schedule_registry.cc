@@ -1,6 +1,7 @@
 // The schedule registry (core/model/schedule_registry.h): one row per schedule.
 #include "core/model/schedule_registry.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "core/model/seq1f1b.h"
@@ -27,6 +28,9 @@ Schedule gen_seq1f1b_i(int p, int v, const std::vector<MicroBatch>& mbs, int seq
 Schedule gen_zb_h1(int p, int, const std::vector<MicroBatch>& mbs, int seq_len) { return make_zb_h1(p, mbs, seq_len); }
 Schedule gen_zb_h2(int p, int, const std::vector<MicroBatch>& mbs, int seq_len) { return make_zb_h2(p, mbs, seq_len); }
 Schedule gen_zb_v(int p, int, const std::vector<MicroBatch>& mbs, int seq_len) { return make_zb_v(p, mbs, seq_len); }
+Schedule gen_dualpipev(int p, int, const std::vector<MicroBatch>& mbs, int seq_len) {
+  return make_dualpipev(p, mbs, seq_len);
+}
 Schedule gen_file(int, int, const std::vector<MicroBatch>&, int) {
   throw std::invalid_argument("schedule kind file is read from schedule.file (make_schedule), not generated");
 }
@@ -43,6 +47,18 @@ ScheduleTraits traits(bool interleaved, SlicePlan slicing, bool split = false, b
   return t;
 }
 
+ScheduleTraits combined(ScheduleTraits t) {
+  t.combined_1f1b = true;
+  return t;
+}
+
+ScheduleTraits dual_v() {
+  ScheduleTraits t = traits(true, SlicePlan::Whole, true, false, 2, StageStyle::V);
+  t.overlapped = true;
+  t.min_m_per_rank = 2;
+  return t;
+}
+
 ScheduleTraits file_traits() {
   ScheduleTraits t = traits(false, SlicePlan::TeraPipe);  // uniform or explicit slices, written as @slice
   t.from_file = true;
@@ -55,9 +71,9 @@ const std::vector<ScheduleEntry>& schedule_registry() {
   static const std::vector<ScheduleEntry> rows = {
       {ScheduleKind::GPipe, "gpipe", traits(false, SlicePlan::Whole), gen_gpipe,
        "GPipe: all forwards, then all backwards"},
-      {ScheduleKind::OneFOneB, "1f1b", traits(false, SlicePlan::Whole), gen_1f1b,
+      {ScheduleKind::OneFOneB, "1f1b", combined(traits(false, SlicePlan::Whole)), gen_1f1b,
        "1F1B / PipeDream-Flush: warm-up of p-r-1 forwards, then one forward, one backward"},
-      {ScheduleKind::Interleaved, "interleaved", traits(true, SlicePlan::Whole, false, true), gen_interleaved,
+      {ScheduleKind::Interleaved, "interleaved", combined(traits(true, SlicePlan::Whole, false, true)), gen_interleaved,
        "Megatron interleaved 1F1B: v model chunks per rank (m % pp == 0)"},
       {ScheduleKind::TeraPipe, "terapipe", traits(false, SlicePlan::TeraPipe), gen_gpipe,
        "TeraPipe: GPipe over token slices (uniform, explicit or planned: slicing dp)"},
@@ -71,6 +87,8 @@ const std::vector<ScheduleEntry>& schedule_registry() {
        "ZB-H2 (zero bubble): longer warm-up (up to 2p-1 micro-batches in flight), W filling every bubble"},
       {ScheduleKind::ZeroBubbleV, "zb-v", traits(true, SlicePlan::Whole, true, false, 2, StageStyle::V), gen_zb_v,
        "ZB-V (zero bubble): 2 chunks per rank in a V (rank r holds stages r and 2p-1-r), I and W split"},
+      {ScheduleKind::DualPipeV, "dualpipev", dual_v(), gen_dualpipev,
+       "DualPipeV: ZB-V's V placement, the steady state as overlapped forward-backward pairs of two chunks (m >= 2pp)"},
       {ScheduleKind::File, "file", file_traits(), gen_file,
        "a schedule file (schedule.file) in PyTorch pipelining's CSV format: one row per rank, e.g. 0F0,0F1,,0B0"},
   };
@@ -100,8 +118,10 @@ std::size_t row_of(ScheduleKind k) {
       return 7;
     case ScheduleKind::ZeroBubbleV:
       return 8;
-    case ScheduleKind::File:
+    case ScheduleKind::DualPipeV:
       return 9;
+    case ScheduleKind::File:
+      return 10;
   }
   return schedule_registry().size();
 }
@@ -148,26 +168,39 @@ StageStyle scenario_stage_style(const Scenario& s) {
   return t.from_file ? s.schedule.file_style : t.style;
 }
 
-std::string schedule_list_text() {
-  std::string out;
-  for (const ScheduleEntry& e : schedule_registry()) {
-    const ScheduleTraits& t = e.traits;
-    std::string traits = t.fixed_v > 0 ? "v=" + std::to_string(t.fixed_v) : t.interleaved ? "v>1" : "v=1";
-    if (t.sliced()) traits += ",sliced";
-    if (t.split_backward) traits += ",split-backward";
-    if (t.m_multiple_of_p) traits += ",m%pp==0";
-    switch (t.style) {
-      case StageStyle::Loop:
-        break;
-      case StageStyle::V:
-        traits += ",v-shape";
-        break;
-    }
-    auto padded = [](std::string s, std::size_t width) {
-      return s.size() < width ? s.append(width - s.size(), ' ') : s;
-    };
-    out += padded(e.name, 12) + " " + padded(traits, 32) + " " + e.help + "\n";
+namespace {
+
+std::string traits_text(const ScheduleTraits& t) {
+  std::string traits = t.fixed_v > 0 ? "v=" + std::to_string(t.fixed_v) : t.interleaved ? "v>1" : "v=1";
+  if (t.sliced()) traits += ",sliced";
+  if (t.split_backward) traits += ",split-backward";
+  if (t.m_multiple_of_p) traits += ",m%pp==0";
+  if (t.min_m_per_rank > 0) traits += ",m>=" + std::to_string(t.min_m_per_rank) + "pp";
+  if (t.overlapped) traits += ",overlapped";
+  if (t.combined_1f1b) traits += ",combined-1f1b";
+  switch (t.style) {
+    case StageStyle::Loop:
+      break;
+    case StageStyle::V:
+      traits += ",v-shape";
+      break;
   }
+  return traits;
+}
+
+}  // namespace
+
+std::string schedule_list_text() {
+  // Columns as wide as their longest entry.
+  std::size_t name_w = 0, traits_w = 0;
+  for (const ScheduleEntry& e : schedule_registry()) {
+    name_w = std::max(name_w, std::string(e.name).size());
+    traits_w = std::max(traits_w, traits_text(e.traits).size());
+  }
+  auto padded = [](std::string s, std::size_t width) { return s.append(width - s.size(), ' '); };
+  std::string out;
+  for (const ScheduleEntry& e : schedule_registry())
+    out += padded(e.name, name_w + 1) + " " + padded(traits_text(e.traits), traits_w + 1) + " " + e.help + "\n";
   return out;
 }
 

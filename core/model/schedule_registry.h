@@ -32,6 +32,12 @@ struct ScheduleTraits {
   // Read from schedule.file (kind file), not generated: v, the stage placement and the backward form are the
   // file's (make_schedule reads it; `generate` only throws).
   bool from_file = false;
+  // The steady state's forward-backward steps can run as Megatron's combined 1F1B (schedule.overlap_moe_a2a).
+  bool combined_1f1b = false;
+  // The generator makes overlapped pairs itself (DualPipeV).
+  bool overlapped = false;
+  // The generator needs m >= min_m_per_rank * pp micro-batches (0: no such bound).
+  int min_m_per_rank = 0;
   bool sliced() const { return slicing != SlicePlan::Whole; }
   // The chunks per rank a scenario gets when it switches to this schedule from one with `v` chunks.
   int fit_v(int v) const { return from_file ? v : fixed_v > 0 ? fixed_v : interleaved ? std::max(v, 2) : 1; }

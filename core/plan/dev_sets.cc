@@ -409,10 +409,8 @@ DevRow moe_row(const CsvRecord& r, const DevSet& set) {
     d.skipped = "fully sharded data parallelism (fsdp): not in the scenario schema";
     return d;
   }
-  if (r.text("a2a_overlap").rfind("yes", 0) == 0) {
-    d.skipped = "the all-to-all overlapped in the schedule (combined 1F1B): no overlapped schedules yet";
-    return d;
-  }
+  // "yes (combined 1F1B)": Megatron-Core's --overlap-moe-expert-parallel-comm (schedule.overlap_moe_a2a).
+  const bool a2a_overlap = r.text("a2a_overlap").rfind("yes", 0) == 0;
   const int stages = run.pp * run.vp;
   if (stages > m->layers + 2) {
     d.skipped = std::to_string(stages) + " virtual stages for " + std::to_string(m->layers) +
@@ -432,7 +430,8 @@ DevRow moe_row(const CsvRecord& r, const DevSet& set) {
       ", micro_batch_size: " + std::to_string(run.mbs) + ", global_batch: " + std::to_string(run.global_batch) +
       ", sequence_parallel: " + (run.tp > 1 ? "true" : "false") +
       (split.empty() ? std::string() : ", stage_layers: [" + join_ints(split) + "]") + "}\n" +
-      "schedule: {kind: " + (run.vp > 1 ? "interleaved" : "1f1b") + ", recompute: " + moe_recompute(r) + "}\n" +
+      "schedule: {kind: " + (run.vp > 1 ? "interleaved" : "1f1b") + ", recompute: " + moe_recompute(r) +
+      (a2a_overlap ? ", overlap_moe_a2a: true" : "") + "}\n" +
       "training: {dtype: " + r.text("precision") +
       ", grad_fp32: true, flash_attention: true, distributed_optimizer: "
       "true, overlap_grad_reduce: true, overlap_param_gather: true, dropout: false, moe_dispatcher: " +

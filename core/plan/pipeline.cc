@@ -6,6 +6,7 @@
 #include "core/cost/expert_parallel.h"
 #include "core/ir/schedule_csv.h"
 #include "core/lower/megatron_p2p.h"
+#include "core/lower/overlap.h"
 #include "core/model/schedule_registry.h"
 #include "core/model/seq1f1b.h"
 #include "core/plan/terapipe_planner.h"
@@ -50,7 +51,7 @@ Schedule make_schedule(const Scenario& s) {
   try {
     Schedule out = entry.generate(par.pp, par.v, mbs, s.model.seq_len);
     out.name = entry.name;  // the scenario's kind, also where one generator serves two (gpipe / terapipe)
-    return out;
+    return sch.overlap_moe_a2a ? pair_steady_state(std::move(out)) : out;
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(s.source + ": schedule: " + e.what());
   }
@@ -60,7 +61,10 @@ LoweredSchedule lower_scenario(const Scenario& s, const Schedule& sch, const Cos
   LoweredSchedule ls =
       lower(sch, s.parallel.dp, s.parallel.tp, cost, uses_scatter_gather(s), grad_sync_options(s.training));
   // Context-parallel K/V rings (no-op at cp = 1), then the MoE all-to-alls and expert gradients (dense: no-op).
-  return with_p2p_mode(add_expert_parallel(add_cp_exchange(ls, s), s, cost), s);
+  // Overlapped pairs last: their per-op collectives are all in place (core/lower/overlap.h).
+  const DeviceSpec& d = s.cluster.device;
+  return overlap_pairs(with_p2p_mode(add_expert_parallel(add_cp_exchange(ls, s), s, cost), s),
+                       overlap_compute_factor(d.sm_count, d.comm_sm_count));
 }
 
 Placement scenario_placement(const Scenario& s) {

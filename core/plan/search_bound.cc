@@ -30,9 +30,10 @@ class StageCoster {
  public:
   StageCoster(const Scenario& s, const CostModel& cost)
       : s_(s), cost_(cost), placement_(scenario_placement(s)), timing_(s, placement_, tp_groups(s)) {}
-  // An op's compute seconds and its TP all-reduces (worker: the op's rank).
+  // An op's compute seconds and its TP all-reduces (worker: the op's rank); compute alone where overlapped pairs may
+  // hide the all-reduces (core/lower/overlap.h: a pair's compute is only stretched, so this stays a lower bound).
   double operator()(const Op& op) {
-    const bool tp = s_.parallel.tp > 1;
+    const bool tp = s_.parallel.tp > 1 && !pairs_;
     const OpAnswers a = ask_op(cost_, op, s_.parallel.micro_batch_size, tp ? kAskCompute | kAskTp : kAskCompute);
     if (a.tp_calls <= 0) return a.compute_s;
     DagNode n;
@@ -51,6 +52,7 @@ class StageCoster {
   }
   const Scenario& s_;
   const CostModel& cost_;
+  const bool pairs_ = schedule_entry(s_.schedule.kind).traits.overlapped || s_.schedule.overlap_moe_a2a;
   const Placement placement_;
   ReplicaTiming timing_;
 };

@@ -48,6 +48,7 @@ constexpr KeyRange kRanges[] = {
     {"cluster.device.kernel_launch_us", 0, 1e5, false},
     {"cluster.device.memory_efficiency", 1e-3, 1, false},
     {"cluster.device.sm_count", 1, 10000, false},
+    {"cluster.device.comm_sm_count", 0, 10000, false},
     {"cluster.intra_node.nvlink_bw_GBps", 1e-2, 1e5, false},
     {"cluster.intra_node.nvlink_latency_us", 0, 1e6, false},
     {"cluster.intra_node.pcie_bw_GBps", 1e-2, 1e5, false},
