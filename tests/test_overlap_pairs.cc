@@ -192,5 +192,23 @@ TEST(OverlapPairs, ComputeFactorFromTheDevice) {
   EXPECT_THROW(overlap_compute_factor(132, -1), std::invalid_argument);
 }
 
+// Megatron's combined 1F1B: every steady-state forward with the backward after it; a one-chunk 1F1B's last rank, whose
+// backward is of the forward's own micro-batch, runs its steps alone.
+TEST(Combined1F1B, PairsTheSteadyState) {
+  const auto mbs = uniform_microbatches(8, 1, 16, 1);
+  const Schedule one = pair_steady_state(make_1f1b(4, mbs, 16));
+  EXPECT_NO_THROW(check_schedule(one));
+  for (int r = 0; r < 4; r++) {
+    std::size_t pairs = 0;
+    for (const Op& op : one.per_rank[r]) pairs += op.overlap == Overlap::First;
+    // The steady state has m - w steps, w = p - r - 1 warm-up forwards; the last rank pairs none.
+    EXPECT_EQ(pairs, r == 3 ? 0u : static_cast<std::size_t>(8 - warmup_1f1b(4, 8, r))) << "rank " << r;
+  }
+  const Schedule il = pair_steady_state(make_interleaved(4, 2, mbs, 16));
+  EXPECT_NO_THROW(check_schedule(il));
+  EXPECT_GT(pair_count(il), 0u);
+  EXPECT_NE(schedule_text(il).find("(3F"), std::string::npos);  // the last rank pairs its chunks' steps
+}
+
 }  // namespace
 }  // namespace pipescope

@@ -498,4 +498,20 @@ TEST(TimelineCli, ValidateDrawsSimulatedAndMeasured) {
 }
 
 }  // namespace
+// DualPipeV: each overlapped pair is framed once and labelled with both micro-batches; the legend says what a frame is.
+TEST(Timeline, OverlappedPairsAreOneFramedBlock) {
+  const Schedule s = make_dualpipev(2, uniform_microbatches(5, 1, 1, 1), 1);
+  const auto x = run(s, 1, 2);
+  const std::string svg = svg_of(*x);
+  std::size_t frames = 0;
+  for (std::size_t at = svg.find("class=\"pr\" x="); at != std::string::npos; at = svg.find("class=\"pr\" x=", at + 1))
+    frames++;
+  EXPECT_EQ(frames, pair_count(s) + 1);  // and the legend's swatch
+  EXPECT_NE(svg.find(">3c0|1c1</text>"), std::string::npos);  // (0F3;0B1c1) on rank 0
+  EXPECT_NE(svg.find("overlapped pair (forward | backward)"), std::string::npos);
+  // Without pairs nothing of it: the picture of a schedule without pairs is unchanged.
+  const std::string plain = svg_of(*run(make_zb_v(2, uniform_microbatches(5, 1, 1, 1), 1), 1, 2));
+  EXPECT_EQ(plain.find(".pr{"), std::string::npos);
+}
+
 }  // namespace pipescope::sim
