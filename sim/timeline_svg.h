@@ -2,12 +2,13 @@
 // Pipeline timelines as SVG, drawn the way the papers draw them: one row per pipeline stage (a worker: one
 // data-parallel replica's pipeline rank, standing for its tensor-parallel group), forward and backward blocks
 // coloured by micro-batch (hue; forward light, backward dark, weight gradient between), chunks >= 1 hatched,
-// labels "micro-batch[.slice][c<chunk>]" where they fit (an overlapped pair framed as one block labelled "a|b"), idle time as the grey band showing through, an optional
-// communication strip under each row, a legend by op kind, micro-batch hue and chunk pattern (wrapped to the
-// width; a simulated run's adds where its time goes), and a time axis. The writer takes a neutral list of intervals so
-// that simulated runs (sim::SimResult) and measured runs (the validation runtime's per-op timings) share it; several
-// panels (e.g. simulated and measured) go into one picture, each with its own time axis. No SimGrid here. Output is
-// deterministic (fixed formatting, no clocks): the same input gives the same bytes.
+// labels "micro-batch[.slice][c<chunk>]" where they fit (an overlapped pair framed as one block labelled "a|b"), idle
+// time as the grey band showing through, an optional communication strip under each row, a legend by op kind,
+// micro-batch hue and chunk pattern (wrapped to the width; a simulated run's adds where its time goes), and a time
+// axis. The writer takes a neutral list of intervals so that simulated runs (sim::SimResult) and measured runs (the
+// validation runtime's per-op timings) share it; several panels (e.g. simulated and measured) go into one picture, each
+// with its own time axis. No SimGrid here. Output is deterministic (fixed formatting, no clocks): the same input gives
+// the same bytes.
 
 #include <cstdint>
 #include <iosfwd>

@@ -24,8 +24,8 @@
 //        B = t and F&B = F + B when communication is free: the pairs run their two halves back to back)
 // Peak in-flight activations (whole stage-micro-batches, the worst rank): gpipe m, 1f1b min(p, m), zb-h1
 // min(p, m), zb-h2 min(2p - 1, m), zb-v p (m >= 2p - 1), dualpipev p + 1/2 (one chunk more than zb-v: the pair's
-// forward is held beside its backward; DeepSeek's PP + 1 chunk-stages), interleaved (2(p-1) + (v-1)p + 1)/v, terapipe m,
-// seq1f1b (p + k - 1)/k, seq1f1b-i ((v-1)p + 2(p-1) + k)/(v k).
+// forward is held beside its backward; DeepSeek's PP + 1 chunk-stages), interleaved (2(p-1) + (v-1)p + 1)/v, terapipe
+// m, seq1f1b (p + k - 1)/k, seq1f1b-i ((v-1)p + 2(p-1) + k)/(v k).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -311,7 +311,8 @@ TEST(ScheduleRegistry, NamesUniqueAndLookupsAgree) {
   EXPECT_EQ(find_schedule("no-such-schedule"), nullptr);
   EXPECT_EQ(schedule_names_if([](const ScheduleTraits& t) { return t.sliced(); }),
             "terapipe, seq1f1b, seq1f1b-i or file");
-  EXPECT_EQ(schedule_names_if([](const ScheduleTraits& t) { return t.split_backward; }), "zb-h1, zb-h2, zb-v or dualpipev");
+  EXPECT_EQ(schedule_names_if([](const ScheduleTraits& t) { return t.split_backward; }),
+            "zb-h1, zb-h2, zb-v or dualpipev");
 }
 
 }  // namespace

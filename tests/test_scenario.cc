@@ -542,10 +542,9 @@ TEST(ScenarioErrors, BatchDivisibility) {
 TEST(ScenarioErrors, ScheduleConstraints) {
   EXPECT_EQ(error_of(kBase + "schedule: {kind: interleaved}\n"),
             "t.yaml:4:18: schedule.kind: schedule interleaved needs v > 1 model chunks per rank, got v = 1");
-  EXPECT_EQ(
-      error_of(kModel + kCluster + "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 32}\n"),
-      "t.yaml:3:36: parallel.v: v = 2 model chunks per rank needs schedule.kind interleaved, seq1f1b-i, zb-v or "
-      "dualpipev, got 1f1b");
+  EXPECT_EQ(error_of(kModel + kCluster + "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 32}\n"),
+            "t.yaml:3:36: parallel.v: v = 2 model chunks per rank needs schedule.kind interleaved, seq1f1b-i, zb-v or "
+            "dualpipev, got 1f1b");
   // DualPipeV needs m >= 2 pp; the combined 1F1B belongs to 1f1b and interleaved.
   EXPECT_EQ(error_of(kModel + kCluster + "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 14}\n" +
                      "schedule: {kind: dualpipev}\n"),

@@ -506,7 +506,7 @@ TEST(Timeline, OverlappedPairsAreOneFramedBlock) {
   std::size_t frames = 0;
   for (std::size_t at = svg.find("class=\"pr\" x="); at != std::string::npos; at = svg.find("class=\"pr\" x=", at + 1))
     frames++;
-  EXPECT_EQ(frames, pair_count(s) + 1);  // and the legend's swatch
+  EXPECT_EQ(frames, pair_count(s) + 1);                       // and the legend's swatch
   EXPECT_NE(svg.find(">3c0|1c1</text>"), std::string::npos);  // (0F3;0B1c1) on rank 0
   EXPECT_NE(svg.find("overlapped pair (forward | backward)"), std::string::npos);
   // Without pairs nothing of it: the picture of a schedule without pairs is unchanged.

@@ -45,12 +45,12 @@ enum class Overlap : std::uint8_t { None, First, Second };
 struct Op {
   OpKind kind = OpKind::Forward;
   Overlap overlap = Overlap::None;  // its place in an overlapped pair (in the padding after kind: no growth)
-  std::int32_t rank = 0;        // pipeline rank that runs it (0-based)
-  std::int32_t chunk = 0;       // model chunk on that rank (interleaved), else 0
-  std::int32_t stage = 0;       // virtual stage = chunk * p + rank; a micro-batch visits 0..p*v-1
-  std::int32_t microbatch = 0;  // 0-based
-  std::int32_t slice = 0;       // token slice / segment index within the micro-batch, 0-based
-  std::int32_t tok_begin = 0;   // token range [tok_begin, tok_end) of the sequence
+  std::int32_t rank = 0;            // pipeline rank that runs it (0-based)
+  std::int32_t chunk = 0;           // model chunk on that rank (interleaved), else 0
+  std::int32_t stage = 0;           // virtual stage = chunk * p + rank; a micro-batch visits 0..p*v-1
+  std::int32_t microbatch = 0;      // 0-based
+  std::int32_t slice = 0;           // token slice / segment index within the micro-batch, 0-based
+  std::int32_t tok_begin = 0;       // token range [tok_begin, tok_end) of the sequence
   std::int32_t tok_end = 0;
 
   bool operator==(const Op& o) const {

@@ -23,8 +23,8 @@ struct Action {
   ActionType type = ActionType::F;
   int stage = 0, microbatch = 0, slice = 0;
   bool has_slice = false;
-  int row = 0, column = 0;  // 0-based position in the file
-  std::string text;         // as written (trimmed)
+  int row = 0, column = 0;          // 0-based position in the file
+  std::string text;                 // as written (trimmed)
   Overlap overlap = Overlap::None;  // a sub-action of an "(a;b)OVERLAP_F_B" cell
 };
 
@@ -168,7 +168,8 @@ std::vector<Action> Reader::parse_cells(const std::string& text, int row, int co
   for (const std::string& part : {s.substr(1, semi - 1), s.substr(semi + 1, s.size() - suffix.size() - semi - 1)}) {
     auto a = parse_cell(part, row, column);
     if (!a || !is_compute(a->type))
-      input_error(cell(row, column) + ": \"" + s + "\": each half of an overlapped pair is one compute action (F, B, I)");
+      input_error(cell(row, column) + ": \"" + s +
+                  "\": each half of an overlapped pair is one compute action (F, B, I)");
     pair.push_back(*a);
   }
   pair[0].overlap = Overlap::First;

@@ -100,8 +100,7 @@ bool replica_programs_equal(const LoweredSchedule& ls, int d) {
       const LoweredOp& y = b[i];
       const std::int32_t peer = x.peer < 0 ? x.peer : x.peer + d * p;
       if (x.kind != y.kind || x.tag != y.tag || x.overlap != y.overlap || !(x.op == y.op) || y.peer != peer ||
-          x.count != y.count ||
-          x.seconds != y.seconds || x.bytes != y.bytes)
+          x.count != y.count || x.seconds != y.seconds || x.bytes != y.bytes)
         return false;
     }
   }

@@ -56,7 +56,7 @@ enum class CollTag : std::uint8_t {
 struct LoweredOp {
   LOpKind kind = LOpKind::Compute;
   CollTag tag = CollTag::None;
-  bool async = false;       // collectives only: posted, not waited for by the next op (see the semantics above)
+  bool async = false;  // collectives only: posted, not waited for by the next op (see the semantics above)
   // Collectives only: one of an overlapped pair's per-op collectives, run on the worker's communication stream while
   // the pair computes (core/lower/overlap.h; the semantics in core/lower/lowering.h).
   bool overlap = false;

@@ -25,8 +25,8 @@ bool overlappable(CollTag tag) {
 
 double overlap_compute_factor(int sm_count, int comm_sm_count) {
   if (comm_sm_count < 0 || (sm_count > 0 && comm_sm_count >= sm_count))
-    throw std::invalid_argument("comm_sm_count " + std::to_string(comm_sm_count) + " must be in [0, sm_count = " +
-                                std::to_string(sm_count) + ")");
+    throw std::invalid_argument("comm_sm_count " + std::to_string(comm_sm_count) +
+                                " must be in [0, sm_count = " + std::to_string(sm_count) + ")");
   if (sm_count <= 0 || comm_sm_count == 0) return 1.0;
   return static_cast<double>(sm_count) / (sm_count - comm_sm_count);
 }

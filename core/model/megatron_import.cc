@@ -100,7 +100,8 @@ const std::map<std::string, std::string> kUnsupported = {
     {"--recompute-method", "partial recomputation (recompute is all layers or none)"},
     {"--recompute-num-layers", "partial recomputation"},
     {"--mtp-num-layers", "multi-token prediction layers"},
-    {"--delay-wgrad-compute", "the weight gradients delayed inside a combined 1F1B pair (a pair computes as one stream)"}};
+    {"--delay-wgrad-compute",
+     "the weight gradients delayed inside a combined 1F1B pair (a pair computes as one stream)"}};
 
 // --recompute-modules (Megatron-Core: selective recomputation only; core_attn when not given) as
 // schedule.recompute_modules.

@@ -285,7 +285,7 @@ DeviceSpec read_device(const std::string& src, const YAML::Node& n) {
   d.memory_efficiency = m.num("memory_efficiency", true);
   if (d.memory_efficiency > 1)
     fail_profile_key(src, m.node("memory_efficiency"), "device.memory_efficiency", "must be <= 1");
-  d.sm_count = m.integer("sm_count", 0, 0);  // GEMM wave quantisation (core/cost/gemm_model.h); 0 = none
+  d.sm_count = m.integer("sm_count", 0, 0);            // GEMM wave quantisation (core/cost/gemm_model.h); 0 = none
   d.comm_sm_count = m.integer("comm_sm_count", 0, 0);  // held by overlapped communication; 0 = none
   if (d.comm_sm_count > 0 && d.comm_sm_count >= d.sm_count)
     fail_profile_key(src, m.node("comm_sm_count"), "device.comm_sm_count", "must be below device.sm_count");

@@ -579,7 +579,7 @@ DeviceSpec parse_device(const Section& c, const ClusterSpec& base, bool cluster_
   d.get("gemm_half_sat_gflop", Num::NonNegative, 1e9, dev.gemm_half_sat_flops);
   d.get("kernel_launch_us", Num::NonNegative, kUs, dev.kernel_launch_s);
   d.get("memory_efficiency", Num::Fraction, 1.0, dev.memory_efficiency);
-  d.get("sm_count", dev.sm_count);  // GEMM wave quantisation (core/cost/gemm_model.h); absent: none
+  d.get("sm_count", dev.sm_count);                  // GEMM wave quantisation (core/cost/gemm_model.h); absent: none
   d.get_count("comm_sm_count", dev.comm_sm_count);  // held by overlapped communication (core/lower/overlap.h)
   if (dev.comm_sm_count > 0 && dev.comm_sm_count >= dev.sm_count)
     d.fail("comm_sm_count", "must be below sm_count (" + std::to_string(dev.sm_count) +
@@ -1146,14 +1146,14 @@ void Validator::run() const {
     fail({"parallel.global_batch", "parallel.pp", "schedule.kind"},
          std::string("schedule ") + kind + " needs at least " + std::to_string(entry.traits.min_m_per_rank) +
              " micro-batches per pipeline rank: m = global_batch / (micro_batch_size * dp) = " + std::to_string(mb) +
-             " < " + std::to_string(entry.traits.min_m_per_rank) + " * pp = " +
-             std::to_string(entry.traits.min_m_per_rank * p.pp));
+             " < " + std::to_string(entry.traits.min_m_per_rank) +
+             " * pp = " + std::to_string(entry.traits.min_m_per_rank * p.pp));
   if (sch.overlap_moe_a2a && !entry.traits.combined_1f1b)
     fail({"schedule.overlap_moe_a2a", "schedule.kind"},
-         std::string("overlap_moe_a2a runs the steady state of ") +
-             schedule_names_if([](const ScheduleTraits& t) { return t.combined_1f1b; }) +
-             " as overlapped forward-backward pairs (Megatron's combined 1F1B); schedule " + kind +
-             (entry.traits.overlapped ? " pairs its own ops already" : " has no such steady state"));
+         std::string("overlap_moe_a2a runs the steady state of ") + schedule_names_if([](const ScheduleTraits& t) {
+           return t.combined_1f1b;
+         }) + " as overlapped forward-backward pairs (Megatron's combined 1F1B); schedule " +
+             kind + (entry.traits.overlapped ? " pairs its own ops already" : " has no such steady state"));
   if (sch.seq_slices > m.seq_len)
     fail({"schedule.seq_slices", "model.seq_len"},
          "seq_slices = " + std::to_string(sch.seq_slices) + " exceeds seq_len = " + std::to_string(m.seq_len));

@@ -431,8 +431,7 @@ DevRow moe_row(const CsvRecord& r, const DevSet& set) {
       ", sequence_parallel: " + (run.tp > 1 ? "true" : "false") +
       (split.empty() ? std::string() : ", stage_layers: [" + join_ints(split) + "]") + "}\n" +
       "schedule: {kind: " + (run.vp > 1 ? "interleaved" : "1f1b") + ", recompute: " + moe_recompute(r) +
-      (a2a_overlap ? ", overlap_moe_a2a: true" : "") + "}\n" +
-      "training: {dtype: " + r.text("precision") +
+      (a2a_overlap ? ", overlap_moe_a2a: true" : "") + "}\n" + "training: {dtype: " + r.text("precision") +
       ", grad_fp32: true, flash_attention: true, distributed_optimizer: "
       "true, overlap_grad_reduce: true, overlap_param_gather: true, dropout: false, moe_dispatcher: " +
       moe_dispatcher(r) + ", moe_routing: " + moe_routing(r) +
