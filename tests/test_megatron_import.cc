@@ -156,6 +156,42 @@ TEST(MegatronImport, SwitchesAndDefaults) {
   EXPECT_NE(import_megatron(v).yaml.find("vocab: 50304,"), std::string::npos) << import_megatron(v).yaml;
 }
 
+// What changes the answer, read whole: multi-value arguments, the old full-recomputation switch, the attention
+// backend, gradients reduced in bf16, the recompute method only where it means something, the overlap flags that are
+// not modelled named as such, and Megatron-Core's combined 1F1B.
+TEST(MegatronImport, ArgumentsThatChangeTheAnswer) {
+  const std::vector<std::string> shape = {"--num-layers",          "4", "--hidden-size",       "64",
+                                          "--num-attention-heads", "2", "--seq-length",        "64",
+                                          "--micro-batch-size",    "1", "--global-batch-size", "8"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = shape;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return import_megatron(a);
+  };
+  const MegatronImport multi = with({"--rampup-batch-size", "16", "16", "5859375", "--data-path", "0.2", "A", "0.3",
+                                     "B", "--bf16"});
+  EXPECT_TRUE(multi.unknown.empty()) << multi.unknown.front();
+  EXPECT_NE(std::find(multi.ignored.begin(), multi.ignored.end(), "--rampup-batch-size 16 16 5859375"),
+            multi.ignored.end());
+  EXPECT_NE(std::find(multi.ignored.begin(), multi.ignored.end(), "--data-path 0.2 A 0.3 B"), multi.ignored.end());
+  const MegatronImport unknown = with({"--some-new-flag", "1", "2", "--bf16"});
+  EXPECT_EQ(unknown.unknown, (std::vector<std::string>{"--some-new-flag 1 2"}));
+  EXPECT_EQ(parse_scenario(with({"--checkpoint-activations"}).yaml, "i.yaml").schedule.recompute, Recompute::Full);
+  EXPECT_TRUE(parse_scenario(with({"--attention-backend", "fused", "--bf16"}).yaml, "i.yaml").training.flash_attention);
+  EXPECT_FALSE(parse_scenario(with({"--attention-backend", "unfused"}).yaml, "i.yaml").training.flash_attention);
+  EXPECT_THROW(with({"--attention-backend", "fast"}), std::invalid_argument);
+  EXPECT_FALSE(parse_scenario(with({"--bf16", "--grad-reduce-in-bf16"}).yaml, "i.yaml").training.grad_fp32);
+  // Selective recomputation ignores the method; full with uniform is what the scenario models; block is partial.
+  const MegatronImport sel = with({"--recompute-granularity", "selective", "--recompute-method", "uniform"});
+  EXPECT_TRUE(sel.unsupported.empty());
+  EXPECT_TRUE(with({"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"})
+                  .unsupported.empty());
+  EXPECT_EQ(with({"--recompute-granularity", "full", "--recompute-method", "block"}).unsupported.size(), 1u);
+  const MegatronImport overlap = with({"--fp8-param-gather", "--tp-comm-overlap"});
+  EXPECT_EQ(overlap.unsupported.size(), 2u);
+  EXPECT_TRUE(parse_scenario(with({"--overlap-moe-expert-parallel-comm"}).yaml, "i.yaml").schedule.overlap_moe_a2a);
+}
+
 TEST(MegatronImport, Llama3ShapeAndDistributedOptimizer) {
   const MegatronImport r = import_megatron({"--num-layers",
                                             "80",

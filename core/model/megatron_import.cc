@@ -97,8 +97,9 @@ const std::set<std::string> kIgnoredFlags = {"--no-masked-softmax-fusion",
                                              "--moe-router-pre-softmax"};
 // Known, change the time, not modelled.
 const std::map<std::string, std::string> kUnsupported = {
-    {"--recompute-method", "partial recomputation (recompute is all layers or none)"},
-    {"--recompute-num-layers", "partial recomputation"},
+    {"--fp8-param-gather", "the distributed optimizer's parameter all-gather in FP8 (it moves 16-bit parameters here)"},
+    {"--tp-comm-overlap",
+     "Transformer Engine's userbuffers overlap of the sequence-parallel all-gather / reduce-scatter with the GEMMs"},
     {"--mtp-num-layers", "multi-token prediction layers"},
     {"--delay-wgrad-compute",
      "the weight gradients delayed inside a combined 1F1B pair (a pair computes as one stream)"}};
@@ -167,6 +168,7 @@ bool takes_value(const std::string& flag) {
                                                    "--decoder-first-pipeline-num-layers",
                                                    "--decoder-last-pipeline-num-layers",
                                                    "--transformer-impl",
+                                                   "--attention-backend",
                                                    "--fp8-format"};
   return with_value.count(flag) > 0 || kIgnoredWithValue.count(flag) > 0;
 }
@@ -421,6 +423,10 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
       value = args[++i];
       has_value = true;
     }
+    // argparse's nargs flags among the ignored ones (--rampup-batch-size 16 16 5859375, --data-path 0.2 A 0.3 B):
+    // every following word up to the next flag is theirs.
+    if (kIgnoredWithValue.count(flag) && has_value)
+      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) value += " " + args[++i];
     if (kIgnoredWithValue.count(flag) || kIgnoredFlags.count(flag)) {
       out.ignored.push_back(flag + (has_value ? " " + value : ""));
       continue;
@@ -433,6 +439,8 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
                                                    "--bf16",
                                                    "--fp16",
                                                    "--recompute-activations",
+                                                   "--checkpoint-activations",
+                                                   "--grad-reduce-in-bf16",
                                                    "--untie-embeddings-and-output-weights",
                                                    "--use-flash-attn",
                                                    "--no-scatter-gather-tensors-in-pipeline",
@@ -452,8 +460,10 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
                                                    "--account-for-loss-in-pipeline-split",
                                                    "--multi-latent-attention"};  // the model's assumption
     if (!known_value && !switches.count(flag)) {
-      // Unknown: take the next word as its value when it is not a flag, so that it is not misread as one.
-      if (!has_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) value = args[++i], has_value = true;
+      // Unknown: every following word up to the next flag is its value (a flag of one or of several values), so
+      // that none is misread as a positional word.
+      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
+        value += (has_value ? " " : "") + args[++i], has_value = true;
       out.unknown.push_back(flag + (has_value ? " " + value : ""));
       continue;
     }
@@ -539,7 +549,9 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   if (values.count("--bf16") && values.count("--fp16"))
     throw std::invalid_argument("import megatron: --fp16 and --bf16 together (Megatron-LM refuses the pair)");
   // Megatron-LM's arguments.py: bf16 training accumulates and all-reduces gradients in fp32 whatever the flag says.
-  const bool grad_fp32 = values.count("--accumulate-allreduce-grads-in-fp32") || values.count("--bf16");
+  // --grad-reduce-in-bf16 turns that off (arguments.py: accumulate_allreduce_grads_in_fp32 = False).
+  const bool grad_fp32 = !values.count("--grad-reduce-in-bf16") &&
+                         (values.count("--accumulate-allreduce-grads-in-fp32") || values.count("--bf16"));
   // Transformer Engine FP8 (core/cost/fp8.h): hybrid = E4M3 forward, E5M2 gradients; e4m3 everywhere. Same cost here.
   if (values.count("--fp8-format")) {
     const std::string f = values["--fp8-format"];
@@ -548,6 +560,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   }
   std::string recompute = "none";
   if (values.count("--recompute-activations")) recompute = "selective";  // Megatron's alias for selective
+  if (values.count("--checkpoint-activations")) recompute = "full";  // older Megatron-LM: every layer checkpointed
   if (values.count("--recompute-granularity")) {
     const std::string g = values["--recompute-granularity"];
     if (g != "full" && g != "selective")
@@ -555,6 +568,17 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
     recompute = g;
   }
   const std::string modules = recompute_modules(values, recompute);
+  // --recompute-method / --recompute-num-layers shape full recomputation only (Megatron reads them with full
+  // granularity): uniform checkpoints every layer's input in groups (all layers recomputed, as modelled); block
+  // recomputes only the first N layers of a stage, which the scenario cannot say.
+  for (const char* f : {"--recompute-method", "--recompute-num-layers"}) {
+    if (!values.count(f)) continue;
+    const std::string arg = std::string(f) + " " + values[f];
+    if (recompute != "full")
+      out.ignored.push_back(arg);
+    else if (std::string(f) == "--recompute-method" && values[f] == "block")
+      out.unsupported.push_back(arg + ": partial recomputation (the first N layers of each stage)");
+  }
   const bool gqa = values.count("--group-query-attention") != 0;
   const int groups = gqa ? get("--num-query-groups", 1) : heads;
   std::string norm = "layernorm";
@@ -617,7 +641,16 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
     << (values.count("--overlap-moe-expert-parallel-comm") ? ", overlap_moe_a2a: true" : "") << "}\n";
   // Context parallelism and multi-head latent attention run Transformer Engine's fused attention, whatever
   // --use-flash-attn says.
-  const bool flash = values.count("--use-flash-attn") || cp > 1 || values.count("--multi-latent-attention");
+  // --attention-backend (Megatron-Core): flash and fused (cuDNN) are fused attention kernels, auto picks one on the
+  // GPUs that run them; unfused and local run the attention core as separate kernels.
+  bool backend_fused = false;
+  if (values.count("--attention-backend")) {
+    const std::string b = values["--attention-backend"];
+    if (b != "flash" && b != "fused" && b != "auto" && b != "unfused" && b != "local")
+      throw std::invalid_argument("--attention-backend: '" + b + "' is not flash, fused, unfused, local or auto");
+    backend_fused = b == "flash" || b == "fused" || b == "auto";
+  }
+  const bool flash = values.count("--use-flash-attn") || backend_fused || cp > 1 || values.count("--multi-latent-attention");
   y << "training: {dtype: " << dtype << ", flash_attention: " << (flash ? "true" : "false")
     << ", grad_fp32: " << (grad_fp32 ? "true" : "false") << ", distributed_optimizer: " << (dist_opt ? "true" : "false")
     << ", overlap_grad_reduce: " << (values.count("--overlap-grad-reduce") ? "true" : "false")
