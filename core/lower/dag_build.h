@@ -41,9 +41,7 @@ void reserve_grown(std::vector<T>& v, std::size_t n) {
   if (n > v.capacity()) v.reserve(std::max(n, 2 * v.capacity()));
 }
 
-constexpr bool is_collective(LOpKind k) {
-  return k == LOpKind::AllReduce || k == LOpKind::AllGather || k == LOpKind::ReduceScatter || k == LOpKind::AllToAll;
-}
+using pipescope::is_collective;  // core/lower/lowered_schedule.h
 
 // The predecessors of a lowered op's node under the execution semantics of core/lower/lowering.h, stated once for
 // build_graph and stage 2's emitted shapes (core/plan/search_retime.cc EmitSink): (a) a node starts after its worker's

@@ -82,8 +82,7 @@ std::string lowered_text(const LoweredOp& op) {
 std::string lowered_op_name(const LoweredSchedule& ls, int worker, std::size_t index) {
   const LoweredOp& op = ls.per_worker.at(static_cast<std::size_t>(worker)).at(index);
   std::string t = lowered_text(op);
-  const bool collective = op.kind == LOpKind::AllReduce || op.kind == LOpKind::AllGather ||
-                          op.kind == LOpKind::ReduceScatter || op.kind == LOpKind::AllToAll;
+  const bool collective = is_collective(op.kind);
   if (op.kind == LOpKind::Optimizer || (ls.dp > 1 && !collective)) t += "@w" + std::to_string(worker);
   return t;
 }

@@ -25,6 +25,9 @@ enum class LOpKind : std::uint8_t {
   Optimizer,      // seconds
 };
 constexpr std::size_t kLOpKinds = static_cast<std::size_t>(LOpKind::Optimizer) + 1;  // flat per-kind tables
+constexpr bool is_collective(LOpKind k) {
+  return k == LOpKind::AllReduce || k == LOpKind::AllGather || k == LOpKind::ReduceScatter || k == LOpKind::AllToAll;
+}
 
 // How a collective moves data: an all-reduce, an all-gather (a ring reduce-scatter moves the same: n - 1 steps of
 // 1/n of the buffer) or an all-to-all. Compute, send, receive and optimizer ops are no collective (AllReduce).

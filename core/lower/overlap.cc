@@ -33,11 +33,6 @@ double overlap_compute_factor(int sm_count, int comm_sm_count) {
 
 namespace {
 
-bool is_call(const LoweredOp& l) {
-  return l.kind == LOpKind::AllReduce || l.kind == LOpKind::AllGather || l.kind == LOpKind::ReduceScatter ||
-         l.kind == LOpKind::AllToAll;
-}
-
 // The ops of the pair whose first compute op is at `first`: up to the first op after its second compute op that is
 // not one of the pair's collectives. Marks those collectives; returns whether there were any and the end.
 std::size_t mark_pair(std::vector<LoweredOp>& prog, std::size_t first, bool& any) {
@@ -50,7 +45,7 @@ std::size_t mark_pair(std::vector<LoweredOp>& prog, std::size_t first, bool& any
       second_seen = true;
       continue;
     }
-    const bool mine = is_call(l) && !l.async && overlappable(l.tag) &&
+    const bool mine = is_collective(l.kind) && !l.async && overlappable(l.tag) &&
                       (key_of(l.op) == key_of(a) || (second_seen && l.op.overlap == Overlap::Second));
     if (!mine) {
       if (second_seen) break;
