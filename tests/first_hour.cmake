@@ -125,8 +125,8 @@ add_test(NAME cli_import_megatron
                  "-DFILES=${fh_dir}/imported.yaml" "-DFILE_REGEX=parallel: {dp: 1, pp: 4, tp: 2, v: 1,;# unknown argument: --no-such-flag 7"
                  "-DSTDERR_REGEX=unknown arguments, not mapped .1.:\n  --no-such-flag 7" -P ${fh_files})
 add_test(NAME cli_import_megatron_strict
-         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};import;megatron;--strict;-o;${fh_dir}/strict.yaml;--;--num-layers;24;--hidden-size;2048;--num-attention-heads;16;--seq-length;2048;--micro-batch-size;1;--global-batch-size;32;--recompute-method;uniform"
-                 -DEXPECT_RC=1 "-DSTDERR_REGEX=--recompute-method uniform: partial recomputation;error: --strict: 0 unknown and 1 unmodelled"
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};import;megatron;--strict;-o;${fh_dir}/strict.yaml;--;--num-layers;24;--hidden-size;2048;--num-attention-heads;16;--seq-length;2048;--micro-batch-size;1;--global-batch-size;32;--recompute-granularity;full;--recompute-method;block"
+                 -DEXPECT_RC=1 "-DSTDERR_REGEX=--recompute-method block: partial recomputation;error: --strict: 0 unknown and 1 unmodelled"
                  "-DABSENT_FILES=${fh_dir}/strict.yaml" -P ${fh_files})
 set_tests_properties(cli_import_megatron cli_import_megatron_strict PROPERTIES LABELS cli TIMEOUT 60)
 # Golden outputs: every README command and every shipped scenario (tests/golden.cmake).
