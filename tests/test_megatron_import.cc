@@ -168,8 +168,8 @@ TEST(MegatronImport, ArgumentsThatChangeTheAnswer) {
     a.insert(a.end(), extra.begin(), extra.end());
     return import_megatron(a);
   };
-  const MegatronImport multi = with({"--rampup-batch-size", "16", "16", "5859375", "--data-path", "0.2", "A", "0.3",
-                                     "B", "--bf16"});
+  const MegatronImport multi =
+      with({"--rampup-batch-size", "16", "16", "5859375", "--data-path", "0.2", "A", "0.3", "B", "--bf16"});
   EXPECT_TRUE(multi.unknown.empty()) << multi.unknown.front();
   EXPECT_NE(std::find(multi.ignored.begin(), multi.ignored.end(), "--rampup-batch-size 16 16 5859375"),
             multi.ignored.end());

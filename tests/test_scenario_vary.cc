@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/ir/schedule_csv.h"
+#include "core/model/placement.h"
 #include "core/model/scenario_vary.h"
 #include "core/plan/pipeline.h"
 
@@ -112,6 +113,25 @@ TEST(ScenarioVary, WithScheduleFitsVAndSlicing) {
   EXPECT_EQ(g.schedule.seq_slices, 1);
   EXPECT_EQ(g.schedule.slicing, "uniform");
   EXPECT_EQ(with_schedule(s, ScheduleKind::Seq1F1B).schedule.seq_slices, 4);
+}
+
+// A layer list written for one chunk count is re-split over another (Qwen3-235B's 94 layers over 8 x 4 stages, compared
+// with v = 2 kinds), the ends lighter as Megatron splits; the overlap option leaves with a kind that has no steady
+// state.
+TEST(ScenarioVary, WithScheduleReSplitsStageLayersAndDropsTheOverlapOption) {
+  Scenario s =
+      parse_scenario(read(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/moe/qwen3-235b-a22b.yaml"), "q.yaml");
+  s.schedule.overlap_moe_a2a = true;
+  ASSERT_EQ(s.parallel.stage_layers.size(), 32u);
+  const Scenario v2 = with_schedule(s, ScheduleKind::DualPipeV);
+  EXPECT_EQ(v2.parallel.stage_layers, (std::vector<int>{5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 5}));
+  EXPECT_FALSE(v2.schedule.overlap_moe_a2a);
+  EXPECT_NO_THROW(validate_scenario(v2));
+  const Scenario same = with_schedule(s, ScheduleKind::Interleaved);  // v 4 kept: the list as written
+  EXPECT_EQ(same.parallel.stage_layers, s.parallel.stage_layers);
+  EXPECT_TRUE(same.schedule.overlap_moe_a2a);
+  EXPECT_EQ(ends_lighter_split(12, 4), std::vector<int>{});
+  EXPECT_EQ(ends_lighter_split(10, 4), (std::vector<int>{2, 3, 3, 2}));
 }
 
 }  // namespace

@@ -560,7 +560,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   }
   std::string recompute = "none";
   if (values.count("--recompute-activations")) recompute = "selective";  // Megatron's alias for selective
-  if (values.count("--checkpoint-activations")) recompute = "full";  // older Megatron-LM: every layer checkpointed
+  if (values.count("--checkpoint-activations")) recompute = "full";      // older Megatron-LM: every layer checkpointed
   if (values.count("--recompute-granularity")) {
     const std::string g = values["--recompute-granularity"];
     if (g != "full" && g != "selective")
@@ -650,7 +650,8 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
       throw std::invalid_argument("--attention-backend: '" + b + "' is not flash, fused, unfused, local or auto");
     backend_fused = b == "flash" || b == "fused" || b == "auto";
   }
-  const bool flash = values.count("--use-flash-attn") || backend_fused || cp > 1 || values.count("--multi-latent-attention");
+  const bool flash =
+      values.count("--use-flash-attn") || backend_fused || cp > 1 || values.count("--multi-latent-attention");
   y << "training: {dtype: " << dtype << ", flash_attention: " << (flash ? "true" : "false")
     << ", grad_fp32: " << (grad_fp32 ? "true" : "false") << ", distributed_optimizer: " << (dist_opt ? "true" : "false")
     << ", overlap_grad_reduce: " << (values.count("--overlap-grad-reduce") ? "true" : "false")

@@ -144,6 +144,15 @@ Placement make_placement(const std::string& layout, int dp, int p, int tp, const
 
 // ---------------------------------------------------------------- layer placement
 
+std::vector<int> ends_lighter_split(int layers, int stages) {
+  if (stages < 1 || layers % stages == 0) return {};
+  const int base = (layers + stages - 1) / stages;
+  std::vector<int> out(static_cast<std::size_t>(stages), base);
+  int deficit = base * stages - layers;
+  for (int i = 0; deficit > 0; i++, deficit--) out[static_cast<std::size_t>(i % 2 == 0 ? i / 2 : stages - 1 - i / 2)]--;
+  return out;
+}
+
 void check_stage_layers(int layers, const std::vector<int>& stage_layers, int stages) {
   if (stages < 1) throw std::invalid_argument("layer placement: pp * v = " + std::to_string(stages) + " stages");
   if (stage_layers.empty()) {

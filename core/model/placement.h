@@ -49,6 +49,10 @@ LayerRange stage_layer_range(const Scenario& s, int stage);  // model.layers, pa
 // Throws std::invalid_argument (the message names parallel.stage_layers / model.layers) on a layout that does
 // not fit; the scenario validator reports the same conditions with the file position.
 void check_stage_layers(int layers, const std::vector<int>& stage_layers, int stages);
+// Megatron's uneven split of `layers` over `stages` that do not divide them: every stage ceil(layers / stages), the
+// first and the last one layer lighter in turn (they hold the embedding and the head) until the sum fits. Empty when
+// the layers divide evenly (the even split needs no list).
+std::vector<int> ends_lighter_split(int layers, int stages);
 // Layers held by pipeline rank `rank`: its v virtual stages (loop or V placement: scenario_stage_style).
 int rank_layer_count(const Scenario& s, int rank);
 // Of those, the layers with routed experts (ModelSpec::moe_layer); per virtual stage and per rank.

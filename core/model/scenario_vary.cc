@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/model/placement.h"
 #include "core/model/schedule_registry.h"
 #include "core/model/yaml_aliases.h"
 
@@ -170,6 +171,12 @@ Scenario with_schedule(const Scenario& base, ScheduleKind kind) {
   if (!e.traits.sliced()) drop_slicing(s.schedule);
   if (!e.traits.from_file) s.schedule.file.clear(), s.schedule.file_style = ScheduleSpec{}.file_style;
   if (!e.traits.combined_1f1b) s.schedule.overlap_moe_a2a = false;  // pairs: the kind's own, or none
+  // A layer list written for the old chunk count, re-split over the new one.
+  if (!base.parallel.stage_layers.empty() && s.parallel.v != base.parallel.v) {
+    long long layers = 0;
+    for (int x : base.parallel.stage_layers) layers += x;
+    s.parallel.stage_layers = ends_lighter_split(static_cast<int>(layers), s.parallel.pp * s.parallel.v);
+  }
   return s;
 }
 

@@ -45,7 +45,8 @@ void drop_slicing(ScheduleSpec& s);
 // one re-slicing of a scenario for a new kind): interleaving gets v = 2
 // when the scenario has v = 1 (or the schedule's fixed v), schedules of whole sequences drop the token slicing, and
 // a generated kind drops the schedule file a `kind: file` scenario names, and a kind without a combined 1F1B drops
-// schedule.overlap_moe_a2a (it keeps its own pairs, or has none).
+// schedule.overlap_moe_a2a (it keeps its own pairs, or has none); a parallel.stage_layers written for another chunk
+// count is re-split over the new one (ends_lighter_split, core/model/placement.h).
 // Not validated: the caller's checks name the variant.
 Scenario with_schedule(const Scenario& base, ScheduleKind kind);
 

@@ -348,19 +348,6 @@ std::string moe_dispatcher(const CsvRecord& r) {
   r.fail("dispatcher", "expected DeepEP or A2A, got \"" + cell + "\"");
 }
 
-// Layers per virtual stage: as even as can be, the stages short of the even share taken from both ends of the
-// pipeline (the first holds the embedding, the last the head: Megatron's first / last-stage layer counts, or its
-// --account-for-embedding / loss-in-pipeline-split when there are more stages than layers: the first and last stage
-// then hold the embedding or the loss alone). Empty when the layers divide evenly.
-std::vector<int> moe_stage_layers(int layers, int stages) {
-  if (layers % stages == 0) return {};
-  const int base = (layers + stages - 1) / stages;
-  std::vector<int> out(static_cast<std::size_t>(stages), base);
-  int deficit = base * stages - layers;
-  for (int i = 0; deficit > 0; i++, deficit--) out[static_cast<std::size_t>(i % 2 == 0 ? i / 2 : stages - 1 - i / 2)]--;
-  return out;
-}
-
 std::string join_ints(const std::vector<int>& v) {
   std::string s;
   for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
@@ -419,7 +406,9 @@ DevRow moe_row(const CsvRecord& r, const DevSet& set) {
   }
   const int pad = 128 * run.tp;  // Megatron pads the vocabulary to a multiple of 128 x tp
   const int vocab = (m->vocab + pad - 1) / pad * pad;
-  const std::vector<int> split = moe_stage_layers(m->layers, stages);
+  // Megatron's first / last-stage layer counts (core/model/placement.h), or with more stages than layers its
+  // --account-for-embedding / loss-in-pipeline-split: the first and last stage then hold the embedding or the loss.
+  const std::vector<int> split = ends_lighter_split(m->layers, stages);
   const std::string yaml =
       "name: moe-line-" + std::to_string(r.line) + "\n" + "model: {preset: " + preset +
       ", vocab: " + std::to_string(vocab) + ", seq_len: " + std::to_string(run.seq_len) +
