@@ -187,9 +187,12 @@ void build_graph(const LoweredSchedule& ls, Dag& dag, Scratch& sc, Sink& sink) {
         pair_calls.push_back(node);
         continue;  // posted: prev stays
       }
-      if (!pair_calls.empty() && !pair_compute(prog[i], Overlap::Second)) {
+      // The ops after the pair wait for its calls: the next op that holds the worker, and every send before it (a
+      // posted collective, e.g. a context-parallel exchange before the pair's second op, does not).
+      const bool posted_call = prog[i].async && is_collective(prog[i].kind);
+      if (!pair_calls.empty() && !pair_compute(prog[i], Overlap::Second) && !posted_call) {
         for (std::uint32_t c : pair_calls) link(c, node);
-        if (prog[i].kind != LOpKind::Send) pair_calls.clear();  // every send after the pair waits too
+        if (prog[i].kind != LOpKind::Send) pair_calls.clear();
       }
       if (prev >= 0) link(static_cast<std::uint32_t>(prev), node);
       if (prog[i].async && is_collective(prog[i].kind)) {
