@@ -89,6 +89,10 @@ TEST(OverlapPairs, CsvRejectsMalformedPairsNamingTheCell) {
   EXPECT_NE(csv_error("0F0,(0F1;0SEND_F0)OVERLAP_F_B,0B0,0B1\n1F0,1B0,1F1,1B1\n", sh).find("one compute action"),
             std::string::npos);
   EXPECT_NE(csv_error("0F0,(0F1;0B0)OVERLAP,0B1\n1F0,1B0,1F1,1B1\n", sh).find("OVERLAP_F_B"), std::string::npos);
+  // The checker's pair rules apply to files: two forwards are no pair; a pair that deadlocks only as a pair.
+  EXPECT_NE(csv_error("(0F0;0F1)OVERLAP_F_B,0B0,0B1\n1F0,1B0,1F1,1B1\n", sh).find("pairs.csv: overlapped pair"),
+            std::string::npos);
+  EXPECT_NE(csv_error("0F0,0B0,0F1,0B1\n1F0,(1B0;1F1)OVERLAP_F_B,1B1\n", sh).find("deadlocks"), std::string::npos);
   // A well-formed pair loads.
   const Schedule s = schedule_from_csv("0F0,(0F1;0B0)OVERLAP_F_B,0B1\n1F0,1B0,1F1,1B1\n", "pairs.csv", sh);
   EXPECT_EQ(s.per_rank[0][1].overlap, Overlap::First);

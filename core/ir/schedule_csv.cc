@@ -341,6 +341,13 @@ Schedule Reader::build(const std::vector<std::vector<Action>>& rows) const {
   }
   check_comms(rows, rank_of);
   check_deadlock(s, index, cells);
+  // The validator's own rules, those of overlapped pairs among them (a pair of one kind, a pair that deadlocks only
+  // as a pair): a file the reader accepts is a schedule the checker accepts.
+  try {
+    check_schedule(s);
+  } catch (const CheckError& e) {
+    reject(e.what(), e.ops());
+  }
   return s;
 }
 
