@@ -6,9 +6,16 @@
 
 namespace pipescope {
 
-bool overlappable(CollTag tag) {
+bool overlappable(CollTag tag, PairHides hides) {
   switch (tag) {
     case CollTag::TensorParallel:
+      switch (hides) {
+        case PairHides::ExpertParallel:
+          return false;
+        case PairHides::ExpertAndTensorParallel:
+          return true;
+      }
+      return false;
     case CollTag::ExpertParallel:
       return true;
     case CollTag::None:
@@ -35,7 +42,7 @@ namespace {
 
 // The ops of the pair whose first compute op is at `first`: up to the first op after its second compute op that is
 // not one of the pair's collectives. Marks those collectives; returns whether there were any and the end.
-std::size_t mark_pair(std::vector<LoweredOp>& prog, std::size_t first, bool& any) {
+std::size_t mark_pair(std::vector<LoweredOp>& prog, std::size_t first, PairHides hides, bool& any) {
   const Op a = prog[first].op;
   std::size_t i = first + 1;
   bool second_seen = false;
@@ -45,7 +52,7 @@ std::size_t mark_pair(std::vector<LoweredOp>& prog, std::size_t first, bool& any
       second_seen = true;
       continue;
     }
-    const bool mine = is_collective(l.kind) && !l.async && overlappable(l.tag) &&
+    const bool mine = is_collective(l.kind) && !l.async && overlappable(l.tag, hides) &&
                       (key_of(l.op) == key_of(a) || (second_seen && l.op.overlap == Overlap::Second));
     if (!mine) {
       if (second_seen) break;
@@ -59,14 +66,14 @@ std::size_t mark_pair(std::vector<LoweredOp>& prog, std::size_t first, bool& any
 
 }  // namespace
 
-LoweredSchedule overlap_pairs(LoweredSchedule ls, double compute_factor) {
+LoweredSchedule overlap_pairs(LoweredSchedule ls, double compute_factor, PairHides hides) {
   if (!(compute_factor >= 1.0))
     throw std::invalid_argument("overlap_pairs: compute factor " + std::to_string(compute_factor) + " below 1");
   for (auto& prog : ls.per_worker)
     for (std::size_t i = 0; i < prog.size(); i++) {
       if (prog[i].kind != LOpKind::Compute || prog[i].op.overlap != Overlap::First) continue;
       bool any = false;
-      const std::size_t end = mark_pair(prog, i, any);
+      const std::size_t end = mark_pair(prog, i, hides, any);
       if (any)
         for (std::size_t k = i; k < end; k++)
           if (prog[k].kind == LOpKind::Compute) prog[k].seconds *= compute_factor;

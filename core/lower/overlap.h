@@ -15,19 +15,28 @@
 // sm_count / (sm_count - comm_sm_count) (the device's comm_sm_count, core/model/config.h); a pair with no
 // communication is not slowed.
 
+#include <cstdint>
+
 #include "core/lower/lowered_schedule.h"
 
 namespace pipescope {
 
-// The collectives that an overlapped pair hides: those made for one compute op (tensor-parallel all-reduces, the MoE
-// dispatch and combine). The context-parallel exchange is already posted beside its op (core/cost/context_parallel.h),
-// the scatter/gather all-gather belongs to a receive, and the gradient collectives to the step.
-bool overlappable(CollTag tag);
+// What a pair's communication stream carries. Megatron-Core's combined 1F1B moves only the MoE all-to-alls there (its
+// flag: --overlap-moe-expert-parallel-comm); the tensor-parallel collectives stay on its compute stream. DualPipeV's
+// pairs run every per-op collective beside the other op's compute.
+enum class PairHides : std::uint8_t { ExpertParallel, ExpertAndTensorParallel };
+
+// The collectives that an overlapped pair hides: those made for one compute op (the MoE dispatch and combine; with
+// ExpertAndTensorParallel the tensor-parallel all-reduces too). The context-parallel exchange is already posted
+// beside its op (core/cost/context_parallel.h), the scatter/gather all-gather belongs to a receive, and the gradient
+// collectives to the step.
+bool overlappable(CollTag tag, PairHides hides);
 
 // Marks every overlapped pair's collectives (those of `overlappable` tags carrying one of the pair's two ops, between
 // its first compute op and the op after its last collective) and stretches the pair's compute ops by compute_factor
 // (>= 1) when it has any. Identity for a schedule without pairs.
-LoweredSchedule overlap_pairs(LoweredSchedule ls, double compute_factor);
+LoweredSchedule overlap_pairs(LoweredSchedule ls, double compute_factor,
+                              PairHides hides = PairHides::ExpertAndTensorParallel);
 
 // sm_count / (sm_count - comm_sm_count), 1 when either is 0; throws std::invalid_argument when comm_sm_count is
 // negative or not below sm_count.

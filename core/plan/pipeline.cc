@@ -64,7 +64,8 @@ LoweredSchedule lower_scenario(const Scenario& s, const Schedule& sch, const Cos
   // Overlapped pairs last: their per-op collectives are all in place (core/lower/overlap.h).
   const DeviceSpec& d = s.cluster.device;
   return overlap_pairs(with_p2p_mode(add_expert_parallel(add_cp_exchange(ls, s), s, cost), s),
-                       overlap_compute_factor(d.sm_count, d.comm_sm_count));
+                       overlap_compute_factor(d.sm_count, d.comm_sm_count),
+                       s.schedule.overlap_moe_a2a ? PairHides::ExpertParallel : PairHides::ExpertAndTensorParallel);
 }
 
 Placement scenario_placement(const Scenario& s) {
