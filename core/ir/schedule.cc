@@ -175,19 +175,7 @@ std::string schedule_text(const Schedule& s) {
   std::string out;
   for (std::size_t r = 0; r < s.per_rank.size(); r++) {
     out += "r" + std::to_string(r) + ":";
-    for (const Op& op : s.per_rank[r]) {
-      switch (op.overlap) {
-        case Overlap::None:
-          out += " " + op_text(op);
-          break;
-        case Overlap::First:
-          out += " (" + op_text(op);
-          break;
-        case Overlap::Second:
-          out += ";" + op_text(op) + ")";
-          break;
-      }
-    }
+    for (const Op& op : s.per_rank[r]) out += (op.overlap == Overlap::Second ? ";" : " ") + paired_op_text(op);
     out += "\n";
   }
   return out;
