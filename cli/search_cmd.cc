@@ -1,6 +1,6 @@
-// `pipescope search [SCENARIO] [--schedules a,b] [--tp 2,4] [--pp 4,8] [--ep 8,16] [--etp 1,2] [--micro-batch-sizes
-// 1,2]
-// [--max-memory-GB X] [--keep K] [-j N] [--json F] [--csv F] [--svg F] [--emit F.yaml]`: the best layout,
+// `pipescope search [SCENARIO] [--schedules a,b] [--framework F] [--tp 2,4] [--pp 4,8] [--v 2,5] [--ep 8,16] [--etp
+// 1,2] [--micro-batch-sizes 1,2] [--recompute none,selective,full] [--max-memory-GB X] [--headroom-GB X] [--tie-band
+// PCT] [--keep K] [-j N] [--json F] [--csv F] [--svg F] [--emit F.yaml]`: the best layout,
 // schedule and slicing for the scenario's model, cluster, global batch and sequence length (sim/search_run.h,
 // docs/search.md). The ranked table goes to stdout, progress to stderr. Under `mpirun -n N` the ranks share
 // stages 2 and 3 (sim/mpi_group.h) and rank 0 alone prints and writes.
@@ -15,7 +15,10 @@
 #include "cli/commands.h"
 #include "cli/fork_run.h"
 #include "cli/validators.h"
+#include "core/model/megatron_emit.h"
 #include "core/model/scenario.h"
+#include "core/model/schedule_registry.h"
+#include "core/plan/search.h"
 #include "core/plan/search_work.h"
 #include "core/plan/work_estimate.h"
 #include "core/util/atomic_file.h"
@@ -27,9 +30,13 @@ namespace {
 struct SearchCmdOptions {
   std::string scenario;
   std::vector<std::string> schedules;
-  std::vector<int> tp, pp, ep, etp, micro_batch_sizes;
-  std::vector<std::string> dist_opt;  // "off", "on"
+  std::vector<int> tp, pp, ep, etp, micro_batch_sizes, v;
+  std::vector<std::string> dist_opt;   // "off", "on"
+  std::vector<std::string> recompute;  // "none", "selective", "full"
+  std::string framework = "any";
   double max_memory_GB = 0;
+  double headroom_GB = kDefaultHeadroomBytes / 1e9;
+  double tie_band_pct = -1;
   int keep = 20, jobs = 1;
   bool quiet = false;
   std::string json, csv, svg, emit;
@@ -69,6 +76,14 @@ int run_search_cmd(const SearchCmdOptions& o) {
   so.space.ep = o.ep;
   so.space.etp = o.etp;
   so.space.micro_batch_sizes = o.micro_batch_sizes;
+  so.space.v = o.v;
+  if (!o.recompute.empty()) so.space.recompute.clear();
+  for (const std::string& r : o.recompute)
+    so.space.recompute.push_back(r == "none" ? Recompute::None : r == "selective" ? Recompute::Selective : Recompute::Full);
+  so.space.one_framework = o.framework != "any";
+  if (so.space.one_framework) find_framework(o.framework, so.space.framework);
+  so.space.headroom_bytes = o.headroom_GB * 1e9;
+  so.tie_band = o.tie_band_pct < 0 ? -1 : o.tie_band_pct / 100;
   if (!o.dist_opt.empty()) so.space.distributed_optimizer.clear();
   for (const std::string& v : o.dist_opt) so.space.distributed_optimizer.push_back(v == "on");
   so.space.max_memory_bytes = o.max_memory_GB * 1e9;
@@ -81,14 +96,15 @@ int run_search_cmd(const SearchCmdOptions& o) {
   so.group = group.get();
   if (group && group->rank() != 0) so.progress = false;
   if (group && so.progress) std::fprintf(stderr, "search: %d MPI ranks x %d local workers\n", group->size(), o.jobs);
-  check_output_paths({{"--json", o.json}, {"--csv", o.csv}, {"--svg", o.svg}, {"--emit", o.emit}});
+  const bool emit_megatron = o.emit == "megatron";  // the best row as Megatron-LM arguments, on stdout
+  check_output_paths({{"--json", o.json}, {"--csv", o.csv}, {"--svg", o.svg}, {"--emit", emit_megatron ? "" : o.emit}});
   check_grid(estimate_search(base, so.space, so.keep, so.jobs));  // before stage 1 (core/plan/search_work.h)
   sim::SearchResult r = sim::run_search(base, so);
   if (!not_a_layout.empty())
     r.as_written_note = "the scenario as written is not a layout of its cluster: " + not_a_layout;
   if (group && group->rank() != 0) return 0;
   // An output on standard output ("-") gets it alone; the table then goes to stderr.
-  const bool stdout_taken = o.json == "-" || o.csv == "-" || o.svg == "-" || o.emit == "-";
+  const bool stdout_taken = o.json == "-" || o.csv == "-" || o.svg == "-" || o.emit == "-" || emit_megatron;
   sim::print_search_table(stdout_taken ? std::cerr : std::cout, r);
   if (!o.json.empty()) write_file(o.json, "--json", [&](std::ostream& f) { sim::write_search_json(f, r); });
   if (!o.csv.empty()) write_file(o.csv, "--csv", [&](std::ostream& f) { sim::write_search_csv(f, r); });
@@ -96,6 +112,14 @@ int run_search_cmd(const SearchCmdOptions& o) {
   if (!o.emit.empty()) {
     if (r.rows.empty() || !r.rows.front().error.empty())
       throw InputError("--emit: no configuration was simulated successfully");
+    if (emit_megatron) {
+      try {
+        std::cout << megatron_command(r.rows.front().scenario);
+      } catch (const std::invalid_argument& e) {
+        throw InputError(std::string(e.what()) + " (search --framework megatron keeps Megatron-LM's schedules)");
+      }
+      return r.interrupted ? kExitInterrupted : 0;
+    }
     const std::string text = o.scenario.empty() ? default_scenario_yaml() : read_text(o.scenario);
     write_file(o.emit, "--emit", [&](std::ostream& f) { f << sim::emit_scenario_yaml(text, r.rows.front().scenario); });
   }
@@ -128,11 +152,34 @@ Command add_search(CLI::App& app) {
   sub->add_option("--micro-batch-sizes", o->micro_batch_sizes, "Micro-batch sizes to try (default 1,2,4,8)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--v", o->v,
+                  "Interleaved schedules: only these chunks per rank (default: every v > 1 dividing the layers per rank)")
+      ->delimiter(',')
+      ->check(CLI::Range(2, 1 << 20));
+  sub->add_option("--recompute", o->recompute,
+                  "Activation recomputation to try: none, selective, full or a list (default: all three)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"none", "selective", "full"}));
+  std::vector<std::string> frameworks = {"any"};
+  for (Framework f : all_frameworks()) frameworks.emplace_back(to_string(f));
+  sub->add_option("--framework", o->framework,
+                  "Only the schedules this framework runs: megatron, torchtitan, deepspeed or any (default; "
+                  "simulate --list-schedules shows who runs what)")
+      ->check(CLI::IsMember(frameworks));
+  sub->add_option("--headroom-GB", o->headroom_GB,
+                  "Per-GPU memory kept free for what the memory model does not count: CUDA context, NCCL buffers, "
+                  "workspaces (default 2.15 = 2 GiB; docs/search.md)")
+      ->check(finite_range(0, 1e6));
+  sub->add_option("--tie-band", o->tie_band_pct,
+                  "Rows within this percentage of the best throughput are ties, ordered by memory (default: the "
+                  "device's smallest development-set error; 0: off)")
+      ->check(finite_range(0, 100));
   sub->add_option("--distributed-optimizer", o->dist_opt,
                   "Distributed optimizer values to try where dp > 1: off, on or off,on (default)")
       ->delimiter(',')
       ->check(CLI::IsMember({"off", "on"}));
-  sub->add_option("--max-memory-GB", o->max_memory_GB, "Per-GPU memory limit (default: the device's memory)")
+  sub->add_option("--max-memory-GB", o->max_memory_GB,
+                  "Per-GPU memory limit (default: the device's memory less --headroom-GB)")
       ->check(finite_range(1e-3, 1e6));
   sub->add_option("--keep,-K", o->keep, "Simulate the best K estimates (default 20)")->check(CLI::Range(1, 100000));
   sub->add_option("-j,--jobs", o->jobs, "Worker processes (default 1); results are identical for every N")
@@ -141,7 +188,9 @@ Command add_search(CLI::App& app) {
   sub->add_option("--json", o->json, "Write the ranked results as JSON (- for stdout; the table then goes to stderr)");
   sub->add_option("--csv", o->csv, "Write the ranked results as CSV");
   sub->add_option("--svg", o->svg, "Plot throughput against peak memory, Pareto front marked");
-  sub->add_option("--emit", o->emit, "Write the best configuration as a scenario YAML (`pipescope simulate` runs it)");
+  sub->add_option("--emit", o->emit,
+                  "Write the best configuration as a scenario YAML (`pipescope simulate` runs it), or with `megatron` "
+                  "print its Megatron-LM arguments on stdout (the table then goes to stderr)");
   return {sub, [o] { return run_search_cmd(*o); }};
 }
 

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/validators.h"
 #include "core/cost/profile_cost.h"
+#include "core/model/megatron_emit.h"
 #include "core/model/scenario.h"
 #include "core/model/schedule_registry.h"
 #include "core/util/atomic_file.h"
@@ -32,6 +33,7 @@ struct SimulateOptions {
   bool timeline_comm = false, timeline_all_replicas = false, timeline_compact = false;
   double timeline_width_px = 1600;
   bool fail_on_oom = false;  // exit 2 when a rank does not fit in device memory
+  std::string emit;          // --emit megatron: the framework's launch arguments instead of a simulation
 };
 
 int run_compare(const Scenario& base, const SimulateOptions& o) {
@@ -79,6 +81,15 @@ int run_simulate(const SimulateOptions& o) {
     if (!o.compare.empty()) throw InputError("--schedule picks one schedule; --compare runs several: give one");
     s = sim::schedule_variant(s, sim::schedule_named(o.schedule, "--schedule"));
   }
+  if (!o.emit.empty()) {  // a translation of the scenario, nothing simulated (core/model/megatron_emit.h)
+    if (!o.compare.empty()) throw InputError("--emit megatron writes one configuration; it cannot go with --compare");
+    try {
+      std::fputs(megatron_command(s).c_str(), stdout);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(e.what());
+    }
+    return 0;
+  }
   if (!o.compare.empty() && !o.timeline.empty())
     throw InputError("--timeline draws one run; it cannot be combined with --compare");
   if ((o.json == "-") + (o.trace == "-") + (o.timeline == "-") > 1)
@@ -124,6 +135,9 @@ Command add_simulate(CLI::App& app) {
                   "Simulate the scenario with this registered schedule instead (see --list-schedules)");
   sub->add_flag("--fail-on-oom", o->fail_on_oom,
                 "Exit with code 2 when the memory model says a rank does not fit in device memory");
+  sub->add_option("--emit", o->emit,
+                  "megatron: print the Megatron-LM pretrain_gpt.py arguments that run the scenario (nothing simulated)")
+      ->check(CLI::IsMember({"megatron"}));
   sub->add_flag("--list-schedules", o->list_schedules, "List the registered schedules (name, traits, help) and exit");
   sub->add_option("--profile", o->profile,
                   "Device profile (pipescope calibrate, or calib/profiles/*.yaml) in place of the scenario's device");

@@ -23,6 +23,7 @@
 #include "core/plan/search_estimate.h"
 #include "core/plan/work_estimate.h"
 #include "sim/child_process.h"
+#include "sim/device_fidelity.h"
 #include "sim/xml_escape.h"
 
 namespace pipescope::sim {
@@ -238,7 +239,54 @@ std::string format_num(const char* f, double x) {
   return b;
 }
 
+// The simulated rows within `band` of the best throughput first, least peak memory first (then label); the others
+// after them as they were (best throughput first). Failed rows stay last.
+void order_ties(std::vector<SearchRow>& rows, double band) {
+  if (rows.empty() || !rows.front().error.empty() || !(band > 0)) return;
+  const double floor = rows.front().result.tokens_per_s * (1 - band);
+  auto end = rows.begin();
+  while (end != rows.end() && end->error.empty() && end->result.tokens_per_s >= floor) end->tied = true, ++end;
+  if (end - rows.begin() < 2) {
+    rows.front().tied = false;  // a band of one row says nothing
+    return;
+  }
+  std::stable_sort(rows.begin(), end, [](const SearchRow& a, const SearchRow& b) {
+    if (a.result.peak_memory_bytes != b.result.peak_memory_bytes)
+      return a.result.peak_memory_bytes < b.result.peak_memory_bytes;
+    return a.label < b.label;
+  });
+}
+
 }  // namespace
+
+double search_tie_band(const DeviceSpec& d, std::string& basis) {
+  const std::vector<DeviceFidelity> sets = device_fidelity(d);
+  const DeviceFidelity* best = nullptr;
+  for (const DeviceFidelity& f : sets)
+    if (best == nullptr || f.mape < best->mape) best = &f;
+  if (best == nullptr) {
+    basis = "no measured set checks " + d.name + "'s description: 5%";
+    return 0.05;
+  }
+  basis = "the smallest error of " + shipped_device(d) + "'s development sets (" + best->set + ", MAPE " +
+          format_num("%.1f%%", 100 * best->mape) + ", pipescope fidelity)";
+  return best->mape;
+}
+
+std::string why_text(const RunResult& r) {
+  const double total = r.breakdown.total_s();
+  std::vector<std::pair<double, const TimePart*>> parts;
+  for (const TimePart& p : time_parts()) {
+    const double x = r.breakdown.*p.member;
+    if (p.member == &TimeBreakdown::forward_s || p.member == &TimeBreakdown::backward_s) continue;
+    if (total > 0 && x >= 0.01 * total) parts.emplace_back(x, &p);
+  }
+  std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string out;
+  for (std::size_t i = 0; i < parts.size() && i < 3; i++)
+    out += (i ? ", " : "") + std::string(parts[i].second->short_title) + format_num(" %.1f%%", 100 * parts[i].first / total);
+  return out.empty() ? "compute" : out;
+}
 
 SearchResult run_search(const Scenario& base, const SearchOptions& o) {
   if (o.keep < 1) throw std::invalid_argument("--keep must be >= 1");
@@ -248,7 +296,9 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
   res.scenario = base.name;
   res.source = base.source;
   res.gpus = base.cluster.total_gpus();
-  res.memory_limit_bytes = o.space.max_memory_bytes > 0 ? o.space.max_memory_bytes : base.cluster.device.memory_bytes;
+  res.memory_limit_bytes = search_memory_limit(base, o.space);
+  res.tie_band = o.tie_band >= 0 ? o.tie_band : search_tie_band(base.cluster.device, res.tie_band_basis);
+  if (o.tie_band >= 0) res.tie_band_basis = "--tie-band";
 
   const auto t0 = Clock::now();
   Stage1 s1 = enumerate_candidates(base, o.space);
@@ -278,7 +328,7 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
   // Stage 3: the best K estimates, and the scenario as written unless it is one of them.
   std::vector<SearchRow> rows;
   for (std::size_t i = 0; i < c.size() && static_cast<int>(i) < o.keep; i++)
-    rows.push_back(SearchRow{c[i].label, c[i].scenario, c[i].estimate_s, {}, "", false, false});
+    rows.push_back(SearchRow{c[i].label, c[i].scenario, c[i].estimate_s, {}, "", false, false, false});
   bool written_in = false;
   for (auto& r : rows)
     if (same_config(r.scenario, base)) r.as_written = written_in = true;
@@ -295,7 +345,7 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
       res.as_written_note = "the scenario as written needs " + format_num("%.2f", peak / 1e9) +
                             " GB per GPU, over the " + format_num("%.2f", res.memory_limit_bytes / 1e9) + " GB limit";
     if (res.as_written_note.empty()) {
-      SearchRow w{candidate_label(base), base, 0, {}, "", true, false};
+      SearchRow w{candidate_label(base), base, 0, {}, "", true, false, false};
       try {
         w.estimate_s = estimate_iteration_s(base);
       } catch (const std::exception&) {
@@ -340,6 +390,7 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o) {
     rows.erase(std::remove_if(rows.begin(), rows.end(), [](const SearchRow& r) { return r.error == kNotRun; }),
                rows.end());
   mark_pareto(rows);
+  order_ties(rows, res.tie_band);
   res.rows = std::move(rows);
   if (o.progress) std::fprintf(stderr, "search: done in %.1f s\n", since(t0));
   return res;
@@ -353,8 +404,9 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
                 r.scenario.c_str(), r.source.c_str(), r.gpus, r.enumerated, r.fits, r.memory_limit_bytes / 1e9,
                 r.ranked, r.estimated, r.rows.size());
   os << line;
-  std::snprintf(line, sizeof line, "%4s  %-42s %12s %12s %8s %8s %9s %11s %6s %11s  %s\n", "rank", "configuration",
-                "tokens/s", "iteration_s", "bubble", "exp_comm", "peak_GB", "TFLOP/s/GPU", "MFU", "estimate_s", "");
+  std::snprintf(line, sizeof line, "%4s  %-42s %12s %12s %8s %8s %9s %11s %6s %11s  %-24s %s\n", "rank",
+                "configuration", "tokens/s", "iteration_s", "bubble", "exp_comm", "peak_GB", "TFLOP/s/GPU", "MFU",
+                "estimate_s", "marks", "why (beside compute)");
   os << line;
   int rank = 0;
   for (const auto& row : r.rows) {
@@ -364,18 +416,24 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
       continue;
     }
     const RunResult& x = row.result;
-    std::string mark = row.pareto ? "pareto" : "";
+    std::string mark = row.tied ? "tie" : "";
+    if (row.pareto) mark += mark.empty() ? "pareto" : ", pareto";
     if (row.as_written) mark += mark.empty() ? "as written" : ", as written";
     const std::string estimate = std::isnan(row.estimate_s) ? "-" : format_num("%.6f", row.estimate_s);
-    std::snprintf(line, sizeof line, "%4d  %-42s %12.1f %12.6f %8.4f %8.4f %9.2f %11.2f %6.3f %11s  %s\n", ++rank,
+    std::snprintf(line, sizeof line, "%4d  %-42s %12.1f %12.6f %8.4f %8.4f %9.2f %11.2f %6.3f %11s  %-24s ", ++rank,
                   row.label.c_str(), x.tokens_per_s, x.iteration_s, x.bubble_fraction, exposed_comm_fraction(x),
                   x.peak_memory_bytes / 1e9, x.tflops_per_gpu, x.mfu, estimate.c_str(), mark.c_str());
-    os << line;
+    os << line << why_text(x) << "\n";
   }
   if (!r.as_written_note.empty()) os << "note: " << r.as_written_note << "\n";
   if (r.interrupted) os << "interrupted (Ctrl-C): the best found so far\n";
   os << "bubble = pipeline bubble / iteration, exp_comm = exposed communication / iteration (mean over ranks); "
-        "estimate_s = stage 2's critical path (no contention)\n";
+        "estimate_s = stage 2's critical path (no contention); why = the largest parts of the iteration beside "
+        "forward and backward compute\n";
+  if (r.tie_band > 0)
+    os << "tie = within " << format_num("%.1f%%", 100 * r.tie_band)
+       << " of the best throughput, equal within the model's error, least memory first; band: " << r.tie_band_basis
+       << "\n";
   std::size_t rejected = 0;
   for (const auto& [reason, n] : r.rejected) rejected += n;
   os << "rejected: " << rejected << " configurations\n";
@@ -401,6 +459,8 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
   j["source"] = r.source;
   j["gpus"] = r.gpus;
   j["memory_limit_GB"] = r.memory_limit_bytes / 1e9;
+  j["tie_band"] = r.tie_band;
+  j["tie_band_basis"] = r.tie_band_basis;
   j["configurations"] = r.enumerated;
   j["fit"] = r.fits;
   j["ranked"] = r.ranked;
@@ -427,6 +487,8 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
       x["distributed_optimizer"] = row.scenario.training.distributed_optimizer;
       for (const char* c : search_figures()) x[c] = result_json_value(result_field(c), s);
       x["pareto"] = row.pareto;
+      x["tie"] = row.tied;
+      x["why"] = why_text(s);
     }
     rows.push_back(x);
   }
@@ -439,7 +501,7 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
 void write_search_csv(std::ostream& os, const SearchResult& r) {
   os << "rank,configuration,schedule,dp,pp,tp,v,m,micro_batch_size,slices,recompute,distributed_optimizer,";
   for (const char* c : search_figures()) os << c << ',';
-  os << "estimate_s,pareto,as_written,error\n";
+  os << "estimate_s,pareto,tie,why,as_written,error\n";
   int rank = 0;
   for (const auto& row : r.rows) {
     const RunResult& s = row.result;
@@ -455,7 +517,7 @@ void write_search_csv(std::ostream& os, const SearchResult& r) {
        << ',';
     for (const char* c : search_figures()) os << (ok ? result_csv_value(result_field(c), s) : "") << ',';
     os << (std::isnan(row.estimate_s) ? "" : format_num("%.9g", row.estimate_s)) << ',' << (row.pareto ? 1 : 0) << ','
-       << (row.as_written ? 1 : 0) << ',' << (err.empty() ? "" : "\"" + err + "\"") << '\n';
+       << (row.tied ? 1 : 0) << ',' << (ok ? "\"" + why_text(s) + "\"" : "") << ',' << (row.as_written ? 1 : 0) << ',' << (err.empty() ? "" : "\"" + err + "\"") << '\n';
   }
 }
 
@@ -529,6 +591,7 @@ std::string emit_scenario_yaml(const std::string& base_text, const Scenario& bes
   sch["seq_slices"] = s.seq_slices;
   sch["slicing"] = s.slicing;
   sch["recompute"] = to_string(s.recompute);
+  if (s.recompute != Recompute::Selective) sch.remove("recompute_modules");  // the loader refuses it otherwise
   sch.remove("slice_tokens");
   if (!s.slice_tokens.empty()) sch["slice_tokens"] = s.slice_tokens;  // the planner's slicing (slicing: explicit)
   sch.remove("file");

@@ -24,6 +24,9 @@ struct SearchOptions {
   int jobs = 1;            // worker processes for stages 2 and 3
   bool progress = false;   // counts and time left on stderr
   bool as_written = true;  // also simulate the scenario as given (a row of its own unless it is in the top K)
+  // Rows whose throughput is within this share of the best are equal within the model's error and ordered by peak
+  // memory (docs/search.md "Ties"); negative: the device's default (search_tie_band), 0: no band.
+  double tie_band = -1;
   // Under `mpirun -n N`: stages 2 and 3 split over the ranks (each then uses `jobs` local workers); every rank
   // gets the whole result. nullptr: this process alone.
   MpiGroup* group = nullptr;
@@ -37,6 +40,7 @@ struct SearchRow {
   std::string error;        // the simulation failed (checker, deadlock)
   bool as_written = false;  // the scenario as given
   bool pareto = false;      // on the throughput / peak-memory Pareto front
+  bool tied = false;        // within the tie band of the best throughput (the rows first, least memory first)
 };
 
 struct SearchResult {
@@ -50,7 +54,18 @@ struct SearchResult {
   std::vector<SearchRow> rows;                  // simulated: best throughput first, then failures
   std::string as_written_note;                  // why the scenario as written is not a row (empty: it is)
   bool interrupted = false;                     // Ctrl-C: the rows are the best found until then
+  double tie_band = 0;                          // the band applied (a share of the best throughput)
+  std::string tie_band_basis;                   // where it comes from
 };
+
+// The default tie band for a device: the smallest error (MAPE) of the development sets that check its shipped
+// description (sim/device_fidelity.h): two rows closer than that cannot be told apart by the model. 5% for a device
+// no set checks. `basis` says which.
+double search_tie_band(const DeviceSpec& d, std::string& basis);
+
+// "TP 11.2%, bubble 3.1%": what an iteration spends beside forward and backward compute, largest first (parts of at
+// least 1%, at most three; "compute" when none is).
+std::string why_text(const RunResult& r);
 
 // Ctrl-C during the search (outside MPI) stops it: nothing new starts, and the result holds what was simulated
 // by then (`interrupted`). Throws std::invalid_argument when nothing passes stage 1 (an impossible cluster, a memory

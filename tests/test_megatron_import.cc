@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/model/megatron_emit.h"
 #include "core/model/megatron_import.h"
 #include "core/model/scenario.h"
 
@@ -438,6 +439,97 @@ TEST(MegatronImport, BadArgumentsNameTheFlag) {
   EXPECT_NE(msg(with({"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"}))
                 .find("do not split"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipescope
+
+namespace pipescope {
+namespace {
+
+// The generated scenario without its comments (what the import says it ignored differs: the emitted arguments have
+// nothing to ignore).
+std::string without_comments(const std::string& yaml) {
+  std::string out, line;
+  for (char c : yaml + "\n") {
+    if (c != '\n') {
+      line += c;
+      continue;
+    }
+    if (line.rfind("#", 0) != 0) {
+      const std::size_t hash = line.find("  #");
+      out += line.substr(0, hash) + "\n";
+    }
+    line.clear();
+  }
+  return out;
+}
+
+// import -> emit -> import gives the same scenario (core/model/megatron_emit.h), and the emitted arguments are all
+// known to the importer.
+void expect_round_trip(const std::vector<std::string>& args, const MegatronImportOptions& o) {
+  const MegatronImport first = import_megatron(args, o);
+  const std::vector<std::string> emitted = megatron_arguments(parse_scenario(first.yaml, "first.yaml"));
+  const MegatronImport second = import_megatron(emitted, o);
+  EXPECT_TRUE(second.unknown.empty()) << second.unknown.front();
+  EXPECT_EQ(second.unsupported, first.unsupported);
+  EXPECT_EQ(without_comments(second.yaml), without_comments(first.yaml));
+}
+
+TEST(MegatronEmit, ImportEmitImportIsTheSameScenario) {
+  MegatronImportOptions o;
+  o.nodes = 64;
+  // Interleaved, full recomputation, fp16, the distributed optimizer (the MLP's size written out: the emitter always
+  // writes it, the importer leaves it to the loader's default when absent).
+  std::vector<std::string> gpt = k39b;
+  gpt.insert(gpt.end(), {"--ffn-hidden-size", "32768"});
+  expect_round_trip(gpt, o);
+  const std::vector<std::string> llama = {
+      "--num-layers", "80", "--hidden-size", "8192", "--num-attention-heads", "64", "--ffn-hidden-size", "28672",
+      "--seq-length", "8192", "--vocab-size", "128256", "--micro-batch-size", "1", "--global-batch-size", "64",
+      "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "4",
+      "--num-layers-per-virtual-pipeline-stage", "4", "--group-query-attention", "--num-query-groups", "8", "--swiglu",
+      "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--disable-bias-linear",
+      "--untie-embeddings-and-output-weights", "--bf16", "--use-distributed-optimizer", "--overlap-grad-reduce",
+      "--overlap-param-gather", "--recompute-granularity", "selective", "--sequence-parallel", "--attention-backend",
+      "fused", "--context-parallel-size", "2", "--fp8-format", "hybrid", "--grad-reduce-in-bf16"};
+  expect_round_trip(llama, MegatronImportOptions{"llama", "dgx-h100-superpod", 16});
+  // A mixture of experts with latent attention, dense first layers, DeepEP, capacity, selective modules and an
+  // uneven last stage.
+  const std::vector<std::string> moe = {
+      "--num-layers", "13", "--hidden-size", "1024", "--num-attention-heads", "16", "--ffn-hidden-size", "4096",
+      "--seq-length", "4096", "--vocab-size", "32000", "--micro-batch-size", "1", "--global-batch-size", "64",
+      "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "4", "--sequence-parallel",
+      "--decoder-last-pipeline-num-layers", "1", "--num-experts", "16", "--moe-router-topk", "4",
+      "--moe-ffn-hidden-size", "512", "--moe-shared-expert-intermediate-size", "512", "--moe-layer-freq",
+      "([0]*1+[1]*12)", "--expert-model-parallel-size", "4", "--expert-tensor-parallel-size", "1",
+      "--moe-token-dispatcher-type", "flex", "--moe-enable-deepep", "--moe-expert-capacity-factor", "1.25",
+      "--multi-latent-attention", "--q-lora-rank", "384", "--kv-lora-rank", "128", "--qk-head-dim", "64",
+      "--qk-pos-emb-head-dim", "32", "--v-head-dim", "64", "--bf16", "--recompute-granularity", "selective",
+      "--recompute-modules", "layernorm", "moe_act", "--overlap-moe-expert-parallel-comm"};
+  expect_round_trip(moe, MegatronImportOptions{"moe", "dgx-h100", 4});
+  // Megatron-Core's split with the embedding and the loss counted as layers.
+  std::vector<std::string> split = llama;
+  split = {llama.begin(), std::find(llama.begin(), llama.end(), "--num-layers-per-virtual-pipeline-stage")};
+  *(std::find(split.begin(), split.end(), "--num-layers") + 1) = "78";
+  split.insert(split.end(), {"--num-virtual-stages-per-pipeline-rank", "5", "--account-for-embedding-in-pipeline-split",
+                             "--account-for-loss-in-pipeline-split", "--bf16"});
+  expect_round_trip(split, MegatronImportOptions{"split", "dgx-h100-superpod", 16});
+}
+
+TEST(MegatronEmit, WhatMegatronCannotRunIsRefused) {
+  Scenario s = load_scenario(PIPESCOPE_SOURCE_DIR "/scenarios/default.yaml");
+  s.schedule.kind = ScheduleKind::ZeroBubbleV;
+  try {
+    megatron_arguments(s);
+    ADD_FAILURE() << "expected zb-v refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("not a Megatron-LM schedule"), std::string::npos) << e.what();
+  }
+  s = load_scenario(PIPESCOPE_SOURCE_DIR "/scenarios/default.yaml");
+  const std::string cmd = megatron_command(s);
+  EXPECT_EQ(cmd.rfind("# ", 0), 0u);
+  EXPECT_NE(cmd.find("pretrain_gpt.py \\\n    --num-layers "), std::string::npos) << cmd;
 }
 
 }  // namespace

@@ -94,6 +94,7 @@ TEST(Search, TopMatchesExhaustiveSimulation) {
     o.keep = 5;
     o.jobs = 2;
     o.as_written = false;
+    o.tie_band = 0;  // throughput order alone, as the exhaustive truth is ordered
     const sim::SearchResult r = sim::run_search(base, o);
     ASSERT_EQ(r.rows.size(), 5u);
     EXPECT_EQ(r.rows[0].label, truth[0].second);
@@ -153,6 +154,7 @@ TEST(Search, ExpertParallelDegrees) {
   o.keep = 3;
   o.jobs = 2;
   o.as_written = false;
+  o.tie_band = 0;  // the fastest first, as the exhaustive best is found
   const sim::SearchResult r = sim::run_search(base, o);
   ASSERT_FALSE(r.rows.empty());
   EXPECT_EQ(r.rows[0].label, best);
@@ -476,6 +478,78 @@ TEST(Search, BadInputExitsOneWithAReason) {
   r = run("search " + tiny + " -q --tp 1,2");
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.err.find("none of the"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace pipescope
+
+namespace pipescope {
+namespace {
+
+// What the space holds: a framework's schedules only, every chunk count dividing a rank's layers, the three
+// recomputation modes; the headroom taken off the device's memory (not off --max-memory-GB).
+TEST(Search, FrameworksChunksRecomputationAndHeadroom) {
+  const Scenario base = parse_scenario(kScenarios[1], "<test>");  // gpt3-1b: 24 layers
+  SearchSpace sp;
+  sp.one_framework = true;
+  sp.framework = Framework::Megatron;
+  std::set<std::string> kinds;
+  std::map<int, std::set<int>> chunks;  // pp -> interleaved v values
+  std::set<Recompute> modes;
+  for_each_point(base, sp, [&](const SearchPoint& p) {
+    kinds.insert(p.kind->name);
+    modes.insert(p.recompute);
+    if (p.kind->kind == ScheduleKind::Interleaved) chunks[p.pp].insert(p.v);
+  });
+  EXPECT_EQ(kinds, (std::set<std::string>{"1f1b", "interleaved"}));
+  EXPECT_EQ(modes, (std::set<Recompute>{Recompute::None, Recompute::Selective, Recompute::Full}));
+  EXPECT_EQ(chunks[2], (std::set<int>{2, 3, 4, 6, 12}));  // 12 layers per rank
+  EXPECT_EQ(chunks[8], (std::set<int>{3}));               // 3 layers per rank
+  sp.schedules = {"zb-v"};
+  EXPECT_THROW(for_each_point(base, sp, [](const SearchPoint&) {}), std::invalid_argument);
+  sp = SearchSpace{};
+  EXPECT_DOUBLE_EQ(search_memory_limit(base, sp), base.cluster.device.memory_bytes - kDefaultHeadroomBytes);
+  sp.max_memory_bytes = 40e9;
+  EXPECT_DOUBLE_EQ(search_memory_limit(base, sp), 40e9);
+  sp = SearchSpace{};
+  sp.headroom_bytes = base.cluster.device.memory_bytes;
+  EXPECT_THROW(search_memory_limit(base, sp), std::invalid_argument);
+}
+
+// Rows within the tie band of the best throughput come first, least peak memory first, marked; each row says why.
+TEST(Search, TiesOrderedByMemoryAndWhy) {
+  const Scenario base = parse_scenario(kScenarios[0], "<test>");
+  sim::SearchOptions o;
+  o.space = small_space();
+  o.keep = 6;
+  o.jobs = 2;
+  o.as_written = false;
+  o.tie_band = 0.5;  // wide: several rows tie
+  const sim::SearchResult r = sim::run_search(base, o);
+  EXPECT_DOUBLE_EQ(r.tie_band, 0.5);
+  double best = 0;
+  for (const auto& row : r.rows) best = std::max(best, row.result.tokens_per_s);
+  std::size_t tied = 0;
+  while (tied < r.rows.size() && r.rows[tied].tied) tied++;
+  ASSERT_GE(tied, 2u);
+  for (std::size_t i = 0; i < r.rows.size(); i++) {
+    EXPECT_EQ(r.rows[i].tied, i < tied);
+    EXPECT_EQ(r.rows[i].tied, r.rows[i].result.tokens_per_s >= best * 0.5) << r.rows[i].label;
+    EXPECT_FALSE(sim::why_text(r.rows[i].result).empty());
+    if (i > 0 && i < tied)
+      EXPECT_LE(r.rows[i - 1].result.peak_memory_bytes, r.rows[i].result.peak_memory_bytes) << r.rows[i].label;
+  }
+  // The default band: the device's smallest development-set error (A100: Megatron's Table 1).
+  std::string basis;
+  EXPECT_GT(sim::search_tie_band(base.cluster.device, basis), 0.0);
+  EXPECT_NE(basis.find("A100"), std::string::npos) << basis;
+  // why: the largest parts beside forward and backward compute, largest first.
+  sim::RunResult x;
+  x.breakdown.forward_s = 5, x.breakdown.backward_s = 3, x.breakdown.tp_comm_s = 1, x.breakdown.bubble_s = 0.5;
+  x.breakdown.dp_comm_s = 0.05;  // 0.5%: left out
+  EXPECT_EQ(sim::why_text(x), "TP 10.5%, bubble 5.2%");
+  x.breakdown.tp_comm_s = 0, x.breakdown.bubble_s = 0;
+  EXPECT_EQ(sim::why_text(x), "compute");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "core/model/model_shape.h"
 #include "core/model/placement.h"
@@ -107,22 +108,21 @@ std::vector<KernelCost> cp_attention_backward_kernels(const KernelTimer& time, c
   return k;
 }
 
-LoweredSchedule add_cp_exchange(const LoweredSchedule& in, const Scenario& s) {
+LoweredSchedule add_cp_exchange(LoweredSchedule out, const Scenario& s) {
   const int cp = s.parallel.cp;
-  if (cp <= 1) return in;
-  LoweredSchedule out = in;
+  if (cp <= 1) return out;
   out.cp = cp;
   const int recompute_passes = s.schedule.recompute == Recompute::Full ? 1 : 0;  // flash: selective adds none
   for (std::size_t w = 0; w < out.per_worker.size(); w++) {
     out.groups.push_back(CollGroup{CollTag::ContextParallel, {static_cast<std::int32_t>(w)}});
     const auto g = static_cast<std::int32_t>(out.groups.size() - 1);
-    const std::vector<LoweredOp>& prog = in.per_worker[w];
+    const std::vector<LoweredOp> prog = std::move(out.per_worker[w]);
     std::vector<LoweredOp> next;
     next.reserve(prog.size() * 2 + 4);
     for (const LoweredOp& l : prog) {
       if (l.kind == LOpKind::Compute && l.op.kind != OpKind::BackwardWeight) {
         const int layers = stage_layer_range(s, l.op.stage).count;
-        const int b = in.schedule.microbatches.at(static_cast<std::size_t>(l.op.microbatch)).seq_count;
+        const int b = out.schedule.microbatches.at(static_cast<std::size_t>(l.op.microbatch)).seq_count;
         const int passes = l.op.kind == OpKind::Forward ? 1 : 2 + recompute_passes;
         LoweredOp x;
         x.kind = LOpKind::AllGather;

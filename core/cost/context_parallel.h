@@ -47,6 +47,6 @@ std::vector<KernelCost> cp_attention_backward_kernels(const KernelTimer& time, c
 // cp x cp_kv_step_bytes (a ring all-gather moves bytes / cp per step, cp - 1 steps). Posted when the op starts,
 // so the transfers share the links with the op's other traffic; their exposed time is already in the op's
 // duration (cost model), so nothing waits for them but the optimizer step. Sets ls.cp. Identity when cp == 1.
-LoweredSchedule add_cp_exchange(const LoweredSchedule& in, const Scenario& s);
+LoweredSchedule add_cp_exchange(LoweredSchedule ls, const Scenario& s);
 
 }  // namespace pipescope

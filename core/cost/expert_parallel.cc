@@ -149,9 +149,8 @@ void add_expert_grad_sync(LoweredSchedule& out, const Scenario& s, const CostMod
 
 }  // namespace
 
-LoweredSchedule add_expert_parallel(const LoweredSchedule& in, const Scenario& s, const CostModel& cost) {
-  if (!s.model.moe()) return in;
-  LoweredSchedule out = in;
+LoweredSchedule add_expert_parallel(LoweredSchedule out, const Scenario& s, const CostModel& cost) {
+  if (!s.model.moe()) return out;
   out.ep = s.parallel.expert_group_gpus();
   add_alltoalls(out, s);
   add_expert_grad_sync(out, s, cost);

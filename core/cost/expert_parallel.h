@@ -37,6 +37,6 @@ double moe_alltoall_estimate_s(const Scenario& s, const Op& op, int microbatch_s
 // step, the routed experts' gradient reduction (reduce-scatter with the distributed optimizer, else all-reduce; tag
 // ExpertData) over the expert-data-parallel group when it has more than one GPU, and with the distributed
 // optimizer their parameter all-gather after the step. Sets ls.ep. Identity for a dense model.
-LoweredSchedule add_expert_parallel(const LoweredSchedule& in, const Scenario& s, const CostModel& cost);
+LoweredSchedule add_expert_parallel(LoweredSchedule ls, const Scenario& s, const CostModel& cost);
 
 }  // namespace pipescope

@@ -17,16 +17,16 @@ double TimeBreakdown::total_s() const {
 const std::vector<TimePart>& time_parts() {
   using B = TimeBreakdown;
   static const std::vector<TimePart> parts = {
-      {"forward_s", &B::forward_s, "forward compute"},
-      {"backward_s", &B::backward_s, "backward compute (less recomputation)"},
-      {"recompute_s", &B::recompute_s, "recomputed forward"},
-      {"optimizer_s", &B::optimizer_s, "optimizer step"},
-      {"tp_comm_s", &B::tp_comm_s, "exposed tensor-parallel communication"},
-      {"cp_comm_s", &B::cp_comm_s, "exposed context-parallel communication"},
-      {"ep_comm_s", &B::ep_comm_s, "exposed expert-parallel all-to-all"},
-      {"dp_comm_s", &B::dp_comm_s, "exposed data-parallel communication"},
-      {"p2p_s", &B::p2p_s, "exposed pipeline p2p"},
-      {"bubble_s", &B::bubble_s, "pipeline bubble (waiting on another stage)"},
+      {"forward_s", &B::forward_s, "forward compute", "forward"},
+      {"backward_s", &B::backward_s, "backward compute (less recomputation)", "backward"},
+      {"recompute_s", &B::recompute_s, "recomputed forward", "recompute"},
+      {"optimizer_s", &B::optimizer_s, "optimizer step", "optimizer"},
+      {"tp_comm_s", &B::tp_comm_s, "exposed tensor-parallel communication", "TP"},
+      {"cp_comm_s", &B::cp_comm_s, "exposed context-parallel communication", "CP"},
+      {"ep_comm_s", &B::ep_comm_s, "exposed expert-parallel all-to-all", "EP a2a"},
+      {"dp_comm_s", &B::dp_comm_s, "exposed data-parallel communication", "DP"},
+      {"p2p_s", &B::p2p_s, "exposed pipeline p2p", "p2p"},
+      {"bubble_s", &B::bubble_s, "pipeline bubble (waiting on another stage)", "bubble"},
   };
   return parts;
 }

@@ -30,6 +30,7 @@ struct TimePart {
   const char* key;  // JSON key and table column ("forward_s")
   double TimeBreakdown::*member;
   const char* title;
+  const char* short_title;  // a table cell's word ("TP", "bubble")
 };
 const std::vector<TimePart>& time_parts();
 // One line for a picture's legend: "time (mean over workers): forward compute 29.3%, ..." (parts over total_s();

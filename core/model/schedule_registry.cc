@@ -1,6 +1,7 @@
 // The schedule registry (core/model/schedule_registry.h): one row per schedule.
 #include "core/model/schedule_registry.h"
 
+#include <initializer_list>
 #include <algorithm>
 #include <stdexcept>
 
@@ -10,6 +11,29 @@ namespace pipescope {
 
 // The YAML values and the CLI's names (declared beside ScheduleKind in core/model/config.h).
 const char* to_string(ScheduleKind k) { return schedule_entry(k).name; }
+
+const char* to_string(Framework f) {
+  switch (f) {
+    case Framework::Megatron:
+      return "megatron";
+    case Framework::TorchTitan:
+      return "torchtitan";
+    case Framework::DeepSpeed:
+      return "deepspeed";
+  }
+  return "?";
+}
+
+const std::vector<Framework>& all_frameworks() {
+  static const std::vector<Framework> fs = {Framework::Megatron, Framework::TorchTitan, Framework::DeepSpeed};
+  return fs;
+}
+
+bool find_framework(const std::string& name, Framework& out) {
+  for (Framework f : all_frameworks())
+    if (name == to_string(f)) return out = f, true;
+  return false;
+}
 
 namespace {
 
@@ -47,6 +71,11 @@ ScheduleTraits traits(bool interleaved, SlicePlan slicing, bool split = false, b
   return t;
 }
 
+ScheduleTraits in(ScheduleTraits t, std::initializer_list<Framework> fs) {
+  for (Framework f : fs) t.frameworks |= framework_bit(f);
+  return t;
+}
+
 ScheduleTraits combined(ScheduleTraits t) {
   t.combined_1f1b = true;
   return t;
@@ -69,11 +98,19 @@ ScheduleTraits file_traits() {
 
 const std::vector<ScheduleEntry>& schedule_registry() {
   static const std::vector<ScheduleEntry> rows = {
-      {ScheduleKind::GPipe, "gpipe", traits(false, SlicePlan::Whole), gen_gpipe,
+      // Frameworks: Megatron-Core's forward_backward_pipelining_without_interleaving / _with_interleaving; PyTorch
+      // pipelining's ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, ScheduleZBVZeroBubble, ScheduleDualPipeV
+      // and its CSV schedules (TorchTitan's pipeline_parallel_schedule / _csv); DeepSpeed's TrainSchedule (1F1B).
+      // TeraPipe, Seq1F1B and the zero-bubble H1 / H2 run in their papers' own code (forks of Megatron-LM).
+      {ScheduleKind::GPipe, "gpipe", in(traits(false, SlicePlan::Whole), {Framework::TorchTitan}), gen_gpipe,
        "GPipe: all forwards, then all backwards"},
-      {ScheduleKind::OneFOneB, "1f1b", combined(traits(false, SlicePlan::Whole)), gen_1f1b,
+      {ScheduleKind::OneFOneB, "1f1b",
+       in(combined(traits(false, SlicePlan::Whole)), {Framework::Megatron, Framework::TorchTitan, Framework::DeepSpeed}),
+       gen_1f1b,
        "1F1B / PipeDream-Flush: warm-up of p-r-1 forwards, then one forward, one backward"},
-      {ScheduleKind::Interleaved, "interleaved", combined(traits(true, SlicePlan::Whole, false, true)), gen_interleaved,
+      {ScheduleKind::Interleaved, "interleaved",
+       in(combined(traits(true, SlicePlan::Whole, false, true)), {Framework::Megatron, Framework::TorchTitan}),
+       gen_interleaved,
        "Megatron interleaved 1F1B: v model chunks per rank (m % pp == 0)"},
       {ScheduleKind::TeraPipe, "terapipe", traits(false, SlicePlan::TeraPipe), gen_gpipe,
        "TeraPipe: GPipe over token slices (uniform, explicit or planned: slicing dp)"},
@@ -85,11 +122,12 @@ const std::vector<ScheduleEntry>& schedule_registry() {
        "ZB-H1 (zero bubble): 1F1B with the backward split into I and W, W filling the cool-down; 1F1B's memory"},
       {ScheduleKind::ZeroBubbleH2, "zb-h2", traits(false, SlicePlan::Whole, true), gen_zb_h2,
        "ZB-H2 (zero bubble): longer warm-up (up to 2p-1 micro-batches in flight), W filling every bubble"},
-      {ScheduleKind::ZeroBubbleV, "zb-v", traits(true, SlicePlan::Whole, true, false, 2, StageStyle::V), gen_zb_v,
+      {ScheduleKind::ZeroBubbleV, "zb-v",
+       in(traits(true, SlicePlan::Whole, true, false, 2, StageStyle::V), {Framework::TorchTitan}), gen_zb_v,
        "ZB-V (zero bubble): 2 chunks per rank in a V (rank r holds stages r and 2p-1-r), I and W split"},
-      {ScheduleKind::DualPipeV, "dualpipev", dual_v(), gen_dualpipev,
+      {ScheduleKind::DualPipeV, "dualpipev", in(dual_v(), {Framework::TorchTitan}), gen_dualpipev,
        "DualPipeV: ZB-V's V placement, the steady state as overlapped forward-backward pairs of two chunks (m >= 2pp)"},
-      {ScheduleKind::File, "file", file_traits(), gen_file,
+      {ScheduleKind::File, "file", in(file_traits(), {Framework::TorchTitan}), gen_file,
        "a schedule file (schedule.file) in PyTorch pipelining's CSV format: one row per rank, e.g. 0F0,0F1,,0B0"},
   };
   return rows;
@@ -190,17 +228,26 @@ std::string traits_text(const ScheduleTraits& t) {
 
 }  // namespace
 
+std::string frameworks_text(const ScheduleTraits& t) {
+  std::string out;
+  for (Framework f : all_frameworks())
+    if (t.runs_in(f)) out += (out.empty() ? "" : ",") + std::string(to_string(f));
+  return out.empty() ? "-" : out;
+}
+
 std::string schedule_list_text() {
   // Columns as wide as their longest entry.
-  std::size_t name_w = 0, traits_w = 0;
+  std::size_t name_w = 0, traits_w = 0, fw_w = 0;
   for (const ScheduleEntry& e : schedule_registry()) {
     name_w = std::max(name_w, std::string(e.name).size());
     traits_w = std::max(traits_w, traits_text(e.traits).size());
+    fw_w = std::max(fw_w, frameworks_text(e.traits).size());
   }
   auto padded = [](std::string s, std::size_t width) { return s.append(width - s.size(), ' '); };
   std::string out;
   for (const ScheduleEntry& e : schedule_registry())
-    out += padded(e.name, name_w + 1) + " " + padded(traits_text(e.traits), traits_w + 1) + " " + e.help + "\n";
+    out += padded(e.name, name_w + 1) + " " + padded(traits_text(e.traits), traits_w + 1) + " " +
+           padded(frameworks_text(e.traits), fw_w + 1) + " " + e.help + "\n";
   return out;
 }
 

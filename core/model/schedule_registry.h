@@ -22,6 +22,16 @@ enum class SlicePlan : std::uint8_t {
   Seq1F1B,   // Seq1F1B segments: cwp (equal causal FLOPs), uniform or explicit
 };
 
+// The training frameworks whose own code runs a schedule (docs/search.md "Frameworks"): Megatron-LM / Megatron-Core
+// (pipeline_parallel/schedules.py), TorchTitan over PyTorch's torch.distributed.pipelining (its Schedule classes and
+// CSV schedules), DeepSpeed's pipeline engine (deepspeed/runtime/pipe/schedule.py).
+enum class Framework : std::uint8_t { Megatron, TorchTitan, DeepSpeed };
+constexpr std::uint8_t framework_bit(Framework f) { return static_cast<std::uint8_t>(1u << static_cast<unsigned>(f)); }
+const char* to_string(Framework f);
+const std::vector<Framework>& all_frameworks();
+// Whether `name` is a framework's name (`out` is then that framework).
+bool find_framework(const std::string& name, Framework& out);
+
 struct ScheduleTraits {
   bool interleaved = false;  // more than one model chunk per rank (needs parallel.v > 1)
   int fixed_v = 0;           // chunks per rank the generator requires (0: any v >= 2 when interleaved)
@@ -38,6 +48,9 @@ struct ScheduleTraits {
   bool overlapped = false;
   // The generator needs m >= min_m_per_rank * pp micro-batches (0: no such bound).
   int min_m_per_rank = 0;
+  // The frameworks that implement it (framework_bit of each; 0: only its paper's own code or fork).
+  std::uint8_t frameworks = 0;
+  bool runs_in(Framework f) const { return (frameworks & framework_bit(f)) != 0; }
   bool sliced() const { return slicing != SlicePlan::Whole; }
   // The chunks per rank a scenario gets when it switches to this schedule from one with `v` chunks.
   int fit_v(int v) const { return from_file ? v : fixed_v > 0 ? fixed_v : interleaved ? std::max(v, 2) : 1; }
@@ -63,7 +76,8 @@ std::string schedule_names();
 std::vector<std::string> schedule_name_list();
 // The names of the schedules whose traits satisfy `pred`, as "a, b or c" (for error messages).
 std::string schedule_names_if(bool (*pred)(const ScheduleTraits&));
-// `simulate --list-schedules`: one line per schedule, "<name> <traits> <help>" in columns (scripts read the first).
+// `simulate --list-schedules`: one line per schedule, "<name> <traits> <frameworks> <help>" in columns (scripts read
+// the first; frameworks "-" when none runs it).
 std::string schedule_list_text();
 // Where the scenario's virtual stages sit: the registry's style, or for kind file the file's.
 StageStyle scenario_stage_style(const Scenario& s);

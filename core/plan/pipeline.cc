@@ -1,6 +1,7 @@
 #include "core/plan/pipeline.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include "core/cost/context_parallel.h"
 #include "core/cost/expert_parallel.h"
@@ -63,7 +64,7 @@ LoweredSchedule lower_scenario(const Scenario& s, const Schedule& sch, const Cos
   // Context-parallel K/V rings (no-op at cp = 1), then the MoE all-to-alls and expert gradients (dense: no-op).
   // Overlapped pairs last: their per-op collectives are all in place (core/lower/overlap.h).
   const DeviceSpec& d = s.cluster.device;
-  return overlap_pairs(with_p2p_mode(add_expert_parallel(add_cp_exchange(ls, s), s, cost), s),
+  return overlap_pairs(with_p2p_mode(add_expert_parallel(add_cp_exchange(std::move(ls), s), s, cost), s),
                        overlap_compute_factor(d.sm_count, d.comm_sm_count),
                        s.schedule.overlap_moe_a2a ? PairHides::ExpertParallel : PairHides::ExpertAndTensorParallel);
 }

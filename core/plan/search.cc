@@ -59,9 +59,10 @@ std::string reason_of(const std::string& what, const std::string& source) {
 
 std::vector<const ScheduleEntry*> kinds_of(const SearchSpace& space) {
   std::vector<const ScheduleEntry*> out;
+  auto in_framework = [&](const ScheduleEntry& e) { return !space.one_framework || e.traits.runs_in(space.framework); };
   if (space.schedules.empty()) {
     for (const ScheduleEntry& e : schedule_registry())
-      if (!e.traits.from_file) out.push_back(&e);
+      if (!e.traits.from_file && in_framework(e)) out.push_back(&e);
     return out;
   }
   for (const std::string& name : space.schedules) {
@@ -70,6 +71,9 @@ std::vector<const ScheduleEntry*> kinds_of(const SearchSpace& space) {
       throw std::invalid_argument("--schedules: unknown schedule '" + name + "' (valid: " + schedule_names() + ")");
     if (e->traits.from_file)
       throw std::invalid_argument("--schedules: '" + name + "' reads a file; search generates its schedules");
+    if (!in_framework(*e))
+      throw std::invalid_argument("--schedules: '" + name + "' is not a schedule of " + to_string(space.framework) +
+                                  " (--framework; simulate --list-schedules shows who runs what)");
     out.push_back(e);
   }
   return out;
@@ -112,7 +116,27 @@ std::vector<std::pair<int, int>> expert_layouts(const Scenario& base, const Sear
   return out;
 }
 
+// Chunks per rank for an interleaved schedule without a fixed v: the space's, or every v > 1 dividing the layers of a
+// pipeline rank (none when the layers do not split evenly over the ranks: the checks would refuse every one).
+std::vector<int> chunk_counts(const SearchSpace& space, int layers, int pp) {
+  if (!space.v.empty()) return space.v;
+  std::vector<int> out;
+  if (layers % pp != 0) return {2};  // refused by the checks with their own message
+  for (int v : divisors(layers / pp))
+    if (v > 1) out.push_back(v);
+  return out;
+}
+
 }  // namespace
+
+double search_memory_limit(const Scenario& base, const SearchSpace& space) {
+  if (space.max_memory_bytes > 0) return space.max_memory_bytes;  // the user's own limit, taken as it is
+  const double device = base.cluster.device.memory_bytes;
+  if (!(space.headroom_bytes >= 0) || space.headroom_bytes >= device)
+    throw std::invalid_argument("--headroom-GB: " + std::to_string(space.headroom_bytes / 1e9) +
+                                " GB leaves nothing of the device's " + std::to_string(device / 1e9) + " GB");
+  return device - space.headroom_bytes;
+}
 
 std::vector<bool> dist_opts(const SearchSpace& space, int dp) {
   if (dp == 1 || space.distributed_optimizer.empty()) return {false};
@@ -190,7 +214,7 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
         for (int b : mbs)
           for (const ScheduleEntry* e : kinds) {
             const std::vector<int> vs = e->traits.fixed_v > 0   ? std::vector<int>{e->traits.fixed_v}
-                                        : e->traits.interleaved ? space.v
+                                        : e->traits.interleaved ? chunk_counts(space, base.model.layers, pp)
                                                                 : std::vector<int>{1};
             for (int v : vs)
               for (Recompute rc : space.recompute)
@@ -203,7 +227,7 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
 }
 
 Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {
-  const double limit = space.max_memory_bytes > 0 ? space.max_memory_bytes : base.cluster.device.memory_bytes;
+  const double limit = search_memory_limit(base, space);
   Stage1 out;
   for_each_point(base, space, [&](const SearchPoint& pt) {
     out.enumerated++;
@@ -216,7 +240,9 @@ Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {
       for (const RankMemory& r : mem.ranks) peak = std::max(peak, r.peak_bytes);
       if (peak > limit) {
         out.rejected["memory: the worst rank's peak exceeds the " +
-                     std::string(space.max_memory_bytes > 0 ? "--max-memory-GB limit" : "device memory")]++;
+                     std::string(space.max_memory_bytes > 0           ? "--max-memory-GB limit"
+                                 : space.headroom_bytes > 0 ? "device memory less the headroom"
+                                                            : "device memory")]++;
         return;
       }
       out.survivors.push_back(Candidate{s, candidate_label(s), peak, 0});

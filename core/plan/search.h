@@ -14,10 +14,15 @@
 #include <vector>
 
 #include "core/model/config.h"
+#include "core/model/schedule_registry.h"
 
 namespace pipescope {
 
-struct ScheduleEntry;
+// What a training process holds beside the tensors the memory model counts, kept free by default (docs/search.md
+// "Memory headroom"): the CUDA context and kernel images (about 0.5 GiB with lazy loading), NCCL's buffers (4 MiB per
+// channel and peer, up to 32 channels, for each of a rank's communicators: about 1 GiB for a tp / pp / dp rank) and
+// cuBLAS / cuDNN workspaces and the allocator's fragmentation (the rest).
+constexpr double kDefaultHeadroomBytes = 2.0 * (1ull << 30);
 
 struct SearchSpace {
   std::vector<std::string> schedules;  // registered names; empty = every generated schedule (not kind file)
@@ -28,13 +33,24 @@ struct SearchSpace {
   // Their expert-tensor-parallel degrees tried (empty = 1 and tp, Megatron-Core's default, where they fit).
   std::vector<int> etp;
   std::vector<int> micro_batch_sizes;  // empty = 1, 2, 4, 8 (those dividing the per-replica batch)
-  std::vector<int> v = {2, 4};         // chunks per rank tried by interleaved schedules without a fixed v
-  std::vector<Recompute> recompute = {Recompute::None, Recompute::Full};
+  // Chunks per rank tried by interleaved schedules without a fixed v; empty = every v > 1 that divides the layers per
+  // pipeline rank (each chunk the same number of layers; NeMo's Llama-3-70B recipe runs 80 layers as pp 4 x v 5).
+  std::vector<int> v;
+  std::vector<Recompute> recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
+  // Only the schedules this framework implements (ScheduleTraits::frameworks); unset = every generated schedule.
+  bool one_framework = false;
+  Framework framework = Framework::Megatron;
   // training.distributed_optimizer values tried where dp > 1 (dp = 1 has no optimizer state to shard: off only).
   std::vector<bool> distributed_optimizer = {false, true};
   int seq1f1b_segments = 4;     // Seq1F1B kinds: this many cwp segments (the planner's split points)
   double max_memory_bytes = 0;  // per-GPU limit; 0 = the device's memory
+  // Kept free of the limit for what the memory model does not count (kDefaultHeadroomBytes, docs/search.md).
+  double headroom_bytes = kDefaultHeadroomBytes;
 };
+
+// The per-GPU bytes a candidate's worst rank may use: --max-memory-GB as given, else the device's memory less the
+// headroom. Throws std::invalid_argument when the headroom leaves nothing.
+double search_memory_limit(const Scenario& base, const SearchSpace& space);
 
 // The distributed optimizer's values for a layout: the space's where dp > 1, off alone for dp = 1 (or none given).
 std::vector<bool> dist_opts(const SearchSpace& space, int dp);
