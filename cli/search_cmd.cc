@@ -79,7 +79,9 @@ int run_search_cmd(const SearchCmdOptions& o) {
   so.space.v = o.v;
   if (!o.recompute.empty()) so.space.recompute.clear();
   for (const std::string& r : o.recompute)
-    so.space.recompute.push_back(r == "none" ? Recompute::None : r == "selective" ? Recompute::Selective : Recompute::Full);
+    so.space.recompute.push_back(r == "none"        ? Recompute::None
+                                 : r == "selective" ? Recompute::Selective
+                                                    : Recompute::Full);
   so.space.one_framework = o.framework != "any";
   if (so.space.one_framework) find_framework(o.framework, so.space.framework);
   so.space.headroom_bytes = o.headroom_GB * 1e9;
@@ -152,8 +154,9 @@ Command add_search(CLI::App& app) {
   sub->add_option("--micro-batch-sizes", o->micro_batch_sizes, "Micro-batch sizes to try (default 1,2,4,8)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--v", o->v,
-                  "Interleaved schedules: only these chunks per rank (default: every v > 1 dividing the layers per rank)")
+  sub->add_option(
+         "--v", o->v,
+         "Interleaved schedules: only these chunks per rank (default: every v > 1 dividing the layers per rank)")
       ->delimiter(',')
       ->check(CLI::Range(2, 1 << 20));
   sub->add_option("--recompute", o->recompute,

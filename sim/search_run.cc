@@ -284,7 +284,8 @@ std::string why_text(const RunResult& r) {
   std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::string out;
   for (std::size_t i = 0; i < parts.size() && i < 3; i++)
-    out += (i ? ", " : "") + std::string(parts[i].second->short_title) + format_num(" %.1f%%", 100 * parts[i].first / total);
+    out += (i ? ", " : "") + std::string(parts[i].second->short_title) +
+           format_num(" %.1f%%", 100 * parts[i].first / total);
   return out.empty() ? "compute" : out;
 }
 
@@ -517,7 +518,8 @@ void write_search_csv(std::ostream& os, const SearchResult& r) {
        << ',';
     for (const char* c : search_figures()) os << (ok ? result_csv_value(result_field(c), s) : "") << ',';
     os << (std::isnan(row.estimate_s) ? "" : format_num("%.9g", row.estimate_s)) << ',' << (row.pareto ? 1 : 0) << ','
-       << (row.tied ? 1 : 0) << ',' << (ok ? "\"" + why_text(s) + "\"" : "") << ',' << (row.as_written ? 1 : 0) << ',' << (err.empty() ? "" : "\"" + err + "\"") << '\n';
+       << (row.tied ? 1 : 0) << ',' << (ok ? "\"" + why_text(s) + "\"" : "") << ',' << (row.as_written ? 1 : 0) << ','
+       << (err.empty() ? "" : "\"" + err + "\"") << '\n';
   }
 }
 

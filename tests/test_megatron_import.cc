@@ -43,6 +43,38 @@ const std::vector<std::string> k39b = {"--num-layers",
                                        "local",
                                        "--use-distributed-optimizer"};
 
+// Llama-3-70B's shape and a tp 8 x pp 4 layout (NVIDIA's Megatron-LM Llama recipes).
+const std::vector<std::string> kLlama3 = {"--num-layers",
+                                          "80",
+                                          "--hidden-size",
+                                          "8192",
+                                          "--num-attention-heads",
+                                          "64",
+                                          "--ffn-hidden-size",
+                                          "28672",
+                                          "--seq-length",
+                                          "8192",
+                                          "--vocab-size",
+                                          "128256",
+                                          "--micro-batch-size",
+                                          "1",
+                                          "--global-batch-size",
+                                          "64",
+                                          "--tensor-model-parallel-size",
+                                          "8",
+                                          "--pipeline-model-parallel-size",
+                                          "4",
+                                          "--group-query-attention",
+                                          "--num-query-groups",
+                                          "8",
+                                          "--swiglu",
+                                          "--normalization",
+                                          "RMSNorm",
+                                          "--position-embedding-type",
+                                          "rope",
+                                          "--disable-bias-linear",
+                                          "--untie-embeddings-and-output-weights"};
+
 TEST(MegatronImport, TheShippedScenarioFromItsLaunch) {
   MegatronImportOptions o;
   o.nodes = 64;
@@ -194,44 +226,10 @@ TEST(MegatronImport, ArgumentsThatChangeTheAnswer) {
 }
 
 TEST(MegatronImport, Llama3ShapeAndDistributedOptimizer) {
-  const MegatronImport r = import_megatron({"--num-layers",
-                                            "80",
-                                            "--hidden-size",
-                                            "8192",
-                                            "--num-attention-heads",
-                                            "64",
-                                            "--ffn-hidden-size",
-                                            "28672",
-                                            "--seq-length",
-                                            "8192",
-                                            "--vocab-size",
-                                            "128256",
-                                            "--micro-batch-size",
-                                            "1",
-                                            "--global-batch-size",
-                                            "64",
-                                            "--tensor-model-parallel-size",
-                                            "8",
-                                            "--pipeline-model-parallel-size",
-                                            "4",
-                                            "--group-query-attention",
-                                            "--num-query-groups",
-                                            "8",
-                                            "--swiglu",
-                                            "--normalization",
-                                            "RMSNorm",
-                                            "--position-embedding-type",
-                                            "rope",
-                                            "--disable-bias-linear",
-                                            "--untie-embeddings-and-output-weights",
-                                            "--bf16",
-                                            "--accumulate-allreduce-grads-in-fp32",
-                                            "--use-distributed-optimizer",
-                                            "--overlap-grad-reduce",
-                                            "--overlap-param-gather",
-                                            "--recompute-granularity",
-                                            "selective"},
-                                           MegatronImportOptions{"llama", "dgx-h100-superpod", 8});
+  std::vector<std::string> args = kLlama3;
+  args.insert(args.end(), {"--bf16", "--accumulate-allreduce-grads-in-fp32", "--use-distributed-optimizer",
+                           "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-granularity", "selective"});
+  const MegatronImport r = import_megatron(args, MegatronImportOptions{"llama", "dgx-h100-superpod", 8});
   EXPECT_TRUE(r.unknown.empty());
   EXPECT_TRUE(r.unsupported.empty());
   const Scenario s = parse_scenario(r.yaml, "import.yaml");
@@ -484,33 +482,77 @@ TEST(MegatronEmit, ImportEmitImportIsTheSameScenario) {
   std::vector<std::string> gpt = k39b;
   gpt.insert(gpt.end(), {"--ffn-hidden-size", "32768"});
   expect_round_trip(gpt, o);
-  const std::vector<std::string> llama = {
-      "--num-layers", "80", "--hidden-size", "8192", "--num-attention-heads", "64", "--ffn-hidden-size", "28672",
-      "--seq-length", "8192", "--vocab-size", "128256", "--micro-batch-size", "1", "--global-batch-size", "64",
-      "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "4",
-      "--num-layers-per-virtual-pipeline-stage", "4", "--group-query-attention", "--num-query-groups", "8", "--swiglu",
-      "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--disable-bias-linear",
-      "--untie-embeddings-and-output-weights", "--bf16", "--use-distributed-optimizer", "--overlap-grad-reduce",
-      "--overlap-param-gather", "--recompute-granularity", "selective", "--sequence-parallel", "--attention-backend",
-      "fused", "--context-parallel-size", "2", "--fp8-format", "hybrid", "--grad-reduce-in-bf16"};
+  std::vector<std::string> llama = kLlama3;
+  llama.insert(llama.end(), {"--num-layers-per-virtual-pipeline-stage", "4", "--bf16", "--use-distributed-optimizer",
+                             "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-granularity", "selective",
+                             "--sequence-parallel", "--attention-backend", "fused", "--context-parallel-size", "2",
+                             "--fp8-format", "hybrid", "--grad-reduce-in-bf16"});
   expect_round_trip(llama, MegatronImportOptions{"llama", "dgx-h100-superpod", 16});
   // A mixture of experts with latent attention, dense first layers, DeepEP, capacity, selective modules and an
   // uneven last stage.
-  const std::vector<std::string> moe = {
-      "--num-layers", "13", "--hidden-size", "1024", "--num-attention-heads", "16", "--ffn-hidden-size", "4096",
-      "--seq-length", "4096", "--vocab-size", "32000", "--micro-batch-size", "1", "--global-batch-size", "64",
-      "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "4", "--sequence-parallel",
-      "--decoder-last-pipeline-num-layers", "1", "--num-experts", "16", "--moe-router-topk", "4",
-      "--moe-ffn-hidden-size", "512", "--moe-shared-expert-intermediate-size", "512", "--moe-layer-freq",
-      "([0]*1+[1]*12)", "--expert-model-parallel-size", "4", "--expert-tensor-parallel-size", "1",
-      "--moe-token-dispatcher-type", "flex", "--moe-enable-deepep", "--moe-expert-capacity-factor", "1.25",
-      "--multi-latent-attention", "--q-lora-rank", "384", "--kv-lora-rank", "128", "--qk-head-dim", "64",
-      "--qk-pos-emb-head-dim", "32", "--v-head-dim", "64", "--bf16", "--recompute-granularity", "selective",
-      "--recompute-modules", "layernorm", "moe_act", "--overlap-moe-expert-parallel-comm"};
+  const std::vector<std::string> moe = {"--num-layers",
+                                        "13",
+                                        "--hidden-size",
+                                        "1024",
+                                        "--num-attention-heads",
+                                        "16",
+                                        "--ffn-hidden-size",
+                                        "4096",
+                                        "--seq-length",
+                                        "4096",
+                                        "--vocab-size",
+                                        "32000",
+                                        "--micro-batch-size",
+                                        "1",
+                                        "--global-batch-size",
+                                        "64",
+                                        "--tensor-model-parallel-size",
+                                        "2",
+                                        "--pipeline-model-parallel-size",
+                                        "4",
+                                        "--sequence-parallel",
+                                        "--decoder-last-pipeline-num-layers",
+                                        "1",
+                                        "--num-experts",
+                                        "16",
+                                        "--moe-router-topk",
+                                        "4",
+                                        "--moe-ffn-hidden-size",
+                                        "512",
+                                        "--moe-shared-expert-intermediate-size",
+                                        "512",
+                                        "--moe-layer-freq",
+                                        "([0]*1+[1]*12)",
+                                        "--expert-model-parallel-size",
+                                        "4",
+                                        "--expert-tensor-parallel-size",
+                                        "1",
+                                        "--moe-token-dispatcher-type",
+                                        "flex",
+                                        "--moe-enable-deepep",
+                                        "--moe-expert-capacity-factor",
+                                        "1.25",
+                                        "--multi-latent-attention",
+                                        "--q-lora-rank",
+                                        "384",
+                                        "--kv-lora-rank",
+                                        "128",
+                                        "--qk-head-dim",
+                                        "64",
+                                        "--qk-pos-emb-head-dim",
+                                        "32",
+                                        "--v-head-dim",
+                                        "64",
+                                        "--bf16",
+                                        "--recompute-granularity",
+                                        "selective",
+                                        "--recompute-modules",
+                                        "layernorm",
+                                        "moe_act",
+                                        "--overlap-moe-expert-parallel-comm"};
   expect_round_trip(moe, MegatronImportOptions{"moe", "dgx-h100", 4});
   // Megatron-Core's split with the embedding and the loss counted as layers.
-  std::vector<std::string> split = llama;
-  split = {llama.begin(), std::find(llama.begin(), llama.end(), "--num-layers-per-virtual-pipeline-stage")};
+  std::vector<std::string> split = kLlama3;
   *(std::find(split.begin(), split.end(), "--num-layers") + 1) = "78";
   split.insert(split.end(), {"--num-virtual-stages-per-pipeline-rank", "5", "--account-for-embedding-in-pipeline-split",
                              "--account-for-loss-in-pipeline-split", "--bf16"});

@@ -2,8 +2,8 @@
 
 #include <cstdio>
 #include <stdexcept>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/model/schedule_registry.h"
@@ -152,8 +152,9 @@ void split_args(const Scenario& s, Args& a) {
     }
   const int pp = s.parallel.pp;
   if (s.parallel.v > 1 || pp < 2 || static_cast<int>(sl.size()) != pp)
-    cannot(s, "parallel.stage_layers: Megatron-LM gives uneven sizes to the first and last stage only, without a "
-              "virtual pipeline");
+    cannot(s,
+           "parallel.stage_layers: Megatron-LM gives uneven sizes to the first and last stage only, without a "
+           "virtual pipeline");
   const int middle = pp > 2 ? sl[1] : -1;  // pp 2: both stages given
   for (int r = 2; r < pp - 1; r++)
     if (sl[r] != middle) cannot(s, "parallel.stage_layers: the middle stages are not even (Megatron-LM has no flag)");

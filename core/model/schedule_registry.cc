@@ -1,8 +1,8 @@
 // The schedule registry (core/model/schedule_registry.h): one row per schedule.
 #include "core/model/schedule_registry.h"
 
-#include <initializer_list>
 #include <algorithm>
+#include <initializer_list>
 #include <stdexcept>
 
 #include "core/model/seq1f1b.h"
@@ -105,13 +105,12 @@ const std::vector<ScheduleEntry>& schedule_registry() {
       {ScheduleKind::GPipe, "gpipe", in(traits(false, SlicePlan::Whole), {Framework::TorchTitan}), gen_gpipe,
        "GPipe: all forwards, then all backwards"},
       {ScheduleKind::OneFOneB, "1f1b",
-       in(combined(traits(false, SlicePlan::Whole)), {Framework::Megatron, Framework::TorchTitan, Framework::DeepSpeed}),
-       gen_1f1b,
-       "1F1B / PipeDream-Flush: warm-up of p-r-1 forwards, then one forward, one backward"},
+       in(combined(traits(false, SlicePlan::Whole)),
+          {Framework::Megatron, Framework::TorchTitan, Framework::DeepSpeed}),
+       gen_1f1b, "1F1B / PipeDream-Flush: warm-up of p-r-1 forwards, then one forward, one backward"},
       {ScheduleKind::Interleaved, "interleaved",
        in(combined(traits(true, SlicePlan::Whole, false, true)), {Framework::Megatron, Framework::TorchTitan}),
-       gen_interleaved,
-       "Megatron interleaved 1F1B: v model chunks per rank (m % pp == 0)"},
+       gen_interleaved, "Megatron interleaved 1F1B: v model chunks per rank (m % pp == 0)"},
       {ScheduleKind::TeraPipe, "terapipe", traits(false, SlicePlan::TeraPipe), gen_gpipe,
        "TeraPipe: GPipe over token slices (uniform, explicit or planned: slicing dp)"},
       {ScheduleKind::Seq1F1B, "seq1f1b", traits(false, SlicePlan::Seq1F1B), gen_seq1f1b,

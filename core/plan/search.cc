@@ -240,7 +240,7 @@ Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {
       for (const RankMemory& r : mem.ranks) peak = std::max(peak, r.peak_bytes);
       if (peak > limit) {
         out.rejected["memory: the worst rank's peak exceeds the " +
-                     std::string(space.max_memory_bytes > 0           ? "--max-memory-GB limit"
+                     std::string(space.max_memory_bytes > 0 ? "--max-memory-GB limit"
                                  : space.headroom_bytes > 0 ? "device memory less the headroom"
                                                             : "device memory")]++;
         return;
