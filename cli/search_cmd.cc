@@ -30,7 +30,7 @@ namespace {
 struct SearchCmdOptions {
   std::string scenario;
   std::vector<std::string> schedules;
-  std::vector<int> tp, pp, ep, etp, micro_batch_sizes, v;
+  std::vector<int> tp, pp, cp, ep, etp, micro_batch_sizes, v;
   std::vector<std::string> dist_opt;   // "off", "on"
   std::vector<std::string> recompute;  // "none", "selective", "full"
   std::string framework = "any";
@@ -73,6 +73,7 @@ int run_search_cmd(const SearchCmdOptions& o) {
   so.space.schedules = o.schedules;
   so.space.tp = o.tp;
   so.space.pp = o.pp;
+  so.space.cp = o.cp;
   so.space.ep = o.ep;
   so.space.etp = o.etp;
   so.space.micro_batch_sizes = o.micro_batch_sizes;
@@ -144,6 +145,11 @@ Command add_search(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--pp", o->pp, "Only these pipeline depths, e.g. 4,8")->delimiter(',')->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--cp", o->cp,
+                  "Only these context-parallel degrees, e.g. 1,2 (default: 1 and the powers of two that leave 4096 "
+                  "tokens per rank)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--ep", o->ep, "Mixture-of-experts models: only these expert-parallel degrees, e.g. 8,16")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));

@@ -211,7 +211,8 @@ std::vector<std::vector<std::size_t>> stage3_shares(const std::vector<SearchRow>
 bool same_config(const Scenario& a, const Scenario& b) {
   const ParallelSpec &p = a.parallel, &q = b.parallel;
   const ScheduleSpec &s = a.schedule, &t = b.schedule;
-  return p.dp == q.dp && p.pp == q.pp && p.tp == q.tp && p.v == q.v && p.micro_batch_size == q.micro_batch_size &&
+  return p.dp == q.dp && p.pp == q.pp && p.tp == q.tp && p.cp == q.cp && p.v == q.v &&
+         p.micro_batch_size == q.micro_batch_size && p.ep == q.ep && p.etp == q.etp &&
          p.stage_layers == q.stage_layers && s.kind == t.kind && s.seq_slices == t.seq_slices &&
          s.slicing == t.slicing && s.slice_tokens == t.slice_tokens && s.recompute == t.recompute && s.file == t.file &&
          a.training.distributed_optimizer == b.training.distributed_optimizer &&
@@ -481,6 +482,7 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
       const RunResult& s = row.result;
       x["schedule"] = s.schedule;
       x["dp"] = s.dp, x["pp"] = s.pp, x["tp"] = s.tp, x["v"] = s.v, x["m"] = s.m;
+      x["cp"] = row.scenario.parallel.cp;
       x["micro_batch_size"] = s.micro_batch_size;
       x["slices"] = s.slices;
       x["slice_tokens"] = s.slice_tokens;
@@ -585,6 +587,12 @@ std::string emit_scenario_yaml(const std::string& base_text, const Scenario& bes
   YAML::Node par = root["parallel"], sch = root["schedule"];
   const ParallelSpec& p = best.parallel;
   par["dp"] = p.dp, par["pp"] = p.pp, par["tp"] = p.tp, par["v"] = p.v;
+  if (p.cp > 1 || par["cp"]) par["cp"] = p.cp;
+  if (best.model
+          .moe()) {  // the expert layout is a search dimension of MoE models (and tp > 1 brings sequence parallel)
+    par["ep"] = p.ep, par["etp"] = p.etp;
+    if (p.sequence_parallel) par["sequence_parallel"] = true;
+  }
   par["micro_batch_size"] = p.micro_batch_size;
   par.remove("stage_layers");
   if (!p.stage_layers.empty()) par["stage_layers"] = p.stage_layers;  // the scenario as written, uneven

@@ -104,6 +104,31 @@ TEST(ContextParallel, CollectiveRings) {
   EXPECT_NO_THROW(check(p->lowered, p->placement));
 }
 
+// dp = 1 with context parallelism: the gradients are still reduced, over the worker's cp ranks (Megatron's
+// data-parallel group with context parallelism), one ring per TP rank of the cp GPUs holding it.
+TEST(ContextParallel, DpOneReducesGradientsOverTheCpRanks) {
+  auto p = prepare(load(yaml(1, 2, 2, 2, 1)));
+  const Dag dag = build_dag(p->lowered, p->placement);
+  int dp_groups = 0;
+  for (std::size_t g = 0; g < p->lowered.groups.size(); g++) {
+    if (p->lowered.groups[g].tag != CollTag::DataParallel) continue;
+    dp_groups++;
+    const int w = p->lowered.groups[g].workers.at(0);
+    ASSERT_EQ(dag.rings[g].size(), 2u);  // one per TP rank
+    for (int t = 0; t < 2; t++)
+      EXPECT_EQ(dag.rings[g][t], (std::vector<std::int32_t>{p->placement.gpu_of(w, t), p->placement.gpu_of(w, 2 + t)}));
+  }
+  EXPECT_EQ(dp_groups, 2);  // one per pipeline rank
+  int reductions = 0;
+  for (const auto& prog : p->lowered.per_worker)
+    for (const auto& l : prog) reductions += l.tag == CollTag::DataParallel && l.bytes > 0;
+  EXPECT_EQ(reductions, 2);  // the distributed optimizer's reduce-scatter, one per worker
+  // Without context parallelism dp = 1 has nothing to reduce.
+  const auto q = prepare(load(yaml(1, 1, 2, 4, 1)));
+  for (const auto& prog : q->lowered.per_worker)
+    for (const auto& l : prog) EXPECT_NE(l.tag, CollTag::DataParallel);
+}
+
 // The K/V traffic: one async all-gather before every F and B, K/V of the rank's tokens per step, per layer (x2 in
 // backward: the dK/dV ring).
 TEST(ContextParallel, LoweringPostsTheKvRing) {

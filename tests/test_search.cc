@@ -557,3 +557,52 @@ TEST(Search, TiesOrderedByMemoryAndWhy) {
 
 }  // namespace
 }  // namespace pipescope
+
+namespace pipescope {
+namespace {
+
+// Context parallelism as a search dimension: the default degrees follow the sequence length, and a cp candidate's
+// stage-2 estimate (its K/V rings and its gradient reduction over dp x cp) is within a few per cent of its simulation.
+TEST(Search, ContextParallelCandidates) {
+  auto base_at = [](int seq) {
+    return parse_scenario("model: {preset: llama3-8b, seq_len: " + std::to_string(seq) +
+                              "}\ncluster: {preset: dgx-h100, nodes: 1}\n"
+                              "parallel: {dp: 1, pp: 2, tp: 4, global_batch: 8}\n"
+                              "training: {dtype: bf16, flash_attention: true}\n",
+                          "<test>");
+  };
+  auto degrees = [](const Scenario& base) {
+    SearchSpace sp;
+    sp.schedules = {"1f1b"};
+    std::set<int> cps;
+    for_each_point(base, sp, [&](const SearchPoint& p) { cps.insert(p.cp); });
+    return cps;
+  };
+  EXPECT_EQ(degrees(base_at(2048)), (std::set<int>{1}));
+  EXPECT_EQ(degrees(base_at(8192)), (std::set<int>{1, 2}));
+  EXPECT_EQ(degrees(base_at(32768)), (std::set<int>{1, 2, 4, 8}));
+  const Scenario base = base_at(8192);
+  SearchSpace sp;
+  sp.schedules = {"1f1b"};
+  sp.cp = {2};
+  sp.tp = {2};
+  sp.micro_batch_sizes = {1};
+  sp.recompute = {Recompute::None};
+  const Stage1 s1 = enumerate_candidates(base, sp);
+  ASSERT_FALSE(s1.survivors.empty());
+  std::vector<Scenario> runs;
+  for (const Candidate& c : s1.survivors) {
+    EXPECT_NE(c.label.find(" cp2"), std::string::npos) << c.label;
+    runs.push_back(c.scenario);
+  }
+  const auto out = sim::run_scenarios(runs, {}, 2);
+  Stage2Estimator e;
+  for (std::size_t i = 0; i < runs.size(); i++) {
+    ASSERT_TRUE(out[i].ok()) << s1.survivors[i].label << ": " << out[i].error;
+    const double simulated = out[i].result.iteration_s;
+    EXPECT_NEAR(e.estimate(runs[i]), simulated, 0.05 * simulated) << s1.survivors[i].label;
+  }
+}
+
+}  // namespace
+}  // namespace pipescope

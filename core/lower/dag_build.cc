@@ -430,7 +430,7 @@ std::vector<std::vector<std::vector<std::int32_t>>> collective_rings(const Lower
         auto& r = ring(static_cast<std::size_t>(cp));
         for (int c = 0; c < cp; c++) r.push_back(pl.gpu_of(ws[0], c * tp + t));
       }
-    } else if (ws.size() == 1) {
+    } else if (ws.size() == 1 && tag != CollTag::DataParallel && tag != CollTag::ParamGather) {
       for (int c = 0; c < cp; c++) {
         auto& r = ring(static_cast<std::size_t>(tp));
         for (int t = 0; t < tp; t++) r.push_back(pl.gpu_of(ws[0], c * tp + t));

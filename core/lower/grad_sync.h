@@ -28,6 +28,7 @@ struct GradSyncOptions {
   bool overlap_param_gather = false;   // the parameter all-gather beside the (next iteration's) first forwards
   // One replica (dp = 1) of a data-parallel run lowered alone: its gradient (and parameter) collectives where lower()
   // of the whole run puts them, on groups of its one worker (the search's estimate rings them over the dp peers).
+  // Also a run of dp = 1 with context parallelism: its data-parallel group is the worker's cp ranks.
   bool replica_of_dp = false;
 };
 GradSyncOptions grad_sync_options(const TrainingSpec& t);

@@ -59,8 +59,11 @@ Schedule make_schedule(const Scenario& s) {
 }
 
 LoweredSchedule lower_scenario(const Scenario& s, const Schedule& sch, const CostModel& cost) {
-  LoweredSchedule ls =
-      lower(sch, s.parallel.dp, s.parallel.tp, cost, uses_scatter_gather(s), grad_sync_options(s.training));
+  // Megatron reduces gradients over the data-parallel group with context parallelism (dp * cp GPUs): with dp = 1 and
+  // cp > 1 that group is the worker's own context-parallel ranks, a group of one worker.
+  GradSyncOptions o = grad_sync_options(s.training);
+  o.replica_of_dp = s.parallel.dp == 1 && s.parallel.cp > 1;
+  LoweredSchedule ls = lower(sch, s.parallel.dp, s.parallel.tp, cost, uses_scatter_gather(s), o);
   // Context-parallel K/V rings (no-op at cp = 1), then the MoE all-to-alls and expert gradients (dense: no-op).
   // Overlapped pairs last: their per-op collectives are all in place (core/lower/overlap.h).
   const DeviceSpec& d = s.cluster.device;

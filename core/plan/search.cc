@@ -101,7 +101,8 @@ void terapipe_slices(Scenario& s) {
 // The expert layouts (ep, etp) of a layout: (1, 1) for a dense model; for an MoE model the divisors of its experts
 // (those --ep allows) and the expert-tensor-parallel degrees --etp allows (default 1 and tp, Megatron-Core's default;
 // dividing the expert's inner size) that Megatron-Core's folding takes: the group of etp * ep GPUs dividing the tp x dp
-// GPUs of a stage, and a divisor or a multiple of tp (core/model/scenario.cc check_expert_parallel says why).
+// GPUs of a stage (dp here counts the context-parallel ranks too), and a divisor or a multiple of tp
+// (core/model/scenario.cc check_expert_parallel says why).
 std::vector<std::pair<int, int>> expert_layouts(const Scenario& base, const SearchSpace& space, int tp, int dp) {
   if (!base.model.moe()) return {{1, 1}};
   std::vector<int> etps = space.etp;
@@ -113,6 +114,14 @@ std::vector<std::pair<int, int>> expert_layouts(const Scenario& base, const Sear
       if (base.model.moe_ffn_hidden % etp == 0 && (tp * dp) % group == 0 && (tp % group == 0 || group % tp == 0))
         out.emplace_back(ep, etp);
     }
+  return out;
+}
+
+// Context-parallel degrees: the space's, or 1 and the powers of two that keep kMinTokensPerCpRank tokens per rank.
+std::vector<int> cp_degrees(const SearchSpace& space, int seq_len) {
+  if (!space.cp.empty()) return space.cp;
+  std::vector<int> out = {1};
+  for (int c = 2; seq_len / c >= kMinTokensPerCpRank; c *= 2) out.push_back(c);
   return out;
 }
 
@@ -149,6 +158,7 @@ std::string candidate_label(const Scenario& s) {
                   std::to_string(p.pp) + " tp" + std::to_string(p.tp) + " v" + std::to_string(p.v) + " b" +
                   std::to_string(p.micro_batch_size);
   if (s.schedule.seq_slices > 1) l += " k" + std::to_string(s.schedule.seq_slices);
+  if (p.cp > 1) l += " cp" + std::to_string(p.cp);
   if (s.model.moe()) l += " ep" + std::to_string(p.ep) + (p.etp > 1 ? " etp" + std::to_string(p.etp) : "");
   if (!p.stage_layers.empty()) {  // an uneven layout (the scenario as written: candidates split evenly)
     l += " layers";
@@ -163,7 +173,7 @@ Scenario make_point(const Scenario& base, const SearchPoint& p, int segments) {
   Scenario s = with_schedule(base, e.kind);  // a kind-file scenario's file goes with its kind
   s.training.distributed_optimizer = p.distributed_optimizer;
   if (!p.distributed_optimizer) s.training.overlap_param_gather = false;  // it overlaps the optimizer's gather
-  s.parallel.dp = p.dp, s.parallel.pp = p.pp, s.parallel.tp = p.tp, s.parallel.v = p.v;
+  s.parallel.dp = p.dp, s.parallel.pp = p.pp, s.parallel.tp = p.tp, s.parallel.v = p.v, s.parallel.cp = p.cp;
   if (base.model.moe()) {
     s.parallel.ep = p.ep, s.parallel.etp = p.etp;
     if (p.tp > 1) s.parallel.sequence_parallel = true;  // Megatron-Core requires it for MoE with tp > 1
@@ -193,11 +203,6 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
   const ClusterSpec& c = base.cluster;
   const int gpus = c.total_gpus();
   if (gpus < 1) throw std::invalid_argument(base.source + ": the cluster has no GPUs");
-  // Every candidate would keep cp and miss the GPUs it takes, and stage 2 has no context-parallel rings.
-  if (base.parallel.cp > 1)
-    throw std::invalid_argument(base.source + ": parallel.cp = " + std::to_string(base.parallel.cp) +
-                                ": search does not handle context parallelism yet; search the scenario with cp: 1, "
-                                "and compare cp values with sweep (scenarios/README.md)");
   const auto kinds = kinds_of(space);
   const std::vector<int> mbs = space.micro_batch_sizes.empty() ? std::vector<int>{1, 2, 4, 8} : space.micro_batch_sizes;
   const auto tps = allowed(divisors(c.gpus_per_node), space.tp);  // tensor parallelism stays inside a node
@@ -207,22 +212,26 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
     throw std::invalid_argument("--ep: the model has no experts (model.num_experts)");
   if (!base.model.moe() && !space.etp.empty())
     throw std::invalid_argument("--etp: the model has no experts (model.num_experts)");
+  const std::vector<int> cps = cp_degrees(space, base.model.seq_len);
   for (int tp : tps)
     for (int pp : allowed(divisors(gpus / tp), space.pp))
-      for (const auto& [ep, etp] : expert_layouts(base, space, tp, gpus / (tp * pp))) {
-        const int dp = gpus / (tp * pp);
-        for (int b : mbs)
-          for (const ScheduleEntry* e : kinds) {
-            const std::vector<int> vs = e->traits.fixed_v > 0   ? std::vector<int>{e->traits.fixed_v}
-                                        : e->traits.interleaved ? chunk_counts(space, base.model.layers, pp)
-                                                                : std::vector<int>{1};
-            for (int v : vs)
-              for (Recompute rc : space.recompute)
-                for (bool dist_opt : dist_opts(space, dp)) {
-                  if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
-                  f(SearchPoint{dp, pp, tp, v, b, ep, etp, e, rc, dist_opt});
-                }
-          }
+      for (int cp : cps) {
+        if ((gpus / (tp * pp)) % cp != 0) continue;  // no layout: cp does not divide what tp x pp leave
+        const int dp = gpus / (tp * pp * cp);
+        for (const auto& [ep, etp] : expert_layouts(base, space, tp, dp * cp)) {
+          for (int b : mbs)
+            for (const ScheduleEntry* e : kinds) {
+              const std::vector<int> vs = e->traits.fixed_v > 0   ? std::vector<int>{e->traits.fixed_v}
+                                          : e->traits.interleaved ? chunk_counts(space, base.model.layers, pp)
+                                                                  : std::vector<int>{1};
+              for (int v : vs)
+                for (Recompute rc : space.recompute)
+                  for (bool dist_opt : dist_opts(space, dp)) {
+                    if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
+                    f(SearchPoint{dp, pp, tp, v, b, ep, etp, cp, e, rc, dist_opt});
+                  }
+            }
+        }
       }
 }
 

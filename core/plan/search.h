@@ -24,9 +24,16 @@ namespace pipescope {
 // cuBLAS / cuDNN workspaces and the allocator's fragmentation (the rest).
 constexpr double kDefaultHeadroomBytes = 2.0 * (1ull << 30);
 
+// The default context-parallel degrees keep at least this many tokens of a sequence per rank: the sequence lengths
+// that use context parallelism (long context), without searching every short-sequence run over cp values too.
+constexpr int kMinTokensPerCpRank = 4096;
+
 struct SearchSpace {
   std::vector<std::string> schedules;  // registered names; empty = every generated schedule (not kind file)
   std::vector<int> tp, pp;             // empty = every valid value
+  // Context-parallel degrees tried (empty = 1 and every power of two that leaves each rank at least
+  // kMinTokensPerCpRank tokens of a sequence; docs/search.md).
+  std::vector<int> cp;
   // Mixture-of-experts models: expert-parallel degrees tried (empty = every divisor of the experts that divides the
   // GPUs of a stage and fits Megatron-Core's folding, core/model/scenario.cc check_expert_parallel).
   std::vector<int> ep;
@@ -57,7 +64,7 @@ std::vector<bool> dist_opts(const SearchSpace& space, int dp);
 
 // One point of the space before any check: layout, micro-batch size, schedule kind, chunks, recompute, optimizer.
 struct SearchPoint {
-  int dp = 1, pp = 1, tp = 1, v = 1, micro_batch_size = 1, ep = 1, etp = 1;
+  int dp = 1, pp = 1, tp = 1, v = 1, micro_batch_size = 1, ep = 1, etp = 1, cp = 1;
   const ScheduleEntry* kind = nullptr;
   Recompute recompute = Recompute::None;
   bool distributed_optimizer = false;

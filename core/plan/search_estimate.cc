@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cost/context_parallel.h"
 #include "core/cost/expert_parallel.h"
 #include "core/lower/cost_model.h"
 #include "core/lower/dag.h"
@@ -87,7 +88,7 @@ constexpr std::size_t kShapesKept = 8;
 Placement one_replica(const Scenario& s, const Placement& full) {
   Placement one = full;
   one.dp = 1;
-  one.gpu.assign(full.gpu.begin(), full.gpu.begin() + static_cast<std::ptrdiff_t>(s.parallel.pp) * s.parallel.tp);
+  one.gpu.assign(full.gpu.begin(), full.gpu.begin() + static_cast<std::ptrdiff_t>(s.parallel.pp) * full.width());
   return one;
 }
 
@@ -167,7 +168,7 @@ double Stage2Estimator::estimate(const Scenario& s) {
 void lower_one_replica_to(const Scenario& s, Schedule sch, const CostModel& cost, LoweredSchedule& ls,
                           LoweringSink& sink) {
   GradSyncOptions o = grad_sync_options(s.training);
-  o.replica_of_dp = s.parallel.dp > 1;
+  o.replica_of_dp = s.parallel.dp > 1 || s.parallel.cp > 1;  // with cp, the data-parallel group spans its ranks
   lower_to(std::move(sch), 1, s.parallel.tp, cost, uses_scatter_gather(s), o, ls, sink);
 }
 
@@ -177,8 +178,8 @@ LoweredSchedule lower_one_replica(const Scenario& s, Schedule sch, const CostMod
   ProgramSink sink(programs);
   lower_one_replica_to(s, std::move(sch), cost, ls, sink);
   ls.per_worker = std::move(programs);
-  // The p2p mode last, as prepare() applies it to the whole lowering.
-  return with_p2p_mode(std::move(ls), s);
+  // The context-parallel K/V rings, then the p2p mode, as lower_scenario() applies them to the whole lowering.
+  return with_p2p_mode(add_cp_exchange(std::move(ls), s), s);
 }
 
 // The direct estimate: lowered, the DAG built and every node timed from its lowered op (the reference the structure

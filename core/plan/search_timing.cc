@@ -110,12 +110,13 @@ ReplicaTiming::ReplicaTiming(const Scenario& s, const Placement& full, const std
   // over the links (sim/collectives.h), estimated here by a ring all-reduce at the slowest hop.
   nccl_ = s.sim.collectives == "analytic" || s.sim.collectives == "auto";
   const ParallelSpec& par = s.parallel;
-  LoweredSchedule skeleton;  // collective_rings reads the groups and tp (cp = 1: one replica's lowering)
+  LoweredSchedule skeleton;  // collective_rings reads the groups, tp and cp
   skeleton.tp = par.tp;
+  skeleton.cp = par.cp;
   skeleton.groups = groups;
   rings_ = collective_rings(skeleton, full);
-  // The data-parallel groups of the one replica stand for a pipeline rank's real group: its dp peers' GPUs, one
-  // ring per TP rank (as build_dag rings a multi-worker group).
+  // The data-parallel groups of the one replica stand for a pipeline rank's real group: its dp peers' GPUs with their
+  // context-parallel ranks, one ring per TP rank (as build_dag rings a multi-worker group).
   for (std::size_t g = 0; g < groups.size(); g++) {
     const CollGroup& grp = groups[g];
     if (grp.tag != CollTag::DataParallel && grp.tag != CollTag::ParamGather) continue;
@@ -123,8 +124,9 @@ ReplicaTiming::ReplicaTiming(const Scenario& s, const Placement& full, const std
     rings_[g].assign(static_cast<std::size_t>(par.tp), {});
     for (int t = 0; t < par.tp; t++) {
       auto& ring = rings_[g][static_cast<std::size_t>(t)];
-      ring.reserve(static_cast<std::size_t>(par.dp));  // built for every candidate: no growth step by step
-      for (int d = 0; d < par.dp; d++) ring.push_back(full.gpu_of(d * par.pp + r, t));
+      ring.reserve(static_cast<std::size_t>(par.dp) * par.cp);  // built for every candidate: no growth step by step
+      for (int d = 0; d < par.dp; d++)
+        for (int c = 0; c < par.cp; c++) ring.push_back(full.gpu_of(d * par.pp + r, c * par.tp + t));
     }
   }
   groups_.resize(rings_.size());
