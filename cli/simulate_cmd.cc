@@ -1,5 +1,7 @@
 // `pipescope simulate [SCENARIO] [--json F] [--trace F] [--timeline F.svg] [--compare a,b,c]`
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -32,8 +34,11 @@ struct SimulateOptions {
   std::string timeline_format;  // --timeline-format: svg | pdf | png (default: from the file name)
   bool timeline_comm = false, timeline_all_replicas = false, timeline_compact = false;
   double timeline_width_px = 1600;
-  bool fail_on_oom = false;  // exit 2 when a rank does not fit in device memory
-  std::string emit;          // --emit megatron: the framework's launch arguments instead of a simulation
+  std::string timeline_title;   // --timeline-title: the picture's heading (default: the command and scenario file)
+  std::string timeline_window;  // --timeline-window T0:T1 (seconds)
+  std::string timeline_ranks;   // --timeline-ranks A:B (pipeline ranks, inclusive)
+  bool fail_on_oom = false;     // exit 2 when a rank does not fit in device memory
+  std::string emit;             // --emit megatron: the framework's launch arguments instead of a simulation
 };
 
 int run_compare(const Scenario& base, const SimulateOptions& o) {
@@ -55,6 +60,23 @@ int run_compare(const Scenario& base, const SimulateOptions& o) {
   return 0;
 }
 
+// "A:B" as two numbers; either side may be empty (then `lo` / `hi` stays as it was). Bad input: InputError naming the
+// flag.
+void parse_pair(const std::string& flag, const std::string& text, double& lo, double& hi) {
+  const std::size_t colon = text.find(':');
+  auto num = [&](const std::string& part, double& out) {
+    if (part.empty()) return;
+    char* end = nullptr;
+    const double x = std::strtod(part.c_str(), &end);
+    if (*end != '\0' || !std::isfinite(x) || x < 0)
+      throw InputError(flag + " " + text + ": '" + part + "' is not a number >= 0");
+    out = x;
+  };
+  if (colon == std::string::npos) throw InputError(flag + " " + text + ": give START:END, e.g. 0.5:0.8");
+  num(text.substr(0, colon), lo);
+  num(text.substr(colon + 1), hi);
+}
+
 sim::SimulateOneRequest one_request(const SimulateOptions& o) {
   sim::SimulateOneRequest q;
   q.collectives = o.collectives;
@@ -64,6 +86,17 @@ sim::SimulateOneRequest one_request(const SimulateOptions& o) {
   q.timeline_options.title =
       "pipescope simulate " +
       (o.scenario.empty() ? std::string("(default scenario)") : std::filesystem::path(o.scenario).filename().string());
+  if (!o.timeline_title.empty()) q.timeline_options.title = o.timeline_title;
+  if (!o.timeline_window.empty())
+    parse_pair("--timeline-window", o.timeline_window, q.timeline_options.window_start_s,
+               q.timeline_options.window_end_s);
+  if (!o.timeline_ranks.empty()) {
+    double a = 0, b = -1;
+    parse_pair("--timeline-ranks", o.timeline_ranks, a, b);
+    if (a != std::floor(a) || (b >= 0 && b != std::floor(b)) || a > 1e6 || b > 1e6)
+      throw InputError("--timeline-ranks " + o.timeline_ranks + ": give whole pipeline ranks, e.g. 0:7");
+    q.timeline_options.first_rank = static_cast<int>(a), q.timeline_options.last_rank = static_cast<int>(b);
+  }
   return q;
 }
 
@@ -155,6 +188,12 @@ Command add_simulate(CLI::App& app) {
                 "Timeline: no labels, edges or tooltips (automatic from 96 rows)");
   sub->add_option("--timeline-width", o->timeline_width_px, "Timeline width in pixels (default 1600)")
       ->check(finite_range(200.0, 100000.0));
+  sub->add_option("--timeline-title", o->timeline_title,
+                  "Timeline: the picture's heading (default: the command and the scenario file's name)");
+  sub->add_option("--timeline-window", o->timeline_window,
+                  "Timeline: draw only START:END seconds of the iteration, e.g. 2.5:3 (either side may be left out)");
+  sub->add_option("--timeline-ranks", o->timeline_ranks,
+                  "Timeline: draw only pipeline ranks A:B (inclusive), e.g. 0:7");
   return {sub, [o] { return run_simulate(*o); }};
 }
 

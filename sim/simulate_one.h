@@ -12,7 +12,9 @@ namespace pipescope::sim {
 struct TimelineRequest {
   bool comm = false, all_replicas = false, compact = false;
   double width_px = 1600;
-  std::string title;  // the picture's heading
+  std::string title;                             // the picture's heading
+  int first_rank = 0, last_rank = -1;            // the pipeline ranks drawn (last -1: to the last)
+  double window_start_s = 0, window_end_s = -1;  // the time drawn (end -1: to the iteration's end)
 };
 
 struct SimulateOneRequest {

@@ -156,11 +156,14 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
 
   // ---- vertical geometry, shared by all panels
   std::size_t total_rows = 0;
-  bool any_w = false, any_opt = false, any_p2p = false, any_coll = false, any_pair = false;
+  bool any_w = false, any_opt = false, any_p2p = false, any_coll = false, any_pair = false, any_b = false,
+       any_i = false;
   for (const auto& p : panels) {
     total_rows += p.rows.size();
     for (const auto& iv : p.intervals) {
       any_w = any_w || iv.kind == BlockKind::WeightGrad;
+      any_b = any_b || (iv.kind == BlockKind::Backward && !iv.input_grad);
+      any_i = any_i || (iv.kind == BlockKind::Backward && iv.input_grad);
       any_opt = any_opt || iv.kind == BlockKind::Optimizer;
       any_p2p = any_p2p || iv.kind == BlockKind::P2P;
       any_coll = any_coll || iv.kind == BlockKind::Collective;
@@ -252,7 +255,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   };
   // Op kinds in neutral grey: the hue is the micro-batch's.
   swatch("F cg", "F forward");
-  swatch("B cg", "B backward (I: input gradient)");
+  if (any_b) swatch("B cg", any_i ? "B backward, I input gradient" : "B backward");
+  if (!any_b && any_i) swatch("B cg", "I input gradient");
   if (any_w) swatch("W cg", "W weight gradient");
   if (any_opt) swatch("O", "optimizer");
   if (opt.comm && any_p2p) swatch("P", "point-to-point");
@@ -345,9 +349,10 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
 
     // Grid lines and ticks.
     const double step = nice_step(end * unit.factor, plot_w / 110.0) / unit.factor;
-    std::vector<double> ticks;
+    std::vector<double> ticks;  // at multiples of step on the axis's own reading (offset + t)
+    const double first = std::ceil(p.offset_s / step - 1e-9) * step - p.offset_s;
     for (int k = 0;; k++) {
-      const double t = k * step;
+      const double t = first + k * step;
       if (t > end * (1 + 1e-9)) break;
       ticks.push_back(t);
     }
@@ -392,7 +397,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
            << "\" height=\"" << f2(h) << '"';
         if (opt.tooltips && !compact && !iv.name.empty()) {
           char t[96];
-          std::snprintf(t, sizeof t, " %.6g-%.6g %s", iv.start_s * unit.factor, iv.end_s * unit.factor, unit.name);
+          std::snprintf(t, sizeof t, " %.6g-%.6g %s", (p.offset_s + iv.start_s) * unit.factor,
+                        (p.offset_s + iv.end_s) * unit.factor, unit.name);
           os << "><title>" << xml_escape(iv.name) << t << "</title></rect>\n";
         } else {
           os << "/>\n";
@@ -434,7 +440,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     for (double t : ticks)
       os << "<line class=\"ax\" x1=\"" << f2(px(t)) << "\" y1=\"" << f2(ay) << "\" x2=\"" << f2(px(t)) << "\" y2=\""
          << f2(ay + 5) << "\"/><text class=\"tk\" x=\"" << f2(px(t)) << "\" y=\"" << f2(ay + 17) << "\">"
-         << tick_text(t * unit.factor, step * unit.factor) << "</text>\n";
+         << tick_text((p.offset_s + t) * unit.factor, step * unit.factor) << "</text>\n";
     os << "<text class=\"tk\" x=\"" << f2(ml + plot_w / 2) << "\" y=\"" << f2(ay + 31) << "\">time (" << unit.name
        << ")</text></g>\n</g>\n";
     y += panel_title_h + rows_h + axis_h + panel_gap;
@@ -454,15 +460,27 @@ TimelinePanel timeline_panel(const LoweredSchedule& ls, const Placement& pl, con
     sliced = sliced || ls.schedule.slices(mb) > 1;
   const bool chunks = ls.schedule.v > 1;
 
+  const int last = opt.last_rank < 0 ? ls.p - 1 : opt.last_rank;
+  if (opt.first_rank < 0 || opt.first_rank > last || last >= ls.p)
+    throw std::invalid_argument("timeline: ranks " + std::to_string(opt.first_rank) + ":" + std::to_string(last) +
+                                " are not within the pipeline's 0:" + std::to_string(ls.p - 1));
+  const double t0 = opt.window_start_s, t1 = opt.window_end_s;
+  if (!(t0 >= 0) || (t1 >= 0 && !(t1 > t0)) || !std::isfinite(t0) || !std::isfinite(t1))
+    throw std::invalid_argument("timeline: the window needs 0 <= start < end (seconds)");
   TimelinePanel panel;
   panel.title = title;
+  panel.offset_s = t0;
+  if (t1 >= 0) panel.end_s = t1 - t0;
   const int workers = ls.workers();
   const int shown = opt.all_replicas ? workers : std::min(workers, ls.p);
+  std::vector<int> row_of(static_cast<std::size_t>(shown), -1);  // worker -> row (-1: not drawn)
   for (int w = 0; w < shown; w++) {
     const int d = w / std::max(1, ls.p), r = w % std::max(1, ls.p);
+    if (r < opt.first_rank || r > last) continue;
     std::string label = opt.all_replicas && ls.dp > 1 ? "d" + std::to_string(d) + " " : "";
     label += "stage " + std::to_string(r);
     if (static_cast<std::size_t>(w) * pl.tp < pl.gpu.size()) label += " \xC2\xB7 gpu " + std::to_string(pl.gpu_of(w));
+    row_of[static_cast<std::size_t>(w)] = static_cast<int>(panel.rows.size());
     panel.rows.push_back(label);
   }
   for (int w = 0; w < shown; w++) {
@@ -470,14 +488,17 @@ TimelinePanel timeline_panel(const LoweredSchedule& ls, const Placement& pl, con
     if (spans[w].size() != prog.size())
       throw std::invalid_argument("timeline: worker " + std::to_string(w) + " has " + std::to_string(spans[w].size()) +
                                   " timings for " + std::to_string(prog.size()) + " ops");
+    if (row_of[static_cast<std::size_t>(w)] < 0) continue;
     for (std::size_t i = 0; i < prog.size(); i++) {
       const OpSpan& s = spans[w][i];
-      if (!(s.end > s.start)) continue;
+      // Cut to the window (blocks across its edges drawn in part), shifted so that the window starts at 0.
+      const double start = std::max(s.start, t0), end = t1 >= 0 ? std::min(s.end, t1) : s.end;
+      if (!(end > start)) continue;
       const LoweredOp& l = prog[i];
       TimelineInterval iv;
-      iv.row = w;
-      iv.start_s = s.start;
-      iv.end_s = s.end;
+      iv.row = row_of[static_cast<std::size_t>(w)];
+      iv.start_s = start - t0;
+      iv.end_s = end - t0;
       switch (l.kind) {
         case LOpKind::Compute:
           switch (l.op.kind) {
@@ -485,8 +506,11 @@ TimelinePanel timeline_panel(const LoweredSchedule& ls, const Placement& pl, con
               iv.kind = BlockKind::Forward;
               break;
             case OpKind::Backward:
+              iv.kind = BlockKind::Backward;
+              break;
             case OpKind::BackwardInput:
               iv.kind = BlockKind::Backward;
+              iv.input_grad = true;
               break;
             case OpKind::BackwardWeight:
               iv.kind = BlockKind::WeightGrad;

@@ -35,13 +35,15 @@ struct TimelineInterval {
   int chunk = 0;        // model chunk (interleaved, V schedules): chunk >= 1 gets a hatch over its colour
   // An overlapped pair's two compute blocks (core/ir/schedule.h): framed together, one label "a|b" for both.
   Overlap pair = Overlap::None;
+  bool input_grad = false;  // a Backward block that is the input gradient (I) of a split backward
 };
 
 struct TimelinePanel {
   std::string title;              // one line above the panel
   std::vector<std::string> rows;  // row labels, top to bottom
   std::vector<TimelineInterval> intervals;
-  double end_s = 0;  // right end of the time axis; 0: the latest interval end
+  double end_s = 0;     // right end of the time axis; 0: the latest interval end
+  double offset_s = 0;  // what the axis reads at 0 (a window's start: its intervals are shifted by it)
 };
 
 struct SvgOptions {
@@ -70,12 +72,15 @@ using ProgramSpans = std::vector<std::vector<OpSpan>>;  // [worker][op index]
 
 struct PanelOptions {
   bool all_replicas = false;  // rows for every data-parallel replica (default: replica 0, as the papers draw it)
+  int first_rank = 0, last_rank = -1;            // the pipeline ranks drawn, inclusive (last -1: to the last)
+  double window_start_s = 0, window_end_s = -1;  // the time drawn (end -1: to the end); the axis reads real time
 };
 
 // Rows = workers (pipeline rank r of replica d, labelled "stage r · gpu g" with g its first GPU, "d<d> " in
-// front when every replica is shown). Compute ops become F/B blocks, the optimizer an "opt" block, sends and
-// receives P2P and collectives Collective intervals on the row of each worker that takes part. Throws
-// std::invalid_argument when `spans` does not have the schedule's shape.
+// front when every replica is shown), those of opt's ranks; blocks cut to opt's window (the axis then starts at its
+// start). Throws std::invalid_argument for ranks outside the pipeline or an empty window. Compute ops become F/B
+// blocks, the optimizer an "opt" block, sends and receives P2P and collectives Collective intervals on the row of each
+// worker that takes part. Throws std::invalid_argument when `spans` does not have the schedule's shape.
 TimelinePanel timeline_panel(const LoweredSchedule& ls, const Placement& pl, const ProgramSpans& spans,
                              const std::string& title, const PanelOptions& opt = {});
 

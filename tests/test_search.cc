@@ -463,10 +463,13 @@ TEST(Search, BadInputExitsOneWithAReason) {
   r = run("search " + yaml + " -q --max-memory-GB nan");  // NaN passed CLI11's PositiveNumber
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("--max-memory-GB"), std::string::npos) << r.err;
-  // Context parallelism is not searched: a clear refusal (every candidate was rejected with a cryptic reason).
-  r = run("search " + std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/llama3-70b-32k.yaml -q");
+  // A context-parallel degree below 1; a headroom that leaves nothing of the device: refused naming the flag.
+  r = run("search " + yaml + " -q --cp 0");
   EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("parallel.cp = 2: search does not handle context parallelism yet"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--cp"), std::string::npos) << r.err;
+  r = run("search " + yaml + " -q --headroom-GB 1000");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--headroom-GB"), std::string::npos) << r.err;
   r = run("search " + yaml + " -q --schedules 1f1b,nosuch");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("unknown schedule 'nosuch'"), std::string::npos) << r.err;

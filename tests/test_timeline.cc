@@ -193,6 +193,42 @@ TEST(Timeline, OneFOneBBubblesWhereTheClosedFormPutsThem) {
   EXPECT_EQ(pn.rows[0].blocks.front().title.rfind("0F0 ", 0), 0u);
 }
 
+// A large run drawn in part: a rank subset and a time window (blocks cut at its edges, the axis reading the
+// iteration's time); the legend names only the backward kinds present.
+TEST(Timeline, WindowRanksAndTheKindsPresent) {
+  const int p = 4, m = 8;
+  const auto x = run(make_1f1b(p, uniform_microbatches(m, 1, 1, 1), 1));
+  PanelOptions po;
+  po.first_rank = 1, po.last_rank = 2;
+  po.window_start_s = 5, po.window_end_s = 10;
+  const std::string text = svg_of(*x, {}, po);
+  const Svg svg = parse_svg(text);
+  const Panel& pn = svg.panels.at(0);
+  ASSERT_EQ(pn.rows.size(), 2u);
+  EXPECT_NE(text.find(">stage 1"), std::string::npos);
+  EXPECT_EQ(text.find(">stage 0"), std::string::npos);
+  for (const Row& row : pn.rows) {
+    ASSERT_FALSE(row.blocks.empty());
+    for (const auto& b : row.blocks) EXPECT_LE((b.x + b.w - pn.x0) / pn.px_per_s, 5.0 + kTol);  // within the window
+    EXPECT_NEAR(row.idle_w / pn.px_per_s, 5.0, kTol);                                           // the axis spans 5 s
+  }
+  // The axis reads the iteration's seconds: its ticks run from 5 to 10.
+  EXPECT_TRUE(std::regex_search(text, std::regex("class=\"tk\"[^>]*>5(\\.0)?<")));
+  EXPECT_TRUE(std::regex_search(text, std::regex("class=\"tk\"[^>]*>10(\\.0)?<")));
+  EXPECT_FALSE(std::regex_search(text, std::regex("class=\"tk\"[^>]*>0(\\.0)?<")));
+  EXPECT_NE(text.find(">B backward<"), std::string::npos);
+  EXPECT_EQ(text.find("input gradient"), std::string::npos);  // 1F1B has no I
+  const std::string zb = svg_of(*run(make_zb_h1(p, uniform_microbatches(m, 1, 1, 1), 1)));
+  EXPECT_NE(zb.find(">I input gradient<"), std::string::npos);
+  EXPECT_NE(zb.find(">W weight gradient<"), std::string::npos);
+  EXPECT_EQ(zb.find(">B backward"), std::string::npos);
+  // Ranks outside the pipeline, an empty window: refused.
+  po.last_rank = p;
+  EXPECT_THROW(svg_of(*x, {}, po), std::invalid_argument);
+  po.last_rank = 2, po.window_end_s = 5;
+  EXPECT_THROW(svg_of(*x, {}, po), std::invalid_argument);
+}
+
 TEST(Timeline, GPipeGapBetweenForwardsAndBackwards) {
   const int p = 4, m = 4;
   const double tf = 1, tb = 2;
@@ -287,8 +323,8 @@ TEST(Timeline, LegendByKindHueAndChunkWithinTheWidth) {
   std::ostringstream os;
   write_timeline_svg(os, {p}, so);
   const std::string text = os.str();
-  for (const char* want : {"class=\"F cg\"", "class=\"B cg\"", ">F forward<", ">B backward (I: input gradient)<",
-                           "class=\"B c9\"", ">chunk 1<", "fill=\"url(#k1)\""})
+  for (const char* want : {"class=\"F cg\"", "class=\"B cg\"", ">F forward<", ">B backward<", "class=\"B c9\"",
+                           ">chunk 1<", "fill=\"url(#k1)\""})
     EXPECT_NE(text.find(want), std::string::npos) << want;
   // Legend text stays inside 700 px (at the writer's 0.62 em per character).
   const std::regex lg("<text class=\"lg\" x=\"([0-9.]+)\" y=\"[0-9.]+\">([^<]*)</text>");
