@@ -1,6 +1,8 @@
 // `pipescope import megatron [--name N] [--cluster PRESET] [--nodes N] [-o FILE] [--strict] -- <pretrain_gpt.py
-// arguments>`: a Megatron-LM launch as a scenario YAML (core/model/megatron_import.h). The YAML goes to stdout (or -o);
-// what was not mapped is listed on stderr and as comments in the file.
+// arguments>`: a Megatron-LM launch as a scenario YAML (core/model/megatron_import.h). `pipescope import torchtitan
+// [CONFIG.toml] [--model PRESET] ... [-- --section.key value ...]`: a TorchTitan job configuration, as a TOML file or
+// as its command-line keys (core/model/torchtitan_config.h). The YAML goes to stdout (or -o); what was not mapped is
+// listed on stderr and as comments in the file.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -10,13 +12,17 @@
 
 #include "cli/commands.h"
 #include "core/model/megatron_import.h"
+#include "core/model/torchtitan_config.h"
 #include "core/util/atomic_file.h"
+#include "core/util/input_file.h"
 
 namespace pipescope::cli {
 namespace {
 
 struct ImportOptions {
   MegatronImportOptions megatron;
+  TorchTitanImportOptions torchtitan;
+  std::string toml;  // import torchtitan: the job's TOML file
   std::vector<std::string> args;
   std::string out;
   bool strict = false;
@@ -28,10 +34,9 @@ void list(const char* what, const std::vector<std::string>& v) {
   for (const auto& x : v) std::fprintf(stderr, "  %s\n", x.c_str());
 }
 
-int run_import_megatron(const ImportOptions& o) {
-  if (o.args.empty()) throw InputError("import megatron: give the pretrain_gpt.py arguments after --");
-  if (!o.out.empty() && o.out != "-") check_output_paths({{"-o", o.out}});
-  const MegatronImport r = import_megatron(o.args, o.megatron);
+// What an import made and what it left, printed and written the same way for every tool.
+template <class Import>
+int finish_import(const ImportOptions& o, const Import& r) {
   list("unknown arguments, not mapped", r.unknown);
   list("not modelled", r.unsupported);
   list("ignored (no effect on an iteration's time)", r.ignored);
@@ -46,6 +51,26 @@ int run_import_megatron(const ImportOptions& o) {
     std::fprintf(stderr, "wrote %s\n", o.out.c_str());
   }
   return 0;
+}
+
+int run_import_megatron(const ImportOptions& o) {
+  if (o.args.empty()) throw InputError("import megatron: give the pretrain_gpt.py arguments after --");
+  if (!o.out.empty() && o.out != "-") check_output_paths({{"-o", o.out}});
+  return finish_import(o, import_megatron(o.args, o.megatron));
+}
+
+int run_import_torchtitan(const ImportOptions& o) {
+  // After --, CLI11 hands the first word to the file's positional: a flag there is the first of the flags.
+  std::vector<std::string> args = o.args;
+  std::string toml = o.toml;
+  if (toml.rfind("--", 0) == 0) args.insert(args.begin(), toml), toml.clear();
+  if (toml.empty() == args.empty())
+    throw InputError("import torchtitan: give the job's TOML file or its --section.key flags after --, one of them");
+  if (!o.out.empty() && o.out != "-") check_output_paths({{"-o", o.out}});
+  if (args.empty())
+    return finish_import(o,
+                         import_torchtitan_toml(read_input_file(toml, "TorchTitan configuration"), toml, o.torchtitan));
+  return finish_import(o, import_torchtitan_flags(args, o.torchtitan));
 }
 
 }  // namespace
@@ -63,7 +88,19 @@ Command add_import(CLI::App& app) {
   mg->add_option("-o,--out", o->out, "Write the YAML to this file (default: stdout)");
   mg->add_flag("--strict", o->strict, "Exit 1 when an argument is unknown or not modelled");
   mg->add_option("args", o->args, "pretrain_gpt.py arguments, after --");
-  return {sub, [o] { return run_import_megatron(*o); }};
+  auto* tt = sub->add_subcommand(
+      "torchtitan", "A TorchTitan job configuration (a TOML file, or its --section.key flags after --) as a scenario");
+  tt->add_option("config", o->toml, "The job's TOML file (TorchTitan's train_configs/*.toml)");
+  tt->add_option("--name", o->torchtitan.name, "Scenario name")->capture_default_str();
+  tt->add_option("--cluster", o->torchtitan.cluster, "Cluster preset (the configuration does not say)")
+      ->capture_default_str();
+  tt->add_option("--nodes", o->torchtitan.nodes, "Nodes (default: enough for one replicate x shard x tp x cp x pp)")
+      ->check(CLI::Range(1, 1 << 20));
+  tt->add_option("--model", o->torchtitan.model, "Model preset, in place of [model] name and flavor");
+  tt->add_option("-o,--out", o->out, "Write the YAML to this file (default: stdout)");
+  tt->add_flag("--strict", o->strict, "Exit 1 when a key is unknown or not modelled");
+  tt->add_option("args", o->args, "--section.key value flags, after --");
+  return {sub, [o, tt] { return tt->parsed() ? run_import_torchtitan(*o) : run_import_megatron(*o); }};
 }
 
 }  // namespace pipescope::cli

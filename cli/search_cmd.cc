@@ -18,6 +18,7 @@
 #include "core/model/megatron_emit.h"
 #include "core/model/scenario.h"
 #include "core/model/schedule_registry.h"
+#include "core/model/torchtitan_config.h"
 #include "core/plan/search.h"
 #include "core/plan/search_work.h"
 #include "core/plan/work_estimate.h"
@@ -99,15 +100,16 @@ int run_search_cmd(const SearchCmdOptions& o) {
   so.group = group.get();
   if (group && group->rank() != 0) so.progress = false;
   if (group && so.progress) std::fprintf(stderr, "search: %d MPI ranks x %d local workers\n", group->size(), o.jobs);
-  const bool emit_megatron = o.emit == "megatron";  // the best row as Megatron-LM arguments, on stdout
-  check_output_paths({{"--json", o.json}, {"--csv", o.csv}, {"--svg", o.svg}, {"--emit", emit_megatron ? "" : o.emit}});
+  // The best row as a framework's launch (Megatron-LM arguments, a TorchTitan TOML), on stdout.
+  const bool emit_launch = o.emit == "megatron" || o.emit == "torchtitan";
+  check_output_paths({{"--json", o.json}, {"--csv", o.csv}, {"--svg", o.svg}, {"--emit", emit_launch ? "" : o.emit}});
   check_grid(estimate_search(base, so.space, so.keep, so.jobs));  // before stage 1 (core/plan/search_work.h)
   sim::SearchResult r = sim::run_search(base, so);
   if (!not_a_layout.empty())
     r.as_written_note = "the scenario as written is not a layout of its cluster: " + not_a_layout;
   if (group && group->rank() != 0) return 0;
   // An output on standard output ("-") gets it alone; the table then goes to stderr.
-  const bool stdout_taken = o.json == "-" || o.csv == "-" || o.svg == "-" || o.emit == "-" || emit_megatron;
+  const bool stdout_taken = o.json == "-" || o.csv == "-" || o.svg == "-" || o.emit == "-" || emit_launch;
   sim::print_search_table(stdout_taken ? std::cerr : std::cout, r);
   if (!o.json.empty()) write_file(o.json, "--json", [&](std::ostream& f) { sim::write_search_json(f, r); });
   if (!o.csv.empty()) write_file(o.csv, "--csv", [&](std::ostream& f) { sim::write_search_csv(f, r); });
@@ -115,11 +117,12 @@ int run_search_cmd(const SearchCmdOptions& o) {
   if (!o.emit.empty()) {
     if (r.rows.empty() || !r.rows.front().error.empty())
       throw InputError("--emit: no configuration was simulated successfully");
-    if (emit_megatron) {
+    if (emit_launch) {
       try {
-        std::cout << megatron_command(r.rows.front().scenario);
+        const Scenario& best = r.rows.front().scenario;
+        std::cout << (o.emit == "megatron" ? megatron_command(best) : torchtitan_toml(best));
       } catch (const std::invalid_argument& e) {
-        throw InputError(std::string(e.what()) + " (search --framework megatron keeps Megatron-LM's schedules)");
+        throw InputError(std::string(e.what()) + " (search --framework " + o.emit + " keeps its schedules)");
       }
       return r.interrupted ? kExitInterrupted : 0;
     }
@@ -197,9 +200,11 @@ Command add_search(CLI::App& app) {
   sub->add_option("--json", o->json, "Write the ranked results as JSON (- for stdout; the table then goes to stderr)");
   sub->add_option("--csv", o->csv, "Write the ranked results as CSV");
   sub->add_option("--svg", o->svg, "Plot throughput against peak memory, Pareto front marked");
-  sub->add_option("--emit", o->emit,
-                  "Write the best configuration as a scenario YAML (`pipescope simulate` runs it), or with `megatron` "
-                  "print its Megatron-LM arguments on stdout (the table then goes to stderr)");
+  sub->add_option(
+      "--emit", o->emit,
+      "Write the best configuration as a scenario YAML (`pipescope simulate` runs it), or with `megatron` / "
+      "`torchtitan` print its Megatron-LM arguments / TorchTitan TOML on stdout (the table then goes to "
+      "stderr)");
   return {sub, [o] { return run_search_cmd(*o); }};
 }
 

@@ -14,6 +14,7 @@
 #include "core/model/megatron_emit.h"
 #include "core/model/scenario.h"
 #include "core/model/schedule_registry.h"
+#include "core/model/torchtitan_config.h"
 #include "core/util/atomic_file.h"
 #include "sim/schedule_compare.h"
 #include "sim/simulate_one.h"
@@ -115,9 +116,9 @@ int run_simulate(const SimulateOptions& o) {
     s = sim::schedule_variant(s, sim::schedule_named(o.schedule, "--schedule"));
   }
   if (!o.emit.empty()) {  // a translation of the scenario, nothing simulated (core/model/megatron_emit.h)
-    if (!o.compare.empty()) throw InputError("--emit megatron writes one configuration; it cannot go with --compare");
+    if (!o.compare.empty()) throw InputError("--emit writes one configuration; it cannot go with --compare");
     try {
-      std::fputs(megatron_command(s).c_str(), stdout);
+      std::fputs((o.emit == "megatron" ? megatron_command(s) : torchtitan_toml(s)).c_str(), stdout);
     } catch (const std::invalid_argument& e) {
       throw InputError(e.what());
     }
@@ -169,8 +170,9 @@ Command add_simulate(CLI::App& app) {
   sub->add_flag("--fail-on-oom", o->fail_on_oom,
                 "Exit with code 2 when the memory model says a rank does not fit in device memory");
   sub->add_option("--emit", o->emit,
-                  "megatron: print the Megatron-LM pretrain_gpt.py arguments that run the scenario (nothing simulated)")
-      ->check(CLI::IsMember({"megatron"}));
+                  "megatron: print the Megatron-LM pretrain_gpt.py arguments that run the scenario; torchtitan: its "
+                  "TorchTitan job TOML (nothing simulated)")
+      ->check(CLI::IsMember({"megatron", "torchtitan"}));
   sub->add_flag("--list-schedules", o->list_schedules, "List the registered schedules (name, traits, help) and exit");
   sub->add_option("--profile", o->profile,
                   "Device profile (pipescope calibrate, or calib/profiles/*.yaml) in place of the scenario's device");

@@ -120,6 +120,13 @@ add_test(NAME cli_timeline_title_without_path
 set_tests_properties(cli_timeline_title_without_path PROPERTIES LABELS cli TIMEOUT 60)
 # `pipescope import megatron`: the library (the shipped 39.1B scenario from its launch) and the command.
 pipescope_add_test(test_megatron_import SOURCES test_megatron_import.cc DEPS pipescope_core LABELS core)
+# `pipescope import torchtitan` and --emit torchtitan (core/model/torchtitan_config.h).
+pipescope_add_test(test_torchtitan_config SOURCES test_torchtitan_config.cc DEPS pipescope_core LABELS core)
+add_test(NAME cli_import_torchtitan_strict
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};import;torchtitan;${PROJECT_SOURCE_DIR}/scenarios/torchtitan/llama3_8b_pp.toml;--nodes;2;--strict;-o;${fh_dir}/tt.yaml"
+                 -DEXPECT_RC=1 "-DSTDERR_REGEX=not modelled .3.:\n  parallelism.enable_async_tensor_parallel = true;error: --strict: 0 unknown and 3 unmodelled"
+                 "-DABSENT_FILES=${fh_dir}/tt.yaml" -P ${fh_files})
+set_tests_properties(cli_import_torchtitan_strict PROPERTIES LABELS cli TIMEOUT 60)
 add_test(NAME cli_import_megatron
          COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};import;megatron;-o;${fh_dir}/imported.yaml;--;--num-layers;24;--hidden-size;2048;--num-attention-heads;16;--seq-length;2048;--micro-batch-size;1;--global-batch-size;32;--tensor-model-parallel-size;2;--pipeline-model-parallel-size;4;--fp16;--no-such-flag;7"
                  "-DFILES=${fh_dir}/imported.yaml" "-DFILE_REGEX=parallel: {dp: 1, pp: 4, tp: 2, v: 1,;# unknown argument: --no-such-flag 7"
