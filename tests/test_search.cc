@@ -194,7 +194,7 @@ TEST(Search, ReusedStructuresGiveTheFreshEstimate) {
 }
 
 // The same over every candidate of two whole searches: the default scenario's and GPT-3 175B's on 1,024 GPUs (the
-// benchmark's; 554 candidates, most of them re-timed without lowering).
+// benchmark's, with v 2 and 4; most candidates re-timed without lowering).
 TEST(Search, EveryCandidateOfWholeSearchesIsReTimedExactly) {
   std::vector<Scenario> bases = {load_scenario(std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/default.yaml")};
 #ifndef PIPESCOPE_SANITIZED
