@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/model/launch_script.h"
 #include "core/model/megatron_import.h"
 #include "core/model/torchtitan_config.h"
 #include "core/util/atomic_file.h"
@@ -21,6 +22,7 @@ namespace {
 
 struct ImportOptions {
   MegatronImportOptions megatron;
+  std::string script;  // import megatron --script: the launch script whose pretrain_*.py line is read
   TorchTitanImportOptions torchtitan;
   std::string toml;  // import torchtitan: the job's TOML file
   std::vector<std::string> args;
@@ -54,9 +56,18 @@ int finish_import(const ImportOptions& o, const Import& r) {
 }
 
 int run_import_megatron(const ImportOptions& o) {
-  if (o.args.empty()) throw InputError("import megatron: give the pretrain_gpt.py arguments after --");
+  std::vector<std::string> args;
+  if (!o.script.empty()) {  // the script's pretrain_*.py arguments, then any given after --
+    const LaunchScript ls = read_launch_script(read_input_file(o.script, "launch script"), o.script);
+    std::fprintf(stderr, "%s:%d: the pretrain command, %zu arguments\n", o.script.c_str(), ls.line, ls.args.size());
+    list("left as written (not set in the script: positional parameters, the environment, substitutions)",
+         ls.unresolved);
+    args = ls.args;
+  }
+  args.insert(args.end(), o.args.begin(), o.args.end());
+  if (args.empty()) throw InputError("import megatron: give --script FILE or the pretrain_gpt.py arguments after --");
   if (!o.out.empty() && o.out != "-") check_output_paths({{"-o", o.out}});
-  return finish_import(o, import_megatron(o.args, o.megatron));
+  return finish_import(o, import_megatron(args, o.megatron));
 }
 
 int run_import_torchtitan(const ImportOptions& o) {
@@ -85,6 +96,9 @@ Command add_import(CLI::App& app) {
       ->capture_default_str();
   mg->add_option("--nodes", o->megatron.nodes, "Nodes (default: enough for tp x pp, i.e. dp = 1)")
       ->check(CLI::Range(1, 1 << 20));
+  mg->add_option("--script", o->script,
+                 "A launch script: the arguments of its pretrain_*.py line, its shell variables expanded (then any "
+                 "arguments after --)");
   mg->add_option("-o,--out", o->out, "Write the YAML to this file (default: stdout)");
   mg->add_flag("--strict", o->strict, "Exit 1 when an argument is unknown or not modelled");
   mg->add_option("args", o->args, "pretrain_gpt.py arguments, after --");

@@ -120,6 +120,8 @@ add_test(NAME cli_timeline_title_without_path
 set_tests_properties(cli_timeline_title_without_path PROPERTIES LABELS cli TIMEOUT 60)
 # `pipescope import megatron`: the library (the shipped 39.1B scenario from its launch) and the command.
 pipescope_add_test(test_megatron_import SOURCES test_megatron_import.cc DEPS pipescope_core LABELS core)
+# `pipescope import megatron --script`: a launch script's pretrain line, its variables expanded.
+pipescope_add_test(test_launch_script SOURCES test_launch_script.cc DEPS pipescope_core LABELS core)
 # `pipescope import torchtitan` and --emit torchtitan (core/model/torchtitan_config.h).
 pipescope_add_test(test_torchtitan_config SOURCES test_torchtitan_config.cc DEPS pipescope_core LABELS core)
 add_test(NAME cli_import_torchtitan_strict

@@ -1,0 +1,25 @@
+#pragma once
+// A training launch script (`import megatron --script run.sh`): the `pretrain_*.py` command's arguments, with the
+// script's shell variables expanded the way bash expands them for simple assignments: `NAME=value`, `export NAME=...`,
+// arrays `NAME=( ... )` over several lines, `$NAME`, `${NAME}`, `${NAME:-default}`, `${NAME[@]}`; quotes and
+// backslash line continuations; `#` comments. An unquoted expansion is split into words, a quoted one is not, an
+// array expands to its elements. What bash would take from outside the script (positional parameters, variables the
+// script does not set, command and arithmetic substitutions) stays as written ("$4") and is listed: an argument's
+// value keeps its place, and nothing is guessed silently.
+
+#include <string>
+#include <vector>
+
+namespace pipescope {
+
+struct LaunchScript {
+  std::vector<std::string> args;        // the words after the pretrain_*.py word
+  int line = 0;                         // the command's first line (1-based)
+  std::vector<std::string> unresolved;  // "$1", "$DATA_PATH", "$(...)": left as written
+};
+
+// Throws std::invalid_argument "<source>:<line>: ..." on an unterminated quote or array, or when no line runs a
+// pretrain_*.py script.
+LaunchScript read_launch_script(const std::string& text, const std::string& source);
+
+}  // namespace pipescope
