@@ -598,6 +598,15 @@ TEST(Search, ContextParallelCandidates) {
     EXPECT_NE(c.label.find(" cp2"), std::string::npos) << c.label;
     runs.push_back(c.scenario);
   }
+  // With flash attention, selective recomputation of the attention core reruns nothing: its candidates are their
+  // rc-none twins, counted once.
+  SearchSpace both = sp;
+  both.recompute = {Recompute::None, Recompute::Selective};
+  const Stage1 twins = enumerate_candidates(base, both);
+  EXPECT_EQ(twins.survivors.size(), s1.survivors.size());
+  bool reason = false;
+  for (const auto& [why, n] : twins.rejected) reason = reason || why.find("reruns nothing") != std::string::npos;
+  EXPECT_TRUE(reason);
   const auto out = sim::run_scenarios(runs, {}, 2);
   Stage2Estimator e;
   for (std::size_t i = 0; i < runs.size(); i++) {

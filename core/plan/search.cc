@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/cost/scenario_cost.h"
 #include "core/lower/checks.h"
 #include "core/memory/memory_model.h"
 #include "core/model/scenario.h"
@@ -136,6 +137,19 @@ std::vector<int> chunk_counts(const SearchSpace& space, int layers, int pp) {
   return out;
 }
 
+// Whether selective recomputation reruns nothing in `s` (its modules hold nothing the layer would keep, such as the
+// attention core under flash attention): the cost model's recomputation of every stage's backward is then zero, and
+// the candidate is its rc-none twin again.
+bool selective_reruns_nothing(const Scenario& s) {
+  const auto cost = make_cost_model(s);
+  Op op;
+  op.kind = OpKind::Backward;
+  op.tok_end = s.model.seq_len;
+  for (op.stage = 0; op.stage < s.parallel.pp * s.parallel.v; op.stage++)
+    if (cost->recompute_seconds(op, s.parallel.micro_batch_size) > 0) return false;
+  return true;
+}
+
 }  // namespace
 
 double search_memory_limit(const Scenario& base, const SearchSpace& space) {
@@ -243,6 +257,12 @@ Stage1 enumerate_candidates(const Scenario& base, const SearchSpace& space) {
     Scenario s = make_point(base, pt, space.seq1f1b_segments);
     try {
       validate_scenario(s);
+      if (pt.recompute == Recompute::Selective && selective_reruns_nothing(s)) {
+        out.rejected
+            ["selective recomputation reruns nothing here (e.g. the attention core with flash attention): the "
+             "rc-none configuration stands for it"]++;
+        return;
+      }
       if (pt.kind->traits.slicing == SlicePlan::TeraPipe) terapipe_slices(s), validate_scenario(s);
       const MemoryReport mem = memory_report(s, make_schedule(s));
       double peak = 0;
