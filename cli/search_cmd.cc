@@ -28,6 +28,8 @@
 namespace pipescope::cli {
 namespace {
 
+constexpr Recompute kRecomputeModes[] = {Recompute::None, Recompute::Selective, Recompute::Full};
+
 struct SearchCmdOptions {
   std::string scenario;
   std::vector<std::string> schedules;
@@ -81,9 +83,8 @@ int run_search_cmd(const SearchCmdOptions& o) {
   so.space.v = o.v;
   if (!o.recompute.empty()) so.space.recompute.clear();
   for (const std::string& r : o.recompute)
-    so.space.recompute.push_back(r == "none"        ? Recompute::None
-                                 : r == "selective" ? Recompute::Selective
-                                                    : Recompute::Full);
+    for (Recompute m : kRecomputeModes)
+      if (r == to_string(m)) so.space.recompute.push_back(m);
   so.space.one_framework = o.framework != "any";
   if (so.space.one_framework) find_framework(o.framework, so.space.framework);
   so.space.headroom_bytes = o.headroom_GB * 1e9;
@@ -168,10 +169,12 @@ Command add_search(CLI::App& app) {
          "Interleaved schedules: only these chunks per rank (default: every v > 1 dividing the layers per rank)")
       ->delimiter(',')
       ->check(CLI::Range(2, 1 << 20));
+  std::vector<std::string> recompute_names;  // the scenario's spellings (to_string), not a second list
+  for (Recompute m : kRecomputeModes) recompute_names.emplace_back(to_string(m));
   sub->add_option("--recompute", o->recompute,
                   "Activation recomputation to try: none, selective, full or a list (default: all three)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"none", "selective", "full"}));
+      ->check(CLI::IsMember(recompute_names));
   std::vector<std::string> frameworks = {"any"};
   for (Framework f : all_frameworks()) frameworks.emplace_back(to_string(f));
   sub->add_option("--framework", o->framework,

@@ -588,8 +588,8 @@ std::string emit_scenario_yaml(const std::string& base_text, const Scenario& bes
   const ParallelSpec& p = best.parallel;
   par["dp"] = p.dp, par["pp"] = p.pp, par["tp"] = p.tp, par["v"] = p.v;
   if (p.cp > 1 || par["cp"]) par["cp"] = p.cp;
-  if (best.model
-          .moe()) {  // the expert layout is a search dimension of MoE models (and tp > 1 brings sequence parallel)
+  // The expert layout is a search dimension of MoE models (and tp > 1 brings sequence parallelism with it).
+  if (best.model.moe()) {
     par["ep"] = p.ep, par["etp"] = p.etp;
     if (p.sequence_parallel) par["sequence_parallel"] = true;
   }

@@ -127,7 +127,8 @@ std::vector<int> cp_degrees(const SearchSpace& space, int seq_len) {
 }
 
 // Chunks per rank for an interleaved schedule without a fixed v: the space's, or every v > 1 dividing the layers of a
-// pipeline rank (none when the layers do not split evenly over the ranks: the checks would refuse every one).
+// pipeline rank (when the layers do not split evenly over the ranks, v 2 alone: the checks refuse it with their
+// reason).
 std::vector<int> chunk_counts(const SearchSpace& space, int layers, int pp) {
   if (!space.v.empty()) return space.v;
   std::vector<int> out;
