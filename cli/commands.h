@@ -50,6 +50,7 @@ Command add_sweep(CLI::App& app);      // parameter sweeps to CSV (sweep_cmd.cc)
 Command add_search(CLI::App& app);     // layout / schedule search (search_cmd.cc)
 Command add_calibrate(CLI::App& app);  // device profiles (calibrate_cmd.cc, calib/)
 Command add_import(CLI::App& app);
+Command add_plot(CLI::App& app);  // charts of pipescope's outputs (plot_cmd.cc)
 // The format of a --timeline output: `format` when given (svg | pdf | png), else from the file name's extension.
 sim::ImageFormat timeline_format(const std::string& path, const std::string& format);
 

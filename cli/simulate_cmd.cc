@@ -38,28 +38,11 @@ struct SimulateOptions {
   std::string timeline_title;   // --timeline-title: the picture's heading (default: the command and scenario file)
   std::string timeline_window;  // --timeline-window T0:T1 (seconds)
   std::string timeline_ranks;   // --timeline-ranks A:B (pipeline ranks, inclusive)
+  std::string trace_ranks;      // --trace-ranks A:B (pipeline ranks, inclusive)
+  std::string trace_replicas;   // --trace-replicas A:B (data-parallel replicas, inclusive)
   bool fail_on_oom = false;     // exit 2 when a rank does not fit in device memory
   std::string emit;             // --emit megatron: the framework's launch arguments instead of a simulation
 };
-
-int run_compare(const Scenario& base, const SimulateOptions& o) {
-  sim::RunOptions ro{o.collectives};
-  ro.report_json = !o.json.empty();
-  ro.trace_json = !o.trace.empty();
-  const sim::ScheduleComparison c = sim::compare_schedules(
-      base, o.compare, ro, [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); },
-      [](const Scenario& s) { std::fprintf(stderr, "simulating %s ...\n", s.name.c_str()); });
-  // With --json - or --trace -, stdout carries the file and the table goes to stderr.
-  FILE* out = o.json == "-" || o.trace == "-" ? stderr : stdout;
-  sim::print_comparison(out, base, c);
-  std::fflush(out);
-  // Outputs are rendered in memory and written atomically after the runs (core/util/atomic_file.h).
-  if (!o.json.empty()) write_file_atomic(o.json, sim::comparison_json(c), "--json");
-  if (!o.trace.empty()) write_file_atomic(o.trace, sim::comparison_trace(c), "--trace");
-  for (const sim::RunOutcome& r : c.outcomes)
-    if (!r.ok() || (r.result.oom && o.fail_on_oom)) return kExitSchedule;
-  return 0;
-}
 
 // "A:B" as two numbers; either side may be empty (then `lo` / `hi` stays as it was). Bad input: InputError naming the
 // flag.
@@ -78,6 +61,23 @@ void parse_pair(const std::string& flag, const std::string& text, double& lo, do
   num(text.substr(colon + 1), hi);
 }
 
+// "A:B" as a range of whole numbers (B -1 when left out): pipeline ranks or replicas. Bad input: InputError.
+void parse_whole_range(const std::string& flag, const std::string& text, int& first, int& last) {
+  if (text.empty()) return;
+  double a = 0, b = -1;
+  parse_pair(flag, text, a, b);
+  if (a != std::floor(a) || (b >= 0 && b != std::floor(b)) || a > 1e6 || b > 1e6)
+    throw InputError(flag + " " + text + ": give whole numbers, e.g. 0:7");
+  first = static_cast<int>(a), last = static_cast<int>(b);
+}
+
+sim::TraceSubset trace_subset(const SimulateOptions& o) {
+  sim::TraceSubset t;
+  parse_whole_range("--trace-ranks", o.trace_ranks, t.first_rank, t.last_rank);
+  parse_whole_range("--trace-replicas", o.trace_replicas, t.first_replica, t.last_replica);
+  return t;
+}
+
 sim::SimulateOneRequest one_request(const SimulateOptions& o) {
   sim::SimulateOneRequest q;
   q.collectives = o.collectives;
@@ -91,14 +91,31 @@ sim::SimulateOneRequest one_request(const SimulateOptions& o) {
   if (!o.timeline_window.empty())
     parse_pair("--timeline-window", o.timeline_window, q.timeline_options.window_start_s,
                q.timeline_options.window_end_s);
-  if (!o.timeline_ranks.empty()) {
-    double a = 0, b = -1;
-    parse_pair("--timeline-ranks", o.timeline_ranks, a, b);
-    if (a != std::floor(a) || (b >= 0 && b != std::floor(b)) || a > 1e6 || b > 1e6)
-      throw InputError("--timeline-ranks " + o.timeline_ranks + ": give whole pipeline ranks, e.g. 0:7");
-    q.timeline_options.first_rank = static_cast<int>(a), q.timeline_options.last_rank = static_cast<int>(b);
-  }
+  parse_whole_range("--timeline-ranks", o.timeline_ranks, q.timeline_options.first_rank,
+                    q.timeline_options.last_rank);
+  q.trace_subset = trace_subset(o);
   return q;
+}
+
+int run_compare(const Scenario& base, const SimulateOptions& o) {
+  sim::RunOptions ro;
+  ro.collectives = o.collectives;
+  ro.report_json = !o.json.empty();
+  ro.trace_json = !o.trace.empty();
+  ro.trace_subset = trace_subset(o);
+  const sim::ScheduleComparison c = sim::compare_schedules(
+      base, o.compare, ro, [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); },
+      [](const Scenario& s) { std::fprintf(stderr, "simulating %s ...\n", s.name.c_str()); });
+  // With --json - or --trace -, stdout carries the file and the table goes to stderr.
+  FILE* out = o.json == "-" || o.trace == "-" ? stderr : stdout;
+  sim::print_comparison(out, base, c);
+  std::fflush(out);
+  // Outputs are rendered in memory and written atomically after the runs (core/util/atomic_file.h).
+  if (!o.json.empty()) write_file_atomic(o.json, sim::comparison_json(c), "--json");
+  if (!o.trace.empty()) write_file_atomic(o.trace, sim::comparison_trace(c), "--trace");
+  for (const sim::RunOutcome& r : c.outcomes)
+    if (!r.ok() || (r.result.oom && o.fail_on_oom)) return kExitSchedule;
+  return 0;
 }
 
 int run_simulate(const SimulateOptions& o) {
@@ -163,6 +180,10 @@ Command add_simulate(CLI::App& app) {
   sub->add_option(
       "--trace", o->trace,
       "Write a Chrome/Perfetto trace-event file (one track per GPU; - for stdout; with --compare, every variant)");
+  sub->add_option("--trace-ranks", o->trace_ranks,
+                  "Trace: keep only the GPUs of pipeline ranks A:B (inclusive), e.g. 0:3");
+  sub->add_option("--trace-replicas", o->trace_replicas,
+                  "Trace: keep only the GPUs of data-parallel replicas A:B (inclusive), e.g. 0:0 for one replica");
   sub->add_option("--compare", o->compare, "Run schedule variants side by side, e.g. gpipe,1f1b,interleaved")
       ->delimiter(',');
   sub->add_option("--schedule", o->schedule,

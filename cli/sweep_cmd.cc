@@ -100,9 +100,11 @@ int run_sweep(const SweepOptions& o) {
       std::fprintf(stderr, "sweep [%zu/%zu] %s ... INVALID: %s\n", i + 1, variants.size(), variants[i].text.c_str(),
                    variants[i].invalid.c_str());
     }
+  sim::RunOptions run_opts;
+  run_opts.collectives = o.collectives;
   const auto t0 = std::chrono::steady_clock::now();
   const auto outcomes =
-      sim::run_scenarios(runs, sim::RunOptions{o.collectives}, o.jobs, [&](std::size_t k, const sim::RunOutcome& r) {
+      sim::run_scenarios(runs, run_opts, o.jobs, [&](std::size_t k, const sim::RunOutcome& r) {
         const std::size_t i = variant_of[k];
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::fprintf(stderr, "sweep [%zu/%zu] %s ...", i + 1, variants.size(), variants[i].text.c_str());

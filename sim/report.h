@@ -66,9 +66,18 @@ void write_compare_json(std::ostream& os, const std::vector<std::string>& report
 // processes at pid stride * i + node (stride: 1000, or the power of ten above the largest node id) named "<name>
 // node<N>". Throws std::invalid_argument on malformed input.
 void write_merged_traces(std::ostream& os, const std::vector<std::pair<std::string, std::string>>& name_and_trace);
+// The part of a large run a trace keeps (--trace-ranks, --trace-replicas): the GPUs of pipeline ranks
+// first_rank..last_rank of data-parallel replicas first_replica..last_replica (last -1: to the last). An event
+// is kept when it runs on a kept GPU; a transfer's flow arrow when both of its ends are kept.
+struct TraceSubset {
+  int first_rank = 0, last_rank = -1;
+  int first_replica = 0, last_replica = -1;
+};
 // Chrome trace-event JSON: one track per GPU (compute), comm tracks per GPU, ops named by canonical text.
-// `profile` names the calibration profile in the trace's metadata (otherData.profile).
-void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r, const ProfileStamp& profile = {});
+// `profile` names the calibration profile in the trace's metadata (otherData.profile). Throws
+// std::invalid_argument when `subset` names ranks or replicas the run does not have.
+void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r, const ProfileStamp& profile = {},
+                 const TraceSubset& subset = {});
 // The profile as a JSON object: {"kind": "analytic (no profile)"} or path, kind, device, backend, dtype, date,
 // fnv1a64 and gate_failures.
 std::string profile_json(const ProfileStamp& p);

@@ -50,7 +50,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& o) {
   }
   if (o.trace_json) {
     std::ostringstream os;
-    write_trace(os, cs, r, rep.profile);
+    write_trace(os, cs, r, rep.profile, o.trace_subset);
     out.trace_json = os.str();
   }
   out.sim_wall_s = r.wall_s;

@@ -12,6 +12,7 @@
 
 #include "core/model/config.h"
 #include "sim/child_process.h"
+#include "sim/report.h"
 #include "sim/run_result.h"
 
 namespace pipescope::sim {
@@ -20,6 +21,7 @@ struct RunOptions {
   std::string collectives;   // overrides the scenario's sim.collectives when non-empty
   bool report_json = false;  // fill RunResult::report_json
   bool trace_json = false;   // fill RunResult::trace_json
+  TraceSubset trace_subset;  // the ranks and replicas trace_json keeps
 };
 
 // In this process: at most once per process. Throws what the pipeline throws (std::invalid_argument for an

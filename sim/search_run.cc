@@ -24,7 +24,7 @@
 #include "core/plan/work_estimate.h"
 #include "sim/child_process.h"
 #include "sim/device_fidelity.h"
-#include "sim/xml_escape.h"
+#include "sim/plot.h"
 
 namespace pipescope::sim {
 namespace {
@@ -526,58 +526,10 @@ void write_search_csv(std::ostream& os, const SearchResult& r) {
 }
 
 void write_search_svg(std::ostream& os, const SearchResult& r) {
-  const double W = 800, H = 520, L = 80, R = 30, T = 50, B = 60;
-  double xmax = 0, ymax = 0;
-  for (const auto& row : r.rows)
-    if (row.error.empty())
-      xmax = std::max(xmax, row.result.peak_memory_bytes / 1e9), ymax = std::max(ymax, row.result.tokens_per_s);
-  xmax = xmax > 0 ? xmax * 1.1 : 1;
-  ymax = ymax > 0 ? ymax * 1.1 : 1;
-  auto X = [&](double gb) { return L + gb / xmax * (W - L - R); };
-  auto Y = [&](double tps) { return H - B - tps / ymax * (H - T - B); };
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
-     << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  os << "<text x=\"" << L << "\" y=\"25\" font-size=\"15\">pipescope search " << xml_escape(r.scenario)
-     << ": throughput against peak memory (red: Pareto front)</text>\n";
-  os << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B
-     << "\" stroke=\"black\"/>\n<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << H - B
-     << "\" stroke=\"black\"/>\n";
-  for (int i = 0; i <= 5; i++) {
-    const double gb = xmax * i / 5, tps = ymax * i / 5;
-    os << "<text x=\"" << format_num("%.1f", X(gb)) << "\" y=\"" << H - B + 18 << "\" text-anchor=\"middle\">"
-       << format_num("%.1f", gb) << "</text>\n";
-    os << "<text x=\"" << L - 6 << "\" y=\"" << format_num("%.1f", Y(tps) + 4) << "\" text-anchor=\"end\">"
-       << format_num("%.0f", tps) << "</text>\n";
-  }
-  os << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 15
-     << "\" text-anchor=\"middle\">peak memory per GPU (GB)</text>\n";
-  os << "<text x=\"18\" y=\"" << (T + H - B) / 2 << "\" transform=\"rotate(-90 18 " << (T + H - B) / 2
-     << ")\" text-anchor=\"middle\">tokens/s</text>\n";
-  std::vector<const SearchRow*> front;
-  for (const auto& row : r.rows)
-    if (row.error.empty() && row.pareto) front.push_back(&row);
-  std::sort(front.begin(), front.end(), [](const SearchRow* a, const SearchRow* b) {
-    return a->result.peak_memory_bytes < b->result.peak_memory_bytes;
-  });
-  if (front.size() > 1) {
-    os << "<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"1.5\" points=\"";
-    for (const SearchRow* p : front)
-      os << format_num("%.1f", X(p->result.peak_memory_bytes / 1e9)) << ','
-         << format_num("%.1f", Y(p->result.tokens_per_s)) << ' ';
-    os << "\"/>\n";
-  }
-  for (const auto& row : r.rows) {
-    if (!row.error.empty()) continue;
-    const double x = X(row.result.peak_memory_bytes / 1e9), y = Y(row.result.tokens_per_s);
-    os << "<circle cx=\"" << format_num("%.1f", x) << "\" cy=\"" << format_num("%.1f", y) << "\" r=\"4\" fill=\""
-       << (row.pareto ? "#d62728" : "#7f7f7f") << "\"" << (row.as_written ? " stroke=\"black\" stroke-width=\"2\"" : "")
-       << "><title>" << xml_escape(row.label) << "</title></circle>\n";
-    if (row.pareto)
-      os << "<text x=\"" << format_num("%.1f", x + 6) << "\" y=\"" << format_num("%.1f", y - 6)
-         << "\" font-size=\"10\">" << xml_escape(row.label) << "</text>\n";
-  }
-  os << "</svg>\n";
+  std::ostringstream j;
+  write_search_json(j, r);
+  const Plot p = plot_output(j.str(), "search", PlotRequest{});  // the charts `pipescope plot` draws of it
+  write_charts_svg(os, p.charts, ChartOptions{1200, "pipescope search " + r.scenario});
 }
 
 std::string emit_scenario_yaml(const std::string& base_text, const Scenario& best) {

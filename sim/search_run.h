@@ -75,6 +75,8 @@ SearchResult run_search(const Scenario& base, const SearchOptions& o);
 void print_search_table(std::ostream& os, const SearchResult& r);
 void write_search_json(std::ostream& os, const SearchResult& r);
 void write_search_csv(std::ostream& os, const SearchResult& r);
+// --svg: the charts `pipescope plot` draws of the JSON (throughput against memory, the best rows' breakdown);
+// std::invalid_argument when no row ran.
 void write_search_svg(std::ostream& os, const SearchResult& r);
 // The scenario file `base_text` with the layout, schedule and slicing of `best` written in: `pipescope simulate`
 // of it runs exactly that configuration.

@@ -46,7 +46,7 @@ SimulateOneResult simulate_one(const Scenario& s, const SimulateOneRequest& q) {
   }
   if (q.trace) {
     std::ostringstream os;
-    write_trace(os, cs, r, out.report.profile);
+    write_trace(os, cs, r, out.report.profile, q.trace_subset);
     out.trace = os.str();
   }
   if (q.timeline) out.timeline_svg = timeline_svg(s, cs, r, out.report.breakdown.mean, q.timeline_options);

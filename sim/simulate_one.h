@@ -21,6 +21,7 @@ struct SimulateOneRequest {
   std::string collectives;  // overrides sim.collectives when non-empty
   bool json = false, trace = false, timeline = false;
   TimelineRequest timeline_options;
+  TraceSubset trace_subset;  // the ranks and replicas the trace keeps
 };
 
 struct SimulateOneResult {

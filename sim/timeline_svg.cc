@@ -10,50 +10,23 @@
 #include <ostream>
 #include <stdexcept>
 
+#include "sim/svg_style.h"
 #include "sim/xml_escape.h"
 
 namespace pipescope::sim {
 
 namespace {
 
-// Qualitative palette (Tableau 10 with a navy instead of grey, which the optimizer and idle band use).
-constexpr const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
-                                    "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#2f4b7c"};
-constexpr int kColours = sizeof kPalette / sizeof kPalette[0];
-
-struct Rgb {
-  double r, g, b;
-};
-
-Rgb parse_hex(const char* h) {
-  unsigned v = 0;
-  std::sscanf(h + 1, "%x", &v);
-  return {((v >> 16) & 255) / 255.0, ((v >> 8) & 255) / 255.0, (v & 255) / 255.0};
-}
-
-std::string hex(const Rgb& c) {
-  auto ch = [](double x) { return static_cast<unsigned>(std::lround(std::clamp(x, 0.0, 1.0) * 255)); };
-  char b[8];
-  std::snprintf(b, sizeof b, "#%02x%02x%02x", ch(c.r), ch(c.g), ch(c.b));
-  return b;
-}
-
-Rgb mix(const Rgb& a, const Rgb& b, double t) {
-  return {a.r + (b.r - a.r) * t, a.g + (b.g - a.g) * t, a.b + (b.b - a.b) * t};
-}
-
-double luminance(const Rgb& c) { return 0.2126 * c.r + 0.7152 * c.g + 0.0722 * c.b; }
-
 // Fill of a compute block: forward is the colour mixed half-way to white, weight-gradient a quarter, backward
 // the colour itself.
 // Backward is the colour darkened a fifth, so that forward and backward differ in lightness even where blocks
 // are too thin for labels (dense sliced runs). colour < 0: the neutral grey the legend uses for op kinds.
-Rgb block_fill(BlockKind k, int colour) {
-  const Rgb base = colour < 0 ? Rgb{0.55, 0.55, 0.55} : parse_hex(kPalette[colour]);
-  const Rgb white{1, 1, 1}, black{0, 0, 0};
-  if (k == BlockKind::Forward) return mix(base, white, 0.5);
-  if (k == BlockKind::WeightGrad) return mix(base, white, 0.2);
-  return mix(base, black, 0.2);
+svg::Rgb block_fill(BlockKind k, int colour) {
+  const svg::Rgb base = colour < 0 ? svg::Rgb{0.55, 0.55, 0.55} : svg::parse_hex(svg::kPalette[colour]);
+  const svg::Rgb white{1, 1, 1}, black{0, 0, 0};
+  if (k == BlockKind::Forward) return svg::mix(base, white, 0.5);
+  if (k == BlockKind::WeightGrad) return svg::mix(base, white, 0.2);
+  return svg::mix(base, black, 0.2);
 }
 
 const char* kind_class(BlockKind k) {
@@ -77,49 +50,6 @@ const char* kind_class(BlockKind k) {
 bool is_comm(BlockKind k) { return k == BlockKind::P2P || k == BlockKind::Collective; }
 bool is_compute(BlockKind k) {
   return k == BlockKind::Forward || k == BlockKind::Backward || k == BlockKind::WeightGrad;
-}
-
-// Fixed two-decimal formatting; "-0.00" never appears.
-std::string f2(double x) {
-  char b[48];
-  std::snprintf(b, sizeof b, "%.2f", std::abs(x) < 0.005 ? 0.0 : x);
-  return b;
-}
-double round2(double x) { return std::round(x * 100.0) / 100.0; }
-
-struct Unit {
-  const char* name;
-  double factor;
-};
-Unit unit_for(double end_s) {
-  if (end_s >= 1.0) return {"s", 1.0};
-  if (end_s >= 1e-3) return {"ms", 1e3};
-  return {"us", 1e6};
-}
-
-// 1, 2 or 5 times a power of ten, giving about `target` intervals over [0, end].
-double nice_step(double end, double target) {
-  const double raw = end / std::max(1.0, target);
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  const double norm = raw / mag;
-  return (norm <= 1.0 ? 1.0 : norm <= 2.0 ? 2.0 : norm <= 5.0 ? 5.0 : 10.0) * mag;
-}
-
-std::string tick_text(double v, double step) {
-  const int decimals = std::max(0, static_cast<int>(std::ceil(-std::log10(step) - 1e-9)));
-  char b[48];
-  std::snprintf(b, sizeof b, "%.*f", decimals, v);
-  return b;
-}
-
-double text_width(const std::string& s, double font_px) { return static_cast<double>(s.size()) * font_px * 0.62; }
-
-// A smaller inline font size (a style: the stylesheet's class rule would win over an attribute) when `text` at
-// `font_px` would run past `room` px (titles never clip); "" if it fits.
-std::string fit_font(const std::string& text, double font_px, double room) {
-  const double w = text_width(text, font_px);
-  if (w <= room || w <= 0) return "";
-  return " style=\"font-size:" + f2(std::max(6.0, font_px * room / w)) + "px\"";
 }
 
 void validate(const std::vector<TimelinePanel>& panels, const SvgOptions& opt) {
@@ -187,7 +117,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
 
   double label_w = 0;
   for (const auto& p : panels)
-    for (const auto& r : p.rows) label_w = std::max(label_w, text_width(r, row_fs));
+    for (const auto& r : p.rows) label_w = std::max(label_w, svg::text_width(r, row_fs));
   const double ml = std::min(std::clamp(label_w + 14, 70.0, 280.0), 0.4 * opt.width_px);
   const double mr = 36;
   const double W = opt.width_px;
@@ -207,14 +137,14 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     if (lx + w > right && lx > ml) lx = ml, ly += 19;
   };
   auto swatch = [&](const std::string& cls, const std::string& text, const std::string& overlay = "") {
-    room(21 + text_width(text, 12));
-    legend += "<rect class=\"" + cls + "\" x=\"" + f2(lx) + "\" y=\"" + f2(ly) + "\" width=\"16\" height=\"12\"/>";
+    room(21 + svg::text_width(text, 12));
+    legend += "<rect class=\"" + cls + "\" x=\"" + svg::f2(lx) + "\" y=\"" + svg::f2(ly) + "\" width=\"16\" height=\"12\"/>";
     if (!overlay.empty())
       legend +=
-          "<rect fill=\"url(#" + overlay + ")\" x=\"" + f2(lx) + "\" y=\"" + f2(ly) + "\" width=\"16\" height=\"12\"/>";
+          "<rect fill=\"url(#" + overlay + ")\" x=\"" + svg::f2(lx) + "\" y=\"" + svg::f2(ly) + "\" width=\"16\" height=\"12\"/>";
     legend +=
-        "<text class=\"lg\" x=\"" + f2(lx + 21) + "\" y=\"" + f2(ly + 10) + "\">" + xml_escape(text) + "</text>\n";
-    lx += 21 + text_width(text, 12) + 16;
+        "<text class=\"lg\" x=\"" + svg::f2(lx + 21) + "\" y=\"" + svg::f2(ly + 10) + "\">" + xml_escape(text) + "</text>\n";
+    lx += 21 + svg::text_width(text, 12) + 16;
   };
   // Plain text, wrapped between words: each line's run of words is one <text>, so the renderer's own spacing
   // applies (a <text> per word spread them by the width estimate).
@@ -223,7 +153,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     double run_x = lx;
     auto flush = [&] {
       if (!run.empty())
-        legend += "<text class=\"lg\" x=\"" + f2(run_x) + "\" y=\"" + f2(ly + 10) + "\">" + xml_escape(run) + "</text>";
+        legend += "<text class=\"lg\" x=\"" + svg::f2(run_x) + "\" y=\"" + svg::f2(ly + 10) + "\">" + xml_escape(run) + "</text>";
       run.clear();
     };
     std::size_t i = 0;
@@ -232,7 +162,7 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
       if (j == std::string::npos) j = text.size();
       const std::string w = text.substr(i, j - i);
       const std::string joined = run.empty() ? w : run + " " + w;
-      if (lx + text_width(joined, 12) > right && (!run.empty() || lx > ml)) {
+      if (lx + svg::text_width(joined, 12) > right && (!run.empty() || lx > ml)) {
         flush();
         lx = ml, ly += 19;
         run_x = lx;
@@ -243,15 +173,15 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
       }
       i = j + 1;
     }
-    lx = run_x + text_width(run + " ", 12);
+    lx = run_x + svg::text_width(run + " ", 12);
     flush();
     legend += "\n";
     lx += 10;
   };
   auto phrase = [&](const std::string& text) {  // kept on one line
-    room(text_width(text, 12));
-    legend += "<text class=\"lg\" x=\"" + f2(lx) + "\" y=\"" + f2(ly + 10) + "\">" + xml_escape(text) + "</text>\n";
-    lx += text_width(text, 12) + 10;
+    room(svg::text_width(text, 12));
+    legend += "<text class=\"lg\" x=\"" + svg::f2(lx) + "\" y=\"" + svg::f2(ly + 10) + "\">" + xml_escape(text) + "</text>\n";
+    lx += svg::text_width(text, 12) + 10;
   };
   // Op kinds in neutral grey: the hue is the micro-batch's.
   swatch("F cg", "F forward");
@@ -265,15 +195,15 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   swatch("idle", "idle");
   lx = ml, ly += 19;
   phrase("micro-batch:");
-  for (int c = 0; c < kColours; c++) {
+  for (int c = 0; c < svg::kColours; c++) {
     room(30);
-    legend += "<rect class=\"F c" + std::to_string(c) + "\" x=\"" + f2(lx) + "\" y=\"" + f2(ly) +
-              "\" width=\"8\" height=\"12\"/><rect class=\"B c" + std::to_string(c) + "\" x=\"" + f2(lx + 8) +
-              "\" y=\"" + f2(ly) + "\" width=\"8\" height=\"12\"/><text class=\"lg\" x=\"" + f2(lx + 19) + "\" y=\"" +
-              f2(ly + 10) + "\">" + std::to_string(c) + "</text>\n";
-    lx += 19 + text_width(std::to_string(c), 12) + 8;
+    legend += "<rect class=\"F c" + std::to_string(c) + "\" x=\"" + svg::f2(lx) + "\" y=\"" + svg::f2(ly) +
+              "\" width=\"8\" height=\"12\"/><rect class=\"B c" + std::to_string(c) + "\" x=\"" + svg::f2(lx + 8) +
+              "\" y=\"" + svg::f2(ly) + "\" width=\"8\" height=\"12\"/><text class=\"lg\" x=\"" + svg::f2(lx + 19) + "\" y=\"" +
+              svg::f2(ly + 10) + "\">" + std::to_string(c) + "</text>\n";
+    lx += 19 + svg::text_width(std::to_string(c), 12) + 8;
   }
-  phrase("(hue repeats every " + std::to_string(kColours) + ")");
+  phrase("(hue repeats every " + std::to_string(svg::kColours) + ")");
   if (any_chunk) {
     swatch("F cg", "chunk 0");
     swatch("F cg", "chunk 1", "k1");
@@ -297,20 +227,20 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
 
   // ---- document, stylesheet
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-     << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << f2(W) << "\" height=\"" << f2(H) << "\" viewBox=\"0 0 "
-     << f2(W) << ' ' << f2(H) << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n<style>\n"
+     << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg::f2(W) << "\" height=\"" << svg::f2(H) << "\" viewBox=\"0 0 "
+     << svg::f2(W) << ' ' << svg::f2(H) << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n<style>\n"
      << ".bg{fill:#fff}.idle{fill:#e9e9e9}.cbg{fill:#f6f6f6}.grid{stroke:#cfcfcf;stroke-width:.6}\n"
      << ".e{stroke:#fff;stroke-width:.6}.O{fill:#8a8a8a}.P{fill:#6f6f6f;fill-opacity:.55}"
      << ".C{fill:#262626;fill-opacity:.6}\n"
-     << ".t{font-size:" << f2(label_fs) << "px;text-anchor:middle}.tl{fill:#fff}.td{fill:#1a1a1a}\n"
-     << ".rl{font-size:" << f2(row_fs) << "px;text-anchor:end;fill:#333}.h{font-size:16px;font-weight:bold}"
+     << ".t{font-size:" << svg::f2(label_fs) << "px;text-anchor:middle}.tl{fill:#fff}.td{fill:#1a1a1a}\n"
+     << ".rl{font-size:" << svg::f2(row_fs) << "px;text-anchor:end;fill:#333}.h{font-size:16px;font-weight:bold}"
      << ".pt{font-size:13px;font-weight:bold;fill:#222}.lg{font-size:12px;fill:#333}"
      << ".ax{stroke:#555;stroke-width:1}.tk{font-size:11px;text-anchor:middle;fill:#444}\n";
   if (any_pair) os << ".pr{fill:none;stroke:#111;stroke-width:1.6}\n";
-  for (int c = -1; c < kColours; c++)
+  for (int c = -1; c < svg::kColours; c++)
     for (BlockKind k : {BlockKind::Forward, BlockKind::Backward, BlockKind::WeightGrad})
       os << '.' << kind_class(k) << ".c" << (c < 0 ? std::string("g") : std::to_string(c))
-         << "{fill:" << hex(block_fill(k, c)) << '}';
+         << "{fill:" << svg::hex(block_fill(k, c)) << '}';
   // Chunk hatches: chunk 1 "/", chunk 2 "\\", chunk 3 and up crossed.
   os << "\n</style>\n<defs>"
      << "<pattern id=\"k1\" width=\"5\" height=\"5\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
@@ -323,8 +253,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
         "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"5\" stroke=\"#000\" stroke-opacity=\".4\" stroke-width=\"1.2\"/>"
         "<line x1=\"0\" y1=\"0\" x2=\"5\" y2=\"0\" stroke=\"#000\" stroke-opacity=\".4\" "
         "stroke-width=\"1.2\"/></pattern>"
-     << "</defs>\n<rect class=\"bg\" x=\"0\" y=\"0\" width=\"" << f2(W) << "\" height=\"" << f2(H) << "\"/>\n";
-  os << "<text class=\"h\" x=\"" << f2(ml) << "\" y=\"24\"" << fit_font(opt.title, 16, W - 8 - ml) << ">"
+     << "</defs>\n<rect class=\"bg\" x=\"0\" y=\"0\" width=\"" << svg::f2(W) << "\" height=\"" << svg::f2(H) << "\"/>\n";
+  os << "<text class=\"h\" x=\"" << svg::f2(ml) << "\" y=\"24\"" << svg::fit_font(opt.title, 16, W - 8 - ml) << ">"
      << xml_escape(opt.title) << "</text>\n<g class=\"legend\">\n"
      << legend << "</g>\n";
 
@@ -335,20 +265,20 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     double end = opt.shared_scale ? shared_end : panel_end(p);
     if (!(end > 0)) end = 1.0;  // empty panel: an axis of 1 s
     const double pps = plot_w / end;
-    const Unit unit = unit_for(end);
-    auto px = [&](double t) { return round2(ml + t * pps); };
+    const svg::Unit unit = svg::unit_for(end);
+    auto px = [&](double t) { return svg::round2(ml + t * pps); };
     const double rows_top = y + panel_title_h;
     const double rows_h = static_cast<double>(p.rows.size()) * rh;
 
     char num[64];
     std::snprintf(num, sizeof num, "%.17g", pps);
-    os << "<g class=\"panel\" data-panel=\"" << pi << "\" data-x0=\"" << f2(ml) << "\" data-px-per-s=\"" << num
+    os << "<g class=\"panel\" data-panel=\"" << pi << "\" data-x0=\"" << svg::f2(ml) << "\" data-px-per-s=\"" << num
        << "\" data-rows=\"" << p.rows.size() << "\">\n";
-    os << "<text class=\"pt\" x=\"" << f2(ml) << "\" y=\"" << f2(y + 15) << "\"" << fit_font(p.title, 13, W - 8 - ml)
+    os << "<text class=\"pt\" x=\"" << svg::f2(ml) << "\" y=\"" << svg::f2(y + 15) << "\"" << svg::fit_font(p.title, 13, W - 8 - ml)
        << ">" << xml_escape(p.title) << "</text>\n";
 
     // Grid lines and ticks.
-    const double step = nice_step(end * unit.factor, plot_w / 110.0) / unit.factor;
+    const double step = svg::nice_step(end * unit.factor, plot_w / 110.0) / unit.factor;
     std::vector<double> ticks;  // at multiples of step on the axis's own reading (offset + t)
     const double first = std::ceil(p.offset_s / step - 1e-9) * step - p.offset_s;
     for (int k = 0;; k++) {
@@ -357,8 +287,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
       ticks.push_back(t);
     }
     for (double t : ticks)
-      os << "<line class=\"grid\" x1=\"" << f2(px(t)) << "\" y1=\"" << f2(rows_top) << "\" x2=\"" << f2(px(t))
-         << "\" y2=\"" << f2(rows_top + rows_h) << "\"/>\n";
+      os << "<line class=\"grid\" x1=\"" << svg::f2(px(t)) << "\" y1=\"" << svg::f2(rows_top) << "\" x2=\"" << svg::f2(px(t))
+         << "\" y2=\"" << svg::f2(rows_top + rows_h) << "\"/>\n";
 
     // Intervals grouped by row, in start order (stable: the input order breaks ties).
     std::vector<std::size_t> order(p.intervals.size());
@@ -373,11 +303,11 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     for (int r = 0; r < static_cast<int>(p.rows.size()); r++) {
       const double ry = rows_top + r * rh + pad / 2;
       os << "<g class=\"row\" data-row=\"" << r << "\">\n";
-      os << "<rect class=\"idle\" x=\"" << f2(px(0)) << "\" y=\"" << f2(ry) << "\" width=\"" << f2(px(end) - px(0))
-         << "\" height=\"" << f2(compute_h) << "\"/>\n";
+      os << "<rect class=\"idle\" x=\"" << svg::f2(px(0)) << "\" y=\"" << svg::f2(ry) << "\" width=\"" << svg::f2(px(end) - px(0))
+         << "\" height=\"" << svg::f2(compute_h) << "\"/>\n";
       if (opt.comm)
-        os << "<rect class=\"cbg\" x=\"" << f2(px(0)) << "\" y=\"" << f2(ry + compute_h + comm_gap) << "\" width=\""
-           << f2(px(end) - px(0)) << "\" height=\"" << f2(comm_h) << "\"/>\n";
+        os << "<rect class=\"cbg\" x=\"" << svg::f2(px(0)) << "\" y=\"" << svg::f2(ry + compute_h + comm_gap) << "\" width=\""
+           << svg::f2(px(end) - px(0)) << "\" height=\"" << svg::f2(comm_h) << "\"/>\n";
       std::string labels;  // drawn after the row's blocks so that no block covers a label
       double pair_x0 = 0;  // the open overlapped pair's left edge and its first block's label
       std::string pair_label;
@@ -385,16 +315,16 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
         const TimelineInterval& iv = p.intervals[order[k]];
         if (is_comm(iv.kind) && !opt.comm) continue;
         const double x0 = px(iv.start_s), x1 = px(iv.end_s);
-        const double w = round2(x1 - x0);
+        const double w = svg::round2(x1 - x0);
         const bool comm = is_comm(iv.kind);
         const double by = comm ? ry + compute_h + comm_gap : ry;
         const double h = comm ? comm_h : compute_h;
-        const int colour = iv.microbatch >= 0 ? iv.microbatch % kColours : 0;
+        const int colour = iv.microbatch >= 0 ? iv.microbatch % svg::kColours : 0;
         std::string cls = std::string("b ") + kind_class(iv.kind);
         if (is_compute(iv.kind)) cls += " c" + std::to_string(colour);
         if (!comm && w >= 4 && !compact) cls += " e";
-        os << "<rect class=\"" << cls << "\" x=\"" << f2(x0) << "\" y=\"" << f2(by) << "\" width=\"" << f2(w)
-           << "\" height=\"" << f2(h) << '"';
+        os << "<rect class=\"" << cls << "\" x=\"" << svg::f2(x0) << "\" y=\"" << svg::f2(by) << "\" width=\"" << svg::f2(w)
+           << "\" height=\"" << svg::f2(h) << '"';
         if (opt.tooltips && !compact && !iv.name.empty()) {
           char t[96];
           std::snprintf(t, sizeof t, " %.6g-%.6g %s", (p.offset_s + iv.start_s) * unit.factor,
@@ -404,44 +334,44 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
           os << "/>\n";
         }
         if (is_compute(iv.kind) && iv.chunk > 0 && w >= 1)  // the chunk's hatch over the micro-batch colour
-          os << "<rect fill=\"url(#k" << std::min(iv.chunk, 3) << ")\" x=\"" << f2(x0) << "\" y=\"" << f2(by)
-             << "\" width=\"" << f2(w) << "\" height=\"" << f2(h) << "\"/>\n";
+          os << "<rect fill=\"url(#k" << std::min(iv.chunk, 3) << ")\" x=\"" << svg::f2(x0) << "\" y=\"" << svg::f2(by)
+             << "\" width=\"" << svg::f2(w) << "\" height=\"" << svg::f2(h) << "\"/>\n";
         if (!comm && iv.pair == Overlap::First) {
           pair_x0 = x0, pair_label = iv.label;
           continue;
         }
         if (!comm && iv.pair == Overlap::Second) {  // one frame and one label over both blocks
-          const double pw = round2(x1 - pair_x0);
-          os << "<rect class=\"pr\" x=\"" << f2(pair_x0) << "\" y=\"" << f2(by) << "\" width=\"" << f2(pw)
-             << "\" height=\"" << f2(h) << "\"/>\n";
+          const double pw = svg::round2(x1 - pair_x0);
+          os << "<rect class=\"pr\" x=\"" << svg::f2(pair_x0) << "\" y=\"" << svg::f2(by) << "\" width=\"" << svg::f2(pw)
+             << "\" height=\"" << svg::f2(h) << "\"/>\n";
           const std::string both = pair_label + "|" + iv.label;
-          if (block_labels && pw >= text_width(both, label_fs) + 3)
-            labels += "<text class=\"t td\" x=\"" + f2(pair_x0 + pw / 2) + "\" y=\"" +
-                      f2(ry + compute_h / 2 + label_fs * 0.36) + "\">" + xml_escape(both) + "</text>\n";
+          if (block_labels && pw >= svg::text_width(both, label_fs) + 3)
+            labels += "<text class=\"t td\" x=\"" + svg::f2(pair_x0 + pw / 2) + "\" y=\"" +
+                      svg::f2(ry + compute_h / 2 + label_fs * 0.36) + "\">" + xml_escape(both) + "</text>\n";
           continue;
         }
-        if (!comm && block_labels && !iv.label.empty() && w >= text_width(iv.label, label_fs) + 3) {
+        if (!comm && block_labels && !iv.label.empty() && w >= svg::text_width(iv.label, label_fs) + 3) {
           const bool light_text =
-              is_compute(iv.kind) ? luminance(block_fill(iv.kind, colour)) < 0.5 : iv.kind == BlockKind::Optimizer;
-          labels += "<text class=\"t " + std::string(light_text ? "tl" : "td") + "\" x=\"" + f2(x0 + w / 2) +
-                    "\" y=\"" + f2(ry + compute_h / 2 + label_fs * 0.36) + "\">" + xml_escape(iv.label) + "</text>\n";
+              is_compute(iv.kind) ? svg::luminance(block_fill(iv.kind, colour)) < 0.5 : iv.kind == BlockKind::Optimizer;
+          labels += "<text class=\"t " + std::string(light_text ? "tl" : "td") + "\" x=\"" + svg::f2(x0 + w / 2) +
+                    "\" y=\"" + svg::f2(ry + compute_h / 2 + label_fs * 0.36) + "\">" + xml_escape(iv.label) + "</text>\n";
         }
       }
       os << labels << "</g>\n";
     }
     // Row labels: every row_step-th row when rows are thinner than the label font.
     for (int r = 0; r < static_cast<int>(p.rows.size()); r += row_step)
-      os << "<text class=\"rl\" x=\"" << f2(ml - 6) << "\" y=\"" << f2(rows_top + r * rh + rh / 2 + row_fs * 0.35)
+      os << "<text class=\"rl\" x=\"" << svg::f2(ml - 6) << "\" y=\"" << svg::f2(rows_top + r * rh + rh / 2 + row_fs * 0.35)
          << "\">" << xml_escape(p.rows[r]) << "</text>\n";
     // Time axis.
     const double ay = rows_top + rows_h + 2;
-    os << "<g class=\"axis\"><line class=\"ax\" x1=\"" << f2(px(0)) << "\" y1=\"" << f2(ay) << "\" x2=\"" << f2(px(end))
-       << "\" y2=\"" << f2(ay) << "\"/>\n";
+    os << "<g class=\"axis\"><line class=\"ax\" x1=\"" << svg::f2(px(0)) << "\" y1=\"" << svg::f2(ay) << "\" x2=\"" << svg::f2(px(end))
+       << "\" y2=\"" << svg::f2(ay) << "\"/>\n";
     for (double t : ticks)
-      os << "<line class=\"ax\" x1=\"" << f2(px(t)) << "\" y1=\"" << f2(ay) << "\" x2=\"" << f2(px(t)) << "\" y2=\""
-         << f2(ay + 5) << "\"/><text class=\"tk\" x=\"" << f2(px(t)) << "\" y=\"" << f2(ay + 17) << "\">"
-         << tick_text((p.offset_s + t) * unit.factor, step * unit.factor) << "</text>\n";
-    os << "<text class=\"tk\" x=\"" << f2(ml + plot_w / 2) << "\" y=\"" << f2(ay + 31) << "\">time (" << unit.name
+      os << "<line class=\"ax\" x1=\"" << svg::f2(px(t)) << "\" y1=\"" << svg::f2(ay) << "\" x2=\"" << svg::f2(px(t)) << "\" y2=\""
+         << svg::f2(ay + 5) << "\"/><text class=\"tk\" x=\"" << svg::f2(px(t)) << "\" y=\"" << svg::f2(ay + 17) << "\">"
+         << svg::tick_text((p.offset_s + t) * unit.factor, step * unit.factor) << "</text>\n";
+    os << "<text class=\"tk\" x=\"" << svg::f2(ml + plot_w / 2) << "\" y=\"" << svg::f2(ay + 31) << "\">time (" << unit.name
        << ")</text></g>\n</g>\n";
     y += panel_title_h + rows_h + axis_h + panel_gap;
   }
@@ -576,7 +506,7 @@ std::string timeline_title(const std::string& prefix, const std::string& scenari
   const Schedule& s = ls.schedule;
   int k = 1;
   for (int mb = 0; mb < static_cast<int>(s.microbatches.size()); mb++) k = std::max(k, s.slices(mb));
-  const Unit u = unit_for(iteration_s);
+  const svg::Unit u = svg::unit_for(iteration_s);
   char b[256];
   std::snprintf(b, sizeof b, " \xC2\xB7 dp %d \xC2\xB7 pp %d \xC2\xB7 tp %d \xC2\xB7 v %d \xC2\xB7 m %d \xC2\xB7 k %d",
                 ls.dp, ls.p, ls.tp, s.v, s.m, k);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <stdexcept>
 #include <ostream>
 #include <string>
 #include <tuple>
@@ -66,14 +67,53 @@ std::vector<int> assign_lanes(const std::vector<CommEvent>& comms) {
   return lane;
 }
 
+// "what a:b": the inclusive range a..b (b -1: to `count` - 1), checked against 0..count-1.
+std::pair<int, int> subset_range(const char* what, int first, int last, int count) {
+  const int hi = last < 0 ? count - 1 : last;
+  if (first < 0 || first > hi || hi >= count)
+    throw std::invalid_argument(std::string("trace: ") + what + " " + std::to_string(first) + ":" +
+                                std::to_string(hi) + " are not within the run's 0:" + std::to_string(count - 1));
+  return {first, hi};
+}
+
+// Per GPU id: whether the subset keeps it (the GPUs of every kept worker, all their TP / CP lanes).
+std::vector<char> kept_gpus(const LoweredSchedule& ls, const Placement& pl, const TraceSubset& sub) {
+  const int p = std::max(1, ls.p), workers = ls.workers(), width = std::max(1, pl.width());
+  const auto [r0, r1] = subset_range("ranks", sub.first_rank, sub.last_rank, p);
+  const auto [d0, d1] = subset_range("replicas", sub.first_replica, sub.last_replica, std::max(1, workers / p));
+  std::vector<char> keep;
+  for (int w = 0; w < workers; w++) {
+    const int d = w / p, rank = w % p;
+    for (int k = 0; k < width; k++) {
+      const auto g = static_cast<std::size_t>(pl.gpu_of(w, k));
+      if (g >= keep.size()) keep.resize(g + 1, 0);
+      keep[g] = keep[g] || (rank >= r0 && rank <= r1 && d >= d0 && d <= d1);
+    }
+  }
+  return keep;
+}
+
+bool subset_applied(const LoweredSchedule& ls, const TraceSubset& s) {
+  const int p = std::max(1, ls.p), replicas = std::max(1, ls.workers() / p);
+  return s.first_rank > 0 || (s.last_rank >= 0 && s.last_rank < p - 1) || s.first_replica > 0 ||
+         (s.last_replica >= 0 && s.last_replica < replicas - 1);
+}
+
+std::string range_text(int first, int last, int count) {
+  return std::to_string(first) + ":" + std::to_string(last < 0 ? count - 1 : last);
+}
+
 }  // namespace
 
-void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r, const ProfileStamp& profile) {
+void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r, const ProfileStamp& profile,
+                 const TraceSubset& subset) {
   const Dag& dag = cs.dag();
   const LoweredSchedule& ls = cs.schedule();
   const Placement& pl = cs.placement();
   const int gpn = std::max(1, pl.gpus_per_node);
   const int tp = std::max(1, pl.width());  // transfer lanes: every TP (and context-parallel) rank
+  const std::vector<char> keep = kept_gpus(ls, pl, subset);
+  auto kept = [&keep](int gpu) { return gpu >= 0 && static_cast<std::size_t>(gpu) < keep.size() && keep[gpu]; };
 
   // Comm events: transfers on both ends (every TP lane), collectives on every GPU of the group's rings.
   std::vector<CommEvent> comms;
@@ -86,12 +126,14 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
       recv[i] = recv_of(dag, ls, i);
       const int peer = ls.per_worker[n.worker][n.index].peer;
       for (int k = 0; k < tp; k++) {
-        comms.push_back({pl.gpu_of(n.worker, k), t.start, t.end, i, Role::Send, k});
-        if (recv[i].first >= 0) comms.push_back({pl.gpu_of(peer, k), t.start, t.end, i, Role::Recv, k});
+        const int from = pl.gpu_of(n.worker, k), to = recv[i].first >= 0 ? pl.gpu_of(peer, k) : -1;
+        if (kept(from)) comms.push_back({from, t.start, t.end, i, Role::Send, k});
+        if (kept(to)) comms.push_back({to, t.start, t.end, i, Role::Recv, k});
       }
     } else if (n.kind == DagKind::Collective && n.group >= 0) {
       for (const auto& ring : dag.rings[n.group])
-        for (std::int32_t g : ring) comms.push_back({g, t.start, t.end, i, Role::Collective, 0});
+        for (std::int32_t g : ring)
+          if (kept(g)) comms.push_back({g, t.start, t.end, i, Role::Collective, 0});
     }
   }
   std::sort(comms.begin(), comms.end());
@@ -104,22 +146,27 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
     if (n.kind == DagKind::Compute && n.worker >= 0 && r.timing[i].end > r.timing[i].start)
       for (int k = 0; k < tp; k++) {
         const int g = pl.gpu_of(n.worker, k);
-        tracks.emplace(std::make_pair(g, 0), "gpu" + std::to_string(g % gpn) + " compute");
+        if (kept(g)) tracks.emplace(std::make_pair(g, 0), "gpu" + std::to_string(g % gpn) + " compute");
       }
   }
   for (std::size_t k = 0; k < comms.size(); k++)
     tracks.emplace(std::make_pair(comms[k].gpu, lane[k]),
                    "gpu" + std::to_string(comms[k].gpu % gpn) + " comm " + std::to_string(lane[k]));
 
-  TraceJsonWriter w(os, gpn,
-                    "\"schedule\":\"" + json_escape(ls.schedule.name) + "\",\"source\":\"simulated\",\"iteration_s\":" +
-                        TraceJsonWriter::seconds_text(r.iteration_s) + ",\"profile\":" + profile_json(profile));
+  std::string other = "\"schedule\":\"" + json_escape(ls.schedule.name) +
+                      "\",\"source\":\"simulated\",\"iteration_s\":" + TraceJsonWriter::seconds_text(r.iteration_s) +
+                      ",\"profile\":" + profile_json(profile);
+  if (subset_applied(ls, subset))  // a partial trace says which part it holds
+    other += ",\"subset\":{\"pp_ranks\":\"" + range_text(subset.first_rank, subset.last_rank, ls.p) +
+             "\",\"dp_replicas\":\"" +
+             range_text(subset.first_replica, subset.last_replica, ls.workers() / std::max(1, ls.p)) + "\"}";
+  TraceJsonWriter w(os, gpn, other);
   w.tracks(tracks);
   auto event = [&](const std::string& name, std::uint32_t i, int worker, int index, const char* cat, int gpu,
                    int tid_lane, double start, double end, int tp_rank) {
     std::ostream& o = w.event(name, cat, gpu, tid_lane, start, end);
     o << TraceJsonWriter::op_args(ls, worker, static_cast<std::size_t>(index)) << ",\"tp_rank\":" << tp_rank
-      << ",\"node\":" << i;
+      << ",\"dag_node\":" << i;
     const DagNode& n = dag.nodes[i];
     if (n.kind != DagKind::Compute) {  // bytes per flow (transfers) or per call (collectives)
       char buf[40];
@@ -135,9 +182,16 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
     if (n.kind != DagKind::Compute || n.worker < 0 || t.end <= t.start) continue;
     const std::string name = dag_node_text(dag, ls, i);
     for (int k = 0; k < tp; k++)
-      event(name, i, n.worker, n.index, "compute", pl.gpu_of(n.worker, k), 0, t.start, t.end, k);
+      if (kept(pl.gpu_of(n.worker, k)))
+        event(name, i, n.worker, n.index, "compute", pl.gpu_of(n.worker, k), 0, t.start, t.end, k);
   }
-  // Flow ids: one per (transfer, TP lane), both ends written right after their events.
+  // Flow ids: one per (transfer, TP lane), both ends written right after their events; an arrow only where the
+  // subset keeps both ends.
+  auto both_ends_kept = [&](const CommEvent& c) {
+    const DagNode& n = dag.nodes[c.node];
+    return recv[c.node].first >= 0 && kept(pl.gpu_of(n.worker, c.tp_rank)) &&
+           kept(pl.gpu_of(ls.per_worker[n.worker][n.index].peer, c.tp_rank));
+  };
   for (std::size_t k = 0; k < comms.size(); k++) {
     const CommEvent& c = comms[k];
     const DagNode& n = dag.nodes[c.node];
@@ -146,13 +200,13 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
       case Role::Send:
         event(dag_node_text(dag, ls, c.node), c.node, n.worker, n.index, "p2p", c.gpu, lane[k], c.start, c.end,
               c.tp_rank);
-        w.flow(true, flow_id, c.gpu, lane[k], c.start);
+        if (both_ends_kept(c)) w.flow(true, flow_id, c.gpu, lane[k], c.start);
         break;
       case Role::Recv: {
         const auto [rw, ri] = recv[c.node];
         event(lowered_op_name(ls, rw, static_cast<std::size_t>(ri)), c.node, rw, ri, "p2p", c.gpu, lane[k], c.start,
               c.end, c.tp_rank);
-        w.flow(false, flow_id, c.gpu, lane[k], c.start);
+        if (both_ends_kept(c)) w.flow(false, flow_id, c.gpu, lane[k], c.start);
         break;
       }
       case Role::Collective:

@@ -1,6 +1,6 @@
 #pragma once
 // Text inside SVG elements and attributes: the XML specials escaped (scenario names are free text). Shared by the
-// timeline and the search plot.
+// timelines and the charts.
 #include <string>
 
 namespace pipescope {

@@ -66,6 +66,22 @@ TEST(ScenarioVary, CombinationErrorsAreRowsAndKeyErrorsPointIntoTheFile) {
   }
 }
 
+// A swept schedule kind gets the chunk count simulate --compare gives it, unless parallel.v is swept as well.
+TEST(ScenarioVary, SweptKindTakesTheCompareChunkCount) {
+  const std::string src = std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/default.yaml";
+  const std::string text = read(src);
+  const auto kinds = parse_vary_axes({"schedule.kind=1f1b,interleaved"});
+  const ScenarioVariant inter = make_scenario_variant(src, text, kinds, {1});
+  EXPECT_EQ(inter.invalid, "");
+  EXPECT_EQ(inter.scenario.parallel.v, with_schedule(make_scenario_variant(src, text, kinds, {0}).scenario,
+                                                     ScheduleKind::Interleaved)
+                                           .parallel.v);
+  EXPECT_EQ(inter.scenario.parallel.v, 2);
+  const auto both = parse_vary_axes({"schedule.kind=interleaved", "parallel.v=1,3"});
+  EXPECT_NE(make_scenario_variant(src, text, both, {0, 0}).invalid.find("needs v > 1"), std::string::npos);
+  EXPECT_EQ(make_scenario_variant(src, text, both, {0, 1}).scenario.parallel.v, 3);
+}
+
 // A schedule file and a profile given relative to a scenario in a sub-directory: the variant finds them where
 // `simulate` of the same file does (before, "f.yaml [schedule.file=csvs/s.csv]" made the tag's own '/' the base).
 TEST(ScenarioVary, RelativePathsAreRelativeToTheScenarioFile) {

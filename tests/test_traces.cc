@@ -4,6 +4,8 @@
 // compute track for every GPU of every TP rank, and the args keys the measured trace also carries.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -80,7 +82,8 @@ TEST_P(ShippedTrace, NoOverlapsFlowsCompleteEveryGpuCommonArgs) {
   std::set<std::pair<int, int>> compute_tracks;
   for (const auto& e : j["traceEvents"]) {
     if (e["ph"] != "X") continue;
-    for (const char* key : {"op", "kind", "worker", "rank", "micro_batch", "chunk", "slice", "tp_rank"})
+    for (const char* key :
+         {"op", "kind", "worker", "pp_rank", "dp_replica", "micro_batch", "chunk", "slice", "tp_rank", "dag_node"})
       ASSERT_TRUE(e["args"].contains(key)) << key << " missing in " << e.dump();
     if (e["cat"] == "compute") compute_tracks.insert({e["pid"].get<int>(), e["tid"].get<int>()});
   }
@@ -105,6 +108,41 @@ INSTANTIATE_TEST_SUITE_P(
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return n;
     });
+
+// --trace-ranks / --trace-replicas: the default scenario (dp 2 x pp 4 x tp 2) cut to ranks 1:2 of replica 0 keeps
+// those four GPUs' compute tracks, the 1 -> 2 transfers with their arrows (both ends kept), the half arrows of
+// 0 -> 1 and 2 -> 3 dropped (the checker would report them), and says which part it holds.
+TEST(TraceSubset, KeepsTheGpusOfTheRanksAndReplicasAsked) {
+  const std::string out = std::string(PIPESCOPE_BINARY_DIR) + "/tests/trace_subset.json";
+  const std::string cmd = std::string(PIPESCOPE_BINARY_DIR) + "/pipescope simulate --trace " + out +
+                          " --trace-ranks 1:2 --trace-replicas 0:0 > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string text = slurp(out);
+  const TraceCheck r = check_trace(text);
+  for (const auto& p : r.problems) ADD_FAILURE() << p;
+  EXPECT_GT(r.flows, 0u);
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["otherData"]["subset"]["pp_ranks"], "1:2");
+  EXPECT_EQ(j["otherData"]["subset"]["dp_replicas"], "0:0");
+  std::set<std::pair<int, int>> compute_tracks;
+  std::set<int> ranks;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X" || e["cat"] != "compute") continue;
+    compute_tracks.insert({e["pid"].get<int>(), e["tid"].get<int>()});
+    ranks.insert(e["args"]["pp_rank"].get<int>());
+    EXPECT_EQ(e["args"]["dp_replica"], 0);
+  }
+  EXPECT_EQ(compute_tracks.size(), 4u);
+  EXPECT_EQ(ranks, (std::set<int>{1, 2}));
+  std::remove(out.c_str());
+  // Ranks the run does not have: a bad-input exit naming them, no file.
+  const std::string bad = std::string(PIPESCOPE_BINARY_DIR) + "/pipescope simulate --trace " + out +
+                          " --trace-ranks 2:9 > /dev/null 2>&1";
+  const int rc = std::system(bad.c_str());
+  ASSERT_TRUE(WIFEXITED(rc));
+  EXPECT_EQ(WEXITSTATUS(rc), 1);
+  EXPECT_FALSE(std::ifstream(out).good());
+}
 
 // --compare --trace: each variant's processes get their own pid range, also on clusters of more than 1000 nodes
 // (with a fixed stride of 1000, variant 0's node 1000 and variant 1's node 0 shared pid 1000).

@@ -67,8 +67,8 @@ class TraceJsonWriter {
   void finish() { os_ << "\n]}\n"; }
 
   // The args every op event carries, in simulated and measured traces alike: op (canonical text), kind,
-  // worker, rank (pipeline rank), micro_batch, chunk, slice (-1 where the op has none: optimizer, DP, expert-data
-  // and embedding collectives). No leading or trailing comma.
+  // worker (the schedule's worker: dp_replica * pp + pp_rank), pp_rank, dp_replica, micro_batch, chunk, slice (-1
+  // where the op has none: optimizer, DP, expert-data and embedding collectives). No leading or trailing comma.
   static std::string op_args(const LoweredSchedule& ls, int worker, std::size_t index) {
     const LoweredOp& l = ls.per_worker.at(static_cast<std::size_t>(worker)).at(index);
     const bool has_op = l.kind == LOpKind::Compute || l.kind == LOpKind::Send || l.kind == LOpKind::Recv ||
@@ -103,7 +103,8 @@ class TraceJsonWriter {
     }
     const int p = std::max(1, ls.p);
     return "\"op\":\"" + json_escape(lowered_text(l)) + "\",\"kind\":\"" + kind +
-           "\",\"worker\":" + std::to_string(worker) + ",\"rank\":" + std::to_string(worker % p) +
+           "\",\"worker\":" + std::to_string(worker) + ",\"pp_rank\":" + std::to_string(worker % p) +
+           ",\"dp_replica\":" + std::to_string(worker / p) +
            ",\"micro_batch\":" + std::to_string(has_op ? l.op.microbatch : -1) +
            ",\"chunk\":" + std::to_string(has_op ? l.op.chunk : -1) +
            ",\"slice\":" + std::to_string(has_op ? l.op.slice : -1);

@@ -89,6 +89,34 @@ VaryAxis parse_vary_axis(const std::string& arg) {
 }
 
 // The base document with one value per axis set (missing mappings are created; the loader rejects unknown keys).
+namespace {
+
+// A swept schedule.kind takes the chunk count `simulate --compare` gives it (with_schedule: interleaving gets v = 2
+// where the scenario has 1, a schedule of one chunk gets 1), unless parallel.v is swept too.
+void fit_chunks_to_kind(YAML::Node& root, const std::vector<VaryAxis>& axes) {
+  bool kind_swept = false;
+  for (const VaryAxis& ax : axes) {
+    if (ax.key == "parallel.v") return;
+    kind_swept = kind_swept || ax.key == "schedule.kind";
+  }
+  if (!kind_swept || !root["schedule"].IsMap() || !root["schedule"]["kind"].IsScalar()) return;
+  const ScheduleEntry* e = find_schedule(root["schedule"]["kind"].Scalar());
+  if (e == nullptr) return;  // the loader names the unknown kind
+  int v = 1;
+  if (root["parallel"].IsMap() && root["parallel"]["v"].IsScalar()) {
+    try {
+      v = root["parallel"]["v"].as<int>();
+    } catch (const YAML::Exception&) {
+      return;  // the loader names the bad value
+    }
+  }
+  if (e->traits.fit_v(v) == v) return;
+  if (!root["parallel"].IsMap()) root["parallel"] = YAML::Node(YAML::NodeType::Map);
+  root["parallel"]["v"] = e->traits.fit_v(v);
+}
+
+}  // namespace
+
 ScenarioVariant make_scenario_variant(const std::string& source, const std::string& base_text,
                                       const std::vector<VaryAxis>& axes, const std::vector<std::size_t>& pick) {
   YAML::Node root = YAML::Load(base_text);  // the base text parsed once already: no syntax errors here
@@ -122,6 +150,7 @@ ScenarioVariant make_scenario_variant(const std::string& source, const std::stri
     }
     cur[ax.path.back()] = val;
   }
+  fit_chunks_to_kind(root, axes);
   YAML::Emitter out;
   out << root;
   const std::string tag = source + " [" + v.text + "]";
