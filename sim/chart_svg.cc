@@ -160,7 +160,7 @@ void draw_points(std::ostream& os, const Chart& c, double x0, double y0, double 
     std::vector<std::size_t> order(s.x.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return s.x[a] < s.x[b]; });
-    if (c.kind == ChartKind::Lines && order.size() > 1) {
+    if ((c.kind == ChartKind::Lines || s.joined) && order.size() > 1) {
       os << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\" points=\"";
       for (std::size_t i : order) os << svg::f2(X(s.x[i])) << ',' << svg::f2(Y(s.y[i])) << ' ';
       os << "\"/>\n";

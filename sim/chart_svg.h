@@ -18,6 +18,7 @@ struct ChartSeries {
   // Lines / Scatter: points (x[i], y[i]); with Chart::categories, x is a category's index. StackedBars: y[i] is
   // this part's length in bar i (x unused).
   std::vector<double> x, y;
+  bool joined = false;  // Scatter: the points joined in x order (a Pareto front)
 };
 
 struct Chart {

@@ -211,12 +211,13 @@ std::vector<Chart> search_charts(const json& j, const PlotRequest& q, const std:
   sc.title = "throughput against peak memory";
   sc.x_label = "peak memory per GPU (GB)";
   sc.y_label = "tokens/s";
-  sc.series = {{"Pareto front", {}, {}}, {"tie with the best", {}, {}}, {"other", {}, {}}, {"as written", {}, {}}};
+  // Drawn in this order, the front last (on top).
+  sc.series = {{"other", {}, {}}, {"tie with the best", {}, {}}, {"as written", {}, {}}, {"Pareto front", {}, {}, true}};
   std::vector<std::string> names;
   std::vector<json> parts;
   for (const json& r : j["results"]) {
     if (!r.contains("tokens_per_s")) continue;  // a failed row
-    const std::size_t s = r.value("as_written", false) ? 3 : r.value("pareto", false) ? 0 : r.value("tie", false) ? 1 : 2;
+    const std::size_t s = r.value("as_written", false) ? 2 : r.value("pareto", false) ? 3 : r.value("tie", false) ? 1 : 0;
     sc.series[s].x.push_back(num(r, "peak_memory_GB", path));
     sc.series[s].y.push_back(num(r, "tokens_per_s", path));
     if (static_cast<int>(names.size()) < q.top) {

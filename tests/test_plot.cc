@@ -77,7 +77,8 @@ TEST(Plot, SearchAndCompareAndSimulate) {
   EXPECT_EQ(s.kind, "search");
   ASSERT_EQ(s.charts.size(), 2u);
   EXPECT_EQ(s.charts[0].kind, ChartKind::Scatter);
-  EXPECT_EQ(s.charts[0].series.front().name, "Pareto front");
+  EXPECT_EQ(s.charts[0].series.back().name, "Pareto front");  // drawn last, on top
+  EXPECT_TRUE(s.charts[0].series.back().joined);
   EXPECT_EQ(s.charts[1].categories.size(), 5u);
   ASSERT_EQ(run(kBin + " simulate --compare 1f1b,gpipe --json " + cmp + " >/dev/null 2>&1"), 0);
   const Plot c = plot_output(slurp(cmp), cmp, {});
