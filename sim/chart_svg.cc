@@ -49,7 +49,8 @@ struct Axis {
   }
 };
 
-Axis make_axis(double min_v, double max_v, bool log, bool from_zero, double target_ticks) {
+// `whole`: the values are whole numbers (ranks, micro-batch sizes): ticks too.
+Axis make_axis(double min_v, double max_v, bool log, bool from_zero, double target_ticks, bool whole = false) {
   Axis a;
   a.log = log;
   if (log) {
@@ -66,6 +67,7 @@ Axis make_axis(double min_v, double max_v, bool log, bool from_zero, double targ
   a.hi = max_v;
   if (a.hi <= a.lo) a.hi = a.lo + (a.lo == 0 ? 1 : std::abs(a.lo) * 0.1), a.lo = from_zero ? a.lo : a.lo - (a.hi - a.lo);
   a.step = svg::nice_step(a.hi - a.lo, target_ticks);
+  if (whole) a.step = std::max(1.0, std::round(a.step));
   a.lo = std::floor(a.lo / a.step + 1e-9) * a.step;
   a.hi = std::ceil(a.hi / a.step - 1e-9) * a.step;
   for (double t = a.lo; t <= a.hi + a.step * 1e-6; t += a.step) a.ticks.push_back(std::abs(t) < a.step * 1e-9 ? 0 : t);
@@ -126,7 +128,11 @@ void draw_points(std::ostream& os, const Chart& c, double x0, double y0, double 
   if (xmin > xmax) xmin = 0, xmax = 1, ymin = 0, ymax = 1;  // no points at all
   const bool cat = !c.categories.empty();
   if (c.diagonal) xmin = ymin = std::min(xmin, ymin), xmax = ymax = std::max(xmax, ymax);
-  Axis ax = cat ? Axis{} : make_axis(xmin, xmax, c.log_axes, c.kind == ChartKind::Scatter && !c.log_axes, w / 110);
+  bool whole_x = true;
+  for (const ChartSeries& s : c.series)
+    for (double x : s.x) whole_x = whole_x && x == std::round(x);
+  Axis ax = cat ? Axis{}
+                : make_axis(xmin, xmax, c.log_axes, c.kind == ChartKind::Scatter && !c.log_axes, w / 110, whole_x);
   if (cat) ax.lo = -0.5, ax.hi = static_cast<double>(c.categories.size()) - 0.5;
   const Axis ay = make_axis(ymin, ymax, c.log_axes, !c.log_axes, h / 50);
   auto X = [&](double v) { return svg::round2(x0 + ax.to_unit(v) * w); };
