@@ -28,8 +28,8 @@ int run_plot(const PlotOptions& o) {
   const sim::Plot plot = sim::plot_output(text, o.input, o.request);
   sim::ChartOptions co;
   co.width_px = o.width_px;
-  co.title = o.title.empty() ? "pipescope " + plot.kind + ": " + std::filesystem::path(o.input).filename().string()
-                             : o.title;
+  co.title =
+      o.title.empty() ? "pipescope " + plot.kind + ": " + std::filesystem::path(o.input).filename().string() : o.title;
   std::ostringstream svg;
   sim::write_charts_svg(svg, plot.charts, co);
   write_file_atomic(o.out, sim::render_svg(svg.str(), timeline_format(o.out, o.format)), "--out");

@@ -91,8 +91,7 @@ sim::SimulateOneRequest one_request(const SimulateOptions& o) {
   if (!o.timeline_window.empty())
     parse_pair("--timeline-window", o.timeline_window, q.timeline_options.window_start_s,
                q.timeline_options.window_end_s);
-  parse_whole_range("--timeline-ranks", o.timeline_ranks, q.timeline_options.first_rank,
-                    q.timeline_options.last_rank);
+  parse_whole_range("--timeline-ranks", o.timeline_ranks, q.timeline_options.first_rank, q.timeline_options.last_rank);
   q.trace_subset = trace_subset(o);
   return q;
 }

@@ -103,17 +103,16 @@ int run_sweep(const SweepOptions& o) {
   sim::RunOptions run_opts;
   run_opts.collectives = o.collectives;
   const auto t0 = std::chrono::steady_clock::now();
-  const auto outcomes =
-      sim::run_scenarios(runs, run_opts, o.jobs, [&](std::size_t k, const sim::RunOutcome& r) {
-        const std::size_t i = variant_of[k];
-        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::fprintf(stderr, "sweep [%zu/%zu] %s ...", i + 1, variants.size(), variants[i].text.c_str());
-        if (r.ok())
-          std::fprintf(stderr, " iteration %s s (%.1f s elapsed)\n",
-                       sim::result_csv_value(sim::result_field("iteration_s"), r.result).c_str(), wall);
-        else
-          std::fprintf(stderr, " FAILED (%.1f s elapsed): %s\n", wall, r.error.c_str());
-      });
+  const auto outcomes = sim::run_scenarios(runs, run_opts, o.jobs, [&](std::size_t k, const sim::RunOutcome& r) {
+    const std::size_t i = variant_of[k];
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "sweep [%zu/%zu] %s ...", i + 1, variants.size(), variants[i].text.c_str());
+    if (r.ok())
+      std::fprintf(stderr, " iteration %s s (%.1f s elapsed)\n",
+                   sim::result_csv_value(sim::result_field("iteration_s"), r.result).c_str(), wall);
+    else
+      std::fprintf(stderr, " FAILED (%.1f s elapsed): %s\n", wall, r.error.c_str());
+  });
   int failed = invalid;
   nlohmann::ordered_json json_rows = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < variants.size(); i++) {

@@ -27,8 +27,8 @@ void check_chart(const Chart& c, std::size_t index) {
       throw std::invalid_argument(where + ": series '" + s.name + "' has " + std::to_string(s.x.size()) + " x and " +
                                   std::to_string(s.y.size()) + " y values");
     if (c.kind == ChartKind::StackedBars && s.y.size() != c.categories.size())
-      throw std::invalid_argument(where + ": part '" + s.name + "' has " + std::to_string(s.y.size()) +
-                                  " values for " + std::to_string(c.categories.size()) + " bars");
+      throw std::invalid_argument(where + ": part '" + s.name + "' has " + std::to_string(s.y.size()) + " values for " +
+                                  std::to_string(c.categories.size()) + " bars");
     for (const std::vector<double>* v : {&s.x, &s.y})
       for (double x : *v) {
         if (!std::isfinite(x)) throw std::invalid_argument(where + ": a value that is not finite");
@@ -43,7 +43,7 @@ struct Axis {
   double lo = 0, hi = 1;
   bool log = false;
   std::vector<double> ticks;
-  double step = 1;  // linear ticks' spacing (formatting)
+  double step = 1;                  // linear ticks' spacing (formatting)
   double to_unit(double v) const {  // 0 at lo, 1 at hi
     return log ? (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)) : (v - lo) / (hi - lo);
   }
@@ -65,7 +65,8 @@ Axis make_axis(double min_v, double max_v, bool log, bool from_zero, double targ
   }
   a.lo = from_zero ? std::min(0.0, min_v) : min_v;
   a.hi = max_v;
-  if (a.hi <= a.lo) a.hi = a.lo + (a.lo == 0 ? 1 : std::abs(a.lo) * 0.1), a.lo = from_zero ? a.lo : a.lo - (a.hi - a.lo);
+  if (a.hi <= a.lo)
+    a.hi = a.lo + (a.lo == 0 ? 1 : std::abs(a.lo) * 0.1), a.lo = from_zero ? a.lo : a.lo - (a.hi - a.lo);
   a.step = svg::nice_step(a.hi - a.lo, target_ticks);
   if (whole) a.step = std::max(1.0, std::round(a.step));
   a.lo = std::floor(a.lo / a.step + 1e-9) * a.step;
@@ -80,9 +81,12 @@ std::string tick_label(const Axis& a, double v) {
   const double top = std::max(std::abs(a.lo), std::abs(a.hi));
   const char* suffix = "";
   double div = 1;
-  if (top >= 1e9) suffix = "G", div = 1e9;
-  else if (top >= 1e6) suffix = "M", div = 1e6;
-  else if (top >= 1e4) suffix = "k", div = 1e3;
+  if (top >= 1e9)
+    suffix = "G", div = 1e9;
+  else if (top >= 1e6)
+    suffix = "M", div = 1e6;
+  else if (top >= 1e4)
+    suffix = "k", div = 1e3;
   if (a.log) {
     std::ostringstream s;
     s << v / div;
@@ -131,8 +135,8 @@ void draw_points(std::ostream& os, const Chart& c, double x0, double y0, double 
   bool whole_x = true;
   for (const ChartSeries& s : c.series)
     for (double x : s.x) whole_x = whole_x && x == std::round(x);
-  Axis ax = cat ? Axis{}
-                : make_axis(xmin, xmax, c.log_axes, c.kind == ChartKind::Scatter && !c.log_axes, w / 110, whole_x);
+  Axis ax =
+      cat ? Axis{} : make_axis(xmin, xmax, c.log_axes, c.kind == ChartKind::Scatter && !c.log_axes, w / 110, whole_x);
   if (cat) ax.lo = -0.5, ax.hi = static_cast<double>(c.categories.size()) - 0.5;
   const Axis ay = make_axis(ymin, ymax, c.log_axes, !c.log_axes, h / 50);
   auto X = [&](double v) { return svg::round2(x0 + ax.to_unit(v) * w); };
@@ -157,8 +161,8 @@ void draw_points(std::ostream& os, const Chart& c, double x0, double y0, double 
      << "\" height=\"" << svg::f2(h) << "\"/>\n";
   if (c.diagonal) {  // y = x over the range both axes show
     const double lo = std::max(ax.lo, ay.lo), hi = std::min(ax.hi, ay.hi);
-    os << "<line class=\"diag\" x1=\"" << svg::f2(X(lo)) << "\" y1=\"" << svg::f2(Y(lo)) << "\" x2=\""
-       << svg::f2(X(hi)) << "\" y2=\"" << svg::f2(Y(hi)) << "\"/>\n";
+    os << "<line class=\"diag\" x1=\"" << svg::f2(X(lo)) << "\" y1=\"" << svg::f2(Y(lo)) << "\" x2=\"" << svg::f2(X(hi))
+       << "\" y2=\"" << svg::f2(Y(hi)) << "\"/>\n";
   }
   for (std::size_t k = 0; k < c.series.size(); k++) {
     const ChartSeries& s = c.series[k];
@@ -237,9 +241,8 @@ void write_charts_svg(std::ostream& os, const std::vector<Chart>& charts, const 
     const Legend l = legend(c, ml, W - mr, y);
     body << l.svg;
     y += l.height + 6;
-    const double h = c.kind == ChartKind::StackedBars
-                         ? static_cast<double>(c.categories.size()) * (kBarH + kBarGap)
-                         : kPlotH;
+    const double h =
+        c.kind == ChartKind::StackedBars ? static_cast<double>(c.categories.size()) * (kBarH + kBarGap) : kPlotH;
     if (c.kind == ChartKind::StackedBars)
       draw_bars(body, c, ml, y, W - ml - mr, ml);
     else

@@ -100,10 +100,14 @@ std::vector<std::string> csv_cells(const std::string& line) {
   bool quoted = false;
   for (std::size_t i = 0; i < line.size(); i++) {
     const char ch = line[i];
-    if (quoted && ch == '"' && i + 1 < line.size() && line[i + 1] == '"') cells.back() += '"', i++;
-    else if (ch == '"') quoted = !quoted;
-    else if (ch == ',' && !quoted) cells.emplace_back();
-    else if (ch != '\r') cells.back() += ch;
+    if (quoted && ch == '"' && i + 1 < line.size() && line[i + 1] == '"')
+      cells.back() += '"', i++;
+    else if (ch == '"')
+      quoted = !quoted;
+    else if (ch == ',' && !quoted)
+      cells.emplace_back();
+    else if (ch != '\r')
+      cells.back() += ch;
   }
   return cells;
 }
@@ -124,8 +128,8 @@ SweepTable sweep_from_csv(const std::string& text, const std::string& path) {
     if (line.empty()) continue;
     const std::vector<std::string> cells = csv_cells(line);
     if (cells.size() != head.size())
-      bad(path + ":" + std::to_string(n), std::to_string(cells.size()) + " cells where the header has " +
-                                              std::to_string(head.size()));
+      bad(path + ":" + std::to_string(n),
+          std::to_string(cells.size()) + " cells where the header has " + std::to_string(head.size()));
     SweepRow row;
     row.values.assign(cells.begin(), cells.begin() + static_cast<std::ptrdiff_t>(t.keys.size()));
     if (cells.back().empty()) {
@@ -212,16 +216,21 @@ std::vector<Chart> search_charts(const json& j, const PlotRequest& q, const std:
   sc.x_label = "peak memory per GPU (GB)";
   sc.y_label = "tokens/s";
   // Drawn in this order, the front last (on top).
-  sc.series = {{"other", {}, {}}, {"tie with the best", {}, {}}, {"as written", {}, {}}, {"Pareto front", {}, {}, true}};
+  sc.series = {
+      {"other", {}, {}}, {"tie with the best", {}, {}}, {"as written", {}, {}}, {"Pareto front", {}, {}, true}};
   std::vector<std::string> names;
   std::vector<json> parts;
   for (const json& r : j["results"]) {
     if (!r.contains("tokens_per_s")) continue;  // a failed row
-    const std::size_t s = r.value("as_written", false) ? 2 : r.value("pareto", false) ? 3 : r.value("tie", false) ? 1 : 0;
+    const std::size_t s = r.value("as_written", false) ? 2
+                          : r.value("pareto", false)   ? 3
+                          : r.value("tie", false)      ? 1
+                                                       : 0;
     sc.series[s].x.push_back(num(r, "peak_memory_GB", path));
     sc.series[s].y.push_back(num(r, "tokens_per_s", path));
     if (static_cast<int>(names.size()) < q.top) {
-      names.push_back(r.value("configuration", std::string("?")) + (r.value("as_written", false) ? " (as written)" : ""));
+      names.push_back(r.value("configuration", std::string("?")) +
+                      (r.value("as_written", false) ? " (as written)" : ""));
       parts.push_back(r);
     }
   }

@@ -12,7 +12,7 @@ namespace pipescope::sim::svg {
 
 // Qualitative palette (Tableau 10 with a navy instead of grey, which the optimizer and idle band use).
 inline constexpr const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
-                                    "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#2f4b7c"};
+                                           "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#2f4b7c"};
 inline constexpr int kColours = sizeof kPalette / sizeof kPalette[0];
 
 struct Rgb {
@@ -71,7 +71,9 @@ inline std::string tick_text(double v, double step) {
   return b;
 }
 
-inline double text_width(const std::string& s, double font_px) { return static_cast<double>(s.size()) * font_px * 0.62; }
+inline double text_width(const std::string& s, double font_px) {
+  return static_cast<double>(s.size()) * font_px * 0.62;
+}
 
 // A smaller inline font size (a style: the stylesheet's class rule would win over an attribute) when `text` at
 // `font_px` would run past `room` px (titles never clip); "" if it fits.

@@ -138,12 +138,13 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   };
   auto swatch = [&](const std::string& cls, const std::string& text, const std::string& overlay = "") {
     room(21 + svg::text_width(text, 12));
-    legend += "<rect class=\"" + cls + "\" x=\"" + svg::f2(lx) + "\" y=\"" + svg::f2(ly) + "\" width=\"16\" height=\"12\"/>";
-    if (!overlay.empty())
-      legend +=
-          "<rect fill=\"url(#" + overlay + ")\" x=\"" + svg::f2(lx) + "\" y=\"" + svg::f2(ly) + "\" width=\"16\" height=\"12\"/>";
     legend +=
-        "<text class=\"lg\" x=\"" + svg::f2(lx + 21) + "\" y=\"" + svg::f2(ly + 10) + "\">" + xml_escape(text) + "</text>\n";
+        "<rect class=\"" + cls + "\" x=\"" + svg::f2(lx) + "\" y=\"" + svg::f2(ly) + "\" width=\"16\" height=\"12\"/>";
+    if (!overlay.empty())
+      legend += "<rect fill=\"url(#" + overlay + ")\" x=\"" + svg::f2(lx) + "\" y=\"" + svg::f2(ly) +
+                "\" width=\"16\" height=\"12\"/>";
+    legend += "<text class=\"lg\" x=\"" + svg::f2(lx + 21) + "\" y=\"" + svg::f2(ly + 10) + "\">" + xml_escape(text) +
+              "</text>\n";
     lx += 21 + svg::text_width(text, 12) + 16;
   };
   // Plain text, wrapped between words: each line's run of words is one <text>, so the renderer's own spacing
@@ -153,7 +154,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     double run_x = lx;
     auto flush = [&] {
       if (!run.empty())
-        legend += "<text class=\"lg\" x=\"" + svg::f2(run_x) + "\" y=\"" + svg::f2(ly + 10) + "\">" + xml_escape(run) + "</text>";
+        legend += "<text class=\"lg\" x=\"" + svg::f2(run_x) + "\" y=\"" + svg::f2(ly + 10) + "\">" + xml_escape(run) +
+                  "</text>";
       run.clear();
     };
     std::size_t i = 0;
@@ -180,7 +182,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   };
   auto phrase = [&](const std::string& text) {  // kept on one line
     room(svg::text_width(text, 12));
-    legend += "<text class=\"lg\" x=\"" + svg::f2(lx) + "\" y=\"" + svg::f2(ly + 10) + "\">" + xml_escape(text) + "</text>\n";
+    legend +=
+        "<text class=\"lg\" x=\"" + svg::f2(lx) + "\" y=\"" + svg::f2(ly + 10) + "\">" + xml_escape(text) + "</text>\n";
     lx += svg::text_width(text, 12) + 10;
   };
   // Op kinds in neutral grey: the hue is the micro-batch's.
@@ -199,8 +202,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     room(30);
     legend += "<rect class=\"F c" + std::to_string(c) + "\" x=\"" + svg::f2(lx) + "\" y=\"" + svg::f2(ly) +
               "\" width=\"8\" height=\"12\"/><rect class=\"B c" + std::to_string(c) + "\" x=\"" + svg::f2(lx + 8) +
-              "\" y=\"" + svg::f2(ly) + "\" width=\"8\" height=\"12\"/><text class=\"lg\" x=\"" + svg::f2(lx + 19) + "\" y=\"" +
-              svg::f2(ly + 10) + "\">" + std::to_string(c) + "</text>\n";
+              "\" y=\"" + svg::f2(ly) + "\" width=\"8\" height=\"12\"/><text class=\"lg\" x=\"" + svg::f2(lx + 19) +
+              "\" y=\"" + svg::f2(ly + 10) + "\">" + std::to_string(c) + "</text>\n";
     lx += 19 + svg::text_width(std::to_string(c), 12) + 8;
   }
   phrase("(hue repeats every " + std::to_string(svg::kColours) + ")");
@@ -227,8 +230,9 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
 
   // ---- document, stylesheet
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-     << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg::f2(W) << "\" height=\"" << svg::f2(H) << "\" viewBox=\"0 0 "
-     << svg::f2(W) << ' ' << svg::f2(H) << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n<style>\n"
+     << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg::f2(W) << "\" height=\"" << svg::f2(H)
+     << "\" viewBox=\"0 0 " << svg::f2(W) << ' ' << svg::f2(H)
+     << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n<style>\n"
      << ".bg{fill:#fff}.idle{fill:#e9e9e9}.cbg{fill:#f6f6f6}.grid{stroke:#cfcfcf;stroke-width:.6}\n"
      << ".e{stroke:#fff;stroke-width:.6}.O{fill:#8a8a8a}.P{fill:#6f6f6f;fill-opacity:.55}"
      << ".C{fill:#262626;fill-opacity:.6}\n"
@@ -253,7 +257,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
         "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"5\" stroke=\"#000\" stroke-opacity=\".4\" stroke-width=\"1.2\"/>"
         "<line x1=\"0\" y1=\"0\" x2=\"5\" y2=\"0\" stroke=\"#000\" stroke-opacity=\".4\" "
         "stroke-width=\"1.2\"/></pattern>"
-     << "</defs>\n<rect class=\"bg\" x=\"0\" y=\"0\" width=\"" << svg::f2(W) << "\" height=\"" << svg::f2(H) << "\"/>\n";
+     << "</defs>\n<rect class=\"bg\" x=\"0\" y=\"0\" width=\"" << svg::f2(W) << "\" height=\"" << svg::f2(H)
+     << "\"/>\n";
   os << "<text class=\"h\" x=\"" << svg::f2(ml) << "\" y=\"24\"" << svg::fit_font(opt.title, 16, W - 8 - ml) << ">"
      << xml_escape(opt.title) << "</text>\n<g class=\"legend\">\n"
      << legend << "</g>\n";
@@ -274,8 +279,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     std::snprintf(num, sizeof num, "%.17g", pps);
     os << "<g class=\"panel\" data-panel=\"" << pi << "\" data-x0=\"" << svg::f2(ml) << "\" data-px-per-s=\"" << num
        << "\" data-rows=\"" << p.rows.size() << "\">\n";
-    os << "<text class=\"pt\" x=\"" << svg::f2(ml) << "\" y=\"" << svg::f2(y + 15) << "\"" << svg::fit_font(p.title, 13, W - 8 - ml)
-       << ">" << xml_escape(p.title) << "</text>\n";
+    os << "<text class=\"pt\" x=\"" << svg::f2(ml) << "\" y=\"" << svg::f2(y + 15) << "\""
+       << svg::fit_font(p.title, 13, W - 8 - ml) << ">" << xml_escape(p.title) << "</text>\n";
 
     // Grid lines and ticks.
     const double step = svg::nice_step(end * unit.factor, plot_w / 110.0) / unit.factor;
@@ -287,8 +292,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
       ticks.push_back(t);
     }
     for (double t : ticks)
-      os << "<line class=\"grid\" x1=\"" << svg::f2(px(t)) << "\" y1=\"" << svg::f2(rows_top) << "\" x2=\"" << svg::f2(px(t))
-         << "\" y2=\"" << svg::f2(rows_top + rows_h) << "\"/>\n";
+      os << "<line class=\"grid\" x1=\"" << svg::f2(px(t)) << "\" y1=\"" << svg::f2(rows_top) << "\" x2=\""
+         << svg::f2(px(t)) << "\" y2=\"" << svg::f2(rows_top + rows_h) << "\"/>\n";
 
     // Intervals grouped by row, in start order (stable: the input order breaks ties).
     std::vector<std::size_t> order(p.intervals.size());
@@ -303,11 +308,11 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     for (int r = 0; r < static_cast<int>(p.rows.size()); r++) {
       const double ry = rows_top + r * rh + pad / 2;
       os << "<g class=\"row\" data-row=\"" << r << "\">\n";
-      os << "<rect class=\"idle\" x=\"" << svg::f2(px(0)) << "\" y=\"" << svg::f2(ry) << "\" width=\"" << svg::f2(px(end) - px(0))
-         << "\" height=\"" << svg::f2(compute_h) << "\"/>\n";
+      os << "<rect class=\"idle\" x=\"" << svg::f2(px(0)) << "\" y=\"" << svg::f2(ry) << "\" width=\""
+         << svg::f2(px(end) - px(0)) << "\" height=\"" << svg::f2(compute_h) << "\"/>\n";
       if (opt.comm)
-        os << "<rect class=\"cbg\" x=\"" << svg::f2(px(0)) << "\" y=\"" << svg::f2(ry + compute_h + comm_gap) << "\" width=\""
-           << svg::f2(px(end) - px(0)) << "\" height=\"" << svg::f2(comm_h) << "\"/>\n";
+        os << "<rect class=\"cbg\" x=\"" << svg::f2(px(0)) << "\" y=\"" << svg::f2(ry + compute_h + comm_gap)
+           << "\" width=\"" << svg::f2(px(end) - px(0)) << "\" height=\"" << svg::f2(comm_h) << "\"/>\n";
       std::string labels;  // drawn after the row's blocks so that no block covers a label
       double pair_x0 = 0;  // the open overlapped pair's left edge and its first block's label
       std::string pair_label;
@@ -323,8 +328,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
         std::string cls = std::string("b ") + kind_class(iv.kind);
         if (is_compute(iv.kind)) cls += " c" + std::to_string(colour);
         if (!comm && w >= 4 && !compact) cls += " e";
-        os << "<rect class=\"" << cls << "\" x=\"" << svg::f2(x0) << "\" y=\"" << svg::f2(by) << "\" width=\"" << svg::f2(w)
-           << "\" height=\"" << svg::f2(h) << '"';
+        os << "<rect class=\"" << cls << "\" x=\"" << svg::f2(x0) << "\" y=\"" << svg::f2(by) << "\" width=\""
+           << svg::f2(w) << "\" height=\"" << svg::f2(h) << '"';
         if (opt.tooltips && !compact && !iv.name.empty()) {
           char t[96];
           std::snprintf(t, sizeof t, " %.6g-%.6g %s", (p.offset_s + iv.start_s) * unit.factor,
@@ -342,8 +347,8 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
         }
         if (!comm && iv.pair == Overlap::Second) {  // one frame and one label over both blocks
           const double pw = svg::round2(x1 - pair_x0);
-          os << "<rect class=\"pr\" x=\"" << svg::f2(pair_x0) << "\" y=\"" << svg::f2(by) << "\" width=\"" << svg::f2(pw)
-             << "\" height=\"" << svg::f2(h) << "\"/>\n";
+          os << "<rect class=\"pr\" x=\"" << svg::f2(pair_x0) << "\" y=\"" << svg::f2(by) << "\" width=\""
+             << svg::f2(pw) << "\" height=\"" << svg::f2(h) << "\"/>\n";
           const std::string both = pair_label + "|" + iv.label;
           if (block_labels && pw >= svg::text_width(both, label_fs) + 3)
             labels += "<text class=\"t td\" x=\"" + svg::f2(pair_x0 + pw / 2) + "\" y=\"" +
@@ -354,25 +359,27 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
           const bool light_text =
               is_compute(iv.kind) ? svg::luminance(block_fill(iv.kind, colour)) < 0.5 : iv.kind == BlockKind::Optimizer;
           labels += "<text class=\"t " + std::string(light_text ? "tl" : "td") + "\" x=\"" + svg::f2(x0 + w / 2) +
-                    "\" y=\"" + svg::f2(ry + compute_h / 2 + label_fs * 0.36) + "\">" + xml_escape(iv.label) + "</text>\n";
+                    "\" y=\"" + svg::f2(ry + compute_h / 2 + label_fs * 0.36) + "\">" + xml_escape(iv.label) +
+                    "</text>\n";
         }
       }
       os << labels << "</g>\n";
     }
     // Row labels: every row_step-th row when rows are thinner than the label font.
     for (int r = 0; r < static_cast<int>(p.rows.size()); r += row_step)
-      os << "<text class=\"rl\" x=\"" << svg::f2(ml - 6) << "\" y=\"" << svg::f2(rows_top + r * rh + rh / 2 + row_fs * 0.35)
-         << "\">" << xml_escape(p.rows[r]) << "</text>\n";
+      os << "<text class=\"rl\" x=\"" << svg::f2(ml - 6) << "\" y=\""
+         << svg::f2(rows_top + r * rh + rh / 2 + row_fs * 0.35) << "\">" << xml_escape(p.rows[r]) << "</text>\n";
     // Time axis.
     const double ay = rows_top + rows_h + 2;
-    os << "<g class=\"axis\"><line class=\"ax\" x1=\"" << svg::f2(px(0)) << "\" y1=\"" << svg::f2(ay) << "\" x2=\"" << svg::f2(px(end))
-       << "\" y2=\"" << svg::f2(ay) << "\"/>\n";
+    os << "<g class=\"axis\"><line class=\"ax\" x1=\"" << svg::f2(px(0)) << "\" y1=\"" << svg::f2(ay) << "\" x2=\""
+       << svg::f2(px(end)) << "\" y2=\"" << svg::f2(ay) << "\"/>\n";
     for (double t : ticks)
-      os << "<line class=\"ax\" x1=\"" << svg::f2(px(t)) << "\" y1=\"" << svg::f2(ay) << "\" x2=\"" << svg::f2(px(t)) << "\" y2=\""
-         << svg::f2(ay + 5) << "\"/><text class=\"tk\" x=\"" << svg::f2(px(t)) << "\" y=\"" << svg::f2(ay + 17) << "\">"
-         << svg::tick_text((p.offset_s + t) * unit.factor, step * unit.factor) << "</text>\n";
-    os << "<text class=\"tk\" x=\"" << svg::f2(ml + plot_w / 2) << "\" y=\"" << svg::f2(ay + 31) << "\">time (" << unit.name
-       << ")</text></g>\n</g>\n";
+      os << "<line class=\"ax\" x1=\"" << svg::f2(px(t)) << "\" y1=\"" << svg::f2(ay) << "\" x2=\"" << svg::f2(px(t))
+         << "\" y2=\"" << svg::f2(ay + 5) << "\"/><text class=\"tk\" x=\"" << svg::f2(px(t)) << "\" y=\""
+         << svg::f2(ay + 17) << "\">" << svg::tick_text((p.offset_s + t) * unit.factor, step * unit.factor)
+         << "</text>\n";
+    os << "<text class=\"tk\" x=\"" << svg::f2(ml + plot_w / 2) << "\" y=\"" << svg::f2(ay + 31) << "\">time ("
+       << unit.name << ")</text></g>\n</g>\n";
     y += panel_title_h + rows_h + axis_h + panel_gap;
   }
   os << "</svg>\n";

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
-#include <stdexcept>
 #include <ostream>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -71,8 +71,8 @@ std::vector<int> assign_lanes(const std::vector<CommEvent>& comms) {
 std::pair<int, int> subset_range(const char* what, int first, int last, int count) {
   const int hi = last < 0 ? count - 1 : last;
   if (first < 0 || first > hi || hi >= count)
-    throw std::invalid_argument(std::string("trace: ") + what + " " + std::to_string(first) + ":" +
-                                std::to_string(hi) + " are not within the run's 0:" + std::to_string(count - 1));
+    throw std::invalid_argument(std::string("trace: ") + what + " " + std::to_string(first) + ":" + std::to_string(hi) +
+                                " are not within the run's 0:" + std::to_string(count - 1));
   return {first, hi};
 }
 

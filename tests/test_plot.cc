@@ -72,7 +72,9 @@ TEST(Plot, SweepCsvAndJsonDrawTheSamePicture) {
 TEST(Plot, SearchAndCompareAndSimulate) {
   const std::string search = kDir + "/plot_search.json", cmp = kDir + "/plot_compare.json",
                     sim = kDir + "/plot_simulate.json";
-  ASSERT_EQ(run(kBin + " search " + std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/default.yaml -q -j 2 --json " + search + " >/dev/null 2>&1"), 0);
+  ASSERT_EQ(run(kBin + " search " + std::string(PIPESCOPE_SOURCE_DIR) + "/scenarios/default.yaml -q -j 2 --json " +
+                search + " >/dev/null 2>&1"),
+            0);
   const Plot s = plot_output(slurp(search), search, PlotRequest{"", "tokens_per_s", 5});
   EXPECT_EQ(s.kind, "search");
   ASSERT_EQ(s.charts.size(), 2u);

@@ -656,7 +656,8 @@ TEST(Runtime, NullBackendTimesEveryOpAndWritesTraces) {
       x++;
       const int w = e["args"]["worker"], i = e["args"]["index"];
       // The keys the simulated trace carries too (tests/test_traces.cc), so the two match op by op.
-      for (const char* key : {"op", "kind", "worker", "pp_rank", "dp_replica", "micro_batch", "chunk", "slice", "tp_rank"})
+      for (const char* key :
+           {"op", "kind", "worker", "pp_rank", "dp_replica", "micro_batch", "chunk", "slice", "tp_rank"})
         EXPECT_TRUE(e["args"].contains(key)) << key << " missing in " << e.dump();
       EXPECT_EQ(e["name"], lowered_op_name(p->lowered, w, static_cast<std::size_t>(i)));
       EXPECT_EQ(e["pid"], p->placement.gpu_of(w) / p->placement.gpus_per_node);

@@ -73,9 +73,8 @@ TEST(ScenarioVary, SweptKindTakesTheCompareChunkCount) {
   const auto kinds = parse_vary_axes({"schedule.kind=1f1b,interleaved"});
   const ScenarioVariant inter = make_scenario_variant(src, text, kinds, {1});
   EXPECT_EQ(inter.invalid, "");
-  EXPECT_EQ(inter.scenario.parallel.v, with_schedule(make_scenario_variant(src, text, kinds, {0}).scenario,
-                                                     ScheduleKind::Interleaved)
-                                           .parallel.v);
+  EXPECT_EQ(inter.scenario.parallel.v,
+            with_schedule(make_scenario_variant(src, text, kinds, {0}).scenario, ScheduleKind::Interleaved).parallel.v);
   EXPECT_EQ(inter.scenario.parallel.v, 2);
   const auto both = parse_vary_axes({"schedule.kind=interleaved", "parallel.v=1,3"});
   EXPECT_NE(make_scenario_variant(src, text, both, {0, 0}).invalid.find("needs v > 1"), std::string::npos);

@@ -3,7 +3,6 @@
 // overlaps in the default, a Seq1F1B and TeraPipe setting 4), every flow send -> receive with both ends, a
 // compute track for every GPU of every TP rank, and the args keys the measured trace also carries.
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -136,8 +135,8 @@ TEST(TraceSubset, KeepsTheGpusOfTheRanksAndReplicasAsked) {
   EXPECT_EQ(ranks, (std::set<int>{1, 2}));
   std::remove(out.c_str());
   // Ranks the run does not have: a bad-input exit naming them, no file.
-  const std::string bad = std::string(PIPESCOPE_BINARY_DIR) + "/pipescope simulate --trace " + out +
-                          " --trace-ranks 2:9 > /dev/null 2>&1";
+  const std::string bad =
+      std::string(PIPESCOPE_BINARY_DIR) + "/pipescope simulate --trace " + out + " --trace-ranks 2:9 > /dev/null 2>&1";
   const int rc = std::system(bad.c_str());
   ASSERT_TRUE(WIFEXITED(rc));
   EXPECT_EQ(WEXITSTATUS(rc), 1);
