@@ -33,8 +33,8 @@ int run_plot(const PlotOptions& o) {
   std::ostringstream svg;
   sim::write_charts_svg(svg, plot.charts, co);
   write_file_atomic(o.out, sim::render_svg(svg.str(), timeline_format(o.out, o.format)), "--out");
-  std::fprintf(stderr, "plot: %zu chart%s of a %s file, wrote %s\n", plot.charts.size(),
-               plot.charts.size() == 1 ? "" : "s", plot.kind.c_str(), o.out.c_str());
+  std::printf("plot: %zu chart%s of a %s file, wrote %s\n", plot.charts.size(), plot.charts.size() == 1 ? "" : "s",
+              plot.kind.c_str(), o.out.c_str());
   return 0;
 }
 

@@ -111,7 +111,11 @@ int run_compare(const Scenario& base, const SimulateOptions& o) {
   std::fflush(out);
   // Outputs are rendered in memory and written atomically after the runs (core/util/atomic_file.h).
   if (!o.json.empty()) write_file_atomic(o.json, sim::comparison_json(c), "--json");
-  if (!o.trace.empty()) write_file_atomic(o.trace, sim::comparison_trace(c), "--trace");
+  if (!o.trace.empty()) {  // streamed from the variants' files (a trace per variant may be hundreds of MB)
+    AtomicFileWriter w(o.trace, "--trace");
+    sim::write_comparison_trace(c, w);
+    w.commit();
+  }
   for (const sim::RunOutcome& r : c.outcomes)
     if (!r.ok() || (r.result.oom && o.fail_on_oom)) return kExitSchedule;
   return 0;

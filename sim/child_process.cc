@@ -39,6 +39,8 @@ Child start(const std::function<std::string()>& fn, const ChildOptions& o) {
     pid = fork_child(
         [&] {
           die_with_parent(parent);
+          // The parent's handlers (a comparison's trace clean-up) are not the child's: it ends with its parent.
+          for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL);
           close(fd[0]);
           if (o.cap_GB > 0) {
             const auto cap = static_cast<rlim_t>(o.cap_GB * (1ull << 30));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -13,6 +14,7 @@
 #include "core/cost/scenario_cost.h"
 #include "core/lower/dag.h"
 #include "core/memory/memory_model.h"
+#include "core/util/json_text.h"
 
 namespace pipescope::sim {
 
@@ -301,44 +303,41 @@ void write_compare_json(std::ostream& os, const std::vector<std::string>& report
   os << j.dump(2) << '\n';
 }
 
-void write_merged_traces(std::ostream& os, const std::vector<std::pair<std::string, std::string>>& name_and_trace) {
-  nlohmann::ordered_json out;
-  out["displayTimeUnit"] = "ms";
-  auto other = nlohmann::ordered_json::object();
-  auto events = nlohmann::ordered_json::array();
-  std::vector<nlohmann::ordered_json> traces;
-  long long max_pid = 0;
-  for (const auto& [name, text] : name_and_trace) {
-    traces.push_back(nlohmann::ordered_json::parse(text, nullptr, false));
-    const auto& t = traces.back();
-    if (t.is_discarded() || !t.contains("traceEvents") || !t["traceEvents"].is_array())
-      throw std::invalid_argument("trace of " + name + ": not a trace-event JSON document");
-    for (const auto& e : t["traceEvents"])
-      if (e.is_object() && e.contains("pid") && e["pid"].is_number_integer())
-        max_pid = std::max(max_pid, e["pid"].get<long long>());
-  }
-  // Variant i's processes from stride * i: a power of ten above every pid (1000 up to 999 nodes), so that the
-  // variants of a cluster of 1,001 nodes do not share a pid.
+TraceLayout compare_trace_layout(std::size_t i, int nodes, const std::string& name) {
   long long stride = 1000;
-  while (stride <= max_pid) stride *= 10;
-  for (std::size_t i = 0; i < name_and_trace.size(); i++) {
-    const std::string& name = name_and_trace[i].first;
-    const auto& t = traces[i];
-    other[name] = t.value("otherData", nlohmann::ordered_json::object());
-    const long long base = stride * static_cast<long long>(i);
-    for (auto e : t["traceEvents"]) {
-      if (!e.is_object()) throw std::invalid_argument("trace of " + name + ": an event that is not an object");
-      e["pid"] = base + (e.contains("pid") && e["pid"].is_number_integer() ? e["pid"].get<long long>() : 0LL);
-      if (e.contains("id") && e["id"].is_number_unsigned())  // flow ids stay unique across the variants
-        e["id"] = e["id"].get<std::uint64_t>() + (static_cast<std::uint64_t>(i) << 40);
-      if (e.value("name", "") == "process_name") e["args"]["name"] = name + " " + e["args"].value("name", "");
-      if (e.value("name", "") == "process_sort_index") e["args"]["sort_index"] = e["pid"];
-      events.push_back(std::move(e));
+  while (stride <= nodes - 1) stride *= 10;
+  return {stride * static_cast<long long>(i), static_cast<std::uint64_t>(i) << 40, name + " "};
+}
+
+void merge_trace_files(AtomicFileWriter& out, const std::vector<std::pair<std::string, std::string>>& name_and_path) {
+  // write_trace's layout (core/lower/trace_json.h): a first line holding otherData, one event per line (a comma
+  // after each but the last), then "]}".
+  const std::string head = "{\"displayTimeUnit\":\"ms\",\"otherData\":", tail = ",\"traceEvents\":[";
+  std::string other = "{", chunk = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first_event = true;
+  for (const auto& [name, path] : name_and_path) {
+    std::ifstream f(path, std::ios::binary);
+    std::string line;
+    if (!std::getline(f, line) || line.rfind(head, 0) != 0 || line.size() < head.size() + tail.size() ||
+        line.compare(line.size() - tail.size(), tail.size(), tail) != 0)
+      throw std::runtime_error("trace of " + name + " (" + path + "): not a trace write_trace wrote");
+    other += (other.size() > 1 ? "," : "") + std::string("\"") + json_escape(name) +
+             "\":" + line.substr(head.size(), line.size() - head.size() - tail.size());
+    bool closed = false;
+    while (std::getline(f, line)) {
+      if (line == "]}") {
+        closed = true;
+        break;
+      }
+      if (!line.empty() && line.back() == ',') line.pop_back();
+      if (line.empty()) continue;
+      chunk += (first_event ? "" : ",\n") + line;
+      first_event = false;
+      if (chunk.size() >= (1u << 20)) out.append(chunk), chunk.clear();
     }
+    if (!closed) throw std::runtime_error("trace of " + name + " (" + path + "): cut short");
   }
-  out["otherData"] = std::move(other);
-  out["traceEvents"] = std::move(events);
-  os << out.dump() << '\n';
+  out.append(chunk + "\n],\"otherData\":" + other + "}}\n");
 }
 
 }  // namespace pipescope::sim

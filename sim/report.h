@@ -10,9 +10,11 @@
 
 #include "core/lower/checks.h"
 #include "core/lower/time_breakdown.h"
+#include "core/lower/trace_json.h"
 #include "core/memory/memory_model.h"
 #include "core/model/config.h"
 #include "core/model/profile.h"
+#include "core/util/atomic_file.h"
 #include "sim/device_fidelity.h"
 #include "sim/run_result.h"
 
@@ -62,10 +64,14 @@ void write_json(std::ostream& os, const Report& r);
 // write_json outputs in order.
 void write_compare_json(std::ostream& os, const std::vector<std::string>& reports_json,
                         const std::vector<std::pair<std::string, std::string>>& failed = {});
-// `pipescope simulate --compare --trace`: the variants' traces (write_trace outputs) in one file, variant i's
-// processes at pid stride * i + node (stride: 1000, or the power of ten above the largest node id) named "<name>
-// node<N>". Throws std::invalid_argument on malformed input.
-void write_merged_traces(std::ostream& os, const std::vector<std::pair<std::string, std::string>>& name_and_trace);
+// `pipescope simulate --compare --trace`: variant i's trace is written (write_trace, to a file of its own) with
+// this layout: its processes at pid stride * i + node (stride: 1000, or the power of ten above the largest node id
+// of `nodes` nodes) named "<name> node<N>", its flow ids from i << 40.
+TraceLayout compare_trace_layout(std::size_t i, int nodes, const std::string& name);
+// The variants' trace files in one: every event in variant order, then "otherData" with each variant's under its
+// name. Streamed: a trace is never held whole in memory. Throws std::runtime_error on a file write_trace did not
+// write.
+void merge_trace_files(AtomicFileWriter& out, const std::vector<std::pair<std::string, std::string>>& name_and_path);
 // The part of a large run a trace keeps (--trace-ranks, --trace-replicas): the GPUs of pipeline ranks
 // first_rank..last_rank of data-parallel replicas first_replica..last_replica (last -1: to the last). An event
 // is kept when it runs on a kept GPU; a transfer's flow arrow when both of its ends are kept.
@@ -77,7 +83,7 @@ struct TraceSubset {
 // `profile` names the calibration profile in the trace's metadata (otherData.profile). Throws
 // std::invalid_argument when `subset` names ranks or replicas the run does not have.
 void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r, const ProfileStamp& profile = {},
-                 const TraceSubset& subset = {});
+                 const TraceSubset& subset = {}, const TraceLayout& layout = {});
 // The profile as a JSON object: {"kind": "analytic (no profile)"} or path, kind, device, backend, dtype, date,
 // fnv1a64 and gate_failures.
 std::string profile_json(const ProfileStamp& p);

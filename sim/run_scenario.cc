@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -48,9 +49,14 @@ RunResult run_scenario(const Scenario& s, const RunOptions& o) {
     write_json(os, rep);
     out.report_json = os.str();
   }
-  if (o.trace_json) {
+  if (!o.trace_file.empty()) {
+    std::ofstream f(o.trace_file, std::ios::binary | std::ios::trunc);
+    write_trace(f, cs, r, rep.profile, o.trace_subset, o.trace_layout);
+    f.flush();
+    if (!f) throw std::runtime_error("cannot write the trace to " + o.trace_file);
+  } else if (o.trace_json) {
     std::ostringstream os;
-    write_trace(os, cs, r, rep.profile, o.trace_subset);
+    write_trace(os, cs, r, rep.profile, o.trace_subset, o.trace_layout);
     out.trace_json = os.str();
   }
   out.sim_wall_s = r.wall_s;

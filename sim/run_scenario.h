@@ -21,7 +21,9 @@ struct RunOptions {
   std::string collectives;   // overrides the scenario's sim.collectives when non-empty
   bool report_json = false;  // fill RunResult::report_json
   bool trace_json = false;   // fill RunResult::trace_json
-  TraceSubset trace_subset;  // the ranks and replicas trace_json keeps
+  TraceSubset trace_subset;  // the ranks and replicas the trace keeps
+  TraceLayout trace_layout;  // its pids and flow ids in a file of several runs (simulate --compare)
+  std::string trace_file;    // write the trace to this file instead of RunResult::trace_json (large traces)
 };
 
 // In this process: at most once per process. Throws what the pipeline throws (std::invalid_argument for an

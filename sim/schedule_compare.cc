@@ -1,7 +1,14 @@
 #include "sim/schedule_compare.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include "core/model/scenario.h"
 #include "core/model/scenario_vary.h"
@@ -24,6 +31,63 @@ Scenario schedule_variant(const Scenario& base, const ScheduleEntry& e) {
   return s;
 }
 
+namespace {
+
+// SIGINT / SIGTERM / SIGHUP while a scratch folder exists: its files and the folder are removed (unlink and rmdir
+// are async-signal-safe; the paths were built before the handler went in), then the default action ends the process
+// with its 128 + N status, so a stopped comparison leaves nothing in TMPDIR.
+const TraceScratch* g_scratch = nullptr;
+struct sigaction g_old[3];
+constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+
+extern "C" void remove_scratch_and_die(int sig) {
+  if (const TraceScratch* t = g_scratch) {
+    for (const std::string& f : t->files) unlink(f.c_str());
+    rmdir(t->dir.c_str());
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void guard(const TraceScratch* t) {
+  if (t != nullptr) {
+    g_scratch = t;
+    struct sigaction sa {};
+    sa.sa_handler = remove_scratch_and_die;
+    sigemptyset(&sa.sa_mask);
+    for (int k = 0; k < 3; k++) sigaction(kSignals[k], &sa, &g_old[k]);
+  } else {
+    for (int k = 0; k < 3; k++) sigaction(kSignals[k], &g_old[k], nullptr);
+    g_scratch = nullptr;
+  }
+}
+
+}  // namespace
+
+TraceScratch::~TraceScratch() {
+  if (g_scratch == this) guard(nullptr);
+  for (const std::string& f : files) unlink(f.c_str());
+  if (!dir.empty()) rmdir(dir.c_str());
+}
+
+namespace {
+
+std::shared_ptr<TraceScratch> make_trace_scratch(std::size_t n) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/pipescope-compare-XXXXXX";
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  if (mkdtemp(name.data()) == nullptr)
+    throw std::runtime_error("--trace: cannot make a temporary folder " + tmpl + ": " + std::strerror(errno));
+  auto t = std::make_shared<TraceScratch>();
+  t->dir = name.data();
+  for (std::size_t i = 0; i < n; i++) t->files.push_back(t->dir + "/variant-" + std::to_string(i) + ".json");
+  guard(t.get());
+  return t;
+}
+
+}  // namespace
+
 ScheduleComparison compare_schedules(const Scenario& base, const std::vector<std::string>& names, const RunOptions& o,
                                      const std::function<void(const std::string&)>& warn,
                                      const std::function<void(const Scenario&)>& started) {
@@ -40,11 +104,20 @@ ScheduleComparison compare_schedules(const Scenario& base, const std::vector<std
     check_work(s);
     make_schedule(s);  // a variant the scenario cannot give (slicing, layout)
   }
-  for (const auto& s : c.variants) {
+  // Each variant's trace goes to a file of its own, laid out for the merged file, so that the parent never holds
+  // them all (ten TeraPipe variants: 6 GB in memory before).
+  if (o.trace_json) c.traces = make_trace_scratch(c.variants.size());
+  for (std::size_t i = 0; i < c.variants.size(); i++) {
+    const Scenario& s = c.variants[i];
     if (started) started(s);
+    RunOptions vo = o;
+    if (c.traces) {
+      vo.trace_file = c.traces->files[i];
+      vo.trace_layout = compare_trace_layout(i, base.cluster.nodes, to_string(s.schedule.kind));
+    }
     RunOutcome v;
     try {
-      v.result = run_isolated(s, o);
+      v.result = run_isolated(s, vo);
     } catch (const std::exception& e) {
       v.error = e.what();
     }
@@ -90,14 +163,11 @@ std::string comparison_json(const ScheduleComparison& c) {
   return os.str();
 }
 
-std::string comparison_trace(const ScheduleComparison& c) {
+void write_comparison_trace(const ScheduleComparison& c, AtomicFileWriter& out) {
   std::vector<std::pair<std::string, std::string>> traces;
   for (std::size_t i = 0; i < c.outcomes.size(); i++)
-    if (c.outcomes[i].ok())
-      traces.emplace_back(to_string(c.variants[i].schedule.kind), c.outcomes[i].result.trace_json);
-  std::ostringstream os;
-  write_merged_traces(os, traces);
-  return os.str();
+    if (c.outcomes[i].ok() && c.traces) traces.emplace_back(to_string(c.variants[i].schedule.kind), c.traces->files[i]);
+  merge_trace_files(out, traces);
 }
 
 }  // namespace pipescope::sim

@@ -5,11 +5,13 @@
 
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/model/config.h"
 #include "core/model/schedule_registry.h"
+#include "core/util/atomic_file.h"
 #include "sim/run_scenario.h"
 
 namespace pipescope::sim {
@@ -19,9 +21,17 @@ const ScheduleEntry& schedule_named(const std::string& name, const std::string& 
 // The scenario with schedule `e` instead of its own (named "<scenario>/<schedule>", validated).
 Scenario schedule_variant(const Scenario& base, const ScheduleEntry& e);
 
+// A folder for the variants' trace files, removed with what it holds when the last copy goes.
+struct TraceScratch {
+  std::string dir;
+  std::vector<std::string> files;
+  ~TraceScratch();
+};
+
 struct ScheduleComparison {
   std::vector<Scenario> variants;
-  std::vector<RunOutcome> outcomes;  // per variant
+  std::vector<RunOutcome> outcomes;      // per variant
+  std::shared_ptr<TraceScratch> traces;  // with RunOptions::trace_json: each variant's trace file (merged at the end)
 };
 
 // The variants of `names`, each refused before any runs when its work is over the limits or its schedule cannot be
@@ -32,8 +42,9 @@ ScheduleComparison compare_schedules(const Scenario& base, const std::vector<std
 
 // The side-by-side table (a header line, one row per variant, a legend).
 void print_comparison(std::FILE* out, const Scenario& base, const ScheduleComparison& c);
-// `--json`: the variants' reports (write_compare_json); `--trace`: their traces in one file (write_merged_traces).
+// `--json`: the variants' reports (write_compare_json); `--trace`: the traces of those that ran in one file
+// (merge_trace_files: streamed, one variant's trace at a time).
 std::string comparison_json(const ScheduleComparison& c);
-std::string comparison_trace(const ScheduleComparison& c);
+void write_comparison_trace(const ScheduleComparison& c, AtomicFileWriter& out);
 
 }  // namespace pipescope::sim

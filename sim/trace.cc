@@ -106,7 +106,7 @@ std::string range_text(int first, int last, int count) {
 }  // namespace
 
 void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r, const ProfileStamp& profile,
-                 const TraceSubset& subset) {
+                 const TraceSubset& subset, const TraceLayout& layout) {
   const Dag& dag = cs.dag();
   const LoweredSchedule& ls = cs.schedule();
   const Placement& pl = cs.placement();
@@ -160,7 +160,7 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
     other += ",\"subset\":{\"pp_ranks\":\"" + range_text(subset.first_rank, subset.last_rank, ls.p) +
              "\",\"dp_replicas\":\"" +
              range_text(subset.first_replica, subset.last_replica, ls.workers() / std::max(1, ls.p)) + "\"}";
-  TraceJsonWriter w(os, gpn, other);
+  TraceJsonWriter w(os, gpn, other, layout);
   w.tracks(tracks);
   auto event = [&](const std::string& name, std::uint32_t i, int worker, int index, const char* cat, int gpu,
                    int tid_lane, double start, double end, int tp_rank) {

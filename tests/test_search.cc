@@ -542,8 +542,9 @@ TEST(Search, TiesOrderedByMemoryAndWhy) {
     EXPECT_EQ(r.rows[i].tied, i < tied);
     EXPECT_EQ(r.rows[i].tied, r.rows[i].result.tokens_per_s >= best * 0.5) << r.rows[i].label;
     EXPECT_FALSE(sim::why_text(r.rows[i].result).empty());
-    if (i > 0 && i < tied)
+    if (i > 0 && i < tied) {
       EXPECT_LE(r.rows[i - 1].result.peak_memory_bytes, r.rows[i].result.peak_memory_bytes) << r.rows[i].label;
+    }
   }
   // The default band: the device's smallest development-set error (A100: Megatron's Table 1).
   std::string basis;

@@ -6,12 +6,16 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 
+#include "core/lower/trace_json.h"
+#include "core/util/atomic_file.h"
 #include "core/util/trace_check.h"
 #include "sim/report.h"
 
@@ -144,26 +148,76 @@ TEST(TraceSubset, KeepsTheGpusOfTheRanksAndReplicasAsked) {
 }
 
 // --compare --trace: each variant's processes get their own pid range, also on clusters of more than 1000 nodes
-// (with a fixed stride of 1000, variant 0's node 1000 and variant 1's node 0 shared pid 1000).
+// (with a fixed stride of 1000, variant 0's node 1000 and variant 1's node 0 shared pid 1000), and the traces are
+// merged from the variants' files, streamed.
 TEST(MergedTraces, VariantsNeverShareAPid) {
-  auto trace = [](int nodes) {
-    nlohmann::json t;
-    t["traceEvents"] = nlohmann::json::array();
-    for (int n = 0; n < nodes; n++)
-      t["traceEvents"].push_back(
-          {{"name", "process_name"}, {"ph", "M"}, {"pid", n}, {"args", {{"name", "node" + std::to_string(n)}}}});
-    return t.dump();
-  };
+  const std::string dir = std::string(PIPESCOPE_BINARY_DIR) + "/tests";
   for (int nodes : {2, 1001}) {
-    std::ostringstream os;
-    sim::write_merged_traces(os, {{"1f1b", trace(nodes)}, {"gpipe", trace(nodes)}});
-    const auto merged = nlohmann::json::parse(os.str());
+    std::vector<std::pair<std::string, std::string>> files;
+    for (std::size_t i = 0; i < 2; i++) {
+      const std::string name = i == 0 ? "1f1b" : "gpipe";
+      const std::string path = dir + "/merge_" + std::to_string(nodes) + "_" + name + ".json";
+      std::ofstream f(path);
+      TraceJsonWriter w(f, 1, "\"schedule\":\"" + name + "\"", sim::compare_trace_layout(i, nodes, name));
+      std::map<std::pair<int, int>, std::string> tracks;
+      for (int n = 0; n < nodes; n++) tracks[{n, 0}] = "gpu0 compute";
+      w.tracks(tracks);
+      w.event("a", "compute", nodes - 1, 0, 0, 1e-3) << "\"op\":\"x\"";
+      w.close_event();
+      w.flow(true, 1, nodes - 1, 0, 0);
+      w.finish();
+      files.emplace_back(name, path);
+    }
+    const std::string out = dir + "/merged.json";
+    {
+      AtomicFileWriter w(out, "--trace");
+      sim::merge_trace_files(w, files);
+      w.commit();
+    }
+    const auto merged = nlohmann::json::parse(slurp(out));
     std::set<long long> pids;
-    for (const auto& e : merged["traceEvents"]) EXPECT_TRUE(pids.insert(e["pid"].get<long long>()).second) << e;
+    std::set<std::uint64_t> flows;
+    for (const auto& e : merged["traceEvents"]) {
+      if (e["name"] == "process_name") {
+        EXPECT_TRUE(pids.insert(e["pid"].get<long long>()).second) << e;
+        const bool first = e["pid"].get<long long>() < sim::compare_trace_layout(1, nodes, "").pid_base;
+        EXPECT_EQ(e["args"]["name"].get<std::string>().rfind(first ? "1f1b node" : "gpipe node", 0), 0u) << e;
+      }
+      if (e.contains("id")) flows.insert(e["id"].get<std::uint64_t>());
+    }
     EXPECT_EQ(pids.size(), static_cast<std::size_t>(2 * nodes));
+    EXPECT_EQ(flows.size(), 2u);
+    EXPECT_EQ(merged["otherData"]["gpipe"]["schedule"], "gpipe");
+    if (nodes == 1001) {
+      EXPECT_EQ(sim::compare_trace_layout(1, nodes, "x").pid_base, 10000);
+    }
   }
-  std::ostringstream os;
-  EXPECT_THROW(sim::write_merged_traces(os, {{"x", "{\"traceEvents\": [1]}"}}), std::invalid_argument);
+  // A file write_trace did not write: refused, and the target is not created.
+  const std::string bad = dir + "/merge_bad.json", out = dir + "/merged_bad.json";
+  std::ofstream(bad) << "{\"traceEvents\": [1]}\n";
+  std::remove(out.c_str());
+  {
+    AtomicFileWriter w(out, "--trace");
+    EXPECT_THROW(sim::merge_trace_files(w, {{"x", bad}}), std::runtime_error);
+  }
+  EXPECT_FALSE(std::ifstream(out).good());
+}
+
+// The command: a comparison's merged trace passes the checker, and no scratch file stays in TMPDIR.
+TEST(MergedTraces, CompareTraceIsWholeAndLeavesNoScratch) {
+  const std::string tmp = std::string(PIPESCOPE_BINARY_DIR) + "/tests/compare_tmp";
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp);
+  const std::string out = std::string(PIPESCOPE_BINARY_DIR) + "/tests/compare_trace.json";
+  const std::string cmd = "TMPDIR=" + tmp + " " + std::string(PIPESCOPE_BINARY_DIR) +
+                          "/pipescope simulate --compare 1f1b,gpipe,interleaved --trace " + out + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const TraceCheck r = check_trace(slurp(out));
+  for (const auto& p : r.problems) ADD_FAILURE() << p;
+  EXPECT_GT(r.flows, 0u);
+  const auto j = nlohmann::json::parse(slurp(out));
+  EXPECT_EQ(j["otherData"].size(), 3u);
+  EXPECT_TRUE(std::filesystem::is_empty(tmp));
 }
 
 }  // namespace

@@ -23,10 +23,19 @@
 
 namespace pipescope {
 
+// Where one run's processes and flows sit in a file that holds several runs (simulate --compare --trace): cluster
+// node n is process pid_base + n, named prefix + "node<n>"; flow ids are offset by flow_base.
+struct TraceLayout {
+  long long pid_base = 0;
+  std::uint64_t flow_base = 0;
+  std::string prefix;
+};
+
 class TraceJsonWriter {
  public:
   // `other_data`: the members of the top-level "otherData" object, already JSON ("\"schedule\":\"x\",...").
-  TraceJsonWriter(std::ostream& os, int gpus_per_node, const std::string& other_data) : os_(os), gpn_(gpus_per_node) {
+  TraceJsonWriter(std::ostream& os, int gpus_per_node, const std::string& other_data, TraceLayout layout = {})
+      : os_(os), gpn_(gpus_per_node), layout_(std::move(layout)) {
     os_ << "{\"displayTimeUnit\":\"ms\",\"otherData\":{" << other_data << "},\"traceEvents\":[\n";
   }
   // Names of the tracks in use, (gpu, lane) -> name, in order; each node's process is named `prefix` + "node<N>".
@@ -34,17 +43,18 @@ class TraceJsonWriter {
     int last_node = -1;
     for (const auto& [key, name] : names) {
       const int node = key.first / gpn_;
+      const long long pid = layout_.pid_base + node;
       const int tid = tid_of(key.first, key.second);
       if (node != last_node) {
-        sep() << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << node << ",\"tid\":0,\"args\":{\"name\":\""
-              << json_escape(prefix) << "node" << node << "\"}}";
-        sep() << "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" << node
-              << ",\"tid\":0,\"args\":{\"sort_index\":" << node << "}}";
+        sep() << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << pid << ",\"tid\":0,\"args\":{\"name\":\""
+              << json_escape(layout_.prefix + prefix) << "node" << node << "\"}}";
+        sep() << "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" << pid
+              << ",\"tid\":0,\"args\":{\"sort_index\":" << pid << "}}";
         last_node = node;
       }
-      sep() << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << node << ",\"tid\":" << tid
+      sep() << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << pid << ",\"tid\":" << tid
             << ",\"args\":{\"name\":\"" << name << "\"}}";
-      sep() << "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":" << node << ",\"tid\":" << tid
+      sep() << "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":" << pid << ",\"tid\":" << tid
             << ",\"args\":{\"sort_index\":" << tid << "}}";
     }
   }
@@ -52,7 +62,7 @@ class TraceJsonWriter {
   // then calls close_event().
   std::ostream& event(const std::string& name, const char* cat, int gpu, int lane, double start_s, double end_s) {
     const std::int64_t t0 = ns(start_s), t1 = std::max(t0, ns(end_s));
-    sep() << "{\"name\":\"" << json_escape(name) << "\",\"cat\":\"" << cat << "\",\"ph\":\"X\",\"pid\":" << gpu / gpn_
+    sep() << "{\"name\":\"" << json_escape(name) << "\",\"cat\":\"" << cat << "\",\"ph\":\"X\",\"pid\":" << pid_of(gpu)
           << ",\"tid\":" << tid_of(gpu, lane) << ",\"ts\":" << us_text(t0) << ",\"dur\":" << us_text(t1 - t0)
           << ",\"args\":{";
     return os_;
@@ -60,8 +70,9 @@ class TraceJsonWriter {
   // One end of flow `id`: the start ("s") inside the send's event, the finish ("f", bound to the enclosing
   // event) inside the receive's; `at_s` is that event's start.
   void flow(bool start, std::uint64_t id, int gpu, int lane, double at_s) {
-    sep() << "{\"name\":\"p2p\",\"cat\":\"flow\",\"ph\":\"" << (start ? "s" : "f\",\"bp\":\"e") << "\",\"id\":" << id
-          << ",\"pid\":" << gpu / gpn_ << ",\"tid\":" << tid_of(gpu, lane) << ",\"ts\":" << us_text(ns(at_s)) << "}";
+    sep() << "{\"name\":\"p2p\",\"cat\":\"flow\",\"ph\":\"" << (start ? "s" : "f\",\"bp\":\"e")
+          << "\",\"id\":" << id + layout_.flow_base << ",\"pid\":" << pid_of(gpu) << ",\"tid\":" << tid_of(gpu, lane)
+          << ",\"ts\":" << us_text(ns(at_s)) << "}";
   }
   void close_event() { os_ << "}}"; }
   void finish() { os_ << "\n]}\n"; }
@@ -119,6 +130,7 @@ class TraceJsonWriter {
 
  private:
   int tid_of(int gpu, int lane) const { return (gpu % gpn_) * 100 + lane; }
+  long long pid_of(int gpu) const { return layout_.pid_base + gpu / gpn_; }
   static std::int64_t ns(double s) { return static_cast<std::int64_t>(std::llround(s * 1e9)); }
   // Nanoseconds as microseconds with three decimals, exactly ("1234.567").
   static std::string us_text(std::int64_t t) {
@@ -136,6 +148,7 @@ class TraceJsonWriter {
   }
   std::ostream& os_;
   int gpn_;
+  TraceLayout layout_;
   bool first_ = true;
 };
 

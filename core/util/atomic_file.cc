@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "core/util/input_file.h"
@@ -77,44 +79,76 @@ void check_output_paths(const std::vector<std::pair<std::string, std::string>>& 
 }
 
 void write_file_atomic(const std::string& path, const std::string& content, const std::string& flag) {
-  if (path == "-") {
+  AtomicFileWriter w(path, flag);
+  w.append(content);
+  w.commit();
+}
+
+AtomicFileWriter::AtomicFileWriter(std::string path, std::string flag)
+    : path_(std::move(path)), flag_(std::move(flag)) {
+  if (path_ == "-") {
     std::fflush(stdout);
-    const std::string err = write_all(STDOUT_FILENO, content);
-    if (!err.empty()) throw OutputWriteError(flag + " -: cannot write to standard output: " + err);
+    fd_ = STDOUT_FILENO;
     return;
   }
   struct stat st {};
-  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    if (S_ISDIR(st.st_mode)) throw OutputPathError(flag + " " + path + ": is a directory (give a file name)");
+  if (stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) throw OutputPathError(flag_ + " " + path_ + ": is a directory (give a file name)");
     // A device or FIFO: no rename over it; write in place and report its errors (/dev/full: ENOSPC).
-    const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) throw OutputWriteError(flag + " " + path + ": cannot open for writing: " + std::strerror(errno));
-    std::string err = write_all(fd, content);
-    if (close(fd) != 0 && err.empty()) err = std::strerror(errno);
-    if (!err.empty()) throw OutputWriteError(flag + " " + path + ": write failed: " + err);
+    fd_ = open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd_ < 0) throw OutputWriteError(flag_ + " " + path_ + ": cannot open for writing: " + std::strerror(errno));
     return;
   }
-  std::string tmpl = dir_of(path) + "/." +
-                     path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1) +
+  std::string tmpl = dir_of(path_) + "/." +
+                     path_.substr(path_.find_last_of('/') == std::string::npos ? 0 : path_.find_last_of('/') + 1) +
                      ".tmp-XXXXXX";
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
-  const int fd = mkstemp(name.data());
-  if (fd < 0)
-    throw OutputPathError(flag + " " + path + ": cannot create a file in " + dir_of(path) + ": " +
+  fd_ = mkstemp(name.data());
+  if (fd_ < 0)
+    throw OutputPathError(flag_ + " " + path_ + ": cannot create a file in " + dir_of(path_) + ": " +
                           std::strerror(errno));
+  temp_ = name.data();
   // mkstemp makes 0600; an output file gets the usual permissions (0666 less the umask).
   const mode_t mask = umask(0);
   umask(mask);
-  fchmod(fd, 0666 & ~mask);
-  std::string err = write_all(fd, content);
-  if (err.empty() && fsync(fd) != 0) err = std::strerror(errno);
-  if (close(fd) != 0 && err.empty()) err = std::strerror(errno);
-  if (err.empty() && rename(name.data(), path.c_str()) != 0) err = std::string("rename: ") + std::strerror(errno);
-  if (!err.empty()) {
-    unlink(name.data());
-    throw OutputWriteError(flag + " " + path + ": write failed (" + err + "); the previous file, if any, is unchanged");
+  fchmod(fd_, 0666 & ~mask);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0 && fd_ != STDOUT_FILENO) close(fd_);
+  if (!temp_.empty()) unlink(temp_.c_str());
+}
+
+void AtomicFileWriter::fail(const std::string& err) {
+  if (fd_ >= 0 && fd_ != STDOUT_FILENO) close(fd_);
+  fd_ = -1;
+  if (path_ == "-") throw OutputWriteError(flag_ + " -: cannot write to standard output: " + err);
+  if (temp_.empty()) throw OutputWriteError(flag_ + " " + path_ + ": write failed: " + err);
+  unlink(temp_.c_str());
+  temp_.clear();
+  throw OutputWriteError(flag_ + " " + path_ + ": write failed (" + err + "); the previous file, if any, is unchanged");
+}
+
+void AtomicFileWriter::append(const std::string& text) {
+  if (fd_ < 0) throw std::logic_error("AtomicFileWriter: append after commit or failure");
+  const std::string err = write_all(fd_, text);
+  if (!err.empty()) fail(err);
+}
+
+void AtomicFileWriter::commit() {
+  if (fd_ < 0) throw std::logic_error("AtomicFileWriter: commit twice or after failure");
+  if (fd_ == STDOUT_FILENO) {
+    fd_ = -1;
+    return;
   }
+  if (!temp_.empty() && fsync(fd_) != 0) fail(std::strerror(errno));
+  const int fd = fd_;
+  fd_ = -1;
+  if (close(fd) != 0) fail(std::strerror(errno));
+  if (temp_.empty()) return;
+  if (rename(temp_.c_str(), path_.c_str()) != 0) fail(std::string("rename: ") + std::strerror(errno));
+  temp_.clear();
 }
 
 }  // namespace pipescope
