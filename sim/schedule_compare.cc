@@ -104,6 +104,10 @@ ScheduleComparison compare_schedules(const Scenario& base, const std::vector<std
     check_work(s);
     make_schedule(s);  // a variant the scenario cannot give (slicing, layout)
   }
+  GridEstimate all = estimate_sweep(c.variants, 1);  // the list, one after the other
+  all.what = "simulate --compare";
+  all.hint = "compare fewer schedules";
+  check_grid(all);
   // Each variant's trace goes to a file of its own, laid out for the merged file, so that the parent never holds
   // them all (ten TeraPipe variants: 6 GB in memory before).
   if (o.trace_json) c.traces = make_trace_scratch(c.variants.size());

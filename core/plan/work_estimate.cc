@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "core/ir/schedule.h"
 #include "core/memory/memory_model.h"
@@ -152,9 +154,20 @@ GridEstimate estimate_sweep(double points, double seconds_each, int jobs) {
 
 GridEstimate estimate_sweep(const std::vector<Scenario>& runs, int jobs) {
   double seconds = 0;
-  for (const Scenario& s : runs) seconds += kSecondsPerRun + estimate_work(s).seconds;
+  std::vector<std::pair<double, std::size_t>> by_bytes;  // (estimated peak, run)
+  for (std::size_t i = 0; i < runs.size(); i++) {
+    const WorkEstimate w = estimate_work(runs[i]);
+    seconds += kSecondsPerRun + w.seconds;
+    by_bytes.emplace_back(w.bytes, i);
+  }
   GridEstimate g = estimate_sweep(static_cast<double>(runs.size()), 0, jobs);
   g.seconds = seconds / std::max(1, jobs);
+  // Up to `jobs` runs at once, each in a process of its own: the largest `jobs` of them together.
+  std::sort(by_bytes.begin(), by_bytes.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t k = 0; k < by_bytes.size() && k < static_cast<std::size_t>(std::max(1, jobs)); k++)
+    g.bytes += by_bytes[k].first;
+  if (!by_bytes.empty()) g.largest = runs[by_bytes.front().second].name;
+  if (jobs > 1) g.hint = "vary fewer keys or values, or run fewer at once (-j)";
   return g;
 }
 

@@ -75,7 +75,7 @@ struct GridEstimate {
   std::string unit = "runs";
   double max_points = 0;     // the limit on `points` (0: none)
   double seconds = 0;        // estimated wall time of everything (divided by the parallel jobs)
-  double bytes = 0;          // estimated peak memory of this process (the largest point)
+  double bytes = 0;          // estimated peak memory: the largest point (sweep: the runs that run at once)
   double largest_ops = 0;    // the largest point's ops (search: its one-pipeline schedule, which stage 1 builds)
   std::string largest;       // and its description
   std::string hint;          // how to make the grid smaller

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -49,6 +50,30 @@ TEST(AtomicFile, DevFullIsAWriteError) {
   } catch (const OutputWriteError& e) {
     EXPECT_NE(std::string(e.what()).find("--json /dev/full: write failed"), std::string::npos) << e.what();
   }
+}
+
+// Appended piece by piece: the target changes only at commit(); dropped uncommitted, it stays as it was and no
+// temporary file is left beside it.
+TEST(AtomicFile, WriterAppendsAndCommitsOrLeavesTheOldFile) {
+  const std::string d = scratch("writer");
+  write_file_atomic(d + "/t.json", "old\n", "--trace");
+  {
+    AtomicFileWriter w(d + "/t.json", "--trace");
+    w.append("new ");
+    w.append("text\n");
+    EXPECT_EQ(slurp(d + "/t.json"), "old\n");
+  }  // no commit: an error unwound it
+  EXPECT_EQ(slurp(d + "/t.json"), "old\n");
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(d)) files += e.is_regular_file();
+  EXPECT_EQ(files, 1) << "a temporary file was left";
+  AtomicFileWriter w(d + "/t.json", "--trace");
+  w.append("new text\n");
+  w.commit();
+  EXPECT_EQ(slurp(d + "/t.json"), "new text\n");
+  EXPECT_THROW(w.append("x"), std::logic_error);
+  AtomicFileWriter full("/dev/full", "--trace");
+  EXPECT_THROW(full.append(std::string(1 << 16, 'x')), OutputWriteError);
 }
 
 TEST(AtomicFile, OutputPathsAreCheckedBeforeTheRun) {
@@ -138,6 +163,17 @@ TEST(GridEstimate, SweepAndPlanRefuseOverTheLimits) {
   const Scenario s = default_scenario();
   const std::vector<Scenario> runs(3, s);
   EXPECT_NEAR(estimate_sweep(runs, 1).seconds, 3 * estimate_sweep(1, estimate_work(s).seconds, 1).seconds, 1e-9);
+  // -j N: N runs at once, each in its own process, so the memory of the N largest together.
+  EXPECT_NEAR(estimate_sweep(runs, 1).bytes, estimate_work(s).bytes, 1);
+  EXPECT_NEAR(estimate_sweep(runs, 2).bytes, 2 * estimate_work(s).bytes, 1);
+  EXPECT_NEAR(estimate_sweep(runs, 8).bytes, 3 * estimate_work(s).bytes, 1);
+  EXPECT_NO_THROW(check_grid(estimate_sweep(runs, 1), 1.5 * estimate_work(s).bytes));
+  try {
+    check_grid(estimate_sweep(runs, 2), 1.5 * estimate_work(s).bytes);
+    ADD_FAILURE() << "two runs at once over the memory available: accepted";
+  } catch (const WorkTooLarge& e) {
+    EXPECT_NE(std::string(e.what()).find("run fewer at once (-j)"), std::string::npos) << e.what();
+  }
   try {
     check_grid(estimate_sweep(1e6, 0.01, 1));
   } catch (const WorkTooLarge& e) {
