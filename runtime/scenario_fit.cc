@@ -36,6 +36,7 @@ void refuse_unsupported(const Scenario& s) {
   if (m.position != PositionKind::Learned) refuse("model.position", std::string("position ") + to_string(m.position));
   if (!m.linear_bias) refuse("model.linear_bias", "linear layers without biases");
   if (s.schedule.recompute == Recompute::Selective) refuse("schedule.recompute", "selective recomputation");
+  if (s.training.fsdp) refuse("training.fsdp", "fully sharded data parallelism");
   if (s.training.overlap_grad_reduce)
     refuse("training.overlap_grad_reduce", "overlapped gradient reduction (it reduces after the flush)");
   if (s.training.overlap_param_gather)

@@ -488,6 +488,20 @@ TEST(MegatronEmit, ImportEmitImportIsTheSameScenario) {
                              "--sequence-parallel", "--attention-backend", "fused", "--context-parallel-size", "2",
                              "--fp8-format", "hybrid", "--grad-reduce-in-bf16"});
   expect_round_trip(llama, MegatronImportOptions{"llama", "dgx-h100-superpod", 16});
+  // PyTorch FSDP2 in place of the distributed optimizer (which it replaces: listed as ignored).
+  std::vector<std::string> fsdp = kLlama3;
+  fsdp.insert(fsdp.end(), {"--bf16", "--use-torch-fsdp2", "--use-distributed-optimizer"});
+  const MegatronImport f = import_megatron(fsdp, MegatronImportOptions{"llama", "dgx-h100-superpod", 8});
+  const Scenario fs = parse_scenario(f.yaml, "fsdp.yaml");
+  EXPECT_TRUE(fs.training.fsdp);
+  EXPECT_FALSE(fs.training.distributed_optimizer);
+  EXPECT_TRUE(std::any_of(f.ignored.begin(), f.ignored.end(),
+                          [](const std::string& x) { return x.rfind("--use-distributed-optimizer (with", 0) == 0; }));
+  const std::vector<std::string> emitted = megatron_arguments(fs);
+  EXPECT_NE(std::find(emitted.begin(), emitted.end(), "--use-torch-fsdp2"), emitted.end());
+  EXPECT_EQ(std::find(emitted.begin(), emitted.end(), "--use-distributed-optimizer"), emitted.end());
+  fsdp.pop_back();
+  expect_round_trip(fsdp, MegatronImportOptions{"llama", "dgx-h100-superpod", 8});
   // A mixture of experts with latent attention, dense first layers, DeepEP, capacity, selective modules and an
   // uneven last stage.
   const std::vector<std::string> moe = {"--num-layers",

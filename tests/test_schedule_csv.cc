@@ -88,8 +88,9 @@ TEST(ScheduleCsv, MalformedFilesAreInputErrors) {
   EXPECT_EQ(input_error("0F0,0X1\n1F0\n", sh),
             "t.csv: rank 0 (row 1, column 2): \"0X1\": unknown action type (an action is "
             "<stage><F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B><microbatch>[@<slice>], e.g. 2F0)");
-  EXPECT_EQ(input_error("0F0,0UNSHARD\n", shape(1, 1, 1)).substr(0, 95),
-            "t.csv: rank 0 (row 1, column 2): \"0UNSHARD\": UNSHARD actions are not supported (pipescope model");
+  EXPECT_EQ(input_error("0F0,0UNSHARD\n", shape(1, 1, 1)).substr(0, 107),
+            "t.csv: rank 0 (row 1, column 2): \"0UNSHARD\": UNSHARD is an FSDP action: pipescope places FSDP's gathers "
+            "and");
   EXPECT_EQ(input_error("0F\n", shape(1, 1, 1)).substr(0, 60),
             "t.csv: rank 0 (row 1, column 1): \"0F\": no micro-batch number");
   EXPECT_EQ(input_error("0F0,0B0\n", sh),

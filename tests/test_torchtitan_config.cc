@@ -48,8 +48,10 @@ TEST(TorchTitanImport, FsdpAndTensorParallelJob) {
   EXPECT_EQ(s.parallel.global_batch, 64);     // local 8 x dp 8
   EXPECT_EQ(s.schedule.recompute, Recompute::Full);
   EXPECT_EQ(s.training.dtype, "bf16");
-  EXPECT_TRUE(s.training.distributed_optimizer);  // FSDP taken as ZeRO-1, and said so
-  EXPECT_TRUE(listed(r.unsupported, "data_parallel_shard_degree = 8: FSDP"));
+  EXPECT_TRUE(s.training.fsdp);
+  EXPECT_FALSE(s.training.distributed_optimizer);
+  // No pipelining: TorchTitan's default reshards after every forward, which training.fsdp does not model; said so.
+  EXPECT_TRUE(listed(r.unsupported, "fsdp_reshard_after_forward = default (without pipelining: always)"));
   EXPECT_TRUE(listed(r.ignored, "optimizer.lr"));
   EXPECT_TRUE(r.unknown.empty());
 }
@@ -110,6 +112,11 @@ TEST(TorchTitanImport, FlagsAreTheSameKeys) {
                                                      o);
   EXPECT_EQ(without_comments(a.yaml), without_comments(b.yaml));
   const Scenario s = parse_scenario(a.yaml, "a.yaml");
+  EXPECT_TRUE(s.training.fsdp);  // shard 2 under pipelining: gathered once per iteration, as modelled
+  EXPECT_FALSE(listed(a.unsupported, "fsdp_reshard"));
+  const std::string never =
+      std::string(toml).replace(toml.find("tensor_parallel_degree"), 0, "fsdp_reshard_after_forward = \"always\"\n");
+  EXPECT_TRUE(listed(import_torchtitan_toml(never, "n.toml", o).unsupported, "fsdp_reshard_after_forward = always"));
   EXPECT_EQ(s.schedule.kind, ScheduleKind::ZeroBubbleV);
   EXPECT_EQ(s.parallel.v, 2);  // 32 layers, 4 per stage, no allowance for the embedding and output: 8 stages
   EXPECT_TRUE(s.parallel.stage_layers.empty());  // even

@@ -123,7 +123,7 @@ void add_alltoalls(LoweredSchedule& out, const Scenario& s) {
 void add_expert_grad_sync(LoweredSchedule& out, const Scenario& s, const CostModel& cost) {
   const ParallelSpec& p = s.parallel;
   if (p.expert_data_gpus() <= 1) return;
-  const bool dist = s.training.distributed_optimizer;
+  const bool dist = s.training.sharded_optimizer();
   for (int r = 0; r < out.p; r++) {
     const double grads = cost.expert_grad_bytes(r), params = cost.expert_param_bytes(r);
     if (grads <= 0) continue;

@@ -13,10 +13,12 @@ namespace pipescope {
 
 GradSyncOptions grad_sync_options(const TrainingSpec& t) {
   GradSyncOptions o;
-  o.distributed_optimizer = t.distributed_optimizer;
-  o.overlap_grad_reduce = t.overlap_grad_reduce;
+  // FSDP moves what the distributed optimizer moves, each stage's share when it is due: its parameters gathered
+  // before its first op, its gradients reduce-scattered after its last backward (config.h TrainingSpec::fsdp).
+  o.distributed_optimizer = t.sharded_optimizer();
+  o.overlap_grad_reduce = t.overlap_grad_reduce || t.fsdp;
   o.bucket_bytes = t.grad_bucket_bytes;
-  o.overlap_param_gather = t.overlap_param_gather;
+  o.overlap_param_gather = t.overlap_param_gather || t.fsdp;
   return o;
 }
 

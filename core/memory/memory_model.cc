@@ -5,7 +5,8 @@
 // and the tied-embedding copy or output layer on the last, / t). Bytes per parameter from TrainingSpec::param_bytes:
 // weights e B (2 for fp16/bf16), gradients e B (4 with grad_fp32), optimizer state fp32 master 4 (16-bit dtypes) + Adam
 // 8 (16 in all for fp16, 18 for bf16 with fp32 gradients), or what training.optimizer_bytes_per_param leaves; the state
-// divided by dp with training.distributed_optimizer (ZeRO-1). Context parallelism (parallel.cp,
+// divided by dp with training.distributed_optimizer (ZeRO-1) or training.fsdp, whose gradients are an unsharded fp32
+// accumulator (4 B) plus their fp32 shard (4 B / dp). Context parallelism (parallel.cp,
 // core/cost/context_parallel.h): activations are those of seq_len / cp tokens per GPU (flash attention: no score term)
 // and the distributed optimizer shards over dp * cp. FP8 (training.dtype fp8, core/cost/fp8.h): the weights also hold
 // the FP8 copy and its transpose of every linear weight (2 B per linear-layer parameter of the rank's layers, / t) and
@@ -209,8 +210,8 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
 
   const int e = s.training.act_bytes_per_elem();
   const TrainingSpec::ParamBytes pb = s.training.param_bytes();
-  // The distributed optimizer keeps 1/dp of the master weights and Adam moments on each replica.
-  const double shards = s.training.distributed_optimizer ? 1.0 * par.dp * par.cp : 1.0;  // DP group with CP
+  // The distributed optimizer (and FSDP) keeps 1/dp of the master weights and Adam moments on each replica.
+  const double shards = s.training.sharded_optimizer() ? 1.0 * par.dp * par.cp : 1.0;  // DP group with CP
   const double h = m.hidden, t = par.tp, V = m.vocab;
   const double rep_tp = par.sequence_parallel ? t : 1.0;  // what TP does to the residual-stream tensors
   const int last_stage = par.pp * par.v - 1;
@@ -229,7 +230,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
   std::vector<double> expert_memory;
   for (int g = 0; g < par.pp * par.v; g++) expert_memory.push_back(stage_expert_load(s, g).memory);
   // The distributed optimizer shards the routed experts' state over their expert-data-parallel group.
-  const double expert_shards = s.training.distributed_optimizer ? static_cast<double>(par.expert_data_gpus()) : 1.0;
+  const double expert_shards = s.training.sharded_optimizer() ? static_cast<double>(par.expert_data_gpus()) : 1.0;
 
   MemoryReport rep;
   rep.device_bytes = s.cluster.device.memory_bytes;
@@ -239,8 +240,10 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
     RankMemory& rm = rep.ranks[r];
     const double params = rank_parameter_count(s, r);
     rm.weights_bytes = params * pb.weight + fp8_weight_cache_bytes(s, r);
-    rm.grads_bytes = params * pb.grad;
     const double experts = rank_expert_parameter_count(s, r);
+    rm.grads_bytes = params * pb.grad;
+    if (s.training.fsdp)  // the unsharded accumulator in fp32 (FSDP2's reduce_dtype), and the fp32 gradient shard
+      rm.grads_bytes = params * 4 + (params - experts) * 4 / shards + experts * 4 / expert_shards;
     rm.optimizer_bytes = (params - experts) * pb.state / shards + experts * pb.state / expert_shards;
     const double static_bytes = rm.weights_bytes + rm.grads_bytes + rm.optimizer_bytes;
 

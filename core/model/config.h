@@ -255,6 +255,16 @@ struct TrainingSpec {
   // Megatron --overlap-param-gather (distributed optimizer): the parameter all-gather of the next iteration's
   // first forward runs bucket by bucket beside it; what cannot hide stays exposed at the iteration's start.
   bool overlap_param_gather = false;
+  // Fully sharded data parallelism beside pipelining (TorchTitan's FSDP2, Megatron's --use-torch-fsdp2) as it runs
+  // under pipelining: each transformer block's parameters, gradients and optimizer state sharded over the data-
+  // parallel group; a stage's parameters all-gathered at their first use in the iteration and kept gathered through
+  // its micro-batches (TorchTitan's reshard_after_forward "default" under pipelining: one all-gather per iteration,
+  // not one per micro-batch), its gradients accumulated unsharded in fp32 (reduce_dtype) and reduce-scattered
+  // after its last backward, the optimizer step on the shard. Time: as the distributed optimizer with both overlaps;
+  // memory: the working copy and the fp32 accumulator whole, master weights, moments and fp32 gradients sharded.
+  bool fsdp = false;
+  // The optimizer state and step sharded over the data-parallel group: ZeRO-1 or FSDP.
+  bool sharded_optimizer() const { return distributed_optimizer || fsdp; }
   struct ParamBytes {
     double weight = 0, grad = 0, state = 0;  // state: fp32 master copy + Adam moments (unsharded)
     double total() const { return weight + grad + state; }

@@ -216,6 +216,7 @@ void training_args(const Scenario& s, Args& a) {
   if (!bf16 && t.grad_fp32) a.flag("--accumulate-allreduce-grads-in-fp32");
   a.value("--attention-backend", t.flash_attention ? "flash" : "unfused");
   if (t.distributed_optimizer) a.flag("--use-distributed-optimizer");
+  if (t.fsdp) a.flag("--use-torch-fsdp2");
   if (t.overlap_grad_reduce) a.flag("--overlap-grad-reduce");
   if (t.overlap_param_gather) a.flag("--overlap-param-gather");
 }

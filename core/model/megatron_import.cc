@@ -449,6 +449,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
                                                    "--swiglu",
                                                    "--disable-bias-linear",
                                                    "--use-distributed-optimizer",
+                                                   "--use-torch-fsdp2",
                                                    "--overlap-grad-reduce",
                                                    "--overlap-param-gather",
                                                    "--overlap-moe-expert-parallel-comm",
@@ -595,7 +596,12 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
       throw std::invalid_argument("--position-embedding-type: '" + p + "' is not learned_absolute or rope");
     position = p == "rope" ? "rope" : "learned";
   }
-  const bool dist_opt = values.count("--use-distributed-optimizer") != 0;
+  // PyTorch's FSDP2 in Megatron-LM shards the optimizer state itself (training.fsdp); it replaces the distributed
+  // optimizer.
+  const bool fsdp = values.count("--use-torch-fsdp2") != 0;
+  const bool dist_opt = values.count("--use-distributed-optimizer") != 0 && !fsdp;
+  if (fsdp && values.count("--use-distributed-optimizer"))
+    out.ignored.push_back("--use-distributed-optimizer (with --use-torch-fsdp2, FSDP shards the optimizer state)");
   const MoeArgs moe = moe_args(values, layers, tp);
   out.unsupported.insert(out.unsupported.end(), moe.not_modelled.begin(), moe.not_modelled.end());
 
@@ -654,6 +660,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
       values.count("--use-flash-attn") || backend_fused || cp > 1 || values.count("--multi-latent-attention");
   y << "training: {dtype: " << dtype << ", flash_attention: " << (flash ? "true" : "false")
     << ", grad_fp32: " << (grad_fp32 ? "true" : "false") << ", distributed_optimizer: " << (dist_opt ? "true" : "false")
+    << (fsdp ? ", fsdp: true" : "")
     << ", overlap_grad_reduce: " << (values.count("--overlap-grad-reduce") ? "true" : "false")
     << ", overlap_param_gather: " << (dist_opt && values.count("--overlap-param-gather") ? "true" : "false")
     << moe.training << "}\n";

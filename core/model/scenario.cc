@@ -1233,6 +1233,9 @@ void Validator::run() const {
              " has none: give cluster.device.peak_tflops_fp64 or a calibration profile of the CPU backend");
   if (!(std::isfinite(t.grad_bucket_bytes) && t.grad_bucket_bytes > 0))
     fail({"training.grad_bucket_MB"}, "must be > 0, got " + num(t.grad_bucket_bytes / units::kMB));
+  if (t.fsdp && t.distributed_optimizer)
+    fail({"training.fsdp", "training.distributed_optimizer"},
+         "fsdp shards the optimizer state itself (and the gradients and weights): leave distributed_optimizer off");
   if (t.overlap_param_gather && !t.distributed_optimizer)
     fail({"training.overlap_param_gather", "training.distributed_optimizer"},
          "overlap_param_gather overlaps the distributed optimizer's parameter all-gather: it needs "
@@ -1443,6 +1446,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
                                            "overlap_grad_reduce",
                                            "grad_bucket_MB",
                                            "overlap_param_gather",
+                                           "fsdp",
                                            "async_tp_allreduce",
                                            "dropout",
                                            "softmax_fp32",
@@ -1464,6 +1468,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   tr.get("overlap_grad_reduce", s.training.overlap_grad_reduce);
   tr.get("grad_bucket_MB", Num::Positive, units::kMB, s.training.grad_bucket_bytes);
   tr.get("overlap_param_gather", s.training.overlap_param_gather);
+  tr.get("fsdp", s.training.fsdp);
   tr.get("async_tp_allreduce", s.training.async_tp_allreduce);
   tr.get("dropout", s.training.dropout);
   tr.get("softmax_fp32", s.training.softmax_fp32);

@@ -62,6 +62,7 @@ const std::set<std::string> kRead = {"model.name",
                                      "training.mixed_precision_reduce",
                                      "parallelism.data_parallel_replicate_degree",
                                      "parallelism.data_parallel_shard_degree",
+                                     "parallelism.fsdp_reshard_after_forward",
                                      "parallelism.tensor_parallel_degree",
                                      "parallelism.context_parallel_degree",
                                      "parallelism.pipeline_parallel_degree",
@@ -80,8 +81,7 @@ const std::set<std::string> kRead = {"model.name",
 // Read, and what pipescope cannot model as TorchTitan runs it.
 const std::map<std::string, std::string> kUnsupported = {
     {"parallelism.enable_async_tensor_parallel", "async tensor parallelism (collective matmuls)"},
-    {"parallelism.module_fqns_per_model_part", "an explicit module split (give parallel.stage_layers)"},
-    {"parallelism.fsdp_reshard_after_forward", "FSDP's resharding (FSDP is taken as ZeRO-1)"}};
+    {"parallelism.module_fqns_per_model_part", "an explicit module split (give parallel.stage_layers)"}};
 const std::set<std::string> kKnownSections = {"model",   "training", "parallelism", "activation_checkpoint",
                                               "compile", "float8",   "quantize",    "mx"};
 
@@ -143,7 +143,7 @@ class Mapper {
     y << "}\n";
     y << "training: {dtype: " << dt << ", flash_attention: true, grad_fp32: "
       << (text("training.mixed_precision_reduce", "float32") == "float32" ? "true" : "false")
-      << ", distributed_optimizer: " << (l.shard > 1 ? "true" : "false");
+      << ", fsdp: " << (l.shard > 1 ? "true" : "false");
     if (text("parallelism.expert_parallel_comm_backend", "standard") == "deepep") y << ", moe_dispatcher: deepep";
     y << "}\n";
     y << "sim: {placement: megatron}  # TorchTitan's device mesh: tp innermost, then cp, dp, pp (Megatron's order)\n";
@@ -266,10 +266,22 @@ class Mapper {
                                   " GPUs do not hold replicate x shard x tp x cp x pp (give --nodes)");
     l.shard = static_cast<int>(shard > 0 ? shard : gpus / fixed);
     l.dp = replicate * l.shard;
-    if (l.shard > 1)
-      out_.unsupported.push_back("parallelism.data_parallel_shard_degree = " + std::to_string(l.shard) +
-                                 ": FSDP (ZeRO-3: parameters gathered per layer, gradients reduce-scattered) is taken "
-                                 "as data parallelism with the distributed optimizer (ZeRO-1)");
+    if (l.shard > 1 && replicate > 1)
+      out_.unsupported.push_back("parallelism.data_parallel_replicate_degree = " + std::to_string(replicate) +
+                                 " with data_parallel_shard_degree = " + std::to_string(l.shard) +
+                                 ": HSDP (sharded within a group, replicated across groups) is simulated as FSDP "
+                                 "sharded over all " +
+                                 std::to_string(l.dp) + " data-parallel GPUs");
+    // pipescope's FSDP keeps a stage's parameters gathered through the iteration (training.fsdp): TorchTitan's
+    // default under pipelining. Resharding after every forward (one all-gather per micro-batch) is not modelled.
+    const std::string reshard = text("parallelism.fsdp_reshard_after_forward", "default");
+    if (reshard != "default" && reshard != "always" && reshard != "never")
+      bad("parallelism.fsdp_reshard_after_forward", "must be default, always or never, got '" + reshard + "'");
+    if (l.shard > 1 && (reshard == "always" || (reshard == "default" && l.pp == 1)))
+      out_.unsupported.push_back("parallelism.fsdp_reshard_after_forward = " + reshard +
+                                 (reshard == "default" ? " (without pipelining: always)" : "") +
+                                 ": parameters gathered again for every forward and backward; simulated as gathered "
+                                 "once per iteration (never)");
     const int local = positive("training.local_batch_size", 8);
     const long long global = num("training.global_batch_size", -1);
     l.global = static_cast<int>(global > 0 ? global : 1LL * local * l.dp);
@@ -408,9 +420,12 @@ std::string torchtitan_toml(const Scenario& s) {
     << (t.dtype == "fp32" ? "float32" : "bfloat16") << "\"\nmixed_precision_reduce = \"float32\"\n";
   if (!t.grad_fp32) cannot("training.grad_fp32 false: TorchTitan reduces gradients in float32");
   o << "\n[parallelism]\n";
-  o << "data_parallel_replicate_degree = " << (t.distributed_optimizer ? 1 : p.dp)
-    << "\ndata_parallel_shard_degree = " << (t.distributed_optimizer ? p.dp : 1)
-    << "\ntensor_parallel_degree = " << p.tp << "\ncontext_parallel_degree = " << p.cp
+  // FSDP is TorchTitan's sharding; the distributed optimizer (ZeRO-1) has no TorchTitan form nearer than it.
+  const bool shard = t.fsdp || t.distributed_optimizer;
+  o << "data_parallel_replicate_degree = " << (shard ? 1 : p.dp)
+    << "\ndata_parallel_shard_degree = " << (shard ? p.dp : 1);
+  if (shard && p.dp > 1) o << "\nfsdp_reshard_after_forward = \"never\"  # gathered once per iteration, as simulated";
+  o << "\ntensor_parallel_degree = " << p.tp << "\ncontext_parallel_degree = " << p.cp
     << "\npipeline_parallel_degree = " << p.pp << "\n";
   if (p.pp > 1) {
     if (schedule) o << "pipeline_parallel_schedule = \"" << schedule << "\"\n";

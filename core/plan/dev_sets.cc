@@ -286,7 +286,9 @@ DevRow h100_row(const CsvRecord& r, const DevSet& set, std::map<std::string, int
   measured_line[h100_run_key(r)] = r.line;
   d.run.measured_s = h100_measured_s(r, run);
   if (!r.text("fsdp").empty()) {
-    d.skipped = "fully sharded data parallelism (fsdp): not in the scenario schema";
+    d.skipped =
+        "Megatron FSDP (fsdp): not modelled (training.fsdp is PyTorch FSDP2 as it runs under pipelining, "
+        "parameters gathered once per iteration)";
     return d;
   }
   const Family* f = family_of(run.model);
@@ -393,7 +395,9 @@ DevRow moe_row(const CsvRecord& r, const DevSet& set) {
     r.fail("metric", "expected step_time or tflops_per_gpu, got \"" + metric + "\"");
   }
   if (!r.text("fsdp").empty()) {
-    d.skipped = "fully sharded data parallelism (fsdp): not in the scenario schema";
+    d.skipped =
+        "Megatron FSDP (fsdp): not modelled (training.fsdp is PyTorch FSDP2 as it runs under pipelining, "
+        "parameters gathered once per iteration)";
     return d;
   }
   // "yes (combined 1F1B)": Megatron-Core's --overlap-moe-expert-parallel-comm (schedule.overlap_moe_a2a).

@@ -162,8 +162,9 @@ double search_memory_limit(const Scenario& base, const SearchSpace& space) {
   return device - space.headroom_bytes;
 }
 
-std::vector<bool> dist_opts(const SearchSpace& space, int dp) {
-  if (dp == 1 || space.distributed_optimizer.empty()) return {false};
+// FSDP in the scenario shards the optimizer state already: the distributed optimizer is not a dimension then.
+std::vector<bool> dist_opts(const Scenario& base, const SearchSpace& space, int dp) {
+  if (dp == 1 || space.distributed_optimizer.empty() || base.training.fsdp) return {false};
   return space.distributed_optimizer;
 }
 
@@ -180,7 +181,7 @@ std::string candidate_label(const Scenario& s) {
     for (std::size_t i = 0; i < p.stage_layers.size(); i++) l += (i ? "," : " ") + std::to_string(p.stage_layers[i]);
   }
   l += std::string(" rc-") + to_string(s.schedule.recompute);
-  return s.training.distributed_optimizer ? l + " do" : l;
+  return s.training.fsdp ? l + " fsdp" : s.training.distributed_optimizer ? l + " do" : l;
 }
 
 Scenario make_point(const Scenario& base, const SearchPoint& p, int segments) {
@@ -241,7 +242,7 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
                                                                   : std::vector<int>{1};
               for (int v : vs)
                 for (Recompute rc : space.recompute)
-                  for (bool dist_opt : dist_opts(space, dp)) {
+                  for (bool dist_opt : dist_opts(base, space, dp)) {
                     if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
                     f(SearchPoint{dp, pp, tp, v, b, ep, etp, cp, e, rc, dist_opt});
                   }

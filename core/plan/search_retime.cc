@@ -178,7 +178,7 @@ void ask(const DagShape& sh, const Scenario& s, const std::vector<std::int32_t>&
          Retimer::Values& v) {
   const std::size_t n = sh.ops.size();
   const int seqs = s.parallel.micro_batch_size;
-  v.dist_opt = s.training.distributed_optimizer;
+  v.dist_opt = s.training.sharded_optimizer();
   v.op.resize(n);
   auto& fp = v.fingerprint;
   fp.clear();

@@ -1,0 +1,93 @@
+// Fully sharded data parallelism beside pipelining (training.fsdp, core/model/config.h): the time of the distributed
+// optimizer with both overlaps (a stage's parameters gathered before its first op, its gradients reduce-scattered
+// after its last backward), the memory of FSDP2 (the fp32 gradient accumulator whole, master weights, moments and
+// the fp32 gradient shard over dp), and the places that must know it: validation, the search, the runtime.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/ir/schedule.h"
+#include "core/lower/grad_sync.h"
+#include "core/memory/memory_model.h"
+#include "core/model/model_shape.h"
+#include "core/model/scenario.h"
+#include "core/plan/pipeline.h"
+#include "core/plan/search.h"
+#include "runtime/scenario_fit.h"
+#include "sim/run_scenario.h"
+
+namespace pipescope {
+namespace {
+
+// The default layout (dp 2 x pp 4 x tp 2 on 2 DGX A100) in bf16 with the given sharding.
+Scenario with_training(const std::string& training) {
+  return parse_scenario(
+      "model: {preset: gpt3-1b}\ncluster: {preset: dgx-a100, nodes: 2}\n"
+      "parallel: {dp: 2, pp: 4, tp: 2, micro_batch_size: 1, global_batch: 32}\nschedule: {kind: 1f1b}\n"
+      "training: {dtype: bf16, grad_fp32: true, " +
+          training + "}\n",
+      "fsdp.yaml");
+}
+
+TEST(Fsdp, TimesAsTheDistributedOptimizerWithBothOverlaps) {
+  const Scenario fsdp = with_training("fsdp: true");
+  const Scenario zero1 =
+      with_training("distributed_optimizer: true, overlap_grad_reduce: true, overlap_param_gather: true");
+  const GradSyncOptions a = grad_sync_options(fsdp.training), b = grad_sync_options(zero1.training);
+  EXPECT_TRUE(a.distributed_optimizer && a.overlap_grad_reduce && a.overlap_param_gather);
+  EXPECT_EQ(a.bucket_bytes, b.bucket_bytes);
+  const sim::RunResult f = sim::run_isolated(fsdp), z = sim::run_isolated(zero1);
+  EXPECT_EQ(f.iteration_s, z.iteration_s);
+  // Without the overlaps the distributed optimizer gathers after the step: FSDP differs from it.
+  EXPECT_NE(f.iteration_s, sim::run_isolated(with_training("distributed_optimizer: true")).iteration_s);
+}
+
+TEST(Fsdp, MemoryShardsStateAndKeepsTheFp32AccumulatorWhole) {
+  const Scenario fsdp = with_training("fsdp: true"), zero1 = with_training("distributed_optimizer: true");
+  const Scenario plain = with_training("distributed_optimizer: false");
+  const MemoryReport f = memory_report(fsdp, make_schedule(fsdp)), z = memory_report(zero1, make_schedule(zero1));
+  const MemoryReport p = memory_report(plain, make_schedule(plain));
+  for (int r = 0; r < 4; r++) {
+    SCOPED_TRACE(r);
+    const double params = rank_parameter_count(fsdp, r);
+    EXPECT_DOUBLE_EQ(f.ranks[r].weights_bytes, z.ranks[r].weights_bytes);      // the bf16 working copy, whole
+    EXPECT_DOUBLE_EQ(f.ranks[r].optimizer_bytes, z.ranks[r].optimizer_bytes);  // master + moments over dp 2
+    EXPECT_DOUBLE_EQ(z.ranks[r].optimizer_bytes * 2, p.ranks[r].optimizer_bytes);
+    EXPECT_DOUBLE_EQ(f.ranks[r].grads_bytes, params * 4 + params * 4 / 2);  // accumulator + shard
+  }
+}
+
+TEST(Fsdp, RefusedBesideTheDistributedOptimizerAndByTheRuntime) {
+  try {
+    with_training("fsdp: true, distributed_optimizer: true");
+    ADD_FAILURE() << "fsdp with the distributed optimizer: accepted";
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("training.fsdp"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("leave distributed_optimizer off"), std::string::npos) << e.what();
+  }
+  try {
+    runtime::fit_scenario(with_training("fsdp: true"), {});
+    ADD_FAILURE() << "the runtime accepted fsdp";
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("training.fsdp: the runtime does not execute"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A scenario with FSDP keeps it in every candidate; the distributed optimizer is then no dimension of the search.
+TEST(Fsdp, SearchKeepsItAndDropsTheDistributedOptimizerDimension) {
+  SearchSpace space;
+  space.schedules = {"1f1b"};
+  space.micro_batch_sizes = {1};
+  const Stage1 st = enumerate_candidates(with_training("fsdp: true"), space);
+  ASSERT_FALSE(st.survivors.empty());
+  for (const Candidate& c : st.survivors) {
+    EXPECT_TRUE(c.scenario.training.fsdp) << c.label;
+    EXPECT_FALSE(c.scenario.training.distributed_optimizer) << c.label;
+    EXPECT_NE(c.label.find(" fsdp"), std::string::npos) << c.label;
+    EXPECT_EQ(c.label.find(" do"), std::string::npos) << c.label;
+  }
+}
+
+}  // namespace
+}  // namespace pipescope
