@@ -237,6 +237,8 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
         for (const auto& [ep, etp] : expert_layouts(base, space, tp, dp * cp)) {
           for (int b : mbs)
             for (const ScheduleEntry* e : kinds) {
+              // Several chunks on a one-rank pipeline are no pipeline: the frameworks run them with pp > 1 only.
+              if (pp == 1 && (e->traits.interleaved || e->traits.fixed_v > 1)) continue;
               const std::vector<int> vs = e->traits.fixed_v > 0   ? std::vector<int>{e->traits.fixed_v}
                                           : e->traits.interleaved ? chunk_counts(space, base.model.layers, pp)
                                                                   : std::vector<int>{1};
