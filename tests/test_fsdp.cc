@@ -69,8 +69,7 @@ TEST(Fsdp, RefusedBesideTheDistributedOptimizerAndByTheRuntime) {
     runtime::fit_scenario(with_training("fsdp: true"), {});
     ADD_FAILURE() << "the runtime accepted fsdp";
   } catch (const ScenarioError& e) {
-    EXPECT_NE(std::string(e.what()).find("training.fsdp: the runtime does not execute"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("training.fsdp: the runtime does not execute"), std::string::npos) << e.what();
   }
 }
 

@@ -133,8 +133,9 @@ std::optional<Action> Reader::parse_cell(std::string s, int row, int column) con
     for (std::size_t j = i; j < s.size() && (std::isalpha(static_cast<unsigned char>(s[j])) || s[j] == '_'); j++)
       word += s[j];
     if (word == "UNSHARD" || word == "RESHARD" || word == "REDUCE_GRAD")
-      return bad(word + " is an FSDP action: pipescope places FSDP's gathers and reductions itself (training.fsdp: a "
-                        "stage gathered before its first op, reduced after its last backward); leave it out of the file");
+      return bad(word +
+                 " is an FSDP action: pipescope places FSDP's gathers and reductions itself (training.fsdp: a "
+                 "stage gathered before its first op, reduced after its last backward); leave it out of the file");
     if (word == "OVERLAP_F_B")
       return bad(word + " actions are not supported (pipescope models compute and point-to-point actions only)");
     return bad("unknown action type");
