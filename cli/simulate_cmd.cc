@@ -78,6 +78,22 @@ sim::TraceSubset trace_subset(const SimulateOptions& o) {
   return t;
 }
 
+// Ranks or replicas the scenario does not have are refused before the run, not after it.
+void check_within(const std::string& flag, const std::string& text, int first, int last, int count, const char* what) {
+  if (first >= count || last >= count || (last >= 0 && first > last))
+    throw InputError(flag + " " + text + ": the scenario's " + what + " are 0:" + std::to_string(count - 1));
+}
+
+void check_subsets(const Scenario& s, const SimulateOptions& o) {
+  int a = 0, b = -1;
+  parse_whole_range("--timeline-ranks", o.timeline_ranks, a, b);
+  check_within("--timeline-ranks", o.timeline_ranks, a, b, s.parallel.pp, "pipeline ranks");
+  const sim::TraceSubset t = trace_subset(o);
+  check_within("--trace-ranks", o.trace_ranks, t.first_rank, t.last_rank, s.parallel.pp, "pipeline ranks");
+  check_within("--trace-replicas", o.trace_replicas, t.first_replica, t.last_replica, s.parallel.dp,
+               "data-parallel replicas");
+}
+
 sim::SimulateOneRequest one_request(const SimulateOptions& o) {
   sim::SimulateOneRequest q;
   q.collectives = o.collectives;
@@ -148,6 +164,7 @@ int run_simulate(const SimulateOptions& o) {
     throw InputError("--timeline draws one run; it cannot be combined with --compare");
   if ((o.json == "-") + (o.trace == "-") + (o.timeline == "-") > 1)
     throw InputError("only one of --json, --trace, --timeline can write to standard output (-)");
+  check_subsets(s, o);
   if (!o.compare.empty()) return run_compare(s, o);
   // Outputs are rendered in memory and written atomically after the run (core/util/atomic_file.h).
   const sim::SimulateOneResult run = sim::simulate_one(s, one_request(o));

@@ -65,8 +65,11 @@ Axis make_axis(double min_v, double max_v, bool log, bool from_zero, double targ
   }
   a.lo = from_zero ? std::min(0.0, min_v) : min_v;
   a.hi = max_v;
-  if (a.hi <= a.lo)
-    a.hi = a.lo + (a.lo == 0 ? 1 : std::abs(a.lo) * 0.1), a.lo = from_zero ? a.lo : a.lo - (a.hi - a.lo);
+  if (a.hi <= a.lo) {  // one value: a range around it
+    const double pad = a.lo == 0 ? 1 : std::abs(a.lo) * 0.1;
+    a.hi = a.lo + pad;
+    if (!from_zero) a.lo -= pad;
+  }
   a.step = svg::nice_step(a.hi - a.lo, target_ticks);
   if (whole) a.step = std::max(1.0, std::round(a.step));
   a.lo = std::floor(a.lo / a.step + 1e-9) * a.step;
@@ -100,7 +103,7 @@ struct Legend {
   double height = 0;
 };
 
-// Swatches and names left to right, wrapped at `right`; `line`: a line swatch (series of points) or a block.
+// Swatches and names left to right, wrapped at `right`: a dot per series of points, a block per bar part.
 Legend legend(const Chart& c, double left, double right, double top) {
   Legend l;
   if (c.series.size() < 2 && c.kind != ChartKind::StackedBars) return l;

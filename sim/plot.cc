@@ -167,11 +167,11 @@ std::vector<Chart> sweep_charts(const SweepTable& t, const PlotRequest& q, const
     if (numeric && number_of(r.values[xi], v)) return v;
     return static_cast<double>(std::find(cats.begin(), cats.end(), r.values[xi]) - cats.begin());
   };
-  // One series per combination of the other keys.
-  auto series_name = [&](const SweepRow& r) {
+  // "key=value" of a row's swept keys but `skip`, joined by `sep`: a series (the keys but x) or a bar (all).
+  auto values_text = [&](const SweepRow& r, std::size_t skip, const char* sep) {
     std::string n;
     for (std::size_t k = 0; k < t.keys.size(); k++)
-      if (k != xi) n += (n.empty() ? "" : ", ") + t.keys[k] + "=" + r.values[k];
+      if (k != skip) n += (n.empty() ? "" : sep) + t.keys[k] + "=" + r.values[k];
     return n;
   };
   auto metric_chart = [&](const std::string& column, const std::string& title) {
@@ -183,7 +183,7 @@ std::vector<Chart> sweep_charts(const SweepTable& t, const PlotRequest& q, const
     if (!numeric) c.categories = cats;
     std::map<std::string, std::size_t> index;
     for (const SweepRow* r : ok) {
-      const std::string n = series_name(*r);
+      const std::string n = values_text(*r, xi, ", ");  // one series per combination of the other keys
       if (index.emplace(n, c.series.size()).second) c.series.push_back({n.empty() ? column : n, {}, {}});
       ChartSeries& s = c.series[index[n]];
       s.x.push_back(x_of(*r));
@@ -198,9 +198,7 @@ std::vector<Chart> sweep_charts(const SweepTable& t, const PlotRequest& q, const
   std::vector<std::string> names;
   std::vector<json> parts;
   for (const SweepRow* r : ok) {
-    std::string n;
-    for (std::size_t k = 0; k < t.keys.size(); k++) n += (k ? " " : "") + t.keys[k] + "=" + r->values[k];
-    names.push_back(n);
+    names.push_back(values_text(*r, t.keys.size(), " "));
     parts.push_back(r->result);
   }
   out.push_back(breakdown_bars("where the time goes", names, parts, path));

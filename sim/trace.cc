@@ -76,11 +76,14 @@ std::pair<int, int> subset_range(const char* what, int first, int last, int coun
   return {first, hi};
 }
 
-// Per GPU id: whether the subset keeps it (the GPUs of every kept worker, all their TP / CP lanes).
-std::vector<char> kept_gpus(const LoweredSchedule& ls, const Placement& pl, const TraceSubset& sub) {
+std::string range_text(std::pair<int, int> r) { return std::to_string(r.first) + ":" + std::to_string(r.second); }
+
+// Per GPU id: whether the trace keeps it (the GPUs of every kept worker, all their TP / CP lanes).
+std::vector<char> kept_gpus(const LoweredSchedule& ls, const Placement& pl, std::pair<int, int> ranks,
+                            std::pair<int, int> replicas) {
   const int p = std::max(1, ls.p), workers = ls.workers(), width = std::max(1, pl.width());
-  const auto [r0, r1] = subset_range("ranks", sub.first_rank, sub.last_rank, p);
-  const auto [d0, d1] = subset_range("replicas", sub.first_replica, sub.last_replica, std::max(1, workers / p));
+  const auto [r0, r1] = ranks;
+  const auto [d0, d1] = replicas;
   std::vector<char> keep;
   for (int w = 0; w < workers; w++) {
     const int d = w / p, rank = w % p;
@@ -93,16 +96,6 @@ std::vector<char> kept_gpus(const LoweredSchedule& ls, const Placement& pl, cons
   return keep;
 }
 
-bool subset_applied(const LoweredSchedule& ls, const TraceSubset& s) {
-  const int p = std::max(1, ls.p), replicas = std::max(1, ls.workers() / p);
-  return s.first_rank > 0 || (s.last_rank >= 0 && s.last_rank < p - 1) || s.first_replica > 0 ||
-         (s.last_replica >= 0 && s.last_replica < replicas - 1);
-}
-
-std::string range_text(int first, int last, int count) {
-  return std::to_string(first) + ":" + std::to_string(last < 0 ? count - 1 : last);
-}
-
 }  // namespace
 
 void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r, const ProfileStamp& profile,
@@ -112,7 +105,11 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
   const Placement& pl = cs.placement();
   const int gpn = std::max(1, pl.gpus_per_node);
   const int tp = std::max(1, pl.width());  // transfer lanes: every TP (and context-parallel) rank
-  const std::vector<char> keep = kept_gpus(ls, pl, subset);
+  const int p = std::max(1, ls.p), replicas = std::max(1, ls.workers() / p);
+  const auto ranks = subset_range("ranks", subset.first_rank, subset.last_rank, p);
+  const auto reps = subset_range("replicas", subset.first_replica, subset.last_replica, replicas);
+  const bool partial = ranks != std::make_pair(0, p - 1) || reps != std::make_pair(0, replicas - 1);
+  const std::vector<char> keep = kept_gpus(ls, pl, ranks, reps);
   auto kept = [&keep](int gpu) { return gpu >= 0 && static_cast<std::size_t>(gpu) < keep.size() && keep[gpu]; };
 
   // Comm events: transfers on both ends (every TP lane), collectives on every GPU of the group's rings.
@@ -156,10 +153,8 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
   std::string other = "\"schedule\":\"" + json_escape(ls.schedule.name) +
                       "\",\"source\":\"simulated\",\"iteration_s\":" + TraceJsonWriter::seconds_text(r.iteration_s) +
                       ",\"profile\":" + profile_json(profile);
-  if (subset_applied(ls, subset))  // a partial trace says which part it holds
-    other += ",\"subset\":{\"pp_ranks\":\"" + range_text(subset.first_rank, subset.last_rank, ls.p) +
-             "\",\"dp_replicas\":\"" +
-             range_text(subset.first_replica, subset.last_replica, ls.workers() / std::max(1, ls.p)) + "\"}";
+  if (partial)  // a partial trace says which part it holds
+    other += ",\"subset\":{\"pp_ranks\":\"" + range_text(ranks) + "\",\"dp_replicas\":\"" + range_text(reps) + "\"}";
   TraceJsonWriter w(os, gpn, other, layout);
   w.tracks(tracks);
   auto event = [&](const std::string& name, std::uint32_t i, int worker, int index, const char* cat, int gpu,
@@ -182,8 +177,8 @@ void write_trace(std::ostream& os, const CheckedSchedule& cs, const SimResult& r
     if (n.kind != DagKind::Compute || n.worker < 0 || t.end <= t.start) continue;
     const std::string name = dag_node_text(dag, ls, i);
     for (int k = 0; k < tp; k++)
-      if (kept(pl.gpu_of(n.worker, k)))
-        event(name, i, n.worker, n.index, "compute", pl.gpu_of(n.worker, k), 0, t.start, t.end, k);
+      if (const int g = pl.gpu_of(n.worker, k); kept(g))
+        event(name, i, n.worker, n.index, "compute", g, 0, t.start, t.end, k);
   }
   // Flow ids: one per (transfer, TP lane), both ends written right after their events; an arrow only where the
   // subset keeps both ends.

@@ -241,9 +241,9 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
     const double params = rank_parameter_count(s, r);
     rm.weights_bytes = params * pb.weight + fp8_weight_cache_bytes(s, r);
     const double experts = rank_expert_parameter_count(s, r);
-    rm.grads_bytes = params * pb.grad;
-    if (s.training.fsdp)  // the unsharded accumulator in fp32 (FSDP2's reduce_dtype), and the fp32 gradient shard
-      rm.grads_bytes = params * 4 + (params - experts) * 4 / shards + experts * 4 / expert_shards;
+    // FSDP: the unsharded accumulator in fp32 (FSDP2's reduce_dtype) and the fp32 gradient shard.
+    rm.grads_bytes =
+        s.training.fsdp ? params * 4 + (params - experts) * 4 / shards + experts * 4 / expert_shards : params * pb.grad;
     rm.optimizer_bytes = (params - experts) * pb.state / shards + experts * pb.state / expert_shards;
     const double static_bytes = rm.weights_bytes + rm.grads_bytes + rm.optimizer_bytes;
 
