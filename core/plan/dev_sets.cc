@@ -550,7 +550,7 @@ const std::vector<DevSet>& dev_sets() {
       {"vtrain-a100", "tests/data/vtrain_a100_dev.csv", "A100", "vtrain-a100", DevSetKind::Vtrain,
        "iteration time (ms) as measured", "layouts of one model, GPU count and global batch (MeasuredRun::group)", "",
        "line"},
-      {"seq1f1b-a100", "scenarios/fidelity/seq1f1b_dev.csv", "A100", "dgx-a100", DevSetKind::Seq1F1B,
+      {"seq1f1b-a100", "scenarios/fidelity/seq1f1b_dev.csv", "A100", "seq1f1b-a100", DevSetKind::Seq1F1B,
        "tokens/s of the cluster: iteration = global_batch x seq_len / tokens_per_s",
        "the four methods at one model, sequence length and micro-batch count", "", "line"},
       {"terapipe-table3", "scenarios/fidelity/terapipe_table3_dev.csv", "V100", "aws-p3.16xlarge",
