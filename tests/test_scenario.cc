@@ -221,7 +221,7 @@ TEST(Scenario, EveryModelPresetLoads) {
 }
 
 TEST(Scenario, EveryClusterAndDevicePresetLoads) {
-  ASSERT_EQ(cluster_preset_names().size(), 9u);
+  ASSERT_EQ(cluster_preset_names().size(), 10u);
   for (const auto& name : cluster_preset_names()) {
     SCOPED_TRACE(name);
     const int per_node = cluster_preset(name)->gpus_per_node, dp = 3 * per_node / 24;  // 8, or 72 (NVL72)
@@ -447,7 +447,7 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "nemotron4-340b, mixtral-8x7b, mixtral-8x22b, qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3, gpt-oss-120b");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-z100}\n" + kParallel),
             "t.yaml:2:19: cluster.preset: unknown cluster preset \"dgx-z100\" (did you mean \"dgx-a100\"?); valid: "
-            "aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, vtrain-a100, dgx-h100, dgx-h100-superpod, dgx-b200, "
+            "aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, vtrain-a100, seq1f1b-a100, dgx-h100, dgx-h100-superpod, dgx-b200, "
             "gb200-nvl72, gb300-nvl72");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, device: {preset: TPUv4}}\n" + kParallel),
             "t.yaml:2:46: cluster.device.preset: unknown device preset \"TPUv4\"; valid: V100-SXM2-16GB, "

@@ -182,6 +182,11 @@ static_assert(kHopperGemmEfficiency - 0.69 / kA100MatmulCeiling * kHopperMatmulC
 // The fused attention kernels' share of peak, forward and backward, at the causal long-sequence shapes training runs
 // (docs/cost-model.md "Fused attention" and the device table: FlashAttention-2's A100 benchmark, 50-73% of peak over
 // its shapes). A device without them prices attention at its GEMM share.
+// Hopper: cuDNN's fused attention (what Transformer Engine runs there) at head dimension 128 and 16k tokens on an H100
+// SXM5, 539 TFLOP/s forward with the causal mask and 516 backward (Shah et al., "FlashAttention-3", 2024, figures of
+// section 4.1), over the 989.4 TFLOP/s peak.
+constexpr double kHopperFlashFwd = 0.545, kHopperFlashBwd = 0.52;
+
 DeviceSpec flash(DeviceSpec d, double fwd, double bwd) {
   d.flash_fwd_efficiency = fwd;
   d.flash_bwd_efficiency = bwd;
@@ -197,10 +202,13 @@ const std::vector<DeviceSpec>& devices() {
       // Shares fit to the vTrain A100 development set (Megatron-DeepSpeed with its async TP all-reduce and the
       // GEMM wave epilogue, docs/cost-model.md "Fidelity").
       flash(device("A100-SXM4-80GB", 312, 312, 19.5, 80, 2039, 108, 0.69, 0, 70), 0.63, 0.55),
-      // Hopper: the A100's share scaled by the two devices' achievable matmul ceilings (kHopperMatmulCeiling).
-      hopper(device("H100-SXM", 989.4, 989.4, 67, 80, 3350, 132, kHopperGemmEfficiency, 0, 70), 1979),
+      // Hopper: the A100's share scaled by the two devices' achievable matmul ceilings (kHopperMatmulCeiling); fused
+      // attention at cuDNN's measured share (kHopperFlashFwd / Bwd).
+      flash(hopper(device("H100-SXM", 989.4, 989.4, 67, 80, 3350, 132, kHopperGemmEfficiency, 0, 70), 1979),
+            kHopperFlashFwd, kHopperFlashBwd),
       // H200: the H100's Hopper die and clocks (same peaks and SMs) with 141 GB of HBM3e at 4.8 TB/s.
-      hopper(device("H200-SXM", 989.4, 989.4, 67, 141, 4800, 132, kHopperGemmEfficiency, 0, 70), 1979),
+      flash(hopper(device("H200-SXM", 989.4, 989.4, 67, 141, 4800, 132, kHopperGemmEfficiency, 0, 70), 1979),
+            kHopperFlashFwd, kHopperFlashBwd),
       // Blackwell (docs/cost-model.md "Device and cluster descriptions"): dense peaks of NVIDIA's Blackwell
       // datasheets (B200 in HGX / DGX B200 at 1,000 W; the GB200 and GB300 superchips' GPUs at 1,200 W and
       // 1,400 W), HBM3e 8 TB/s, 148 SMs (B200 / GB200) and 160 (Blackwell Ultra). FP8 is also the MXFP8 rate.
