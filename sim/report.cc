@@ -31,9 +31,13 @@ RunBreakdown breakdown_of(const Scenario& s, const CheckedSchedule& cs, const Si
   std::vector<double> start(r.timing.size()), end(r.timing.size());
   for (std::size_t i = 0; i < r.timing.size(); i++) start[i] = r.timing[i].start, end[i] = r.timing[i].end;
   std::unique_ptr<CostModel> cost;
-  if (s.schedule.recompute != Recompute::None) cost = make_cost_model(s);
-  auto recompute = [&](const Op& op, int seqs) { return cost ? cost->recompute_seconds(op, seqs) : 0.0; };
-  return time_breakdown(cs.dag(), cs.schedule(), start, end, r.iteration_s, recompute);
+  if (s.schedule.recompute != Recompute::None || s.parallel.cp > 1) cost = make_cost_model(s);
+  OpShares shares;
+  if (cost) {
+    shares.recompute_s = [&](const Op& op, int seqs) { return cost->recompute_seconds(op, seqs); };
+    shares.cp_wait_s = [&](const Op& op, int seqs) { return cost->cp_wait_seconds(op, seqs); };
+  }
+  return time_breakdown(cs.dag(), cs.schedule(), start, end, r.iteration_s, shares);
 }
 
 }  // namespace
@@ -80,12 +84,13 @@ Report make_report(const Scenario& s, const CheckedSchedule& cs, const SimResult
   rep.breakdown = breakdown_of(s, cs, r);
   if (r.iteration_s > 0) rep.bubble_fraction = rep.breakdown.mean.bubble_s / r.iteration_s;
 
-  // Megatron Eq. 3: F / (T * n). Hardware FLOPs include the recomputed forward when the schedule
-  // recomputes; model FLOPs never do.
+  // Megatron Eq. 3: F / (T * n), whose attention term counts the whole s x s square, and the recomputed forward when
+  // the schedule recomputes. Model FLOPs (MFU's) are the useful ones: causal attention, no recomputation
+  // (Megatron-Core's count), so that a long-context run's MFU stays below what the tensor cores can do.
   if (r.iteration_s > 0 && rep.gpus > 0) {
     const double denom = r.iteration_s * rep.gpus * 1e12;
     rep.tflops_per_gpu = megatron_flops_per_iteration(s.model, s.parallel.global_batch, s.schedule.recompute) / denom;
-    rep.model_tflops_per_gpu = megatron_flops_per_iteration(s.model, s.parallel.global_batch, Recompute::None) / denom;
+    rep.model_tflops_per_gpu = megatron_core_flops_per_iteration(s.model, s.parallel.global_batch) / denom;
     const double peak = dtype_peak_flops(s.cluster.device, s.training.dtype);
     if (peak > 0) rep.mfu = rep.model_tflops_per_gpu * 1e12 / peak;
   }
@@ -190,7 +195,7 @@ void print_table(std::ostream& os, const Report& r) {
   line("pipeline bubble", fmt("%.6f", r.bubble_fraction) + " of the iteration (waiting on another stage)");
   line("idle fraction", fmt("%.6f", r.idle_fraction) + " (mean worker idle / pipeline end: bubble and exposed comm)");
   line("throughput", fmt("%.3f TFLOP/s per GPU", r.tflops_per_gpu) +
-                         fmt(" (Megatron Eq. 3 F/(T n)); model FLOPs %.3f TFLOP/s", r.model_tflops_per_gpu));
+                         fmt(" (Megatron Eq. 3 F/(T n)); model FLOPs %.3f TFLOP/s (causal)", r.model_tflops_per_gpu));
   line("MFU", fmt("%.2f%%", 100 * r.mfu) + " (model FLOPs / the 16-bit dense peak)");
   line("tokens", fmt("%.0f tokens/s", r.tokens_per_s) + " (global batch " + std::to_string(r.global_batch) +
                      " x seq_len " + std::to_string(r.seq_len) + " per iteration)");

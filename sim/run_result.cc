@@ -34,7 +34,7 @@ const std::vector<ResultField>& result_fields() {
         {"idle_ratio", &R::idle_ratio, "idle_ratio", 1, "", "mean worker idle / busy before the pipeline end"},
         {"tflops_per_gpu", &R::tflops_per_gpu, "tflops_per_gpu", 1, "TFLOP/s", "throughput per GPU"},
         {"model_tflops_per_gpu", &R::model_tflops_per_gpu, "model_tflops_per_gpu", 1, "TFLOP/s",
-         "model FLOPs per GPU (no recomputation)"},
+         "model FLOPs per GPU (causal attention, no recomputation: Megatron-Core's count)"},
         {"mfu", &R::mfu, "mfu", 1, "", "model FLOPs utilisation (of the 16-bit dense peak)"},
         {"tokens_per_s", &R::tokens_per_s, "tokens_per_s", 1, "tokens/s", "training throughput"},
         {"peak_memory_bytes", &R::peak_memory_bytes, "peak_memory_GB", 1e9, "GB", "worst rank's memory peak"},

@@ -270,6 +270,171 @@ TEST(ContextParallel, ImportMegatronMapsContextParallelSize) {
   EXPECT_TRUE(s.training.flash_attention);
 }
 
+// llama3-8b (32 query, 8 K/V heads) at tp 2, cp 4 on one DGX H100 node (the group on NVLink), with
+// parallel.cp_comm_type and, for a2a+p2p, cp_a2a.
+Scenario comm_type(const std::string& type, int seq = 32768, int a2a = 0) {
+  std::string y = yaml(1, 4, 1, 2, 1, seq);
+  const std::string extra = ", cp_comm_type: \"" + type + "\"" + (a2a > 0 ? ", cp_a2a: " + std::to_string(a2a) : "");
+  y.insert(y.find(", global_batch: 8}"), extra);
+  return load(y);
+}
+
+double waits(const AnalyticCostModel& cm, const Scenario& s, bool forward) {
+  const int l = s.model.seq_len / s.parallel.cp;
+  double w = 0;
+  for (const KernelCost& k : forward ? cm.attention_core_kernels(1, l, 0) : cm.layer_backward_kernels(1, l, 0))
+    w += k.wait_s;
+  return w;
+}
+
+// The four types do the same useful work; they differ in what waits: nothing for a long sequence's ring, the
+// gather before attention (and again, with the dK/dV reduce-scatter, in backward), the all-to-alls of Q, K, V and
+// the output, or a2a+p2p's all-to-alls over its groups of cp_a2a ranks.
+TEST(ContextParallel, CommTypesSameFlopsDifferentWaits) {
+  const Scenario p2p = comm_type("p2p"), ag = comm_type("allgather"), a2a = comm_type("a2a"),
+                 hier = comm_type("a2a+p2p", 32768, 2);
+  Op op;
+  op.kind = OpKind::Backward;
+  op.stage = 0;
+  op.tok_end = 32768;
+  const double flops = AnalyticCostModel(p2p).op_flops(op, 1);
+  for (const Scenario* s : {&ag, &a2a, &hier}) EXPECT_DOUBLE_EQ(AnalyticCostModel(*s).op_flops(op, 1), flops);
+  const AnalyticCostModel c_p2p(p2p), c_ag(ag), c_a2a(a2a), c_hier(hier);
+  EXPECT_DOUBLE_EQ(waits(c_p2p, p2p, true), 0);  // 32k tokens hide every ring step on NVLink
+  const ClusterSpec& c = p2p.cluster;
+  const double e = 2, l = 32768 / 4, q = 4096 / 2, kv = 1024 / 2;  // per TP rank
+  const double gather = c.nvlink_latency_s + 3 * 2 * e * l * kv / c.nvlink_bw_Bps;
+  EXPECT_DOUBLE_EQ(waits(c_ag, ag, true), gather);
+  EXPECT_DOUBLE_EQ(waits(c_ag, ag, false), 2 * gather);  // gathered again, dK/dV reduce-scattered
+  const double qkv = c.nvlink_latency_s + e * l * (q + 2 * kv) * 3 / 4 / c.nvlink_bw_Bps,
+               o = c.nvlink_latency_s + e * l * q * 3 / 4 / c.nvlink_bw_Bps;
+  EXPECT_DOUBLE_EQ(waits(c_a2a, a2a, true), qkv + o);
+  EXPECT_DOUBLE_EQ(waits(c_a2a, a2a, false), o + qkv);  // dO in, dQ, dK, dV out
+  const double qkv2 = c.nvlink_latency_s + e * l * (q + 2 * kv) / 2 / c.nvlink_bw_Bps,
+               o2 = c.nvlink_latency_s + e * l * q / 2 / c.nvlink_bw_Bps;
+  EXPECT_NEAR(waits(c_hier, hier, true), qkv2 + o2, 1e-12);  // its 2-step ring hides behind attention
+  // The breakdown's share: the op's waits, at most its time; none for a weight-gradient op.
+  op.kind = OpKind::Forward;
+  EXPECT_DOUBLE_EQ(c_p2p.cp_wait_seconds(op, 1), 0);
+  EXPECT_NEAR(c_ag.cp_wait_seconds(op, 1), 32 * gather, 1e-12);  // 32 layers
+  op.kind = OpKind::BackwardWeight;
+  EXPECT_DOUBLE_EQ(c_ag.cp_wait_seconds(op, 1), 0);
+}
+
+// a2a+p2p: cp 4 as two all-to-all groups of 2 adjacent context-parallel ranks and, per place in a group, a ring
+// through the groups; a2a posts the all-to-alls of each op (Q, K, V; the output) instead of the K/V ring.
+TEST(ContextParallel, HierarchicalRingsAndTraffic) {
+  auto p = prepare(comm_type("a2a+p2p", 8192, 2));
+  EXPECT_EQ(p->lowered.cp_a2a, 2);
+  const Dag dag = build_dag(p->lowered, p->placement);
+  int inner = 0, outer = 0;
+  for (std::size_t g = 0; g < p->lowered.groups.size(); g++) {
+    const CollGroup& grp = p->lowered.groups[g];
+    if (grp.tag != CollTag::ContextParallel) continue;
+    const int w = grp.workers[0];
+    const auto& rings = dag.rings[g];
+    ASSERT_EQ(rings.size(), 4u);  // tp 2 lanes x 2
+    auto gpu = [&](int c, int t) { return p->placement.gpu_of(w, c * 2 + t); };
+    switch (grp.cp_ring) {
+      case CpRing::Inner:  // cp ranks {0, 1} and {2, 3} of each lane
+        inner++;
+        EXPECT_EQ(rings[0], (std::vector<std::int32_t>{gpu(0, 0), gpu(1, 0)}));
+        EXPECT_EQ(rings[1], (std::vector<std::int32_t>{gpu(2, 0), gpu(3, 0)}));
+        break;
+      case CpRing::Outer:  // cp ranks {0, 2} and {1, 3} of each lane
+        outer++;
+        EXPECT_EQ(rings[0], (std::vector<std::int32_t>{gpu(0, 0), gpu(2, 0)}));
+        EXPECT_EQ(rings[1], (std::vector<std::int32_t>{gpu(1, 0), gpu(3, 0)}));
+        break;
+      case CpRing::Whole:
+        ADD_FAILURE() << "a2a+p2p has no whole-group ring";
+        break;
+    }
+  }
+  EXPECT_EQ(inner, 1);
+  EXPECT_EQ(outer, 1);
+  EXPECT_NO_THROW(check(p->lowered, p->placement));
+  auto a = prepare(comm_type("a2a", 8192));
+  int a2a_calls = 0;
+  for (const auto& prog : a->lowered.per_worker)
+    for (const LoweredOp& l : prog)
+      if (l.tag == CollTag::ContextParallel) {
+        EXPECT_EQ(l.kind, LOpKind::AllToAll);
+        a2a_calls++;
+      }
+  EXPECT_EQ(a2a_calls, 2 * 2 * 8);  // two per compute op: 8 micro-batches, forward and backward
+}
+
+TEST(ContextParallel, CommTypeErrorsAreLocated) {
+  auto err = [](const std::string& type, int a2a, int tp = 2) {
+    std::string y = yaml(1, 4, 1, tp, std::max(1, tp * 4 / 8));
+    const std::string extra = ", cp_comm_type: \"" + type + "\"" + (a2a > 0 ? ", cp_a2a: " + std::to_string(a2a) : "");
+    y.insert(y.find(", global_batch: 8}"), extra);
+    return error_of(y);
+  };
+  EXPECT_NE(err("a2a", 0, 8)
+                .find("parallel.cp_comm_type: cp_comm_type a2a spreads the heads of a tensor-parallel "
+                      "rank (4 query, 1 K/V heads) over all-to-all groups of 4 ranks"),
+            std::string::npos)
+      << err("a2a", 0, 8);
+  EXPECT_NE(err("p2p", 2).find("parallel.cp_a2a: cp_a2a = 2 sizes the all-to-all level of cp_comm_type a2a+p2p"),
+            std::string::npos);
+  EXPECT_NE(err("a2a+p2p", 4).find("parallel.cp_a2a: cp_comm_type a2a+p2p needs cp_a2a"), std::string::npos);
+  EXPECT_NE(err("a2a+p2p", 0).find("got 1"), std::string::npos);
+  EXPECT_NE(err("ring", 0).find("parallel.cp_comm_type"), std::string::npos);
+  EXPECT_EQ(err("a2a+p2p", 2), "");
+}
+
+TEST(ContextParallel, ImportAndEmitCommType) {
+  MegatronImportOptions o;
+  o.cluster = "dgx-h100";
+  o.nodes = 8;
+  auto import = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--num-layers",
+                                  "32",
+                                  "--hidden-size",
+                                  "4096",
+                                  "--num-attention-heads",
+                                  "32",
+                                  "--seq-length",
+                                  "32768",
+                                  "--micro-batch-size",
+                                  "1",
+                                  "--global-batch-size",
+                                  "16",
+                                  "--tensor-model-parallel-size",
+                                  "2",
+                                  "--pipeline-model-parallel-size",
+                                  "2",
+                                  "--context-parallel-size",
+                                  "4",
+                                  "--bf16"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return import_megatron(a, o);
+  };
+  const Scenario s = parse_scenario(
+      import({"--cp-comm-type", "a2a+p2p", "--hierarchical-context-parallel-sizes", "2", "2"}).yaml, "i.yaml");
+  EXPECT_EQ(s.parallel.cp_comm_type, CpCommType::A2AP2P);
+  EXPECT_EQ(s.parallel.cp_a2a, 2);
+  EXPECT_EQ(parse_scenario(import({"--cp-comm-type", "a2a", "a2a", "a2a"}).yaml, "i.yaml").parallel.cp_comm_type,
+            CpCommType::A2A);
+  auto refused = [&](std::vector<std::string> extra) {
+    try {
+      import(std::move(extra));
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refused({"--cp-comm-type", "p2p", "a2a"}).find("one type per layer is not modelled"), std::string::npos);
+  EXPECT_NE(refused({"--cp-comm-type", "a2a+p2p"}).find("needs --hierarchical-context-parallel-sizes"),
+            std::string::npos);
+  EXPECT_NE(refused({"--cp-comm-type", "a2a+p2p", "--hierarchical-context-parallel-sizes", "2", "4"})
+                .find("whose product is --context-parallel-size 4"),
+            std::string::npos);
+  EXPECT_NE(refused({"--cp-comm-type", "ring"}).find("not one of p2p, a2a, allgather, a2a+p2p"), std::string::npos);
+}
+
 // scenarios/llama3-70b-32k.yaml with cp traded against dp on its 128 GPUs (the README's sweep): memory per GPU
 // falls about cp-fold (activations), cp 1 does not fit, and with more micro-batches per replica (m = B / dp) the
 // pipeline bubble and the iteration time shrink.

@@ -445,10 +445,11 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "megatron-39.1b, megatron-76.1b, megatron-145.6b, megatron-310.1b, megatron-529.6b, megatron-1t, "
             "seq1f1b-2.7b, seq1f1b-7b, seq1f1b-13b, seq1f1b-30b, llama3-8b, llama3-70b, llama3-405b, "
             "nemotron4-340b, mixtral-8x7b, mixtral-8x22b, qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3, gpt-oss-120b");
-  EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-z100}\n" + kParallel),
-            "t.yaml:2:19: cluster.preset: unknown cluster preset \"dgx-z100\" (did you mean \"dgx-a100\"?); valid: "
-            "aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, vtrain-a100, seq1f1b-a100, dgx-h100, dgx-h100-superpod, dgx-b200, "
-            "gb200-nvl72, gb300-nvl72");
+  EXPECT_EQ(
+      error_of(kModel + "cluster: {preset: dgx-z100}\n" + kParallel),
+      "t.yaml:2:19: cluster.preset: unknown cluster preset \"dgx-z100\" (did you mean \"dgx-a100\"?); valid: "
+      "aws-p3.16xlarge, aws-p3dn.24xlarge, dgx-a100, vtrain-a100, seq1f1b-a100, dgx-h100, dgx-h100-superpod, dgx-b200, "
+      "gb200-nvl72, gb300-nvl72");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, device: {preset: TPUv4}}\n" + kParallel),
             "t.yaml:2:46: cluster.device.preset: unknown device preset \"TPUv4\"; valid: V100-SXM2-16GB, "
             "V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM, H200-SXM, B200-SXM, GB200, GB300");

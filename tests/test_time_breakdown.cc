@@ -50,9 +50,11 @@ Timed timed(const ConstantCosts& cc, int p, int m, int dp, int tp, double p2p_s,
   return t;
 }
 
-RunBreakdown breakdown(const Timed& t, double recompute_share = 0) {
-  auto recompute = [&](const Op& op, int) { return op.kind == OpKind::Forward ? 0.0 : recompute_share; };
-  return time_breakdown(t.dag, t.ls, t.start, t.end, t.makespan, recompute);
+RunBreakdown breakdown(const Timed& t, double recompute_share = 0, double cp_wait = 0) {
+  OpShares shares;
+  shares.recompute_s = [=](const Op& op, int) { return op.kind == OpKind::Forward ? 0.0 : recompute_share; };
+  shares.cp_wait_s = [=](const Op&, int) { return cp_wait; };
+  return time_breakdown(t.dag, t.ls, t.start, t.end, t.makespan, shares);
 }
 
 TEST(TimeBreakdown, FreeCommunicationLeavesTheClosedFormBubble) {
@@ -95,6 +97,26 @@ TEST(TimeBreakdown, ExposedCommunicationIsChargedByKind) {
   EXPECT_NEAR(b.mean.total_s(), t.makespan, 1e-9);
 }
 
+// A context-parallel wait inside an op comes out of the op's own kind first: forward and backward keep the rest, the
+// recomputed share comes out of what the backward has left.
+TEST(TimeBreakdown, ContextParallelWaitsComeOutOfTheOpsOwnTime) {
+  ConstantCosts cc;  // forward 1 s, backward 2 s
+  const int p = 2, m = 4;
+  const Timed t = timed(cc, p, m, 1, 1, 0, 0);
+  const RunBreakdown b = breakdown(t, 0.5, 0.25);
+  for (const TimeBreakdown& w : b.per_worker) {
+    EXPECT_NEAR(w.total_s(), t.makespan, 1e-9);
+    EXPECT_DOUBLE_EQ(w.cp_comm_s, 2 * m * 0.25);  // every forward and backward
+    EXPECT_DOUBLE_EQ(w.forward_s, m * 0.75);
+    EXPECT_DOUBLE_EQ(w.recompute_s, m * 0.5);
+    EXPECT_DOUBLE_EQ(w.backward_s, m * (2.0 - 0.25 - 0.5));
+  }
+  // A wait longer than the op is the whole op.
+  const RunBreakdown all = breakdown(t, 0, 5.0);
+  EXPECT_DOUBLE_EQ(all.per_worker[0].forward_s + all.per_worker[0].backward_s, 0.0);
+  EXPECT_DOUBLE_EQ(all.per_worker[0].cp_comm_s, m * 3.0);
+}
+
 // The timeline legend's line: each part's share of the total, the parts under 0.1% left out.
 TEST(TimeBreakdown, LegendLineGivesEachVisiblePartsShare) {
   TimeBreakdown b;
@@ -107,7 +129,7 @@ TEST(TimeBreakdown, LegendLineGivesEachVisiblePartsShare) {
 
 TEST(TimeBreakdown, TimingsMustCoverTheDag) {
   const Timed t = timed(ConstantCosts{}, 2, 2, 1, 1, 0, 0);
-  EXPECT_THROW(time_breakdown(t.dag, t.ls, {}, {}, t.makespan, nullptr), std::invalid_argument);
+  EXPECT_THROW(time_breakdown(t.dag, t.ls, {}, {}, t.makespan, OpShares{}), std::invalid_argument);
 }
 
 }  // namespace

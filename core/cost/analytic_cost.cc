@@ -847,6 +847,21 @@ double AnalyticCostModel::compute_seconds_uncached(const Op& op, int microbatch_
   return 0.0;
 }
 
+double AnalyticCostModel::cp_wait_seconds(const Op& op, int microbatch_seqs) const {
+  if (s_.parallel.cp == 1 || op.kind == OpKind::BackwardWeight) return 0.0;
+  check_op(op, microbatch_seqs);
+  const OpKernels k = op_kernels(op, microbatch_seqs, op.kind == OpKind::Forward);
+  double waits = 0;
+  auto add = [&](const std::vector<KernelCost>& ks, double reps) {
+    for (const KernelCost& x : ks) waits += reps * x.wait_s;
+  };
+  add(k.pre, 1);
+  add(k.layer, k.layers - k.moe_layers);
+  add(k.moe_layer, k.moe_layers);
+  add(k.post, 1);
+  return std::min(waits, compute_seconds(op, microbatch_seqs));
+}
+
 double AnalyticCostModel::recompute_seconds(const Op& op, int microbatch_seqs) const {
   if (op.kind == OpKind::Forward || s_.schedule.recompute == Recompute::None) return 0.0;
   check_op(op, microbatch_seqs);

@@ -29,6 +29,8 @@ class AnalyticCostModel : public CostModel {
   double expert_param_bytes(int rank) const override;
   // The recomputed kernels' share of the fused backward, times compute_seconds(op) (I and W alike).
   double recompute_seconds(const Op& op, int microbatch_seqs) const override;
+  // The wait kernels (KernelCost::wait_s) of the op's kernels, at most its compute_seconds; 0 for a W op.
+  double cp_wait_seconds(const Op& op, int microbatch_seqs) const override;
 
   // One transformer layer on one GPU: b sequences, l tokens after c tokens of context.
   double layer_forward_seconds(int b, int l, int c) const;

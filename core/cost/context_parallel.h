@@ -28,17 +28,32 @@ double cp_step_pairs(int seq_len, int cp, int step);
 
 // Bytes one GPU sends per ring step and layer: the K and V of its s / cp tokens for b sequences, kv / t wide.
 double cp_kv_step_bytes(const Scenario& s, int b);
-// Seconds of one ring-step transfer of `bytes` between neighbouring context-parallel ranks: NVLink (or PCIe on a
-// PCIe-only node) when a context-parallel group fits in a node (tp * cp <= gpus_per_node), else the NIC share of a
-// GPU (nics_per_node / gpus_per_node NICs, all GPUs of a node sending at once); latency + bytes / bandwidth.
+// Seconds of one transfer of `bytes` per GPU inside a group of context-parallel ranks that spans `span_gpus`
+// consecutive GPUs (Megatron's rank order: tp * the group's ranks): NVLink (or PCIe on a PCIe-only node) when they
+// fit in a node, else the NIC share of a GPU (nics_per_node / gpus_per_node NICs, all GPUs of a node sending at
+// once); latency + bytes / bandwidth.
+double cp_link_seconds(const ClusterSpec& c, long long span_gpus, double bytes);
+// One ring-step transfer between neighbouring context-parallel ranks: cp_link_seconds over tp * cp GPUs.
 double cp_step_comm_seconds(const ClusterSpec& c, const ParallelSpec& p, double bytes);
 
-// Attention of one layer on one GPU with cp > 1 (replacing the whole-sequence attention core): per step the
-// fused flash kernel over the step's pairs, from step 1 the output / log-sum-exp correction, and after each of the
-// first cp - 1 steps a wait kernel of the exposed transfer time. `time` prices the step kernels.
+// The two levels of parallel.cp_comm_type: an all-to-all over groups of `a2a` ranks (heads spread over them) and a
+// ring of `ring` ranks (p2p: 1 x cp, a2a: cp x 1, a2a+p2p: cp_a2a x cp / cp_a2a); `gather`: allgather, the whole
+// K/V gathered over the cp ranks (ring = cp) instead of passed around.
+struct CpLevels {
+  int a2a = 1, ring = 1;
+  bool gather = false;
+};
+CpLevels cp_levels(const ParallelSpec& p);
+
+// Attention of one layer on one GPU with cp > 1 (replacing the whole-sequence attention core): per ring step the
+// fused flash kernel over the step's pairs (on 1 / a2a of the heads), from step 1 the output / log-sum-exp
+// correction, and after each of the first ring - 1 steps a wait kernel of the exposed transfer time; with an
+// all-to-all level, a wait for the Q, K, V all-to-all before and the output's after; with allgather, a wait for the
+// K/V all-gather before one kernel over the rank's pairs. `time` prices the step kernels.
 std::vector<KernelCost> cp_attention_forward_kernels(const KernelTimer& time, const Scenario& s, int b);
 // Backward: D = rowsum(dO * O), per step the fused backward kernel (and from step 1 the dK/dV accumulation),
-// the exposed part of the step's K/V + dK/dV transfers, and the dQ conversion.
+// the exposed part of the step's K/V + dK/dV transfers, and the dQ conversion; the all-to-alls of dO before and of
+// dQ, dK, dV after; allgather: the K/V gathered again before and dK/dV reduce-scattered after.
 std::vector<KernelCost> cp_attention_backward_kernels(const KernelTimer& time, const Scenario& s, int b);
 
 // Lowering pass: before every forward, backward and input-gradient op of every worker, the op's K/V ring traffic

@@ -72,4 +72,9 @@ double VariedCostModel::recompute_seconds(const Op& op, int microbatch_seqs) con
   return inner_->recompute_seconds(op, microbatch_seqs) * factor(op.rank);
 }
 
+// A transfer does not run slower on a slower GPU: the wait is the inner model's.
+double VariedCostModel::cp_wait_seconds(const Op& op, int microbatch_seqs) const {
+  return inner_->cp_wait_seconds(op, microbatch_seqs);
+}
+
 }  // namespace pipescope

@@ -50,6 +50,7 @@ class VariedCostModel final : public CostModel {
   double expert_grad_bytes(int rank) const override { return inner_->expert_grad_bytes(rank); }
   double expert_param_bytes(int rank) const override { return inner_->expert_param_bytes(rank); }
   double recompute_seconds(const Op& op, int microbatch_seqs) const override;
+  double cp_wait_seconds(const Op& op, int microbatch_seqs) const override;
   const CostModel& inner() const { return *inner_; }
 
  private:

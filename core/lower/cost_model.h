@@ -38,6 +38,9 @@ class CostModel {
   // Of compute_seconds(op): the seconds a backward op spends recomputing the forward (activation recomputation);
   // 0 for a forward and without recomputation. The time breakdown reads it (core/lower/time_breakdown.h).
   virtual double recompute_seconds(const Op& /*op*/, int /*microbatch_seqs*/) const { return 0.0; }
+  // Of compute_seconds(op): the seconds the op waits for context-parallel transfers that its attention does not hide
+  // (ring steps, all-gathers, all-to-alls; core/cost/context_parallel.h); 0 without context parallelism.
+  virtual double cp_wait_seconds(const Op& /*op*/, int /*microbatch_seqs*/) const { return 0.0; }
 };
 
 // Fixed costs per (micro-batch, stage); slices scale linearly with their token share. Used by

@@ -426,10 +426,27 @@ std::vector<std::vector<std::vector<std::int32_t>>> collective_rings(const Lower
         }
       }
     } else if (ws.size() == 1 && tag == CollTag::ContextParallel) {
-      for (int t = 0; t < tp; t++) {
-        auto& r = ring(static_cast<std::size_t>(cp));
-        for (int c = 0; c < cp; c++) r.push_back(pl.gpu_of(ws[0], c * tp + t));
-      }
+      // Context-parallel rank c = j * a2a + i: all-to-all group j, place i in it.
+      const int a2a = std::max(1, ls.cp_a2a), groups = cp / a2a;
+      for (int t = 0; t < tp; t++) switch (ls.groups[g].cp_ring) {
+          case CpRing::Whole: {
+            auto& r = ring(static_cast<std::size_t>(cp));
+            for (int c = 0; c < cp; c++) r.push_back(pl.gpu_of(ws[0], c * tp + t));
+            break;
+          }
+          case CpRing::Inner:
+            for (int j = 0; j < groups; j++) {
+              auto& r = ring(static_cast<std::size_t>(a2a));
+              for (int i = 0; i < a2a; i++) r.push_back(pl.gpu_of(ws[0], (j * a2a + i) * tp + t));
+            }
+            break;
+          case CpRing::Outer:
+            for (int i = 0; i < a2a; i++) {
+              auto& r = ring(static_cast<std::size_t>(groups));
+              for (int j = 0; j < groups; j++) r.push_back(pl.gpu_of(ws[0], (j * a2a + i) * tp + t));
+            }
+            break;
+        }
     } else if (ws.size() == 1 && tag != CollTag::DataParallel && tag != CollTag::ParamGather) {
       for (int c = 0; c < cp; c++) {
         auto& r = ring(static_cast<std::size_t>(tp));

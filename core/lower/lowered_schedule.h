@@ -85,6 +85,11 @@ inline LoweredOp collective_op(LOpKind kind, CollTag tag, std::int32_t group, do
   return c;
 }
 
+// Which rings a context-parallel group runs (parallel.cp_comm_type, core/cost/context_parallel.h): one over the cp
+// ranks of each tensor-parallel lane (Whole: p2p, allgather, a2a), the all-to-all groups of cp_a2a adjacent ranks
+// (Inner) or the ring through those groups, one rank of each (Outer) of a2a+p2p.
+enum class CpRing : std::uint8_t { Whole, Inner, Outer };
+
 struct CollGroup {
   CollTag tag = CollTag::None;
   // Member workers in ring order. A TP group has one member worker (its tp GPUs come from Placement; with
@@ -96,6 +101,7 @@ struct CollGroup {
   // spread over the group's nodes, each token crossing the network once per node it goes to (NodeDedup,
   // core/model/config.h). Empty: every copy crosses (every other group).
   NodeDedup node_dedup{};
+  CpRing cp_ring = CpRing::Whole;  // a ContextParallel group's rings
 };
 
 struct Placement;
@@ -103,8 +109,9 @@ struct Placement;
 struct LoweredSchedule {
   Schedule schedule;  // the compute schedule it came from (for reports / checks)
   int dp = 1, p = 1, tp = 1;
-  int cp = 1;  // context-parallel ranks per worker (set by add_cp_exchange, core/cost/context_parallel.h)
-  int ep = 1;  // expert group size in GPUs, etp * ep (set by add_expert_parallel, core/cost/expert_parallel.h)
+  int cp = 1;      // context-parallel ranks per worker (set by add_cp_exchange, core/cost/context_parallel.h)
+  int cp_a2a = 1;  // ranks of a context-parallel all-to-all group under a2a+p2p (add_cp_exchange; CpRing::Inner)
+  int ep = 1;      // expert group size in GPUs, etp * ep (set by add_expert_parallel, core/cost/expert_parallel.h)
   std::vector<std::vector<LoweredOp>> per_worker;  // size dp * p; worker = d * p + r
   std::vector<CollGroup> groups;
   // Sends block the sender's stream: Megatron-LM's p2p calls (docs/papers.md)

@@ -122,20 +122,22 @@ class Blame {
   std::vector<std::uint32_t> last_pred_;
 };
 
-// A compute node's seconds by what it runs.
-void add_busy(const LoweredSchedule& ls, const DagNode& n, double seconds,
-              const std::function<double(const Op&, int)>& recompute_s, TimeBreakdown& out) {
+// A compute node's seconds by what it runs: its context-parallel waits first, then (backward) its recomputation.
+void add_busy(const LoweredSchedule& ls, const DagNode& n, double seconds, const OpShares& shares, TimeBreakdown& out) {
   const LoweredOp& l = ls.per_worker[static_cast<std::size_t>(n.worker)][static_cast<std::size_t>(n.index)];
   if (l.kind == LOpKind::Optimizer) {
     out.optimizer_s += seconds;
     return;
   }
+  const int seqs = ls.schedule.microbatches[static_cast<std::size_t>(l.op.microbatch)].seq_count;
+  const double cp = std::clamp(shares.cp_wait_s ? shares.cp_wait_s(l.op, seqs) : 0.0, 0.0, seconds);
+  out.cp_comm_s += cp;
+  seconds -= cp;
   if (l.op.kind == OpKind::Forward) {
     out.forward_s += seconds;
     return;
   }
-  const int seqs = ls.schedule.microbatches[static_cast<std::size_t>(l.op.microbatch)].seq_count;
-  const double re = std::clamp(recompute_s ? recompute_s(l.op, seqs) : 0.0, 0.0, seconds);
+  const double re = std::clamp(shares.recompute_s ? shares.recompute_s(l.op, seqs) : 0.0, 0.0, seconds);
   out.recompute_s += re;
   out.backward_s += seconds - re;
 }
@@ -143,8 +145,7 @@ void add_busy(const LoweredSchedule& ls, const DagNode& n, double seconds,
 }  // namespace
 
 RunBreakdown time_breakdown(const Dag& dag, const LoweredSchedule& ls, const std::vector<double>& start,
-                            const std::vector<double>& end, double iteration_s,
-                            const std::function<double(const Op&, int)>& recompute_s) {
+                            const std::vector<double>& end, double iteration_s, const OpShares& shares) {
   if (start.size() < dag.size() || end.size() < dag.size())
     throw std::invalid_argument("time breakdown: timings for " + std::to_string(std::min(start.size(), end.size())) +
                                 " of " + std::to_string(dag.size()) + " DAG nodes");
@@ -176,7 +177,7 @@ RunBreakdown time_breakdown(const Dag& dag, const LoweredSchedule& ls, const std
     for (std::uint32_t u : mine) {
       if (start[u] > t) blame.charge(wi, t, start[u], blame.last_pred(u), out);
       const double from = std::max(t, start[u]);
-      if (end[u] > from) add_busy(ls, dag.nodes[u], end[u] - from, recompute_s, out);
+      if (end[u] > from) add_busy(ls, dag.nodes[u], end[u] - from, shares, out);
       t = std::max(t, end[u]);
     }
     if (last[w] != kNone && end[last[w]] > t) {

@@ -42,11 +42,17 @@ struct RunBreakdown {
   TimeBreakdown mean;  // over workers
 };
 
-// `start`/`end`: per DAG node, as simulated or estimated; iteration_s: the makespan. recompute_s(op, seqs): the
-// share of a backward op's seconds that recomputes the forward (0 without recomputation). Throws
-// std::invalid_argument when the timings do not cover the DAG.
+// What the breakdown reads of a compute op's seconds (the cost model's CostModel::recompute_seconds and
+// cp_wait_seconds; either may be empty = 0): the share of a backward that recomputes the forward, and the share that
+// waits for context-parallel transfers inside the op.
+struct OpShares {
+  std::function<double(const Op&, int)> recompute_s;
+  std::function<double(const Op&, int)> cp_wait_s;
+};
+
+// `start`/`end`: per DAG node, as simulated or estimated; iteration_s: the makespan. Throws std::invalid_argument
+// when the timings do not cover the DAG.
 RunBreakdown time_breakdown(const Dag& dag, const LoweredSchedule& ls, const std::vector<double>& start,
-                            const std::vector<double>& end, double iteration_s,
-                            const std::function<double(const Op&, int)>& recompute_s);
+                            const std::vector<double>& end, double iteration_s, const OpShares& shares);
 
 }  // namespace pipescope

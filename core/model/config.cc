@@ -48,6 +48,20 @@ const char* to_string(InterNodeTopology t) {
   return "?";
 }
 
+const char* to_string(CpCommType t) {
+  switch (t) {
+    case CpCommType::P2P:
+      return "p2p";
+    case CpCommType::AllGather:
+      return "allgather";
+    case CpCommType::A2A:
+      return "a2a";
+    case CpCommType::A2AP2P:
+      return "a2a+p2p";
+  }
+  return "?";
+}
+
 const char* to_string(FfnKind f) {
   switch (f) {
     case FfnKind::Gelu:

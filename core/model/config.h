@@ -158,12 +158,22 @@ struct ClusterSpec {
 };
 
 // ---------------------------------------------------------------- parallelism
+// How a context-parallel group exchanges what attention needs (Megatron-LM's --cp-comm-type, Transformer Engine's
+// context-parallel attention; docs/cost-model.md "Context parallelism"): P2P rings the K/V chunks through the group
+// behind the attention steps; AllGather gathers the whole K/V before attention (and reduce-scatters dK/dV after);
+// A2A (Ulysses) trades sequence shards for head shards with all-to-alls of Q, K, V and the output, attention then
+// runs whole sequences on heads / cp; A2AP2P is the hierarchical form: all-to-all over groups of cp_a2a adjacent
+// context-parallel ranks, a P2P ring over the cp / cp_a2a such groups.
+enum class CpCommType : std::uint8_t { P2P, AllGather, A2A, A2AP2P };
+
 struct ParallelSpec {
-  int dp = 1;                      // data-parallel replicas
-  int pp = 1;                      // pipeline stages (ranks)
-  int tp = 1;                      // tensor-parallel degree
-  int cp = 1;                      // context-parallel degree: each rank of a cp group holds seq_len / cp tokens
-  int v = 1;                       // model chunks per pipeline rank (interleaved schedules)
+  int dp = 1;  // data-parallel replicas
+  int pp = 1;  // pipeline stages (ranks)
+  int tp = 1;  // tensor-parallel degree
+  int cp = 1;  // context-parallel degree: each rank of a cp group holds seq_len / cp tokens
+  CpCommType cp_comm_type = CpCommType::P2P;
+  int cp_a2a = 1;  // cp_comm_type a2a+p2p: context-parallel ranks per all-to-all group (the ring has cp / cp_a2a)
+  int v = 1;       // model chunks per pipeline rank (interleaved schedules)
   int micro_batch_size = 1;        // b (sequences per micro-batch)
   int global_batch = 1;            // B (sequences per iteration, all replicas)
   bool sequence_parallel = false;  // Megatron sequence parallelism: LayerNorm/dropout activations split t ways
@@ -358,5 +368,6 @@ const char* to_string(Recompute r);
 const char* to_string(RecomputeModule m);
 const char* to_string(IntraNodeFabric f);
 const char* to_string(InterNodeTopology t);
+const char* to_string(CpCommType t);  // Megatron's spellings: p2p, allgather, a2a, a2a+p2p
 
 }  // namespace pipescope

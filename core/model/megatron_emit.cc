@@ -166,7 +166,14 @@ void parallel_args(const Scenario& s, Args& a) {
   const ParallelSpec& p = s.parallel;
   a.value("--tensor-model-parallel-size", p.tp);
   a.value("--pipeline-model-parallel-size", p.pp);
-  if (p.cp > 1) a.value("--context-parallel-size", p.cp);
+  if (p.cp > 1) {
+    a.value("--context-parallel-size", p.cp);
+    if (p.cp_comm_type != CpCommType::P2P) a.value("--cp-comm-type", to_string(p.cp_comm_type));
+    if (p.cp_comm_type == CpCommType::A2AP2P) {  // argparse nargs='+': the two levels as two words
+      a.value("--hierarchical-context-parallel-sizes", p.cp_a2a);
+      a.flag(std::to_string(p.cp / p.cp_a2a).c_str());
+    }
+  }
   if (p.v > 1) a.value("--num-virtual-stages-per-pipeline-rank", p.v);
   a.value("--micro-batch-size", p.micro_batch_size);
   a.value("--global-batch-size", p.global_batch);

@@ -191,6 +191,44 @@ int bounded_product(const std::string& what, std::initializer_list<int> xs, long
   return static_cast<int>(p);
 }
 
+// --cp-comm-type (one type, or one per layer: one type for all of them here) and, for a2a+p2p, its two levels
+// (--hierarchical-context-parallel-sizes A R: all-to-all groups of A ranks, a ring of R) as the scenario's keys.
+std::string cp_comm_args(const std::map<std::string, std::string>& values, int cp) {
+  const auto it = values.find("--cp-comm-type");
+  const auto hier = values.find("--hierarchical-context-parallel-sizes");
+  if (it == values.end()) {
+    if (hier != values.end())
+      throw std::invalid_argument("--hierarchical-context-parallel-sizes needs --cp-comm-type a2a+p2p");
+    return "";
+  }
+  std::istringstream words(it->second);
+  std::string type, w;
+  words >> type;
+  while (words >> w)
+    if (w != type)
+      throw std::invalid_argument("--cp-comm-type '" + it->second +
+                                  "': one type per layer is not modelled (give one type for every layer)");
+  static const std::set<std::string> known = {"p2p", "a2a", "allgather", "a2a+p2p"};
+  if (!known.count(type))
+    throw std::invalid_argument("--cp-comm-type: '" + type + "' is not one of p2p, a2a, allgather, a2a+p2p");
+  std::string out = ", cp_comm_type: \"" + type + "\"";
+  if (type != "a2a+p2p") {
+    if (hier != values.end())
+      throw std::invalid_argument("--hierarchical-context-parallel-sizes is for --cp-comm-type a2a+p2p, not " + type);
+    return out;
+  }
+  if (hier == values.end())
+    throw std::invalid_argument("--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes A R");
+  std::istringstream sizes(hier->second);
+  std::vector<int> lv;
+  while (sizes >> w) lv.push_back(positive("--hierarchical-context-parallel-sizes", w));
+  if (lv.size() != 2 || 1LL * lv[0] * lv[1] != cp)
+    throw std::invalid_argument("--hierarchical-context-parallel-sizes '" + hier->second +
+                                "': two levels (all-to-all, ring) whose product is --context-parallel-size " +
+                                std::to_string(cp) + " are modelled");
+  return out + ", cp_a2a: " + std::to_string(lv[0]);
+}
+
 // Megatron's --moe-layer-freq: an integer N (layer i is MoE when i % N == 0) or a Python list expression of 0/1 per
 // layer such as "([0]*3+[1]*58)" or "[0,1,1,1]"; what the scenario can say: dense first layers, then every n-th.
 struct LayerPattern {
@@ -410,7 +448,8 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
       continue;
     }
     // argparse's nargs='*' / '+' flags: every following word up to the next flag, joined by spaces.
-    static const std::set<std::string> list_valued = {"--recompute-modules"};
+    static const std::set<std::string> list_valued = {"--recompute-modules", "--cp-comm-type",
+                                                      "--hierarchical-context-parallel-sizes"};
     if (list_valued.count(flag)) {
       while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) value += (value.empty() ? "" : " ") + args[++i];
       if (value.empty()) throw std::invalid_argument(flag + ": missing value");
@@ -630,7 +669,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   y << moe.model << "}\n";
   y << "cluster: {preset: " << opt.cluster << ", nodes: " << nodes << "}\n";
   y << "parallel: {dp: " << dp << ", pp: " << pp << ", tp: " << tp;
-  if (cp > 1) y << ", cp: " << cp;  // context parallelism: Transformer Engine's ring attention (flash kernels)
+  if (cp > 1) y << ", cp: " << cp << cp_comm_args(values, cp);  // Transformer Engine's attention (flash kernels)
   if (moe.ep > 1) y << ", ep: " << moe.ep;
   if (moe.etp > 1) y << ", etp: " << moe.etp;
   y << ", v: " << v << ", micro_batch_size: " << mbs << ", global_batch: " << gbs

@@ -416,6 +416,11 @@ std::vector<std::pair<std::string, std::string>> string_table(std::initializer_l
   for (const char* n : names) t.emplace_back(n, n);
   return t;
 }
+const std::vector<std::pair<std::string, CpCommType>>& cp_comm_types() {
+  static const auto t = enum_table({CpCommType::P2P, CpCommType::AllGather, CpCommType::A2A, CpCommType::A2AP2P});
+  return t;
+}
+
 const auto& slicings() {
   static const auto t = string_table({"uniform", "dp", "cwp", "explicit"});
   return t;
@@ -702,6 +707,7 @@ class Validator {
   void check_stage_layers_key(const ModelSpec& m, const ParallelSpec& p) const;
   void check_ranges() const;
   void check_context_parallel() const;  // parallel.cp (core/cost/context_parallel.h)
+  void check_cp_comm_type() const;      // parallel.cp_comm_type, cp_a2a
   void check_moe() const;               // model.num_experts and the MoE keys, parallel.ep (docs/moe.md)
   void check_router_groups() const;     // training.moe_router_groups and moe_router_group_topk
   void check_expert_parallel() const;
@@ -778,6 +784,7 @@ void Validator::check_ranges() const {
       {"parallel.pp", p.pp},
       {"parallel.tp", p.tp},
       {"parallel.cp", p.cp},
+      {"parallel.cp_a2a", p.cp_a2a},
       {"parallel.ep", p.ep},
       {"parallel.etp", p.etp},
       {"model.num_experts", s_.model.moe_experts},
@@ -980,8 +987,13 @@ void Validator::check_expert_parallel() const {
 // load-balanced chunks, attention in the fused (flash) kernels, no token slicing on top, no measured profile.
 void Validator::check_context_parallel() const {
   const ParallelSpec& p = s_.parallel;
+  if (p.cp_a2a != 1 && p.cp_comm_type != CpCommType::A2AP2P)
+    fail({"parallel.cp_a2a", "parallel.cp_comm_type"},
+         "cp_a2a = " + std::to_string(p.cp_a2a) +
+             " sizes the all-to-all level of cp_comm_type a2a+p2p; cp_comm_type is " + to_string(p.cp_comm_type));
   if (p.cp == 1) return;
   const std::string cp = std::to_string(p.cp);
+  check_cp_comm_type();
   if (s_.model.seq_len % (2 * p.cp) != 0)
     fail({"parallel.cp", "model.seq_len"},
          "context parallelism cuts each sequence into 2 * cp = " + std::to_string(2 * p.cp) +
@@ -1002,6 +1014,27 @@ void Validator::check_context_parallel() const {
   if (!s_.sim.profile.empty())
     fail({"parallel.cp", "sim.profile", "calibration"},
          "a calibration profile times whole-sequence layers; cp = " + cp + " needs the analytic model");
+}
+
+// The all-to-all forms hand each context-parallel rank whole sequences of a share of the heads: the query and the K/V
+// heads of a tensor-parallel rank must split evenly over the all-to-all group (Transformer Engine asserts it).
+void Validator::check_cp_comm_type() const {
+  const ParallelSpec& p = s_.parallel;
+  const std::string cp = std::to_string(p.cp);
+  if (p.cp_comm_type == CpCommType::A2AP2P && (p.cp_a2a < 2 || p.cp_a2a >= p.cp || p.cp % p.cp_a2a != 0))
+    fail({"parallel.cp_a2a", "parallel.cp", "parallel.cp_comm_type"},
+         "cp_comm_type a2a+p2p needs cp_a2a, the all-to-all level, to be a divisor of cp = " + cp +
+             " between 2 and cp / 2 (the ring level is cp / cp_a2a), got " + std::to_string(p.cp_a2a) +
+             (p.cp_a2a == p.cp ? ": cp_comm_type a2a is that layout" : ""));
+  const int group = p.cp_comm_type == CpCommType::A2A ? p.cp : p.cp_comm_type == CpCommType::A2AP2P ? p.cp_a2a : 1;
+  if (group == 1) return;
+  const ModelSpec& m = s_.model;
+  const int heads = m.heads / p.tp, kv_heads = m.kv_heads() / p.tp;
+  if (heads % group != 0 || kv_heads % group != 0)
+    fail({"parallel.cp_comm_type", "parallel.cp", "model.heads", "model.query_groups"},
+         std::string("cp_comm_type ") + to_string(p.cp_comm_type) + " spreads the heads of a tensor-parallel rank (" +
+             std::to_string(heads) + " query, " + std::to_string(kv_heads) + " K/V heads) over all-to-all groups of " +
+             std::to_string(group) + " ranks: both counts must be divisible by it");
 }
 
 void Validator::run() const {
@@ -1380,8 +1413,9 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   s.model = parse_model(root);
   s.cluster = parse_cluster(root);
 
-  const Section par = root.sub("parallel", {"dp", "pp", "tp", "cp", "v", "micro_batch_size", "global_batch",
-                                            "sequence_parallel", "stage_layers", "ep", "etp"});
+  const Section par =
+      root.sub("parallel", {"dp", "pp", "tp", "cp", "v", "micro_batch_size", "global_batch", "sequence_parallel",
+                            "stage_layers", "ep", "etp", "cp_comm_type", "cp_a2a"});
   par.get("dp", s.parallel.dp);
   par.get("pp", s.parallel.pp);
   par.get("tp", s.parallel.tp);
@@ -1393,6 +1427,8 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   par.get("stage_layers", s.parallel.stage_layers, true);  // 0: an end stage (check_stage_layers_key)
   par.get("ep", s.parallel.ep);
   par.get("etp", s.parallel.etp);
+  par.get_enum("cp_comm_type", cp_comm_types(), s.parallel.cp_comm_type);
+  par.get("cp_a2a", s.parallel.cp_a2a);
 
   const Section sch = root.sub("schedule", {"kind", "seq_slices", "slice_tokens", "slicing", "recompute",
                                             "recompute_modules", "scatter_gather", "overlap_moe_a2a", "file"});

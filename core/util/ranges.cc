@@ -65,6 +65,7 @@ constexpr KeyRange kRanges[] = {
     {"parallel.pp", 1, 100000, false},
     {"parallel.tp", 1, 1024, false},
     {"parallel.cp", 1, 1024, false},
+    {"parallel.cp_a2a", 1, 1024, false},
     {"parallel.ep", 1, 65536, false},
     {"parallel.etp", 1, 1024, false},
     {"parallel.v", 1, 1024, false},
