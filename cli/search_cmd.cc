@@ -35,6 +35,7 @@ struct SearchCmdOptions {
   std::vector<std::string> schedules;
   std::vector<int> tp, pp, cp, ep, etp, micro_batch_sizes, v;
   std::vector<std::string> dist_opt;   // "off", "on"
+  std::vector<std::string> fsdp;       // "off", "on"
   std::vector<std::string> recompute;  // "none", "selective", "full"
   std::string framework = "any";
   double max_memory_GB = 0;
@@ -91,6 +92,7 @@ int run_search_cmd(const SearchCmdOptions& o) {
   so.tie_band = o.tie_band_pct < 0 ? -1 : o.tie_band_pct / 100;
   if (!o.dist_opt.empty()) so.space.distributed_optimizer.clear();
   for (const std::string& v : o.dist_opt) so.space.distributed_optimizer.push_back(v == "on");
+  for (const std::string& v : o.fsdp) so.space.fsdp.push_back(v == "on");
   so.space.max_memory_bytes = o.max_memory_GB * 1e9;
   so.keep = o.keep;
   so.jobs = o.jobs;
@@ -191,6 +193,11 @@ Command add_search(CLI::App& app) {
       ->check(finite_range(0, 100));
   sub->add_option("--distributed-optimizer", o->dist_opt,
                   "Distributed optimizer values to try where dp > 1: off, on or off,on (default)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"off", "on"}));
+  sub->add_option("--fsdp", o->fsdp,
+                  "FSDP (training.fsdp, in place of the distributed optimizer) values to try where dp > 1: off, on or "
+                  "off,on (default: the scenario's)")
       ->delimiter(',')
       ->check(CLI::IsMember({"off", "on"}));
   sub->add_option("--max-memory-GB", o->max_memory_GB,

@@ -215,7 +215,7 @@ bool same_config(const Scenario& a, const Scenario& b) {
          p.micro_batch_size == q.micro_batch_size && p.ep == q.ep && p.etp == q.etp &&
          p.stage_layers == q.stage_layers && s.kind == t.kind && s.seq_slices == t.seq_slices &&
          s.slicing == t.slicing && s.slice_tokens == t.slice_tokens && s.recompute == t.recompute && s.file == t.file &&
-         a.training.distributed_optimizer == b.training.distributed_optimizer &&
+         a.training.distributed_optimizer == b.training.distributed_optimizer && a.training.fsdp == b.training.fsdp &&
          a.training.overlap_param_gather == b.training.overlap_param_gather;
 }
 
@@ -488,6 +488,7 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
       x["slice_tokens"] = s.slice_tokens;
       x["recompute"] = to_string(row.scenario.schedule.recompute);
       x["distributed_optimizer"] = row.scenario.training.distributed_optimizer;
+      x["fsdp"] = row.scenario.training.fsdp;
       for (const char* c : search_figures()) x[c] = result_json_value(result_field(c), s);
       x["pareto"] = row.pareto;
       x["tie"] = row.tied;
@@ -502,7 +503,7 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
 }
 
 void write_search_csv(std::ostream& os, const SearchResult& r) {
-  os << "rank,configuration,schedule,dp,pp,tp,v,m,micro_batch_size,slices,recompute,distributed_optimizer,";
+  os << "rank,configuration,schedule,dp,pp,tp,v,m,micro_batch_size,slices,recompute,distributed_optimizer,fsdp,";
   for (const char* c : search_figures()) os << c << ',';
   os << "estimate_s,pareto,tie,why,as_written,error\n";
   int rank = 0;
@@ -517,7 +518,7 @@ void write_search_csv(std::ostream& os, const SearchResult& r) {
        << row.scenario.parallel.v << ',' << (ok ? std::to_string(s.m) : "") << ','
        << row.scenario.parallel.micro_batch_size << ',' << (ok ? std::to_string(s.slices) : "") << ','
        << to_string(row.scenario.schedule.recompute) << ',' << (row.scenario.training.distributed_optimizer ? 1 : 0)
-       << ',';
+       << ',' << (row.scenario.training.fsdp ? 1 : 0) << ',';
     for (const char* c : search_figures()) os << (ok ? result_csv_value(result_field(c), s) : "") << ',';
     os << (std::isnan(row.estimate_s) ? "" : format_num("%.9g", row.estimate_s)) << ',' << (row.pareto ? 1 : 0) << ','
        << (row.tied ? 1 : 0) << ',' << (ok ? "\"" + why_text(s) + "\"" : "") << ',' << (row.as_written ? 1 : 0) << ','

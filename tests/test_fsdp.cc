@@ -88,5 +88,30 @@ TEST(Fsdp, SearchKeepsItAndDropsTheDistributedOptimizerDimension) {
   }
 }
 
+// --fsdp off,on makes it a dimension: both where dp > 1, never beside the distributed optimizer, off at dp = 1.
+TEST(Fsdp, SearchDimension) {
+  SearchSpace space;
+  space.schedules = {"1f1b"};
+  space.micro_batch_sizes = {1};
+  space.fsdp = {false, true};
+  const Stage1 st = enumerate_candidates(with_training("flash_attention: false"), space);
+  int fsdp = 0, distributed = 0, plain = 0;
+  for (const Candidate& c : st.survivors) {
+    const TrainingSpec& t = c.scenario.training;
+    EXPECT_FALSE(t.fsdp && t.distributed_optimizer) << c.label;
+    if (c.scenario.parallel.dp == 1) EXPECT_FALSE(t.fsdp) << c.label;
+    (t.fsdp ? fsdp : t.distributed_optimizer ? distributed : plain)++;
+    EXPECT_EQ(c.label.find(" fsdp") != std::string::npos, t.fsdp) << c.label;
+  }
+  EXPECT_GT(fsdp, 0);
+  EXPECT_GT(distributed, 0);
+  EXPECT_GT(plain, 0);
+  // Every layout with dp > 1 comes three ways: plain, ZeRO-1, FSDP (when each fits).
+  space.fsdp = {true};
+  space.distributed_optimizer = {false};
+  for (const Candidate& c : enumerate_candidates(with_training("flash_attention: false"), space).survivors)
+    EXPECT_EQ(c.scenario.training.fsdp, c.scenario.parallel.dp > 1) << c.label;
+}
+
 }  // namespace
 }  // namespace pipescope

@@ -90,6 +90,15 @@ double cp_a2a_seconds(const Scenario& s, int a2a, double bytes) {
 double cp_qkv_bytes(const CpDims& d) { return d.e * (d.Th + 2 * d.kvb); }
 double cp_o_bytes(const CpDims& d) { return d.e * d.Th; }
 
+// Causal pairs of one sequence in attention step `step`: the ring's step, or with allgather the rank's two chunks
+// against the gathered keys, its whole share in one kernel.
+double step_pairs(const Scenario& s, const CpLevels& lv, int step) {
+  if (!lv.gather) return cp_step_pairs(s.model.seq_len, lv.ring, step);
+  double pairs = 0;
+  for (int j = 0; j < lv.ring; j++) pairs += cp_step_pairs(s.model.seq_len, lv.ring, j);
+  return pairs;
+}
+
 // All-gather of the whole K/V (allgather): each rank receives the cp - 1 others' K/V over the group's link.
 double cp_gather_seconds(const Scenario& s, const CpDims& d) {
   return cp_step_comm_seconds(s.cluster, s.parallel, (s.parallel.cp - 1) * 2 * d.e * d.kvb);
@@ -107,13 +116,7 @@ std::vector<KernelCost> cp_attention_forward_kernels(const KernelTimer& time, co
   if (lv.gather) k.push_back(wait_kernel(cp_gather_seconds(s, d)));
   const int steps = lv.gather ? 1 : lv.ring;
   for (int i = 0; i < steps; i++) {
-    // allgather: the rank's two chunks against the gathered keys, its share of the causal pairs in one kernel.
-    double pairs = 0;
-    if (lv.gather) {
-      for (int j = 0; j < lv.ring; j++) pairs += b * cp_step_pairs(s.model.seq_len, lv.ring, j);
-    } else {
-      pairs = b * cp_step_pairs(s.model.seq_len, lv.ring, i);
-    }
+    const double pairs = b * step_pairs(s, lv, i);
     // The flash kernel of the step: reads Q and the step's K, V, writes its partial output and log-sum-exp.
     KernelCost step{4.0 * layer_dims(s.model).q * heads_share * pairs / s.parallel.tp,
                     d.e * (2 * d.Th + 2 * d.kvb) + d.lse, true};
@@ -143,12 +146,7 @@ std::vector<KernelCost> cp_attention_backward_kernels(const KernelTimer& time, c
   k.push_back({2 * d.Th, 2 * d.e * d.Th + d.lse, false});                              // D = rowsum(dO * O)
   const int steps = lv.gather ? 1 : lv.ring;
   for (int i = 0; i < steps; i++) {
-    double pairs = 0;
-    if (lv.gather) {
-      for (int j = 0; j < lv.ring; j++) pairs += b * cp_step_pairs(s.model.seq_len, lv.ring, j);
-    } else {
-      pairs = b * cp_step_pairs(s.model.seq_len, lv.ring, i);
-    }
+    const double pairs = b * step_pairs(s, lv, i);
     // Recomputes the scores (5 matmuls over the pairs); reads Q, K, V, O, dO, writes dK, dV, accumulates dQ.
     KernelCost step{10.0 * layer_dims(s.model).q * heads_share * pairs / s.parallel.tp,
                     d.e * (3 * d.Th + 4 * d.kvb) + 8 * d.Th + 2 * d.lse, true};

@@ -162,9 +162,15 @@ double search_memory_limit(const Scenario& base, const SearchSpace& space) {
   return device - space.headroom_bytes;
 }
 
-// FSDP in the scenario shards the optimizer state already: the distributed optimizer is not a dimension then.
-std::vector<bool> dist_opts(const Scenario& base, const SearchSpace& space, int dp) {
-  if (dp == 1 || space.distributed_optimizer.empty() || base.training.fsdp) return {false};
+std::vector<bool> fsdp_values(const Scenario& base, const SearchSpace& space, int dp) {
+  if (space.fsdp.empty()) return {base.training.fsdp};
+  if (dp == 1) return {false};
+  return space.fsdp;
+}
+
+// FSDP shards the optimizer state already: the distributed optimizer is not a dimension then.
+std::vector<bool> dist_opts(const SearchSpace& space, int dp, bool fsdp) {
+  if (dp == 1 || space.distributed_optimizer.empty() || fsdp) return {false};
   return space.distributed_optimizer;
 }
 
@@ -188,7 +194,9 @@ Scenario make_point(const Scenario& base, const SearchPoint& p, int segments) {
   const ScheduleEntry& e = *p.kind;
   Scenario s = with_schedule(base, e.kind);  // a kind-file scenario's file goes with its kind
   s.training.distributed_optimizer = p.distributed_optimizer;
-  if (!p.distributed_optimizer) s.training.overlap_param_gather = false;  // it overlaps the optimizer's gather
+  s.training.fsdp = p.fsdp;
+  // It overlaps the optimizer's gather; FSDP runs its own overlaps (training.fsdp).
+  if (!p.distributed_optimizer) s.training.overlap_param_gather = false;
   s.parallel.dp = p.dp, s.parallel.pp = p.pp, s.parallel.tp = p.tp, s.parallel.v = p.v, s.parallel.cp = p.cp;
   if (base.model.moe()) {
     s.parallel.ep = p.ep, s.parallel.etp = p.etp;
@@ -244,10 +252,11 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
                                                                   : std::vector<int>{1};
               for (int v : vs)
                 for (Recompute rc : space.recompute)
-                  for (bool dist_opt : dist_opts(base, space, dp)) {
-                    if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
-                    f(SearchPoint{dp, pp, tp, v, b, ep, etp, cp, e, rc, dist_opt});
-                  }
+                  for (bool fsdp : fsdp_values(base, space, dp))
+                    for (bool dist_opt : dist_opts(space, dp, fsdp)) {
+                      if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
+                      f(SearchPoint{dp, pp, tp, v, b, ep, etp, cp, e, rc, dist_opt, fsdp});
+                    }
             }
         }
       }

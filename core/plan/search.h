@@ -49,6 +49,9 @@ struct SearchSpace {
   Framework framework = Framework::Megatron;
   // training.distributed_optimizer values tried where dp > 1 (dp = 1 has no optimizer state to shard: off only).
   std::vector<bool> distributed_optimizer = {false, true};
+  // training.fsdp values tried where dp > 1 (PyTorch FSDP2 beside the pipeline, docs/cost-model.md "Fully sharded
+  // data parallelism"; exclusive with the distributed optimizer); empty = the scenario's.
+  std::vector<bool> fsdp;
   int seq1f1b_segments = 4;     // Seq1F1B kinds: this many cwp segments (the planner's split points)
   double max_memory_bytes = 0;  // per-GPU limit; 0 = the device's memory
   // Kept free of the limit for what the memory model does not count (kDefaultHeadroomBytes, docs/search.md).
@@ -59,8 +62,11 @@ struct SearchSpace {
 // headroom. Throws std::invalid_argument when the headroom leaves nothing.
 double search_memory_limit(const Scenario& base, const SearchSpace& space);
 
-// The distributed optimizer's values for a layout: the space's where dp > 1, off alone for dp = 1 (or none given).
-std::vector<bool> dist_opts(const SearchSpace& space, int dp);
+// The data-parallel sharding of a point: FSDP's values for a layout (the space's where dp > 1, off for dp = 1; without
+// --fsdp the scenario's, in every candidate), and the distributed optimizer's beside each (off with FSDP, which shards
+// the state itself).
+std::vector<bool> fsdp_values(const Scenario& base, const SearchSpace& space, int dp);
+std::vector<bool> dist_opts(const SearchSpace& space, int dp, bool fsdp);
 
 // One point of the space before any check: layout, micro-batch size, schedule kind, chunks, recompute, optimizer.
 struct SearchPoint {
@@ -68,6 +74,7 @@ struct SearchPoint {
   const ScheduleEntry* kind = nullptr;
   Recompute recompute = Recompute::None;
   bool distributed_optimizer = false;
+  bool fsdp = false;
 };
 // Every point of the space in the search's order (tp within a node, pp dividing the rest, ep for MoE models, then
 // micro-batch size, schedule, v, recompute, distributed optimizer); throws std::invalid_argument for an empty cluster,
