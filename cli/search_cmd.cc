@@ -36,6 +36,7 @@ struct SearchCmdOptions {
   std::vector<int> tp, pp, cp, ep, etp, micro_batch_sizes, v;
   std::vector<std::string> dist_opt;   // "off", "on"
   std::vector<std::string> fsdp;       // "off", "on"
+  std::vector<std::string> cp_comm;    // parallel.cp_comm_type names
   std::vector<std::string> recompute;  // "none", "selective", "full"
   std::string framework = "any";
   double max_memory_GB = 0;
@@ -93,6 +94,9 @@ int run_search_cmd(const SearchCmdOptions& o) {
   if (!o.dist_opt.empty()) so.space.distributed_optimizer.clear();
   for (const std::string& v : o.dist_opt) so.space.distributed_optimizer.push_back(v == "on");
   for (const std::string& v : o.fsdp) so.space.fsdp.push_back(v == "on");
+  for (const std::string& v : o.cp_comm)
+    for (CpCommType t : {CpCommType::P2P, CpCommType::AllGather, CpCommType::A2A, CpCommType::A2AP2P})
+      if (v == to_string(t)) so.space.cp_comm_types.push_back(t);
   so.space.max_memory_bytes = o.max_memory_GB * 1e9;
   so.keep = o.keep;
   so.jobs = o.jobs;
@@ -195,6 +199,11 @@ Command add_search(CLI::App& app) {
                   "Distributed optimizer values to try where dp > 1: off, on or off,on (default)")
       ->delimiter(',')
       ->check(CLI::IsMember({"off", "on"}));
+  sub->add_option("--cp-comm-type", o->cp_comm,
+                  "Context-parallel communication types to try where cp > 1: p2p, allgather, a2a, a2a+p2p (every "
+                  "all-to-all level dividing cp); default: the scenario's")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"p2p", "allgather", "a2a", "a2a+p2p"}));
   sub->add_option("--fsdp", o->fsdp,
                   "FSDP (training.fsdp, in place of the distributed optimizer) values to try where dp > 1: off, on or "
                   "off,on (default: the scenario's)")

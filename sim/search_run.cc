@@ -211,9 +211,9 @@ std::vector<std::vector<std::size_t>> stage3_shares(const std::vector<SearchRow>
 bool same_config(const Scenario& a, const Scenario& b) {
   const ParallelSpec &p = a.parallel, &q = b.parallel;
   const ScheduleSpec &s = a.schedule, &t = b.schedule;
-  return p.dp == q.dp && p.pp == q.pp && p.tp == q.tp && p.cp == q.cp && p.v == q.v &&
-         p.micro_batch_size == q.micro_batch_size && p.ep == q.ep && p.etp == q.etp &&
-         p.stage_layers == q.stage_layers && s.kind == t.kind && s.seq_slices == t.seq_slices &&
+  return p.dp == q.dp && p.pp == q.pp && p.tp == q.tp && p.cp == q.cp && p.cp_comm_type == q.cp_comm_type &&
+         p.cp_a2a == q.cp_a2a && p.v == q.v && p.micro_batch_size == q.micro_batch_size && p.ep == q.ep &&
+         p.etp == q.etp && p.stage_layers == q.stage_layers && s.kind == t.kind && s.seq_slices == t.seq_slices &&
          s.slicing == t.slicing && s.slice_tokens == t.slice_tokens && s.recompute == t.recompute && s.file == t.file &&
          a.training.distributed_optimizer == b.training.distributed_optimizer && a.training.fsdp == b.training.fsdp &&
          a.training.overlap_param_gather == b.training.overlap_param_gather;
@@ -406,14 +406,18 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
                 r.scenario.c_str(), r.source.c_str(), r.gpus, r.enumerated, r.fits, r.memory_limit_bytes / 1e9,
                 r.ranked, r.estimated, r.rows.size());
   os << line;
-  std::snprintf(line, sizeof line, "%4s  %-42s %12s %12s %8s %8s %9s %11s %6s %11s  %-24s %s\n", "rank",
+  // The configuration column as wide as its longest label (42 at least: the common layouts' labels line up).
+  int width = 42;
+  for (const auto& row : r.rows)
+    width = std::max(width, static_cast<int>(std::min<std::size_t>(row.label.size(), 200)));
+  std::snprintf(line, sizeof line, "%4s  %-*s %12s %12s %8s %8s %9s %11s %6s %11s  %-24s %s\n", "rank", width,
                 "configuration", "tokens/s", "iteration_s", "bubble", "exp_comm", "peak_GB", "TFLOP/s/GPU", "MFU",
                 "estimate_s", "marks", "why (beside compute)");
   os << line;
   int rank = 0;
   for (const auto& row : r.rows) {
     if (!row.error.empty()) {
-      std::snprintf(line, sizeof line, "%4s  %-42s error: ", "-", row.label.c_str());
+      std::snprintf(line, sizeof line, "%4s  %-*s error: ", "-", width, row.label.c_str());
       os << line << row.error << "\n";
       continue;
     }
@@ -422,8 +426,8 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
     if (row.pareto) mark += mark.empty() ? "pareto" : ", pareto";
     if (row.as_written) mark += mark.empty() ? "as written" : ", as written";
     const std::string estimate = std::isnan(row.estimate_s) ? "-" : format_num("%.6f", row.estimate_s);
-    std::snprintf(line, sizeof line, "%4d  %-42s %12.1f %12.6f %8.4f %8.4f %9.2f %11.2f %6.3f %11s  %-24s ", ++rank,
-                  row.label.c_str(), x.tokens_per_s, x.iteration_s, x.bubble_fraction, exposed_comm_fraction(x),
+    std::snprintf(line, sizeof line, "%4d  %-*s %12.1f %12.6f %8.4f %8.4f %9.2f %11.2f %6.3f %11s  %-24s ", ++rank,
+                  width, row.label.c_str(), x.tokens_per_s, x.iteration_s, x.bubble_fraction, exposed_comm_fraction(x),
                   x.peak_memory_bytes / 1e9, x.tflops_per_gpu, x.mfu, estimate.c_str(), mark.c_str());
     os << line << why_text(x) << "\n";
   }
@@ -483,6 +487,8 @@ void write_search_json(std::ostream& os, const SearchResult& r) {
       x["schedule"] = s.schedule;
       x["dp"] = s.dp, x["pp"] = s.pp, x["tp"] = s.tp, x["v"] = s.v, x["m"] = s.m;
       x["cp"] = row.scenario.parallel.cp;
+      x["cp_comm_type"] = to_string(row.scenario.parallel.cp_comm_type);
+      x["cp_a2a"] = row.scenario.parallel.cp_a2a;
       x["micro_batch_size"] = s.micro_batch_size;
       x["slices"] = s.slices;
       x["slice_tokens"] = s.slice_tokens;

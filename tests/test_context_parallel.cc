@@ -17,6 +17,7 @@
 #include "core/model/placement.h"
 #include "core/model/scenario.h"
 #include "core/plan/pipeline.h"
+#include "core/plan/search.h"
 #include "sim/child_process.h"
 #include "sim/engine.h"
 #include "sim/run_scenario.h"
@@ -433,6 +434,33 @@ TEST(ContextParallel, ImportAndEmitCommType) {
                 .find("whose product is --context-parallel-size 4"),
             std::string::npos);
   EXPECT_NE(refused({"--cp-comm-type", "ring"}).find("not one of p2p, a2a, allgather, a2a+p2p"), std::string::npos);
+}
+
+// The search tries the types where cp > 1 (--cp-comm-type): each type once, a2a+p2p once per all-to-all level
+// (cp 4: a level of 2), in the label; at cp = 1 the scenario's type alone.
+TEST(ContextParallel, SearchTriesTheCommTypes) {
+  SearchSpace space;
+  space.schedules = {"1f1b"};
+  space.micro_batch_sizes = {1};
+  space.recompute = {Recompute::None};
+  space.distributed_optimizer = {true};
+  space.tp = {2};
+  space.cp = {1, 4};
+  space.cp_comm_types = {CpCommType::P2P, CpCommType::AllGather, CpCommType::A2A, CpCommType::A2AP2P};
+  std::set<std::string> at4;
+  int at1 = 0;
+  for_each_point(load(yaml(2, 4, 1, 2, 2, 32768)), space, [&](const SearchPoint& pt) {
+    if (pt.cp == 1) {
+      at1++;
+      EXPECT_EQ(pt.cp_comm_type, CpCommType::P2P);
+      return;
+    }
+    const std::string label = candidate_label(make_point(load(yaml(2, 4, 1, 2, 2, 32768)), pt, 4));
+    const std::size_t from = label.find("cp4");
+    at4.insert(label.substr(from, label.find(" rc-") - from));
+  });
+  EXPECT_GT(at1, 0);
+  EXPECT_EQ(at4, (std::set<std::string>{"cp4", "cp4 allgather", "cp4 a2a", "cp4 a2a+p2p2"}));
 }
 
 // scenarios/llama3-70b-32k.yaml with cp traded against dp on its 128 GPUs (the README's sweep): memory per GPU

@@ -126,6 +126,23 @@ std::vector<int> cp_degrees(const SearchSpace& space, int seq_len) {
   return out;
 }
 
+// How a cp-way group communicates: the space's types (a2a+p2p once per all-to-all level dividing cp, 2 .. cp / 2),
+// or the scenario's own; the scenario's alone at cp = 1, where there is no group.
+std::vector<std::pair<CpCommType, int>> cp_comm_layouts(const Scenario& base, const SearchSpace& space, int cp) {
+  const ParallelSpec& p = base.parallel;
+  if (cp == 1 || space.cp_comm_types.empty()) return {{p.cp_comm_type, p.cp_a2a}};
+  std::vector<std::pair<CpCommType, int>> out;
+  for (CpCommType t : space.cp_comm_types) {
+    if (t != CpCommType::A2AP2P) {
+      out.emplace_back(t, 1);
+      continue;
+    }
+    for (int a = 2; a <= cp / 2; a++)
+      if (cp % a == 0) out.emplace_back(t, a);
+  }
+  return out;
+}
+
 // Chunks per rank for an interleaved schedule without a fixed v: the space's, or every v > 1 dividing the layers of a
 // pipeline rank (when the layers do not split evenly over the ranks, v 2 alone: the checks refuse it with their
 // reason).
@@ -181,6 +198,9 @@ std::string candidate_label(const Scenario& s) {
                   std::to_string(p.micro_batch_size);
   if (s.schedule.seq_slices > 1) l += " k" + std::to_string(s.schedule.seq_slices);
   if (p.cp > 1) l += " cp" + std::to_string(p.cp);
+  if (p.cp > 1 && p.cp_comm_type != CpCommType::P2P)
+    l += std::string(" ") + to_string(p.cp_comm_type) +
+         (p.cp_comm_type == CpCommType::A2AP2P ? std::to_string(p.cp_a2a) : std::string());
   if (s.model.moe()) l += " ep" + std::to_string(p.ep) + (p.etp > 1 ? " etp" + std::to_string(p.etp) : "");
   if (!p.stage_layers.empty()) {  // an uneven layout (the scenario as written: candidates split evenly)
     l += " layers";
@@ -198,6 +218,7 @@ Scenario make_point(const Scenario& base, const SearchPoint& p, int segments) {
   // It overlaps the optimizer's gather; FSDP runs its own overlaps (training.fsdp).
   if (!p.distributed_optimizer) s.training.overlap_param_gather = false;
   s.parallel.dp = p.dp, s.parallel.pp = p.pp, s.parallel.tp = p.tp, s.parallel.v = p.v, s.parallel.cp = p.cp;
+  s.parallel.cp_comm_type = p.cp_comm_type, s.parallel.cp_a2a = p.cp_a2a;
   if (base.model.moe()) {
     s.parallel.ep = p.ep, s.parallel.etp = p.etp;
     if (p.tp > 1) s.parallel.sequence_parallel = true;  // Megatron-Core requires it for MoE with tp > 1
@@ -253,10 +274,11 @@ void for_each_point(const Scenario& base, const SearchSpace& space, const std::f
               for (int v : vs)
                 for (Recompute rc : space.recompute)
                   for (bool fsdp : fsdp_values(base, space, dp))
-                    for (bool dist_opt : dist_opts(space, dp, fsdp)) {
-                      if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
-                      f(SearchPoint{dp, pp, tp, v, b, ep, etp, cp, e, rc, dist_opt, fsdp});
-                    }
+                    for (bool dist_opt : dist_opts(space, dp, fsdp))
+                      for (const auto& [comm, a2a] : cp_comm_layouts(base, space, cp)) {
+                        if (e->traits.slicing == SlicePlan::TeraPipe && b != 1) continue;  // see terapipe_slices
+                        f(SearchPoint{dp, pp, tp, v, b, ep, etp, cp, e, rc, dist_opt, fsdp, comm, a2a});
+                      }
             }
         }
       }

@@ -52,6 +52,9 @@ struct SearchSpace {
   // training.fsdp values tried where dp > 1 (PyTorch FSDP2 beside the pipeline, docs/cost-model.md "Fully sharded
   // data parallelism"; exclusive with the distributed optimizer); empty = the scenario's.
   std::vector<bool> fsdp;
+  // parallel.cp_comm_type values tried where cp > 1 (a2a+p2p with every all-to-all level between 2 and cp / 2 that
+  // divides cp); empty = the scenario's.
+  std::vector<CpCommType> cp_comm_types;
   int seq1f1b_segments = 4;     // Seq1F1B kinds: this many cwp segments (the planner's split points)
   double max_memory_bytes = 0;  // per-GPU limit; 0 = the device's memory
   // Kept free of the limit for what the memory model does not count (kDefaultHeadroomBytes, docs/search.md).
@@ -75,6 +78,8 @@ struct SearchPoint {
   Recompute recompute = Recompute::None;
   bool distributed_optimizer = false;
   bool fsdp = false;
+  CpCommType cp_comm_type = CpCommType::P2P;
+  int cp_a2a = 1;
 };
 // Every point of the space in the search's order (tp within a node, pp dividing the rest, ep for MoE models, then
 // micro-batch size, schedule, v, recompute, distributed optimizer); throws std::invalid_argument for an empty cluster,
