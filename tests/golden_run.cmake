@@ -10,6 +10,11 @@ if(NOT DEFINED EXPECT_RC)
 endif()
 execute_process(COMMAND sh -c "${CMD}" WORKING_DIRECTORY "${WORKDIR}" RESULT_VARIABLE rc OUTPUT_VARIABLE out
                 ERROR_VARIABLE err)
+if(MEASURED)
+  # validate's warning on receives that completed before their send was posted depends on this run's clock offsets
+  # between the ranks (it comes and goes from run to run): a measured figure, left out of the comparison.
+  string(REGEX REPLACE "\nwarning: [0-9]+ receives completed before their send was posted[^\n]*" "" out "${out}")
+endif()
 if("$ENV{PIPESCOPE_UPDATE_GOLDEN}" STREQUAL "1")
   if(MEASURED)
     # Every number becomes a pattern (a measured bandwidth prints as an integer too), and column padding may
