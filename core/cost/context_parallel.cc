@@ -76,10 +76,6 @@ CpDims cp_dims(const Scenario& s, int b) {
   return d;
 }
 
-}  // namespace
-
-namespace {
-
 // Seconds of one all-to-all of a context-parallel rank's `bytes` over its a2a group (each rank keeps 1 / a2a of its
 // buffer and sends the rest), over the group's link (NVLink while tp * a2a GPUs fit in a node, else the NIC share).
 double cp_a2a_seconds(const Scenario& s, int a2a, double bytes) {
@@ -170,13 +166,8 @@ namespace {
 
 // One async collective of the context-parallel traffic before compute op `l`: `count` calls of `bytes`.
 LoweredOp cp_traffic(const LoweredOp& l, LOpKind kind, std::int32_t group, int count, double bytes) {
-  LoweredOp x;
-  x.kind = kind;
-  x.tag = CollTag::ContextParallel;
-  x.op = l.op;
-  x.group = group;
+  LoweredOp x = collective_op(kind, CollTag::ContextParallel, group, bytes, l.op);
   x.count = count;
-  x.bytes = bytes;
   x.async = true;
   return x;
 }

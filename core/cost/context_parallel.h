@@ -56,12 +56,14 @@ std::vector<KernelCost> cp_attention_forward_kernels(const KernelTimer& time, co
 // dQ, dK, dV after; allgather: the K/V gathered again before and dK/dV reduce-scattered after.
 std::vector<KernelCost> cp_attention_backward_kernels(const KernelTimer& time, const Scenario& s, int b);
 
-// Lowering pass: before every forward, backward and input-gradient op of every worker, the op's K/V ring traffic
-// as one async AllGather (tag ContextParallel) over the worker's context-parallel group: count = ring passes
-// (layers of the op's stage; x2 in backward for the dK/dV ring, + layers with full recomputation), bytes =
-// cp x cp_kv_step_bytes (a ring all-gather moves bytes / cp per step, cp - 1 steps). Posted when the op starts,
-// so the transfers share the links with the op's other traffic; their exposed time is already in the op's
-// duration (cost model), so nothing waits for them but the optimizer step. Sets ls.cp. Identity when cp == 1.
+// Lowering pass: before every forward, backward and input-gradient op of every worker, the op's context-parallel
+// traffic as async collectives (tag ContextParallel) over the worker's context-parallel groups (cp_levels): with a
+// ring level one AllGather, count = ring passes (layers of the op's stage; x2 in backward for the dK/dV ring, +
+// layers with full recomputation), bytes = ring x cp_kv_step_bytes (a ring all-gather moves bytes / ring per step;
+// allgather moves the same); with an all-to-all level two AllToAlls per pass and layer (Q, K, V; the output, or
+// in backward dO; dQ, dK, dV). Posted when the op starts, so the transfers share the links with the op's other
+// traffic; their exposed time is already in the op's duration (cost model), so nothing waits for them but the
+// optimizer step. Sets ls.cp and ls.cp_a2a. Identity when cp == 1.
 LoweredSchedule add_cp_exchange(LoweredSchedule ls, const Scenario& s);
 
 }  // namespace pipescope
