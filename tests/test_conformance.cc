@@ -22,9 +22,13 @@
 //   dualpipev                     3 m t + (p - 1) t                          tF = tI = tW = t, m >= 2p
 //       (DeepSeek's DualPipe bubble (PP/2 - 1)(F&B + B - 3W) with PP = 2p chunk-stages, per chunk F = W = t/2,
 //        B = t and F&B = F + B when communication is free: the pairs run their two halves back to back)
+//   dualpipe                      1.5 m t + (p/2 - 1) t                      tF = tI = tW = t, p even, m even >= 2p
+//       (DeepSeek's (PP/2 - 1)(F&B + B - 3W) with PP = p: each op runs a whole model stage of two copies, priced
+//        t/2 here like any v = 2 chunk; each rank runs m forwards and m backwards, half of each direction)
 // Peak in-flight activations (whole stage-micro-batches, the worst rank): gpipe m, 1f1b min(p, m), zb-h1
 // min(p, m), zb-h2 min(2p - 1, m), zb-v p (m >= 2p - 1), dualpipev p + 1/2 (one chunk more than zb-v: the pair's
-// forward is held beside its backward; DeepSeek's PP + 1 chunk-stages), interleaved (2(p-1) + (v-1)p + 1)/v, terapipe
+// forward is held beside its backward; DeepSeek's PP + 1 chunk-stages), dualpipe (p + 1)/2 (DeepSeek's PP + 1 whole
+// stages, counted in half-stage chunk units like every v = 2 schedule), interleaved (2(p-1) + (v-1)p + 1)/v, terapipe
 // m, seq1f1b (p + k - 1)/k, seq1f1b-i ((v-1)p + 2(p-1) + k)/(v k).
 #include <gtest/gtest.h>
 
@@ -136,6 +140,11 @@ const std::map<std::string, MakespanForm>& makespan_forms() {
          if (s.m < 2 * s.p || c.tF != c.tI || c.tI != c.tW) return std::nullopt;
          return 3 * s.m * c.tF + (s.p - 1) * c.tF;
        }},
+      {"dualpipe",
+       [](const Shape& s, int, const Costs& c) -> std::optional<double> {
+         if (s.m < 2 * s.p || s.p % 2 != 0 || s.m % 2 != 0 || c.tF != c.tI || c.tI != c.tW) return std::nullopt;
+         return 1.5 * s.m * c.tF + (s.p / 2 - 1) * c.tF;
+       }},
   };
   return forms;
 }
@@ -154,6 +163,7 @@ const std::map<std::string, PeakForm>& peak_forms() {
       {"zb-h2", [](const Shape& s, int) { return double(std::min(2 * s.p - 1, s.m)); }},
       {"zb-v", [](const Shape& s, int) { return double(s.p); }},
       {"dualpipev", [](const Shape& s, int) { return s.p + 0.5; }},
+      {"dualpipe", [](const Shape& s, int) { return (s.p + 1) / 2.0; }},
   };
   return forms;
 }
@@ -185,7 +195,9 @@ TEST_P(Conformance, CheckerAcceptsAndEveryOpOnce) {
     for (std::size_t slot = 0; slot < index.size(); slot++)
       EXPECT_EQ(seen[slot], index.expected(index.key(slot)) ? 1 : 0) << op_text(op_of(s, index.key(slot)));
     // The registry's trait says which backward form the generator emits.
-    const std::size_t units = static_cast<std::size_t>(s.stages()) * sh.m * slices_of(entry(), sh);
+    std::size_t units = 0;  // (stage, micro-batch, slice)s on the micro-batches' routes (half the stages in DualPipe)
+    for (int mb = 0; mb < sh.m; mb++) units += static_cast<std::size_t>(s.route_end(mb) - s.route_begin(mb));
+    units *= static_cast<std::size_t>(slices_of(entry(), sh));
     // DualPipeV splits only the backwards whose W fills a bubble.
     if (entry().traits.overlapped)
       EXPECT_EQ(split + fused, units) << GetParam();
@@ -312,7 +324,7 @@ TEST(ScheduleRegistry, NamesUniqueAndLookupsAgree) {
   EXPECT_EQ(schedule_names_if([](const ScheduleTraits& t) { return t.sliced(); }),
             "terapipe, seq1f1b, seq1f1b-i or file");
   EXPECT_EQ(schedule_names_if([](const ScheduleTraits& t) { return t.split_backward; }),
-            "zb-h1, zb-h2, zb-v or dualpipev");
+            "zb-h1, zb-h2, zb-v, dualpipev or dualpipe");
 }
 
 }  // namespace

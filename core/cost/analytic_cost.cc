@@ -158,6 +158,7 @@ AnalyticCostModel::AnalyticCostModel(const Scenario& s) : s_(s) {
   try {
     for (int g = 0; g < par.pp * par.v; g++) {
       stage_layers_.push_back(stage_layer_range(s_, g).count);
+      stage_ends_.push_back(static_cast<char>((holds_embedding(s_, g) ? 1 : 0) | (holds_head(s_, g) ? 2 : 0)));
       stage_moe_.push_back(stage_moe_layer_count(s_, g));
       stage_overload_.push_back(stage_expert_load(s_, g).time);
     }
@@ -731,7 +732,7 @@ AnalyticCostModel::OpKernels AnalyticCostModel::op_kernels(const Op& op, int mic
   const double t = s_.parallel.tp, e = elem_bytes();
   const double h = m.hidden, V = m.vocab, T = static_cast<double>(b) * l;
   const double Tr = T / (s_.parallel.sequence_parallel ? t : 1.0);  // residual-stream rows on this GPU
-  const bool first = op.stage == 0, last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
+  const bool first = first_stage(op.stage), last = last_stage(op.stage);
   const double mask = s_.training.dropout ? 1.0 : 0.0;  // dropout mask bytes per element
   auto gemm = [&](double M, double Kd, double N) {
     return KernelCost{2 * M * Kd * N, e * (M * Kd + Kd * N + M * N), true, false, M, N, Kd};
@@ -826,8 +827,7 @@ double AnalyticCostModel::compute_seconds(const Op& op, int microbatch_seqs) con
   if (layers >= (1 << 24) || microbatch_seqs >= (1 << 24) || layers_of_stage(op.stage) >= (1 << 11))
     return compute_seconds_uncached(op, microbatch_seqs);
   auto u32 = [](std::int32_t x) { return static_cast<std::uint64_t>(static_cast<std::uint32_t>(x)); };
-  const int last = s_.parallel.pp * s_.parallel.v - 1;
-  const std::uint64_t where = (op.stage == 0 ? 1u : 0u) | (op.stage == last ? 2u : 0u);
+  const std::uint64_t where = (first_stage(op.stage) ? 1u : 0u) | (last_stage(op.stage) ? 2u : 0u);
   return compute_memo_.get(
       static_cast<std::uint64_t>(op.kind) | where << 8 | u32(layers) << 16 | u32(microbatch_seqs) << 40,
       u32(op.tok_begin) | u32(op.tok_end) << 32, [&] { return compute_seconds_uncached(op, microbatch_seqs); });
@@ -893,7 +893,7 @@ double AnalyticCostModel::op_flops(const Op& op, int microbatch_seqs) const {
   const LayerFlops mf = moe > 0 ? layer_forward_flops(m, s_.parallel.tp, b, l, c, true) : LayerFlops{};
   const double fwd = moe == 0 ? lf.total() * dense : lf.total() * dense + mf.total() * moe;
   const double logits = 2.0 * b * l * static_cast<double>(m.hidden) * m.vocab / s_.parallel.tp;
-  const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
+  const bool last = last_stage(op.stage);
   // W is the weight-gradient GEMMs: as many FLOPs as the forward GEMMs (and the logits GEMM); I is the rest.
   const double wgrad = (moe == 0 ? lf.gemm() * dense : lf.gemm() * dense + mf.gemm() * moe) + (last ? logits : 0.0);
   double recomputed = 0;  // the forward work backward redoes
@@ -959,7 +959,7 @@ double AnalyticCostModel::tp_overlap_seconds(int b, int l) const {
 
 int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
   if (s_.parallel.tp == 1) return 0;
-  const bool last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
+  const bool last = last_stage(op.stage);
   // Per layer: the attention's and the MLP's; an MoE layer's experts are not split t ways (its tokens are: each GPU
   // dispatches its own 1/t), leaving the attention's and, with shared experts, theirs.
   const int moe = moe_layers_of_stage(op.stage);
@@ -981,7 +981,7 @@ int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
   const int backward = tp_overlap(op) ? recomputed + sp_exposed : recomputed + per_layer + (last ? 1 : 0);
   switch (op.kind) {
     case OpKind::Forward:
-      return per_layer + (op.stage == 0 ? 1 : 0);  // + vocab-parallel embedding output
+      return per_layer + (first_stage(op.stage) ? 1 : 0);  // + vocab-parallel embedding output
     case OpKind::Backward:
     case OpKind::BackwardInput:  // the all-reduces of the input gradients (and the recomputed forward)
       return backward;

@@ -87,6 +87,9 @@ class AnalyticCostModel : public CostModel {
   KernelCost expert_activation_kernel(int b, int l, double overload) const;  // the routed experts' activation
   std::vector<KernelCost> mla_up_kernels(int b, int l) const;  // MLA's up projections and the rotary key copy
   int moe_layers_of_stage(int stage) const;                    // of layers_of_stage, those with routed experts
+  // Whether the stage runs the embedding / the LM head (holds_embedding, holds_head: cached per virtual stage).
+  bool first_stage(int stage) const { return (stage_ends_[static_cast<std::size_t>(stage)] & 1) != 0; }
+  bool last_stage(int stage) const { return (stage_ends_[static_cast<std::size_t>(stage)] & 2) != 0; }
 
  protected:
   Scenario s_;
@@ -94,6 +97,7 @@ class AnalyticCostModel : public CostModel {
   double fp8_peak_flops_ = 0;      // training.dtype fp8: the linear GEMMs' peak (dtype_peak_flops_ is bf16's then)
   std::vector<int> stage_layers_;  // per virtual stage
   std::vector<int> stage_moe_;     // per virtual stage: its MoE layers
+  std::vector<char> stage_ends_;   // per virtual stage: 1 the embedding, 2 the head (first_stage, last_stage)
   // Per virtual stage: its MoE layers' mean expert overload (core/cost/moe_load.h); whether any differs from 1.
   std::vector<double> stage_overload_;
   bool load_varies_ = false;

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "core/model/placement.h"
+
 namespace pipescope {
 namespace {
 
@@ -93,8 +95,8 @@ double ProfileCostModel::kernel_op_seconds(const Op& op, int b) const {
   double layer = kernel_layer_seconds(fwd, b, l, c);
   if (!fwd && s_.schedule.recompute == Recompute::Full) layer += kernel_layer_seconds(true, b, l, c);
   double t = layers_of_stage(op.stage) * layer + p_.op_overhead_s;
-  if (op.stage == 0) t += kernels_->seconds(embedding_calls(s_.model, e, b, l, fwd));
-  if (op.stage == s_.parallel.pp * s_.parallel.v - 1) t += kernels_->seconds(head_calls(s_.model, e, b, l, fwd));
+  if (holds_embedding(s_, op.stage)) t += kernels_->seconds(embedding_calls(s_.model, e, b, l, fwd));
+  if (holds_head(s_, op.stage)) t += kernels_->seconds(head_calls(s_.model, e, b, l, fwd));
   return t;
 }
 
@@ -178,7 +180,7 @@ double ProfileCostModel::compute_seconds(const Op& op, int b) const {
   }
   const bool fwd = op.kind == OpKind::Forward;
   const int l = op.tokens(), c = op.tok_begin;
-  const bool first = op.stage == 0, last = op.stage == s_.parallel.pp * s_.parallel.v - 1;
+  const bool first = holds_embedding(s_, op.stage), last = holds_head(s_, op.stage);
   double layer = table_layer_seconds(fwd, b, l, c);
   if (!fwd && s_.schedule.recompute == Recompute::Full) layer += table_layer_seconds(true, b, l, c);
   double t = layers_of_stage(op.stage) * layer + p_.op_overhead_s;

@@ -72,6 +72,7 @@ int Schedule::stage_of(int rank, int chunk) const {
     case StageStyle::Loop:
       return chunk * p + rank;
     case StageStyle::V:
+    case StageStyle::Dual:
       return chunk * p + (chunk % 2 == 0 ? rank : p - 1 - rank);
   }
   return -1;
@@ -83,9 +84,54 @@ int stage_rank(StageStyle style, int p, int stage) {
     case StageStyle::Loop:
       return stage % p;
     case StageStyle::V:
+    case StageStyle::Dual:
       return (stage / p) % 2 == 0 ? stage % p : p - 1 - stage % p;
   }
   return 0;
+}
+
+int model_stage_count(StageStyle style, int p, int v) {
+  switch (style) {
+    case StageStyle::Loop:
+    case StageStyle::V:
+      return p * v;
+    case StageStyle::Dual:
+      return p;
+  }
+  return p * v;
+}
+
+int model_stage_of(StageStyle style, int p, int stage) {
+  switch (style) {
+    case StageStyle::Loop:
+    case StageStyle::V:
+      return stage;
+    case StageStyle::Dual:
+      return p < 1 ? stage : stage % p;
+  }
+  return stage;
+}
+
+int Schedule::route_begin(int mb) const {
+  switch (style) {
+    case StageStyle::Loop:
+    case StageStyle::V:
+      return 0;
+    case StageStyle::Dual:
+      return 2 * mb < m ? 0 : p;
+  }
+  return 0;
+}
+
+int Schedule::route_end(int mb) const {
+  switch (style) {
+    case StageStyle::Loop:
+    case StageStyle::V:
+      return stages();
+    case StageStyle::Dual:
+      return 2 * mb < m ? p : 2 * p;
+  }
+  return stages();
 }
 
 int Schedule::rank_of_stage(int stage) const { return stage_rank(style, p, stage); }
@@ -211,13 +257,15 @@ int op_dependencies(const OpKeyIndex& index, const OpKey& op, OpKey (&out)[3]) {
   int n = 0;
   auto gradient_inputs = [&] {  // B and I: the forward, the gradient from stage g+1 and from slice i+1
     out[n++] = OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice};
-    if (op.stage + 1 < index.stages()) out[n++] = index.grad_producer(op.stage + 1, op.microbatch, op.slice);
+    if (op.stage + 1 < index.route_end(op.microbatch))
+      out[n++] = index.grad_producer(op.stage + 1, op.microbatch, op.slice);
     if (op.slice + 1 < index.slices(op.microbatch))
       out[n++] = index.grad_producer(op.stage, op.microbatch, op.slice + 1);
   };
   switch (op.kind) {
     case OpKind::Forward:
-      if (op.stage > 0) out[n++] = OpKey{OpKind::Forward, op.stage - 1, op.microbatch, op.slice};
+      if (op.stage > index.route_begin(op.microbatch))
+        out[n++] = OpKey{OpKind::Forward, op.stage - 1, op.microbatch, op.slice};
       if (op.slice > 0) out[n++] = OpKey{OpKind::Forward, op.stage, op.microbatch, op.slice - 1};
       break;
     case OpKind::Backward:
@@ -240,7 +288,10 @@ std::vector<OpKey> op_dependencies(const Schedule& s, const OpKey& op) { return 
 
 OpKeyIndex::OpKeyIndex(const Schedule& s) : stages_(std::max(0, s.stages())) {
   unit_begin_.reserve(s.microbatches.size() + 1);
+  route_.reserve(2 * s.microbatches.size());
   for (std::size_t mb = 0; mb < s.microbatches.size(); mb++) {
+    route_.push_back(s.route_begin(static_cast<int>(mb)));
+    route_.push_back(s.route_end(static_cast<int>(mb)));
     unit_begin_.push_back(units_);
     units_ += s.microbatches[mb].slice_begin.size();
     unit_mb_.insert(unit_mb_.end(), s.microbatches[mb].slice_begin.size(), static_cast<std::int32_t>(mb));
@@ -268,6 +319,7 @@ std::int64_t OpKeyIndex::unit_of(std::int32_t stage, std::int32_t microbatch, st
   if (stage < 0 || stage >= stages_ || microbatch < 0 || slice < 0) return -1;
   const auto mb = static_cast<std::size_t>(microbatch);
   if (mb + 1 >= unit_begin_.size()) return -1;
+  if (stage < route_[2 * mb] || stage >= route_[2 * mb + 1]) return -1;  // off the micro-batch's route
   const std::size_t unit = unit_begin_[mb] + static_cast<std::size_t>(slice);
   if (unit >= unit_begin_[mb + 1]) return -1;
   return static_cast<std::int64_t>(static_cast<std::size_t>(stage) * units_ + unit);

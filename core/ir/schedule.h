@@ -29,9 +29,18 @@ bool is_backward(OpKind k);
 // How virtual stages sit on ranks (PyTorch pipelining's stage "style"). Loop: stage = chunk * p + rank
 // (Megatron interleaving). V: a zigzag, chunk c covers stages c*p .. c*p+p-1 in rank order when c is even and
 // in reverse rank order when c is odd, so with v = 2 rank r holds stages r and 2p-1-r (ZB-V).
-enum class StageStyle : std::uint8_t { Loop, V };
+// Dual (DeepSeek's two-direction DualPipe): V's placement of 2p virtual stages, but the model is cut into p stages
+// held twice: virtual stages 0..p-1 are one copy in rank order, p..2p-1 the other in reverse rank order (stage p + j
+// is a copy of model stage j, on rank p-1-j). A micro-batch takes one direction: the first m/2 run through stages
+// 0..p-1, the others through p..2p-1 (each rank holds model stages r and p-1-r: twice the parameters).
+enum class StageStyle : std::uint8_t { Loop, V, Dual };
 // The rank that holds virtual stage `stage` of p ranks in this style.
 int stage_rank(StageStyle style, int p, int stage);
+// The model stages a style cuts the layers into (p * v; p for Dual, whose virtual stages are copies) and the model
+// stage virtual stage `stage` runs (itself; stage % p for Dual). The layers, the embedding (model stage 0) and the
+// head (the last model stage) follow the model stage.
+int model_stage_count(StageStyle style, int p, int v);
+int model_stage_of(StageStyle style, int p, int stage);
 
 // Overlapped pairs (DualPipe, DualPipeV, Megatron-Core's combined 1F1B): two adjacent ops of one rank that run
 // together, a forward and a backward (B or I) of two other (stage, micro-batch)s, so that each one's communication
@@ -80,6 +89,9 @@ struct Schedule {
   std::vector<std::vector<Op>> per_rank;  // size p: execution order on each rank
 
   int stages() const { return p * v; }  // virtual stages
+  // The virtual stages micro-batch mb runs through, [route_begin, route_end): all of them but with Dual.
+  int route_begin(int mb) const;
+  int route_end(int mb) const;
   int stage_of(int rank, int chunk) const;
   int rank_of_stage(int stage) const;
   int chunk_of_stage(int stage) const;
@@ -142,6 +154,9 @@ class OpKeyIndex {
   OpKey grad_producer(std::int32_t stage, std::int32_t microbatch, std::int32_t slice) const;
   int stages() const { return stages_; }
   int slices(std::int32_t microbatch) const;
+  // The stages micro-batch mb runs through (Schedule::route_begin / route_end); keys outside them are off the grid.
+  std::int32_t route_begin(std::int32_t microbatch) const { return route_[2 * static_cast<std::size_t>(microbatch)]; }
+  std::int32_t route_end(std::int32_t microbatch) const { return route_[2 * static_cast<std::size_t>(microbatch) + 1]; }
 
  private:
   std::int64_t unit_of(std::int32_t stage, std::int32_t microbatch, std::int32_t slice) const;
@@ -150,6 +165,7 @@ class OpKeyIndex {
   std::vector<std::size_t> unit_begin_;  // per micro-batch: its first unit
   std::vector<std::int32_t> unit_mb_;    // per unit: its micro-batch
   std::vector<char> split_;              // per (stage, unit): backward as I + W
+  std::vector<std::int32_t> route_;      // per micro-batch: its first stage and the stage after its last
 };
 
 std::vector<OpKey> op_dependencies(const OpKeyIndex& index, const OpKey& op);
@@ -203,6 +219,10 @@ Schedule make_zb_v(int p, const std::vector<MicroBatch>& mbs, int seq_len);
 // DualPipeV (core/ir/dual_pipe.cc): ZB-V's placement, the steady state as overlapped pairs (the forward of one chunk
 // with the backward of the other); m >= 2p.
 Schedule make_dualpipev(int p, const std::vector<MicroBatch>& mbs, int seq_len);
+// DualPipe (core/ir/dual_pipe.cc, DeepSeek-V3): two directions in the Dual style, half the micro-batches each, in
+// DeepSeek's eight steps (forwards of both directions, then overlapped forward-backward pairs, zero-bubble I/W in
+// the ramps); p even, m even and m >= 2p.
+Schedule make_dualpipe(int p, const std::vector<MicroBatch>& mbs, int seq_len);
 // Megatron-Core's combined 1F1B (core/ir/combined_1f1b.cc): every forward followed on its rank by a backward (B or I)
 // of another (stage, micro-batch) becomes an overlapped pair with it: the steady state of 1F1B and interleaved 1F1B.
 Schedule pair_steady_state(Schedule s);

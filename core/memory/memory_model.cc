@@ -294,7 +294,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
         auto [it, fresh] = live_ops.emplace(key, Stored{Group{}, l});
         if (!fresh) fail("rank " + std::to_string(r) + ": forward " + op_text(op) + " appears twice");
         Group& g = it->second.tensors;
-        if (op.stage == 0) ledger.add(g, bl * h / rep_tp);  // embedding dropout mask
+        if (holds_embedding(s, op.stage)) ledger.add(g, bl * h / rep_tp);  // embedding dropout mask
         // Without flash (TeraPipe's code) the slice's K/V live in a full-sequence cache made at the first slice.
         const bool kv_in_cache = sliced && !flash && !recompute;
         if (recompute) {
@@ -329,7 +329,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
             }
           }
         }
-        if (op.stage == last_stage) {
+        if (holds_head(s, op.stage)) {
           ledger.add(g, bl * h * e / rep_tp);  // final LayerNorm input
           ledger.add(g, bl * h * e / rep_tp);  // and output
           ledger.add(g, 4.0 * bl * V / t);     // the fp32 softmax of the vocab-parallel cross entropy

@@ -206,6 +206,7 @@ enum class ScheduleKind : std::uint8_t {
   ZeroBubbleH2,
   ZeroBubbleV,
   DualPipeV,
+  DualPipe,
   File,  // read from schedule.file (core/ir/schedule_csv.h)
 };
 

@@ -239,15 +239,18 @@ double rank_parameter_count(const Scenario& s, int rank) {
   // Everything but the routed experts, which go to rank_expert_parameter_count.
   double p = (layers_on_rank - moe_on_rank) * layer_parameter_count(m) +
              moe_on_rank * (moe_layer_parameter_count(m) - moe_expert_parameter_count(m));
-  // The ranks of the first and last virtual stage (both rank 0 in a V-shaped schedule).
+  // Whether the rank runs the embedding and the head: the first and the last virtual stage (both on rank 0 in a V;
+  // on ranks 0 and pp-1 each in DualPipe, whose copies of the first and the last model stage sit there).
   const StageStyle style = scenario_stage_style(s);
-  const int first = stage_rank(style, par.pp, 0), last = stage_rank(style, par.pp, par.pp * par.v - 1);
-  if (rank == first) p += V * h + position_params(m);  // word (+ learned position) embeddings, first stage
-  if (rank == last) {
+  bool embedding = false, head = false;
+  for (int g = 0; g < par.pp * par.v; g++)
+    if (stage_rank(style, par.pp, g) == rank) embedding |= holds_embedding(s, g), head |= holds_head(s, g);
+  if (embedding) p += V * h + position_params(m);  // word (+ learned position) embeddings, first stage
+  if (head) {
     p += layer_dims(m).norm_params;  // final norm
     // Megatron keeps a copy of the tied word embedding on the last stage when it is on another rank; untied
     // models have their own output layer.
-    if (!m.tied_embeddings || first != last) p += V * h;
+    if (!m.tied_embeddings || !embedding) p += V * h;
   }
   return p / par.tp + rank_expert_parameter_count(s, rank);
 }

@@ -191,7 +191,25 @@ LayerRange stage_layer_range(int layers, const std::vector<int>& stage_layers, i
 }
 
 LayerRange stage_layer_range(const Scenario& s, int stage) {
-  return stage_layer_range(s.model.layers, s.parallel.stage_layers, s.parallel.pp * s.parallel.v, stage);
+  const StageStyle style = scenario_stage_style(s);
+  const int stages = s.parallel.pp * s.parallel.v;
+  if (stage < 0 || stage >= stages)
+    throw std::invalid_argument("layer placement: stage " + std::to_string(stage) + " outside 0.." +
+                                std::to_string(stages - 1));
+  return stage_layer_range(s.model.layers, s.parallel.stage_layers, model_stage_count(style, s.parallel.pp, s.parallel.v),
+                           model_stage_of(style, s.parallel.pp, stage));
+}
+
+int scenario_model_stages(const Scenario& s) {
+  return model_stage_count(scenario_stage_style(s), s.parallel.pp, s.parallel.v);
+}
+
+bool holds_embedding(const Scenario& s, int stage) {
+  return model_stage_of(scenario_stage_style(s), s.parallel.pp, stage) == 0;
+}
+
+bool holds_head(const Scenario& s, int stage) {
+  return model_stage_of(scenario_stage_style(s), s.parallel.pp, stage) == scenario_model_stages(s) - 1;
 }
 
 int rank_layer_count(const Scenario& s, int rank) {

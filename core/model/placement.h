@@ -45,7 +45,14 @@ struct LayerRange {
   int first = 0, count = 0;
 };
 LayerRange stage_layer_range(int layers, const std::vector<int>& stage_layers, int stages, int stage);
-LayerRange stage_layer_range(const Scenario& s, int stage);  // model.layers, parallel.stage_layers, pp * v
+// model.layers, parallel.stage_layers over the scenario's model stages (pp * v; pp for DualPipe, whose virtual stages
+// g and g + pp are copies of one model stage: model_stage_of in core/ir/schedule.h).
+LayerRange stage_layer_range(const Scenario& s, int stage);
+// The model stages parallel.stage_layers lists (pp * v, or pp with DualPipe's two copies).
+int scenario_model_stages(const Scenario& s);
+// Whether virtual stage `stage` runs the embedding (model stage 0) / the LM head and loss (the last model stage).
+bool holds_embedding(const Scenario& s, int stage);
+bool holds_head(const Scenario& s, int stage);
 // Throws std::invalid_argument (the message names parallel.stage_layers / model.layers) on a layout that does
 // not fit; the scenario validator reports the same conditions with the file position.
 void check_stage_layers(int layers, const std::vector<int>& stage_layers, int stages);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/ir/schedule_csv.h"
+#include "core/model/placement.h"
 #include "core/model/presets.h"
 #include "core/model/profile.h"
 #include "core/model/schedule_registry.h"
@@ -726,7 +727,13 @@ std::string num(double x) {
 
 void Validator::check_stage_layers_key(const ModelSpec& m, const ParallelSpec& p) const {
   if (p.stage_layers.empty()) return;
-  const long long stages = 1LL * p.pp * p.v;
+  const long long stages = scenario_model_stages(s_);
+  if (stages != 1LL * p.pp * p.v) {  // DualPipe: its two copies share one list
+    if (static_cast<long long>(p.stage_layers.size()) != stages)
+      fail({"parallel.stage_layers"}, "lists " + std::to_string(p.stage_layers.size()) +
+                                          " stages, but needs one entry per model stage: pp = " + std::to_string(stages) +
+                                          " (schedule dualpipe holds each model stage twice)");
+  }
   const std::string per = p.v > 1 ? "one entry per virtual stage: pp * v = " + std::to_string(p.pp) + " * " +
                                         std::to_string(p.v) + " = " + std::to_string(stages)
                                   : "one entry per pipeline stage: pp = " + std::to_string(p.pp);
@@ -1102,16 +1109,17 @@ void Validator::run() const {
 
   // Model split: even (layers / (pp * v) per virtual stage) or parallel.stage_layers (core/model/placement.h).
   // Every chunk holds a layer, but the first and last of an uneven split (check_stage_layers_key).
-  const long long chunks = 1LL * p.pp * p.v, ends = p.stage_layers.empty() ? 0 : std::min(2LL, chunks - 1);
+  const long long chunks = scenario_model_stages(s_), ends = p.stage_layers.empty() ? 0 : std::min(2LL, chunks - 1);
   if (chunks > m.layers + ends)
     fail({"parallel.pp", "parallel.v", "model.layers"},
          "pp * v = " + std::to_string(chunks) + " model chunks but the model has only " + std::to_string(m.layers) +
              " layers (every chunk needs at least one" + (ends > 0 ? ", but the first and the last" : "") + ")");
-  if (p.stage_layers.empty() && m.layers % (p.pp * p.v) != 0)
+  if (p.stage_layers.empty() && m.layers % chunks != 0)
     fail({"parallel.pp", "parallel.v", "model.layers"},
-         "model.layers = " + std::to_string(m.layers) + " is not divisible by pp * v = " + std::to_string(p.pp) +
-             " * " + std::to_string(p.v) + " = " + std::to_string(p.pp * p.v) +
-             " (give parallel.stage_layers for an uneven split)");
+         "model.layers = " + std::to_string(m.layers) + " is not divisible by " +
+             (chunks == 1LL * p.pp * p.v ? "pp * v = " + std::to_string(p.pp) + " * " + std::to_string(p.v) + " = "
+                                         : "the model stages, pp = ") +
+             std::to_string(chunks) + " (give parallel.stage_layers for an uneven split)");
   check_stage_layers_key(m, p);
   if (m.head_dim == 0 && m.hidden % m.heads != 0)
     fail({"model.heads", "model.hidden"}, "model.hidden = " + std::to_string(m.hidden) +
@@ -1181,6 +1189,11 @@ void Validator::run() const {
              " micro-batches per pipeline rank: m = global_batch / (micro_batch_size * dp) = " + std::to_string(mb) +
              " < " + std::to_string(entry.traits.min_m_per_rank) +
              " * pp = " + std::to_string(entry.traits.min_m_per_rank * p.pp));
+  if (entry.traits.style == StageStyle::Dual && (p.pp % 2 != 0 || mb % 2 != 0))
+    fail({"parallel.pp", "parallel.global_batch", "schedule.kind"},
+         std::string("schedule ") + kind + " sends half the micro-batches each way and pairs rank r with pp - 1 - r: " +
+             "it needs an even pp and an even micro-batch count, got pp = " + std::to_string(p.pp) +
+             ", m = " + std::to_string(mb));
   if (sch.overlap_moe_a2a && !entry.traits.combined_1f1b)
     fail({"schedule.overlap_moe_a2a", "schedule.kind"},
          std::string("overlap_moe_a2a runs the steady state of ") + schedule_names_if([](const ScheduleTraits& t) {

@@ -201,10 +201,11 @@ Scenario with_schedule(const Scenario& base, ScheduleKind kind) {
   if (!e.traits.from_file) s.schedule.file.clear(), s.schedule.file_style = ScheduleSpec{}.file_style;
   if (!e.traits.combined_1f1b) s.schedule.overlap_moe_a2a = false;  // pairs: the kind's own, or none
   // A layer list written for the old chunk count, re-split over the new one.
-  if (!base.parallel.stage_layers.empty() && s.parallel.v != base.parallel.v) {
+  const int model_stages = scenario_model_stages(s);
+  if (!base.parallel.stage_layers.empty() && static_cast<int>(base.parallel.stage_layers.size()) != model_stages) {
     long long layers = 0;
     for (int x : base.parallel.stage_layers) layers += x;
-    s.parallel.stage_layers = ends_lighter_split(static_cast<int>(layers), s.parallel.pp * s.parallel.v);
+    s.parallel.stage_layers = ends_lighter_split(static_cast<int>(layers), model_stages);
   }
   return s;
 }

@@ -55,6 +55,9 @@ Schedule gen_zb_v(int p, int, const std::vector<MicroBatch>& mbs, int seq_len) {
 Schedule gen_dualpipev(int p, int, const std::vector<MicroBatch>& mbs, int seq_len) {
   return make_dualpipev(p, mbs, seq_len);
 }
+Schedule gen_dualpipe(int p, int, const std::vector<MicroBatch>& mbs, int seq_len) {
+  return make_dualpipe(p, mbs, seq_len);
+}
 Schedule gen_file(int, int, const std::vector<MicroBatch>&, int) {
   throw std::invalid_argument("schedule kind file is read from schedule.file (make_schedule), not generated");
 }
@@ -85,6 +88,12 @@ ScheduleTraits dual_v() {
   ScheduleTraits t = traits(true, SlicePlan::Whole, true, false, 2, StageStyle::V);
   t.overlapped = true;
   t.min_m_per_rank = 2;
+  return t;
+}
+
+ScheduleTraits dual_directions() {
+  ScheduleTraits t = dual_v();
+  t.style = StageStyle::Dual;
   return t;
 }
 
@@ -126,6 +135,9 @@ const std::vector<ScheduleEntry>& schedule_registry() {
        "ZB-V (zero bubble): 2 chunks per rank in a V (rank r holds stages r and 2p-1-r), I and W split"},
       {ScheduleKind::DualPipeV, "dualpipev", in(dual_v(), {Framework::TorchTitan}), gen_dualpipev,
        "DualPipeV: ZB-V's V placement, the steady state as overlapped forward-backward pairs of two chunks (m >= 2pp)"},
+      {ScheduleKind::DualPipe, "dualpipe", dual_directions(), gen_dualpipe,
+       "DualPipe (DeepSeek-V3): two directions, each rank holds model stages r and pp-1-r (2x parameters), "
+       "overlapped forward-backward pairs (pp even, m even, m >= 2pp)"},
       {ScheduleKind::File, "file", in(file_traits(), {Framework::TorchTitan}), gen_file,
        "a schedule file (schedule.file) in PyTorch pipelining's CSV format: one row per rank, e.g. 0F0,0F1,,0B0"},
   };
@@ -157,8 +169,10 @@ std::size_t row_of(ScheduleKind k) {
       return 8;
     case ScheduleKind::DualPipeV:
       return 9;
-    case ScheduleKind::File:
+    case ScheduleKind::DualPipe:
       return 10;
+    case ScheduleKind::File:
+      return 11;
   }
   return schedule_registry().size();
 }
@@ -220,6 +234,9 @@ std::string traits_text(const ScheduleTraits& t) {
       break;
     case StageStyle::V:
       traits += ",v-shape";
+      break;
+    case StageStyle::Dual:
+      traits += ",two-directions";
       break;
   }
   return traits;
