@@ -62,6 +62,15 @@ void refuse_unsupported_moe(const Scenario& s) {
     refuse("training.moe_capacity_factor", "expert capacity (token dropping or padding)");
 }
 
+// DualPipe holds every model stage twice (its two directions) and sums the copies' gradients: the executor holds
+// one copy of each stage.
+void refuse_two_directions(const Scenario& s) {
+  if (scenario_stage_style(s) == StageStyle::Dual)
+    throw ScenarioError(s.source + ": schedule.kind: the runtime does not execute " + schedule_entry(s.schedule.kind).name +
+                        " (two copies of every stage, one per direction); dualpipev runs the same pairs on one copy, and "
+                        "the simulator (pipescope simulate) models it");
+}
+
 }  // namespace
 
 Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o) {
@@ -147,6 +156,7 @@ Scenario fit_scenario(const Scenario& base, const ScenarioOverrides& o) {
                           " GPUs do not fill whole nodes of " + std::to_string(c.gpus_per_node) + " GPUs");
     }
   }
+  refuse_two_directions(s);
   refuse_unsupported_moe(s);  // first: its refusals name the key the runtime lacks, not a requirement it implies
   validate_scenario(s);
   return s;

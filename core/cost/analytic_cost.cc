@@ -1018,9 +1018,10 @@ double AnalyticCostModel::optimizer_seconds(int rank) const {
   // The distributed optimizer updates its 1/dp shard only (the all-gather of the result is a collective).
   // Megatron shards it over the data-parallel group with context parallelism: dp * cp GPUs.
   const ParallelSpec& par = s_.parallel;
-  const double shards = s_.training.sharded_optimizer() ? 1.0 * par.dp * par.cp : 1.0;
+  const double shards = s_.training.sharded_optimizer() ? 1.0 * par.dp * par.cp * stage_copies(s_) : 1.0;
   // The routed experts' state is sharded over their expert-data-parallel group: tp * cp * dp / (ep * etp) GPUs.
-  const double expert_shards = s_.training.sharded_optimizer() ? static_cast<double>(par.expert_data_gpus()) : 1.0;
+  const double expert_shards =
+      s_.training.sharded_optimizer() ? static_cast<double>(par.expert_data_gpus()) * stage_copies(s_) : 1.0;
   const double experts = rank_expert_parameter_count(s_, rank);
   const double params = experts == 0 ? rank_parameter_count(s_, rank) / shards
                                      : (rank_parameter_count(s_, rank) - experts) / shards + experts / expert_shards;

@@ -7,6 +7,7 @@
 #include "core/cost/moe_load.h"
 #include "core/cost/nccl_model.h"
 #include "core/lower/cost_model.h"
+#include "core/lower/grad_sync.h"
 #include "core/model/placement.h"
 
 namespace pipescope {
@@ -121,17 +122,16 @@ void add_alltoalls(LoweredSchedule& out, const Scenario& s) {
 // The experts' gradient reduction before the optimizer step and (distributed optimizer) their parameter gather
 // after it, over the expert-data-parallel group of each pipeline rank (all its dp workers).
 void add_expert_grad_sync(LoweredSchedule& out, const Scenario& s, const CostModel& cost) {
-  const ParallelSpec& p = s.parallel;
-  if (p.expert_data_gpus() <= 1) return;
+  const bool copies = out.schedule.style == StageStyle::Dual;  // DualPipe: the pair's copies reduce together
+  if (s.parallel.expert_data_gpus() <= 1 && !copies) return;
   const bool dist = s.training.sharded_optimizer();
+  const std::vector<std::int32_t> groups = rank_groups(out, CollTag::ExpertData);
   for (int r = 0; r < out.p; r++) {
     const double grads = cost.expert_grad_bytes(r), params = cost.expert_param_bytes(r);
     if (grads <= 0) continue;
-    CollGroup cg{CollTag::ExpertData, {}};
-    for (int d = 0; d < out.dp; d++) cg.workers.push_back(LoweredSchedule::worker(d, r, out.p));
-    const auto g = static_cast<std::int32_t>(out.groups.size());
-    out.groups.push_back(cg);
-    for (std::int32_t w : out.groups.back().workers) {
+    const std::int32_t g = groups[static_cast<std::size_t>(r)];
+    for (std::int32_t w : out.groups[static_cast<std::size_t>(g)].workers) {
+      if (w % out.p != r) continue;  // the pair's other rank: its own turn
       std::vector<LoweredOp>& prog = out.per_worker[static_cast<std::size_t>(w)];
       std::size_t opt = 0;
       while (opt < prog.size() && prog[opt].kind != LOpKind::Optimizer) opt++;

@@ -2,6 +2,7 @@
 // file-level checks that can name cells (counts, duplicates, missing ops, sends and receives, deadlock).
 #include "core/ir/schedule_csv.h"
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <map>
@@ -42,6 +43,15 @@ bool is_compute(ActionType t) {
       return false;
   }
   return false;
+}
+
+// DualPipe's routes in a V-placed file: micro-batches [0, m/2) only on stages [0, p), the others only on [p, 2p).
+bool dual_routes(const std::vector<std::vector<Action>>& rows, int p, int m) {
+  if (m < 2 || m % 2 != 0) return false;
+  for (const auto& row : rows)
+    for (const Action& a : row)
+      if ((2 * a.microbatch < m) != (a.stage < p)) return false;
+  return true;
 }
 
 // "rank 1 (row 2, column 5)"
@@ -293,6 +303,7 @@ Schedule Reader::build(const std::vector<std::vector<Action>>& rows) const {
            {first_seen[g]->text});
   }
 
+  if (*style == StageStyle::V && dual_routes(rows, p, m)) style = StageStyle::Dual;
   Schedule s = schedule_skeleton("file", p, shape_.v, shape_.microbatches, shape_.seq_len);
   s.style = *style;
   std::map<OpKey, const Action*> at;  // op -> the cell that holds it
@@ -311,10 +322,13 @@ Schedule Reader::build(const std::vector<std::vector<Action>>& rows) const {
       cells[r].push_back(&a);
     }
   // PyTorch's counts per stage first (their rules), then op by op.
-  int units = 0;
-  for (const MicroBatch& mb : shape_.microbatches) units += static_cast<int>(mb.slice_begin.size());
-  const std::string what = units == m ? " micro-batches" : " (micro-batch, slice) units";
+  int all_units = 0;
+  for (const MicroBatch& mb : shape_.microbatches) all_units += static_cast<int>(mb.slice_begin.size());
+  const std::string what = all_units == m ? " micro-batches" : " (micro-batch, slice) units";
   for (int g = 0; g < stages; g++) {
+    int units = 0;  // those whose route passes the stage (all of them but in DualPipe)
+    for (int mb = 0; mb < m; mb++)
+      if (g >= s.route_begin(mb) && g < s.route_end(mb)) units += s.slices(mb);
     const int f = count[{g, ActionType::F}], b = count[{g, ActionType::B}];
     const int i = count[{g, ActionType::I}], w = count[{g, ActionType::W}];
     if (f != units)
@@ -528,8 +542,25 @@ Schedule load_schedule_csv(const std::string& path, const CsvScheduleShape& shap
   return schedule_from_csv(read_schedule_file(path), path, shape);
 }
 
+namespace {
+// A V-placed file is DualPipe's when its micro-batches keep to the two directions' routes. A file the reader would
+// refuse is left V here: loading it reports the error.
+StageStyle v_or_dual(const std::string& text, const std::string& path, int p) {
+  try {
+    const auto rows = Reader(path, CsvScheduleShape{p, 2, {}, 0}).parse(text);
+    int m = 0;
+    for (const auto& row : rows)
+      for (const Action& a : row) m = std::max(m, a.microbatch + 1);
+    return dual_routes(rows, p, m) ? StageStyle::Dual : StageStyle::V;
+  } catch (const std::exception&) {
+    return StageStyle::V;
+  }
+}
+}  // namespace
+
 StageStyle csv_stage_style(const std::string& path, int p) {
-  std::istringstream f(read_schedule_file(path));
+  const std::string text = read_schedule_file(path);
+  std::istringstream f(text);
   std::string line;
   for (int row = 0; std::getline(f, line); row++) {
     std::istringstream cells(line);
@@ -538,7 +569,7 @@ StageStyle csv_stage_style(const std::string& path, int p) {
       std::size_t i = 0;
       const auto stage = digits(c, i);
       if (stage && *stage == p && i < c.size() && std::isalpha(static_cast<unsigned char>(c[i])))
-        return row == p - 1 && p > 1 ? StageStyle::V : StageStyle::Loop;
+        return row == p - 1 && p > 1 ? v_or_dual(text, path, p) : StageStyle::Loop;
     }
   }
   return StageStyle::Loop;

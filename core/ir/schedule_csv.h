@@ -18,7 +18,8 @@
 //   - malformed cells, unsupported actions (UNSHARD, RESHARD, REDUCE_GRAD), a row count other than
 //     pp, stages or micro-batches outside the scenario: std::invalid_argument (input error, exit 1);
 //   - a stage on two ranks, a stage placement other than the IR's (loop: stage g on rank g % pp; V: rank r holds
-//     stages r and 2 pp - 1 - r), a duplicated or
+//     stages r and 2 pp - 1 - r; a V file whose first m/2 micro-batches keep to stages 0..pp-1 and the others to
+//     pp..2pp-1 is DualPipe's, StageStyle::Dual), a duplicated or
 //     missing op, PyTorch's counts per stage (forwards = micro-batches (x slices), I count = W count,
 //     B + (I + W) / 2 = micro-batches), a send without its receive or on the wrong rank, a send before its
 //     producer or a receive after its consumer, and a cycle (deadlock) among the ranks' orders: CheckError
@@ -46,8 +47,8 @@ Schedule schedule_from_csv(const std::string& text, const std::string& source, c
 // Reads the file (std::invalid_argument when it cannot be read).
 Schedule load_schedule_csv(const std::string& path, const CsvScheduleShape& shape);
 
-// Where a file puts its virtual stages (V when stage pp sits on the last rank, else loop), read without checking
-// the rest (the scenario loader needs it before the schedule is built). Throws std::invalid_argument when the
+// Where a file puts its virtual stages (V when stage pp sits on the last rank, Dual when such a file also keeps its
+// micro-batches to DualPipe's two routes, else loop), read without checking the rest (the scenario loader needs it before the schedule is built). Throws std::invalid_argument when the
 // file cannot be read.
 StageStyle csv_stage_style(const std::string& path, int p);
 

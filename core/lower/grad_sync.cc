@@ -26,14 +26,6 @@ namespace {
 
 constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
 
-// A new group over the dp workers of pipeline rank r (ring order = replica order).
-std::int32_t new_group(LoweredSchedule& ls, CollTag tag, int r) {
-  CollGroup g{tag, {}};
-  for (int d = 0; d < ls.dp; d++) g.workers.push_back(LoweredSchedule::worker(d, r, ls.p));
-  ls.groups.push_back(std::move(g));
-  return static_cast<std::int32_t>(ls.groups.size() - 1);
-}
-
 // Where each virtual stage of a program starts (its first compute op) and where its weight gradients become final
 // (its last B or W), in stage order.
 struct StageSpan {
@@ -83,12 +75,33 @@ std::vector<LoweredOp>& program_of(LoweringSink& sink, std::int32_t w) {
 
 }  // namespace
 
+std::vector<std::int32_t> rank_groups(LoweredSchedule& ls, CollTag tag) {
+  const bool copies = ls.schedule.style == StageStyle::Dual;
+  std::vector<std::int32_t> of_rank(static_cast<std::size_t>(ls.p), -1);
+  for (int r = 0; r < ls.p; r++) {
+    if (copies && r >= ls.p - 1 - r) {
+      of_rank[static_cast<std::size_t>(r)] = of_rank[static_cast<std::size_t>(ls.p - 1 - r)];
+      continue;
+    }
+    CollGroup g{tag, {}};
+    for (int d = 0; d < ls.dp; d++) {
+      g.workers.push_back(LoweredSchedule::worker(d, r, ls.p));
+      if (copies) g.workers.push_back(LoweredSchedule::worker(d, ls.p - 1 - r, ls.p));
+    }
+    ls.groups.push_back(std::move(g));
+    of_rank[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(ls.groups.size() - 1);
+  }
+  return of_rank;
+}
+
 void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o, LoweringSink& sink) {
   const LOpKind kind = grad_reduce_kind(o.distributed_optimizer);
+  const std::vector<std::int32_t> groups = rank_groups(ls, CollTag::DataParallel);
   for (int r = 0; r < ls.p; r++) {
-    const std::int32_t g = new_group(ls, CollTag::DataParallel, r);
+    const std::int32_t g = groups[static_cast<std::size_t>(r)];
     const double bytes = cost.grad_bytes(r);
     for (std::int32_t w : ls.groups[g].workers) {
+      if (w % ls.p != r) continue;  // a DualPipe group's other rank: its own turn
       // Not overlapped (or nothing to overlap): one call at the end. The program is scanned only when overlapped
       // (a search lowers millions of ops).
       std::vector<StageSpan> spans;
@@ -120,10 +133,12 @@ void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSync
 
 void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o, LoweringSink& sink) {
   if (!o.distributed_optimizer) return;
+  const std::vector<std::int32_t> groups = rank_groups(ls, CollTag::ParamGather);
   for (int r = 0; r < ls.p; r++) {
-    const std::int32_t g = new_group(ls, CollTag::ParamGather, r);
+    const std::int32_t g = groups[static_cast<std::size_t>(r)];
     const double bytes = cost.param_bytes(r);
     for (std::int32_t w : ls.groups[g].workers) {
+      if (w % ls.p != r) continue;  // as in add_dp_grad_sync
       std::vector<StageSpan> spans;
       if (o.overlap_param_gather) spans = stage_spans(program_of(sink, w));  // scanned only when overlapped, as above
       if (spans.empty()) {

@@ -13,6 +13,9 @@
 // - overlap_param_gather: the all-gather is cut the same way and moved to the start of the program (the next
 //   iteration's forwards, which in steady state follow this iteration's step), each stage's buckets awaited by
 //   that stage's first compute op.
+// DualPipe (StageStyle::Dual): ranks r and p-1-r hold copies of the same two model stages, so one group of their 2 dp
+// workers reduces (and gathers) for both, the copies taking part as more replicas; it runs even at dp = 1, and the
+// distributed optimizer's shard is 1 / (2 dp) (placement.h stage_copies).
 // Async collectives: core/lower/lowering.h (execution semantics).
 
 #include "core/lower/lowered_schedule.h"
@@ -32,6 +35,11 @@ struct GradSyncOptions {
   bool replica_of_dp = false;
 };
 GradSyncOptions grad_sync_options(const TrainingSpec& t);
+
+// Per pipeline rank, the index of a new group (tag `tag`) over the dp workers of that rank, ring order = replica
+// order. DualPipe's ranks r and p-1-r share one group of their 2 dp workers (both copies of the same two model
+// stages reduce together, as more replicas). Appended to ls.groups.
+std::vector<std::int32_t> rank_groups(LoweredSchedule& ls, CollTag tag);
 
 // Appends (or inserts) the DP gradient collectives for every pipeline rank; dp > 1 (or o.replica_of_dp). Its groups
 // go to ls.groups, its ops to `sink` (the overlapped buckets into sink.program(w)).

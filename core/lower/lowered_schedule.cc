@@ -37,8 +37,6 @@ const char* tag_text(CollTag t) {
       return "ep";
     case CollTag::ExpertData:
       return "edp";
-    case CollTag::StageCopies:
-      return "copies";
     case CollTag::None:
       break;
   }

@@ -52,8 +52,7 @@ enum class CollTag : std::uint8_t {
   ParamGather,
   ContextParallel,
   ExpertParallel,
-  ExpertData,
-  StageCopies  // DualPipe: the two copies of a model stage (ranks r and p-1-r) sum their gradients
+  ExpertData
 };
 
 // Fields ordered so that the struct packs into 72 bytes (the lowering passes copy millions of them in a search).

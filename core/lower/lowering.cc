@@ -317,27 +317,12 @@ LoweredSchedule tp_pass(LoweredSchedule in, const CostModel& cost) {
   return in;
 }
 
-// DualPipe: rank r holds model stages r and p-1-r, rank p-1-r the other copies of the same two, so each pair of
-// ranks of a replica all-reduces its whole gradient (dense and experts) before the data-parallel reduction. Their
-// embedding and head copies are in it (ranks 0 and p-1 hold both), so no embedding group is needed.
-void add_copy_grad_sync(LoweredSchedule& ls, const CostModel& cost, LoweringSink& sink) {
-  const int p = ls.p;
-  for (int d = 0; d < ls.dp; d++)
-    for (int r = 0; r < p / 2; r++) {
-      const double bytes = cost.grad_bytes(r) + cost.expert_grad_bytes(r);
-      ls.groups.push_back(
-          CollGroup{CollTag::StageCopies, {LoweredSchedule::worker(d, r, p), LoweredSchedule::worker(d, p - 1 - r, p)}});
-      const auto group = static_cast<std::int32_t>(ls.groups.size() - 1);
-      for (std::int32_t w : ls.groups.back().workers)
-        sink.add(static_cast<std::size_t>(w), collective_op(LOpKind::AllReduce, CollTag::StageCopies, group, bytes), -1);
-    }
-}
-
 // Passes 4 and 5 on `ls` (its groups, schedule and shape), their ops written to `sink`.
 void grad_sync_to(LoweredSchedule& ls, const CostModel& cost, const GradSyncOptions& o, LoweringSink& sink) {
   const int p = ls.p;
-  if (ls.dp > 1 || o.replica_of_dp) add_dp_grad_sync(ls, cost, o, sink);  // core/lower/grad_sync.cc
-  if (ls.schedule.style == StageStyle::Dual) add_copy_grad_sync(ls, cost, sink);
+  // DualPipe's copies reduce together even without data parallelism (core/lower/grad_sync.h).
+  const bool copies = ls.schedule.style == StageStyle::Dual;
+  if (ls.dp > 1 || o.replica_of_dp || copies) add_dp_grad_sync(ls, cost, o, sink);  // core/lower/grad_sync.cc
   const double emb = cost.embedding_grad_bytes();
   // The ranks of the first and the last virtual stage (the same rank in a V-shaped schedule: nothing to sync).
   const int r_first = ls.schedule.rank_of_stage(0), r_last = ls.schedule.rank_of_stage(ls.schedule.stages() - 1);
@@ -359,7 +344,7 @@ void optimizer_to(LoweredSchedule& ls, const CostModel& cost, const GradSyncOpti
     o.seconds = cost.optimizer_seconds(w % ls.p);
     sink.add(static_cast<std::size_t>(w), o, -1);
   }
-  if (ls.dp > 1 || opts.replica_of_dp) add_param_gather(ls, cost, opts, sink);  // core/lower/grad_sync.cc
+  if (ls.dp > 1 || opts.replica_of_dp || ls.schedule.style == StageStyle::Dual) add_param_gather(ls, cost, opts, sink);  // core/lower/grad_sync.cc
 }
 
 }  // namespace

@@ -35,7 +35,6 @@ std::uint8_t question_of(const LoweredOp& l) {
     case CollTag::ContextParallel:
     case CollTag::ExpertParallel:
     case CollTag::ExpertData:
-    case CollTag::StageCopies:
       return 0;  // rank questions, or priced by its own pass (core/cost/context_parallel.h, expert_parallel.h)
   }
   return 0;

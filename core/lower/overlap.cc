@@ -25,7 +25,6 @@ bool overlappable(CollTag tag, PairHides hides) {
     case CollTag::ParamGather:
     case CollTag::ContextParallel:
     case CollTag::ExpertData:
-    case CollTag::StageCopies:
       return false;
   }
   return false;

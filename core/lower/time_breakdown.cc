@@ -65,8 +65,7 @@ double TimeBreakdown::*collective_part(CollTag tag) {
     case CollTag::DataParallel:
     case CollTag::ParamGather:
     case CollTag::Embedding:
-    case CollTag::StageCopies:  // DualPipe's two copies summing their gradients
-    case CollTag::ExpertData:   // the experts' gradients: data-parallel communication of their own group
+    case CollTag::ExpertData:  // the experts' gradients: data-parallel communication of their own group
       return &TimeBreakdown::dp_comm_s;
   }
   return &TimeBreakdown::dp_comm_s;

@@ -211,7 +211,8 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
   const int e = s.training.act_bytes_per_elem();
   const TrainingSpec::ParamBytes pb = s.training.param_bytes();
   // The distributed optimizer (and FSDP) keeps 1/dp of the master weights and Adam moments on each replica.
-  const double shards = s.training.sharded_optimizer() ? 1.0 * par.dp * par.cp : 1.0;  // DP group with CP
+  const double shards =  // DP group with CP (and DualPipe's copies)
+      s.training.sharded_optimizer() ? 1.0 * par.dp * par.cp * stage_copies(s) : 1.0;
   const double h = m.hidden, t = par.tp, V = m.vocab;
   const double rep_tp = par.sequence_parallel ? t : 1.0;  // what TP does to the residual-stream tensors
   const int last_stage = par.pp * par.v - 1;
@@ -230,7 +231,8 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
   std::vector<double> expert_memory;
   for (int g = 0; g < par.pp * par.v; g++) expert_memory.push_back(stage_expert_load(s, g).memory);
   // The distributed optimizer shards the routed experts' state over their expert-data-parallel group.
-  const double expert_shards = s.training.sharded_optimizer() ? static_cast<double>(par.expert_data_gpus()) : 1.0;
+  const double expert_shards =
+      s.training.sharded_optimizer() ? static_cast<double>(par.expert_data_gpus()) * stage_copies(s) : 1.0;
 
   MemoryReport rep;
   rep.device_bytes = s.cluster.device.memory_bytes;

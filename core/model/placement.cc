@@ -204,6 +204,10 @@ int scenario_model_stages(const Scenario& s) {
   return model_stage_count(scenario_stage_style(s), s.parallel.pp, s.parallel.v);
 }
 
+int stage_copies(const Scenario& s) {
+  return (s.parallel.pp * s.parallel.v) / scenario_model_stages(s);
+}
+
 bool holds_embedding(const Scenario& s, int stage) {
   return model_stage_of(scenario_stage_style(s), s.parallel.pp, stage) == 0;
 }

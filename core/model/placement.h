@@ -50,6 +50,9 @@ LayerRange stage_layer_range(int layers, const std::vector<int>& stage_layers, i
 LayerRange stage_layer_range(const Scenario& s, int stage);
 // The model stages parallel.stage_layers lists (pp * v, or pp with DualPipe's two copies).
 int scenario_model_stages(const Scenario& s);
+// The copies of each model stage the schedule holds (2 with DualPipe, else 1): they reduce their gradients together
+// and the distributed optimizer shards over them like more replicas.
+int stage_copies(const Scenario& s);
 // Whether virtual stage `stage` runs the embedding (model stage 0) / the LM head and loss (the last model stage).
 bool holds_embedding(const Scenario& s, int stage);
 bool holds_head(const Scenario& s, int stage);

@@ -284,9 +284,6 @@ CostedOp costed(const DagShape& sh, const Recipe& x, const Retimer::Values& v, i
         case CollTag::Embedding:
           c.bytes = v.emb;
           break;
-        case CollTag::StageCopies:  // DualPipe's pair: both ranks hold the same two model stages
-          c.bytes = v.grad[r];
-          break;
         case CollTag::None:
         case CollTag::ContextParallel:
         case CollTag::ExpertParallel:
@@ -367,7 +364,6 @@ Recipe recipe_of(const LoweredSchedule& ls, const LoweredOp& l, const DagNode& n
       if (l.async) x.cls = classes.of(l.op, question_of(l)), x.j = j;
       break;
     case CollTag::ParamGather:
-    case CollTag::StageCopies:
       x.rank = ls.groups[static_cast<std::size_t>(l.group)].workers.front() % ls.p;
       break;
     case CollTag::Embedding:
