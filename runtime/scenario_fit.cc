@@ -66,9 +66,10 @@ void refuse_unsupported_moe(const Scenario& s) {
 // one copy of each stage.
 void refuse_two_directions(const Scenario& s) {
   if (scenario_stage_style(s) == StageStyle::Dual)
-    throw ScenarioError(s.source + ": schedule.kind: the runtime does not execute " + schedule_entry(s.schedule.kind).name +
-                        " (two copies of every stage, one per direction); dualpipev runs the same pairs on one copy, and "
-                        "the simulator (pipescope simulate) models it");
+    throw ScenarioError(
+        s.source + ": schedule.kind: the runtime does not execute " + schedule_entry(s.schedule.kind).name +
+        " (two copies of every stage, one per direction); dualpipev runs the same pairs on one copy, and "
+        "the simulator (pipescope simulate) models it");
 }
 
 }  // namespace

@@ -93,7 +93,8 @@ TEST(DualPipe, CopiesReduceTheirGradientsInOneGroup) {
     std::set<std::set<std::int32_t>> want;
     for (int r = 0; r < p / 2; r++) {
       std::set<std::int32_t> w;
-      for (int d = 0; d < dp; d++) w.insert(LoweredSchedule::worker(d, r, p)), w.insert(LoweredSchedule::worker(d, p - 1 - r, p));
+      for (int d = 0; d < dp; d++)
+        w.insert(LoweredSchedule::worker(d, r, p)), w.insert(LoweredSchedule::worker(d, p - 1 - r, p));
       want.insert(w);
     }
     EXPECT_EQ(groups, want);

@@ -455,7 +455,7 @@ TEST(ScenarioErrors, UnknownPresetsAndEnumValues) {
             "V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM, H200-SXM, B200-SXM, GB200, GB300");
   EXPECT_EQ(error_of(kBase + "schedule:\n  kind: 1f1f\n"),
             "t.yaml:5:9: schedule.kind: unknown value \"1f1f\" (did you mean \"1f1b\"?); valid: gpipe, 1f1b, "
-            "interleaved, terapipe, seq1f1b, seq1f1b-i, zb-h1, zb-h2, zb-v, dualpipev, file");
+            "interleaved, terapipe, seq1f1b, seq1f1b-i, zb-h1, zb-h2, zb-v, dualpipev, dualpipe, file");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, nodes: 2, intra_node: {fabric: nvlink}}\n" + kParallel),
             "t.yaml:2:60: cluster.intra_node.fabric: unknown value \"nvlink\"; valid: nvswitch, cube-mesh, pcie");
   EXPECT_EQ(error_of(kModel + "cluster: {preset: dgx-a100, nodes: 2, network: {topology: fattree}}\n" + kParallel),
@@ -544,8 +544,8 @@ TEST(ScenarioErrors, ScheduleConstraints) {
   EXPECT_EQ(error_of(kBase + "schedule: {kind: interleaved}\n"),
             "t.yaml:4:18: schedule.kind: schedule interleaved needs v > 1 model chunks per rank, got v = 1");
   EXPECT_EQ(error_of(kModel + kCluster + "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 32}\n"),
-            "t.yaml:3:36: parallel.v: v = 2 model chunks per rank needs schedule.kind interleaved, seq1f1b-i, zb-v or "
-            "dualpipev, got 1f1b");
+            "t.yaml:3:36: parallel.v: v = 2 model chunks per rank needs schedule.kind interleaved, seq1f1b-i, zb-v, "
+            "dualpipev or dualpipe, got 1f1b");
   // DualPipeV needs m >= 2 pp; the combined 1F1B belongs to 1f1b and interleaved.
   EXPECT_EQ(error_of(kModel + kCluster + "parallel: {dp: 2, pp: 4, tp: 2, v: 2, global_batch: 14}\n" +
                      "schedule: {kind: dualpipev}\n"),

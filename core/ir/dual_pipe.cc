@@ -101,8 +101,9 @@ Schedule make_dualpipe(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
   const int m = static_cast<int>(mbs.size());
   if (p % 2 != 0) invalid_generator_args(where, "DualPipe needs an even pp, got pp = " + std::to_string(p));
   if (m % 2 != 0 || m < 2 * p)
-    invalid_generator_args(where, "DualPipe needs an even micro-batch count of at least 2 pp = " + std::to_string(2 * p) +
-                                      " (half of them in each direction), got m = " + std::to_string(m));
+    invalid_generator_args(where,
+                           "DualPipe needs an even micro-batch count of at least 2 pp = " + std::to_string(2 * p) +
+                               " (half of them in each direction), got m = " + std::to_string(m));
   Schedule s = schedule_skeleton("dualpipe", p, 2, mbs, seq_len);
   s.style = StageStyle::Dual;
   const int half_p = p / 2, half_m = m / 2;
@@ -112,10 +113,10 @@ Schedule make_dualpipe(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
     const bool middle = r == half_p - 1 || r == half_p;
     const int c0 = second, c1 = 1 - second;  // the chunks of phases 0 and 1
     const int ramp = half_p - half - 1;
-    for (int i = 0; i < 2 * ramp; i++) d.forward(c0);                               // nF0
-    for (int i = 0; i <= half; i++) d.forward(c0), d.forward(c1);                   // nF0F1
+    for (int i = 0; i < 2 * ramp; i++) d.forward(c0);                                // nF0
+    for (int i = 0; i <= half; i++) d.forward(c0), d.forward(c1);                    // nF0F1
     for (int i = 0; i < ramp; i++) d.backward(c1, true), d.weight(), d.forward(c1);  // nB1W1F1
-    for (int i = 0; i < half_m - p + half + 1; i++) {                               // nF0B1F1B0
+    for (int i = 0; i < half_m - p + half + 1; i++) {                                // nF0B1F1B0
       if (i == 0 && middle) {
         d.forward(c0), d.backward(c1, false);  // the middle ranks: not overlapped, which shortens the bubble
       } else {
@@ -124,7 +125,7 @@ Schedule make_dualpipe(int p, const std::vector<MicroBatch>& mbs, int seq_len) {
       d.overlapped(c1, c0);
     }
     for (int i = 0; i < ramp; i++) d.backward(c1, false), d.overlapped(c1, c0);  // nB1F1B0
-    bool split = false;                                                         // nB1B0, the second half split
+    bool split = false;                                                          // nB1B0, the second half split
     for (int i = 0; i <= half; i++) {
       if (i == (half + 1) / 2 && half % 2 == 1) split = true;
       d.backward(c1, split);

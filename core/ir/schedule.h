@@ -154,9 +154,16 @@ class OpKeyIndex {
   OpKey grad_producer(std::int32_t stage, std::int32_t microbatch, std::int32_t slice) const;
   int stages() const { return stages_; }
   int slices(std::int32_t microbatch) const;
-  // The stages micro-batch mb runs through (Schedule::route_begin / route_end); keys outside them are off the grid.
-  std::int32_t route_begin(std::int32_t microbatch) const { return route_[2 * static_cast<std::size_t>(microbatch)]; }
-  std::int32_t route_end(std::int32_t microbatch) const { return route_[2 * static_cast<std::size_t>(microbatch) + 1]; }
+  // The stages micro-batch mb runs through (Schedule::route_begin / route_end; all of them for a micro-batch outside
+  // the table); keys outside them are off the grid.
+  std::int32_t route_begin(std::int32_t microbatch) const {
+    const auto mb = static_cast<std::size_t>(microbatch);
+    return microbatch < 0 || 2 * mb >= route_.size() ? 0 : route_[2 * mb];
+  }
+  std::int32_t route_end(std::int32_t microbatch) const {
+    const auto mb = static_cast<std::size_t>(microbatch);
+    return microbatch < 0 || 2 * mb >= route_.size() ? stages_ : route_[2 * mb + 1];
+  }
 
  private:
   std::int64_t unit_of(std::int32_t stage, std::int32_t microbatch, std::int32_t slice) const;

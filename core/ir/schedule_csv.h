@@ -48,8 +48,8 @@ Schedule schedule_from_csv(const std::string& text, const std::string& source, c
 Schedule load_schedule_csv(const std::string& path, const CsvScheduleShape& shape);
 
 // Where a file puts its virtual stages (V when stage pp sits on the last rank, Dual when such a file also keeps its
-// micro-batches to DualPipe's two routes, else loop), read without checking the rest (the scenario loader needs it before the schedule is built). Throws std::invalid_argument when the
-// file cannot be read.
+// micro-batches to DualPipe's two routes, else loop), read without checking the rest (the scenario loader needs it
+// before the schedule is built). Throws std::invalid_argument when the file cannot be read.
 StageStyle csv_stage_style(const std::string& path, int p);
 
 // The compute-only CSV of a schedule (one row per rank, `@slice` on sliced micro-batches); exact inverse of

@@ -344,7 +344,8 @@ void optimizer_to(LoweredSchedule& ls, const CostModel& cost, const GradSyncOpti
     o.seconds = cost.optimizer_seconds(w % ls.p);
     sink.add(static_cast<std::size_t>(w), o, -1);
   }
-  if (ls.dp > 1 || opts.replica_of_dp || ls.schedule.style == StageStyle::Dual) add_param_gather(ls, cost, opts, sink);  // core/lower/grad_sync.cc
+  if (ls.dp > 1 || opts.replica_of_dp || ls.schedule.style == StageStyle::Dual)
+    add_param_gather(ls, cost, opts, sink);  // core/lower/grad_sync.cc
 }
 
 }  // namespace

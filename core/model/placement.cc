@@ -196,7 +196,8 @@ LayerRange stage_layer_range(const Scenario& s, int stage) {
   if (stage < 0 || stage >= stages)
     throw std::invalid_argument("layer placement: stage " + std::to_string(stage) + " outside 0.." +
                                 std::to_string(stages - 1));
-  return stage_layer_range(s.model.layers, s.parallel.stage_layers, model_stage_count(style, s.parallel.pp, s.parallel.v),
+  return stage_layer_range(s.model.layers, s.parallel.stage_layers,
+                           model_stage_count(style, s.parallel.pp, s.parallel.v),
                            model_stage_of(style, s.parallel.pp, stage));
 }
 
@@ -204,9 +205,7 @@ int scenario_model_stages(const Scenario& s) {
   return model_stage_count(scenario_stage_style(s), s.parallel.pp, s.parallel.v);
 }
 
-int stage_copies(const Scenario& s) {
-  return (s.parallel.pp * s.parallel.v) / scenario_model_stages(s);
-}
+int stage_copies(const Scenario& s) { return (s.parallel.pp * s.parallel.v) / scenario_model_stages(s); }
 
 bool holds_embedding(const Scenario& s, int stage) {
   return model_stage_of(scenario_stage_style(s), s.parallel.pp, stage) == 0;

@@ -731,8 +731,8 @@ void Validator::check_stage_layers_key(const ModelSpec& m, const ParallelSpec& p
   if (stages != 1LL * p.pp * p.v) {  // DualPipe: its two copies share one list
     if (static_cast<long long>(p.stage_layers.size()) != stages)
       fail({"parallel.stage_layers"}, "lists " + std::to_string(p.stage_layers.size()) +
-                                          " stages, but needs one entry per model stage: pp = " + std::to_string(stages) +
-                                          " (schedule dualpipe holds each model stage twice)");
+                                          " stages, but needs one entry per model stage: pp = " +
+                                          std::to_string(stages) + " (schedule dualpipe holds each model stage twice)");
   }
   const std::string per = p.v > 1 ? "one entry per virtual stage: pp * v = " + std::to_string(p.pp) + " * " +
                                         std::to_string(p.v) + " = " + std::to_string(stages)

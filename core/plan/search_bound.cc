@@ -129,11 +129,15 @@ double lower_bound_s(const Scenario& s, const ShapeKey& key) {
   return bound_s;
 }
 
+// DualPipe's micro-batches visit half the virtual stages each, which the bound's per-rank sums do not follow: its
+// candidates get no bound and are all estimated.
+bool boundable(const Scenario& s) { return scenario_stage_style(s) != StageStyle::Dual; }
+
 }  // namespace
 
 bool stage2_lower_bound(const Scenario& s, double& bound_s) {
   ShapeKey key;
-  if (!shape_key(s, key)) return false;
+  if (!boundable(s) || !shape_key(s, key)) return false;
   bound_s = lower_bound_s(s, key);
   return true;
 }
@@ -152,6 +156,7 @@ std::vector<Stage2Value> rank_stage2(const std::vector<Candidate>& c, int keep, 
       if (!shape_key(c[i].scenario, key)) continue;
       // A tp = 1 candidate is timed by its tp > 1 structure where one is built (ShapeKey::tp_words).
       structure[i] = ids.emplace(key.tp_words.empty() ? key.words : key.tp_words, ids.size()).first->second;
+      if (!boundable(c[i].scenario)) continue;
       const double b = lower_bound_s(c[i].scenario, key);
       if (std::isfinite(b)) bound[i] = b * (1 - kBoundMargin);  // else none: a cost the estimate will report
     } catch (const std::exception&) {

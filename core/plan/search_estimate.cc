@@ -129,8 +129,10 @@ Stage2Estimator::~Stage2Estimator() = default;
 
 double Stage2Estimator::estimate(const Scenario& s) {
   ShapeKey key;
-  // MoE candidates are estimated directly (their all-to-alls in the compute ops), not re-timed from a shared shape.
-  if (s.model.moe() || !shape_key(s, key)) return estimate_iteration_s(s);
+  // MoE candidates are estimated directly (their all-to-alls in the compute ops), not re-timed from a shared shape; so
+  // is DualPipe, whose copies' shared gradient groups pair the buckets of different model stages.
+  const bool copies = scenario_stage_style(s) == StageStyle::Dual;
+  if (s.model.moe() || copies || !shape_key(s, key)) return estimate_iteration_s(s);
   const auto model = make_cost_model(s);
   // A known structure: re-timed with the candidate's cost answers, nothing lowered.
   for (const auto* words : {&key.words, &key.tp_words})
