@@ -38,6 +38,7 @@ struct SimulateOptions {
   std::string timeline_title;   // --timeline-title: the picture's heading (default: the command and scenario file)
   std::string timeline_window;  // --timeline-window T0:T1 (seconds)
   std::string timeline_ranks;   // --timeline-ranks A:B (pipeline ranks, inclusive)
+  int timeline_group = 1;       // --timeline-group N: one row per N stages
   std::string trace_ranks;      // --trace-ranks A:B (pipeline ranks, inclusive)
   std::string trace_replicas;   // --trace-replicas A:B (data-parallel replicas, inclusive)
   bool fail_on_oom = false;     // exit 2 when a rank does not fit in device memory
@@ -108,6 +109,7 @@ sim::SimulateOneRequest one_request(const SimulateOptions& o) {
     parse_pair("--timeline-window", o.timeline_window, q.timeline_options.window_start_s,
                q.timeline_options.window_end_s);
   parse_whole_range("--timeline-ranks", o.timeline_ranks, q.timeline_options.first_rank, q.timeline_options.last_rank);
+  q.timeline_options.row_group = o.timeline_group;
   q.trace_subset = trace_subset(o);
   return q;
 }
@@ -237,6 +239,10 @@ Command add_simulate(CLI::App& app) {
                   "Timeline: draw only START:END seconds of the iteration, e.g. 2.5:3 (either side may be left out)");
   sub->add_option("--timeline-ranks", o->timeline_ranks,
                   "Timeline: draw only pipeline ranks A:B (inclusive), e.g. 0:7");
+  sub->add_option("--timeline-group", o->timeline_group,
+                  "Timeline: one row per N consecutive stages, shaded by the share of them busy in the colour of the "
+                  "op kind most of them run (long pipelines)")
+      ->check(CLI::Range(1, 100000));
   return {sub, [o] { return run_simulate(*o); }};
 }
 

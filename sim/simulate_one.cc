@@ -19,6 +19,7 @@ std::string timeline_svg(const Scenario& s, const CheckedSchedule& cs, const Sim
   po.all_replicas = t.all_replicas;
   po.first_rank = t.first_rank, po.last_rank = t.last_rank;
   po.window_start_s = t.window_start_s, po.window_end_s = t.window_end_s;
+  po.row_group = t.row_group;
   SvgOptions so;
   so.width_px = t.width_px;
   so.comm = t.comm;

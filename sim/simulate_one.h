@@ -15,6 +15,7 @@ struct TimelineRequest {
   std::string title;                             // the picture's heading
   int first_rank = 0, last_rank = -1;            // the pipeline ranks drawn (last -1: to the last)
   double window_start_s = 0, window_end_s = -1;  // the time drawn (end -1: to the iteration's end)
+  int row_group = 1;                             // one row per that many stages (sim/timeline_svg.h aggregate_rows)
 };
 
 struct SimulateOneRequest {

@@ -127,9 +127,13 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   for (const auto& p : panels) shared_end = std::max(shared_end, panel_end(p));
 
   // ---- header: title, then the legend laid out left to right and wrapped at the right margin
-  bool any_chunk = false;
+  bool any_chunk = false, any_hue = false, any_share = false;  // hues: micro-batch blocks; shares: aggregate rows
   for (const auto& p : panels)
-    for (const auto& iv : p.intervals) any_chunk = any_chunk || (is_compute(iv.kind) && iv.chunk > 0);
+    for (const auto& iv : p.intervals) {
+      any_chunk = any_chunk || (is_compute(iv.kind) && iv.chunk > 0);
+      any_hue = any_hue || (is_compute(iv.kind) && iv.microbatch >= 0);
+      any_share = any_share || iv.share < 1;
+    }
   std::string legend;
   double lx = ml, ly = 37;
   const double right = W - 8;
@@ -196,17 +200,19 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
   if (opt.comm && any_coll) swatch("C", "collective");
   if (any_pair) swatch("pr", "overlapped pair (forward | backward)");
   swatch("idle", "idle");
-  lx = ml, ly += 19;
-  phrase("micro-batch:");
-  for (int c = 0; c < svg::kColours; c++) {
-    room(30);
-    legend += "<rect class=\"F c" + std::to_string(c) + "\" x=\"" + svg::f2(lx) + "\" y=\"" + svg::f2(ly) +
-              "\" width=\"8\" height=\"12\"/><rect class=\"B c" + std::to_string(c) + "\" x=\"" + svg::f2(lx + 8) +
-              "\" y=\"" + svg::f2(ly) + "\" width=\"8\" height=\"12\"/><text class=\"lg\" x=\"" + svg::f2(lx + 19) +
-              "\" y=\"" + svg::f2(ly + 10) + "\">" + std::to_string(c) + "</text>\n";
-    lx += 19 + svg::text_width(std::to_string(c), 12) + 8;
+  if (any_hue) {
+    lx = ml, ly += 19;
+    phrase("micro-batch:");
+    for (int c = 0; c < svg::kColours; c++) {
+      room(30);
+      legend += "<rect class=\"F c" + std::to_string(c) + "\" x=\"" + svg::f2(lx) + "\" y=\"" + svg::f2(ly) +
+                "\" width=\"8\" height=\"12\"/><rect class=\"B c" + std::to_string(c) + "\" x=\"" + svg::f2(lx + 8) +
+                "\" y=\"" + svg::f2(ly) + "\" width=\"8\" height=\"12\"/><text class=\"lg\" x=\"" + svg::f2(lx + 19) +
+                "\" y=\"" + svg::f2(ly + 10) + "\">" + std::to_string(c) + "</text>\n";
+      lx += 19 + svg::text_width(std::to_string(c), 12) + 8;
+    }
+    phrase("(hue repeats every " + std::to_string(svg::kColours) + ")");
   }
-  phrase("(hue repeats every " + std::to_string(svg::kColours) + ")");
   if (any_chunk) {
     swatch("F cg", "chunk 0");
     swatch("F cg", "chunk 1", "k1");
@@ -214,7 +220,9 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     swatch("F cg", "chunk 3+", "k3");
   }
   lx = ml, ly += 19;
-  words(std::string("block label: micro-batch[.slice][c<chunk>], counted from 0") +
+  words(std::string(any_share ? "each row stands for several stages: the shade is the share of them busy, in the "
+                                "colour of the op kind most of them run"
+                              : "block label: micro-batch[.slice][c<chunk>], counted from 0") +
         (opt.comm ? "; thin strip under each row = communication" : "") + (compact ? "; compact: no labels" : ""));
   if (!opt.breakdown.empty()) {
     lx = ml, ly += 19;
@@ -326,10 +334,11 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
         const double h = comm ? comm_h : compute_h;
         const int colour = iv.microbatch >= 0 ? iv.microbatch % svg::kColours : 0;
         std::string cls = std::string("b ") + kind_class(iv.kind);
-        if (is_compute(iv.kind)) cls += " c" + std::to_string(colour);
+        if (is_compute(iv.kind)) cls += iv.microbatch >= 0 ? " c" + std::to_string(colour) : std::string(" cg");
         if (!comm && w >= 4 && !compact) cls += " e";
         os << "<rect class=\"" << cls << "\" x=\"" << svg::f2(x0) << "\" y=\"" << svg::f2(by) << "\" width=\""
            << svg::f2(w) << "\" height=\"" << svg::f2(h) << '"';
+        if (iv.share < 1) os << " fill-opacity=\"" << svg::f2(iv.share) << '"';
         if (opt.tooltips && !compact && !iv.name.empty()) {
           char t[96];
           std::snprintf(t, sizeof t, " %.6g-%.6g %s", (p.offset_s + iv.start_s) * unit.factor,
@@ -383,6 +392,90 @@ void write_timeline_svg(std::ostream& os, const std::vector<TimelinePanel>& pane
     y += panel_title_h + rows_h + axis_h + panel_gap;
   }
   os << "</svg>\n";
+}
+
+// ---------------------------------------------------------------- aggregate rows
+
+namespace {
+
+constexpr BlockKind kBusyKinds[] = {BlockKind::Forward, BlockKind::Backward, BlockKind::WeightGrad,
+                                    BlockKind::Optimizer};
+
+int busy_slot(BlockKind k) {
+  switch (k) {
+    case BlockKind::Forward:
+      return 0;
+    case BlockKind::Backward:
+      return 1;
+    case BlockKind::WeightGrad:
+      return 2;
+    case BlockKind::Optimizer:
+      return 3;
+    case BlockKind::P2P:
+    case BlockKind::Collective:
+      return -1;
+  }
+  return -1;
+}
+
+// One aggregate row from the busy intervals of `rows` source rows: a sweep over their starts and ends.
+void aggregate_one(const std::vector<const TimelineInterval*>& ivs, int rows, int out_row, TimelinePanel& out) {
+  struct Edge {
+    double t;
+    int slot, delta;
+  };
+  std::vector<Edge> edges;
+  for (const TimelineInterval* iv : ivs) {
+    edges.push_back({iv->start_s, busy_slot(iv->kind), +1});
+    edges.push_back({iv->end_s, busy_slot(iv->kind), -1});
+  }
+  std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.t < b.t; });
+  int count[4] = {0, 0, 0, 0};
+  for (std::size_t i = 0; i < edges.size();) {
+    const double t = edges[i].t;
+    for (; i < edges.size() && edges[i].t == t; i++) count[edges[i].slot] += edges[i].delta;
+    if (i == edges.size()) break;
+    const int busy = count[0] + count[1] + count[2] + count[3];
+    if (busy <= 0) continue;
+    int top = 0;
+    for (int k = 1; k < 4; k++)
+      if (count[k] > count[top]) top = k;
+    const double share = std::min(1.0, static_cast<double>(busy) / rows);
+    TimelineInterval* prev = out.intervals.empty() ? nullptr : &out.intervals.back();
+    if (prev && prev->row == out_row && prev->end_s == t && prev->kind == kBusyKinds[top] && prev->share == share) {
+      prev->end_s = edges[i].t;  // the same shade goes on
+      continue;
+    }
+    TimelineInterval iv;
+    iv.row = out_row;
+    iv.start_s = t;
+    iv.end_s = edges[i].t;
+    iv.kind = kBusyKinds[top];
+    iv.share = share;
+    iv.name = std::to_string(std::min(busy, rows)) + " of " + std::to_string(rows) + " busy";
+    out.intervals.push_back(iv);
+  }
+}
+
+}  // namespace
+
+TimelinePanel aggregate_rows(const TimelinePanel& in, int group) {
+  if (group < 1) throw std::invalid_argument("timeline: rows are grouped by at least 1, got " + std::to_string(group));
+  if (group == 1) return in;
+  TimelinePanel out = in;
+  out.rows.clear();
+  out.intervals.clear();
+  const int n = static_cast<int>(in.rows.size());
+  std::vector<std::vector<const TimelineInterval*>> of_group(static_cast<std::size_t>((n + group - 1) / group));
+  for (const TimelineInterval& iv : in.intervals)
+    if (busy_slot(iv.kind) >= 0 && iv.end_s > iv.start_s && iv.row >= 0 && iv.row < n)
+      of_group[static_cast<std::size_t>(iv.row / group)].push_back(&iv);
+  for (int g = 0; g * group < n; g++) {
+    const int first = g * group, last = std::min(n, first + group) - 1;
+    out.rows.push_back(first == last ? in.rows[first] : in.rows[first] + " \xE2\x80\xA6 " + in.rows[last]);
+    aggregate_one(of_group[static_cast<std::size_t>(g)], last - first + 1, g, out);
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------- panels from a lowered schedule
@@ -479,7 +572,7 @@ TimelinePanel timeline_panel(const LoweredSchedule& ls, const Placement& pl, con
       panel.intervals.push_back(std::move(iv));
     }
   }
-  return panel;
+  return aggregate_rows(panel, opt.row_group);
 }
 
 ProgramSpans program_spans(const Dag& dag, const LoweredSchedule& ls, const SimResult& r) {

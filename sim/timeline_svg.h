@@ -36,6 +36,9 @@ struct TimelineInterval {
   // An overlapped pair's two compute blocks (core/ir/schedule.h): framed together, one label "a|b" for both.
   Overlap pair = Overlap::None;
   bool input_grad = false;  // a Backward block that is the input gradient (I) of a split backward
+  // An aggregate row's block (aggregate_rows): the share of the group's rows busy, drawn as the fill's opacity in
+  // the op kind's neutral grey (microbatch -1).
+  double share = 1;
 };
 
 struct TimelinePanel {
@@ -74,11 +77,20 @@ struct PanelOptions {
   bool all_replicas = false;  // rows for every data-parallel replica (default: replica 0, as the papers draw it)
   int first_rank = 0, last_rank = -1;            // the pipeline ranks drawn, inclusive (last -1: to the last)
   double window_start_s = 0, window_end_s = -1;  // the time drawn (end -1: to the end); the axis reads real time
+  int row_group = 1;                             // > 1: one row per that many consecutive rows (aggregate_rows)
 };
+
+// Pictures of long pipelines: one row per `group` consecutive rows of `in` (the last group may be smaller), labelled
+// with the first and last of them. At each moment the row shows how many of its rows are busy, as a share (the
+// block's opacity), in the colour of the op kind most of them run (forward, backward, weight gradient, optimizer;
+// ties to the earlier kind). Communication strips are left out. group 1 returns `in`; group < 1 throws
+// std::invalid_argument.
+TimelinePanel aggregate_rows(const TimelinePanel& in, int group);
 
 // Rows = workers (pipeline rank r of replica d, labelled "stage r · gpu g" with g its first GPU, "d<d> " in
 // front when every replica is shown), those of opt's ranks; blocks cut to opt's window (the axis then starts at its
-// start). Throws std::invalid_argument for ranks outside the pipeline or an empty window. Compute ops become F/B
+// start), then grouped by opt.row_group (aggregate_rows). Throws std::invalid_argument for ranks outside the pipeline
+// or an empty window. Compute ops become F/B
 // blocks, the optimizer an "opt" block, sends and receives P2P and collectives Collective intervals on the row of each
 // worker that takes part. Throws std::invalid_argument when `spans` does not have the schedule's shape.
 TimelinePanel timeline_panel(const LoweredSchedule& ls, const Placement& pl, const ProgramSpans& spans,

@@ -551,3 +551,57 @@ TEST(Timeline, OverlappedPairsAreOneFramedBlock) {
 }
 
 }  // namespace pipescope::sim
+
+namespace pipescope::sim {
+namespace {
+
+// Long pipelines: rows grouped, each group's row shaded by the share of its rows busy, in the commonest op kind.
+TEST(TimelineAggregate, GroupsRowsIntoShares) {
+  TimelinePanel in;
+  in.rows = {"stage 0", "stage 1", "stage 2", "stage 3", "stage 4"};
+  auto add = [&](int row, double a, double b, BlockKind k) {
+    TimelineInterval iv;
+    iv.row = row, iv.start_s = a, iv.end_s = b, iv.kind = k, iv.microbatch = 0, iv.label = "0";
+    in.intervals.push_back(iv);
+  };
+  add(0, 0, 1, BlockKind::Forward);
+  add(1, 0, 2, BlockKind::Forward);
+  add(2, 1, 3, BlockKind::Backward);
+  add(3, 2, 3, BlockKind::Collective);  // communication: left out
+  add(4, 0, 1, BlockKind::Optimizer);
+  const TimelinePanel out = aggregate_rows(in, 2);
+  ASSERT_EQ(out.rows.size(), 3u);
+  EXPECT_EQ(out.rows[0], "stage 0 \xE2\x80\xA6 stage 1");
+  EXPECT_EQ(out.rows[2], "stage 4");  // the last group holds one row
+  ASSERT_EQ(out.intervals.size(), 4u);
+  const TimelineInterval& a = out.intervals[0];
+  EXPECT_EQ(a.row, 0);
+  EXPECT_EQ(a.kind, BlockKind::Forward);
+  EXPECT_DOUBLE_EQ(a.start_s, 0);
+  EXPECT_DOUBLE_EQ(a.end_s, 1);
+  EXPECT_DOUBLE_EQ(a.share, 1);
+  EXPECT_EQ(a.microbatch, -1);  // the kind's grey, not a micro-batch hue
+  EXPECT_DOUBLE_EQ(out.intervals[1].start_s, 1);
+  EXPECT_DOUBLE_EQ(out.intervals[1].share, 0.5);
+  EXPECT_EQ(out.intervals[1].name, "1 of 2 busy");
+  const TimelineInterval& c = out.intervals[2];
+  EXPECT_EQ(c.row, 1);
+  EXPECT_EQ(c.kind, BlockKind::Backward);
+  EXPECT_DOUBLE_EQ(c.start_s, 1);
+  EXPECT_DOUBLE_EQ(c.end_s, 3);
+  EXPECT_DOUBLE_EQ(c.share, 0.5);
+  EXPECT_EQ(out.intervals[3].kind, BlockKind::Optimizer);
+  EXPECT_DOUBLE_EQ(out.intervals[3].share, 1);
+
+  std::ostringstream svg;
+  write_timeline_svg(svg, {out}, SvgOptions{});
+  EXPECT_NE(svg.str().find("fill-opacity=\"0.50\""), std::string::npos);
+  EXPECT_NE(svg.str().find("share of them busy"), std::string::npos);
+  EXPECT_EQ(svg.str().find("micro-batch:"), std::string::npos);  // no micro-batch hues drawn
+
+  EXPECT_EQ(aggregate_rows(in, 1).intervals.size(), in.intervals.size());
+  EXPECT_THROW(aggregate_rows(in, 0), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace pipescope::sim
