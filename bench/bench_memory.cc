@@ -33,6 +33,26 @@ void BM_MemoryReport(benchmark::State& state, const char* file) {
   state.counters["rank0_reserved_GB"] = reserved / 1e9;
 }
 
+// A run that fills the device: 1,600 layers over 8 ranks in 200 chunks each. Once the cache holds the whole device,
+// every cache miss releases the wholly free segments first (core/memory/caching_allocator.h).
+void BM_MemoryReportFullDevice(benchmark::State& state) {
+  const Scenario s = parse_scenario(
+      "model: {preset: gpt3-1b, layers: 1600, seq_len: 512}\n"
+      "cluster: {preset: dgx-a100, nodes: 1}\n"
+      "parallel: {dp: 1, pp: 8, tp: 1, v: 200, micro_batch_size: 1, global_batch: 16}\n"
+      "schedule: {kind: interleaved}\n",
+      "bench-full-device.yaml");
+  const Schedule sched = make_schedule(s);
+  bool failed = false;
+  for (auto _ : state) {
+    const MemoryReport rep = memory_report(s, sched, AllocatorReplay::On);
+    benchmark::DoNotOptimize(rep.ranks.data());
+    failed = rep.ranks.at(0).allocator_failed;
+  }
+  state.counters["rank0_out_of_memory"] = failed ? 1 : 0;
+}
+BENCHMARK(BM_MemoryReportFullDevice)->Unit(benchmark::kMillisecond);
+
 BENCHMARK_CAPTURE(BM_MemoryReport, megatron_1t, "scenarios/megatron/1t.yaml")
     ->Arg(0)
     ->Arg(1)

@@ -41,6 +41,7 @@ void CachingAllocatorModel::insert_free(std::uint64_t addr) {
 }
 
 void CachingAllocatorModel::release_free_segments() {
+  if (whole_free_ == 0) return;
   for (auto it = segments_.begin(); it != segments_.end();) {
     const auto [base, size] = it->second;
     const Block& b = blocks_.at(base);
@@ -48,11 +49,13 @@ void CachingAllocatorModel::release_free_segments() {
       pool(b.small).erase({b.size, base});
       blocks_.erase(base);
       reserved_ -= size;
+      is_whole_free_[static_cast<std::size_t>(it->first)] = 0;
       it = segments_.erase(it);
     } else {
       ++it;
     }
   }
+  whole_free_ = 0;
 }
 
 std::uint64_t CachingAllocatorModel::new_segment(std::uint64_t size, bool small) {
@@ -64,7 +67,9 @@ std::uint64_t CachingAllocatorModel::new_segment(std::uint64_t size, bool small)
   const std::uint64_t base = next_address_;
   next_address_ += seg + kMinBlockSize;  // a gap: blocks of different segments are never neighbours
   segments_[next_segment_] = {base, seg};
-  blocks_[base] = Block{seg, next_segment_, small, true};
+  segment_bytes_.push_back(seg);
+  is_whole_free_.push_back(0);
+  blocks_[base] = Block{seg, next_segment_, small, true};  // taken at once by take_block: not whole_free_
   next_segment_++;
   reserved_ += seg;
   if (!failed_ && reserved_ > peak_reserved_) peak_reserved_ = reserved_;
@@ -82,6 +87,10 @@ std::uint64_t CachingAllocatorModel::take_block(std::uint64_t size, bool small) 
     addr = new_segment(size, small);
   }
   Block& b = blocks_.at(addr);
+  if (is_whole_free_[static_cast<std::size_t>(b.segment)]) {  // about to be (part) allocated
+    is_whole_free_[static_cast<std::size_t>(b.segment)] = 0;
+    whole_free_--;
+  }
   const std::uint64_t rest = b.size - size;
   if (small ? rest >= kMinBlockSize : rest > kSmallSize) {
     b.size = size;
@@ -132,6 +141,8 @@ void CachingAllocatorModel::free(int handle) {
       it = prev;
     }
   }
+  const auto seg = static_cast<std::size_t>(it->second.segment);
+  if (it->second.size == segment_bytes_[seg] && !is_whole_free_[seg]) is_whole_free_[seg] = 1, whole_free_++;
   insert_free(it->first);
 }
 

@@ -60,6 +60,12 @@ class CachingAllocatorModel {
   std::uint64_t capacity_;
   std::map<std::uint64_t, Block> blocks_;                            // by address; a segment's blocks are adjacent
   std::map<int, std::pair<std::uint64_t, std::uint64_t>> segments_;  // id -> (base address, size)
+  // How many segments are one free block (what release_free_segments returns to the device), kept as blocks change:
+  // at capacity every cache miss asks for a release, which then scans the segments only when one can go (it scanned
+  // every segment on every miss once the device was full: quadratic in the run's allocations).
+  std::vector<std::uint64_t> segment_bytes_;  // by segment id (ids count up from 0): its size
+  std::vector<char> is_whole_free_;           // by segment id
+  std::size_t whole_free_ = 0;                // of is_whole_free_, those set
   FreeSet small_free_, large_free_;
   std::vector<std::uint64_t> handles_;  // handle -> block address (0: freed; kNoBlock: a 0-byte request)
   std::uint64_t next_address_ = 1;
