@@ -32,6 +32,7 @@
 #include "core/model/placement.h"
 #include "core/model/scenario.h"
 #include "core/plan/pipeline.h"
+#include "core/plan/work_estimate.h"
 #include "sim/engine.h"
 #include "sim/report.h"
 
@@ -152,6 +153,68 @@ void BM_SimScenario(benchmark::State& state, const char* file, double target_s, 
   state.counters["simulated_iteration_s"] = last.iteration_s;
   state.counters["within_target"] = wall < target_s && rss_kb / 1024.0 < target_MB ? 1 : 0;
 }
+
+// The work estimate (core/plan/work_estimate.h: what refuses a run before it starts) against the run it estimates:
+// the `pipescope simulate FILE --allow-large` process itself (exec'd, output discarded), its wall time and peak RSS
+// (wait4) over the estimate's. within_2x = 1 when both ratios lie in [1/2, 2].
+struct ProcessFigures {
+  double wall_s = 0, peak_rss_bytes = 0;
+  int status = 0;
+};
+ProcessFigures run_cli(const std::string& file) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    if (!std::freopen("/dev/null", "w", stdout) || !std::freopen("/dev/null", "w", stderr)) _exit(127);
+    execl(PIPESCOPE_BINARY, PIPESCOPE_BINARY, "simulate", file.c_str(), "--allow-large", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ProcessFigures f;
+  rusage ru{};
+  if (wait4(pid, &f.status, 0, &ru) != pid) throw std::runtime_error("wait4 failed");
+  f.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  f.peak_rss_bytes = static_cast<double>(ru.ru_maxrss) * 1024.0;
+  return f;
+}
+
+void BM_WorkEstimate(benchmark::State& state, const char* file) {
+  const std::string path = std::string(PIPESCOPE_SOURCE_DIR) + "/" + file;
+  const WorkEstimate w = estimate_work(load_scenario(path));
+  ProcessFigures f;
+  for (auto _ : state) {
+    f = run_cli(path);
+    if (!WIFEXITED(f.status) || WEXITSTATUS(f.status) != 0) {
+      state.SkipWithError("pipescope simulate failed");
+      return;
+    }
+    state.SetIterationTime(f.wall_s);
+  }
+  const double time_ratio = f.wall_s / w.seconds, memory_ratio = f.peak_rss_bytes / w.bytes;
+  state.counters["ops"] = w.ops;
+  state.counters["estimate_s"] = w.seconds;
+  state.counters["wall_s"] = f.wall_s;
+  state.counters["time_ratio"] = time_ratio;
+  state.counters["estimate_MB"] = w.bytes / 1e6;
+  state.counters["peak_rss_MB"] = f.peak_rss_bytes / 1e6;
+  state.counters["memory_ratio"] = memory_ratio;
+  auto within = [](double r) { return r >= 0.5 && r <= 2.0; };
+  state.counters["within_2x"] = within(time_ratio) && within(memory_ratio) ? 1 : 0;
+}
+
+#define WORK_ESTIMATE_CASE(name, file) \
+  BENCHMARK_CAPTURE(BM_WorkEstimate, name, file)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond)
+WORK_ESTIMATE_CASE(default_scenario, "scenarios/default.yaml");
+WORK_ESTIMATE_CASE(interleaved_small, "scenarios/interleaved-small.yaml");
+WORK_ESTIMATE_CASE(llama3_70b, "scenarios/llama3-70b.yaml");
+WORK_ESTIMATE_CASE(seq1f1b_2_7b, "scenarios/seq1f1b-2.7b.yaml");
+WORK_ESTIMATE_CASE(terapipe_setting_9, "scenarios/terapipe/setting-9.yaml");
+WORK_ESTIMATE_CASE(megatron_39_1b, "scenarios/megatron/39.1b.yaml");
+WORK_ESTIMATE_CASE(megatron_529_6b, "scenarios/megatron/529.6b.yaml");
+WORK_ESTIMATE_CASE(megatron_1t, "scenarios/megatron/1t.yaml");
+WORK_ESTIMATE_CASE(qwen3_235b, "scenarios/moe/qwen3-235b-a22b.yaml");
+WORK_ESTIMATE_CASE(qwen3_30b_dualpipe, "scenarios/moe/qwen3-30b-a3b-dualpipe.yaml");
+WORK_ESTIMATE_CASE(deepseek_v3, "scenarios/moe/deepseek-v3.yaml");
 
 BENCHMARK_CAPTURE(BM_SimScenario, megatron_1t, "scenarios/megatron/1t.yaml", 10.0, 1024.0)
     ->UseManualTime()
