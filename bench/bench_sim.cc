@@ -190,9 +190,9 @@ void BM_WorkEstimate(benchmark::State& state, const char* file) {
     }
     state.SetIterationTime(f.wall_s);
   }
-  const double time_ratio = f.wall_s / w.seconds, memory_ratio = f.peak_rss_bytes / w.bytes;
+  const double time_ratio = f.wall_s / w.command_seconds(), memory_ratio = f.peak_rss_bytes / w.bytes;
   state.counters["ops"] = w.ops;
-  state.counters["estimate_s"] = w.seconds;
+  state.counters["estimate_s"] = w.command_seconds();
   state.counters["wall_s"] = f.wall_s;
   state.counters["time_ratio"] = time_ratio;
   state.counters["estimate_MB"] = w.bytes / 1e6;

@@ -19,11 +19,13 @@
 namespace pipescope {
 namespace {
 
-// Measured on this project's default 1F1B family, pp 64..1024 with m = pp (release build): about 300 B and
-// 5 us per lowered op, above a fixed ~45 MB for the executable and its libraries (250 MB while pipescope still
-// loaded cuBLAS; pp 256, m 512: 238 MB and 1.6 s). Rounded up.
-constexpr double kBytesPerOp = 400;
-constexpr double kSecondsPerOp = 6e-6;
+// Per lowered op (every replica is lowered and stored) and per simulated op (a folded run simulates one replica's:
+// sim/replica_fold.h). Measured 2026-12-07 on `pipescope simulate` of eleven shipped scenarios and the 1F1B family
+// pp 64 / 256 / 512 with m = pp (bench/README.md "The work estimate against the runs it estimates"): 1-3 us and
+// 150-240 B per op unfolded, about 0.5 us per op lowered but not simulated (the 529.6B and 1T rows). Rounded up.
+constexpr double kBytesPerOp = 250;
+constexpr double kSecondsPerOp = 0.5e-6;
+constexpr double kSecondsPerSimulatedOp = 2e-6;
 // TeraPipe's planner: measured with `plan --grain 1` on scenarios/terapipe/setting-1.yaml, 19e6 cells in 36 s and
 // 480 MB (building the tables is most of it).
 constexpr double kBytesPerCell = 32;
@@ -44,11 +46,13 @@ std::string estimate_figure(double x) {
   return b;
 }
 
+double WorkEstimate::command_seconds() const { return kStartSeconds + seconds; }
+
 std::string WorkEstimate::text() const {
   std::string t = estimate_figure(ops) + " schedule ops";
   if (planner_cells > 0) t += " and " + estimate_figure(planner_cells) + " planner table cells";
   if (collective_pairs > 0) t += " and " + estimate_figure(collective_pairs) + " collective member pairs";
-  return t + ", about " + estimate_figure(seconds) + " s and " + estimate_figure(bytes / 1e9) + " GB";
+  return t + ", about " + estimate_figure(command_seconds()) + " s and " + estimate_figure(bytes / 1e9) + " GB";
 }
 
 void set_allow_large(bool allow) { g_allow_large = allow; }
@@ -83,7 +87,9 @@ WorkEstimate estimate_work(const Scenario& s) {
     const double units = s.model.seq_len / 8.0;
     w.planner_cells = units * units / 2;
   }
-  w.seconds = w.ops * kSecondsPerOp + w.planner_cells * kSecondsPerCell + w.collective_pairs * kSecondsPerPair;
+  w.simulated_ops = folds && p.dp > 1 ? w.ops / p.dp : w.ops;
+  w.seconds = w.ops * kSecondsPerOp + w.simulated_ops * kSecondsPerSimulatedOp + w.planner_cells * kSecondsPerCell +
+              w.collective_pairs * kSecondsPerPair;
   w.bytes = kBaseBytes + w.ops * kBytesPerOp + w.planner_cells * kBytesPerCell + w.collective_pairs * kBytesPerPair;
   return w;
 }

@@ -21,14 +21,19 @@ struct WorkEstimate {
   // Member pairs of the data-parallel gradient collectives of a run that is not folded to one replica: each
   // member's collective waits on every other, dp^2 per stage chunk.
   double collective_pairs = 0;
-  double seconds = 0;        // estimated wall time of one simulation
+  double simulated_ops = 0;  // of ops, those the simulator runs (one replica's when the run folds)
+  double seconds = 0;        // estimated wall time of one simulation (in a forked child: add kSecondsPerRun)
   double bytes = 0;          // estimated peak memory of one simulation
+  // The `pipescope simulate` command's: the process's start (executable, libraries) and the simulation.
+  double command_seconds() const;
   std::string text() const;  // "4.2e+06 ops, about 20 s and 1.7 GB"
 };
 
 // The measured rates the estimates are made of (bench/README.md has the commands). About 60 MB for the executable
 // and its libraries before any work.
 inline constexpr double kBaseBytes = 60e6;
+// ... and about 50 ms to start it (measured: the default scenario's `simulate`, 40-60 ms in all).
+inline constexpr double kStartSeconds = 0.05;
 // A simulation in a forked child (sweep rows, search's stage 3, plan --simulate): the fork, the platform and the
 // report around the schedule's own cost. Measured: a 20-point sweep of scenarios/default.yaml (about 3000 ops
 // each) takes 0.3 s, 15 ms a run all included.
