@@ -6,8 +6,6 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "core/model/placement.h"
-
 namespace pipescope {
 namespace {
 
@@ -95,8 +93,8 @@ double ProfileCostModel::kernel_op_seconds(const Op& op, int b) const {
   double layer = kernel_layer_seconds(fwd, b, l, c);
   if (!fwd && s_.schedule.recompute == Recompute::Full) layer += kernel_layer_seconds(true, b, l, c);
   double t = layers_of_stage(op.stage) * layer + p_.op_overhead_s;
-  if (holds_embedding(s_, op.stage)) t += kernels_->seconds(embedding_calls(s_.model, e, b, l, fwd));
-  if (holds_head(s_, op.stage)) t += kernels_->seconds(head_calls(s_.model, e, b, l, fwd));
+  if (first_stage(op.stage)) t += kernels_->seconds(embedding_calls(s_.model, e, b, l, fwd));
+  if (last_stage(op.stage)) t += kernels_->seconds(head_calls(s_.model, e, b, l, fwd));
   return t;
 }
 
@@ -180,7 +178,7 @@ double ProfileCostModel::compute_seconds(const Op& op, int b) const {
   }
   const bool fwd = op.kind == OpKind::Forward;
   const int l = op.tokens(), c = op.tok_begin;
-  const bool first = holds_embedding(s_, op.stage), last = holds_head(s_, op.stage);
+  const bool first = first_stage(op.stage), last = last_stage(op.stage);
   double layer = table_layer_seconds(fwd, b, l, c);
   if (!fwd && s_.schedule.recompute == Recompute::Full) layer += table_layer_seconds(true, b, l, c);
   double t = layers_of_stage(op.stage) * layer + p_.op_overhead_s;

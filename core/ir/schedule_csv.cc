@@ -45,9 +45,10 @@ bool is_compute(ActionType t) {
   return false;
 }
 
-// DualPipe's routes in a V-placed file: micro-batches [0, m/2) only on stages [0, p), the others only on [p, 2p).
+// DualPipe's routes in a V-placed file: micro-batches [0, m/2) only on stages [0, p), the others only on [p, 2p);
+// p even (rank r's copies pair with rank p-1-r's).
 bool dual_routes(const std::vector<std::vector<Action>>& rows, int p, int m) {
-  if (m < 2 || m % 2 != 0) return false;
+  if (m < 2 || m % 2 != 0 || p % 2 != 0) return false;
   for (const auto& row : rows)
     for (const Action& a : row)
       if ((2 * a.microbatch < m) != (a.stage < p)) return false;

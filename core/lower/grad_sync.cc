@@ -79,14 +79,15 @@ std::vector<std::int32_t> rank_groups(LoweredSchedule& ls, CollTag tag) {
   const bool copies = ls.schedule.style == StageStyle::Dual;
   std::vector<std::int32_t> of_rank(static_cast<std::size_t>(ls.p), -1);
   for (int r = 0; r < ls.p; r++) {
-    if (copies && r >= ls.p - 1 - r) {
-      of_rank[static_cast<std::size_t>(r)] = of_rank[static_cast<std::size_t>(ls.p - 1 - r)];
+    const int mirror = ls.p - 1 - r;
+    if (copies && r > mirror) {
+      of_rank[static_cast<std::size_t>(r)] = of_rank[static_cast<std::size_t>(mirror)];
       continue;
     }
     CollGroup g{tag, {}};
     for (int d = 0; d < ls.dp; d++) {
       g.workers.push_back(LoweredSchedule::worker(d, r, ls.p));
-      if (copies) g.workers.push_back(LoweredSchedule::worker(d, ls.p - 1 - r, ls.p));
+      if (copies && mirror != r) g.workers.push_back(LoweredSchedule::worker(d, mirror, ls.p));
     }
     ls.groups.push_back(std::move(g));
     of_rank[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(ls.groups.size() - 1);

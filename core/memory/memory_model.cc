@@ -199,9 +199,14 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
   if (par.cp < 1 || m.seq_len % par.cp != 0)
     fail("parallel.cp = " + std::to_string(par.cp) + " does not split seq_len " + std::to_string(m.seq_len) +
          " evenly");
-  std::vector<int> stage_layers;  // per virtual stage
+  std::vector<int> stage_layers;      // per virtual stage
+  std::vector<char> embedding, head;  // per virtual stage: holds_embedding, holds_head
   try {
-    for (int g = 0; g < par.pp * par.v; g++) stage_layers.push_back(stage_layer_range(s, g).count);
+    for (int g = 0; g < par.pp * par.v; g++) {
+      stage_layers.push_back(stage_layer_range(s, g).count);
+      embedding.push_back(holds_embedding(s, g) ? 1 : 0);
+      head.push_back(holds_head(s, g) ? 1 : 0);
+    }
   } catch (const std::invalid_argument& e) {
     fail(e.what());
   }
@@ -296,7 +301,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
         auto [it, fresh] = live_ops.emplace(key, Stored{Group{}, l});
         if (!fresh) fail("rank " + std::to_string(r) + ": forward " + op_text(op) + " appears twice");
         Group& g = it->second.tensors;
-        if (holds_embedding(s, op.stage)) ledger.add(g, bl * h / rep_tp);  // embedding dropout mask
+        if (embedding[static_cast<std::size_t>(op.stage)]) ledger.add(g, bl * h / rep_tp);  // embedding dropout mask
         // Without flash (TeraPipe's code) the slice's K/V live in a full-sequence cache made at the first slice.
         const bool kv_in_cache = sliced && !flash && !recompute;
         if (recompute) {
@@ -331,7 +336,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
             }
           }
         }
-        if (holds_head(s, op.stage)) {
+        if (head[static_cast<std::size_t>(op.stage)]) {
           ledger.add(g, bl * h * e / rep_tp);  // final LayerNorm input
           ledger.add(g, bl * h * e / rep_tp);  // and output
           ledger.add(g, 4.0 * bl * V / t);     // the fp32 softmax of the vocab-parallel cross entropy

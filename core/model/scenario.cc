@@ -1110,16 +1110,18 @@ void Validator::run() const {
   // Model split: even (layers / (pp * v) per virtual stage) or parallel.stage_layers (core/model/placement.h).
   // Every chunk holds a layer, but the first and last of an uneven split (check_stage_layers_key).
   const long long chunks = scenario_model_stages(s_), ends = p.stage_layers.empty() ? 0 : std::min(2LL, chunks - 1);
+  const bool copies = chunks != 1LL * p.pp * p.v;  // DualPipe: pp model stages, each held twice
+  const std::string chunks_name = copies ? "the model stages, pp" : "pp * v";
   if (chunks > m.layers + ends)
     fail({"parallel.pp", "parallel.v", "model.layers"},
-         "pp * v = " + std::to_string(chunks) + " model chunks but the model has only " + std::to_string(m.layers) +
-             " layers (every chunk needs at least one" + (ends > 0 ? ", but the first and the last" : "") + ")");
+         chunks_name + " = " + std::to_string(chunks) + " model chunks but the model has only " +
+             std::to_string(m.layers) + " layers (every chunk needs at least one" +
+             (ends > 0 ? ", but the first and the last" : "") + ")");
   if (p.stage_layers.empty() && m.layers % chunks != 0)
     fail({"parallel.pp", "parallel.v", "model.layers"},
-         "model.layers = " + std::to_string(m.layers) + " is not divisible by " +
-             (chunks == 1LL * p.pp * p.v ? "pp * v = " + std::to_string(p.pp) + " * " + std::to_string(p.v) + " = "
-                                         : "the model stages, pp = ") +
-             std::to_string(chunks) + " (give parallel.stage_layers for an uneven split)");
+         "model.layers = " + std::to_string(m.layers) + " is not divisible by " + chunks_name + " = " +
+             (copies ? "" : std::to_string(p.pp) + " * " + std::to_string(p.v) + " = ") + std::to_string(chunks) +
+             " (give parallel.stage_layers for an uneven split)");
   check_stage_layers_key(m, p);
   if (m.head_dim == 0 && m.hidden % m.heads != 0)
     fail({"model.heads", "model.hidden"}, "model.hidden = " + std::to_string(m.hidden) +
@@ -1189,7 +1191,7 @@ void Validator::run() const {
              " micro-batches per pipeline rank: m = global_batch / (micro_batch_size * dp) = " + std::to_string(mb) +
              " < " + std::to_string(entry.traits.min_m_per_rank) +
              " * pp = " + std::to_string(entry.traits.min_m_per_rank * p.pp));
-  if (entry.traits.style == StageStyle::Dual && (p.pp % 2 != 0 || mb % 2 != 0))
+  if (scenario_stage_style(s_) == StageStyle::Dual && (p.pp % 2 != 0 || mb % 2 != 0))
     fail({"parallel.pp", "parallel.global_batch", "schedule.kind"},
          std::string("schedule ") + kind + " sends half the micro-batches each way and pairs rank r with pp - 1 - r: " +
              "it needs an even pp and an even micro-batch count, got pp = " + std::to_string(p.pp) +
