@@ -52,11 +52,8 @@ int run_show(const ShowOptions& o) {
     throw InputError("--worker " + std::to_string(o.worker) + ": this scenario has workers 0.." +
                      std::to_string(prep->lowered.workers() - 1) + " (dp x pp)");
   if (!o.lowered) {
-    for (std::size_t r = 0; r < prep->schedule.per_rank.size(); ++r) {
-      std::vector<std::string> ops;
-      for (const Op& op : prep->schedule.per_rank[r]) ops.push_back(paired_op_text(op));
-      print_wrapped(std::cout, "r" + std::to_string(r) + ":", ops, o.width);
-    }
+    for (std::size_t r = 0; r < prep->schedule.per_rank.size(); ++r)
+      print_wrapped(std::cout, "r" + std::to_string(r) + ":", rank_words(prep->schedule, r), o.width);
   } else {
     for (int w = 0; w < prep->lowered.workers(); ++w) {
       if (o.worker >= 0 && w != o.worker) continue;
@@ -70,7 +67,9 @@ int run_show(const ShowOptions& o) {
   std::printf("check: ok (%zu DAG nodes)\n", cs.dag().size());
   if (!o.csv.empty()) {
     write_file_atomic(o.csv, schedule_to_csv(prep->schedule), "--csv");
-    std::printf("wrote %s: %d rows (ranks), %zu actions\n", o.csv.c_str(), prep->schedule.p, prep->schedule.op_count());
+    std::size_t actions = prep->schedule.op_count();
+    for (const auto& acts : prep->schedule.shard_actions) actions += acts.size();
+    std::printf("wrote %s: %d rows (ranks), %zu actions\n", o.csv.c_str(), prep->schedule.p, actions);
   }
   return 0;
 }

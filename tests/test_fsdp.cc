@@ -4,9 +4,14 @@
 // the fp32 gradient shard over dp), and the places that must know it: validation, the search, the runtime.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
 #include <string>
 
+#include "core/cost/scenario_cost.h"
 #include "core/ir/schedule.h"
+#include "core/ir/schedule_csv.h"
+#include "core/ir/shard_actions.h"
 #include "core/lower/grad_sync.h"
 #include "core/memory/memory_model.h"
 #include "core/model/model_shape.h"
@@ -111,6 +116,104 @@ TEST(Fsdp, SearchDimension) {
   space.distributed_optimizer = {false};
   for (const Candidate& c : enumerate_candidates(with_training("flash_attention: false"), space).survivors)
     EXPECT_EQ(c.scenario.training.fsdp, c.scenario.parallel.dp > 1) << c.label;
+}
+
+// A schedule file runs as PyTorch's runtime runs it: a compute-only file under FSDP gets its loader's actions
+// (core/ir/shard_actions.h), each UNSHARD one parameter all-gather of the stage (in buckets) awaited by the stage's
+// next op, each REDUCE_GRAD the stage's reduce-scatter after its last backward; a file that names actions needs FSDP.
+std::string write_csv(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// dp 4 x pp 2 x tp 2, six chunks per rank; `schedule` the scenario's schedule map.
+Scenario six_chunks(const std::string& schedule, bool fsdp) {
+  return parse_scenario(
+      "model: {preset: gpt3-1b}\ncluster: {preset: dgx-a100, nodes: 2}\n"
+      "parallel: {dp: 4, pp: 2, tp: 2, v: 6, micro_batch_size: 1, global_batch: 32}\nschedule: " +
+          schedule + "\ntraining: {dtype: bf16, grad_fp32: true, fsdp: " + (fsdp ? "true" : "false") + "}\n",
+      "six.yaml");
+}
+Scenario file_scenario(const std::string& csv, bool fsdp) {
+  return six_chunks("{kind: file, file: " + csv + "}", fsdp);
+}
+Scenario interleaved_scenario() { return six_chunks("{kind: interleaved}", true); }
+
+TEST(Fsdp, ScheduleFileRunsThePytorchActions) {
+  const Schedule compute = make_schedule(interleaved_scenario());
+  ASSERT_TRUE(compute.shard_actions.empty());
+  const Scenario s = file_scenario(write_csv("fsdp_compute_only.csv", schedule_to_csv(compute)), true);
+  const Schedule sch = make_schedule(s);
+  EXPECT_EQ(sch.per_rank, compute.per_rank);
+  EXPECT_EQ(sch.shard_actions, with_fsdp_actions(compute).shard_actions);
+  const LoweredSchedule ls = lower_scenario(s, sch, *make_cost_model(s));
+  for (int w = 0; w < ls.workers(); w++) {
+    SCOPED_TRACE(w);
+    const auto& acts = sch.shard_actions[w % ls.p];
+    const auto& prog = ls.per_worker[w];
+    const auto count = [&](ShardKind k) {
+      return std::count_if(acts.begin(), acts.end(), [&](const ShardAction& a) { return a.kind == k; });
+    };
+    long gathers = 0, reductions = 0;
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      if (prog[i].tag == CollTag::ParamGather) {
+        gathers++;
+        EXPECT_TRUE(prog[i].async);
+        // Awaited by the stage's next compute op: one of that stage comes later.
+        EXPECT_TRUE(std::any_of(prog.begin() + static_cast<long>(i), prog.end(), [&](const LoweredOp& l) {
+          return l.kind == LOpKind::Compute && l.op.stage == prog[i].op.stage;
+        }));
+      }
+      if (prog[i].tag == CollTag::DataParallel) {
+        reductions++;
+        EXPECT_EQ(prog[i].kind, LOpKind::ReduceScatter);
+        // After the stage's last backward.
+        EXPECT_FALSE(std::any_of(prog.begin() + static_cast<long>(i), prog.end(), [&](const LoweredOp& l) {
+          return l.kind == LOpKind::Compute && l.op.stage == prog[i].op.stage;
+        }));
+      }
+    }
+    EXPECT_GT(count(ShardKind::Unshard), 6);  // six stages, some gathered again
+    EXPECT_EQ(gathers % count(ShardKind::Unshard), 0);
+    EXPECT_EQ(reductions % count(ShardKind::ReduceGrad), 0);
+    EXPECT_EQ(count(ShardKind::ReduceGrad), 6);
+  }
+  EXPECT_GT(sim::run_isolated(s).iteration_s, 0);
+}
+
+TEST(Fsdp, ScheduleFileActionsNeedFsdp) {
+  const std::string path =
+      write_csv("fsdp_actions.csv", schedule_to_csv(with_fsdp_actions(make_schedule(interleaved_scenario()))));
+  EXPECT_FALSE(make_schedule(file_scenario(path, true)).shard_actions.empty());
+  try {
+    make_schedule(file_scenario(path, false));
+    ADD_FAILURE() << "actions without fsdp: accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "names FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD), which need training.fsdp: true"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Memory with actions: the working copy sharded, a stage's whole copy from its UNSHARD to its RESHARD. A window of
+// one stage holds one copy at the peak; the whole window holds the rank's weights whole besides the shards.
+TEST(Fsdp, ActionsHoldTheGatheredStagesOnly) {
+  const Scenario s = interleaved_scenario();
+  const Schedule base = make_schedule(s);
+  for (int r = 0; r < 2; r++) {
+    SCOPED_TRACE(r);
+    const double params = rank_parameter_count(s, r), w = 2;  // bf16
+    const RankMemory one = memory_report(s, with_fsdp_actions(base, 1)).ranks[r];
+    const RankMemory all = memory_report(s, with_fsdp_actions(base, 6)).ranks[r];
+    const RankMemory none = memory_report(s, base).ranks[r];
+    EXPECT_NEAR(one.weights_bytes, params * w / 4 + params * w / 6, 1e-3 * params);
+    EXPECT_NEAR(all.weights_bytes, params * w / 4 + params * w, 1e-3 * params);
+    EXPECT_DOUBLE_EQ(none.weights_bytes, params * w);
+    for (const RankMemory& m : {one, all, none})
+      EXPECT_NEAR(m.peak_bytes, m.weights_bytes + m.grads_bytes + m.optimizer_bytes + m.activation_peak_bytes, 1.0);
+  }
 }
 
 }  // namespace

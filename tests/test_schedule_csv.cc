@@ -87,10 +87,11 @@ TEST(ScheduleCsv, MalformedFilesAreInputErrors) {
   const auto sh = shape(2, 1, 2);
   EXPECT_EQ(input_error("0F0,0X1\n1F0\n", sh),
             "t.csv: rank 0 (row 1, column 2): \"0X1\": unknown action type (an action is "
-            "<stage><F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B><microbatch>[@<slice>], e.g. 2F0)");
-  EXPECT_EQ(input_error("0F0,0UNSHARD\n", shape(1, 1, 1)).substr(0, 107),
-            "t.csv: rank 0 (row 1, column 2): \"0UNSHARD\": UNSHARD is an FSDP action: pipescope places FSDP's gathers "
-            "and");
+            "<stage><F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B><microbatch>[@<slice>], e.g. 2F0, or FSDP's "
+            "<stage><UNSHARD|RESHARD|REDUCE_GRAD>, e.g. 2UNSHARD)");
+  EXPECT_EQ(input_error("0UNSHARD0,0F0\n", shape(1, 1, 1)).substr(0, 110),
+            "t.csv: rank 0 (row 1, column 1): \"0UNSHARD0\": FSDP's actions name a stage only (no micro-batch), e.g. "
+            "0UNSHARD");
   EXPECT_EQ(input_error("0F\n", shape(1, 1, 1)).substr(0, 60),
             "t.csv: rank 0 (row 1, column 1): \"0F\": no micro-batch number");
   EXPECT_EQ(input_error("0F0,0B0\n", sh),

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "core/ir/shard_actions.h"
+
 namespace pipescope {
 
 std::size_t Schedule::op_count() const {
@@ -217,11 +219,29 @@ Op parse_op(const std::string& text, const Schedule& s) {
   return op;
 }
 
+std::vector<std::string> rank_words(const Schedule& s, std::size_t r) {
+  std::vector<std::string> out;
+  const std::vector<Op>& ops = s.per_rank.at(r);
+  const std::vector<ShardAction> none;
+  const auto& acts = r < s.shard_actions.size() ? s.shard_actions[r] : none;
+  std::size_t a = 0;
+  auto actions_before = [&](std::size_t i) {
+    for (; a < acts.size() && acts[a].before <= static_cast<std::int32_t>(i); a++)
+      out.push_back(shard_action_text(acts[a]));
+  };
+  for (std::size_t i = 0; i < ops.size(); i++) {
+    actions_before(i);
+    out.push_back(paired_op_text(ops[i]));
+  }
+  actions_before(ops.size());
+  return out;
+}
+
 std::string schedule_text(const Schedule& s) {
   std::string out;
   for (std::size_t r = 0; r < s.per_rank.size(); r++) {
     out += "r" + std::to_string(r) + ":";
-    for (const Op& op : s.per_rank[r]) out += (op.overlap == Overlap::Second ? ";" : " ") + paired_op_text(op);
+    for (const std::string& w : rank_words(s, r)) out += (w.back() == ')' && w.front() != '(' ? ";" : " ") + w;
     out += "\n";
   }
   return out;

@@ -78,6 +78,19 @@ struct MicroBatch {
   std::vector<std::int32_t> slice_begin;  // token offsets of its slices; slice i = [begin[i], begin[i+1] or seq_len)
 };
 
+// FSDP's actions, PyTorch pipelining's UNSHARD, RESHARD and REDUCE_GRAD (written "<stage>UNSHARD", ...), on a schedule
+// that names them (core/ir/shard_actions.h): UNSHARD all-gathers a virtual stage's sharded parameters (posted; the
+// stage's next compute op waits for it), RESHARD frees the gathered copy (no communication), REDUCE_GRAD
+// reduce-scatters the stage's accumulated gradients. Each sits on its rank before the compute op at index `before` of
+// that rank's list (the list's size: after its last op).
+enum class ShardKind : std::uint8_t { Unshard, Reshard, ReduceGrad };
+struct ShardAction {
+  ShardKind kind = ShardKind::Unshard;
+  std::int32_t stage = 0;
+  std::int32_t before = 0;
+  bool operator==(const ShardAction& o) const { return kind == o.kind && stage == o.stage && before == o.before; }
+};
+
 struct Schedule {
   std::string name;                       // the generator's registry name (core/model/schedule_registry.h)
   int p = 1;                              // pipeline ranks
@@ -87,6 +100,9 @@ struct Schedule {
   int seq_len = 0;                        // tokens per sequence
   std::vector<MicroBatch> microbatches;   // size m
   std::vector<std::vector<Op>> per_rank;  // size p: execution order on each rank
+  // FSDP's actions per rank in order (by `before`); empty when the schedule names none (FSDP then gathers each stage
+  // before its first op and reduces after its last backward: core/lower/grad_sync.h).
+  std::vector<std::vector<ShardAction>> shard_actions;
 
   int stages() const { return p * v; }  // virtual stages
   // The virtual stages micro-batch mb runs through, [route_begin, route_end): all of them but with Dual.
@@ -109,8 +125,11 @@ struct Schedule {
 std::string op_text(const Op& op);
 Op parse_op(const std::string& text);                     // throws std::invalid_argument on malformed text
 Op parse_op(const std::string& text, const Schedule& s);  // ... or on an op outside the schedule
-// One line per rank: "r0: 0F0 0F1 0B0 ...", an overlapped pair as "(0F5c1;0B2)".
+// One line per rank: "r0: 0F0 0F1 0B0 ...", an overlapped pair as "(0F5c1;0B2)", FSDP's actions where the schedule
+// names them ("0UNSHARD 0F0 ...").
 std::string schedule_text(const Schedule& s);
+// Rank r's ops as paired_op_text words, FSDP's actions (core/ir/shard_actions.h) among them where they sit.
+std::vector<std::string> rank_words(const Schedule& s, std::size_t r);
 // op_text with its pair's bracket, for listings one op per word: "(0F3" opens a pair, "0B1c1)" closes it.
 std::string paired_op_text(const Op& op);
 // Marks ops[i] and ops[i + 1] as one overlapped pair (the generators' one way to pair).

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/ir/shard_actions.h"
 #include "core/util/graph.h"
 
 namespace pipescope {
@@ -174,6 +175,7 @@ void check_schedule(const Schedule& s) {
     };
     fail_cycle("schedule '" + s.name + "' deadlocks", find_cycle(n, g.succ_begin, g.succ, left), stuck, name);
   }
+  check_shard_actions(s);
 }
 
 }  // namespace pipescope

@@ -30,7 +30,8 @@ class CheckError : public std::runtime_error {
 [[noreturn]] void fail_cycle(const std::string& prefix, const std::vector<std::uint32_t>& cycle, std::size_t stuck,
                              const std::function<std::string(std::uint32_t)>& name);
 
-// Checks of the compute-only schedule (ops once each, dependencies orderable per rank); throws CheckError.
+// Checks of the compute-only schedule (ops once each, dependencies orderable per rank) and of its FSDP actions
+// (core/ir/shard_actions.h); throws CheckError.
 void check_schedule(const Schedule& s);
 
 // Whether `op` is the op of `s`'s grid at its key (chunk, stage, micro-batch, slice and token range in place).

@@ -12,13 +12,14 @@
 #include <tuple>
 
 #include "core/ir/schedule_check.h"
+#include "core/ir/shard_actions.h"
 #include "core/util/graph.h"
 #include "core/util/input_file.h"
 
 namespace pipescope {
 namespace {
 
-enum class ActionType : std::uint8_t { F, B, I, W, SendF, RecvF, SendB, RecvB };
+enum class ActionType : std::uint8_t { F, B, I, W, SendF, RecvF, SendB, RecvB, Unshard, Reshard, ReduceGrad };
 
 struct Action {
   ActionType type = ActionType::F;
@@ -40,9 +41,34 @@ bool is_compute(ActionType t) {
     case ActionType::RecvF:
     case ActionType::SendB:
     case ActionType::RecvB:
+    case ActionType::Unshard:
+    case ActionType::Reshard:
+    case ActionType::ReduceGrad:
       return false;
   }
   return false;
+}
+
+// FSDP's actions (core/ir/shard_actions.h): a stage, no micro-batch.
+std::optional<ShardKind> shard_kind(ActionType t) {
+  switch (t) {
+    case ActionType::Unshard:
+      return ShardKind::Unshard;
+    case ActionType::Reshard:
+      return ShardKind::Reshard;
+    case ActionType::ReduceGrad:
+      return ShardKind::ReduceGrad;
+    case ActionType::F:
+    case ActionType::B:
+    case ActionType::I:
+    case ActionType::W:
+    case ActionType::SendF:
+    case ActionType::RecvF:
+    case ActionType::SendB:
+    case ActionType::RecvB:
+      break;
+  }
+  return std::nullopt;
 }
 
 // DualPipe's routes in a V-placed file: micro-batches [0, m/2) only on stages [0, p), the others only on [p, 2p);
@@ -51,7 +77,7 @@ bool dual_routes(const std::vector<std::vector<Action>>& rows, int p, int m) {
   if (m < 2 || m % 2 != 0 || p % 2 != 0) return false;
   for (const auto& row : rows)
     for (const Action& a : row)
-      if ((2 * a.microbatch < m) != (a.stage < p)) return false;
+      if (!shard_kind(a.type) && (2 * a.microbatch < m) != (a.stage < p)) return false;
   return true;
 }
 
@@ -112,8 +138,10 @@ std::optional<Action> Reader::parse_cell(std::string s, int row, int column) con
   a.column = column;
   a.text = s;
   auto bad = [&](const std::string& why) -> std::optional<Action> {
-    input_error(cell(row, column) + ": \"" + s + "\": " + why +
-                " (an action is <stage><F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B><microbatch>[@<slice>], e.g. 2F0)");
+    input_error(
+        cell(row, column) + ": \"" + s + "\": " + why +
+        " (an action is <stage><F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B><microbatch>[@<slice>], e.g. 2F0, or FSDP's "
+        "<stage><UNSHARD|RESHARD|REDUCE_GRAD>, e.g. 2UNSHARD)");
   };
   // A number of the action, or the reason it has none.
   auto number = [&](std::size_t& i, const std::string& what) -> int {
@@ -124,10 +152,17 @@ std::optional<Action> Reader::parse_cell(std::string s, int row, int column) con
   };
   std::size_t i = 0;
   const int stage = number(i, "stage number");
-  static const std::pair<const char*, ActionType> kTypes[] = {
-      {"SEND_F", ActionType::SendF}, {"RECV_F", ActionType::RecvF}, {"SEND_B", ActionType::SendB},
-      {"RECV_B", ActionType::RecvB}, {"F", ActionType::F},          {"B", ActionType::B},
-      {"I", ActionType::I},          {"W", ActionType::W}};
+  static const std::pair<const char*, ActionType> kTypes[] = {{"SEND_F", ActionType::SendF},
+                                                              {"RECV_F", ActionType::RecvF},
+                                                              {"SEND_B", ActionType::SendB},
+                                                              {"RECV_B", ActionType::RecvB},
+                                                              {"UNSHARD", ActionType::Unshard},
+                                                              {"RESHARD", ActionType::Reshard},
+                                                              {"REDUCE_GRAD", ActionType::ReduceGrad},
+                                                              {"F", ActionType::F},
+                                                              {"B", ActionType::B},
+                                                              {"I", ActionType::I},
+                                                              {"W", ActionType::W}};
   bool found = false;
   for (const auto& [name, type] : kTypes) {
     const std::string n = name;
@@ -143,13 +178,14 @@ std::optional<Action> Reader::parse_cell(std::string s, int row, int column) con
     std::string word;
     for (std::size_t j = i; j < s.size() && (std::isalpha(static_cast<unsigned char>(s[j])) || s[j] == '_'); j++)
       word += s[j];
-    if (word == "UNSHARD" || word == "RESHARD" || word == "REDUCE_GRAD")
-      return bad(word +
-                 " is an FSDP action: pipescope places FSDP's gathers and reductions itself (training.fsdp: a "
-                 "stage gathered before its first op, reduced after its last backward); leave it out of the file");
     if (word == "OVERLAP_F_B")
       return bad(word + " actions are not supported (pipescope models compute and point-to-point actions only)");
     return bad("unknown action type");
+  }
+  a.stage = stage;
+  if (shard_kind(a.type)) {
+    if (i != s.size()) return bad(std::string("FSDP's actions name a stage only (no micro-batch), e.g. 0UNSHARD"));
+    return a;
   }
   const int mb = number(i, "micro-batch number");
   if (i < s.size() && s[i] == '@') {
@@ -238,6 +274,9 @@ std::optional<OpKind> kind_of(ActionType t) {
     case ActionType::RecvF:
     case ActionType::SendB:
     case ActionType::RecvB:
+    case ActionType::Unshard:
+    case ActionType::Reshard:
+    case ActionType::ReduceGrad:
       break;
   }
   return std::nullopt;
@@ -262,10 +301,10 @@ Schedule Reader::build(const std::vector<std::vector<Action>>& rows) const {
         input_error(cell(a) + ": \"" + a.text + "\": stage " + std::to_string(a.stage) + " outside 0.." +
                     std::to_string(stages - 1) + " (pp * v = " + std::to_string(p) + " * " + std::to_string(shape_.v) +
                     " virtual stages)");
-      if (a.microbatch >= m)
+      if (!shard_kind(a.type) && a.microbatch >= m)
         input_error(cell(a) + ": \"" + a.text + "\": micro-batch " + std::to_string(a.microbatch) + " outside 0.." +
                     std::to_string(m - 1) + " (the scenario has " + std::to_string(m) + " micro-batches per replica)");
-      const int k = static_cast<int>(shape_.microbatches[a.microbatch].slice_begin.size());
+      const int k = shard_kind(a.type) ? 1 : static_cast<int>(shape_.microbatches[a.microbatch].slice_begin.size());
       if (a.slice >= k)
         input_error(cell(a) + ": \"" + a.text + "\": slice " + std::to_string(a.slice) + " outside 0.." +
                     std::to_string(k - 1) + " of micro-batch " + std::to_string(a.microbatch));
@@ -312,6 +351,11 @@ Schedule Reader::build(const std::vector<std::vector<Action>>& rows) const {
   std::vector<std::vector<const Action*>> cells(static_cast<std::size_t>(p));  // per rank, aligned with per_rank
   for (int r = 0; r < p; r++)
     for (const Action& a : rows[r]) {
+      if (const auto sk = shard_kind(a.type)) {
+        s.shard_actions.resize(static_cast<std::size_t>(p));
+        s.shard_actions[r].push_back(ShardAction{*sk, a.stage, static_cast<std::int32_t>(s.per_rank[r].size())});
+        continue;
+      }
       const auto kind = kind_of(a.type);
       if (!kind) continue;
       count[{a.stage, a.type}]++;
@@ -380,6 +424,7 @@ void Reader::check_comms(const std::vector<std::vector<Action>>& rows, const std
   bool any = false;
   for (const auto& row : rows)
     for (const Action& a : row) {
+      if (shard_kind(a.type)) continue;  // FSDP's: no hop (check_shard_actions has their rules)
       const Key k{a.type, a.stage, a.microbatch, a.slice};
       if (!is_compute(a.type)) {
         any = true;
@@ -420,6 +465,10 @@ void Reader::check_comms(const std::vector<std::vector<Action>>& rows, const std
         break;
       case ActionType::RecvB:
         break;
+      case ActionType::Unshard:
+      case ActionType::Reshard:
+      case ActionType::ReduceGrad:
+        continue;
     }
     // The stage at the other end of the hop, and the compute op on this side.
     const int peer = send ? (fwd ? stage + 1 : stage - 1) : (fwd ? stage - 1 : stage + 1);
@@ -578,9 +627,19 @@ StageStyle csv_stage_style(const std::string& path, int p) {
 
 std::string schedule_to_csv(const Schedule& s) {
   std::string out;
-  for (const auto& ops : s.per_rank) {
+  for (std::size_t r = 0; r < s.per_rank.size(); r++) {
+    const auto& ops = s.per_rank[r];
+    const std::vector<ShardAction> none;
+    const auto& acts = r < s.shard_actions.size() ? s.shard_actions[r] : none;
+    std::size_t a = 0;
     bool first = true;
-    for (const Op& op : ops) {
+    auto actions_before = [&](std::size_t i) {
+      for (; a < acts.size() && acts[a].before <= static_cast<std::int32_t>(i); a++, first = false)
+        out += (first ? "" : ",") + shard_action_text(acts[a]);
+    };
+    for (std::size_t i = 0; i < ops.size(); i++) {
+      const Op& op = ops[i];
+      if (op.overlap != Overlap::Second) actions_before(i);
       switch (op.overlap) {
         case Overlap::None:
           out += (first ? "" : ",") + action_text(s, key_of(op));
@@ -594,6 +653,7 @@ std::string schedule_to_csv(const Schedule& s) {
       }
       first = false;
     }
+    actions_before(ops.size());
     out += '\n';
   }
   return out;

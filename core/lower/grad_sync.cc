@@ -73,6 +73,58 @@ std::vector<LoweredOp>& program_of(LoweringSink& sink, std::int32_t w) {
   return *prog;
 }
 
+// ---------------------------------------------------------------- FSDP's actions, where a schedule names them
+// Where an action "before compute op k" goes in a lowered program: before the k-th Compute op and the receives (and
+// their scatter/gather) that prepare it, so that it is posted when the op before it is done; the program's end for
+// k = the rank's op count.
+std::vector<std::size_t> action_positions(const std::vector<LoweredOp>& prog) {
+  std::vector<std::size_t> at;
+  for (std::size_t i = 0; i < prog.size(); i++) {
+    if (prog[i].kind != LOpKind::Compute) continue;
+    std::size_t k = i;
+    while (k > 0 && (prog[k - 1].kind == LOpKind::Recv || prog[k - 1].tag == CollTag::ScatterGather)) k--;
+    at.push_back(k);
+  }
+  at.push_back(prog.size());
+  return at;
+}
+
+// The compute op of `stage` at or after compute op `from` (UNSHARD: the op that waits for it), or the last one before
+// `from` (REDUCE_GRAD: the backward whose gradients it reduces).
+Op stage_op(const std::vector<Op>& ops, int stage, std::size_t from, bool after) {
+  if (after) {
+    for (std::size_t i = from; i < ops.size(); i++)
+      if (ops[i].stage == stage) return ops[i];
+  } else {
+    for (std::size_t i = std::min(from, ops.size()); i-- > 0;)
+      if (ops[i].stage == stage) return ops[i];
+  }
+  throw std::logic_error("FSDP actions: no op of stage " + std::to_string(stage) + " where the action needs one");
+}
+
+// The rank's actions of one kind as async collectives of `kind` on group g: each stage's `bytes` share (its rank's
+// bytes over its stages) in buckets, posted where the action sits.
+void add_shard_collectives(LoweredSchedule& ls, std::int32_t w, ShardKind which, LOpKind kind, CollTag tag,
+                           std::int32_t g, double rank_bytes, double bucket_bytes, LoweringSink& sink) {
+  const int r = w % ls.p;
+  const std::vector<Op>& ops = ls.schedule.per_rank[static_cast<std::size_t>(r)];
+  std::vector<LoweredOp>& prog = program_of(sink, w);
+  const std::vector<std::size_t> at = action_positions(prog);
+  const BucketSplit b = split_buckets(rank_bytes, ls.schedule.v, bucket_bytes);
+  std::vector<std::pair<std::size_t, LoweredOp>> ins;
+  for (const ShardAction& a : ls.schedule.shard_actions[static_cast<std::size_t>(r)]) {
+    if (a.kind != which) continue;
+    const auto before = static_cast<std::size_t>(a.before);
+    for (int j = 0; j < b.n; j++) {
+      LoweredOp c =
+          collective_op(kind, tag, g, b.bytes_each, stage_op(ops, a.stage, before, which == ShardKind::Unshard));
+      c.async = true;
+      ins.emplace_back(at.at(before), c);
+    }
+  }
+  insert_before(prog, std::move(ins));
+}
+
 }  // namespace
 
 std::vector<std::int32_t> rank_groups(LoweredSchedule& ls, CollTag tag) {
@@ -103,6 +155,11 @@ void add_dp_grad_sync(LoweredSchedule& ls, const CostModel& cost, const GradSync
     const double bytes = cost.grad_bytes(r);
     for (std::int32_t w : ls.groups[g].workers) {
       if (w % ls.p != r) continue;  // a DualPipe group's other rank: its own turn
+      if (!ls.schedule.shard_actions.empty()) {
+        add_shard_collectives(ls, w, ShardKind::ReduceGrad, kind, CollTag::DataParallel, g, bytes, o.bucket_bytes,
+                              sink);
+        continue;
+      }
       // Not overlapped (or nothing to overlap): one call at the end. The program is scanned only when overlapped
       // (a search lowers millions of ops).
       std::vector<StageSpan> spans;
@@ -140,6 +197,11 @@ void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSync
     const double bytes = cost.param_bytes(r);
     for (std::int32_t w : ls.groups[g].workers) {
       if (w % ls.p != r) continue;  // as in add_dp_grad_sync
+      if (!ls.schedule.shard_actions.empty()) {
+        add_shard_collectives(ls, w, ShardKind::Unshard, LOpKind::AllGather, CollTag::ParamGather, g, bytes,
+                              o.bucket_bytes, sink);
+        continue;
+      }
       std::vector<StageSpan> spans;
       if (o.overlap_param_gather) spans = stage_spans(program_of(sink, w));  // scanned only when overlapped, as above
       if (spans.empty()) {

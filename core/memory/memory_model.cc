@@ -65,6 +65,7 @@
 
 #include "core/cost/fp8.h"
 #include "core/cost/moe_load.h"
+#include "core/ir/shard_actions.h"
 #include "core/memory/caching_allocator.h"
 #include "core/model/model_shape.h"
 #include "core/model/placement.h"
@@ -246,8 +247,13 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
   for (int r = 0; r < par.pp; r++) {
     RankMemory& rm = rep.ranks[r];
     const double params = rank_parameter_count(s, r);
-    rm.weights_bytes = params * pb.weight + fp8_weight_cache_bytes(s, r);
     const double experts = rank_expert_parameter_count(s, r);
+    // FSDP with the actions a schedule names (core/ir/shard_actions.h): the working copy is sharded like the rest, and
+    // a stage's whole copy (its share of the rank's) lives from its UNSHARD to its RESHARD.
+    const bool unshards = s.training.fsdp && !sched.shard_actions.empty();
+    rm.weights_bytes = (unshards ? (params - experts) / shards + experts / expert_shards : params) * pb.weight +
+                       fp8_weight_cache_bytes(s, r);
+    const double stage_copy_bytes = params * pb.weight / par.v;
     // FSDP: the unsharded accumulator in fp32 (FSDP2's reduce_dtype) and the fp32 gradient shard.
     rm.grads_bytes =
         s.training.fsdp ? params * 4 + (params - experts) * 4 / shards + experts * 4 / expert_shards : params * pb.grad;
@@ -266,14 +272,42 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
     std::map<std::tuple<int, int, int>, Stored> live_ops;  // (stage, micro-batch, slice) -> what its forward keeps
     // (stage, micro-batch) -> per layer: the K/V cache (copies only) and the dK/dV buffer handed down the slices.
     std::map<std::pair<int, int>, std::vector<Group>> kv_cache, dkv;
-    double peak = 0;
+    double peak = 0, gathered = 0, peak_gathered = 0;  // gathered: the unsharded stage copies (in the ledger)
     long long units = 0, peak_units = 0, max_units = 0;
     auto consider = [&](double bytes) {
       if (bytes > peak) {
         peak = bytes;
         peak_units = units;
+        peak_gathered = gathered;
       }
       max_units = std::max(max_units, units);
+    };
+    std::vector<Group> copies(static_cast<std::size_t>(par.pp * par.v));  // per virtual stage: its gathered copy
+    std::size_t next_action = 0, op_index = 0;
+    auto act_until = [&](std::size_t i) {  // the rank's FSDP actions before its op i
+      if (!unshards) return;
+      const std::vector<ShardAction>& acts = sched.shard_actions[r];
+      for (; next_action < acts.size() && acts[next_action].before <= static_cast<std::int32_t>(i); next_action++) {
+        const ShardAction& a = acts[next_action];
+        if (a.stage < 0 || a.stage > last_stage)
+          fail("rank " + std::to_string(r) + ": FSDP action " + shard_action_text(a) +
+               " names a stage outside the model");
+        Group& copy = copies[static_cast<std::size_t>(a.stage)];
+        switch (a.kind) {
+          case ShardKind::Unshard:
+            ledger.drop(copy);
+            ledger.add(copy, stage_copy_bytes);
+            gathered += stage_copy_bytes;
+            consider(ledger.live());
+            break;
+          case ShardKind::Reshard:
+            gathered -= copy.bytes;
+            ledger.drop(copy);
+            break;
+          case ShardKind::ReduceGrad:
+            break;
+        }
+      }
     };
     std::vector<double> tensors, moe_tensors;         // one layer's, per op (the buffers are reused)
     auto add_kv = [&](Group& g, int b, int tokens) {  // K and V of `tokens` tokens: two tensors
@@ -282,6 +316,7 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
       ledger.add(g, half);
     };
     for (const Op& op : sched.per_rank[r]) {
+      act_until(op_index++);
       if (op.microbatch < 0 || op.microbatch >= sched.m)
         fail("rank " + std::to_string(r) + ": op " + op_text(op) + " names a micro-batch outside 0.." +
              std::to_string(sched.m - 1));
@@ -414,7 +449,10 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
           break;
       }
     }
-    rm.activation_peak_bytes = peak;
+    act_until(sched.per_rank[r].size());
+    // At the peak the gathered copies are weights, the rest activations.
+    rm.weights_bytes += peak_gathered;
+    rm.activation_peak_bytes = peak - peak_gathered;
     const double unit = static_cast<double>(m.seq_len) * par.v;
     rm.peak_in_flight = peak_units / unit;
     rm.max_in_flight = max_units / unit;

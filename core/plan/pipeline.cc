@@ -6,6 +6,7 @@
 #include "core/cost/context_parallel.h"
 #include "core/cost/expert_parallel.h"
 #include "core/ir/schedule_csv.h"
+#include "core/ir/shard_actions.h"
 #include "core/lower/megatron_p2p.h"
 #include "core/lower/overlap.h"
 #include "core/model/schedule_registry.h"
@@ -24,6 +25,20 @@ std::vector<MicroBatch> sliced_scenario_microbatches(const Scenario& s, int m) {
   if (!sch.slice_tokens.empty()) return sliced_microbatches(m, par.micro_batch_size, sch.slice_tokens);
   return uniform_microbatches(m, par.micro_batch_size, s.model.seq_len, sch.seq_slices);
 }
+
+namespace {
+
+// A schedule file under FSDP runs as PyTorch's runtime runs it: the actions it names, or, for a compute-only file,
+// those its loader places (core/ir/shard_actions.h with_fsdp_actions). Actions without FSDP have nothing to act on.
+Schedule file_schedule(const Scenario& s, Schedule f) {
+  if (!f.shard_actions.empty() && !s.training.fsdp)
+    throw std::invalid_argument(s.source + ": schedule.file " + s.schedule.file +
+                                " names FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD), which need training.fsdp: true");
+  if (s.training.fsdp && f.shard_actions.empty()) return with_fsdp_actions(std::move(f));
+  return f;
+}
+
+}  // namespace
 
 Schedule make_schedule(const Scenario& s) {
   const ParallelSpec& par = s.parallel;
@@ -48,7 +63,8 @@ Schedule make_schedule(const Scenario& s) {
   } else {
     mbs = sliced_scenario_microbatches(s, m);
   }
-  if (entry.traits.from_file) return load_schedule_csv(sch.file, {par.pp, par.v, mbs, s.model.seq_len});
+  if (entry.traits.from_file)
+    return file_schedule(s, load_schedule_csv(sch.file, {par.pp, par.v, mbs, s.model.seq_len}));
   try {
     Schedule out = entry.generate(par.pp, par.v, mbs, s.model.seq_len);
     out.name = entry.name;  // the scenario's kind, also where one generator serves two (gpipe / terapipe)
