@@ -2,7 +2,8 @@
 // line "p v m k" (clamped to small sizes: ranks, chunks, micro-batches, slices), then the CSV. Any input must be
 // rejected with std::invalid_argument or CheckError naming the file, or be accepted; an accepted schedule must
 // write back to CSV that loads to the same ops, and lower to a schedule the static checker accepts (the file's
-// checks must leave nothing for the checker to find), and replay through the memory walk and the caching allocator.
+// checks must leave nothing for the checker to find; a file with FSDP's actions over two replicas), and replay through
+// the memory walk and the caching allocator.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -43,6 +44,9 @@ void replay_memory(const Schedule& sched, bool flash) {
   sc.parallel.pp = sched.p;
   sc.parallel.v = sched.v;
   sc.training.flash_attention = flash;
+  // A file with FSDP's actions runs with FSDP over two replicas (its gathered copies walked too).
+  sc.training.fsdp = !sched.shard_actions.empty();
+  sc.parallel.dp = sc.training.fsdp ? 2 : 1;
   const MemoryReport rep = memory_report(sc, sched, AllocatorReplay::On);
   for (const RankMemory& r : rep.ranks)
     if (r.allocator_failed ? r.reserved_peak_bytes > rep.device_bytes
@@ -73,12 +77,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const std::string csv = schedule_to_csv(s);
   const Schedule back = schedule_from_csv(csv, "fuzz.csv", shape);
-  if (back.per_rank != s.per_rank || schedule_to_csv(back) != csv) die("round trip differs:\n" + csv);
+  if (back.per_rank != s.per_rank || back.shard_actions != s.shard_actions || schedule_to_csv(back) != csv)
+    die("round trip differs:\n" + csv);
   ConstantCostModel cost(ConstantCosts{});
-  const LoweredSchedule ls = lower(s, 1, 1, cost);
+  // FSDP's actions lower to their gathers and reductions over two replicas.
+  const int dp = s.shard_actions.empty() ? 1 : 2;
+  GradSyncOptions o;
+  o.distributed_optimizer = dp > 1;
+  const LoweredSchedule ls = lower(s, dp, 1, cost, false, o);
   ClusterSpec c = *cluster_preset("dgx-a100");
   c.nodes = 1;
-  const Placement pl = make_placement("megatron", 1, p, 1, c);
+  const Placement pl = make_placement("megatron", dp, p, 1, c);
   try {
     check(ls, pl);
   } catch (const CheckError& e) {
