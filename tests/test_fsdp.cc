@@ -104,7 +104,9 @@ TEST(Fsdp, SearchDimension) {
   for (const Candidate& c : st.survivors) {
     const TrainingSpec& t = c.scenario.training;
     EXPECT_FALSE(t.fsdp && t.distributed_optimizer) << c.label;
-    if (c.scenario.parallel.dp == 1) EXPECT_FALSE(t.fsdp) << c.label;
+    if (c.scenario.parallel.dp == 1) {
+      EXPECT_FALSE(t.fsdp) << c.label;
+    }
     (t.fsdp ? fsdp : t.distributed_optimizer ? distributed : plain)++;
     EXPECT_EQ(c.label.find(" fsdp") != std::string::npos, t.fsdp) << c.label;
   }
@@ -213,6 +215,69 @@ TEST(Fsdp, ActionsHoldTheGatheredStagesOnly) {
     EXPECT_DOUBLE_EQ(none.weights_bytes, params * w);
     for (const RankMemory& m : {one, all, none})
       EXPECT_NEAR(m.peak_bytes, m.weights_bytes + m.grads_bytes + m.optimizer_bytes + m.activation_peak_bytes, 1.0);
+  }
+}
+
+// Resharding after forward (FSDP2's reshard_after_forward, TorchTitan's "always"): every forward and backward gathers
+// its stage again, the op waiting for the first bucket and the rank's next op for the rest; the working copy sharded
+// but for about two blocks; dearer than keeping the stages gathered.
+TEST(Fsdp, ReshardAfterForwardGathersForEveryOp) {
+  const Scenario kept = with_training("fsdp: true");
+  const Scenario again = with_training("fsdp: true, fsdp_reshard_after_forward: true");
+  EXPECT_TRUE(grad_sync_options(again.training).reshard_after_forward);
+  const Schedule sch = make_schedule(again);
+  const LoweredSchedule ls = lower_scenario(again, sch, *make_cost_model(again));
+  for (int w = 0; w < ls.workers(); w++) {
+    SCOPED_TRACE(w);
+    const auto& ops = sch.per_rank[w % ls.p];
+    const auto& prog = ls.per_worker[w];
+    std::size_t gathers = 0, next_compute = 0, awaited_here = 0;
+    for (std::size_t i = 0; i < prog.size(); i++) {
+      if (prog[i].tag == CollTag::ParamGather) {
+        gathers++;
+        awaited_here += next_compute < ops.size() && key_of(prog[i].op) == key_of(ops[next_compute]);
+      }
+      if (prog[i].kind == LOpKind::Compute) next_compute++;
+    }
+    EXPECT_EQ(gathers % ops.size(), 0u);  // 1F1B: no W, every op gathers, the same buckets each
+    const std::size_t buckets = gathers / ops.size();
+    EXPECT_GT(buckets, 1u);
+    // One bucket per op is the op's own, the others the next op's; the last op waits for all of its own.
+    EXPECT_EQ(awaited_here, ops.size() + buckets - 1);
+  }
+  const sim::RunResult a = sim::run_isolated(kept), b = sim::run_isolated(again);
+  EXPECT_GT(b.iteration_s, a.iteration_s);
+  const MemoryReport mk = memory_report(kept, make_schedule(kept)), ma = memory_report(again, sch);
+  for (int r = 0; r < 4; r++) {
+    SCOPED_TRACE(r);
+    const double params = rank_parameter_count(again, r), w = 2;  // bf16; 6 layers a stage: two blocks of six
+    EXPECT_NEAR(ma.ranks[r].weights_bytes, params * w / 2 + params * w * 2 / 6, 1e-3 * params);
+    EXPECT_DOUBLE_EQ(mk.ranks[r].weights_bytes, params * w);
+    EXPECT_LT(ma.ranks[r].peak_bytes, mk.ranks[r].peak_bytes);
+  }
+}
+
+TEST(Fsdp, ReshardAfterForwardNeedsFsdpAndNoScheduleFile) {
+  for (const char* bad : {"fsdp_reshard_after_forward: true", "fsdp: false, fsdp_reshard_after_forward: true"}) {
+    try {
+      with_training(bad);
+      ADD_FAILURE() << bad << ": accepted";
+    } catch (const ScenarioError& e) {
+      EXPECT_NE(std::string(e.what()).find("training.fsdp_reshard_after_forward"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("set fsdp: true"), std::string::npos) << e.what();
+    }
+  }
+  const std::string csv = write_csv("fsdp_reshard.csv", schedule_to_csv(make_schedule(interleaved_scenario())));
+  try {
+    parse_scenario(
+        "model: {preset: gpt3-1b}\ncluster: {preset: dgx-a100, nodes: 2}\n"
+        "parallel: {dp: 4, pp: 2, tp: 2, v: 6, micro_batch_size: 1, global_batch: 32}\n"
+        "schedule: {kind: file, file: " +
+            csv + "}\ntraining: {dtype: bf16, fsdp: true, fsdp_reshard_after_forward: true}\n",
+        "f.yaml");
+    ADD_FAILURE() << "resharding after forward with a schedule file: accepted";
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("leave fsdp_reshard_after_forward off"), std::string::npos) << e.what();
   }
 }
 

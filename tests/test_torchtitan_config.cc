@@ -50,8 +50,9 @@ TEST(TorchTitanImport, FsdpAndTensorParallelJob) {
   EXPECT_EQ(s.training.dtype, "bf16");
   EXPECT_TRUE(s.training.fsdp);
   EXPECT_FALSE(s.training.distributed_optimizer);
-  // No pipelining: TorchTitan's default reshards after every forward, which training.fsdp does not model; said so.
-  EXPECT_TRUE(listed(r.unsupported, "fsdp_reshard_after_forward = default (without pipelining: always)"));
+  // No pipelining: TorchTitan's default reshards after every forward (training.fsdp_reshard_after_forward).
+  EXPECT_TRUE(s.training.fsdp_reshard_after_forward);
+  EXPECT_FALSE(listed(r.unsupported, "fsdp_reshard"));
   EXPECT_TRUE(listed(r.ignored, "optimizer.lr"));
   EXPECT_TRUE(r.unknown.empty());
 }
@@ -114,9 +115,12 @@ TEST(TorchTitanImport, FlagsAreTheSameKeys) {
   const Scenario s = parse_scenario(a.yaml, "a.yaml");
   EXPECT_TRUE(s.training.fsdp);  // shard 2 under pipelining: gathered once per iteration, as modelled
   EXPECT_FALSE(listed(a.unsupported, "fsdp_reshard"));
-  const std::string never =
+  EXPECT_FALSE(s.training.fsdp_reshard_after_forward);  // TorchTitan's default under pipelining
+  const std::string always =
       std::string(toml).replace(toml.find("tensor_parallel_degree"), 0, "fsdp_reshard_after_forward = \"always\"\n");
-  EXPECT_TRUE(listed(import_torchtitan_toml(never, "n.toml", o).unsupported, "fsdp_reshard_after_forward = always"));
+  const TorchTitanImport r = import_torchtitan_toml(always, "n.toml", o);
+  EXPECT_FALSE(listed(r.unsupported, "fsdp_reshard"));
+  EXPECT_TRUE(parse_scenario(r.yaml, "r.yaml").training.fsdp_reshard_after_forward);
   EXPECT_EQ(s.schedule.kind, ScheduleKind::ZeroBubbleV);
   EXPECT_EQ(s.parallel.v, 2);  // 32 layers, 4 per stage, no allowance for the embedding and output: 8 stages
   EXPECT_TRUE(s.parallel.stage_layers.empty());  // even

@@ -208,11 +208,11 @@ void build_graph(const LoweredSchedule& ls, Dag& dag, Scratch& sc, Sink& sink) {
         }
         posted.push_back(i);
       } else {
-        // An Optimizer waits for every posted collective; a Compute for the parameter gathers of its stage.
+        // An Optimizer waits for every posted collective; a Compute for the parameter gathers that name it.
         auto awaited = [&](std::size_t a) {
           if (prog[i].kind == LOpKind::Optimizer) return true;
           return prog[a].tag == CollTag::ParamGather && prog[i].kind == LOpKind::Compute &&
-                 prog[i].op.stage == prog[a].op.stage;
+                 key_of(prog[i].op) == key_of(prog[a].op);
         };
         std::size_t keep = 0;
         for (std::size_t a : posted) {

@@ -19,6 +19,7 @@ GradSyncOptions grad_sync_options(const TrainingSpec& t) {
   o.overlap_grad_reduce = t.overlap_grad_reduce || t.fsdp;
   o.bucket_bytes = t.grad_bucket_bytes;
   o.overlap_param_gather = t.overlap_param_gather || t.fsdp;
+  o.reshard_after_forward = t.fsdp && t.fsdp_reshard_after_forward;
   return o;
 }
 
@@ -125,6 +126,28 @@ void add_shard_collectives(LoweredSchedule& ls, std::int32_t w, ShardKind which,
   insert_before(prog, std::move(ins));
 }
 
+// Resharding after forward: before each forward and backward (B or I) of worker w, its stage's gather in buckets; the
+// op waits for the first bucket, the rank's next op (or the optimizer) for the others, which FSDP prefetches block by
+// block while the op computes.
+void add_gathers_per_op(LoweredSchedule& ls, std::int32_t w, std::int32_t g, double rank_bytes, double bucket_bytes,
+                        LoweringSink& sink) {
+  const std::vector<Op>& ops = ls.schedule.per_rank[static_cast<std::size_t>(w % ls.p)];
+  std::vector<LoweredOp>& prog = program_of(sink, w);
+  const std::vector<std::size_t> at = action_positions(prog);
+  const BucketSplit b = split_buckets(rank_bytes, ls.schedule.v, bucket_bytes);
+  std::vector<std::pair<std::size_t, LoweredOp>> ins;
+  for (std::size_t k = 0; k < ops.size(); k++) {
+    if (ops[k].kind == OpKind::BackwardWeight) continue;  // weight gradients need no weights
+    for (int j = 0; j < b.n; j++) {
+      const Op& waits = j == 0 || k + 1 == ops.size() ? ops[k] : ops[k + 1];
+      LoweredOp c = collective_op(LOpKind::AllGather, CollTag::ParamGather, g, b.bytes_each, waits);
+      c.async = true;
+      ins.emplace_back(at[k], c);
+    }
+  }
+  insert_before(prog, std::move(ins));
+}
+
 }  // namespace
 
 std::vector<std::int32_t> rank_groups(LoweredSchedule& ls, CollTag tag) {
@@ -200,6 +223,10 @@ void add_param_gather(LoweredSchedule& ls, const CostModel& cost, const GradSync
       if (!ls.schedule.shard_actions.empty()) {
         add_shard_collectives(ls, w, ShardKind::Unshard, LOpKind::AllGather, CollTag::ParamGather, g, bytes,
                               o.bucket_bytes, sink);
+        continue;
+      }
+      if (o.reshard_after_forward) {
+        add_gathers_per_op(ls, w, g, bytes, o.bucket_bytes, sink);
         continue;
       }
       std::vector<StageSpan> spans;

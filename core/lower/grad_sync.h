@@ -12,7 +12,11 @@
 //   reverse layer order). They share the links with the pipeline's traffic; the optimizer waits for all of them;
 // - overlap_param_gather: the all-gather is cut the same way and moved to the start of the program (the next
 //   iteration's forwards, which in steady state follow this iteration's step), each stage's buckets awaited by
-//   that stage's first compute op.
+//   that stage's first compute op;
+// - reshard_after_forward (FSDP): the stage's gather before each of its forwards and backwards instead (see the
+// option);
+// - FSDP actions a schedule names (core/ir/shard_actions.h): each UNSHARD the stage's gather and each REDUCE_GRAD its
+//   reduce-scatter, posted where the action sits, in place of the placements above.
 // DualPipe (StageStyle::Dual): ranks r and p-1-r hold copies of the same two model stages, so one group of their 2 dp
 // workers reduces (and gathers) for both, the copies taking part as more replicas; it runs even at dp = 1, and the
 // distributed optimizer's shard is 1 / (2 dp) (placement.h stage_copies).
@@ -29,6 +33,10 @@ struct GradSyncOptions {
   bool overlap_grad_reduce = false;    // bucketed reductions during the last backward of each virtual stage
   double bucket_bytes = 40e6;          // gradient bytes per bucket (overlap_grad_reduce)
   bool overlap_param_gather = false;   // the parameter all-gather beside the (next iteration's) first forwards
+  // FSDP resharding after forward (TrainingSpec::fsdp_reshard_after_forward): every forward and backward (B or I)
+  // gathers its stage's share again, in buckets posted before it; the op waits for the first, the rank's next op for
+  // the rest (the blocks after the first are prefetched while the op computes).
+  bool reshard_after_forward = false;
   // One replica (dp = 1) of a data-parallel run lowered alone: its gradient (and parameter) collectives where lower()
   // of the whole run puts them, on groups of its one worker (the search's estimate rings them over the dp peers).
   // Also a run of dp = 1 with context parallelism: its data-parallel group is the worker's cp ranks.

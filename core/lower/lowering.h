@@ -20,7 +20,8 @@
 // - An async collective (overlapped gradient reduction / parameter gather, core/lower/grad_sync.h) is posted like an
 //   eager Send: it becomes ready lead_s seconds after the worker's previous non-Send, non-async op completes, and
 //   the ops after it do not wait for it. It is awaited by the worker's next Optimizer op, or, for a ParamGather,
-//   by the worker's first later Compute op of the virtual stage in its `op` field. An async collective without a
+//   by the worker's first later Compute op of the op in its `op` field (same kind, stage, micro-batch and slice; the
+//   optimizer when none comes). An async collective without a
 //   lead also waits for the previous async collective of its group (one communication stream per group).
 // - An overlapped pair (two Compute ops marked First and Second, core/ir/schedule.h Overlap) receives all it needs
 //   before its first op and sends after its second. Its two compute ops run back to back; its per-op collectives

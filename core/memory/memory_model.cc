@@ -251,8 +251,12 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
     // FSDP with the actions a schedule names (core/ir/shard_actions.h): the working copy is sharded like the rest, and
     // a stage's whole copy (its share of the rank's) lives from its UNSHARD to its RESHARD.
     const bool unshards = s.training.fsdp && !sched.shard_actions.empty();
-    rm.weights_bytes = (unshards ? (params - experts) / shards + experts / expert_shards : params) * pb.weight +
-                       fp8_weight_cache_bytes(s, r);
+    // Resharding after forward: each forward and backward gathers its stage block by block, the next block prefetched
+    // (about two blocks whole at a time).
+    const bool per_op = s.training.fsdp && s.training.fsdp_reshard_after_forward && !unshards;
+    rm.weights_bytes =
+        (unshards || per_op ? (params - experts) / shards + experts / expert_shards : params) * pb.weight +
+        fp8_weight_cache_bytes(s, r);
     const double stage_copy_bytes = params * pb.weight / par.v;
     // FSDP: the unsharded accumulator in fp32 (FSDP2's reduce_dtype) and the fp32 gradient shard.
     rm.grads_bytes =
@@ -317,6 +321,12 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
     };
     for (const Op& op : sched.per_rank[r]) {
       act_until(op_index++);
+      Group blocks;  // resharding after forward: the op's gathered blocks
+      if (per_op && op.kind != OpKind::BackwardWeight && op.stage >= 0 && op.stage <= last_stage) {
+        const int n = std::max(1, stage_layers[static_cast<std::size_t>(op.stage)]);
+        ledger.add(blocks, stage_copy_bytes * std::min(1.0, 2.0 / n));
+        gathered += blocks.bytes;
+      }
       if (op.microbatch < 0 || op.microbatch >= sched.m)
         fail("rank " + std::to_string(r) + ": op " + op_text(op) + " names a micro-batch outside 0.." +
              std::to_string(sched.m - 1));
@@ -448,6 +458,8 @@ MemoryReport memory_report(const Scenario& s, const Schedule& sched, AllocatorRe
           release();
           break;
       }
+      gathered -= blocks.bytes;
+      ledger.drop(blocks);
     }
     act_until(sched.per_rank[r].size());
     // At the peak the gathered copies are weights, the rest activations.

@@ -274,6 +274,10 @@ struct TrainingSpec {
   // after its last backward, the optimizer step on the shard. Time: as the distributed optimizer with both overlaps;
   // memory: the working copy and the fp32 accumulator whole, master weights, moments and fp32 gradients sharded.
   bool fsdp = false;
+  // FSDP2's reshard_after_forward (TorchTitan's fsdp_reshard_after_forward "always", its default without pipelining):
+  // every forward and backward all-gathers its stage's parameters again, block by block with the next block
+  // prefetched, and reshards them after; the working copy is then sharded except for about two blocks.
+  bool fsdp_reshard_after_forward = false;
   // The optimizer state and step sharded over the data-parallel group: ZeRO-1 or FSDP.
   bool sharded_optimizer() const { return distributed_optimizer || fsdp; }
   struct ParamBytes {

@@ -1281,6 +1281,13 @@ void Validator::run() const {
              " has none: give cluster.device.peak_tflops_fp64 or a calibration profile of the CPU backend");
   if (!(std::isfinite(t.grad_bucket_bytes) && t.grad_bucket_bytes > 0))
     fail({"training.grad_bucket_MB"}, "must be > 0, got " + num(t.grad_bucket_bytes / units::kMB));
+  if (t.fsdp_reshard_after_forward && !t.fsdp)
+    fail({"training.fsdp_reshard_after_forward", "training.fsdp"},
+         "resharding after forward is FSDP's: set fsdp: true");
+  if (t.fsdp_reshard_after_forward && schedule_entry(s_.schedule.kind).traits.from_file)
+    fail({"training.fsdp_reshard_after_forward", "schedule.kind"},
+         "a schedule file runs with the FSDP actions it names or those PyTorch's runtime places (docs/schedule-ir.md, "
+         "\"FSDP actions\"): leave fsdp_reshard_after_forward off");
   if (t.fsdp && t.distributed_optimizer)
     fail({"training.fsdp", "training.distributed_optimizer"},
          "fsdp shards the optimizer state itself (and the gradients and weights): leave distributed_optimizer off");
@@ -1498,6 +1505,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
                                            "grad_bucket_MB",
                                            "overlap_param_gather",
                                            "fsdp",
+                                           "fsdp_reshard_after_forward",
                                            "async_tp_allreduce",
                                            "dropout",
                                            "softmax_fp32",
@@ -1520,6 +1528,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   tr.get("grad_bucket_MB", Num::Positive, units::kMB, s.training.grad_bucket_bytes);
   tr.get("overlap_param_gather", s.training.overlap_param_gather);
   tr.get("fsdp", s.training.fsdp);
+  tr.get("fsdp_reshard_after_forward", s.training.fsdp_reshard_after_forward);
   tr.get("async_tp_allreduce", s.training.async_tp_allreduce);
   tr.get("dropout", s.training.dropout);
   tr.get("softmax_fp32", s.training.softmax_fp32);

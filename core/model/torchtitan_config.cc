@@ -144,6 +144,7 @@ class Mapper {
     y << "training: {dtype: " << dt << ", flash_attention: true, grad_fp32: "
       << (text("training.mixed_precision_reduce", "float32") == "float32" ? "true" : "false")
       << ", fsdp: " << (l.shard > 1 ? "true" : "false");
+    if (l.reshard) y << ", fsdp_reshard_after_forward: true";
     if (text("parallelism.expert_parallel_comm_backend", "standard") == "deepep") y << ", moe_dispatcher: deepep";
     y << "}\n";
     y << "sim: {placement: megatron}  # TorchTitan's device mesh: tp innermost, then cp, dp, pp (Megatron's order)\n";
@@ -158,6 +159,7 @@ class Mapper {
     ScheduleKind kind = ScheduleKind::OneFOneB;
     std::vector<int> stage_layers;
     std::string csv;
+    bool reshard = false;  // FSDP resharding after every forward (training.fsdp_reshard_after_forward)
   };
 
   [[noreturn]] void bad(const std::string& key, const std::string& why) const {
@@ -272,16 +274,12 @@ class Mapper {
                                  ": HSDP (sharded within a group, replicated across groups) is simulated as FSDP "
                                  "sharded over all " +
                                  std::to_string(l.dp) + " data-parallel GPUs");
-    // pipescope's FSDP keeps a stage's parameters gathered through the iteration (training.fsdp): TorchTitan's
-    // default under pipelining. Resharding after every forward (one all-gather per micro-batch) is not modelled.
+    // "default" is `not pp_enabled`: kept gathered under pipelining, resharded after every forward without it
+    // (training.fsdp_reshard_after_forward).
     const std::string reshard = text("parallelism.fsdp_reshard_after_forward", "default");
     if (reshard != "default" && reshard != "always" && reshard != "never")
       bad("parallelism.fsdp_reshard_after_forward", "must be default, always or never, got '" + reshard + "'");
-    if (l.shard > 1 && (reshard == "always" || (reshard == "default" && l.pp == 1)))
-      out_.unsupported.push_back("parallelism.fsdp_reshard_after_forward = " + reshard +
-                                 (reshard == "default" ? " (without pipelining: always)" : "") +
-                                 ": parameters gathered again for every forward and backward; simulated as gathered "
-                                 "once per iteration (never)");
+    l.reshard = l.shard > 1 && (reshard == "always" || (reshard == "default" && l.pp == 1));
     const int local = positive("training.local_batch_size", 8);
     const long long global = num("training.global_batch_size", -1);
     l.global = static_cast<int>(global > 0 ? global : 1LL * local * l.dp);
@@ -298,6 +296,13 @@ class Mapper {
     bool multi = multi_stage_name(name);
     if (!csv.empty()) {
       l.kind = ScheduleKind::File;
+      // Under a schedule CSV PyTorch's runtime gathers and reshards the stages by its actions
+      // (docs/schedule-ir.md, "FSDP actions").
+      if (l.reshard)
+        out_.unsupported.push_back(
+            "parallelism.fsdp_reshard_after_forward = always with a schedule CSV: simulated with the FSDP actions "
+            "PyTorch's runtime places in the file");
+      l.reshard = false;
       l.csv = csv;
       multi = true;
     } else if (l.pp > 1) {
@@ -424,7 +429,10 @@ std::string torchtitan_toml(const Scenario& s) {
   const bool shard = t.fsdp || t.distributed_optimizer;
   o << "data_parallel_replicate_degree = " << (shard ? 1 : p.dp)
     << "\ndata_parallel_shard_degree = " << (shard ? p.dp : 1);
-  if (shard && p.dp > 1) o << "\nfsdp_reshard_after_forward = \"never\"  # gathered once per iteration, as simulated";
+  if (shard && p.dp > 1)
+    o << "\nfsdp_reshard_after_forward = "
+      << (t.fsdp_reshard_after_forward ? "\"always\"  # gathered for every forward and backward"
+                                       : "\"never\"  # gathered once per iteration, as simulated");
   o << "\ntensor_parallel_degree = " << p.tp << "\ncontext_parallel_degree = " << p.cp
     << "\npipeline_parallel_degree = " << p.pp << "\n";
   if (p.pp > 1) {

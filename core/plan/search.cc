@@ -215,6 +215,7 @@ Scenario make_point(const Scenario& base, const SearchPoint& p, int segments) {
   Scenario s = with_schedule(base, e.kind);  // a kind-file scenario's file goes with its kind
   s.training.distributed_optimizer = p.distributed_optimizer;
   s.training.fsdp = p.fsdp;
+  s.training.fsdp_reshard_after_forward = p.fsdp && base.training.fsdp_reshard_after_forward;
   // It overlaps the optimizer's gather; FSDP runs its own overlaps (training.fsdp).
   if (!p.distributed_optimizer) s.training.overlap_param_gather = false;
   s.parallel.dp = p.dp, s.parallel.pp = p.pp, s.parallel.tp = p.tp, s.parallel.v = p.v, s.parallel.cp = p.cp;

@@ -56,7 +56,10 @@ bool shape_key(const Scenario& s, ShapeKey& key) {
   key.words.assign({static_cast<std::int64_t>(sch.kind), par.pp, par.v, par.micro_batches(), s.model.seq_len,
                     static_cast<std::int64_t>(key.slice_begin.size()), par.tp > 1, par.dp > 1, uses_scatter_gather(s),
                     shared_do ? 2 : o.distributed_optimizer, o.overlap_grad_reduce, o.overlap_param_gather, bucket_bits,
-                    s.sim.p2p == "blocking"});
+                    s.sim.p2p == "blocking",
+                    // FSDP lowers like ZeRO-1 with both overlaps, but a schedule file then gets its actions, and
+                    // resharding after forward gathers before every op.
+                    s.training.fsdp, o.reshard_after_forward});
   // tp = 1 lowers without tensor-parallel collectives and scatter/gather; a tp > 1 shape has them after ops and
   // receives, where with tp = 1 they would be rings of one GPU taking no time: such a shape times it too.
   key.tp_words.clear();
