@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -54,7 +55,7 @@ class Expander {
       } else if (c == '$') {
         i = expansion(s, i, line, cur, false);
         started = true;
-      } else if (c == '(' || c == ')') {  // array brackets stand alone
+      } else if (c == '(' || c == ')' || c == ';') {  // array brackets and command separators stand alone
         finish();
         out.push_back({{std::string(1, c), false, false}});
         i++;
@@ -82,10 +83,14 @@ class Expander {
           if (nl == std::string::npos) break;
           at = nl + 1;
         }
+        // Unquoted, each element is split into words too ("--fp8-format hybrid" is two arguments).
         for (std::size_t k = 0; k < elems.size(); k++) {
-          cur += elems[k];
-          if (k + 1 < elems.size()) out.push_back(cur), cur.clear();
-          any = true;
+          if (!p.quoted) {
+            split_into(elems[k], cur, any, out);
+          } else {
+            cur += elems[k], any = true;
+          }
+          if (k + 1 < elems.size() && any) out.push_back(cur), cur.clear(), any = false;
         }
         continue;
       }
@@ -93,17 +98,25 @@ class Expander {
         cur += p.text, any = true;
         continue;
       }
-      for (char c : p.text) {
-        if (std::isspace(static_cast<unsigned char>(c))) {
-          if (any) out.push_back(cur), cur.clear(), any = false;
-        } else {
-          cur += c, any = true;
-        }
-      }
+      split_into(p.text, cur, any, out);
     }
     if (any) out.push_back(cur);
     return out;
   }
+
+  // Unquoted text: whitespace ends the current word.
+  static void split_into(const std::string& text, std::string& cur, bool& any, std::vector<std::string>& out) {
+    for (char c : text) {
+      if (std::isspace(static_cast<unsigned char>(c))) {
+        if (any) out.push_back(cur), cur.clear(), any = false;
+      } else {
+        cur += c, any = true;
+      }
+    }
+  }
+
+  // Inside a branch the script does not take, nothing it expands is listed as unresolved.
+  void listing(bool on) const { listing_ = on; }
 
   static std::string joined(const Word& w) {
     std::string s;
@@ -185,7 +198,9 @@ class Expander {
       }
       const std::size_t dflt = inner.find(":-");
       if (dflt != std::string::npos) {
-        const std::string def = inner.substr(dflt + 2);
+        // The default is a word of its own: quotes removed, expansions done (${3:-"MOCK"} is MOCK).
+        std::string def;
+        for (const Word& w : words(inner.substr(dflt + 2), line)) def += (def.empty() ? "" : " ") + joined(w);
         cur.push_back({value(inner.substr(0, dflt), &def, ""), quoted, false});
       } else {
         cur.push_back({value(inner, nullptr, "${" + inner + "}"), quoted, false});
@@ -207,8 +222,15 @@ class Expander {
   }
 
   void note(const std::string& what) const {
-    if (std::find(unresolved_.begin(), unresolved_.end(), what) == unresolved_.end()) unresolved_.push_back(what);
+    if (listing_ && std::find(unresolved_.begin(), unresolved_.end(), what) == unresolved_.end())
+      unresolved_.push_back(what);
   }
+
+ public:
+  void note_unresolved(const std::string& what) const { note(what); }
+
+ private:
+  mutable bool listing_ = true;
 
   std::string source_;
   std::map<std::string, std::string>& vars_;
@@ -253,56 +275,185 @@ bool is_pretrain(const std::string& w) {
 
 }  // namespace
 
+namespace {
+
+// The branches of `if` / `elif` / `else` / `fi` the script takes: a frame per open `if`.
+class Branches {
+ public:
+  bool active() const {
+    return std::all_of(open_.begin(), open_.end(), [](const Frame& f) { return f.taking; });
+  }
+  // `if COND` (cond evaluated only where the enclosing branch runs), `elif COND`, `else`, `fi`.
+  void open(bool cond) { open_.push_back(Frame{cond, cond}); }
+  bool any_open() const { return !open_.empty(); }
+  // Whether an `elif` condition matters (no earlier branch of its `if` was taken, the enclosing branch runs).
+  bool elif_pending() const {
+    const bool outer = std::all_of(open_.begin(), open_.end() - 1, [](const Frame& f) { return f.taking; });
+    return outer && !open_.back().taken;
+  }
+  void elif (bool cond) {
+    Frame& f = open_.back();
+    f.taking = !f.taken && cond;
+    f.taken = f.taken || f.taking;
+  }
+  void otherwise() {
+    Frame& f = open_.back();
+    f.taking = !f.taken;
+    f.taken = true;
+  }
+  void close() { open_.pop_back(); }
+
+ private:
+  struct Frame {
+    bool taking, taken;
+  };
+  std::vector<Frame> open_;
+};
+
+// A test bash evaluates without running anything: [[ A == B ]], [[ A != B ]], [[ -z A ]], [[ -n A ]], [[ A ]] (and
+// the same in [ ]), joined by || and && left to right, each perhaps after !. nullopt: anything else (a file test, a
+// command, a pattern).
+std::optional<bool> evaluate(const std::vector<std::string>& t) {
+  std::optional<bool> result;
+  std::string join;
+  for (std::size_t i = 0; i < t.size();) {
+    bool negate = false;
+    if (t[i] == "!") negate = true, i++;
+    if (i >= t.size() || (t[i] != "[[" && t[i] != "[")) return std::nullopt;
+    const std::string close = t[i] == "[[" ? "]]" : "]";
+    std::size_t j = i + 1;
+    while (j < t.size() && t[j] != close) j++;
+    if (j >= t.size()) return std::nullopt;
+    const std::vector<std::string> x(t.begin() + static_cast<long>(i) + 1, t.begin() + static_cast<long>(j));
+    auto literal = [](const std::string& w) { return w.find_first_of("*?[") == std::string::npos; };
+    std::optional<bool> v;
+    if (x.size() == 3 && (x[1] == "==" || x[1] == "=" || x[1] == "!=") && literal(x[2]))
+      v = (x[0] == x[2]) == (x[1] != "!=");
+    else if (x.size() == 2 && (x[0] == "-z" || x[0] == "-n"))
+      v = x[1].empty() == (x[0] == "-z");
+    else if (x.size() == 1)
+      v = !x[0].empty();
+    if (!v) return std::nullopt;
+    const bool b = negate ? !*v : *v;
+    result = !result ? b : join == "&&" ? *result && b : *result || b;
+    i = j + 1;
+    if (i < t.size()) {
+      if (t[i] != "&&" && t[i] != "||") return std::nullopt;
+      join = t[i++];
+    }
+  }
+  return result;
+}
+
+// The words of a test, expanded.
+std::vector<std::string> condition_words(const std::vector<Word>& words, std::size_t from) {
+  std::vector<std::string> out;
+  for (std::size_t k = from; k < words.size(); k++)
+    for (std::string& f : Expander::fields(words[k])) out.push_back(std::move(f));
+  return out;
+}
+
+}  // namespace
+
 LaunchScript read_launch_script(const std::string& text, const std::string& source) {
   std::map<std::string, std::string> vars;
   std::map<std::string, std::vector<std::string>> arrays;
   LaunchScript out;
   const Expander ex(source, vars, arrays, out.unresolved);
+  Branches branches;
   const auto lines = logical_lines(text);
   for (std::size_t li = 0; li < lines.size(); li++) {
     const auto& [line, s] = lines[li];
-    std::vector<Word> words = ex.words(s, line);
-    if (words.empty()) continue;
-    std::size_t w0 = Expander::joined(words[0]) == "export" ? 1 : 0;
-    // An assignment: NAME=value (one word), or NAME=( ... ) up to the closing bracket, over lines.
-    if (w0 < words.size()) {
-      const std::string head = Expander::joined(words[w0]);
-      const std::size_t eq = head.find('=');
-      if (eq != std::string::npos && is_name(head.substr(0, eq)) && !words[w0].empty() && !words[w0][0].quoted) {
-        const std::string name = head.substr(0, eq);
-        const bool array = eq + 1 == head.size() && w0 + 1 < words.size() && Expander::joined(words[w0 + 1]) == "(";
-        if (!array) {
-          // The value: the first word less "NAME=" (no word splitting in an assignment).
-          vars[name] = head.substr(eq + 1);
-          continue;
+    ex.listing(branches.active());
+    std::vector<Word> all = ex.words(s, line);
+    // Commands of the line, separated by ';'.
+    std::vector<std::vector<Word>> commands(1);
+    for (Word& w : all) {
+      if (Expander::joined(w) == ";" && !w.empty() && !w[0].quoted)
+        commands.emplace_back();
+      else
+        commands.back().push_back(std::move(w));
+    }
+    for (std::vector<Word>& words : commands) {
+      if (words.empty()) continue;
+      const std::string first = Expander::joined(words[0]);
+      // if / elif / else / fi: the branch taken where the test needs nothing from outside the script; another test
+      // is taken as false and listed.
+      auto test = [&] {
+        const std::vector<std::string> cond = condition_words(words, 1);
+        const std::optional<bool> v = evaluate(cond);
+        if (!v) {
+          ex.listing(true);
+          std::string written;
+          for (const std::string& c : cond) written += (written.empty() ? "" : " ") + c;
+          ex.note_unresolved(first + " " + written + " (taken as false)");
         }
-        std::vector<std::string> elems;
-        std::size_t k = w0 + 2;
-        std::size_t at = li;
-        for (;;) {
-          for (; k < words.size(); k++) {
-            if (Expander::joined(words[k]) == ")") goto closed;
-            for (std::string& f : Expander::fields(words[k])) elems.push_back(std::move(f));
-          }
-          if (++at >= lines.size()) ex.fail(line, "array " + name + "=( ... has no closing )");
-          words = ex.words(lines[at].second, lines[at].first);
-          k = 0;
-        }
-      closed:
-        arrays[name] = std::move(elems);
-        li = at;
+        return v.value_or(false);
+      };
+      if (first == "if") {
+        branches.open(branches.active() && test());
         continue;
       }
+      if (first == "elif" || first == "else" || first == "fi") {
+        if (!branches.any_open()) ex.fail(line, first + " without if");
+        if (first == "elif") branches.elif (branches.elif_pending() && test());
+        if (first == "fi") branches.close();
+        if (first != "else") continue;
+        branches.otherwise();
+      }
+      if (first == "then" || first == "else") words.erase(words.begin());  // the rest is the branch's first command
+      if (words.empty()) continue;
+      const bool active = branches.active();
+      ex.listing(active);
+      std::size_t w0 = Expander::joined(words[0]) == "export" ? 1 : 0;
+      // An assignment: NAME=value (one word), NAME+=value, or NAME=( ... ) / NAME+=( ... ) up to the closing bracket,
+      // over lines.
+      if (w0 < words.size()) {
+        const std::string head = Expander::joined(words[w0]);
+        const std::size_t eq = head.find('=');
+        const bool append = eq != std::string::npos && eq > 0 && head[eq - 1] == '+';
+        const std::string name = eq == std::string::npos ? "" : head.substr(0, append ? eq - 1 : eq);
+        if (eq != std::string::npos && is_name(name) && !words[w0].empty() && !words[w0][0].quoted) {
+          const bool array = eq + 1 == head.size() && w0 + 1 < words.size() && Expander::joined(words[w0 + 1]) == "(";
+          if (!array) {
+            // The value: the first word less "NAME=" (no word splitting in an assignment).
+            if (active) vars[name] = (append ? vars[name] : std::string()) + head.substr(eq + 1);
+            continue;
+          }
+          std::vector<std::string> elems;
+          std::size_t k = w0 + 2;
+          std::size_t at = li;
+          for (;;) {
+            for (; k < words.size(); k++) {
+              if (Expander::joined(words[k]) == ")") goto closed;
+              for (std::string& f : Expander::fields(words[k])) elems.push_back(std::move(f));
+            }
+            if (++at >= lines.size()) ex.fail(line, "array " + name + "=( ... has no closing )");
+            words = ex.words(lines[at].second, lines[at].first);
+            k = 0;
+          }
+        closed:
+          if (active) {
+            std::vector<std::string>& a = arrays[name];
+            if (!append) a.clear();
+            a.insert(a.end(), elems.begin(), elems.end());
+          }
+          if (at == li) continue;  // closed on this line: its next command
+          li = at;
+          break;  // the rest of the array's last line is not read
+        }
+      }
+      if (!active) continue;
+      // A command: the one that runs pretrain_*.py.
+      std::vector<std::string> f;
+      for (const Word& w : words)
+        for (std::string& x : Expander::fields(w)) f.push_back(std::move(x));
+      const auto it = std::find_if(f.begin(), f.end(), is_pretrain);
+      if (it == f.end()) continue;
+      out.args.assign(it + 1, f.end());
+      out.line = line;
+      return out;
     }
-    // A command: the one that runs pretrain_*.py.
-    std::vector<std::string> f;
-    for (const Word& w : words)
-      for (std::string& x : Expander::fields(w)) f.push_back(std::move(x));
-    const auto it = std::find_if(f.begin(), f.end(), is_pretrain);
-    if (it == f.end()) continue;
-    out.args.assign(it + 1, f.end());
-    out.line = line;
-    return out;
   }
   throw std::invalid_argument(source + ": no line runs a pretrain_*.py script");
 }

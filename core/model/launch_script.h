@@ -1,10 +1,13 @@
 #pragma once
 // A training launch script (`import megatron --script run.sh`): the `pretrain_*.py` command's arguments, with the
 // script's shell variables expanded the way bash expands them for simple assignments: `NAME=value`, `export NAME=...`,
-// arrays `NAME=( ... )` over several lines, `$NAME`, `${NAME}`, `${NAME:-default}`, `${NAME[@]}`; quotes and
-// backslash line continuations; `#` comments. An unquoted expansion is split into words, a quoted one is not, an
-// array expands to its elements. What bash would take from outside the script (positional parameters, variables the
-// script does not set, command and arithmetic substitutions) stays as written ("$4") and is listed: an argument's
+// arrays `NAME=( ... )` over several lines, appends `NAME+=value` and `NAME+=( ... )`, `$NAME`, `${NAME}`,
+// `${NAME:-default}`, `${NAME[@]}`; quotes and backslash line continuations; `#` comments; commands separated by `;`;
+// `if` / `elif` / `else` / `fi` whose tests need nothing from outside the script (`[[ A == B ]]`, `!=`, `-z`, `-n`,
+// joined by `||` / `&&`, also in `[ ]`): the branch bash takes; another test (a file test, a command) is taken as
+// false and listed. An unquoted expansion is split into words, a quoted one is not, an array expands to its elements
+// (each split into words when unquoted). What bash would take from outside the script (positional parameters, variables
+// the script does not set, command and arithmetic substitutions) stays as written ("$4") and is listed: an argument's
 // value keeps its place, and nothing is guessed silently.
 
 #include <string>

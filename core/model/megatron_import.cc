@@ -73,7 +73,19 @@ const std::set<std::string> kIgnoredWithValue = {"--lr",
                                                  "--moe-router-dtype",
                                                  "--moe-router-score-function",
                                                  "--moe-router-topk-scaling-factor",
-                                                 "--moe-router-bias-update-rate"};
+                                                 "--moe-router-bias-update-rate",
+                                                 "--rotary-base",
+                                                 "--rotary-percent",
+                                                 "--decoupled-lr",
+                                                 "--decoupled-min-lr",
+                                                 "--lr-decay-samples",
+                                                 "--lr-warmup-samples",
+                                                 "--exit-duration-in-mins",
+                                                 "--tiktoken-pattern",
+                                                 "--profile-step-start",
+                                                 "--profile-step-end",
+                                                 "--ckpt-format",
+                                                 "--empty-unused-memory-level"};
 // Flags without a value that do not change an iteration's time.
 const std::set<std::string> kIgnoredFlags = {"--no-masked-softmax-fusion",
                                              "--no-bias-gelu-fusion",
@@ -94,13 +106,21 @@ const std::set<std::string> kIgnoredFlags = {"--no-masked-softmax-fusion",
                                              "--moe-router-enable-expert-bias",
                                              "--moe-permute-fusion",
                                              "--moe-router-fusion",
-                                             "--moe-router-pre-softmax"};
+                                             "--moe-router-pre-softmax",
+                                             "--manual-gc",
+                                             "--calculate-per-token-loss",
+                                             "--apply-layernorm-1p",
+                                             "--no-create-attention-mask-in-dataloader",
+                                             "--no-mmap-bin-files",
+                                             "--log-throughput",
+                                             "--profile"};
 // Known, change the time, not modelled.
 const std::map<std::string, std::string> kUnsupported = {
     {"--fp8-param-gather", "the distributed optimizer's parameter all-gather in FP8 (it moves 16-bit parameters here)"},
     {"--tp-comm-overlap",
      "Transformer Engine's userbuffers overlap of the sequence-parallel all-gather / reduce-scatter with the GEMMs"},
     {"--mtp-num-layers", "multi-token prediction layers"},
+    {"--cross-entropy-loss-fusion", "the fused cross-entropy kernel (the loss's fp32 logits are modelled unfused)"},
     {"--delay-wgrad-compute",
      "the weight gradients delayed inside a combined 1F1B pair (a pair computes as one stream)"}};
 
