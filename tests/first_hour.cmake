@@ -126,7 +126,7 @@ pipescope_add_test(test_launch_script SOURCES test_launch_script.cc DEPS pipesco
 pipescope_add_test(test_torchtitan_config SOURCES test_torchtitan_config.cc DEPS pipescope_core LABELS core)
 add_test(NAME cli_import_torchtitan_strict
          COMMAND ${CMAKE_COMMAND} "-DCMD=${fh_bin};import;torchtitan;${PROJECT_SOURCE_DIR}/scenarios/torchtitan/llama3_8b_pp.toml;--nodes;2;--strict;-o;${fh_dir}/tt.yaml"
-                 -DEXPECT_RC=1 "-DSTDERR_REGEX=not modelled .2.:\n  parallelism.enable_async_tensor_parallel = true;error: --strict: 0 unknown and 2 unmodelled"
+                 -DEXPECT_RC=1 "-DSTDERR_REGEX=not modelled .1.:\n  activation_checkpoint.selective_ac_option = op;error: --strict: 0 unknown and 1 unmodelled"
                  "-DABSENT_FILES=${fh_dir}/tt.yaml" -P ${fh_files})
 set_tests_properties(cli_import_torchtitan_strict PROPERTIES LABELS cli TIMEOUT 60)
 add_test(NAME cli_import_megatron

@@ -220,8 +220,16 @@ TEST(MegatronImport, ArgumentsThatChangeTheAnswer) {
   EXPECT_TRUE(with({"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"})
                   .unsupported.empty());
   EXPECT_EQ(with({"--recompute-granularity", "full", "--recompute-method", "block"}).unsupported.size(), 1u);
+  // --tp-comm-overlap: the userbuffers overlap with sequence parallelism at tp > 1, off at tp 1 (as Megatron-LM does).
   const MegatronImport overlap = with({"--fp8-param-gather", "--tp-comm-overlap"});
-  EXPECT_EQ(overlap.unsupported.size(), 2u);
+  EXPECT_EQ(overlap.unsupported.size(), 1u);  // the FP8 parameter gather
+  EXPECT_NE(std::find(overlap.ignored.begin(), overlap.ignored.end(), "--tp-comm-overlap (off at tp 1)"),
+            overlap.ignored.end());
+  EXPECT_TRUE(
+      parse_scenario(with({"--tensor-model-parallel-size", "2", "--sequence-parallel", "--tp-comm-overlap"}).yaml,
+                     "i.yaml")
+          .training.tp_comm_overlap);
+  EXPECT_THROW(with({"--tensor-model-parallel-size", "2", "--tp-comm-overlap"}), std::invalid_argument);
   EXPECT_TRUE(parse_scenario(with({"--overlap-moe-expert-parallel-comm"}).yaml, "i.yaml").schedule.overlap_moe_a2a);
 }
 
@@ -486,7 +494,7 @@ TEST(MegatronEmit, ImportEmitImportIsTheSameScenario) {
   llama.insert(llama.end(), {"--num-layers-per-virtual-pipeline-stage", "4", "--bf16", "--use-distributed-optimizer",
                              "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-granularity", "selective",
                              "--sequence-parallel", "--attention-backend", "fused", "--context-parallel-size", "2",
-                             "--fp8-format", "hybrid", "--grad-reduce-in-bf16"});
+                             "--fp8-format", "hybrid", "--grad-reduce-in-bf16", "--tp-comm-overlap"});
   expect_round_trip(llama, MegatronImportOptions{"llama", "dgx-h100-superpod", 16});
   // PyTorch FSDP2 in place of the distributed optimizer (which it replaces: listed as ignored).
   std::vector<std::string> fsdp = kLlama3;

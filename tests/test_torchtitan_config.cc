@@ -69,7 +69,8 @@ TEST(TorchTitanImport, PipelineSplitFloat8AndWhatIsNotModelled) {
   EXPECT_EQ(s.parallel.global_batch, 32);
   EXPECT_EQ(s.training.dtype, "fp8");
   EXPECT_EQ(s.schedule.recompute, Recompute::Selective);
-  EXPECT_TRUE(listed(r.unsupported, "enable_async_tensor_parallel"));
+  EXPECT_FALSE(listed(r.unsupported, "enable_async_tensor_parallel"));
+  EXPECT_TRUE(s.training.tp_comm_overlap);  // async tensor parallelism: the collectives beside their matmuls
   EXPECT_TRUE(listed(r.unsupported, "selective_ac_option = op"));
   EXPECT_TRUE(r.unknown.empty());
   // A key of no known section is unknown, listed and written as a comment.

@@ -328,9 +328,10 @@ std::vector<KernelCost> AnalyticCostModel::dense_mlp_kernels(int b, int l) const
   const LayerDims d = layer_dims(s_.model);
   const double t = s_.parallel.tp, e = elem_bytes(), h = d.h, f = d.f, T = static_cast<double>(b) * l;
   return {
-      linear_gemm_kernel(T, h, d.up_out / t, Fp8Pass::Forward),  // MLP up (SwiGLU: gate and up, 2f wide)
-      {8 * T * f / t, e * T * (d.up_out + f) / t, false},        // bias + GeLU (SwiGLU: SiLU(gate) * up)
-      linear_gemm_kernel(T, f / t, h, Fp8Pass::Forward),         // MLP down
+      // MLP up (SwiGLU: gate and up, 2f wide), its input all-gathered beside it with the userbuffers overlap
+      with_userbuffers(linear_gemm_kernel(T, h, d.up_out / t, Fp8Pass::Forward), b, l),
+      {8 * T * f / t, e * T * (d.up_out + f) / t, false},  // bias + GeLU (SwiGLU: SiLU(gate) * up)
+      with_userbuffers(linear_gemm_kernel(T, f / t, h, Fp8Pass::Forward), b, l),  // MLP down (its reduce-scatter)
   };
 }
 
@@ -509,13 +510,13 @@ std::vector<KernelCost> AnalyticCostModel::layer_forward_kernels(int b, int l, i
     const std::vector<KernelCost> x = mla_forward_kernels(b, l);
     k.insert(k.end(), x.begin(), x.end());
   } else {
-    k.push_back(gemm(T, h, d.qkv_out / t));  // QKV (GQA: K and V kv wide each)
+    k.push_back(with_userbuffers(gemm(T, h, d.qkv_out / t), b, l));  // QKV (GQA: K and V kv wide each)
   }
   const std::vector<KernelCost> core = attention_core_kernels(b, l, c);
   k.insert(k.end(), core.begin(), core.end());
   const std::vector<KernelCost> rest = {
       {0, 2 * e * T * d.o / t, false},               // context transpose
-      gemm(T, d.o / t, h),                           // output projection
+      with_userbuffers(gemm(T, d.o / t, h), b, l),   // output projection
       {3 * Tr * h, (3 * e + mask) * Tr * h, false},  // bias + dropout + residual add
       norm_kernel(b, l),                             // LayerNorm
   };
@@ -562,6 +563,13 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
     k.beside_s = regather;
     return k;
   };
+  // A row-parallel linear's dgrad needs its output gradient all-gathered (sequence parallelism): beside it with the
+  // userbuffers overlap, in the fused backward.
+  auto row_dgrad = [&](double M, double Kd, double N) {
+    KernelCost k = gemm(M, Kd, N);
+    if (tp_overlap && userbuffers()) k.beside_s = tp_overlap_seconds(b, l);
+    return k;
+  };
   const double mask = s_.training.dropout ? 1.0 : 0.0;                         // dropout mask bytes per element
   std::vector<KernelCost> k = {{3 * Tr * h, (2 * e + mask) * Tr * h, false}};  // dropout + add backward (MLP)
   if (moe) {
@@ -570,7 +578,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   } else {
     const std::vector<KernelCost> mlp = {
         bias_grad(Tr, h),                                        // MLP down bias
-        gemm(T, h, f / t),                                       // MLP down dgrad
+        row_dgrad(T, h, f / t),                                  // MLP down dgrad
         wgrad(f / t, T, h),                                      // MLP down wgrad
         {8 * T * f / t, e * T * (f + 2 * d.up_out) / t, false},  // GeLU (SwiGLU) backward
         bias_grad(T, d.up_out / t),                              // MLP up bias
@@ -583,7 +591,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
       {10 * Tr * h, 4 * e * Tr * h, false},          // LayerNorm backward (+ residual gradient)
       {3 * Tr * h, (2 * e + mask) * Tr * h, false},  // dropout + add backward (attention)
       bias_grad(Tr, h),                              // output projection bias
-      gemm(T, h, d.o / t),                           // output projection dgrad
+      row_dgrad(T, h, d.o / t),                      // output projection dgrad
       wgrad(d.o / t, T, h),                          // output projection wgrad
       {0, 2 * e * T * d.o / t, false},               // context transpose backward
   };
@@ -945,6 +953,16 @@ double AnalyticCostModel::p2p_bytes(const Op& op, int microbatch_seqs) const {
 
 bool AnalyticCostModel::sequence_parallel_tp() const { return s_.parallel.sequence_parallel && s_.parallel.tp > 1; }
 
+// Priced on the analytic kernels only: a profile's measured layer times carry no split of their GEMMs.
+bool AnalyticCostModel::userbuffers() const {
+  return s_.training.tp_comm_overlap && sequence_parallel_tp() && kernels_time_backward();
+}
+
+KernelCost AnalyticCostModel::with_userbuffers(KernelCost k, int b, int l) const {
+  if (userbuffers()) k.beside_s = std::max(k.beside_s, tp_overlap_seconds(b, l));
+  return k;
+}
+
 bool AnalyticCostModel::tp_overlap(const Op& op) const {
   return (s_.training.async_tp_allreduce || sequence_parallel_tp()) && s_.parallel.tp > 1 &&
          op.kind == OpKind::Backward && kernels_time_backward();
@@ -977,11 +995,22 @@ int AnalyticCostModel::tp_allreduce_calls(const Op& op) const {
   // LM head's) run beside their wgrads and are costed there (compute_seconds), leaving the recomputed forward's.
   // With sequence parallelism the two all-gathers of the row-parallel outputs' gradients (one all-reduce's worth per
   // layer) stay exposed (core/cost/tp_overlap.h).
-  const int sp_exposed = sequence_parallel_tp() ? (per_layer + 1) / 2 : 0;
-  const int backward = tp_overlap(op) ? recomputed + sp_exposed : recomputed + per_layer + (last ? 1 : 0);
+  int sp_exposed = sequence_parallel_tp() ? (per_layer + 1) / 2 : 0;
+  // The userbuffers overlap runs the dense layers' and the attention's collectives beside their GEMMs, in forward,
+  // recomputation and the fused backward's dgrads (layer_forward_kernels, layer_backward_kernels): the shared
+  // experts' stay.
+  int forward = per_layer, recomputed_exposed = recomputed;
+  if (userbuffers()) {
+    const int shared_calls = s_.model.moe_shared_ffn_hidden > 0 ? moe : 0;
+    forward = shared_calls;
+    recomputed_exposed = sc.recompute == Recompute::Full || shared ? shared_calls : 0;
+    sp_exposed = (shared_calls + 1) / 2;
+  }
+  const int backward =
+      tp_overlap(op) ? recomputed_exposed + sp_exposed : recomputed_exposed + per_layer + (last ? 1 : 0);
   switch (op.kind) {
     case OpKind::Forward:
-      return per_layer + (first_stage(op.stage) ? 1 : 0);  // + vocab-parallel embedding output
+      return forward + (first_stage(op.stage) ? 1 : 0);  // + vocab-parallel embedding output
     case OpKind::Backward:
     case OpKind::BackwardInput:  // the all-reduces of the input gradients (and the recomputed forward)
       return backward;

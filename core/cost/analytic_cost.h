@@ -125,6 +125,11 @@ class AnalyticCostModel : public CostModel {
   // training.async_tp_allreduce or sequence parallelism, tp > 1), and the time of one such collective of b*l tokens.
   bool tp_overlap(const Op& op) const;
   bool sequence_parallel_tp() const;  // sequence parallelism over a tensor-parallel group of 2 or more
+  // training.tp_comm_overlap with sequence parallelism: each dense linear's all-gather / reduce-scatter beside its
+  // GEMM.
+  bool userbuffers() const;
+  // A GEMM with the sequence-parallel collective of b * l tokens beside it when the userbuffers overlap runs.
+  KernelCost with_userbuffers(KernelCost k, int b, int l) const;
   double tp_overlap_seconds(int b, int l) const;
   int elem_bytes() const { return s_.training.act_bytes_per_elem(); }
   int grad_elem_bytes() const { return s_.training.grad_fp32 ? 4 : elem_bytes(); }

@@ -342,6 +342,11 @@ struct TrainingSpec {
   // Megatron-LM's async tensor-parallel all-reduce: a column-parallel linear's input-gradient all-reduce runs beside
   // its wgrad GEMM (core/cost/tp_overlap.h).
   bool async_tp_allreduce = false;
+  // Transformer Engine's userbuffers overlap (Megatron --tp-comm-overlap; TorchTitan's async tensor parallelism is the
+  // same decomposition): with sequence parallelism, each linear's all-gather of its input or reduce-scatter of its
+  // output runs chunk by chunk beside its GEMM, in forward (and recomputation) and in the fused backward's dgrads
+  // (core/cost/tp_overlap.h).
+  bool tp_comm_overlap = false;
 };
 
 // ---------------------------------------------------------------- simulation knobs

@@ -226,6 +226,7 @@ void training_args(const Scenario& s, Args& a) {
   if (t.fsdp) a.flag("--use-torch-fsdp2");
   if (t.overlap_grad_reduce) a.flag("--overlap-grad-reduce");
   if (t.overlap_param_gather) a.flag("--overlap-param-gather");
+  if (t.tp_comm_overlap) a.flag("--tp-comm-overlap");
 }
 
 }  // namespace

@@ -117,8 +117,6 @@ const std::set<std::string> kIgnoredFlags = {"--no-masked-softmax-fusion",
 // Known, change the time, not modelled.
 const std::map<std::string, std::string> kUnsupported = {
     {"--fp8-param-gather", "the distributed optimizer's parameter all-gather in FP8 (it moves 16-bit parameters here)"},
-    {"--tp-comm-overlap",
-     "Transformer Engine's userbuffers overlap of the sequence-parallel all-gather / reduce-scatter with the GEMMs"},
     {"--mtp-num-layers", "multi-token prediction layers"},
     {"--cross-entropy-loss-fusion", "the fused cross-entropy kernel (the loss's fp32 logits are modelled unfused)"},
     {"--delay-wgrad-compute",
@@ -511,6 +509,7 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
                                                    "--use-torch-fsdp2",
                                                    "--overlap-grad-reduce",
                                                    "--overlap-param-gather",
+                                                   "--tp-comm-overlap",
                                                    "--overlap-moe-expert-parallel-comm",
                                                    "--accumulate-allreduce-grads-in-fp32",
                                                    "--moe-enable-deepep",
@@ -717,12 +716,17 @@ MegatronImport import_megatron(const std::vector<std::string>& args, const Megat
   }
   const bool flash =
       values.count("--use-flash-attn") || backend_fused || cp > 1 || values.count("--multi-latent-attention");
+  // Megatron-LM turns the userbuffers overlap off at tp = 1 and asserts sequence parallelism with it.
+  const bool userbuffers = values.count("--tp-comm-overlap") && tp > 1;
+  if (userbuffers && !values.count("--sequence-parallel"))
+    throw std::invalid_argument("--tp-comm-overlap needs --sequence-parallel (Megatron-LM asserts it)");
+  if (values.count("--tp-comm-overlap") && tp == 1) out.ignored.push_back("--tp-comm-overlap (off at tp 1)");
   y << "training: {dtype: " << dtype << ", flash_attention: " << (flash ? "true" : "false")
     << ", grad_fp32: " << (grad_fp32 ? "true" : "false") << ", distributed_optimizer: " << (dist_opt ? "true" : "false")
     << (fsdp ? ", fsdp: true" : "")
     << ", overlap_grad_reduce: " << (values.count("--overlap-grad-reduce") ? "true" : "false")
     << ", overlap_param_gather: " << (dist_opt && values.count("--overlap-param-gather") ? "true" : "false")
-    << moe.training << "}\n";
+    << (userbuffers ? ", tp_comm_overlap: true" : "") << moe.training << "}\n";
   y << "sim: {placement: megatron, p2p: blocking}  # Megatron-LM's p2p calls block\n";
   out.yaml = y.str();
   check_in_flag_terms(out.yaml);  // the loader's checks: divisibility, m % pp, dtype, ...

@@ -1281,6 +1281,10 @@ void Validator::run() const {
              " has none: give cluster.device.peak_tflops_fp64 or a calibration profile of the CPU backend");
   if (!(std::isfinite(t.grad_bucket_bytes) && t.grad_bucket_bytes > 0))
     fail({"training.grad_bucket_MB"}, "must be > 0, got " + num(t.grad_bucket_bytes / units::kMB));
+  if (t.tp_comm_overlap && !(s_.parallel.tp > 1 && s_.parallel.sequence_parallel))
+    fail({"training.tp_comm_overlap", "parallel.tp", "parallel.sequence_parallel"},
+         "the userbuffers overlap splits sequence parallelism's all-gathers and reduce-scatters: it needs tp > 1 and "
+         "sequence_parallel: true (Megatron-LM asserts the same)");
   if (t.fsdp_reshard_after_forward && !t.fsdp)
     fail({"training.fsdp_reshard_after_forward", "training.fsdp"},
          "resharding after forward is FSDP's: set fsdp: true");
@@ -1507,6 +1511,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
                                            "fsdp",
                                            "fsdp_reshard_after_forward",
                                            "async_tp_allreduce",
+                                           "tp_comm_overlap",
                                            "dropout",
                                            "softmax_fp32",
                                            "moe_dispatcher",
@@ -1530,6 +1535,7 @@ Scenario parse_impl(const std::string& text, const std::string& source, const st
   tr.get("fsdp", s.training.fsdp);
   tr.get("fsdp_reshard_after_forward", s.training.fsdp_reshard_after_forward);
   tr.get("async_tp_allreduce", s.training.async_tp_allreduce);
+  tr.get("tp_comm_overlap", s.training.tp_comm_overlap);
   tr.get("dropout", s.training.dropout);
   tr.get("softmax_fp32", s.training.softmax_fp32);
   tr.get_enum("moe_dispatcher", moe_dispatchers(), s.training.moe_dispatcher);

@@ -64,6 +64,7 @@ const std::set<std::string> kRead = {"model.name",
                                      "parallelism.data_parallel_shard_degree",
                                      "parallelism.fsdp_reshard_after_forward",
                                      "parallelism.tensor_parallel_degree",
+                                     "parallelism.enable_async_tensor_parallel",
                                      "parallelism.context_parallel_degree",
                                      "parallelism.pipeline_parallel_degree",
                                      "parallelism.pipeline_parallel_schedule",
@@ -80,7 +81,6 @@ const std::set<std::string> kRead = {"model.name",
                                      "compile.enable"};
 // Read, and what pipescope cannot model as TorchTitan runs it.
 const std::map<std::string, std::string> kUnsupported = {
-    {"parallelism.enable_async_tensor_parallel", "async tensor parallelism (collective matmuls)"},
     {"parallelism.module_fqns_per_model_part", "an explicit module split (give parallel.stage_layers)"}};
 const std::set<std::string> kKnownSections = {"model",   "training", "parallelism", "activation_checkpoint",
                                               "compile", "float8",   "quantize",    "mx"};
@@ -145,6 +145,9 @@ class Mapper {
       << (text("training.mixed_precision_reduce", "float32") == "float32" ? "true" : "false")
       << ", fsdp: " << (l.shard > 1 ? "true" : "false");
     if (l.reshard) y << ", fsdp_reshard_after_forward: true";
+    // Async tensor parallelism (collective matmuls: each all-gather / reduce-scatter decomposed beside its matmul),
+    // the decomposition of Megatron's userbuffers overlap.
+    if (l.tp > 1 && text("parallelism.enable_async_tensor_parallel", "false") == "true") y << ", tp_comm_overlap: true";
     if (text("parallelism.expert_parallel_comm_backend", "standard") == "deepep") y << ", moe_dispatcher: deepep";
     y << "}\n";
     y << "sim: {placement: megatron}  # TorchTitan's device mesh: tp innermost, then cp, dp, pp (Megatron's order)\n";
@@ -433,6 +436,7 @@ std::string torchtitan_toml(const Scenario& s) {
     o << "\nfsdp_reshard_after_forward = "
       << (t.fsdp_reshard_after_forward ? "\"always\"  # gathered for every forward and backward"
                                        : "\"never\"  # gathered once per iteration, as simulated");
+  if (t.tp_comm_overlap) o << "\nenable_async_tensor_parallel = true";
   o << "\ntensor_parallel_degree = " << p.tp << "\ncontext_parallel_degree = " << p.cp
     << "\npipeline_parallel_degree = " << p.pp << "\n";
   if (p.pp > 1) {

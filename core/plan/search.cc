@@ -224,6 +224,8 @@ Scenario make_point(const Scenario& base, const SearchPoint& p, int segments) {
     s.parallel.ep = p.ep, s.parallel.etp = p.etp;
     if (p.tp > 1) s.parallel.sequence_parallel = true;  // Megatron-Core requires it for MoE with tp > 1
   }
+  // The userbuffers overlap where a candidate has something to overlap (Megatron-LM turns it off at tp 1).
+  s.training.tp_comm_overlap = base.training.tp_comm_overlap && p.tp > 1 && s.parallel.sequence_parallel;
   s.parallel.micro_batch_size = p.micro_batch_size;
   s.parallel.stage_layers.clear();
   s.schedule.recompute = p.recompute;
