@@ -221,19 +221,9 @@ Op parse_op(const std::string& text, const Schedule& s) {
 
 std::vector<std::string> rank_words(const Schedule& s, std::size_t r) {
   std::vector<std::string> out;
-  const std::vector<Op>& ops = s.per_rank.at(r);
-  const std::vector<ShardAction> none;
-  const auto& acts = r < s.shard_actions.size() ? s.shard_actions[r] : none;
-  std::size_t a = 0;
-  auto actions_before = [&](std::size_t i) {
-    for (; a < acts.size() && acts[a].before <= static_cast<std::int32_t>(i); a++)
-      out.push_back(shard_action_text(acts[a]));
-  };
-  for (std::size_t i = 0; i < ops.size(); i++) {
-    actions_before(i);
-    out.push_back(paired_op_text(ops[i]));
-  }
-  actions_before(ops.size());
+  walk_rank(
+      s, r, [&](const ShardAction& a) { out.push_back(shard_action_text(a)); },
+      [&](const Op& op) { out.push_back(paired_op_text(op)); });
   return out;
 }
 

@@ -628,18 +628,13 @@ StageStyle csv_stage_style(const std::string& path, int p) {
 std::string schedule_to_csv(const Schedule& s) {
   std::string out;
   for (std::size_t r = 0; r < s.per_rank.size(); r++) {
-    const auto& ops = s.per_rank[r];
-    const std::vector<ShardAction> none;
-    const auto& acts = r < s.shard_actions.size() ? s.shard_actions[r] : none;
-    std::size_t a = 0;
     bool first = true;
-    auto actions_before = [&](std::size_t i) {
-      for (; a < acts.size() && acts[a].before <= static_cast<std::int32_t>(i); a++, first = false)
-        out += (first ? "" : ",") + shard_action_text(acts[a]);
+    auto on_action = [&](const ShardAction& a) {
+      out += (first ? "" : ",") + shard_action_text(a);
+      first = false;
     };
-    for (std::size_t i = 0; i < ops.size(); i++) {
-      const Op& op = ops[i];
-      if (op.overlap != Overlap::Second) actions_before(i);
+    // (The validator keeps actions out of an overlapped pair.)
+    walk_rank(s, r, on_action, [&](const Op& op) {
       switch (op.overlap) {
         case Overlap::None:
           out += (first ? "" : ",") + action_text(s, key_of(op));
@@ -652,8 +647,7 @@ std::string schedule_to_csv(const Schedule& s) {
           break;
       }
       first = false;
-    }
-    actions_before(ops.size());
+    });
     out += '\n';
   }
   return out;

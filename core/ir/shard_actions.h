@@ -2,7 +2,10 @@
 // FSDP's actions in a schedule (core/ir/schedule.h ShardAction): their text, the passes with which PyTorch
 // pipelining's runtime places them in a compute-only schedule, and their rules. docs/schedule-ir.md, "FSDP actions".
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/ir/schedule.h"
 
@@ -12,6 +15,24 @@ namespace pipescope {
 const char* shard_kind_name(ShardKind k);
 // PyTorch's text of an action: "0UNSHARD", "3RESHARD", "1REDUCE_GRAD".
 std::string shard_action_text(const ShardAction& a);
+
+// Rank r's list in execution order, its actions among its ops: on_action(action) for each action where it sits,
+// on_op(op) for each op (the schedule's text and its CSV walk it so).
+template <class OnAction, class OnOp>
+void walk_rank(const Schedule& s, std::size_t r, OnAction on_action, OnOp on_op) {
+  const std::vector<Op>& ops = s.per_rank.at(r);
+  std::size_t a = 0;
+  auto actions_before = [&](std::size_t i) {
+    if (r >= s.shard_actions.size()) return;
+    const std::vector<ShardAction>& acts = s.shard_actions[r];
+    for (; a < acts.size() && acts[a].before <= static_cast<std::int32_t>(i); a++) on_action(acts[a]);
+  };
+  for (std::size_t i = 0; i < ops.size(); i++) {
+    actions_before(i);
+    on_op(ops[i]);
+  }
+  actions_before(ops.size());
+}
 
 // The window of PyTorch's _add_unshard_reshard: the distinct stages a rank keeps unsharded ahead of its ops.
 constexpr int kPytorchMaxActiveStages = 3;
