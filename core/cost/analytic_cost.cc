@@ -566,9 +566,7 @@ std::vector<KernelCost> AnalyticCostModel::layer_backward_kernels(int b, int l, 
   // A row-parallel linear's dgrad needs its output gradient all-gathered (sequence parallelism): beside it with the
   // userbuffers overlap, in the fused backward.
   auto row_dgrad = [&](double M, double Kd, double N) {
-    KernelCost k = gemm(M, Kd, N);
-    if (tp_overlap && userbuffers()) k.beside_s = tp_overlap_seconds(b, l);
-    return k;
+    return tp_overlap ? with_userbuffers(gemm(M, Kd, N), b, l) : gemm(M, Kd, N);
   };
   const double mask = s_.training.dropout ? 1.0 : 0.0;                         // dropout mask bytes per element
   std::vector<KernelCost> k = {{3 * Tr * h, (2 * e + mask) * Tr * h, false}};  // dropout + add backward (MLP)
